@@ -1,0 +1,44 @@
+"""faithful-replay's core: errors, the Trace, schedules, the run and sweep API, targets and the CLI.
+
+Everything the `replay` command does is one import away::
+
+    from replay import read_trace, RunConfig, sweep
+    result = sweep(read_trace("prod.parquet"), RunConfig(url="http://127.0.0.1:8000"), rates=[1, 2, 4, 8])
+
+Names are imported on first use, so `import replay.errors` (and `replay --help`) stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "replay.config": ("Arrivals", "RunConfig", "Slo"),
+    "replay.errors": ("ReplayError", "TraceError", "ConfigError", "TargetError", "RunnerError",
+                      "RedactionError", "BudgetExhausted"),
+    "replay.trace": ("Trace", "TraceMeta", "read_trace", "validate", "SCHEMA", "REQUIRED_COLUMNS",
+                     "SCHEMA_VERSION"),
+    "replay.generate": ("GenerateConfig", "generate"),
+    "replay.inspect": ("summarize",),
+    "replay.tokenizer": ("load_tokenizer",),
+    "replay.blocks": ("block_hashes", "HASH_ALGO"),
+    "replay.prompts": ("text_of_tokens", "block_text", "count_tokens"),
+    "replay.runner": ("StageResult", "run_stage"),
+    "replay.sweep": ("SweepResult", "sweep"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'replay' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,53 @@
+"""Chained hashes over full blocks of token ids (the Trace's ``block_hashes`` column).
+
+Owns :data:`HASH_ALGO` and :func:`block_hashes`. Like vLLM's prefix cache, each full block of
+``block_size`` token ids is hashed together with its parent block's hash, so two prompts share
+their leading hashes exactly as long as they share whole leading blocks; a partial last block
+gets no hash (it can never be a cache hit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["HASH_ALGO", "block_hashes"]
+
+HASH_ALGO = "blake2b64-chain"
+_ROOT_PARENT = bytes(8)  # the first block's "parent hash"
+
+
+def block_hashes(token_ids: Sequence[int] | np.ndarray, block_size: int) -> list[int]:
+    """Return one uint64 per full block of ``token_ids``.
+
+    Hash ``i`` is blake2b (8-byte digest, read little-endian) of hash ``i-1``'s 8 digest bytes
+    followed by block ``i``'s token ids as little-endian u32 (the first block's parent is 8 zero
+    bytes).
+    """
+    if block_size <= 0:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+    ids = np.asarray(token_ids)
+    if ids.ndim != 1:
+        raise ValueError("token_ids must be one-dimensional")
+    n_full = len(ids) // block_size
+    if n_full == 0:
+        return []
+    ids = ids[: n_full * block_size]
+    if ids.dtype != np.dtype("<u4"):
+        if ids.size and (not np.issubdtype(ids.dtype, np.integer) or ids.min() < 0
+                         or ids.max() > 0xFFFFFFFF):
+            raise ValueError("token ids must be integers in [0, 2**32)")
+        ids = ids.astype("<u4")
+    data = memoryview(np.ascontiguousarray(ids).tobytes())
+    step = block_size * 4
+    blake2b = hashlib.blake2b
+    parent = _ROOT_PARENT
+    out: list[int] = []
+    for start in range(0, n_full * step, step):
+        h = blake2b(parent, digest_size=8)
+        h.update(data[start:start + step])
+        parent = h.digest()
+        out.append(int.from_bytes(parent, "little"))
+    return out

@@ -1,0 +1,62 @@
+"""The `replay` command: one entry point, one subcommand per job, a thin layer over the library.
+
+Each command group lives in its own file and imports what it needs lazily, so `replay --help`
+starts fast. `main()` turns a ReplayError into `error: <message>` on stderr and its exit code
+(2 for bad input); `--debug` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from replay.errors import ReplayError
+
+__all__ = ["main", "build_parser"]
+
+EPILOG = """\
+examples:
+  replay generate -o work.parquet --requests 500
+  replay import azure ../shared/data/traces/azure_llm_2023_conv.csv -o azure.parquet
+  replay inspect work.parquet
+  replay run work.parquet --url http://127.0.0.1:8000 --rate 4 --requests 200
+  replay sweep work.parquet --url http://127.0.0.1:8000 --rates 1,2,4,8 --slo ttft=2s,tpot=100ms
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from replay.cli import run_cmds, trace_cmds
+
+    parser = argparse.ArgumentParser(
+        prog="replay",
+        description="Replay real LLM-serving traffic open-loop against an OpenAI-compatible server.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    trace_cmds.register(sub)
+    run_cmds.register(sub)
+    return parser
+
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ReplayError as e:
+        if args.debug:
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Terminal output of replays: a progress bar per stage and the stage table."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+__all__ = ["progress_bar", "print_stages"]
+
+
+class _Bar:
+    def __init__(self, progress) -> None:
+        self._progress = progress
+
+    def stage(self, label: str):
+        """A runner progress callback drawing one bar for this stage (None when quiet)."""
+        if self._progress is None:
+            return None
+        task = self._progress.add_task(label, total=None, errors=0, sent=0)
+
+        def update(sent: int, completed: int, errors: int, total: int) -> None:
+            self._progress.update(task, completed=completed, total=total, sent=sent, errors=errors)
+
+        return update
+
+
+@contextmanager
+def progress_bar(quiet: bool = False):
+    if quiet:
+        yield _Bar(None)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("sent {task.fields[sent]}  errors {task.fields[errors]}"),
+        TimeElapsedColumn(),
+    )
+    console = Console(stderr=True)
+    with Progress(*columns, console=console, disable=not console.is_terminal) as progress:
+        yield _Bar(progress)
+
+
+def _ms(x) -> str:
+    return "-" if x is None else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
+
+
+def _num(x, fmt: str = "{:.2f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def print_stages(rates, stages: list[dict], saturation: dict | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="replay stages (latency in ms, from the intended send time; lag = send lag)")
+    for col in ("rate", "achieved", "ok", "errors", "req/s", "tok/s", "TTFT p50/p99", "TPOT p50", "ITL p50",
+                "E2E p50/p99", "lag p99", "goodput", "valid"):
+        table.add_column(col, justify="right")
+    for rate, s in zip(rates, stages):
+        errors = ", ".join(f"{k} {v}" for k, v in s["errors"].items()) or "0"
+        ttft, e2e = s["ttft_ms"]["from_intended"], s["e2e_ms"]["from_intended"]
+        table.add_row(
+            "as recorded" if rate is None else f"{rate:g}",
+            _num(s["achieved_send_rate"]),
+            str(s["completed"]),
+            errors,
+            _num(s["throughput_rps"]),
+            _num(s["output_tokens_per_s"], "{:.0f}"),
+            f"{_ms(ttft['p50'])}/{_ms(ttft['p99'])}",
+            _ms(s["tpot_ms"]["p50"]),
+            _ms(s["itl_ms"]["p50"]),
+            f"{_ms(e2e['p50'])}/{_ms(e2e['p99'])}",
+            _ms(s["send_lag_ms"]["p99"]),
+            _num(s["goodput_rps"]),
+            "yes" if s["valid"] else "[red]NO[/red]",
+        )
+    console = Console()
+    console.print(table)
+    if saturation is not None:
+        if saturation.get("rate") is None:
+            console.print("saturation: not reached at these rates")
+        else:
+            console.print(f"saturation: {saturation['rate']:g} req/s ({saturation['reason']})")

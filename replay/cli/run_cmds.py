@@ -1,0 +1,159 @@
+"""`replay run` and `replay sweep`: flags -> RunConfig -> library call -> results folder + table."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from replay.cli.report import print_stages, progress_bar
+from replay.config import Arrivals, RunConfig, Slo, parse_duration_s, parse_rates, parse_slo
+
+__all__ = ["register"]
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", type=Path, help="a Trace Parquet file (from `replay generate`, `import` or `capture`)")
+    p.add_argument("--url", required=True, help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
+    p.add_argument("--arrivals", default="trace", choices=["trace", "poisson", "gamma", "constant"],
+                   help="send times: the trace's own timing rescaled to the rate (default, keeps bursts), "
+                        "or new poisson / gamma / constant arrivals at the rate")
+    p.add_argument("--cv", type=float, default=1.0, help="coefficient of variation of gamma arrivals (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed for generated arrivals (default 0)")
+    limit = p.add_mutually_exclusive_group()
+    limit.add_argument("--duration", help="send only requests scheduled in the first S seconds (e.g. 60s, 5m)")
+    limit.add_argument("--requests", type=int, help="send only the first N requests")
+    p.add_argument("--model", help="model name to send (default: the trace's if served, else the server's first)")
+    p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
+                   help="let the engine stop at EOS (default: ignore_eos so output lengths follow the trace)")
+    p.add_argument("--api-key", help="sent as 'Authorization: Bearer KEY'")
+    p.add_argument("--slo", help="objectives for goodput, e.g. ttft=2s,tpot=100ms,e2e=30s")
+    p.add_argument("--slo-attainment", type=float, default=0.9,
+                   help="share of requests that must meet the SLO for a stage to pass (default 0.9)")
+    p.add_argument("--lag-bound-ms", type=float, default=1.0,
+                   help="a stage whose send lag p99 exceeds this is invalid (default 1 ms)")
+    p.add_argument("--timeout", default="600s", help="per-request deadline from its send (default 600s)")
+    p.add_argument("--stall-timeout", default="120s", help="longest silence inside a response (default 120s)")
+    p.add_argument("--max-connections", type=int, default=20000, help="cap on open connections (default 20000)")
+    p.add_argument("--worker-threads", type=int, default=1, help="runner I/O threads (default 1)")
+    p.add_argument("--out", type=Path, help="results folder (default results/<trace name>-<command>)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="replay a trace once against a server",
+                       description="Replay a trace open-loop once: each request is sent at its scheduled time "
+                                   "whatever the server does; latencies count from that time.")
+    _add_common(p)
+    rate = p.add_mutually_exclusive_group()
+    rate.add_argument("--rate", type=float, help="target mean rate in req/s")
+    rate.add_argument("--speedup", type=float, help="compress the trace's own timing K times (default 1 = as recorded)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("sweep", help="replay a trace at rising rates and find the saturation point",
+                       description="Replay the trace once per rate; the summary names the first rate where "
+                                   "the server stops keeping up or fails the SLO.")
+    _add_common(p)
+    p.add_argument("--rates", required=True, help="comma-separated req/s, e.g. 1,2,4,8")
+    p.add_argument("--track-tolerance", type=float, default=0.9,
+                   help="saturated when completions span more than 1/this of the send span (default 0.9)")
+    p.add_argument("--stop-after-saturation", action="store_true", help="skip the rates after the saturation point")
+    p.set_defaults(func=cmd_sweep)
+
+
+def _config(args: argparse.Namespace, rate: float | None, speedup: float | None) -> RunConfig:
+    slo = parse_slo(args.slo, args.slo_attainment) if args.slo else Slo(attainment=args.slo_attainment)
+    return RunConfig(
+        url=args.url,
+        rate=rate,
+        speedup=speedup,
+        arrivals=Arrivals(kind=args.arrivals, cv=args.cv, seed=args.seed),
+        duration_s=parse_duration_s(args.duration, "--duration") if args.duration else None,
+        requests=args.requests,
+        model=args.model,
+        ignore_eos=args.ignore_eos,
+        api_key=args.api_key,
+        timeout_s=parse_duration_s(args.timeout, "--timeout"),
+        stall_timeout_s=parse_duration_s(args.stall_timeout, "--stall-timeout"),
+        max_connections=args.max_connections,
+        worker_threads=args.worker_threads,
+        lag_bound_ms=args.lag_bound_ms,
+        slo=slo,
+    )
+
+
+def _out(args: argparse.Namespace, command: str) -> Path:
+    return args.out or Path("results") / f"{args.trace.stem}-{command}"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from replay.results import stage_file, write_stage, write_summary
+    from replay.runner import run_stage
+    from replay.trace import read_trace
+
+    config = _config(args, args.rate, args.speedup)
+    trace = read_trace(args.trace)
+    out = _out(args, "run")
+    with progress_bar(quiet=args.json) as bar:
+        result = run_stage(trace, config, bar.stage(f"{config.rate or 'as recorded'} req/s"))
+    path = write_stage(result, stage_file(out, 0, config.rate))
+    summary = {"trace": str(args.trace), "url": config.url, "stages": [result.summary], "files": [path.name]}
+    write_summary(out, summary)
+    _report(args, [config.rate], summary, out)
+    if result.interrupted:
+        print(f"interrupted: partial results kept in {out}", file=sys.stderr)
+        return 130
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from replay.results import stage_file, write_stage, write_summary
+    from replay.sweep import saturation, sweep
+    from replay.trace import read_trace
+
+    rates = parse_rates(args.rates)
+    config = _config(args, None, None)
+    trace = read_trace(args.trace)
+    out = _out(args, "sweep")
+    files: list[str] = []
+    summaries: list[dict] = []
+
+    def on_stage(i: int, rate: float, result) -> None:
+        files.append(write_stage(result, stage_file(out, i, rate)).name)
+        summaries.append(result.summary)
+        sat_rate, reason = saturation(rates[: i + 1], summaries, args.track_tolerance)
+        write_summary(out, _sweep_summary(args, config, rates, summaries, files, sat_rate, reason))
+
+    with progress_bar(quiet=args.json) as bar:
+        result = sweep(trace, config, rates, track_tolerance=args.track_tolerance,
+                       progress=lambda rate: bar.stage(f"{rate:g} req/s"), on_stage=on_stage,
+                       stop_after_saturation=args.stop_after_saturation)
+    summary = _sweep_summary(args, config, rates, summaries, files, result.saturation_rate, result.saturation_reason)
+    write_summary(out, summary)
+    _report(args, rates, summary, out)
+    if any(s.interrupted for s in result.stages):
+        print(f"interrupted: partial results kept in {out}", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _sweep_summary(args, config: RunConfig, rates, summaries, files, sat_rate, reason) -> dict:
+    return {
+        "trace": str(args.trace),
+        "url": config.url,
+        "rates": list(rates),
+        "arrivals": dataclasses.asdict(config.arrivals),
+        "stages": summaries,
+        "files": files,
+        "saturation": {"rate": sat_rate, "reason": reason},
+    }
+
+
+def _report(args: argparse.Namespace, rates, summary: dict, out: Path) -> None:
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return
+    print_stages(rates, summary["stages"], summary.get("saturation"))
+    print(f"results: {out}")

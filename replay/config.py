@@ -1,0 +1,139 @@
+"""Run configuration: the frozen, validated objects a replay is described by.
+
+`Arrivals` says how send times are made, `Slo` the service-level objectives used for goodput,
+`RunConfig` one replay stage against one target. The CLI builds these from flags; library callers
+build them directly. Every random choice takes a seed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from replay.errors import ConfigError
+
+__all__ = ["Arrivals", "Slo", "RunConfig", "parse_duration_s", "parse_slo", "parse_rates"]
+
+ArrivalKind = Literal["trace", "poisson", "gamma", "constant"]
+ARRIVAL_KINDS = ("trace", "poisson", "gamma", "constant")
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    """How request send times are made.
+
+    ``trace`` (default) keeps the trace's own timing, compressed uniformly to the target rate, which
+    keeps its burst shape; ``poisson``, ``gamma`` (with coefficient of variation ``cv``) and
+    ``constant`` draw new times at the target rate.
+    """
+
+    kind: ArrivalKind = "trace"
+    cv: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ARRIVAL_KINDS:
+            raise ConfigError(f"--arrivals: unknown kind '{self.kind}' (one of {', '.join(ARRIVAL_KINDS)})")
+        if not self.cv > 0:
+            raise ConfigError(f"--cv: must be > 0, got {self.cv}")
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Per-request objectives; a request meets the SLO when every set bound holds (seconds)."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+    # a stage passes its SLO when at least this share of requests meets it
+    attainment: float = 0.9
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_s", "tpot_s", "e2e_s"):
+            v = getattr(self, name)
+            if v is not None and not v > 0:
+                raise ConfigError(f"--slo: {name[:-2]} must be > 0, got {v}")
+        if not 0 < self.attainment <= 1:
+            raise ConfigError(f"--slo-attainment: must be in (0, 1], got {self.attainment}")
+
+    @property
+    def empty(self) -> bool:
+        return self.ttft_s is None and self.tpot_s is None and self.e2e_s is None
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One replay stage: which requests, when, against which URL, and how to judge it."""
+
+    url: str
+    rate: float | None = None  # target mean rate, req/s; None with speedup None = as recorded
+    speedup: float | None = None  # time compression factor for the trace's own timing
+    arrivals: Arrivals = field(default_factory=Arrivals)
+    duration_s: float | None = None  # keep requests whose send offset falls before this
+    requests: int | None = None  # keep the first N requests
+    model: str | None = None  # override the body's model (None: keep it if served, else the target's first)
+    ignore_eos: bool = True  # ask the engine to decode exactly max_tokens (vLLM / llama.cpp `ignore_eos`)
+    api_key: str | None = None
+    timeout_s: float = 600.0
+    stall_timeout_s: float = 120.0
+    connect_timeout_s: float = 10.0
+    max_connections: int = 20000
+    worker_threads: int = 1
+    lag_bound_ms: float = 1.0  # a stage whose send lag p99 exceeds this is invalid
+    slo: Slo = field(default_factory=Slo)
+
+    def __post_init__(self) -> None:
+        if not re.match(r"^https?://[^/\s]+", self.url or ""):
+            raise ConfigError(f"--url: '{self.url}' is not an http:// URL")
+        if self.rate is not None and not self.rate > 0:
+            raise ConfigError(f"--rate: must be > 0, got {self.rate}")
+        if self.speedup is not None and not self.speedup > 0:
+            raise ConfigError(f"--speedup: must be > 0, got {self.speedup}")
+        if self.rate is not None and self.speedup is not None:
+            raise ConfigError("--rate and --speedup: give one, not both")
+        if self.arrivals.kind != "trace" and self.rate is None:
+            raise ConfigError(f"--arrivals {self.arrivals.kind}: needs --rate")
+        if self.duration_s is not None and not self.duration_s > 0:
+            raise ConfigError(f"--duration: must be > 0, got {self.duration_s}")
+        if self.requests is not None and self.requests < 1:
+            raise ConfigError(f"--requests: must be >= 1, got {self.requests}")
+        for name in ("timeout_s", "stall_timeout_s", "connect_timeout_s", "lag_bound_ms"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"--{name.rsplit('_', 1)[0].replace('_', '-')}: must be > 0")
+        if self.max_connections < 1 or self.worker_threads < 1:
+            raise ConfigError("--max-connections and --worker-threads: must be >= 1")
+
+
+_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_duration_s(text: str, flag: str) -> float:
+    """'2s', '100ms', '1.5', '3m' -> seconds (a bare number is seconds)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-z]*)\s*", text)
+    if not m or (m.group(2) and m.group(2) not in _UNITS):
+        raise ConfigError(f"{flag}: '{text}' is not a duration (e.g. 2s, 100ms)")
+    return float(m.group(1)) * _UNITS.get(m.group(2) or "s", 1.0)
+
+
+def parse_slo(text: str, attainment: float = 0.9) -> Slo:
+    """'ttft=2s,tpot=100ms[,e2e=30s]' -> Slo."""
+    values: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        key = key.strip().lower()
+        if not sep or key not in ("ttft", "tpot", "e2e"):
+            raise ConfigError(f"--slo: '{part}' is not one of ttft=..., tpot=..., e2e=...")
+        values[f"{key}_s"] = parse_duration_s(value, f"--slo {key}")
+    return Slo(**values, attainment=attainment)
+
+
+def parse_rates(text: str) -> list[float]:
+    """'1,2,4,8' -> [1.0, 2.0, 4.0, 8.0] (positive, as given)."""
+    try:
+        rates = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--rates: '{text}' is not a comma-separated list of numbers") from None
+    if not rates or any(not r > 0 for r in rates):
+        raise ConfigError(f"--rates: '{text}' must list positive rates, e.g. 1,2,4,8")
+    return rates

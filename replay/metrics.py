@@ -1,0 +1,135 @@
+"""Stage metrics: what one replay stage achieved, computed from its per-request results.
+
+Latencies are reported twice: from the intended send time (what a user waiting on an open-loop
+schedule sees, as wrk2 does) and from the actual send. Send lag is the runner's own error; a
+stage whose send lag p99 exceeds the bound is marked invalid. Goodput counts requests that meet
+every SLO, per second.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import polars as pl
+
+if TYPE_CHECKING:
+    from replay.runner import StageResult
+
+__all__ = ["summarize", "PERCENTILES", "tracking_ratio"]
+
+PERCENTILES = (50, 90, 99)
+
+
+def _pcts(values: np.ndarray, scale: float) -> dict[str, float | None]:
+    values = values[~np.isnan(values)] if values.dtype.kind == "f" else values
+    if len(values) == 0:
+        return {f"p{p}": None for p in PERCENTILES}
+    qs = np.percentile(values, PERCENTILES)
+    return {f"p{p}": float(q) / scale for p, q in zip(PERCENTILES, qs)}
+
+
+def tracking_ratio(sent_ns: np.ndarray, end_ns: np.ndarray) -> float:
+    """How well completions keep up with sends: send span over completion span (1.0 = keeping up).
+
+    An unsaturated server finishes requests about a constant latency after they were sent, so
+    completions span the same time as sends; a saturated one falls behind and they stretch out.
+    """
+    if len(sent_ns) < 2 or len(end_ns) < 2:
+        return float("nan")
+    send_span = float(np.max(sent_ns) - np.min(sent_ns))
+    end_span = float(np.max(end_ns) - np.min(end_ns))
+    if end_span <= 0:
+        return float("nan")
+    return send_span / end_span
+
+
+def _slo_mask(ok: pl.DataFrame, slo) -> np.ndarray:
+    mask = np.ones(ok.height, dtype=bool)
+    if slo.ttft_s is not None:
+        mask &= (ok["ttft_ns"].fill_null(np.iinfo(np.int64).max).to_numpy() <= slo.ttft_s * 1e9)
+    if slo.tpot_s is not None:
+        mask &= (ok["tpot_ns"].fill_nan(0.0).fill_null(0.0).to_numpy() <= slo.tpot_s * 1e9)
+    if slo.e2e_s is not None:
+        mask &= (ok["e2e_ns"].to_numpy() <= slo.e2e_s * 1e9)
+    return mask
+
+
+def summarize(result: StageResult) -> dict:
+    """A JSON-ready summary of one stage (times in ms, rates in 1/s)."""
+    config = result.config
+    df = result.requests
+    n = df.height
+    sent = df.filter(pl.col("sent_ns").is_not_null())
+    ok = df.filter(pl.col("error") == "none").with_columns(
+        ttft_ns=pl.col("first_token_ns") - pl.col("intended_ns"),
+        ttft_sent_ns=pl.col("first_token_ns") - pl.col("sent_ns"),
+        e2e_ns=pl.col("end_ns") - pl.col("intended_ns"),
+        e2e_sent_ns=pl.col("end_ns") - pl.col("sent_ns"),
+        tpot_ns=pl.when(pl.col("completion_tokens").fill_null(pl.col("output_chunks")) > 1).then(
+            (pl.col("end_ns") - pl.col("first_token_ns"))
+            / (pl.col("completion_tokens").fill_null(pl.col("output_chunks")) - 1)
+        ),
+    )
+    lag = (sent["sent_ns"] - sent["intended_ns"]).to_numpy()
+    itl = (
+        ok.select(pl.col("chunk_t_ns").list.diff(null_behavior="drop").alias("d")).explode("d")["d"].drop_nulls()
+        .to_numpy()
+    )
+    errors = df.filter(pl.col("error") != "none").group_by("error").len().sort("error")
+    out_tokens = int(ok["completion_tokens"].fill_null(ok["output_chunks"]).sum() or 0)
+    duration_s = 0.0
+    if ok.height:
+        duration_s = (int(ok["end_ns"].max()) - int(df["intended_ns"].min())) / 1e9
+    send_span_s = (int(sent["sent_ns"].max()) - int(sent["sent_ns"].min())) / 1e9 if sent.height > 1 else 0.0
+    lag_p99_ms = float(np.percentile(lag, 99)) / 1e6 if len(lag) else None
+    valid = lag_p99_ms is not None and lag_p99_ms <= config.lag_bound_ms and not result.cancelled
+    slo = config.slo
+    met = int(_slo_mask(ok, slo).sum()) if not slo.empty else ok.height
+    cached = ok["cached_tokens"].drop_nulls()
+    prompt = ok.filter(pl.col("cached_tokens").is_not_null())["prompt_tokens"].fill_null(0)
+
+    def pair(col: str, col_sent: str) -> dict:
+        return {
+            "from_intended": _pcts(ok[col].cast(pl.Float64).to_numpy(), 1e6),
+            "from_sent": _pcts(ok[col_sent].cast(pl.Float64).to_numpy(), 1e6),
+        }
+
+    return {
+        "requested_rate": config.rate,
+        "offered_rate": None if math.isnan(result.offered_rate) else result.offered_rate,
+        "achieved_send_rate": (sent.height - 1) / send_span_s if send_span_s > 0 else None,
+        "requests": n,
+        "sent": sent.height,
+        "completed": ok.height,
+        "errors": {row["error"]: row["len"] for row in errors.iter_rows(named=True)},
+        "throughput_rps": ok.height / duration_s if duration_s > 0 else None,
+        "output_tokens_per_s": out_tokens / duration_s if duration_s > 0 else None,
+        "tracking_ratio": _nan_to_none(tracking_ratio(ok["sent_ns"].to_numpy(), ok["end_ns"].to_numpy())),
+        "ttft_ms": pair("ttft_ns", "ttft_sent_ns"),
+        "e2e_ms": pair("e2e_ns", "e2e_sent_ns"),
+        "tpot_ms": _pcts(ok["tpot_ns"].cast(pl.Float64).to_numpy(), 1e6),
+        "itl_ms": _pcts(itl.astype(np.float64), 1e6),
+        "send_lag_ms": {
+            "p50": float(np.percentile(lag, 50)) / 1e6 if len(lag) else None,
+            "p99": lag_p99_ms,
+            "max": float(lag.max()) / 1e6 if len(lag) else None,
+        },
+        "lag_bound_ms": config.lag_bound_ms,
+        "valid": valid,
+        "cancelled": result.cancelled,
+        "prompt_tokens": int(ok["prompt_tokens"].sum() or 0),
+        "cached_tokens": int(cached.sum() or 0) if cached.len() else None,
+        "cache_hit_rate": (float(cached.sum()) / float(prompt.sum())) if cached.len() and prompt.sum() else None,
+        "slo": None if slo.empty else {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s},
+        "slo_met": met if not slo.empty else None,
+        "slo_attainment": (met / n if n else None) if not slo.empty else None,
+        "slo_pass": (n > 0 and met / n >= slo.attainment) if not slo.empty else None,
+        "goodput_rps": met / duration_s if duration_s > 0 else None,
+        "duration_s": duration_s,
+    }
+
+
+def _nan_to_none(x: float) -> float | None:
+    return None if x is None or math.isnan(x) else x

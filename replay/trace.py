@@ -1,0 +1,273 @@
+"""The Trace: THE one definition of the request-trace file (schema version 1).
+
+Owns :data:`SCHEMA`, :data:`REQUIRED_COLUMNS`, :class:`TraceMeta`, :class:`Trace`,
+:func:`validate` and :func:`read_trace`. A trace is one row per request in a Parquet file (zstd)
+whose key-value metadata carries the schema version and :class:`TraceMeta`. Times are integer
+microseconds since ``t0_unix_us``. Readers reject a bad file with a one-line
+:class:`~replay.errors.TraceError` naming the file and the column; rows are counted from 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import polars as pl
+
+from replay.blocks import HASH_ALGO
+from replay.errors import TraceError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "SCHEMA",
+    "REQUIRED_COLUMNS",
+    "NOT_NULL_COLUMNS",
+    "APIS",
+    "VERSION_KEY",
+    "TraceMeta",
+    "Trace",
+    "validate",
+    "read_trace",
+]
+
+SCHEMA_VERSION = 1
+VERSION_KEY = "faithful_replay.schema_version"
+APIS = frozenset({"chat", "completions"})
+
+SCHEMA: dict[str, pl.DataType] = {
+    "request_id": pl.String(),
+    "session_id": pl.String(),
+    "parent_request_id": pl.String(),
+    "turn": pl.Int32(),
+    "api": pl.String(),
+    "model": pl.String(),
+    "arrival_us": pl.Int64(),
+    "body": pl.String(),
+    "input_tokens": pl.Int32(),
+    "output_tokens": pl.Int32(),
+    "max_tokens": pl.Int32(),
+    "block_hashes": pl.List(pl.UInt64()),
+    "cached_tokens": pl.Int32(),
+    "status": pl.Int32(),
+    "ttft_us": pl.Int64(),
+    "e2e_us": pl.Int64(),
+}
+# A frame or file must have these; the other columns may be absent and are then filled
+# (nulls; turn 0; no block hashes).
+REQUIRED_COLUMNS: tuple[str, ...] = ("request_id", "api", "arrival_us", "body", "input_tokens")
+NOT_NULL_COLUMNS: tuple[str, ...] = (
+    "request_id", "turn", "api", "arrival_us", "body", "input_tokens", "block_hashes",
+)
+_NON_NEGATIVE = (
+    "turn", "arrival_us", "input_tokens", "output_tokens", "max_tokens", "cached_tokens",
+    "ttft_us", "e2e_us",
+)
+
+
+@dataclass(frozen=True)
+class TraceMeta:
+    """The file-level facts of a trace (stored as Parquet key-value metadata, as strings)."""
+
+    t0_unix_us: int = 0
+    source_format: str = "unknown"
+    tokenizer: str = "gpt2"
+    block_size_tokens: int = 16
+    hash_algo: str = HASH_ALGO
+    redaction_policy: str = "none"
+    schema_version: int = SCHEMA_VERSION
+
+    def to_metadata(self) -> dict[str, str]:
+        out = {VERSION_KEY: str(self.schema_version)}
+        out.update({f.name: str(getattr(self, f.name)) for f in fields(self)
+                    if f.name != "schema_version"})
+        return out
+
+    @classmethod
+    def from_metadata(cls, md: dict[str, str], source: str) -> TraceMeta:
+        version = md.get(VERSION_KEY)
+        if version is None:
+            raise TraceError(f"{source}: not a faithful-replay trace (no '{VERSION_KEY}' metadata)")
+        if version != str(SCHEMA_VERSION):
+            raise TraceError(
+                f"{source}: schema version '{version}' unknown (this build reads {SCHEMA_VERSION})"
+            )
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            if f.name == "schema_version":
+                continue
+            raw = md.get(f.name)
+            if raw is None:
+                raise TraceError(f"{source}: metadata '{f.name}' missing (schema {SCHEMA_VERSION})")
+            if f.type == "int":
+                try:
+                    values[f.name] = int(raw)
+                except ValueError:
+                    raise TraceError(
+                        f"{source}: metadata '{f.name}' is {raw!r}, expected an integer"
+                    ) from None
+            else:
+                values[f.name] = raw
+        meta = cls(**values)  # type: ignore[arg-type]
+        if meta.block_size_tokens <= 0:
+            raise TraceError(f"{source}: metadata 'block_size_tokens' must be positive")
+        return meta
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A validated trace: the request rows and the file-level metadata."""
+
+    df: pl.DataFrame
+    meta: TraceMeta
+
+    def __len__(self) -> int:
+        return self.df.height
+
+    def write(self, path: str | os.PathLike[str]) -> Path:
+        """Validate and write to ``path`` (Parquet, zstd), atomically; return the path."""
+        import pyarrow.parquet as pq
+
+        path = Path(path)
+        df = validate(self.df, self.meta, source=path.name)
+        table = df.to_arrow()
+        md = dict(table.schema.metadata or {})
+        md.update({k.encode(): v.encode() for k, v in self.meta.to_metadata().items()})
+        table = table.replace_schema_metadata(md)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            pq.write_table(table, tmp, compression="zstd")
+            os.replace(tmp, path)
+        except OSError as e:
+            raise TraceError(f"{path.name}: cannot write ({e.strerror or e})") from e
+        finally:
+            tmp.unlink(missing_ok=True)
+        return path
+
+
+def _cast_column(s: pl.Series, want: pl.DataType, source: str) -> pl.Series:
+    got = s.dtype
+    if got == want:
+        return s
+    name = s.name
+    ok = (
+        got == pl.Null
+        or (want.is_integer() and got.is_integer())
+        or (isinstance(want, pl.List) and isinstance(got, pl.List)
+            and (got.inner == pl.Null or got.inner.is_integer()))
+    )
+    if not ok:
+        raise TraceError(
+            f"{source}: column '{name}' has type {got}, expected {want}"
+        )
+    try:
+        return s.cast(want, strict=True)
+    except pl.exceptions.InvalidOperationError:
+        bad = s.cast(want, strict=False).is_null() & s.is_not_null()
+        if isinstance(want, pl.List):
+            bad = s.cast(want, strict=False).list.eval(pl.element().is_null()).list.any() | bad
+        row = int(bad.arg_max() or 0)
+        raise TraceError(
+            f"{source}: column '{name}' value at row {row} does not fit {want}"
+        ) from None
+
+
+def validate(df: pl.DataFrame, meta: TraceMeta, source: str) -> pl.DataFrame:
+    """Check ``df`` against schema 1 and return it with exact dtypes and column order.
+
+    Integer columns of another width or signedness are cast when the values fit; absent
+    optional columns are filled. Raises :class:`TraceError` naming ``source`` and the column.
+    """
+    if meta.schema_version != SCHEMA_VERSION:
+        raise TraceError(
+            f"{source}: schema version '{meta.schema_version}' unknown "
+            f"(this build reads {SCHEMA_VERSION})"
+        )
+    for name in REQUIRED_COLUMNS:
+        if name not in df.columns:
+            raise TraceError(f"{source}: column '{name}' missing (schema {SCHEMA_VERSION})")
+    for name in df.columns:
+        if name not in SCHEMA:
+            raise TraceError(f"{source}: column '{name}' unknown (schema {SCHEMA_VERSION})")
+    if df.height == 0:
+        raise TraceError(f"{source}: trace is empty")
+    cols: list[pl.Series] = []
+    for name, dtype in SCHEMA.items():
+        if name in df.columns:
+            cols.append(_cast_column(df.get_column(name), dtype, source))
+        elif name == "turn":
+            cols.append(pl.Series(name, [0] * df.height, dtype=dtype))
+        elif name == "block_hashes":
+            cols.append(pl.Series(name, [[]] * df.height, dtype=dtype))
+        else:
+            cols.append(pl.Series(name, [None] * df.height, dtype=dtype))
+    out = pl.DataFrame(cols)
+    _check_values(out, source)
+    return out
+
+
+def _first_row(mask: pl.Series) -> int | None:
+    idx = mask.arg_true()
+    return int(idx[0]) if len(idx) else None
+
+
+def _check_values(df: pl.DataFrame, source: str) -> None:
+    for name in NOT_NULL_COLUMNS:
+        row = _first_row(df.get_column(name).is_null())
+        if row is not None:
+            raise TraceError(f"{source}: column '{name}' is null at row {row}")
+    row = _first_row(df.get_column("block_hashes").list.eval(pl.element().is_null()).list.any())
+    if row is not None:
+        raise TraceError(f"{source}: column 'block_hashes' has a null hash at row {row}")
+    for name in _NON_NEGATIVE:
+        row = _first_row((df.get_column(name) < 0).fill_null(False))
+        if row is not None:
+            raise TraceError(f"{source}: column '{name}' is negative at row {row}")
+    arrival = df.get_column("arrival_us")
+    row = _first_row((arrival.diff() < 0).fill_null(False))
+    if row is not None:
+        raise TraceError(
+            f"{source}: column 'arrival_us' is not sorted (row {row} goes back in time)"
+        )
+    ids = df.get_column("request_id")
+    row = _first_row(ids.is_duplicated())
+    if row is not None:
+        raise TraceError(f"{source}: column 'request_id' has duplicate {ids[row]!r} at row {row}")
+    row = _first_row(~df.get_column("api").is_in(sorted(APIS)))
+    if row is not None:
+        raise TraceError(
+            f"{source}: column 'api' is {df['api'][row]!r} at row {row}, "
+            f"expected one of {', '.join(sorted(APIS))}"
+        )
+    loads = json.loads
+    for row, body in enumerate(df.get_column("body")):
+        try:
+            ok = isinstance(loads(body), dict)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise TraceError(f"{source}: column 'body' is not a JSON object at row {row}")
+
+
+def read_trace(path: str | os.PathLike[str]) -> Trace:
+    """Read and validate the trace at ``path``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    source = path.name
+    if not path.is_file():
+        raise TraceError(f"{source}: no such file")
+    try:
+        schema = pq.read_schema(path)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise TraceError(f"{source}: not a Parquet file") from e
+    md = {k.decode(errors="replace"): v.decode(errors="replace")
+          for k, v in (schema.metadata or {}).items()}
+    meta = TraceMeta.from_metadata(md, source)
+    try:
+        df = pl.read_parquet(path)
+    except (pl.exceptions.PolarsError, OSError) as e:
+        raise TraceError(f"{source}: unreadable Parquet ({str(e).splitlines()[0]})") from e
+    return Trace(validate(df, meta, source), meta)

@@ -1,0 +1,25 @@
+//! replay-core: the pure-Rust core of an open-loop LLM load replayer.
+//!
+//! * `schedule` — arrival offsets (trace rescaling, Poisson, Gamma, constant), seeded.
+//! * `sse` / `openai` — incremental SSE framing and OpenAI-style chunk interpretation.
+//! * `record` — per-request timing records, assembled into columns.
+//! * `run` (with `client`, `exchange`, `dispatch`) — the open-loop HTTP runner.
+//!
+//! Times are integer nanoseconds; names carry their unit (`lag_ns`).
+
+pub mod client;
+pub mod dispatch;
+pub mod error;
+mod exchange;
+pub mod openai;
+pub mod record;
+pub mod run;
+pub mod schedule;
+pub mod sse;
+
+pub use error::CoreError;
+pub use openai::{parse_openai_event, parse_openai_response, OpenAiEvent, Usage};
+pub use record::{ErrorKind, Recorder, Records, RequestRecord};
+pub use run::{run, PlannedRequest, RunConfig, RunControl};
+pub use schedule::{arrival_offsets, Arrivals};
+pub use sse::{SseError, SseParser};

@@ -1,0 +1,381 @@
+//! Per-request timing records: the per-task `RequestRecord`, the columnar `Records` a run
+//! returns, the `ErrorKind` taxonomy, and the `Recorder` that assembles columns.
+//!
+//! Each request task fills its own `RequestRecord` (with its own chunk-time Vec) and hands it
+//! over whole; the `Recorder` slots it by request index, and `finish` lays the slots out as
+//! columns (one entry per request, index = request index) plus a long-form chunk table.
+//! Times are ns since the run start; -1 means "never happened".
+
+/// How a request ended. Stored in `Records::error_kind` as its `u8` value.
+#[repr(u8)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    None = 0,
+    ConnectRefused = 1,
+    Connect = 2,
+    Timeout = 3,
+    Stall = 4,
+    Http4xx = 5,
+    Http5xx = 6,
+    /// Connection closed or reset mid-response (or a stream that ended before `[DONE]`).
+    Reset = 7,
+    MalformedSse = 8,
+    Cancelled = 9,
+    Other = 10,
+}
+
+impl ErrorKind {
+    /// Every kind, in `u8` order (`ALL[k as usize] == k`).
+    pub const ALL: [ErrorKind; 11] = [
+        ErrorKind::None,
+        ErrorKind::ConnectRefused,
+        ErrorKind::Connect,
+        ErrorKind::Timeout,
+        ErrorKind::Stall,
+        ErrorKind::Http4xx,
+        ErrorKind::Http5xx,
+        ErrorKind::Reset,
+        ErrorKind::MalformedSse,
+        ErrorKind::Cancelled,
+        ErrorKind::Other,
+    ];
+
+    /// Stable snake_case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::None => "none",
+            ErrorKind::ConnectRefused => "connect_refused",
+            ErrorKind::Connect => "connect",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Stall => "stall",
+            ErrorKind::Http4xx => "http_4xx",
+            ErrorKind::Http5xx => "http_5xx",
+            ErrorKind::Reset => "reset",
+            ErrorKind::MalformedSse => "malformed_sse",
+            ErrorKind::Cancelled => "cancelled",
+            ErrorKind::Other => "other",
+        }
+    }
+
+    /// The kind stored as `v`, if any.
+    pub fn from_u8(v: u8) -> Option<ErrorKind> {
+        Self::ALL.get(v as usize).copied()
+    }
+}
+
+/// Longest `error_detail` kept, in characters.
+pub const MAX_DETAIL_CHARS: usize = 200;
+
+/// First non-empty line of `text`, trimmed and cut to `MAX_DETAIL_CHARS` characters.
+pub fn one_line_detail(text: &str) -> String {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    line.chars().take(MAX_DETAIL_CHARS).collect()
+}
+
+/// What one request task observed. Built by the task, handed to the `Recorder` when done.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestRecord {
+    pub index: usize,
+    pub sent_ns: i64,
+    pub first_byte_ns: i64,
+    pub first_token_ns: i64,
+    pub end_ns: i64,
+    pub status: u16,
+    pub error_kind: ErrorKind,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub cached_tokens: i64,
+    pub output_chunks: i64,
+    pub error_detail: String,
+    /// Arrival stamps of token-bearing chunks, in arrival order.
+    pub chunk_t_ns: Vec<i64>,
+}
+
+impl RequestRecord {
+    /// A record with nothing observed yet.
+    pub fn new(index: usize) -> Self {
+        RequestRecord {
+            index,
+            sent_ns: -1,
+            first_byte_ns: -1,
+            first_token_ns: -1,
+            end_ns: -1,
+            status: 0,
+            error_kind: ErrorKind::None,
+            prompt_tokens: -1,
+            completion_tokens: -1,
+            cached_tokens: -1,
+            output_chunks: 0,
+            error_detail: String::new(),
+            chunk_t_ns: Vec::new(),
+        }
+    }
+
+    /// Mark the request failed (the first failure wins; later ones are ignored).
+    pub fn fail(&mut self, kind: ErrorKind, detail: &str) {
+        if self.error_kind == ErrorKind::None {
+            self.error_kind = kind;
+            self.error_detail = one_line_detail(detail);
+        }
+    }
+
+    /// Note a token-bearing chunk read at `t_ns`.
+    pub fn token_chunk(&mut self, t_ns: i64) {
+        if self.first_token_ns < 0 {
+            self.first_token_ns = t_ns;
+        }
+        self.output_chunks += 1;
+        self.chunk_t_ns.push(t_ns);
+    }
+}
+
+/// Columnar results of a run: one entry per request (index = request index), plus one row per
+/// token-bearing chunk (`chunk_request`, `chunk_t_ns`), grouped by request in index order and in
+/// arrival order within a request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Records {
+    pub intended_ns: Vec<i64>,
+    pub sent_ns: Vec<i64>,
+    pub first_byte_ns: Vec<i64>,
+    pub first_token_ns: Vec<i64>,
+    pub end_ns: Vec<i64>,
+    /// HTTP status, 0 = no response.
+    pub status: Vec<u16>,
+    /// `ErrorKind as u8`.
+    pub error_kind: Vec<u8>,
+    pub prompt_tokens: Vec<i64>,
+    pub completion_tokens: Vec<i64>,
+    /// -1 = not reported.
+    pub cached_tokens: Vec<i64>,
+    /// Token-bearing SSE events seen.
+    pub output_chunks: Vec<i64>,
+    /// Short one-line detail, empty when ok.
+    pub error_detail: Vec<String>,
+    pub chunk_request: Vec<u32>,
+    pub chunk_t_ns: Vec<i64>,
+    /// Wall clock (Unix epoch ns) at the run's t0.
+    pub start_unix_ns: i64,
+    /// The run was cancelled before every request finished.
+    pub cancelled: bool,
+}
+
+impl Records {
+    /// Number of requests.
+    pub fn len(&self) -> usize {
+        self.intended_ns.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.intended_ns.is_empty()
+    }
+}
+
+/// Collects `RequestRecord`s by index straight into columns (so a run holds each result once)
+/// and assembles `Records`.
+#[derive(Debug)]
+pub struct Recorder {
+    cols: Records,
+    filled: Vec<bool>,
+    received: usize,
+}
+
+impl Recorder {
+    /// A recorder for `n` requests.
+    pub fn new(n: usize) -> Self {
+        let cols = Records {
+            intended_ns: Vec::new(),
+            sent_ns: vec![-1; n],
+            first_byte_ns: vec![-1; n],
+            first_token_ns: vec![-1; n],
+            end_ns: vec![-1; n],
+            status: vec![0; n],
+            error_kind: vec![ErrorKind::None as u8; n],
+            prompt_tokens: vec![-1; n],
+            completion_tokens: vec![-1; n],
+            cached_tokens: vec![-1; n],
+            output_chunks: vec![0; n],
+            error_detail: vec![String::new(); n],
+            chunk_request: Vec::new(),
+            chunk_t_ns: Vec::new(),
+            start_unix_ns: 0,
+            cancelled: false,
+        };
+        Recorder {
+            cols,
+            filled: vec![false; n],
+            received: 0,
+        }
+    }
+
+    /// Store a finished request. Returns false (and drops it) if its index is out of range or
+    /// already filled.
+    pub fn insert(&mut self, rec: RequestRecord) -> bool {
+        let i = rec.index;
+        match self.filled.get_mut(i) {
+            Some(f @ false) => *f = true,
+            _ => return false,
+        }
+        self.received += 1;
+        let c = &mut self.cols;
+        c.sent_ns[i] = rec.sent_ns;
+        c.first_byte_ns[i] = rec.first_byte_ns;
+        c.first_token_ns[i] = rec.first_token_ns;
+        c.end_ns[i] = rec.end_ns;
+        c.status[i] = rec.status;
+        c.error_kind[i] = rec.error_kind as u8;
+        c.prompt_tokens[i] = rec.prompt_tokens;
+        c.completion_tokens[i] = rec.completion_tokens;
+        c.cached_tokens[i] = rec.cached_tokens;
+        c.output_chunks[i] = rec.output_chunks;
+        c.error_detail[i] = rec.error_detail;
+        c.chunk_request
+            .extend(std::iter::repeat_n(i as u32, rec.chunk_t_ns.len()));
+        c.chunk_t_ns.extend_from_slice(&rec.chunk_t_ns);
+        true
+    }
+
+    /// How many requests have been stored.
+    pub fn received(&self) -> usize {
+        self.received
+    }
+
+    /// Lay out the columns. Requests without a record were never dispatched: they get
+    /// `Cancelled` (or `Other` if the run was not cancelled, which would be a bug) and -1 times.
+    /// Chunk rows are ordered by request index, keeping arrival order within a request.
+    pub fn finish(self, intended_ns: Vec<i64>, start_unix_ns: i64, cancelled: bool) -> Records {
+        let mut out = self.cols;
+        assert_eq!(
+            intended_ns.len(),
+            self.filled.len(),
+            "intended_ns must have one entry per request"
+        );
+        out.intended_ns = intended_ns;
+        out.start_unix_ns = start_unix_ns;
+        out.cancelled = cancelled;
+        let (kind, detail) = if cancelled {
+            (ErrorKind::Cancelled, "not sent: run cancelled")
+        } else {
+            (
+                ErrorKind::Other,
+                "no record for this request (internal error)",
+            )
+        };
+        for (i, _) in self.filled.iter().enumerate().filter(|(_, f)| !**f) {
+            out.error_kind[i] = kind as u8;
+            out.error_detail[i] = detail.to_string();
+        }
+        if !out.chunk_request.is_sorted() {
+            // Each request's rows were appended together and in order, so a stable sort by
+            // request index keeps arrival order within a request.
+            let mut rows: Vec<(u32, i64)> = out
+                .chunk_request
+                .iter()
+                .copied()
+                .zip(out.chunk_t_ns.iter().copied())
+                .collect();
+            rows.sort_by_key(|r| r.0);
+            for (k, (req, t)) in rows.into_iter().enumerate() {
+                out.chunk_request[k] = req;
+                out.chunk_t_ns[k] = t;
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done(index: usize, sent: i64, chunks: &[i64]) -> RequestRecord {
+        let mut r = RequestRecord::new(index);
+        r.sent_ns = sent;
+        r.first_byte_ns = sent + 1;
+        for &t in chunks {
+            r.token_chunk(t);
+        }
+        r.end_ns = sent + 100;
+        r.status = 200;
+        r
+    }
+
+    #[test]
+    fn names_and_codes() {
+        for (i, k) in ErrorKind::ALL.iter().enumerate() {
+            assert_eq!(*k as u8 as usize, i);
+            assert_eq!(ErrorKind::from_u8(i as u8), Some(*k));
+        }
+        assert_eq!(ErrorKind::Http4xx.name(), "http_4xx");
+        assert_eq!(ErrorKind::MalformedSse.name(), "malformed_sse");
+        assert_eq!(ErrorKind::from_u8(11), None);
+    }
+
+    #[test]
+    fn assembles_columns_in_index_order() {
+        let mut rec = Recorder::new(3);
+        // Finished out of order.
+        assert!(rec.insert(done(2, 20, &[25, 27])));
+        assert!(rec.insert(done(0, 0, &[5, 6, 9])));
+        let mut failed = RequestRecord::new(1);
+        failed.sent_ns = 10;
+        failed.status = 503;
+        failed.fail(ErrorKind::Http5xx, "\n  Service Unavailable  \nmore");
+        assert!(rec.insert(failed));
+        assert!(!rec.insert(done(1, 0, &[])), "duplicate index refused");
+        assert!(!rec.insert(done(7, 0, &[])), "out of range refused");
+        assert_eq!(rec.received(), 3);
+        let r = rec.finish(vec![0, 10, 20], 123, false);
+        assert_eq!(r.len(), 3);
+        assert_eq!(r.sent_ns, vec![0, 10, 20]);
+        assert_eq!(r.first_token_ns, vec![5, -1, 25]);
+        assert_eq!(r.output_chunks, vec![3, 0, 2]);
+        assert_eq!(r.status, vec![200, 503, 200]);
+        assert_eq!(r.error_kind, vec![0, ErrorKind::Http5xx as u8, 0]);
+        assert_eq!(r.error_detail, vec!["", "Service Unavailable", ""]);
+        assert_eq!(r.cached_tokens, vec![-1, -1, -1]);
+        assert_eq!(r.chunk_request, vec![0, 0, 0, 2, 2]);
+        assert_eq!(r.chunk_t_ns, vec![5, 6, 9, 25, 27]);
+        assert_eq!(r.start_unix_ns, 123);
+        assert!(!r.cancelled);
+    }
+
+    #[test]
+    fn missing_rows_are_cancelled() {
+        let mut rec = Recorder::new(3);
+        rec.insert(done(0, 0, &[4]));
+        let mut inflight = RequestRecord::new(1);
+        inflight.sent_ns = 50;
+        inflight.token_chunk(60);
+        inflight.fail(ErrorKind::Cancelled, "cancelled in flight");
+        rec.insert(inflight);
+        let r = rec.finish(vec![0, 50, 90], 0, true);
+        assert!(r.cancelled);
+        assert_eq!(
+            r.error_kind,
+            vec![0, ErrorKind::Cancelled as u8, ErrorKind::Cancelled as u8]
+        );
+        assert_eq!(r.sent_ns, vec![0, 50, -1]);
+        assert_eq!(r.end_ns[2], -1);
+        assert_eq!(r.status[2], 0);
+        assert_eq!(r.error_detail[2], "not sent: run cancelled");
+        assert_eq!(r.chunk_request, vec![0, 1]);
+    }
+
+    #[test]
+    fn detail_is_one_short_line() {
+        let long = "é".repeat(500);
+        assert_eq!(one_line_detail(&long).chars().count(), MAX_DETAIL_CHARS);
+        assert_eq!(one_line_detail(""), "");
+        let mut r = RequestRecord::new(0);
+        r.fail(ErrorKind::Stall, "first");
+        r.fail(ErrorKind::Timeout, "second");
+        assert_eq!(
+            (r.error_kind, r.error_detail.as_str()),
+            (ErrorKind::Stall, "first")
+        );
+    }
+}

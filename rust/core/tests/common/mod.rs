@@ -1,0 +1,253 @@
+//! A small hand-written HTTP/1.1 test server for the runner tests: keep-alive, chunked SSE
+//! responses, and one fault per path. It records when each request head arrived.
+//!
+//! Paths: `/sse` (N chunks, usage, [DONE]; N from `?chunks=`), `/slow` (2 s before headers),
+//! `/status500`, `/status404`, `/malformed`, `/close_early` (no response), `/close_mid`, `/stall_mid`, `/slow_headers`,
+//! `/json`, `/error_event`, `/no_done`, `/spaced` (20 ms between chunks).
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+pub const PROMPT_TOKENS: i64 = 11;
+pub const CACHED_TOKENS: i64 = 4;
+
+#[derive(Debug, Clone)]
+pub struct Arrival {
+    pub path: String,
+    pub body: String,
+    pub at: Instant,
+}
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub arrivals: Arc<Mutex<Vec<Arrival>>>,
+}
+
+impl TestServer {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+/// Start the server on 127.0.0.1:0 on its own thread and runtime.
+pub fn start() -> TestServer {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let arrivals = Arc::new(Mutex::new(Vec::new()));
+    let arr = arrivals.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            loop {
+                let (sock, _) = listener.accept().await.unwrap();
+                sock.set_nodelay(true).unwrap();
+                tokio::spawn(serve_conn(sock, arr.clone()));
+            }
+        });
+    });
+    TestServer {
+        addr: rx.recv().unwrap(),
+        arrivals,
+    }
+}
+
+/// An address where nothing listens (bound, then released).
+pub fn refused_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+async fn serve_conn(mut sock: TcpStream, arrivals: Arc<Mutex<Vec<Arrival>>>) {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut tmp = [0u8; 8192];
+    loop {
+        let head_end = loop {
+            if let Some(i) = find(&buf, b"\r\n\r\n") {
+                break i + 4;
+            }
+            match sock.read(&mut tmp).await {
+                Ok(0) | Err(_) => return,
+                Ok(k) => buf.extend_from_slice(&tmp[..k]),
+            }
+        };
+        let at = Instant::now();
+        let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+        let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+        let len: usize = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().parse().unwrap())
+            })
+            .unwrap_or(0);
+        while buf.len() < head_end + len {
+            match sock.read(&mut tmp).await {
+                Ok(0) | Err(_) => return,
+                Ok(k) => buf.extend_from_slice(&tmp[..k]),
+            }
+        }
+        let body = String::from_utf8_lossy(&buf[head_end..head_end + len]).to_string();
+        buf.drain(..head_end + len);
+        arrivals.lock().unwrap().push(Arrival {
+            path: path.clone(),
+            body,
+            at,
+        });
+        if !respond(&mut sock, &path).await {
+            return;
+        }
+    }
+}
+
+fn token_event() -> String {
+    "data: {\"id\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok\"}}]}\n\n"
+        .to_string()
+}
+
+fn usage_event(n: usize) -> String {
+    format!(
+        "data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":{PROMPT_TOKENS},\"completion_tokens\":{n},\"prompt_tokens_details\":{{\"cached_tokens\":{CACHED_TOKENS}}}}}}}\n\n"
+    )
+}
+
+async fn write_chunk(sock: &mut TcpStream, data: &str) -> bool {
+    let frame = format!("{:x}\r\n{data}\r\n", data.len());
+    sock.write_all(frame.as_bytes()).await.is_ok()
+}
+
+async fn sse_head(sock: &mut TcpStream) -> bool {
+    let head =
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+    sock.write_all(head.as_bytes()).await.is_ok()
+}
+
+async fn full_sse(sock: &mut TcpStream, n: usize, gap: Duration) -> bool {
+    if !sse_head(sock).await {
+        return false;
+    }
+    // A role-only first chunk carries no token.
+    if !write_chunk(
+        sock,
+        "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n",
+    )
+    .await
+    {
+        return false;
+    }
+    for _ in 0..n {
+        if !gap.is_zero() {
+            tokio::time::sleep(gap).await;
+        }
+        if !write_chunk(sock, &token_event()).await {
+            return false;
+        }
+    }
+    write_chunk(sock, &usage_event(n)).await
+        && write_chunk(sock, "data: [DONE]\n\n").await
+        && sock.write_all(b"0\r\n\r\n").await.is_ok()
+}
+
+async fn plain(sock: &mut TcpStream, status: &str, ctype: &str, body: &str) -> bool {
+    let resp = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    sock.write_all(resp.as_bytes()).await.is_ok()
+}
+
+/// Answer one request; false closes the connection.
+async fn respond(sock: &mut TcpStream, path: &str) -> bool {
+    let (route, query) = path.split_once('?').unwrap_or((path, ""));
+    let chunks: usize = query
+        .strip_prefix("chunks=")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    match route {
+        "/slow" => {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            full_sse(sock, chunks, Duration::ZERO).await
+        }
+        "/spaced" => full_sse(sock, chunks, Duration::from_millis(20)).await,
+        "/status500" => {
+            plain(
+                sock,
+                "500 Internal Server Error",
+                "text/plain",
+                "\nupstream exploded\nsecond line",
+            )
+            .await
+        }
+        "/status404" => {
+            plain(
+                sock,
+                "404 Not Found",
+                "application/json",
+                "{\"error\":\"no such model\"}",
+            )
+            .await
+        }
+        "/json" => {
+            let body = format!(
+                "{{\"choices\":[{{\"index\":0,\"message\":{{\"role\":\"assistant\",\"content\":\"hello\"}}}}],\"usage\":{{\"prompt_tokens\":{PROMPT_TOKENS},\"completion_tokens\":7}}}}"
+            );
+            plain(sock, "200 OK", "application/json", &body).await
+        }
+        "/malformed" => {
+            sse_head(sock).await;
+            write_chunk(sock, &token_event()).await;
+            write_chunk(sock, "data: {not json\n\n").await;
+            write_chunk(sock, "data: [DONE]\n\n").await;
+            sock.write_all(b"0\r\n\r\n").await.is_ok()
+        }
+        "/error_event" => {
+            sse_head(sock).await;
+            write_chunk(sock, &token_event()).await;
+            write_chunk(
+                sock,
+                "data: {\"error\":{\"message\":\"engine died\",\"code\":500}}\n\n",
+            )
+            .await;
+            sock.write_all(b"0\r\n\r\n").await.is_ok()
+        }
+        "/no_done" => {
+            sse_head(sock).await;
+            write_chunk(sock, &token_event()).await;
+            write_chunk(sock, &usage_event(1)).await;
+            sock.write_all(b"0\r\n\r\n").await.is_ok()
+        }
+        "/close_early" => false,
+        "/close_mid" => {
+            sse_head(sock).await;
+            write_chunk(sock, &token_event()).await;
+            write_chunk(sock, &token_event()).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            false
+        }
+        "/stall_mid" => {
+            sse_head(sock).await;
+            write_chunk(sock, &token_event()).await;
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            false
+        }
+        "/slow_headers" => {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            false
+        }
+        _ => full_sse(sock, chunks, Duration::ZERO).await,
+    }
+}

@@ -1,0 +1,231 @@
+//! `replay._engine`: the thin PyO3 binding of `replay-core`.
+//!
+//! It holds no logic: it extracts Python values into core types, runs the core with the GIL
+//! released, and hands results back as numpy columns (and one Arrow-style string buffer), never
+//! as a Python object per request. Core errors map onto the classes of `replay.errors`.
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use replay_core::{
+    arrival_offsets as core_arrival_offsets, run as core_run, Arrivals, CoreError, ErrorKind,
+    PlannedRequest, Records, RunConfig, RunControl,
+};
+
+/// Raise the `replay.errors` class that matches a core error variant.
+fn to_py_err(py: Python<'_>, err: CoreError) -> PyErr {
+    let class = match &err {
+        CoreError::Config { .. } => "ConfigError",
+        CoreError::Url { .. } => "TargetError",
+        _ => "RunnerError",
+    };
+    let message = err.to_string();
+    match py
+        .import("replay.errors")
+        .and_then(|m| m.getattr(class))
+    {
+        Ok(cls) => PyErr::from_value(match cls.call1((message.clone(),)) {
+            Ok(v) => v,
+            Err(e) => return e,
+        }),
+        Err(_) => PyValueError::new_err(message),
+    }
+}
+
+fn seconds_to_ns(field: &str, seconds: f64) -> PyResult<u64> {
+    if !(seconds.is_finite() && seconds > 0.0) {
+        return Err(PyValueError::new_err(format!("{field} must be a positive number of seconds, got {seconds}")));
+    }
+    Ok((seconds * 1e9) as u64)
+}
+
+/// Arrival offsets in ns from the run start (see `replay_core::schedule`).
+#[pyfunction]
+#[pyo3(signature = (kind, n, trace_offsets_ns, rate=None, speedup=None, cv=None, seed=0))]
+#[allow(clippy::too_many_arguments)]
+fn arrival_offsets<'py>(
+    py: Python<'py>,
+    kind: &str,
+    n: usize,
+    trace_offsets_ns: PyReadonlyArray1<'py, i64>,
+    rate: Option<f64>,
+    speedup: Option<f64>,
+    cv: Option<f64>,
+    seed: u64,
+) -> PyResult<Bound<'py, PyArray1<i64>>> {
+    let arrivals = match kind {
+        "trace" => Arrivals::Trace,
+        "poisson" => Arrivals::Poisson,
+        "gamma" => Arrivals::Gamma { cv: cv.unwrap_or(1.0) },
+        "constant" => Arrivals::Constant,
+        other => {
+            return Err(to_py_err(
+                py,
+                CoreError::Config {
+                    field: "arrivals",
+                    message: format!("unknown arrival kind '{other}' (trace, poisson, gamma, constant)"),
+                },
+            ))
+        }
+    };
+    let trace = trace_offsets_ns.as_slice()?;
+    let offsets = core_arrival_offsets(&arrivals, n, rate, speedup, trace, seed)
+        .map_err(|e| to_py_err(py, e))?;
+    Ok(offsets.into_pyarray(py))
+}
+
+/// The error kind names, indexed by the codes in the `error_kind` column.
+#[pyfunction]
+fn error_kinds() -> Vec<&'static str> {
+    ErrorKind::ALL.iter().map(|k| k.name()).collect()
+}
+
+fn records_to_dict<'py>(py: Python<'py>, r: Records) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    let mut detail_offsets: Vec<i64> = Vec::with_capacity(r.error_detail.len() + 1);
+    let mut detail_bytes: Vec<u8> = Vec::new();
+    detail_offsets.push(0);
+    for s in &r.error_detail {
+        detail_bytes.extend_from_slice(s.as_bytes());
+        detail_offsets.push(detail_bytes.len() as i64);
+    }
+    d.set_item("intended_ns", r.intended_ns.into_pyarray(py))?;
+    d.set_item("sent_ns", r.sent_ns.into_pyarray(py))?;
+    d.set_item("first_byte_ns", r.first_byte_ns.into_pyarray(py))?;
+    d.set_item("first_token_ns", r.first_token_ns.into_pyarray(py))?;
+    d.set_item("end_ns", r.end_ns.into_pyarray(py))?;
+    d.set_item("status", r.status.into_pyarray(py))?;
+    d.set_item("error_kind", r.error_kind.into_pyarray(py))?;
+    d.set_item("prompt_tokens", r.prompt_tokens.into_pyarray(py))?;
+    d.set_item("completion_tokens", r.completion_tokens.into_pyarray(py))?;
+    d.set_item("cached_tokens", r.cached_tokens.into_pyarray(py))?;
+    d.set_item("output_chunks", r.output_chunks.into_pyarray(py))?;
+    d.set_item("error_detail_offsets", detail_offsets.into_pyarray(py))?;
+    d.set_item("error_detail_bytes", PyBytes::new(py, &detail_bytes))?;
+    d.set_item("chunk_request", r.chunk_request.into_pyarray(py))?;
+    d.set_item("chunk_t_ns", r.chunk_t_ns.into_pyarray(py))?;
+    d.set_item("start_unix_ns", r.start_unix_ns)?;
+    d.set_item("cancelled", r.cancelled)?;
+    Ok(d)
+}
+
+/// Replay planned requests open-loop against `url`; blocks (GIL released) until done.
+///
+/// Requests come as columns: `path_index[i]` picks one of `paths`, the body of request i is
+/// `bodies[body_offsets[i]..body_offsets[i+1]]`, and it is due `offsets_ns[i]` after the start.
+/// `progress(sent, completed, errors)` is called every `progress_interval_s` with the GIL held.
+/// On Ctrl-C the run is cancelled, partial results are returned and `interrupted` is True.
+#[pyfunction]
+#[pyo3(signature = (
+    url, paths, path_index, bodies, body_offsets, offsets_ns, *, headers=Vec::new(),
+    timeout_s=600.0, stall_timeout_s=120.0, connect_timeout_s=10.0, max_connections=20000,
+    worker_threads=1, progress=None, progress_interval_s=0.2
+))]
+#[allow(clippy::too_many_arguments)]
+fn run<'py>(
+    py: Python<'py>,
+    url: String,
+    paths: Vec<String>,
+    path_index: PyReadonlyArray1<'py, u8>,
+    bodies: &Bound<'py, PyBytes>,
+    body_offsets: PyReadonlyArray1<'py, u64>,
+    offsets_ns: PyReadonlyArray1<'py, i64>,
+    headers: Vec<(String, String)>,
+    timeout_s: f64,
+    stall_timeout_s: f64,
+    connect_timeout_s: f64,
+    max_connections: usize,
+    worker_threads: usize,
+    progress: Option<Bound<'py, PyAny>>,
+    progress_interval_s: f64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let path_index = path_index.as_slice()?;
+    let body_offsets = body_offsets.as_slice()?;
+    let offsets = offsets_ns.as_slice()?;
+    let n = offsets.len();
+    if path_index.len() != n || body_offsets.len() != n + 1 {
+        return Err(PyValueError::new_err(format!(
+            "column lengths disagree: {n} offsets, {} path indexes, {} body offsets (want n+1)",
+            path_index.len(),
+            body_offsets.len()
+        )));
+    }
+    let all = bytes::Bytes::copy_from_slice(bodies.as_bytes());
+    let paths: Vec<Arc<str>> = paths.into_iter().map(Arc::from).collect();
+    let mut requests = Vec::with_capacity(n);
+    for i in 0..n {
+        let (a, b) = (body_offsets[i] as usize, body_offsets[i + 1] as usize);
+        let p = path_index[i] as usize;
+        if a > b || b > all.len() || p >= paths.len() {
+            return Err(PyValueError::new_err(format!("request {i}: body offsets or path index out of range")));
+        }
+        requests.push(PlannedRequest { path: paths[p].to_string(), body: all.slice(a..b), offset_ns: offsets[i] });
+    }
+    let config = RunConfig {
+        base_url: url,
+        headers,
+        timeout_ns: seconds_to_ns("timeout_s", timeout_s)?,
+        stall_timeout_ns: seconds_to_ns("stall_timeout_s", stall_timeout_s)?,
+        connect_timeout_ns: seconds_to_ns("connect_timeout_s", connect_timeout_s)?,
+        max_connections: max_connections.max(1),
+        worker_threads: worker_threads.max(1),
+    };
+    let control = Arc::new(RunControl::default());
+    let (tx, rx) = mpsc::channel();
+    let rx = Mutex::new(rx); // detach() needs a Sync closure
+    let thread_control = Arc::clone(&control);
+    std::thread::Builder::new()
+        .name("replay-run".into())
+        .spawn(move || {
+            let _ = tx.send(core_run(&config, requests, thread_control));
+        })
+        .map_err(|e| PyValueError::new_err(format!("cannot start the runner thread: {e}")))?;
+
+    let interval = Duration::from_secs_f64(progress_interval_s.max(0.01));
+    let mut interrupted = false;
+    let outcome = loop {
+        match py.detach(|| rx.lock().expect("receiver").recv_timeout(interval)) {
+            Ok(result) => break result,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                break Err(CoreError::Runtime { message: "the runner thread died".into() })
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if !interrupted && py.check_signals().is_err() {
+            // Ctrl-C: cancel, then keep waiting for the partial results.
+            interrupted = true;
+            control.cancel.store(true, Ordering::SeqCst);
+        }
+        if let Some(cb) = progress.as_ref() {
+            let args = (
+                control.sent.load(Ordering::Relaxed),
+                control.completed.load(Ordering::Relaxed),
+                control.errors.load(Ordering::Relaxed),
+            );
+            if let Err(e) = cb.call1(args) {
+                control.cancel.store(true, Ordering::SeqCst);
+                let _ = py.detach(|| rx.lock().expect("receiver").recv());
+                return Err(e);
+            }
+        }
+    };
+    let records = outcome.map_err(|e| to_py_err(py, e))?;
+    let d = records_to_dict(py, records)?;
+    d.set_item("interrupted", interrupted)?;
+    Ok(d)
+}
+
+#[pymodule]
+fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(run, m)?)?;
+    m.add_function(wrap_pyfunction!(arrival_offsets, m)?)?;
+    m.add_function(wrap_pyfunction!(error_kinds, m)?)?;
+    Ok(())
+}

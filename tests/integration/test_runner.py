@@ -1,0 +1,100 @@
+"""The Rust open-loop runner against a real scripted HTTP server on loopback."""
+
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+import polars as pl
+
+from replay.config import Arrivals, RunConfig
+from replay.runner import run_stage
+from tests.integration.conftest import trace_of_bodies
+
+
+def _by_fault(result, faults):
+    df = result.requests.with_columns(pl.Series("fault", faults))
+    return {row["fault"]: row for row in df.iter_rows(named=True)}
+
+
+def test_requests_leave_on_schedule_while_the_server_stalls(scripted):
+    # Every response is held 1.5 s before its headers; a closed-loop sender would wait for each.
+    server = scripted(headers_delay_s=1.5)
+    n = 40
+    trace = trace_of_bodies([{"max_tokens": 2} for _ in range(n)])
+    config = RunConfig(url=server.url, rate=20.0, arrivals=Arrivals(kind="constant"))
+    result = run_stage(trace, config)
+    df = result.requests
+    assert df["error"].to_list() == ["none"] * n
+    intended_unix = result.start_unix_ns + df["intended_ns"].to_numpy()
+    assert len(server.arrivals) == n
+    server_t = np.sort([a.t_unix_ns for a in server.arrivals])
+    late_s = (server_t - np.sort(intended_unix)) / 1e9
+    # Arrivals follow the 50 ms schedule: none waited for the 1.5 s responses of the earlier ones.
+    assert late_s.max() < 0.5, late_s.max()
+    assert late_s.min() > -0.05
+    # Latency from the intended send includes the stall.
+    e2e = (df["end_ns"] - df["intended_ns"]).to_numpy() / 1e9
+    assert (e2e >= 1.5).all()
+    # The schedule itself: 20 req/s constant.
+    assert np.allclose(np.diff(df["intended_ns"].to_numpy()), 50_000_000)
+
+
+def test_every_fault_is_recorded_and_the_run_goes_on(scripted):
+    server = scripted(stall_s=5.0)
+    faults = ["ok", "http500", "http404", "http429", "malformed", "reset", "stall", "no_done", "json", "ok"]
+    trace = trace_of_bodies([{"max_tokens": 5, "x_fault": f} for f in faults])
+    config = RunConfig(url=server.url, rate=50.0, arrivals=Arrivals(kind="constant"), stall_timeout_s=0.5)
+    result = run_stage(trace, config)
+    rows = _by_fault(result, faults)
+    expected = {
+        "ok": "none", "http500": "http_5xx", "http404": "http_4xx", "http429": "http_4xx",
+        "malformed": "malformed_sse", "reset": "reset", "stall": "stall", "no_done": "reset", "json": "none",
+    }
+    for fault, kind in expected.items():
+        assert rows[fault]["error"] == kind, (fault, rows[fault])
+    ok = rows["ok"]
+    assert ok["status"] == 200
+    assert ok["completion_tokens"] == 5 and ok["prompt_tokens"] == 11 and ok["cached_tokens"] == 7
+    assert ok["output_chunks"] == 5 and len(ok["chunk_t_ns"]) == 5
+    assert ok["sent_ns"] <= ok["first_byte_ns"] <= ok["first_token_ns"] <= ok["end_ns"]
+    assert sorted(ok["chunk_t_ns"]) == ok["chunk_t_ns"] and ok["chunk_t_ns"][0] == ok["first_token_ns"]
+    assert rows["http500"]["status"] == 500 and "scripted 500" in rows["http500"]["error_detail"]
+    assert rows["json"]["completion_tokens"] == 5
+    assert rows["reset"]["output_chunks"] == 2
+    assert len(server.arrivals) == len(faults)
+    summary = result.summary
+    assert summary["completed"] == 3
+    assert summary["errors"]["http_4xx"] == 2
+
+
+def test_refused_connections_are_recorded():
+    with socket.socket() as s:  # a port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    trace = trace_of_bodies([{"max_tokens": 2} for _ in range(5)])
+    result = run_stage(trace, RunConfig(url=f"http://127.0.0.1:{port}", rate=100.0, model="m"))
+    assert result.requests["error"].to_list() == ["connect_refused"] * 5
+    assert result.summary["completed"] == 0
+
+
+def test_whole_request_timeout(scripted):
+    server = scripted(headers_delay_s=3.0)
+    trace = trace_of_bodies([{"max_tokens": 2} for _ in range(3)])
+    result = run_stage(trace, RunConfig(url=server.url, rate=100.0, timeout_s=0.4))
+    assert result.requests["error"].to_list() == ["timeout"] * 3
+    # it gave up at the deadline, not when the server answered
+    assert (result.requests["end_ns"].is_null() | (result.requests["end_ns"] < 2_000_000_000)).all()
+
+
+def test_body_rewrite_sets_streaming_max_tokens_and_model(scripted):
+    server = scripted()
+    trace = trace_of_bodies([{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "model": "m"}])
+    run_stage(trace, RunConfig(url=server.url))
+    body = server.arrivals[0].body
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["max_tokens"] == 3 and body["ignore_eos"] is True
+    assert body["model"] == "scripted"  # the trace's model is not served: the server's first is used
+    run_stage(trace, RunConfig(url=server.url, ignore_eos=False, model="other"))
+    body = server.arrivals[1].body
+    assert "ignore_eos" not in body and body["model"] == "other"

@@ -1,0 +1,131 @@
+"""A real HTTP server on 127.0.0.1 for tests: streams OpenAI-style SSE with scripted delays and faults.
+
+Each request's JSON body may carry `"x_fault"` to pick its behaviour:
+  ok (default)  `max_tokens` content chunks, a usage chunk, [DONE]
+  http500 / http404 / http429   an error status with a JSON error body
+  malformed     one good chunk, then an event that is not JSON
+  reset         two chunks, then the connection is dropped mid-stream
+  stall         one chunk, then silence for `stall_s` seconds
+  no_done       chunks and usage, then the stream ends without [DONE]
+  json          a non-streamed JSON completion
+The server-wide `headers_delay_s` holds every response before its headers (a stalled server), and
+`chunk_delay_s` spaces the chunks. Every arrival is recorded with its wall-clock time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+
+@dataclass
+class Arrival:
+    t_unix_ns: int
+    body: dict
+
+
+@dataclass
+class ScriptedServer:
+    headers_delay_s: float = 0.0
+    chunk_delay_s: float = 0.0
+    stall_s: float = 30.0
+    cached_tokens: int = 7
+    arrivals: list[Arrival] = field(default_factory=list)
+    port: int = 0
+    _loop: asyncio.AbstractEventLoop | None = None
+    _runner: web.AppRunner | None = None
+    _thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # --- handlers -------------------------------------------------------------------------------
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        t = time.time_ns()
+        body = await request.json()
+        self.arrivals.append(Arrival(t, body))
+        fault = body.get("x_fault", "ok")
+        if self.headers_delay_s:
+            await asyncio.sleep(self.headers_delay_s)
+        if fault.startswith("http"):
+            code = int(fault[4:])
+            return web.json_response({"error": {"message": f"scripted {code}", "code": code}}, status=code)
+        n = int(body.get("max_tokens") or 4)
+        usage = {"prompt_tokens": 11, "completion_tokens": n, "prompt_tokens_details": {"cached_tokens": self.cached_tokens}}
+        if fault == "json" or not body.get("stream"):
+            return web.json_response({"choices": [{"index": 0, "message": {"role": "assistant", "content": "x" * n}}], "usage": usage})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+
+        async def event(obj) -> None:
+            data = obj if isinstance(obj, str) else json.dumps(obj)
+            await resp.write(f"data: {data}\n\n".encode())
+
+        chunk = {"choices": [{"index": 0, "delta": {"content": "tok"}}]}
+        for i in range(n):
+            if self.chunk_delay_s:
+                await asyncio.sleep(self.chunk_delay_s)
+            await event(chunk)
+            if fault == "malformed":
+                await event("{not json")
+                return resp
+            if fault == "reset" and i == 1:
+                request.transport.abort()
+                return resp
+            if fault == "stall":
+                await asyncio.sleep(self.stall_s)
+        await event({"choices": [], "usage": usage})
+        if fault != "no_done":
+            await event("[DONE]")
+        await resp.write_eof()
+        return resp
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> "ScriptedServer":
+        ready = threading.Event()
+
+        def serve() -> None:
+            self._loop = asyncio.new_event_loop()
+            app = web.Application()
+            app.router.add_post("/v1/chat/completions", self._completions)
+            app.router.add_post("/v1/completions", self._completions)
+            app.router.add_get("/health", self._health)
+            app.router.add_get("/v1/models", self._models)
+            self._runner = web.AppRunner(app, access_log=None)
+            self._loop.run_until_complete(self._runner.setup())
+            site = web.TCPSite(self._runner, "127.0.0.1", 0, backlog=4096)
+            self._loop.run_until_complete(site.start())
+            self.port = site._server.sockets[0].getsockname()[1]
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=serve, daemon=True, name="scripted-server")
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("scripted server did not start")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None:
+            return
+
+        async def shutdown() -> None:
+            await self._runner.cleanup()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+        self._loop = None

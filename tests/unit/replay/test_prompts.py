@@ -1,0 +1,90 @@
+"""Synthetic prompts: exact token counts, deterministic texts, blocks that concatenate exactly."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replay.prompts import block_text, count_tokens, prompt_vocab, text_of_tokens
+
+_SETTINGS = settings(max_examples=60, deadline=None, derandomize=True)
+
+
+def _ntok(tok, text: str) -> int:
+    return len(tok.encode(text, add_special_tokens=False).ids)
+
+
+def test_vocab_words_are_single_tokens_with_a_leading_space(gpt2):
+    vocab = prompt_vocab("gpt2")
+    assert vocab.n_words >= 300
+    for unit, token_id in zip(vocab.units, vocab.unit_ids.tolist()):
+        assert gpt2.encode(unit, add_special_tokens=False).ids == [token_id]
+    assert all(u.startswith(" ") and u[1:].isalpha() for u in vocab.units[:-1])
+
+
+@_SETTINGS
+@given(n=st.integers(0, 3000), seed=st.integers(0, 2**63))
+def test_text_of_tokens_is_exactly_n_tokens(gpt2, n, seed):
+    text = text_of_tokens(n, seed)
+    assert _ntok(gpt2, text) == n
+    assert count_tokens(text) == n
+
+
+@_SETTINGS
+@given(parts=st.lists(st.tuples(st.integers(0, 300), st.integers(0, 10**6)), min_size=1,
+                      max_size=6))
+def test_concatenated_texts_tokenize_to_the_sum(gpt2, parts):
+    texts = [text_of_tokens(n, seed) for n, seed in parts]
+    assert _ntok(gpt2, "".join(texts)) == sum(n for n, _ in parts)
+
+
+@_SETTINGS
+@given(ids=st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=5),
+       last=st.integers(1, 64), size=st.sampled_from([16, 64]))
+def test_blocks_concatenate_exactly(gpt2, ids, last, size):
+    last = min(last, size)
+    text = "".join(block_text(h, size) for h in ids[:-1]) + block_text(ids[-1], size, last)
+    encoded = gpt2.encode(text, add_special_tokens=False).ids
+    assert len(encoded) == size * (len(ids) - 1) + last
+    for k, h in enumerate(ids[:-1]):  # each block's tokens sit at its own offset
+        block = gpt2.encode(block_text(h, size), add_special_tokens=False).ids
+        assert encoded[k * size:(k + 1) * size] == block
+
+
+def test_same_hash_same_text_and_partial_is_a_prefix():
+    full = block_text(42, 512)
+    assert block_text(42, 512) == full
+    assert block_text(43, 512) != full
+    part = block_text(42, 512, 100)
+    assert full.startswith(part)
+    assert count_tokens(part) == 100
+    assert block_text(42, 512, 0) == ""
+    with pytest.raises(ValueError):
+        block_text(42, 512, 513)
+
+
+def test_text_depends_on_seed_and_is_stable_across_processes():
+    here = text_of_tokens(50, 7)
+    assert here == text_of_tokens(50, 7)
+    assert here != text_of_tokens(50, 8)
+    code = ("from replay.prompts import text_of_tokens, block_text;"
+            "print(text_of_tokens(50, 7) + '|' + block_text(9, 16))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={"PYTHONHASHSEED": "123", **_env()})
+    assert out.stdout.rstrip("\n") == here + "|" + block_text(9, 16)
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+
+
+def test_qwen2_vocab_is_exact_too():
+    tok_text = text_of_tokens(777, 3, tokenizer="qwen2")
+    assert count_tokens(tok_text, tokenizer="qwen2") == 777
+    assert count_tokens(block_text(5, 64, 33, tokenizer="qwen2"), tokenizer="qwen2") == 33

@@ -1,0 +1,181 @@
+"""The Trace schema: round trip and the one-line errors for each kind of bad file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from replay.errors import TraceError
+from replay.trace import (
+    REQUIRED_COLUMNS,
+    SCHEMA,
+    VERSION_KEY,
+    Trace,
+    TraceMeta,
+    read_trace,
+    validate,
+)
+
+
+def _write_raw(path: Path, df: pl.DataFrame, metadata: dict[str, str] | None) -> Path:
+    """Write a Parquet file bypassing validation (to make bad files)."""
+    table = df.to_arrow()
+    if metadata is not None:
+        table = table.replace_schema_metadata(metadata)
+    pq.write_table(table, path)
+    return path
+
+
+def _good(make_trace) -> tuple[pl.DataFrame, dict[str, str]]:
+    trace = make_trace()
+    return trace.df, trace.meta.to_metadata()
+
+
+def _read_error(path: Path) -> str:
+    with pytest.raises(TraceError) as info:
+        read_trace(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path.name}: ")
+    return message
+
+
+def test_round_trip_keeps_every_column_and_the_metadata(make_trace, tmp_path):
+    trace = make_trace(n=6)
+    path = trace.write(tmp_path / "t.parquet")
+    back = read_trace(path)
+    assert back.meta == trace.meta
+    assert back.df.schema == pl.Schema(SCHEMA)
+    assert back.df.equals(trace.df)
+    assert back.df["block_hashes"].to_list()[3] == [0, 1, 2]
+    assert back.df["session_id"].to_list()[1] is None
+    md = pq.read_schema(path).metadata
+    assert md[VERSION_KEY.encode()] == b"1"
+    for key in ("t0_unix_us", "source_format", "tokenizer", "block_size_tokens", "hash_algo",
+                "redaction_policy"):
+        assert key.encode() in md
+    assert pq.ParquetFile(path).metadata.row_group(0).column(0).compression == "ZSTD"
+
+
+def test_uint64_hashes_above_int64_survive(make_trace, tmp_path):
+    big = 2**64 - 1
+    trace = make_trace(n=2, block_hashes=pl.Series([[big], [1, big]], dtype=pl.List(pl.UInt64)))
+    back = read_trace(trace.write(tmp_path / "t.parquet"))
+    assert back.df["block_hashes"].to_list() == [[big], [1, big]]
+
+
+def test_validate_casts_compatible_integer_widths_and_fills_optional_columns():
+    df = pl.DataFrame({
+        "request_id": ["a", "b"],
+        "api": ["chat", "chat"],
+        "arrival_us": pl.Series([0, 5], dtype=pl.Int32),
+        "body": ["{}", "{}"],
+        "input_tokens": pl.Series([1, 2], dtype=pl.Int64),
+        "block_hashes": [[1, 2], []],
+    })
+    out = validate(df, TraceMeta(), "mem")
+    assert out.schema == pl.Schema(SCHEMA)
+    assert out["turn"].to_list() == [0, 0]
+    assert out["status"].null_count() == 2
+    assert set(REQUIRED_COLUMNS) <= set(df.columns)
+
+
+def test_write_is_atomic_and_validates_first(make_trace, tmp_path):
+    trace = make_trace()
+    bad = Trace(trace.df.with_columns(api=pl.lit("embeddings")), trace.meta)
+    with pytest.raises(TraceError, match=r"^out.parquet: column 'api' is 'embeddings' at row 0"):
+        bad.write(tmp_path / "out.parquet")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda df: df.drop("arrival_us"), "column 'arrival_us' missing (schema 1)"),
+        (lambda df: df.drop("body"), "column 'body' missing (schema 1)"),
+        (lambda df: df.with_columns(pl.col("arrival_us").cast(pl.String)),
+         "column 'arrival_us' has type String, expected Int64"),
+        (lambda df: df.with_columns(pl.col("turn").cast(pl.Float64)),
+         "column 'turn' has type Float64, expected Int32"),
+        (lambda df: df.with_columns(input_tokens=pl.Series([0, 1, 2**40, 3])),
+         "column 'input_tokens' value at row 2 does not fit Int32"),
+        (lambda df: df.with_columns(arrival_us=pl.Series([0, 5, 3, 9])),
+         "column 'arrival_us' is not sorted (row 2 goes back in time)"),
+        (lambda df: df.with_columns(arrival_us=pl.Series([-4, -3, 0, 1])),
+         "column 'arrival_us' is negative at row 0"),
+        (lambda df: df.with_columns(output_tokens=pl.Series([1, 2, 3, -1])),
+         "column 'output_tokens' is negative at row 3"),
+        (lambda df: df.head(0), "trace is empty"),
+        (lambda df: df.with_columns(request_id=pl.Series(["a", "b", "a", "c"])),
+         "column 'request_id' has duplicate 'a' at row 0"),
+        (lambda df: df.with_columns(request_id=pl.Series(["a", None, "b", "c"])),
+         "column 'request_id' is null at row 1"),
+        (lambda df: df.with_columns(api=pl.Series(["chat", "chat", "chat", "edit"])),
+         "column 'api' is 'edit' at row 3, expected one of chat, completions"),
+        (lambda df: df.with_columns(body=pl.Series(["{}", "[1]", "{}", "{}"])),
+         "column 'body' is not a JSON object at row 1"),
+        (lambda df: df.with_columns(body=pl.Series(["{}", "{}", "{", "{}"])),
+         "column 'body' is not a JSON object at row 2"),
+        (lambda df: df.with_columns(block_hashes=pl.Series([[1], [-2], [], []])),
+         "column 'block_hashes' value at row 1 does not fit List(UInt64)"),
+        (lambda df: df.with_columns(extra=pl.lit(1)), "column 'extra' unknown (schema 1)"),
+    ],
+)
+def test_bad_columns_give_one_line_naming_file_and_column(make_trace, tmp_path, change, expected):
+    df, md = _good(make_trace)
+    path = _write_raw(tmp_path / "x.parquet", change(df), md)
+    assert _read_error(path) == f"x.parquet: {expected}"
+
+
+def test_unknown_schema_version(make_trace, tmp_path):
+    df, md = _good(make_trace)
+    path = _write_raw(tmp_path / "x.parquet", df, {**md, VERSION_KEY: "7"})
+    assert _read_error(path) == "x.parquet: schema version '7' unknown (this build reads 1)"
+
+
+def test_parquet_without_our_metadata(make_trace, tmp_path):
+    df, _ = _good(make_trace)
+    path = _write_raw(tmp_path / "x.parquet", df, None)
+    assert _read_error(path) == (
+        f"x.parquet: not a faithful-replay trace (no '{VERSION_KEY}' metadata)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("t0_unix_us", None, "metadata 't0_unix_us' missing (schema 1)"),
+        ("block_size_tokens", "big", "metadata 'block_size_tokens' is 'big', expected an integer"),
+        ("block_size_tokens", "0", "metadata 'block_size_tokens' must be positive"),
+    ],
+)
+def test_bad_metadata(make_trace, tmp_path, key, value, expected):
+    df, md = _good(make_trace)
+    md = {k: v for k, v in md.items() if k != key}
+    if value is not None:
+        md[key] = value
+    path = _write_raw(tmp_path / "x.parquet", df, md)
+    assert _read_error(path) == f"x.parquet: {expected}"
+
+
+def test_not_a_parquet_file(tmp_path):
+    path = tmp_path / "x.parquet"
+    path.write_text("request_id,arrival_us\na,1\n")
+    assert _read_error(path) == "x.parquet: not a Parquet file"
+
+
+def test_no_such_file(tmp_path):
+    assert _read_error(tmp_path / "x.parquet") == "x.parquet: no such file"
+
+
+def test_meta_round_trips_through_strings():
+    meta = TraceMeta(t0_unix_us=12, source_format="f", tokenizer="qwen2", block_size_tokens=512,
+                     hash_algo="h", redaction_policy="p")
+    md = meta.to_metadata()
+    assert all(isinstance(v, str) for v in md.values())
+    assert TraceMeta.from_metadata(md, "m") == meta
+    assert pa.schema([], metadata=md).metadata  # storable as Arrow metadata
