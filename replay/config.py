@@ -92,8 +92,6 @@ class RunConfig:
             raise ConfigError(f"--speedup: must be > 0, got {self.speedup}")
         if self.rate is not None and self.speedup is not None:
             raise ConfigError("--rate and --speedup: give one, not both")
-        if self.arrivals.kind != "trace" and self.rate is None:
-            raise ConfigError(f"--arrivals {self.arrivals.kind}: needs --rate")
         if self.duration_s is not None and not self.duration_s > 0:
             raise ConfigError(f"--duration: must be > 0, got {self.duration_s}")
         if self.requests is not None and self.requests < 1:

@@ -57,6 +57,8 @@ def _offsets(trace: Trace, config: RunConfig, n: int) -> np.ndarray:
             # one request, or all at one instant: nothing to rescale
             return trace_us - trace_us[0] if rate is None else np.zeros(n, np.int64)
         return _engine.arrival_offsets("trace", n, trace_us * 1000, rate=rate, speedup=speedup, seed=arrivals.seed)
+    if config.rate is None:
+        raise ConfigError(f"--arrivals {arrivals.kind}: needs --rate")
     return _engine.arrival_offsets(
         arrivals.kind, n, np.zeros(0, np.int64), rate=config.rate, cv=arrivals.cv, seed=arrivals.seed
     )

@@ -8,6 +8,7 @@ Each request's JSON body may carry `"x_fault"` to pick its behaviour:
   stall         one chunk, then silence for `stall_s` seconds
   no_done       chunks and usage, then the stream ends without [DONE]
   json          a non-streamed JSON completion
+`concurrency` bounds the responses in progress (the rest queue), which makes a server that saturates.
 The server-wide `headers_delay_s` holds every response before its headers (a stalled server), and
 `chunk_delay_s` spaces the chunks. Every arrival is recorded with its wall-clock time.
 """
@@ -35,9 +36,11 @@ class ScriptedServer:
     chunk_delay_s: float = 0.0
     stall_s: float = 30.0
     cached_tokens: int = 7
+    concurrency: int = 0  # > 0: at most this many responses in progress; the rest queue (a saturable server)
     arrivals: list[Arrival] = field(default_factory=list)
     port: int = 0
     _loop: asyncio.AbstractEventLoop | None = None
+    _slots: asyncio.Semaphore | None = None
     _runner: web.AppRunner | None = None
     _thread: threading.Thread | None = None
 
@@ -50,6 +53,12 @@ class ScriptedServer:
         t = time.time_ns()
         body = await request.json()
         self.arrivals.append(Arrival(t, body))
+        if self._slots is None:
+            return await self._respond(request, body)
+        async with self._slots:
+            return await self._respond(request, body)
+
+    async def _respond(self, request: web.Request, body: dict) -> web.StreamResponse:
         fault = body.get("x_fault", "ok")
         if self.headers_delay_s:
             await asyncio.sleep(self.headers_delay_s)
@@ -98,12 +107,14 @@ class ScriptedServer:
 
         def serve() -> None:
             self._loop = asyncio.new_event_loop()
+            if self.concurrency > 0:
+                self._slots = asyncio.Semaphore(self.concurrency)
             app = web.Application()
             app.router.add_post("/v1/chat/completions", self._completions)
             app.router.add_post("/v1/completions", self._completions)
             app.router.add_get("/health", self._health)
             app.router.add_get("/v1/models", self._models)
-            self._runner = web.AppRunner(app, access_log=None)
+            self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
             self._loop.run_until_complete(self._runner.setup())
             site = web.TCPSite(self._runner, "127.0.0.1", 0, backlog=4096)
             self._loop.run_until_complete(site.start())

@@ -24,10 +24,21 @@ examples:
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with our error format (one line on stderr, exit 2) and no abbreviated flags."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from replay.cli import run_cmds, trace_cmds
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="replay",
         description="Replay real LLM-serving traffic open-loop against an OpenAI-compatible server.",
         epilog=EPILOG,

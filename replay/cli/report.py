@@ -78,6 +78,8 @@ def print_stages(rates, stages: list[dict], saturation: dict | None) -> None:
             "yes" if s["valid"] else "[red]NO[/red]",
         )
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=180)  # logs and pipes: one line per stage
     console.print(table)
     if saturation is not None:
         if saturation.get("rate") is None:

@@ -1,0 +1,170 @@
+"""The `replay` command end to end: generate, inspect, run, sweep, results on disk, errors, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from replay.results import read_stage
+from replay.trace import read_trace
+from tests.integration.conftest import trace_of_bodies
+
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("trace") / "work.parquet"
+    from tests.e2e.conftest import run_cli
+
+    done = run_cli("generate", "-o", str(path), "--requests", "60", "--seed", "3", "--rate", "20")
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+def test_help_lists_the_commands(cli):
+    done = cli("--help")
+    assert done.returncode == 0
+    for command in ("generate", "import", "inspect", "run", "sweep"):
+        assert command in done.stdout
+    done = cli("sweep", "--help")
+    assert "--rates" in done.stdout and "--slo" in done.stdout
+
+
+def test_generate_and_inspect(cli, small_trace):
+    trace = read_trace(small_trace)
+    assert trace.df.height == 60 and trace.meta.source_format == "generated"
+    done = cli("inspect", str(small_trace), "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["rows"] == 60 and summary["sessions"] >= 1
+
+
+def test_run_writes_results_and_json(cli, small_trace, scripted, tmp_path):
+    server = scripted()
+    out = tmp_path / "res"
+    done = cli("run", str(small_trace), "--url", server.url, "--rate", "30", "--requests", "30",
+               "--out", str(out), "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    stage = summary["stages"][0]
+    assert stage["completed"] == 30 and stage["errors"] == {} and stage["requested_rate"] == 30
+    assert (out / "summary.json").exists()
+    requests, meta_summary = read_stage(out / summary["files"][0])
+    assert requests.height == 30 and meta_summary["completed"] == 30
+    trace = read_trace(small_trace)
+    # max_tokens follow the trace, so the (scripted) server streamed exactly that many chunks
+    expected = trace.df.head(30)["max_tokens"].to_list()
+    assert requests["output_chunks"].to_list() == expected
+    assert requests["request_id"].to_list() == trace.df.head(30)["request_id"].to_list()
+
+
+def test_sweep_table_names_saturation(cli, scripted, tmp_path):
+    server = scripted(concurrency=1, chunk_delay_s=0.02)
+    path = tmp_path / "t.parquet"
+    trace_of_bodies([{"max_tokens": 4} for _ in range(20)]).write(path)
+    done = cli("sweep", str(path), "--url", server.url, "--rates", "2,60", "--arrivals", "constant",
+               "--out", str(tmp_path / "sw"))
+    assert done.returncode == 0, done.stderr
+    assert "saturation: 60 req/s" in done.stdout
+    summary = json.loads((tmp_path / "sw" / "summary.json").read_text())
+    assert summary["saturation"]["rate"] == 60 and len(summary["files"]) == 2
+
+
+def _write_table(path, table: pa.Table) -> None:
+    pq.write_table(table, path)
+
+
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("not_parquet", "not a Parquet file"),
+        ("missing_column", "column 'arrival_us' missing"),
+        ("wrong_type", "column 'arrival_us' has type"),
+        ("unsorted", "not sorted"),
+        ("negative", "negative"),
+        ("empty", "empty"),
+        ("version", "schema version '7' unknown"),
+        ("absent", "no such file"),
+    ],
+)
+def test_bad_traces_get_one_line_and_exit_2(cli, tmp_path, case, expected):
+    good = trace_of_bodies([{"max_tokens": 2} for _ in range(3)])
+    path = tmp_path / f"{case}.parquet"
+    table = good.df.to_arrow().replace_schema_metadata(good.meta.to_metadata())
+    if case == "not_parquet":
+        path.write_text("TIMESTAMP,ContextTokens\n")
+    elif case == "missing_column":
+        _write_table(path, table.drop_columns(["arrival_us"]))
+    elif case == "wrong_type":
+        i = table.schema.get_field_index("arrival_us")
+        _write_table(path, table.set_column(i, "arrival_us", pa.array(["a", "b", "c"])))
+    elif case in ("unsorted", "negative"):
+        values = [5, 1, 9] if case == "unsorted" else [-1, 0, 1]
+        i = table.schema.get_field_index("arrival_us")
+        _write_table(path, table.set_column(i, "arrival_us", pa.array(values, pa.int64())))
+    elif case == "empty":
+        _write_table(path, table.slice(0, 0))
+    elif case == "version":
+        meta = {**good.meta.to_metadata(), "faithful_replay.schema_version": "7"}
+        _write_table(path, table.replace_schema_metadata(meta))
+    done = cli("run", str(path), "--url", "http://127.0.0.1:9")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(path.name) in lines[0], done.stderr
+    assert expected in lines[0]
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "flags, flag",
+    [
+        (["--rates", "1,x"], "--rates"),
+        (["--rates", "0,2"], "--rates"),
+        (["--rates", "1", "--slo", "ttft=fast"], "--slo"),
+        (["--rates", "1", "--slo", "latency=2s"], "--slo"),
+        (["--rates", "1", "--duration=-5s"], "--duration"),
+        (["--rates", "1", "--requests", "0"], "--requests"),
+        (["--rate", "2"], "--rate"),
+        (["--rates", "1", "--cv", "0", "--arrivals", "gamma"], "--cv"),
+    ],
+)
+def test_bad_flags_name_the_flag(cli, small_trace, flags, flag):
+    done = cli("sweep", str(small_trace), "--url", "http://127.0.0.1:9", *flags)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: ") and flag in done.stderr and "Traceback" not in done.stderr
+
+
+def test_bad_url_is_named(cli, small_trace):
+    done = cli("run", str(small_trace), "--url", "localhost:8000")
+    assert done.returncode == 2 and "--url" in done.stderr and "localhost:8000" in done.stderr
+
+
+def test_ctrl_c_cancels_and_keeps_partial_results(scripted, small_trace, tmp_path):
+    server = scripted(headers_delay_s=30.0)  # nothing ever completes on its own
+    out = tmp_path / "partial"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "replay.cli.main", "run", str(small_trace), "--url", server.url, "--rate", "10",
+         "--arrivals", "constant", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 30
+    while len(server.arrivals) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    assert "partial results kept" in stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stages"][0]["cancelled"] is True and summary["stages"][0]["valid"] is False
+    requests, _ = read_stage(out / summary["files"][0])
+    assert requests.height == 60
+    sent = requests.filter(pl.col("sent_ns").is_not_null())
+    assert 5 <= sent.height < 60
+    assert set(requests["error"].unique().to_list()) == {"cancelled"}
