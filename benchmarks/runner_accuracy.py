@@ -7,7 +7,8 @@ the way vLLM's `bench serve` sends: sleep until start + offset, then create a ta
 posts and reads the stream. GuideLLM is measured too when it is installed.
 
 Not a pass/fail test: it prints a table and the ratio of the highest rate each sender holds on
-schedule (lag p99 <= 1 ms and achieved rate >= 95% of offered).
+schedule (achieved rate >= 95% of offered, lag p99 within 1 ms; and within 2 and 10 ms, since the
+peer rarely keeps 1 ms at any rate).
 
 usage: python benchmarks/runner_accuracy.py [--rates 100,500,1000,2000,5000,10000] [--seconds 2]
 """
@@ -105,11 +106,12 @@ def run_asyncio(url: str, offsets_s: np.ndarray) -> dict:
         return asyncio.run(_asyncio_peer(url, offsets_s))
 
 
-def held(rows: list[dict], rate_key: str = "rate") -> float:
+def held(rows: list[dict], bound_ms: float) -> float:
+    """Highest offered rate sent on schedule: lag p99 within the bound and >= 95% of the rate achieved."""
     best = 0.0
     for r in rows:
-        if r["lag_p99_ms"] <= LAG_BOUND_MS and r["achieved"] >= 0.95 * r[rate_key]:
-            best = max(best, r[rate_key])
+        if r["lag_p99_ms"] <= bound_ms and r["achieved"] >= 0.95 * r["rate"]:
+            best = max(best, r["rate"])
     return best
 
 
@@ -141,10 +143,12 @@ def main() -> int:
     for a, b in zip(results["faithful-replay"], results["asyncio+aiohttp"]):
         print(f"| {a['rate']:.0f} | {a['achieved']:.0f} | {a['lag_p50_ms']:.3f} | {a['lag_p99_ms']:.3f} "
               f"| {b['achieved']:.0f} | {b['lag_p50_ms']:.3f} | {b['lag_p99_ms']:.3f} |")
-    ours, peer = held(results["faithful-replay"]), held(results["asyncio+aiohttp"])
-    ratio = ours / peer if peer else float("inf")
-    print(f"\nhighest rate held on schedule (lag p99 <= {LAG_BOUND_MS} ms, achieved >= 95%): "
-          f"faithful-replay {ours:.0f} req/s, asyncio peer {peer:.0f} req/s, ratio {ratio:.1f}x")
+    print()
+    for bound in (LAG_BOUND_MS, 2.0, 10.0):
+        ours, peer = held(results["faithful-replay"], bound), held(results["asyncio+aiohttp"], bound)
+        ratio = f"{ours / peer:.1f}x" if peer else "peer held no rate"
+        print(f"highest rate held on schedule (lag p99 <= {bound:g} ms, achieved >= 95%): "
+              f"faithful-replay {ours:.0f} req/s, asyncio peer {peer:.0f} req/s, ratio {ratio}")
     return 0
 
 
