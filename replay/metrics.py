@@ -17,7 +17,7 @@ import polars as pl
 if TYPE_CHECKING:
     from replay.runner import StageResult
 
-__all__ = ["summarize", "PERCENTILES", "tracking_ratio"]
+__all__ = ["summarize", "PERCENTILES", "queue_growth"]
 
 PERCENTILES = (50, 90, 99)
 
@@ -30,19 +30,20 @@ def _pcts(values: np.ndarray, scale: float) -> dict[str, float | None]:
     return {f"p{p}": float(q) / scale for p, q in zip(PERCENTILES, qs)}
 
 
-def tracking_ratio(sent_ns: np.ndarray, end_ns: np.ndarray) -> float:
-    """How well completions keep up with sends: send span over completion span (1.0 = keeping up).
+def queue_growth(intended_ns: np.ndarray, ttft_ns: np.ndarray) -> dict[str, float | None]:
+    """Median TTFT (from the intended send) of the first and the last third of the stage, in ms.
 
-    An unsaturated server finishes requests about a constant latency after they were sent, so
-    completions span the same time as sends; a saturated one falls behind and they stretch out.
+    A server that keeps up admits requests as promptly at the end of a stage as at its start; one
+    that has saturated builds a queue, so TTFT from the intended time grows through the stage.
+    Unlike completion counts this does not depend on how long the outputs are.
     """
-    if len(sent_ns) < 2 or len(end_ns) < 2:
-        return float("nan")
-    send_span = float(np.max(sent_ns) - np.min(sent_ns))
-    end_span = float(np.max(end_ns) - np.min(end_ns))
-    if end_span <= 0:
-        return float("nan")
-    return send_span / end_span
+    if len(intended_ns) < 3:
+        return {"ttft_first_third_ms": None, "ttft_last_third_ms": None, "growth_ms": None}
+    order = np.argsort(intended_ns, kind="stable")
+    ttft = ttft_ns[order].astype(np.float64) / 1e6
+    third = len(ttft) // 3
+    first, last = float(np.median(ttft[:third])), float(np.median(ttft[-third:]))
+    return {"ttft_first_third_ms": first, "ttft_last_third_ms": last, "growth_ms": last - first}
 
 
 def _slo_mask(ok: pl.DataFrame, slo) -> np.ndarray:
@@ -106,7 +107,7 @@ def summarize(result: StageResult) -> dict:
         "errors": {row["error"]: row["len"] for row in errors.iter_rows(named=True)},
         "throughput_rps": ok.height / duration_s if duration_s > 0 else None,
         "output_tokens_per_s": out_tokens / duration_s if duration_s > 0 else None,
-        "tracking_ratio": _nan_to_none(tracking_ratio(ok["sent_ns"].to_numpy(), ok["end_ns"].to_numpy())),
+        "queue": queue_growth(ok["intended_ns"].to_numpy(), ok["ttft_ns"].to_numpy()),
         "ttft_ms": pair("ttft_ns", "ttft_sent_ns"),
         "e2e_ms": pair("e2e_ns", "e2e_sent_ns"),
         "tpot_ms": _pcts(ok["tpot_ns"].cast(pl.Float64).to_numpy(), 1e6),
@@ -129,7 +130,3 @@ def summarize(result: StageResult) -> dict:
         "goodput_rps": met / duration_s if duration_s > 0 else None,
         "duration_s": duration_s,
     }
-
-
-def _nan_to_none(x: float) -> float | None:
-    return None if x is None or math.isnan(x) else x

@@ -1,7 +1,8 @@
 """Rising-rate sweeps: the same trace replayed at each rate, and the rate where the target saturates.
 
-The saturation point is the first rate whose completions stop keeping up with sends (tracking
-ratio under a tolerance), whose requests mostly fail, or whose SLO fails.
+The saturation point is the first rate at which the target stops keeping up: a queue builds
+through the stage (TTFT from the intended send at least doubles from the first third of the stage
+to the last, and grows by more than a bound), most requests fail, or the SLO fails.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from replay.errors import ConfigError
 from replay.runner import Progress, StageResult, resolve_model, run_stage
 from replay.trace import Trace
 
-__all__ = ["SweepResult", "sweep", "saturation"]
+__all__ = ["SweepResult", "sweep", "saturation", "QUEUE_GROWTH_S"]
 
 
 @dataclass(frozen=True)
@@ -32,14 +33,20 @@ class SweepResult:
         }
 
 
-def saturation(rates: Sequence[float], summaries: Sequence[dict], track_tolerance: float = 0.9) -> tuple[float | None, str | None]:
+QUEUE_GROWTH_S = 0.25
+
+
+def saturation(
+    rates: Sequence[float], summaries: Sequence[dict], queue_growth_s: float = QUEUE_GROWTH_S
+) -> tuple[float | None, str | None]:
     """The first rate at which the target stops keeping up, and why."""
     for rate, s in zip(rates, summaries):
         if s["sent"] and s["completed"] < 0.9 * s["sent"]:
             return rate, f"only {s['completed']}/{s['sent']} requests completed"
-        ratio = s["tracking_ratio"]
-        if ratio is not None and ratio < track_tolerance:
-            return rate, f"completions fell behind sends (tracking ratio {ratio:.2f} < {track_tolerance})"
+        q = s["queue"]
+        if q["growth_ms"] is not None and q["growth_ms"] > max(queue_growth_s * 1e3, q["ttft_first_third_ms"]):
+            return rate, (f"a queue built up: TTFT p50 grew from {q['ttft_first_third_ms']:.0f} ms to "
+                          f"{q['ttft_last_third_ms']:.0f} ms through the stage")
         if s["slo_pass"] is False:
             return rate, f"SLO attainment {s['slo_attainment']:.0%} below target"
     return None, None
@@ -50,7 +57,7 @@ def sweep(
     config: RunConfig,
     rates: Sequence[float],
     *,
-    track_tolerance: float = 0.9,
+    queue_growth_s: float = QUEUE_GROWTH_S,
     progress: Callable[[float], Progress | None] | None = None,
     on_stage: Callable[[int, float, StageResult], None] | None = None,
     stop_after_saturation: bool = False,
@@ -70,8 +77,8 @@ def sweep(
             on_stage(i, rate, result)
         if result.interrupted:
             break
-        if stop_after_saturation and saturation(rates[: i + 1], [s.summary for s in stages], track_tolerance)[0]:
+        if stop_after_saturation and saturation(rates[: i + 1], [s.summary for s in stages], queue_growth_s)[0]:
             break
     summaries = [s.summary for s in stages]
-    rate, reason = saturation(rates[: len(stages)], summaries, track_tolerance)
+    rate, reason = saturation(rates[: len(stages)], summaries, queue_growth_s)
     return SweepResult(stages=stages, summaries=summaries, saturation_rate=rate, saturation_reason=reason)

@@ -8,6 +8,7 @@ starts fast. `main()` turns a ReplayError into `error: <message>` on stderr and 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from replay.errors import ReplayError
@@ -36,7 +37,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from replay.cli import run_cmds, trace_cmds
+    from replay.cli import engine_cmds, run_cmds, sim_cmds, trace_cmds
 
     parser = _Parser(
         prog="replay",
@@ -49,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     trace_cmds.register(sub)
     run_cmds.register(sub)
+    sim_cmds.register(sub)
+    engine_cmds.register(sub)
     return parser
 
 
@@ -67,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`replay ... | head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

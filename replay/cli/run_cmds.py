@@ -6,17 +6,24 @@ import argparse
 import dataclasses
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from replay.cli.report import print_stages, progress_bar
 from replay.config import Arrivals, RunConfig, Slo, parse_duration_s, parse_rates, parse_slo
+from replay.errors import ConfigError
 
 __all__ = ["register"]
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", type=Path, help="a Trace Parquet file (from `replay generate`, `import` or `capture`)")
-    p.add_argument("--url", required=True, help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
+    p.add_argument("--url", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000 "
+                                 "(default: start the embedded simulated engine)")
+    p.add_argument("--sim-profile", default="a100-80g/llama-3-8b",
+                   help="without --url: the embedded engine's hardware + model profile (default a100-80g/llama-3-8b)")
+    p.add_argument("--sim-config", metavar="JSON",
+                   help='without --url: embedded engine knobs, e.g. \'{"max_num_seqs": 64, "time_scale": 0.5}\'')
     p.add_argument("--arrivals", default="trace", choices=["trace", "poisson", "gamma", "constant"],
                    help="send times: the trace's own timing rescaled to the rate (default, keeps bursts), "
                         "or new poisson / gamma / constant arrivals at the rate")
@@ -57,16 +64,47 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "the server stops keeping up or fails the SLO.")
     _add_common(p)
     p.add_argument("--rates", required=True, help="comma-separated req/s, e.g. 1,2,4,8")
-    p.add_argument("--track-tolerance", type=float, default=0.9,
-                   help="saturated when completions span more than 1/this of the send span (default 0.9)")
+    p.add_argument("--max-queue-growth", default="250ms",
+                   help="saturated when TTFT (from the intended send) at least doubles through a stage and "
+                        "grows by more than this (default 250ms)")
     p.add_argument("--stop-after-saturation", action="store_true", help="skip the rates after the saturation point")
     p.set_defaults(func=cmd_sweep)
 
 
-def _config(args: argparse.Namespace, rate: float | None, speedup: float | None) -> RunConfig:
+@contextmanager
+def _target(args: argparse.Namespace, quiet: bool):
+    """The URL to replay against: --url, or the embedded engine started for this command."""
+    if args.url:
+        if args.sim_config:
+            raise ConfigError("--sim-config: only applies without --url (the embedded engine)")
+        yield args.url
+        return
+    from replay.sim import SimConfig, start_sim
+
+    try:
+        overrides = json.loads(args.sim_config) if args.sim_config else {}
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"--sim-config: not JSON ({e.msg})") from None
+    if not isinstance(overrides, dict):
+        raise ConfigError("--sim-config: expected a JSON object of knob: value")
+    known = {f.name for f in dataclasses.fields(SimConfig)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ConfigError(f"--sim-config: unknown knob '{unknown[0]}' (known: {', '.join(sorted(known))})")
+    server = start_sim(SimConfig(profile=args.sim_profile, **overrides))
+    try:
+        if not quiet:
+            print(f"no --url: replaying against the embedded engine ({args.sim_profile}) at {server.url}",
+                  file=sys.stderr)
+        yield server.url
+    finally:
+        server.stop()
+
+
+def _config(args: argparse.Namespace, url: str, rate: float | None, speedup: float | None) -> RunConfig:
     slo = parse_slo(args.slo, args.slo_attainment) if args.slo else Slo(attainment=args.slo_attainment)
     return RunConfig(
-        url=args.url,
+        url=url,
         rate=rate,
         speedup=speedup,
         arrivals=Arrivals(kind=args.arrivals, cv=args.cv, seed=args.seed),
@@ -93,10 +131,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from replay.runner import run_stage
     from replay.trace import read_trace
 
-    config = _config(args, args.rate, args.speedup)
     trace = read_trace(args.trace)
     out = _out(args, "run")
-    with progress_bar(quiet=args.json) as bar:
+    with _target(args, args.json) as url, progress_bar(quiet=args.json) as bar:
+        config = _config(args, url, args.rate, args.speedup)
         result = run_stage(trace, config, bar.stage(f"{config.rate or 'as recorded'} req/s"))
     path = write_stage(result, stage_file(out, 0, config.rate))
     summary = {"trace": str(args.trace), "url": config.url, "stages": [result.summary], "files": [path.name]}
@@ -114,7 +152,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from replay.trace import read_trace
 
     rates = parse_rates(args.rates)
-    config = _config(args, None, None)
+    growth_s = parse_duration_s(args.max_queue_growth, "--max-queue-growth")
     trace = read_trace(args.trace)
     out = _out(args, "sweep")
     files: list[str] = []
@@ -123,11 +161,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     def on_stage(i: int, rate: float, result) -> None:
         files.append(write_stage(result, stage_file(out, i, rate)).name)
         summaries.append(result.summary)
-        sat_rate, reason = saturation(rates[: i + 1], summaries, args.track_tolerance)
+        sat_rate, reason = saturation(rates[: i + 1], summaries, growth_s)
         write_summary(out, _sweep_summary(args, config, rates, summaries, files, sat_rate, reason))
 
-    with progress_bar(quiet=args.json) as bar:
-        result = sweep(trace, config, rates, track_tolerance=args.track_tolerance,
+    with _target(args, args.json) as url, progress_bar(quiet=args.json) as bar:
+        config = _config(args, url, None, None)
+        result = sweep(trace, config, rates, queue_growth_s=growth_s,
                        progress=lambda rate: bar.stage(f"{rate:g} req/s"), on_stage=on_stage,
                        stop_after_saturation=args.stop_after_saturation)
     summary = _sweep_summary(args, config, rates, summaries, files, result.saturation_rate, result.saturation_reason)

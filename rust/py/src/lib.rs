@@ -14,6 +14,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+mod sim;
+
 use replay_core::{
     arrival_offsets as core_arrival_offsets, run as core_run, Arrivals, CoreError, ErrorKind,
     PlannedRequest, Records, RunConfig, RunControl,
@@ -227,5 +229,6 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(arrival_offsets, m)?)?;
     m.add_function(wrap_pyfunction!(error_kinds, m)?)?;
+    m.add_class::<sim::SimServer>()?;
     Ok(())
 }

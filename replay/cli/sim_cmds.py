@@ -1,0 +1,104 @@
+"""`replay serve-sim`: serve the embedded simulated engine until Ctrl-C.
+
+Flags are vLLM's names (so a config tuned here reads like a vLLM command line), plus
+``--profile`` (simulated hardware + model), ``--tokenizer`` and ``--time-scale``. The first line
+printed is ``listening on http://HOST:PORT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+
+__all__ = ["register", "config_from_args"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from replay.sim import PROFILES
+
+    p = sub.add_parser(
+        "serve-sim", help="serve the embedded simulated LLM engine (OpenAI-compatible)",
+        description="An OpenAI-compatible server that behaves like an LLM engine under load: real tokenizer, "
+                    "prefix cache, continuous batching with chunked prefill and preemption, n-gram speculation, "
+                    "and step times from a hardware + model cost model. Flags follow vLLM's names.")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = any free port)")
+    p.add_argument("--profile", default="a100-80g/llama-3-8b",
+                   help=f"simulated hardware + model: {', '.join(PROFILES)}, or a profile .json "
+                        "(default a100-80g/llama-3-8b)")
+    p.add_argument("--tokenizer", default="gpt2", help="gpt2 (default), qwen2 or a tokenizer.json path")
+    p.add_argument("--time-scale", type=float, default=1.0,
+                   help="wall time = modelled time x this (default 1; 0.1 runs 10x faster; 0 = no waiting)")
+    p.add_argument("--served-model-name", default="sim", help="the model name served (default sim)")
+    p.add_argument("--max-num-seqs", type=int, default=256, help="most sequences per step (default 256)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=8192,
+                   help="token budget of one step (default 8192)")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+                   help="reuse KV blocks of shared prompt prefixes (default on)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                   help="share of device memory for weights + KV cache; sets the KV blocks (default 0.9)")
+    p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")
+    p.add_argument("--scheduling-policy", choices=["fcfs", "priority"], default="fcfs",
+                   help="fcfs (default) or priority (request field 'priority', lower first)")
+    p.add_argument("--long-prefill-token-threshold", type=int, default=0,
+                   help="largest prefill chunk of one request per step (default 0 = no cap)")
+    p.add_argument("--speculative-config", metavar="JSON",
+                   help='n-gram speculation, e.g. \'{"method":"ngram","num_speculative_tokens":4,'
+                        '"prompt_lookup_max":4,"prompt_lookup_min":2}\'')
+    p.add_argument("--kv-cache-dtype", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"], default="auto",
+                   help="fp8 halves KV bytes (about twice the blocks) and changes outputs (lossy)")
+    p.add_argument("--max-model-len", type=int, help="longest prompt + max_tokens (default: the profile's)")
+    p.add_argument("--seed", type=int, default=0, help="output seed (default 0)")
+    p.add_argument("--threads", type=int, default=1, help="server runtime threads (default 1)")
+    p.set_defaults(func=cmd_serve_sim)
+
+
+def config_from_args(args: argparse.Namespace):
+    """The SimConfig the flags describe (ConfigError names a bad flag)."""
+    from replay.errors import ConfigError
+    from replay.sim import SimConfig
+
+    spec = None
+    if args.speculative_config:
+        try:
+            spec = json.loads(args.speculative_config)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"--speculative-config: not JSON ({e.msg})") from None
+    kv = "fp8" if args.kv_cache_dtype.startswith("fp8") else args.kv_cache_dtype
+    return SimConfig(
+        profile=args.profile, tokenizer=args.tokenizer, max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens, enable_prefix_caching=args.enable_prefix_caching,
+        gpu_memory_utilization=args.gpu_memory_utilization, block_size=args.block_size,
+        scheduling_policy=args.scheduling_policy, long_prefill_token_threshold=args.long_prefill_token_threshold,
+        speculative_config=spec, kv_cache_dtype=kv, max_model_len=args.max_model_len, seed=args.seed,
+        served_model_name=args.served_model_name, time_scale=args.time_scale, host=args.host, port=args.port,
+        threads=args.threads,
+    )
+
+
+def cmd_serve_sim(args: argparse.Namespace) -> int:
+    from replay.sim import start_sim
+
+    config = config_from_args(args)
+    server = start_sim(config)
+    print(f"listening on {server.url}", flush=True)
+    print(f"profile {config.profile} | {server.num_gpu_blocks} KV blocks of {config.block_size} tokens | "
+          f"max-model-len {server.max_model_len} | model {config.served_model_name} | "
+          f"time scale {config.time_scale:g}", flush=True)
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        while True:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        print("stopping", file=sys.stderr)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.stop()
+    return 0

@@ -1,0 +1,142 @@
+"""The embedded simulated LLM engine: the default target of every ``replay`` command.
+
+Owns :class:`SimConfig`, :data:`KNOBS`, :data:`PROFILES` and :func:`start_sim`. The engine itself
+is Rust (``rust/sim``, exposed as ``replay._engine.SimServer``): an OpenAI-compatible HTTP server
+with a real tokenizer, a real prefix cache, a continuous-batching scheduler and step times from a
+hardware + model cost model, played out in real time. See ``docs/sim-engine.md``.
+
+Knobs carry vLLM's names (the config key is the flag without ``--``, in snake case)::
+
+    from replay.sim import SimConfig, start_sim
+    with start_sim(SimConfig(max_num_seqs=64, time_scale=0.1)) as server:
+        print(server.url)          # http://127.0.0.1:PORT, serving model "sim"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from replay.errors import ConfigError
+from replay.targets.engine import Knob
+
+if TYPE_CHECKING:
+    from replay._engine import SimServer
+
+__all__ = ["SimConfig", "KNOBS", "PROFILES", "start_sim"]
+
+# the shipped hardware/model profiles (a path to a profile .json works too; fields in the doc)
+PROFILES: tuple[str, ...] = (
+    "a100-80g/llama-3-8b",
+    "h100-80g/llama-3-70b-tp4",
+    "l4/qwen2-7b",
+    "cpu/tiny",
+    "instant",
+)
+
+# The engine knobs worth tuning: vLLM's flag names, the simulator's own defaults and ranges.
+KNOBS: tuple[Knob, ...] = (
+    Knob("max_num_seqs", "--max-num-seqs", "int", default=256, range=(1, 4096),
+         doc="most sequences running in one step; more batches more decodes per weight read"),
+    Knob("max_num_batched_tokens", "--max-num-batched-tokens", "int", default=8192, range=(16, 131072),
+         doc="token budget of one step, shared by decodes and prefill chunks (chunked prefill)"),
+    Knob("enable_prefix_caching", "--enable-prefix-caching", "bool", default=True,
+         off_flag="--no-enable-prefix-caching", doc="reuse KV blocks of shared full-block prompt prefixes"),
+    Knob("gpu_memory_utilization", "--gpu-memory-utilization", "float", default=0.9, range=(0.05, 1.0),
+         doc="share of device memory for weights + KV; the rest of it sets the number of KV blocks"),
+    Knob("block_size", "--block-size", "choice", default="16", choices=("8", "16", "32", "64", "128", "256"),
+         doc="tokens per KV block: the prefix-cache granularity"),
+    Knob("scheduling_policy", "--scheduling-policy", "choice", default="fcfs", choices=("fcfs", "priority"),
+         doc="waiting order (priority: the request's 'priority' field, lower first) and preemption victim"),
+    Knob("long_prefill_token_threshold", "--long-prefill-token-threshold", "int", default=0, range=(0, 1 << 20),
+         doc="largest prefill chunk of one request per step (0 = only the step budget)"),
+    Knob("speculative_config", "--speculative-config", "json", default=None,
+         doc='n-gram speculation, e.g. {"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4,'
+             '"prompt_lookup_min":2}; outputs are unchanged'),
+    Knob("kv_cache_dtype", "--kv-cache-dtype", "choice", default="auto", choices=("auto", "fp8"), lossless=False,
+         doc="fp8 halves KV bytes per token (about twice the blocks, less KV traffic) and changes outputs"),
+    Knob("max_model_len", "--max-model-len", "int", default=None, range=(16, 1 << 22),
+         doc="longest prompt + max_tokens accepted (default: the profile's)"),
+)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything :func:`start_sim` needs. Field = vLLM flag in snake case (``--max-num-seqs``).
+
+    ``profile`` names the simulated hardware + model (:data:`PROFILES`, or a profile .json path),
+    ``tokenizer`` a name known to :func:`replay.tokenizer.tokenizer_path` or a tokenizer.json path,
+    ``time_scale`` stretches modelled time into wall time (0.1 = ten times faster than the real
+    hardware; 0 = as fast as the CPU allows), ``speculative_config`` a dict or JSON text, and
+    ``threads`` the server's runtime threads (1 = one core).
+    """
+
+    profile: str = "a100-80g/llama-3-8b"
+    tokenizer: str = "gpt2"
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    enable_prefix_caching: bool = True
+    gpu_memory_utilization: float = 0.9
+    block_size: int = 16
+    scheduling_policy: str = "fcfs"
+    long_prefill_token_threshold: int = 0
+    speculative_config: Any = None
+    kv_cache_dtype: str = "auto"
+    max_model_len: int | None = None
+    seed: int = 0
+    served_model_name: str = "sim"
+    time_scale: float = 1.0
+    host: str = "127.0.0.1"
+    port: int = 0
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        knobs = {k.name: k for k in KNOBS}
+        for name in ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
+                     "long_prefill_token_threshold", "scheduling_policy", "kv_cache_dtype"):
+            object.__setattr__(self, name, knobs[name].check(getattr(self, name)))
+        caching = knobs["enable_prefix_caching"].check(self.enable_prefix_caching)
+        object.__setattr__(self, "enable_prefix_caching", caching)
+        object.__setattr__(self, "block_size", int(knobs["block_size"].check(str(self.block_size))))
+        if self.max_model_len is not None:
+            object.__setattr__(self, "max_model_len", knobs["max_model_len"].check(self.max_model_len))
+        if self.speculative_config is not None:
+            spec = knobs["speculative_config"].check(self.speculative_config)
+            object.__setattr__(self, "speculative_config", json.dumps(spec, sort_keys=True))
+        for name, flag in (("seed", "--seed"), ("port", "--port"), ("threads", "--threads")):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{flag}: expected a non-negative integer, got {value!r}")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"--port: {self.port} outside [0, 65535]")
+        if self.threads < 1:
+            raise ConfigError("--threads: must be >= 1")
+        if not (isinstance(self.time_scale, (int, float)) and self.time_scale >= 0):
+            raise ConfigError(f"--time-scale: must be a number >= 0, got {self.time_scale!r}")
+        if not self.served_model_name:
+            raise ConfigError("--served-model-name: must not be empty")
+
+    def engine_json(self, tokenizer_path: str | None = None) -> str:
+        """The JSON config the Rust engine reads (``tokenizer`` replaced by a resolved path)."""
+        fields = dataclasses.asdict(self)
+        fields["tokenizer"] = tokenizer_path
+        fields["time_scale"] = float(self.time_scale)
+        if self.speculative_config is not None:
+            fields["speculative_config"] = json.loads(self.speculative_config)
+        return json.dumps(fields)
+
+
+def start_sim(config: SimConfig | None = None, **overrides: Any) -> SimServer:
+    """Start the engine on its own thread; returns a ``SimServer`` (``.url``, ``.port``,
+    ``.stop()``, a context manager). ``overrides`` replace fields of ``config``.
+
+    Raises ConfigError for a bad knob or tokenizer, TargetError when the port cannot be bound.
+    """
+    from replay import _engine
+    from replay.tokenizer import tokenizer_path
+
+    config = dataclasses.replace(config or SimConfig(), **overrides)
+    path = tokenizer_path(config.tokenizer)
+    return _engine.SimServer(config.engine_json(str(path)))

@@ -1,0 +1,127 @@
+//! `replay._engine.SimServer`: the embedded simulated engine (`replay-sim`), started from Python.
+//!
+//! Thin: a config (a dict or a JSON string of `replay_sim::EngineConfig` keys) and a tokenizer
+//! path go in, the server runs on its own Rust thread, and Python gets its port and URL back.
+//! Bad knobs raise `replay.errors.ConfigError`; a port that cannot be bound, `TargetError`.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+
+use replay_sim::{serve, EngineConfig, ServerHandle, SimError};
+
+fn sim_err(py: Python<'_>, err: SimError) -> PyErr {
+    let class = match &err {
+        SimError::Bind { .. } | SimError::Runtime { .. } => "TargetError",
+        _ => "ConfigError",
+    };
+    let message = err.to_string();
+    match py.import("replay.errors").and_then(|m| m.getattr(class)) {
+        Ok(cls) => match cls.call1((message.clone(),)) {
+            Ok(v) => PyErr::from_value(v),
+            Err(e) => e,
+        },
+        Err(_) => PyValueError::new_err(message),
+    }
+}
+
+/// A running simulated engine. `SimServer(config: dict | str | None, tokenizer: str | None)`.
+#[pyclass(module = "replay._engine")]
+pub struct SimServer {
+    handle: Option<ServerHandle>,
+    port: u16,
+    url: String,
+    num_gpu_blocks: u32,
+    max_model_len: u32,
+}
+
+#[pymethods]
+impl SimServer {
+    #[new]
+    #[pyo3(signature = (config=None, tokenizer=None))]
+    fn new(
+        py: Python<'_>,
+        config: Option<&Bound<'_, PyAny>>,
+        tokenizer: Option<String>,
+    ) -> PyResult<Self> {
+        let text: String = match config {
+            None => "{}".to_string(),
+            Some(c) if c.is_instance_of::<PyString>() => c.extract()?,
+            Some(c) => py.import("json")?.call_method1("dumps", (c,))?.extract()?,
+        };
+        let mut cfg = EngineConfig::from_json(&text).map_err(|e| sim_err(py, e))?;
+        if tokenizer.is_some() {
+            cfg.tokenizer = tokenizer;
+        }
+        let handle = py.detach(|| serve(&cfg)).map_err(|e| sim_err(py, e))?;
+        let r = handle.resolved();
+        Ok(SimServer {
+            port: handle.port(),
+            url: handle.url(),
+            num_gpu_blocks: r.num_blocks,
+            max_model_len: r.max_model_len,
+            handle: Some(handle),
+        })
+    }
+
+    #[getter]
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `http://127.0.0.1:PORT`
+    #[getter]
+    fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// KV blocks the profile and `gpu_memory_utilization` give.
+    #[getter]
+    fn num_gpu_blocks(&self) -> u32 {
+        self.num_gpu_blocks
+    }
+
+    #[getter]
+    fn max_model_len(&self) -> u32 {
+        self.max_model_len
+    }
+
+    #[getter]
+    fn running(&self) -> bool {
+        self.handle.is_some()
+    }
+
+    /// The Prometheus text GET /metrics answers.
+    fn metrics_text(&self) -> String {
+        self.handle
+            .as_ref()
+            .map(ServerHandle::metrics_text)
+            .unwrap_or_default()
+    }
+
+    /// Stop serving and wait for the server thread (idempotent).
+    fn stop(&mut self, py: Python<'_>) {
+        if let Some(mut h) = self.handle.take() {
+            py.detach(move || h.stop());
+        }
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&mut self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.stop(py);
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.handle.is_some() {
+            "running"
+        } else {
+            "stopped"
+        };
+        format!("SimServer({}, {state})", self.url)
+    }
+}

@@ -1,0 +1,207 @@
+//! The step cost model: how long one engine iteration takes on a profile's hardware.
+//!
+//! `step = overhead + per_seq × seqs + max(compute, memory) + all-reduce`, where
+//!
+//! * compute = FLOPs / (devices × peak × compute_efficiency), FLOPs = Σ over the step's sequences
+//!   of 2 × params × new tokens (the matmuls) + 4 × layers × hidden × Σ attended positions
+//!   (QKᵀ and AV; a chunk of n new tokens after c cached ones attends n·c + n(n+1)/2 positions);
+//! * memory = bytes / (devices × bandwidth × memory_efficiency), bytes = all weights once per
+//!   step + the KV read (Σ context lengths × KV bytes per token) + the KV written for new tokens;
+//! * all-reduce (tensor parallel only) = 2 per layer, each its latency plus the step's
+//!   activations (tokens × hidden × 2 bytes × 2(tp−1)/tp) over the interconnect.
+//!
+//! So decode is memory-bound at small batches (the weights dominate) and grows with batch size
+//! and context length; big prefills are compute-bound. A sequence verifying k speculative tokens
+//! adds k tokens of compute but reads the weights and its KV once, so speculation is nearly free
+//! while memory-bound and costs real time once compute-bound.
+
+use crate::profile::Profile;
+
+/// One sequence's share of a step: `new_tokens` computed after `context` already in the KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeqWork {
+    pub new_tokens: u32,
+    pub context: u32,
+}
+
+/// The parts of one step's modelled time, in seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StepCost {
+    pub total_s: f64,
+    pub compute_s: f64,
+    pub memory_s: f64,
+    pub overhead_s: f64,
+    pub comm_s: f64,
+}
+
+/// A profile's constants, resolved once for a KV element size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CostModel {
+    instant: bool,
+    flops_per_token: f64,
+    attn_flops_per_position: f64,
+    flops_per_s: f64,
+    weight_bytes: f64,
+    kv_bytes_per_token: f64,
+    bytes_per_s: f64,
+    step_overhead_s: f64,
+    per_seq_overhead_s: f64,
+    allreduces: f64,
+    allreduce_latency_s: f64,
+    comm_bytes_per_token: f64,
+    interconnect_bytes_per_s: f64,
+}
+
+impl CostModel {
+    /// The model for `profile` with KV elements of `kv_elem_bytes` (2 for bf16, 1 for fp8).
+    pub fn new(profile: &Profile, kv_elem_bytes: f64) -> CostModel {
+        let tp = profile.tensor_parallel as f64;
+        let (allreduces, comm_bytes_per_token) = if profile.tensor_parallel > 1 {
+            (
+                2.0 * profile.num_layers as f64,
+                profile.hidden_size as f64 * 2.0 * 2.0 * (tp - 1.0) / tp,
+            )
+        } else {
+            (0.0, 0.0)
+        };
+        CostModel {
+            instant: profile.instant,
+            flops_per_token: 2.0 * profile.params_b * 1e9,
+            attn_flops_per_position: 4.0 * profile.num_layers as f64 * profile.hidden_size as f64,
+            flops_per_s: tp * profile.peak_tflops * 1e12 * profile.compute_efficiency,
+            weight_bytes: profile.weight_bytes(),
+            kv_bytes_per_token: profile.kv_bytes_per_token(kv_elem_bytes),
+            bytes_per_s: tp * profile.memory_bandwidth_gbs * 1e9 * profile.memory_efficiency,
+            step_overhead_s: profile.step_overhead_ms * 1e-3,
+            per_seq_overhead_s: profile.per_seq_overhead_us * 1e-6,
+            allreduces,
+            allreduce_latency_s: profile.allreduce_latency_us * 1e-6,
+            comm_bytes_per_token,
+            interconnect_bytes_per_s: profile.interconnect_gbs * 1e9,
+        }
+    }
+
+    /// The modelled time of one step over these sequences (zero for an empty step).
+    pub fn step(&self, work: impl IntoIterator<Item = SeqWork>) -> StepCost {
+        let (mut seqs, mut tokens, mut positions, mut kv_tokens) = (0u64, 0f64, 0f64, 0f64);
+        for w in work {
+            let (n, c) = (w.new_tokens as f64, w.context as f64);
+            seqs += 1;
+            tokens += n;
+            positions += n * c + n * (n + 1.0) / 2.0;
+            kv_tokens += c + n;
+        }
+        if self.instant || seqs == 0 {
+            return StepCost::default();
+        }
+        let flops = self.flops_per_token * tokens + self.attn_flops_per_position * positions;
+        let compute_s = flops / self.flops_per_s;
+        let memory_s = (self.weight_bytes + kv_tokens * self.kv_bytes_per_token) / self.bytes_per_s;
+        let overhead_s = self.step_overhead_s + self.per_seq_overhead_s * seqs as f64;
+        let comm_s = if self.allreduces > 0.0 {
+            let bw = if self.interconnect_bytes_per_s > 0.0 {
+                tokens * self.comm_bytes_per_token / self.interconnect_bytes_per_s
+            } else {
+                0.0
+            };
+            self.allreduces * self.allreduce_latency_s + bw
+        } else {
+            0.0
+        };
+        StepCost {
+            total_s: overhead_s + compute_s.max(memory_s) + comm_s,
+            compute_s,
+            memory_s,
+            overhead_s,
+            comm_s,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(name: &str) -> CostModel {
+        CostModel::new(&Profile::named(name).unwrap(), 2.0)
+    }
+
+    fn decode(batch: u32, context: u32) -> Vec<SeqWork> {
+        vec![
+            SeqWork {
+                new_tokens: 1,
+                context
+            };
+            batch as usize
+        ]
+    }
+
+    #[test]
+    fn decode_is_memory_bound_at_small_batch_and_grows() {
+        let m = model("a100-80g/llama-3-8b");
+        let one = m.step(decode(1, 512));
+        assert!(one.memory_s > one.compute_s);
+        // weights 16 GB over ~1.6 TB/s: about 10 ms
+        assert!((0.009..0.013).contains(&one.memory_s), "{one:?}");
+        let b64 = m.step(decode(64, 512));
+        let b256 = m.step(decode(256, 512));
+        assert!(one.total_s < b64.total_s && b64.total_s < b256.total_s);
+        // per-token cost falls with batch size (weights are shared)
+        assert!(b256.total_s / 256.0 < one.total_s / 8.0);
+        // longer contexts cost more
+        assert!(m.step(decode(64, 4096)).total_s > b64.total_s);
+    }
+
+    #[test]
+    fn big_prefill_is_compute_bound() {
+        let m = model("a100-80g/llama-3-8b");
+        let p = m.step([SeqWork {
+            new_tokens: 4096,
+            context: 0,
+        }]);
+        assert!(p.compute_s > 5.0 * p.memory_s, "{p:?}");
+        // ~4096 x 16 GFLOP over ~156 TFLOP/s: ~0.42 s plus attention
+        assert!((0.35..0.6).contains(&p.total_s), "{p:?}");
+        // a prefix-cache hit (context instead of new tokens) is far cheaper
+        let hit = m.step([SeqWork {
+            new_tokens: 96,
+            context: 4000,
+        }]);
+        assert!(hit.total_s < p.total_s / 5.0);
+    }
+
+    #[test]
+    fn speculation_is_cheap_when_memory_bound_and_costly_when_compute_bound() {
+        let m = model("a100-80g/llama-3-8b");
+        let plain_small = m.step(decode(4, 512)).total_s;
+        let spec_small = m
+            .step(vec![
+                SeqWork {
+                    new_tokens: 5,
+                    context: 512
+                };
+                4
+            ])
+            .total_s;
+        assert!(spec_small < plain_small * 1.1);
+        let plain_big = m.step(decode(256, 512)).total_s;
+        let spec_big = m
+            .step(vec![
+                SeqWork {
+                    new_tokens: 5,
+                    context: 512
+                };
+                256
+            ])
+            .total_s;
+        assert!(spec_big > plain_big * 2.0);
+    }
+
+    #[test]
+    fn tensor_parallel_adds_all_reduce_and_instant_is_free() {
+        let tp = model("h100-80g/llama-3-70b-tp4").step(decode(8, 256));
+        assert!(tp.comm_s > 0.0 && tp.total_s > tp.comm_s);
+        assert_eq!(model("instant").step(decode(8, 256)).total_s, 0.0);
+        assert_eq!(model("cpu/tiny").step([]).total_s, 0.0);
+    }
+}

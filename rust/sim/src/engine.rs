@@ -1,0 +1,360 @@
+//! The engine loop: steps the scheduler in real time and streams what each step produced.
+//!
+//! Owns `Engine`, `Submission`, `Sink` and `Answer`. One task runs the loop: take new requests,
+//! plan a step (`Scheduler::schedule`), price it with the cost model, sleep until the step's
+//! end (wall time = modelled time × `time_scale`), then apply it (`Scheduler::complete`) and hand
+//! each sequence's new text to its client in ONE write (role, token text, and on the last step
+//! the finish, usage and `[DONE]` chunks together). Step ends are kept on an absolute clock, so
+//! timer jitter does not accumulate; a step after idling, or more than `LATE_TOLERANCE` behind
+//! (the CPU was busy), starts from now. Stop strings are matched on the decoded text; a stream holds back the
+//! last (longest stop − 1) bytes until they can no longer start a match, as vLLM does.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::config::Resolved;
+use crate::cost::{CostModel, SeqWork};
+use crate::kv::BlockPool;
+use crate::metrics::Metrics;
+use crate::render::{StreamFormat, Usage};
+use crate::scheduler::{Emitted, Scheduler, SeqId};
+use crate::sequence::{FinishReason, SeqParams, Sequence};
+use crate::vocab::Vocab;
+
+/// A step that starts within this of its planned start keeps the absolute clock (tokio's timer
+/// wakes up to ~2 ms late; the steps after a late wake-up run back to back until caught up).
+const LATE_TOLERANCE: Duration = Duration::from_millis(10);
+/// How often waiting requests are checked for clients that went away.
+const SWEEP_EVERY: Duration = Duration::from_millis(200);
+
+/// Where a request's output goes.
+pub enum Sink {
+    /// SSE bytes, one message per step.
+    Stream {
+        tx: mpsc::UnboundedSender<Bytes>,
+        format: StreamFormat,
+    },
+    /// The whole answer at the end.
+    Whole { tx: oneshot::Sender<Answer> },
+}
+
+impl Sink {
+    fn is_closed(&self) -> bool {
+        match self {
+            Sink::Stream { tx, .. } => tx.is_closed(),
+            Sink::Whole { tx } => tx.is_closed(),
+        }
+    }
+}
+
+/// A finished non-streamed answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    pub text: String,
+    pub finish: FinishReason,
+    pub usage: Usage,
+}
+
+/// A tokenized request handed to the engine.
+pub struct Submission {
+    pub prompt: Vec<u32>,
+    pub params: SeqParams,
+    /// The request's own seed (else the engine's).
+    pub seed: Option<u64>,
+    pub stop: Vec<String>,
+    pub sink: Sink,
+    pub arrived: Instant,
+}
+
+struct Outlet {
+    sink: Sink,
+    stop: Vec<String>,
+    /// Bytes held back while they could still start a stop string.
+    hold: usize,
+    pending: Vec<u8>,
+    /// Unsent text (streams) or all text so far (whole answers).
+    text: String,
+    arrived: Instant,
+    scheduled: bool,
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+/// The simulated engine; see the module docs.
+pub struct Engine {
+    sched: Scheduler,
+    cost: CostModel,
+    time_scale: f64,
+    seed: u64,
+    content_salt: u64,
+    vocab: Arc<Vocab>,
+    metrics: Arc<Mutex<Metrics>>,
+    outlets: Vec<Option<Outlet>>,
+    arrivals: u64,
+    rx: mpsc::UnboundedReceiver<Submission>,
+}
+
+impl Engine {
+    /// An engine for a resolved config; returns it and the sender requests go to.
+    pub fn new(
+        r: &Resolved,
+        vocab: Arc<Vocab>,
+        metrics: Arc<Mutex<Metrics>>,
+    ) -> (Engine, mpsc::UnboundedSender<Submission>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut sched_cfg = r.scheduler.clone();
+        sched_cfg.eos_token = vocab.eos;
+        let pool = BlockPool::new(
+            r.num_blocks,
+            r.config.block_size,
+            r.config.enable_prefix_caching,
+        );
+        let engine = Engine {
+            sched: Scheduler::new(sched_cfg, pool),
+            cost: CostModel::new(&r.profile, r.kv_elem_bytes),
+            time_scale: r.config.time_scale,
+            seed: r.config.seed,
+            content_salt: r.content_salt,
+            vocab,
+            metrics,
+            outlets: Vec::new(),
+            arrivals: 0,
+            rx,
+        };
+        (engine, tx)
+    }
+
+    fn accept(&mut self, sub: Submission) {
+        let seq = Sequence::new(
+            sub.prompt,
+            &sub.params,
+            sub.seed.unwrap_or(self.seed),
+            self.content_salt,
+            self.arrivals,
+        );
+        self.arrivals += 1;
+        let id = self.sched.add(seq) as usize;
+        if self.outlets.len() <= id {
+            self.outlets.resize_with(id + 1, || None);
+        }
+        let hold = sub
+            .stop
+            .iter()
+            .map(String::len)
+            .max()
+            .unwrap_or(1)
+            .saturating_sub(1);
+        self.outlets[id] = Some(Outlet {
+            sink: sub.sink,
+            stop: sub.stop,
+            hold,
+            pending: Vec::new(),
+            text: String::new(),
+            arrived: sub.arrived,
+            scheduled: false,
+            first: None,
+            last: None,
+        });
+    }
+
+    /// Run until every request sender is gone.
+    pub async fn run(mut self) {
+        let mut clock = Instant::now();
+        let mut last_sweep = Instant::now();
+        loop {
+            if self.sched.is_idle() {
+                match self.rx.recv().await {
+                    Some(sub) => self.accept(sub),
+                    None => return,
+                }
+                clock = Instant::now();
+            }
+            while let Ok(sub) = self.rx.try_recv() {
+                self.accept(sub);
+            }
+            let plan = self.sched.schedule();
+            if plan.seqs.is_empty() {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                continue;
+            }
+            let now = Instant::now();
+            self.mark_scheduled(&plan.seqs.iter().map(|s| s.id).collect::<Vec<_>>(), now);
+            let cost = self.cost.step(plan.seqs.iter().map(|s| SeqWork {
+                new_tokens: s.new_tokens,
+                context: s.context,
+            }));
+            let start = if now.saturating_duration_since(clock) <= LATE_TOLERANCE {
+                clock
+            } else {
+                now
+            };
+            let end = start + Duration::from_secs_f64(cost.total_s * self.time_scale);
+            if end > now {
+                tokio::time::sleep_until(end).await;
+            } else {
+                tokio::task::yield_now().await;
+            }
+            clock = end;
+            let emitted = self.sched.complete(&plan, &self.vocab.words);
+            self.deliver(&emitted);
+            if last_sweep.elapsed() >= SWEEP_EVERY {
+                last_sweep = Instant::now();
+                self.sweep();
+            }
+            self.publish();
+        }
+    }
+
+    fn mark_scheduled(&mut self, ids: &[SeqId], now: Instant) {
+        let mut m = self.metrics.lock().expect("metrics");
+        for &id in ids {
+            if let Some(o) = self.outlets[id as usize].as_mut() {
+                if !o.scheduled {
+                    o.scheduled = true;
+                    m.queue.observe((now - o.arrived).as_secs_f64());
+                }
+            }
+        }
+    }
+
+    fn deliver(&mut self, emitted: &[Emitted]) {
+        let now = Instant::now();
+        let metrics = Arc::clone(&self.metrics);
+        let mut m = metrics.lock().expect("metrics");
+        let mut delta = String::new();
+        for e in emitted {
+            let seq = self.sched.get(e.id);
+            let Some(out) = self.outlets[e.id as usize].as_mut() else {
+                continue;
+            };
+            let new = &seq.tokens[e.from..];
+            m.generation_tokens += new.len() as u64;
+            if out.first.is_none() {
+                m.ttft.observe((now - out.arrived).as_secs_f64());
+                m.prompt_tokens += seq.prompt_len as u64;
+                m.prompt_tokens_cached += seq.cached_tokens.unwrap_or(0) as u64;
+            } else if let Some(last) = out.last {
+                m.itl.observe((now - last).as_secs_f64());
+            }
+            let visible = if e.finish == Some(FinishReason::Eos) {
+                &new[..new.len().saturating_sub(1)]
+            } else {
+                new
+            };
+            let before = out.text.len();
+            self.vocab
+                .decode_into(visible, &mut out.pending, &mut out.text);
+            let mut finish = e.finish;
+            if !out.stop.is_empty() {
+                let from = floor_char(&out.text, before.saturating_sub(out.hold));
+                let hit = out
+                    .stop
+                    .iter()
+                    .filter_map(|s| out.text[from..].find(s.as_str()).map(|p| from + p))
+                    .min();
+                if let Some(p) = hit {
+                    out.text.truncate(p);
+                    finish = Some(FinishReason::StopString);
+                }
+            }
+            let usage = Usage {
+                prompt_tokens: seq.prompt_len as u32,
+                completion_tokens: seq.output_len(),
+                cached_tokens: seq.cached_tokens.unwrap_or(0),
+            };
+            let first = out.first.is_none();
+            out.first.get_or_insert(now);
+            out.last = Some(now);
+            let mut gone = false;
+            if let Sink::Stream { tx, format } = &out.sink {
+                let keep = if finish.is_some() { 0 } else { out.hold };
+                let cut = floor_char(&out.text, out.text.len().saturating_sub(keep));
+                delta.clear();
+                delta.push_str(&out.text[..cut]);
+                out.text.drain(..cut);
+                let mut buf = Vec::with_capacity(delta.len() + 384);
+                if first {
+                    format.role(&mut buf);
+                }
+                if !delta.is_empty() {
+                    format.token(&mut buf, &delta);
+                }
+                if let Some(f) = finish {
+                    format.finish(&mut buf, f.as_str(), usage);
+                }
+                gone = !buf.is_empty() && tx.send(Bytes::from(buf)).is_err();
+            }
+            let finish = if gone {
+                Some(FinishReason::Abort)
+            } else {
+                finish
+            };
+            if let Some(f) = finish {
+                drop(m);
+                self.finalize(e.id, f, usage, now);
+                m = metrics.lock().expect("metrics");
+            }
+        }
+    }
+
+    /// End a request: answer a whole-answer client, count it, forget it.
+    fn finalize(&mut self, id: SeqId, finish: FinishReason, usage: Usage, now: Instant) {
+        self.sched.stop(id, finish);
+        self.sched.remove(id);
+        let Some(out) = self.outlets[id as usize].take() else {
+            return;
+        };
+        let mut m = self.metrics.lock().expect("metrics");
+        m.finished(finish.as_str());
+        if finish != FinishReason::Abort {
+            m.e2e.observe((now - out.arrived).as_secs_f64());
+        }
+        if let Sink::Whole { tx } = out.sink {
+            let _ = tx.send(Answer {
+                text: out.text,
+                finish,
+                usage,
+            });
+        }
+    }
+
+    /// Abort requests whose clients went away.
+    fn sweep(&mut self) {
+        let gone: Vec<SeqId> = self
+            .outlets
+            .iter()
+            .enumerate()
+            .filter_map(|(i, o)| {
+                o.as_ref()
+                    .filter(|o| o.sink.is_closed())
+                    .map(|_| i as SeqId)
+            })
+            .collect();
+        let now = Instant::now();
+        for id in gone {
+            self.finalize(id, FinishReason::Abort, Usage::default(), now);
+        }
+    }
+
+    fn publish(&self) {
+        let mut m = self.metrics.lock().expect("metrics");
+        m.num_requests_running = self.sched.num_running();
+        m.num_requests_waiting = self.sched.num_waiting();
+        m.kv_cache_usage_perc = self.sched.pool().usage();
+        m.sched = self.sched.stats.clone();
+        m.steps += 1;
+    }
+}
+
+/// The largest char boundary of `s` at or below `i`.
+fn floor_char(s: &str, mut i: usize) -> usize {
+    i = i.min(s.len());
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}

@@ -1,0 +1,367 @@
+//! Prometheus metrics under vLLM's names, rendered as the text exposition format.
+//!
+//! Owns `Metrics` and `Histogram`. The engine updates them once per step (gauges, counters and
+//! per-request latencies); GET /metrics renders them. Every series carries `model_name` (and
+//! vLLM's `engine="0"`); histogram buckets are vLLM's.
+
+use std::fmt::Write;
+
+use crate::scheduler::SchedStats;
+
+const TTFT_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+const ITL_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+];
+const E2E_BUCKETS: &[f64] = &[
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+];
+
+/// A Prometheus histogram with fixed upper bounds.
+#[derive(Debug, Clone)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    pub fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            counts: vec![0; bounds.len()],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    pub fn observe(&mut self, v: f64) {
+        if let Some(i) = self.bounds.iter().position(|&b| v <= b) {
+            self.counts[i] += 1;
+        }
+        self.sum += v;
+        self.count += 1;
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    pub fn sum(&self) -> f64 {
+        self.sum
+    }
+}
+
+/// Static facts about the engine, shown as `vllm:cache_config_info`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CacheInfo {
+    pub block_size: u32,
+    pub num_gpu_blocks: u64,
+    pub enable_prefix_caching: bool,
+    pub cache_dtype: String,
+    pub gpu_memory_utilization: f64,
+}
+
+/// Every series the engine exports.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    pub model_name: String,
+    pub cache: CacheInfo,
+    pub num_requests_running: usize,
+    pub num_requests_waiting: usize,
+    pub kv_cache_usage_perc: f64,
+    pub prompt_tokens: u64,
+    pub generation_tokens: u64,
+    pub prompt_tokens_cached: u64,
+    /// finished requests by reason: stop, length, abort
+    pub success: [u64; 3],
+    pub sched: SchedStats,
+    pub ttft: Histogram,
+    pub itl: Histogram,
+    pub e2e: Histogram,
+    pub queue: Histogram,
+    pub steps: u64,
+}
+
+impl Metrics {
+    pub fn new(model_name: &str, cache: CacheInfo) -> Metrics {
+        Metrics {
+            model_name: model_name.to_string(),
+            cache,
+            num_requests_running: 0,
+            num_requests_waiting: 0,
+            kv_cache_usage_perc: 0.0,
+            prompt_tokens: 0,
+            generation_tokens: 0,
+            prompt_tokens_cached: 0,
+            success: [0; 3],
+            sched: SchedStats::default(),
+            ttft: Histogram::new(TTFT_BUCKETS),
+            itl: Histogram::new(ITL_BUCKETS),
+            e2e: Histogram::new(E2E_BUCKETS),
+            queue: Histogram::new(E2E_BUCKETS),
+            steps: 0,
+        }
+    }
+
+    /// Count a finished request by its `finish_reason` ("stop", "length" or "abort").
+    pub fn finished(&mut self, reason: &str) {
+        let i = match reason {
+            "stop" => 0,
+            "length" => 1,
+            _ => 2,
+        };
+        self.success[i] += 1;
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let labels = format!("engine=\"0\",model_name=\"{}\"", escape(&self.model_name));
+        let mut out = String::with_capacity(8192);
+        let gauges = [
+            (
+                "num_requests_running",
+                "Number of requests in model execution batches.",
+                self.num_requests_running as f64,
+            ),
+            (
+                "num_requests_waiting",
+                "Number of requests waiting to be processed.",
+                self.num_requests_waiting as f64,
+            ),
+            (
+                "kv_cache_usage_perc",
+                "KV-cache usage. 1 means 100 percent usage.",
+                self.kv_cache_usage_perc,
+            ),
+        ];
+        for (name, help, v) in gauges {
+            series(&mut out, name, help, "gauge", &[(labels.clone(), v)]);
+        }
+        let s = &self.sched;
+        let counters = [
+            (
+                "num_preemptions_total",
+                "Cumulative number of preemption from the engine.",
+                s.preemptions,
+            ),
+            (
+                "prompt_tokens_total",
+                "Number of prefill tokens processed.",
+                self.prompt_tokens,
+            ),
+            (
+                "generation_tokens_total",
+                "Number of generation tokens processed.",
+                self.generation_tokens,
+            ),
+            (
+                "prefix_cache_queries_total",
+                "Prefix cache queries, in terms of number of queried tokens.",
+                s.prefix_queries,
+            ),
+            (
+                "prefix_cache_hits_total",
+                "Prefix cache hits, in terms of number of cached tokens.",
+                s.prefix_hits,
+            ),
+            (
+                "prompt_tokens_cached_total",
+                "Number of cached prompt tokens (local prefix cache).",
+                self.prompt_tokens_cached,
+            ),
+            (
+                "spec_decode_num_drafts_total",
+                "Number of spec decoding drafts.",
+                s.spec_drafts,
+            ),
+            (
+                "spec_decode_num_draft_tokens_total",
+                "Number of draft tokens.",
+                s.spec_draft_tokens,
+            ),
+            (
+                "spec_decode_num_accepted_tokens_total",
+                "Number of accepted tokens.",
+                s.spec_accepted_tokens,
+            ),
+            (
+                "engine_steps_total",
+                "Number of engine steps (replay-sim extension).",
+                self.steps,
+            ),
+        ];
+        for (name, help, v) in counters {
+            series(
+                &mut out,
+                name,
+                help,
+                "counter",
+                &[(labels.clone(), v as f64)],
+            );
+        }
+        let by_reason: Vec<(String, f64)> = ["stop", "length", "abort"]
+            .iter()
+            .zip(self.success)
+            .map(|(r, v)| {
+                (
+                    format!(
+                        "engine=\"0\",finished_reason=\"{r}\",model_name=\"{}\"",
+                        escape(&self.model_name)
+                    ),
+                    v as f64,
+                )
+            })
+            .collect();
+        series(
+            &mut out,
+            "request_success_total",
+            "Count of successfully processed requests.",
+            "counter",
+            &by_reason,
+        );
+        let hists = [
+            (
+                "time_to_first_token_seconds",
+                "Histogram of time to first token in seconds.",
+                &self.ttft,
+            ),
+            (
+                "inter_token_latency_seconds",
+                "Histogram of inter-token latency in seconds.",
+                &self.itl,
+            ),
+            (
+                "e2e_request_latency_seconds",
+                "Histogram of e2e request latency in seconds.",
+                &self.e2e,
+            ),
+            (
+                "request_queue_time_seconds",
+                "Histogram of time spent in WAITING phase for request.",
+                &self.queue,
+            ),
+        ];
+        for (name, help, h) in hists {
+            histogram(&mut out, name, help, &labels, h);
+        }
+        let c = &self.cache;
+        let info = format!(
+            "block_size=\"{}\",cache_dtype=\"{}\",enable_prefix_caching=\"{}\",engine=\"0\",gpu_memory_utilization=\"{}\",num_gpu_blocks=\"{}\"",
+            c.block_size, escape(&c.cache_dtype), if c.enable_prefix_caching { "True" } else { "False" },
+            c.gpu_memory_utilization, c.num_gpu_blocks
+        );
+        series(
+            &mut out,
+            "cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            "gauge",
+            &[(info, 1.0)],
+        );
+        out
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn num(v: f64) -> String {
+    if v.is_infinite() {
+        "+Inf".into()
+    } else if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.1}")
+    } else {
+        format!("{v}")
+    }
+}
+
+fn series(out: &mut String, name: &str, help: &str, kind: &str, values: &[(String, f64)]) {
+    let _ = writeln!(out, "# HELP vllm:{name} {help}\n# TYPE vllm:{name} {kind}");
+    for (labels, v) in values {
+        let _ = writeln!(out, "vllm:{name}{{{labels}}} {}", num(*v));
+    }
+}
+
+fn histogram(out: &mut String, name: &str, help: &str, labels: &str, h: &Histogram) {
+    let _ = writeln!(
+        out,
+        "# HELP vllm:{name} {help}\n# TYPE vllm:{name} histogram"
+    );
+    let mut cumulative = 0;
+    for (b, c) in h.bounds.iter().zip(&h.counts) {
+        cumulative += c;
+        let _ = writeln!(
+            out,
+            "vllm:{name}_bucket{{{labels},le=\"{}\"}} {}",
+            num(*b),
+            num(cumulative as f64)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "vllm:{name}_bucket{{{labels},le=\"+Inf\"}} {}",
+        num(h.count as f64)
+    );
+    let _ = writeln!(out, "vllm:{name}_count{{{labels}}} {}", num(h.count as f64));
+    let _ = writeln!(out, "vllm:{name}_sum{{{labels}}} {}", num(h.sum));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_exposition_has_vllm_names_and_labels() {
+        let mut m = Metrics::new(
+            "sim",
+            CacheInfo {
+                block_size: 16,
+                num_gpu_blocks: 100,
+                ..Default::default()
+            },
+        );
+        m.num_requests_running = 3;
+        m.sched.preemptions = 2;
+        m.sched.prefix_hits = 32;
+        m.finished("length");
+        m.ttft.observe(0.03);
+        m.ttft.observe(100.0);
+        m.ttft.observe(5000.0);
+        let text = m.render();
+        for needle in [
+            "# TYPE vllm:num_requests_running gauge",
+            "vllm:num_requests_running{engine=\"0\",model_name=\"sim\"} 3.0",
+            "vllm:num_requests_waiting{",
+            "vllm:kv_cache_usage_perc{",
+            "vllm:num_preemptions_total{engine=\"0\",model_name=\"sim\"} 2.0",
+            "vllm:prefix_cache_hits_total{engine=\"0\",model_name=\"sim\"} 32.0",
+            "vllm:prefix_cache_queries_total{",
+            "vllm:prompt_tokens_total{",
+            "vllm:generation_tokens_total{",
+            "vllm:request_success_total{engine=\"0\",finished_reason=\"length\",model_name=\"sim\"} 1.0",
+            "# TYPE vllm:time_to_first_token_seconds histogram",
+            "vllm:time_to_first_token_seconds_bucket{engine=\"0\",model_name=\"sim\",le=\"0.04\"} 1.0",
+            "vllm:time_to_first_token_seconds_bucket{engine=\"0\",model_name=\"sim\",le=\"160.0\"} 2.0",
+            "vllm:time_to_first_token_seconds_bucket{engine=\"0\",model_name=\"sim\",le=\"+Inf\"} 3.0",
+            "vllm:time_to_first_token_seconds_count{engine=\"0\",model_name=\"sim\"} 3.0",
+            "vllm:inter_token_latency_seconds_count{",
+            "vllm:e2e_request_latency_seconds_sum{",
+            "num_gpu_blocks=\"100\"",
+        ] {
+            assert!(text.contains(needle), "missing {needle}\n{text}");
+        }
+        // every non-comment line is `name{labels} value`
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let (_, value) = line.rsplit_once(' ').unwrap();
+            assert!(value == "+Inf" || value.parse::<f64>().is_ok(), "{line}");
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! Reading an OpenAI request body into what the engine needs.
+//!
+//! Owns `ApiRequest`, `Api`, `Prompt` and `ApiError`. Honoured fields: `model`, `messages`
+//! (chat) or `prompt` (completions: a string or a list of token ids, or a one-element list of
+//! either), `max_tokens` (chat also `max_completion_tokens`), `stream`,
+//! `stream_options.include_usage`, `ignore_eos`, `min_tokens`, `stop` (a string or a list),
+//! `priority`, `seed` and `n` (must be 1). Sampling fields such as `temperature` are accepted and
+//! ignored. Anything malformed is a 400 `ApiError` naming the field, as vLLM answers.
+
+use serde_json::{Map, Value};
+
+/// Which endpoint a request came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    Chat,
+    Completions,
+}
+
+/// The prompt as sent: text to tokenize, or token ids.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    Text(String),
+    Ids(Vec<u32>),
+}
+
+/// A request the engine can serve (the prompt still to be tokenized).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiRequest {
+    pub api: Api,
+    pub model: Option<String>,
+    pub prompt: Prompt,
+    pub max_tokens: Option<u32>,
+    pub min_tokens: u32,
+    pub ignore_eos: bool,
+    pub stop: Vec<String>,
+    pub priority: i64,
+    pub seed: Option<u64>,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+/// An HTTP error answer: status, OpenAI error `type`, one-line message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: u16,
+    pub kind: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: 400,
+            kind: "BadRequestError",
+            message: message.into(),
+        }
+    }
+
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: 404,
+            kind: "NotFoundError",
+            message: message.into(),
+        }
+    }
+}
+
+fn int_field(obj: &Map<String, Value>, key: &str) -> Result<Option<i64>, ApiError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| ApiError::bad_request(format!("'{key}' must be an integer, got {v}"))),
+    }
+}
+
+fn bool_field(obj: &Map<String, Value>, key: &str) -> Result<bool, ApiError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(v) => Err(ApiError::bad_request(format!(
+            "'{key}' must be a boolean, got {v}"
+        ))),
+    }
+}
+
+fn token_ids(list: &[Value]) -> Option<Vec<u32>> {
+    list.iter()
+        .map(|v| v.as_u64().and_then(|x| u32::try_from(x).ok()))
+        .collect()
+}
+
+fn completion_prompt(v: Option<&Value>) -> Result<Prompt, ApiError> {
+    let bad = || {
+        ApiError::bad_request(
+            "'prompt' must be a string, a list of token ids, or a one-element list of either",
+        )
+    };
+    match v {
+        Some(Value::String(s)) => Ok(Prompt::Text(s.clone())),
+        Some(Value::Array(items)) if items.len() == 1 && !items[0].is_number() => match &items[0] {
+            Value::String(s) => Ok(Prompt::Text(s.clone())),
+            Value::Array(ids) => token_ids(ids).map(Prompt::Ids).ok_or_else(bad),
+            _ => Err(bad()),
+        },
+        Some(Value::Array(items)) if items.iter().all(Value::is_number) => {
+            token_ids(items).map(Prompt::Ids).ok_or_else(bad)
+        }
+        Some(Value::Array(_)) => Err(ApiError::bad_request(
+            "batched prompts are not supported by the simulated engine; send one prompt per request",
+        )),
+        None => Err(ApiError::bad_request("'prompt' is required")),
+        Some(_) => Err(bad()),
+    }
+}
+
+/// Parse a request body for `api`; `render_chat` turns `messages` into prompt text.
+pub fn parse_request(
+    api: Api,
+    body: &[u8],
+    render_chat: impl Fn(&[Value]) -> Result<String, String>,
+) -> Result<ApiRequest, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("request body is not valid JSON: {e}")))?;
+    let Value::Object(obj) = value else {
+        return Err(ApiError::bad_request("request body must be a JSON object"));
+    };
+    let model = match obj.get("model") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(m)) => Some(m.clone()),
+        Some(v) => {
+            return Err(ApiError::bad_request(format!(
+                "'model' must be a string, got {v}"
+            )))
+        }
+    };
+    let prompt = match api {
+        Api::Chat => match obj.get("messages") {
+            Some(Value::Array(msgs)) if !msgs.is_empty() => {
+                Prompt::Text(render_chat(msgs).map_err(ApiError::bad_request)?)
+            }
+            _ => return Err(ApiError::bad_request("'messages' must be a non-empty list")),
+        },
+        Api::Completions => completion_prompt(obj.get("prompt"))?,
+    };
+    let mut max_tokens = int_field(&obj, "max_tokens")?;
+    if api == Api::Chat {
+        max_tokens = max_tokens.or(int_field(&obj, "max_completion_tokens")?);
+    }
+    let max_tokens = match max_tokens {
+        Some(n) if n < 1 => {
+            return Err(ApiError::bad_request(format!(
+                "max_tokens must be at least 1, got {n}."
+            )))
+        }
+        Some(n) => Some(n.min(u32::MAX as i64) as u32),
+        None => None,
+    };
+    let min_tokens = int_field(&obj, "min_tokens")?.unwrap_or(0);
+    if min_tokens < 0 || max_tokens.is_some_and(|m| min_tokens > m as i64) {
+        return Err(ApiError::bad_request(format!(
+            "min_tokens must be in [0, max_tokens], got {min_tokens}"
+        )));
+    }
+    if let Some(n) = int_field(&obj, "n")? {
+        if n != 1 {
+            return Err(ApiError::bad_request(format!(
+                "n must be 1 on the simulated engine, got {n}"
+            )));
+        }
+    }
+    let stop = match obj.get("stop") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ApiError::bad_request("'stop' must be a string or a list of strings"))?,
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "'stop' must be a string or a list of strings",
+            ))
+        }
+    };
+    let include_usage = match obj.get("stream_options") {
+        Some(Value::Object(o)) => bool_field(o, "include_usage")?,
+        _ => false,
+    };
+    Ok(ApiRequest {
+        api,
+        model,
+        prompt,
+        max_tokens,
+        min_tokens: min_tokens.min(u32::MAX as i64) as u32,
+        ignore_eos: bool_field(&obj, "ignore_eos")?,
+        stop: stop.into_iter().filter(|s| !s.is_empty()).collect(),
+        priority: int_field(&obj, "priority")?.unwrap_or(0),
+        seed: int_field(&obj, "seed")?.map(|s| s as u64),
+        stream: bool_field(&obj, "stream")?,
+        include_usage,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat(body: &str) -> Result<ApiRequest, ApiError> {
+        parse_request(Api::Chat, body.as_bytes(), |m| {
+            Ok(format!("{} messages", m.len()))
+        })
+    }
+
+    fn comp(body: &str) -> Result<ApiRequest, ApiError> {
+        parse_request(Api::Completions, body.as_bytes(), |_| unreachable!())
+    }
+
+    #[test]
+    fn chat_fields() {
+        let r = chat(
+            r#"{"model":"sim","messages":[{"role":"user","content":"hi"}],"max_completion_tokens":7,
+            "stream":true,"stream_options":{"include_usage":true},"ignore_eos":true,"stop":["x",""],
+            "priority":-2,"seed":9,"temperature":0.7}"#,
+        )
+        .unwrap();
+        assert_eq!(r.prompt, Prompt::Text("1 messages".into()));
+        assert_eq!(
+            (r.max_tokens, r.stream, r.include_usage, r.ignore_eos),
+            (Some(7), true, true, true)
+        );
+        assert_eq!(
+            (r.stop, r.priority, r.seed, r.model.as_deref()),
+            (vec!["x".to_string()], -2, Some(9), Some("sim"))
+        );
+    }
+
+    #[test]
+    fn completion_prompts() {
+        assert_eq!(
+            comp(r#"{"prompt":"a b"}"#).unwrap().prompt,
+            Prompt::Text("a b".into())
+        );
+        assert_eq!(
+            comp(r#"{"prompt":[1,2,3]}"#).unwrap().prompt,
+            Prompt::Ids(vec![1, 2, 3])
+        );
+        assert_eq!(
+            comp(r#"{"prompt":[[4,5]]}"#).unwrap().prompt,
+            Prompt::Ids(vec![4, 5])
+        );
+        assert_eq!(
+            comp(r#"{"prompt":["one"]}"#).unwrap().prompt,
+            Prompt::Text("one".into())
+        );
+        assert!(comp(r#"{"prompt":["a","b"]}"#)
+            .unwrap_err()
+            .message
+            .contains("batched"));
+        assert!(comp(r#"{"prompt":[-1]}"#).is_err());
+        assert!(comp(r#"{}"#).is_err());
+    }
+
+    #[test]
+    fn errors_are_400_naming_the_field() {
+        for (body, word) in [
+            ("{not json", "JSON"),
+            ("[1]", "object"),
+            (r#"{"messages":[]}"#, "messages"),
+            (
+                r#"{"messages":[{"role":"u"}],"max_tokens":0}"#,
+                "max_tokens",
+            ),
+            (
+                r#"{"messages":[{"role":"u"}],"max_tokens":"5"}"#,
+                "max_tokens",
+            ),
+            (r#"{"messages":[{"role":"u"}],"n":2}"#, "n must be 1"),
+            (r#"{"messages":[{"role":"u"}],"stop":3}"#, "stop"),
+            (r#"{"messages":[{"role":"u"}],"stream":"yes"}"#, "stream"),
+            (
+                r#"{"messages":[{"role":"u"}],"max_tokens":5,"min_tokens":6}"#,
+                "min_tokens",
+            ),
+        ] {
+            let e = chat(body).unwrap_err();
+            assert_eq!(e.status, 400);
+            assert!(e.message.contains(word), "{body}: {}", e.message);
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! The server end to end over real sockets, driven by our own client (replay-core): OpenAI
+//! shapes, usage and cached tokens, errors, /tokenize, /metrics, and real-time step pacing.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use replay_core::{run, PlannedRequest, Records, RunConfig, RunControl};
+use replay_sim::fixture::tiny_vocab;
+use replay_sim::{serve_with, EngineConfig, ServerHandle};
+use serde_json::{json, Value};
+
+fn start(json: Value) -> ServerHandle {
+    let config = EngineConfig::from_json(&json.to_string()).unwrap();
+    serve_with(config.resolve().unwrap(), Arc::new(tiny_vocab())).unwrap()
+}
+
+fn send(server: &ServerHandle, reqs: Vec<(&str, Value)>) -> Records {
+    let planned = reqs
+        .into_iter()
+        .map(|(path, body)| PlannedRequest {
+            path: path.into(),
+            body: Bytes::from(body.to_string()),
+            offset_ns: 0,
+        })
+        .collect();
+    let config = RunConfig {
+        base_url: server.url(),
+        ..RunConfig::default()
+    };
+    run(&config, planned, Arc::new(RunControl::default())).unwrap()
+}
+
+/// A raw HTTP/1.1 exchange (Connection: close): (status, body).
+fn http(server: &ServerHandle, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out[9..12].parse().unwrap();
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn chat(content: &str, max_tokens: u32) -> Value {
+    json!({"model": "sim", "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
+           "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}})
+}
+
+#[test]
+fn streams_carry_tokens_usage_and_cached_tokens() {
+    let server = start(json!({"profile": "instant", "block_size": 16}));
+    let long = "the cat sat on the mat and looked at the door for a long while ".repeat(8);
+    let first = send(&server, vec![("/v1/chat/completions", chat(&long, 30))]);
+    assert_eq!(first.error_kind[0], 0, "{:?}", first.error_detail);
+    assert_eq!(
+        (first.completion_tokens[0], first.output_chunks[0]),
+        (30, 30)
+    );
+    assert_eq!(first.cached_tokens[0], 0);
+    let prompt_tokens = first.prompt_tokens[0];
+    let again = send(
+        &server,
+        (0..20)
+            .map(|_| ("/v1/chat/completions", chat(&long, 30)))
+            .collect(),
+    );
+    for i in 0..20 {
+        assert_eq!(again.error_kind[i], 0);
+        assert_eq!(again.completion_tokens[i], 30);
+        assert_eq!(again.prompt_tokens[i], prompt_tokens);
+        assert_eq!(
+            again.cached_tokens[i],
+            (prompt_tokens - 1) / 16 * 16,
+            "request {i}"
+        );
+    }
+    let metrics = server.metrics_text();
+    assert!(metrics.contains("vllm:prefix_cache_hits_total{engine=\"0\",model_name=\"sim\"}"));
+    assert!(!metrics.contains("vllm:prefix_cache_hits_total{engine=\"0\",model_name=\"sim\"} 0.0"));
+}
+
+#[test]
+fn whole_answers_completions_and_token_prompts() {
+    let server = start(json!({"profile": "instant"}));
+    let body = json!({"prompt": "the cat", "max_tokens": 5, "ignore_eos": true});
+    let (status, text) = http(&server, "POST", "/v1/completions", &body.to_string());
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["object"], "text_completion");
+    assert_eq!(v["usage"]["completion_tokens"], 5);
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    let ids = tiny_vocab().encode("the cat");
+    let body = json!({"prompt": ids, "max_tokens": 5, "ignore_eos": true});
+    let (_, text2) = http(&server, "POST", "/v1/completions", &body.to_string());
+    let v2: Value = serde_json::from_str(&text2).unwrap();
+    assert_eq!(
+        v2["choices"][0]["text"], v["choices"][0]["text"],
+        "same ids, same answer"
+    );
+    let (status, text) = http(&server, "POST", "/tokenize", r#"{"prompt":"the cat"}"#);
+    assert_eq!(status, 200);
+    let t: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(t["tokens"], json!(ids));
+    assert_eq!(t["count"], ids.len());
+    assert_eq!(t["max_model_len"], 8192);
+    let (status, text) = http(&server, "GET", "/v1/models", "");
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["data"][0]["id"],
+        "sim"
+    );
+    assert_eq!(http(&server, "GET", "/health", "").0, 200);
+    assert_eq!(http(&server, "GET", "/nope", "").0, 404);
+}
+
+#[test]
+fn errors_look_like_vllm() {
+    let server = start(json!({"profile": "instant", "max_model_len": 64}));
+    let cases = [
+        ("{bad", 400, "JSON"),
+        (
+            r#"{"model":"other","messages":[{"role":"user","content":"x"}]}"#,
+            404,
+            "does not exist",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":1000}"#,
+            400,
+            "maximum context length",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"priority":3}"#,
+            400,
+            "Priority scheduling",
+        ),
+    ];
+    for (body, status, word) in cases {
+        let (got, text) = http(&server, "POST", "/v1/chat/completions", body);
+        assert_eq!(got, status, "{body}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["error"]["code"], status);
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(word),
+            "{text}"
+        );
+    }
+    let long = "the ".repeat(100);
+    let (got, _) = http(
+        &server,
+        "POST",
+        "/v1/completions",
+        &json!({"prompt": long}).to_string(),
+    );
+    assert_eq!(got, 400);
+}
+
+#[test]
+fn stop_strings_and_eos_end_with_stop() {
+    let server = start(json!({"profile": "instant", "seed": 1}));
+    let base = json!({"prompt": "the cat sat", "max_tokens": 40, "ignore_eos": true});
+    let (_, text) = http(&server, "POST", "/v1/completions", &base.to_string());
+    let full: Value = serde_json::from_str(&text).unwrap();
+    let full_text = full["choices"][0]["text"].as_str().unwrap().to_string();
+    let cut = full_text.len() / 2;
+    let start = (cut..full_text.len())
+        .find(|&i| full_text.is_char_boundary(i))
+        .unwrap();
+    let stop: String = full_text[start..].chars().take(3).collect();
+    let mut req = base.clone();
+    req["stop"] = json!([stop]);
+    let (_, text) = http(&server, "POST", "/v1/completions", &req.to_string());
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let stopped = v["choices"][0]["text"].as_str().unwrap();
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert!(full_text.starts_with(stopped) && !stopped.contains(&stop) && stopped.len() <= start);
+    // without ignore_eos a long budget ends by EOS
+    let (_, text) = http(
+        &server,
+        "POST",
+        "/v1/completions",
+        r#"{"prompt":"the cat sat","max_tokens":100000}"#,
+    );
+    assert!(text.contains("maximum context length"));
+    let (_, text) = http(
+        &server,
+        "POST",
+        "/v1/completions",
+        r#"{"prompt":"the cat sat","max_tokens":8000}"#,
+    );
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert!(v["usage"]["completion_tokens"].as_u64().unwrap() < 8000);
+}
+
+#[test]
+fn steps_take_the_modelled_time() {
+    // one decoding stream on a100/llama-3-8b: ~11.8 ms per step (weights over bandwidth +
+    // overhead), played at half speed
+    let server = start(json!({"profile": "a100-80g/llama-3-8b", "time_scale": 0.5}));
+    let r = send(&server, vec![("/v1/chat/completions", chat("the cat", 60))]);
+    assert_eq!(r.error_kind[0], 0);
+    let t: Vec<i64> = r.chunk_t_ns.clone();
+    let mean_itl_ms = (t[t.len() - 1] - t[1]) as f64 / (t.len() - 2) as f64 / 1e6;
+    // a busy machine can only make steps late, never early
+    assert!(
+        (0.85 * 5.9..1.4 * 5.9).contains(&mean_itl_ms),
+        "mean ITL {mean_itl_ms} ms"
+    );
+}

@@ -1,0 +1,72 @@
+"""What the tests against real engines share: the CI gate and the workloads they replay.
+
+An engine that is not built or installed skips its tests on a developer's machine; under CI
+(env ``CI`` set) it is a failure, since ``.ci/run`` builds and installs them first.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from replay.config import RunConfig
+from replay.generate import GenerateConfig, generate
+from replay.prompts import text_of_tokens
+from replay.runner import run_stage
+from replay.targets.process import RunningEngine
+from replay.trace import Trace
+from tests.integration.conftest import trace_of_bodies
+
+NETWORK_ERRORS = {"reset", "connect_refused", "connect", "malformed_sse", "other"}
+
+
+def require(found: Path | None, what: str, how: str) -> Path:
+    """``found``, or skip (developer machine) / fail (CI) naming the command that provides it."""
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{what} is missing under CI: .ci/run should have run `{how}`")
+        pytest.skip(f"{what} not available; run `{how}`")
+    return found
+
+
+def small_trace(n: int = 12, seed: int = 0, max_input_tokens: int = 1500) -> Trace:
+    """A production-shaped trace (sessions, shared system prompts, bursts) scaled down for a CPU."""
+    return generate(GenerateConfig(
+        n_requests=n, seed=seed, rate=4.0, n_system_prompts=2, system_prompt_tokens=150,
+        turns_mean=2.0, think_time_mean_s=1.0, user_tokens_p50=30, output_tokens_p50=8,
+        max_user_tokens=200, max_output_tokens=16, max_input_tokens=max_input_tokens, tokenizer="gpt2"))
+
+
+def shared_prefix_trace(system_tokens: int, n: int = 6, gap_ms: int = 500, max_tokens: int = 4) -> Trace:
+    """``n`` chat requests sharing one ``system_tokens``-token system prompt, ``gap_ms`` apart."""
+    system = text_of_tokens(system_tokens, seed=11)
+    bodies = [{"model": "m", "max_tokens": max_tokens,
+               "messages": [{"role": "system", "content": system},
+                            {"role": "user", "content": text_of_tokens(12, seed=100 + i)}]}
+              for i in range(n)]
+    return trace_of_bodies(bodies, arrival_us=[i * gap_ms * 1000 for i in range(n)])
+
+
+def replay_through_a_crash(running: RunningEngine, *, n: int = 10, gap_ms: int = 250,
+                           kill_after_s: float = 1.0, max_tokens: int = 300):
+    """Replay long requests and SIGKILL the engine's server process mid-run; returns the requests.
+
+    Only the process that listens is killed, as a crash would; ``stop()`` then ends its helpers.
+    """
+    bodies = [{"model": "m", "max_tokens": max_tokens,
+               "messages": [{"role": "user", "content": text_of_tokens(20, seed=200 + i)}]}
+              for i in range(n)]
+    trace = trace_of_bodies(bodies, arrival_us=[i * gap_ms * 1000 for i in range(n)])
+    killer = threading.Timer(kill_after_s, os.kill, args=(running.process.pid, signal.SIGKILL))
+    killer.start()
+    try:
+        config = RunConfig(url=running.url, speedup=1.0, timeout_s=60, stall_timeout_s=20,
+                           connect_timeout_s=2, lag_bound_ms=50)
+        return run_stage(trace, config).requests
+    finally:
+        killer.cancel()
+        running.stop()

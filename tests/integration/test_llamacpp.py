@@ -1,0 +1,121 @@
+"""Replays against a real llama.cpp ``llama-server`` on loopback, with tiny random-weight models.
+
+The binary comes from `replay engines build-llama-server` (cached per machine); the model is a
+2-layer Llama with the real GPT-2 vocabulary, so the engine's prompt token counts are the ones
+our tokenizer predicts.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from replay.config import Arrivals, RunConfig
+from replay.errors import TargetError
+from replay.runner import run_stage
+from replay.sweep import sweep
+from replay.targets import LlamaServer
+from replay.targets.llamacpp_build import llama_server_path
+from replay.targets.tiny_models import smollm2_path, tiny_gguf_path
+from tests.integration.real_engines import (NETWORK_ERRORS, replay_through_a_crash, require,
+                                            shared_prefix_trace, small_trace)
+
+pytestmark = pytest.mark.engine
+
+# one thread (two fight over a 2-core machine), four slots of 2048 tokens
+BASE = {"threads": 1, "parallel": 4, "ctx_size": 8192}
+
+
+@pytest.fixture(scope="module")
+def binary():
+    return require(llama_server_path(), "llama-server", "replay engines build-llama-server")
+
+
+@pytest.fixture(scope="module")
+def engine(binary):
+    return LlamaServer(model=tiny_gguf_path("gpt-2"), binary=binary, defaults=BASE)
+
+
+@pytest.fixture(scope="module")
+def running(engine):
+    with engine.launch() as r:
+        yield r
+
+
+def test_sweep_completes_with_usage_parsed(running):
+    trace = small_trace(n=12)
+    result = sweep(trace, RunConfig(url=running.url, lag_bound_ms=20), rates=[2.0, 6.0])
+    assert [s["requested_rate"] for s in result.summaries] == [2.0, 6.0]
+    for stage in result.stages:
+        df = stage.requests
+        assert df["error"].to_list() == ["none"] * 12, df["error_detail"].to_list()
+        # ignore_eos: exactly the trace's output lengths; the engine counts our prompt tokens
+        assert df["completion_tokens"].to_list() == df["expected_output_tokens"].to_list()
+        assert df["prompt_tokens"].null_count() == 0 and (df["prompt_tokens"] > df["input_tokens"]).all()
+        assert df["cached_tokens"].null_count() == 0
+    assert all(s["completed"] == 12 and s["output_tokens_per_s"] > 0 for s in result.summaries)
+
+
+def test_shared_prefix_hits_the_cache_in_responses_and_metrics(running):
+    before = running.metrics()
+    trace = shared_prefix_trace(system_tokens=300, n=5)
+    df = run_stage(trace, RunConfig(url=running.url, speedup=1.0, lag_bound_ms=20)).requests
+    assert df["error"].to_list() == ["none"] * 5
+    cached = df["cached_tokens"].to_list()
+    assert all(c >= 290 for c in cached[1:]), cached          # the 300-token system prompt, and more
+    after = running.metrics()
+    assert after["prefix_cache_hits"] - before["prefix_cache_hits"] >= sum(cached[1:])
+    assert after["prompt_tokens"] - before["prompt_tokens"] == df["prompt_tokens"].sum()
+    assert after["generation_tokens"] - before["generation_tokens"] == 5 * 4
+    assert after["running"] == 0 and after["waiting"] == 0
+
+
+def test_the_cli_sweeps_a_trace_file(running, tmp_path):
+    path = small_trace(n=6, seed=1).write(tmp_path / "small.parquet")
+    proc = subprocess.run(
+        [sys.executable, "-m", "replay.cli.main", "sweep", str(path), "--url", running.url,
+         "--rates", "3,6", "--lag-bound-ms", "20", "--json", "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout)
+    assert [s["completed"] for s in summary["stages"]] == [6, 6]
+    assert all(s["prompt_tokens"] > 0 for s in summary["stages"])
+    assert (tmp_path / "out" / "summary.json").is_file()
+
+
+def test_a_server_killed_mid_run_gives_recorded_errors(engine):
+    df = replay_through_a_crash(engine.launch(), n=10, gap_ms=250, kill_after_s=1.0, max_tokens=400)
+    errors = df["error"].to_list()
+    assert len(errors) == 10
+    failed = [e for e in errors if e != "none"]
+    assert failed and set(failed) <= NETWORK_ERRORS, errors
+    assert errors[0] == "reset", errors                     # in flight when it died
+    assert errors[-1] == "connect_refused", errors          # sent after the crash: nobody listens
+
+
+def test_a_config_that_fails_to_start_names_the_engine_and_its_log(engine, tmp_path):
+    # quantized V cache needs flash attention: llama.cpp refuses it when creating the context
+    with pytest.raises(TargetError) as info:
+        engine.launch({"cache_type_v": "q4_0", "flash_attn": "off"})
+    msg = str(info.value)
+    assert msg.startswith("llama-server: exited with code") and "\n" not in msg
+    assert "-ctv q4_0" in msg and "last log lines: " in msg and "failed to create" in msg
+    missing = LlamaServer(model=tmp_path / "nope.gguf", binary=engine.binary, defaults=BASE)
+    with pytest.raises(TargetError, match=r"llama-server: exited .*nope\.gguf.*last log lines: .*failed to load model"):
+        missing.launch()
+
+
+@pytest.mark.slow
+def test_a_real_trained_model_serves_a_small_sweep(binary):
+    model = smollm2_path()
+    with LlamaServer(model=model, binary=binary, defaults=BASE).launch() as r:
+        trace = small_trace(n=4, seed=2)
+        config = RunConfig(url=r.url, arrivals=Arrivals(kind="constant"), lag_bound_ms=20)
+        result = sweep(trace, config, rates=[1.0])
+        df = result.stages[0].requests
+        assert df["error"].to_list() == ["none"] * 4
+        assert df["completion_tokens"].to_list() == df["expected_output_tokens"].to_list()
+        assert r.metrics()["generation_tokens"] == df["completion_tokens"].sum()
