@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 from replay.errors import TargetError
 from replay.targets.engine import Knob, check_config
 from replay.targets.prometheus import Scrape, parse
+from replay.targets.url import poll_ready
 
 __all__ = ["MetricSpec", "ProcessEngine", "RunningEngine", "free_port", "normalize"]
 
@@ -159,24 +160,14 @@ class RunningEngine:
 
     # --- health and shutdown ------------------------------------------------------------------
     def _wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        last = "no answer"
-        while True:
+        def alive() -> None:
             code = self.process.poll()
             if code is not None:
                 self._fail(f"exited with code {code} before it was ready")
-            try:
-                with urllib.request.urlopen(self.url + self.engine.health_path, timeout=2.0) as resp:  # noqa: S310
-                    if resp.status == 200:
-                        return
-                    last = f"HTTP {resp.status}"
-            except urllib.error.HTTPError as e:
-                last = f"HTTP {e.code}"
-            except (urllib.error.URLError, OSError) as e:
-                last = str(getattr(e, "reason", e))
-            if time.monotonic() >= deadline:
-                self._fail(f"not healthy after {timeout_s:.0f}s ({last})")
-            time.sleep(0.2)
+
+        last = poll_ready(self.url, timeout_s, self.engine.health_path, alive=alive)
+        if last is not None:
+            self._fail(f"not healthy after {timeout_s:.0f}s ({last})")
 
     def _fail(self, reason: str) -> None:
         tail = " | ".join(line.strip() for line in self.logs_tail(8) if line.strip()) or "no output"

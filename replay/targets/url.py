@@ -9,10 +9,11 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 
 from replay.errors import TargetError
 
-__all__ = ["base_url", "served_models", "wait_until_ready"]
+__all__ = ["base_url", "served_models", "poll_ready", "wait_until_ready"]
 
 
 def base_url(url: str) -> str:
@@ -39,19 +40,31 @@ def served_models(url: str, timeout_s: float = 5.0) -> list[str]:
     return [m["id"] for m in data["data"] if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
 
-def wait_until_ready(url: str, timeout_s: float = 30.0, path: str = "/health") -> None:
-    """Poll GET `path` until it answers 200, or raise TargetError naming the URL."""
+def poll_ready(url: str, timeout_s: float, path: str = "/health",
+               alive: Callable[[], None] | None = None) -> str | None:
+    """Poll GET `path` until it answers 200 (returns None) or `timeout_s` passes (returns the last
+    failure, e.g. 'HTTP 503'). `alive()` runs before each try and may raise to give up early."""
     deadline = time.monotonic() + timeout_s
     last = "no answer"
-    while time.monotonic() < deadline:
+    while True:
+        if alive is not None:
+            alive()
         try:
             with urllib.request.urlopen(base_url(url) + path, timeout=2.0) as resp:  # noqa: S310
                 if resp.status == 200:
-                    return
+                    return None
                 last = f"HTTP {resp.status}"
         except urllib.error.HTTPError as e:
             last = f"HTTP {e.code}"
         except (urllib.error.URLError, OSError) as e:
             last = str(getattr(e, "reason", e))
+        if time.monotonic() >= deadline:
+            return last
         time.sleep(0.1)
-    raise TargetError(f"{url}: not ready after {timeout_s:.0f}s ({last})")
+
+
+def wait_until_ready(url: str, timeout_s: float = 30.0, path: str = "/health") -> None:
+    """Poll GET `path` until it answers 200, or raise TargetError naming the URL."""
+    last = poll_ready(url, timeout_s, path)
+    if last is not None:
+        raise TargetError(f"{url}: not ready after {timeout_s:.0f}s ({last})")
