@@ -101,9 +101,7 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None) ->
     callback = None
     if progress is not None:
         total = plan.n
-
-        def callback(sent: int, completed: int, errors: int) -> None:
-            progress(sent, completed, errors, total)
+        callback = lambda sent, completed, errors: progress(sent, completed, errors, total)  # noqa: E731
 
     headers = [("Authorization", f"Bearer {config.api_key}")] if config.api_key else []
     raw = _engine.run(

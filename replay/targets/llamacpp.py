@@ -84,9 +84,6 @@ class LlamaServer(ProcessEngine):
     knobs: ClassVar[tuple[Knob, ...]] = LLAMACPP_KNOBS
     metric_spec: ClassVar[MetricSpec] = LLAMACPP_METRICS
 
-    def check(self, config: Mapping[str, Any] | None) -> dict[str, Any]:
-        return super().check({**self.defaults, **(config or {})})
-
     def _binary(self) -> str:
         if self.binary is not None:
             return str(self.binary)

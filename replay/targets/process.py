@@ -22,6 +22,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from replay.errors import TargetError
@@ -64,6 +65,7 @@ class ProcessEngine:
     metric_spec: ClassVar[MetricSpec] = {}
     ready_timeout_s: float = 60.0
     stop_timeout_s: float = 15.0
+    defaults: Mapping[str, Any] = MappingProxyType({})  # the config under the caller's
 
     # --- what adapters provide ----------------------------------------------------------------
     def command(self, config: Mapping[str, Any], port: int) -> list[str]:
@@ -89,7 +91,7 @@ class ProcessEngine:
 
     # --- shared -------------------------------------------------------------------------------
     def check(self, config: Mapping[str, Any] | None) -> dict[str, Any]:
-        return check_config(self.name, self.knobs, config)
+        return check_config(self.name, self.knobs, {**self.defaults, **(config or {})})
 
     def launch(self, config: Mapping[str, Any] | None = None, port: int = 0, *,
                log_path: str | Path | None = None, ready_timeout_s: float | None = None) -> RunningEngine:

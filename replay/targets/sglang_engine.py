@@ -86,9 +86,6 @@ class SGLang(ProcessEngine):
     knobs: ClassVar[tuple[Knob, ...]] = SGLANG_KNOBS
     metric_spec: ClassVar[MetricSpec] = SGLANG_METRICS
 
-    def check(self, config: Mapping[str, Any] | None) -> dict[str, Any]:
-        return super().check({**self.defaults, **(config or {})})
-
     def command(self, config: Mapping[str, Any], port: int) -> list[str]:
         cmd = [str(self.python), "-m", "sglang.launch_server", "--model-path", str(self.model_path),
                "--host", "127.0.0.1", "--port", str(port), "--enable-metrics", "--enable-cache-report"]

@@ -43,9 +43,6 @@ class SimEngine(ProcessEngine):
     knobs: ClassVar[tuple[Knob, ...]] = SIM_KNOBS
     metric_spec: ClassVar[MetricSpec] = VLLM_METRICS
 
-    def check(self, config: Mapping[str, Any] | None) -> dict[str, Any]:
-        return super().check({**self.defaults, **(config or {})})
-
     def command(self, config: Mapping[str, Any], port: int) -> list[str]:
         cmd = [self.python, "-m", "replay.cli.main", "serve-sim", "--port", str(port)]
         if self.profile:

@@ -99,9 +99,6 @@ class Vllm(ProcessEngine):
     knobs: ClassVar[tuple[Knob, ...]] = VLLM_KNOBS
     metric_spec: ClassVar[MetricSpec] = VLLM_METRICS
 
-    def check(self, config: Mapping[str, Any] | None) -> dict[str, Any]:
-        return super().check({**self.defaults, **(config or {})})
-
     def _python(self) -> str:
         if self.python is not None:
             return str(self.python)
