@@ -168,3 +168,28 @@ def test_ctrl_c_cancels_and_keeps_partial_results(scripted, small_trace, tmp_pat
     sent = requests.filter(pl.col("sent_ns").is_not_null())
     assert 5 <= sent.height < 60
     assert set(requests["error"].unique().to_list()) == {"cancelled"}
+
+
+def test_without_url_the_embedded_engine_serves(cli, small_trace, tmp_path):
+    out = tmp_path / "sim"
+    done = cli("run", str(small_trace), "--requests", "8", "--rate", "20", "--out", str(out), "--json",
+               "--sim-profile", "instant", "--sim-config", '{"max_num_seqs": 4}')
+    assert done.returncode == 0, done.stderr
+    stage = json.loads(done.stdout)["stages"][0]
+    assert stage["completed"] == 8 and stage["errors"] == {}
+    requests, _ = read_stage(out / json.loads(done.stdout)["files"][0])
+    # the engine streamed exactly the trace's output lengths (max_tokens + ignore_eos)
+    assert requests["completion_tokens"].to_list() == requests["expected_output_tokens"].to_list()
+    assert (requests["prompt_tokens"] > requests["input_tokens"]).all()  # the chat template adds tokens
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--sim-config", "{nope"], "--sim-config: not JSON"),
+    (["--sim-config", '{"max_num_seqz": 4}'], "unknown knob 'max_num_seqz'"),
+    (["--sim-config", '{"max_num_seqs": 0}'], "--max-num-seqs"),
+    (["--url", "http://127.0.0.1:9", "--sim-config", "{}"], "only applies without --url"),
+])
+def test_bad_embedded_engine_config(cli, small_trace, flags, expected):
+    done = cli("run", str(small_trace), "--requests", "2", *flags)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: ") and expected in done.stderr, done.stderr
