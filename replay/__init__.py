@@ -10,7 +10,7 @@ Names are imported on first use, so `import replay.errors` (and `replay --help`)
 
 from __future__ import annotations
 
-import importlib
+from replay._lazy import lazy_exports
 
 _EXPORTS = {
     "replay.config": ("Arrivals", "RunConfig", "Slo"),
@@ -26,19 +26,4 @@ _EXPORTS = {
     "replay.runner": ("StageResult", "run_stage"),
     "replay.sweep": ("SweepResult", "sweep"),
 }
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
-
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'replay' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__all__, __getattr__, __dir__ = lazy_exports("replay", _EXPORTS)

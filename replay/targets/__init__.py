@@ -16,7 +16,7 @@ Names are imported on first use, so ``import replay.targets`` stays light.
 
 from __future__ import annotations
 
-import importlib
+from replay._lazy import lazy_exports
 
 _EXPORTS = {
     "replay.targets.url": ("base_url", "served_models", "wait_until_ready"),
@@ -34,19 +34,4 @@ _EXPORTS = {
                                    "smollm2_path"),
     "replay.targets.registry": ("ENGINES", "engine_class"),
 }
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
-
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'replay.targets' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__all__, __getattr__, __dir__ = lazy_exports("replay.targets", _EXPORTS)
