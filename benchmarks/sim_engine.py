@@ -14,16 +14,17 @@ with a tiny random-weight model on one thread, -np 4 -c 8192; vLLM's CPU build w
 defaults): start it once, run the probes of ``replay.calibrate`` (single requests at four prompt
 lengths, concurrent decodes at a few batch sizes), fit a profile to them, measure the engine's
 capacity with a burst of the evaluation workload (48 chat requests, prompts 100-300 tokens,
-outputs 32-64), replay the workload with Poisson arrivals at 0.5, 0.9 and 1.3 × that capacity,
-stop the engine, run the same probes against the embedded engine with that first fit and take
+outputs 32-64), replay the workload with Poisson arrivals at 0.5, 0.9 and 1.3 × that capacity
+(``--repeats`` times each, 3 by default, each repeat with its own arrival seed), stop the engine, run the same probes against the embedded engine with that first fit and take
 out what the engine adds on its own (``refine``), then replay the same stages against the
 embedded engine with the refined profile
 (and the real engine's slots / step budget / block size). Prints the fitted profile and a markdown
-table of TTFT p50/p90 (from intended send) and output tokens/s, real vs sim, with the error in %.
+table of TTFT p50/p90 (from intended send) and output tokens/s, real vs sim, each the median over
+the repeats, with the error in % and the real engine's own spread of TTFT p50 across repeats.
 The fit sees only the probes, never the evaluation stages.
 
 usage: python benchmarks/sim_engine.py [--loads 1000x100,2000x50,200x1000|none] [--no-peer]
-                                       [--calibrate llama,vllm|none] [--eval-requests 48]
+                                       [--calibrate llama,vllm|none] [--eval-requests 48] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -138,9 +139,9 @@ def eval_trace(n: int, seed: int = 5) -> Trace:
     return Trace(df=validate(df, meta, source="<calibration eval>"), meta=meta)
 
 
-def stage(url: str, tr: Trace, rate: float | None) -> dict:
+def stage(url: str, tr: Trace, rate: float | None, seed: int = 1) -> dict:
     """One stage: a burst (rate None: all at once) or Poisson arrivals at ``rate`` (seeded)."""
-    config = RunConfig(url=url, rate=rate, arrivals=Arrivals(kind="poisson", seed=1) if rate else Arrivals(),
+    config = RunConfig(url=url, rate=rate, arrivals=Arrivals(kind="poisson", seed=seed) if rate else Arrivals(),
                        lag_bound_ms=1000, timeout_s=300)
     s = run_stage(tr, config).summary
     if s["completed"] != s["requests"]:
@@ -148,12 +149,17 @@ def stage(url: str, tr: Trace, rate: float | None) -> dict:
     return s
 
 
-def workload(url: str, tr: Trace, rates: list[float] | None) -> tuple[float, list[float], list[dict]]:
-    """Capacity (burst throughput, req/s), the rates, and one summary per rate."""
+def workload(url: str, tr: Trace, rates: list[float] | None, repeats: int) -> tuple[float, list[float], list[list[dict]]]:
+    """Capacity (burst throughput, req/s), the rates, and ``repeats`` summaries per rate (each
+    repeat with its own Poisson seed; the rates interleaved, so slow drift hits all alike)."""
     burst = stage(url, tr, None)
     capacity = burst["throughput_rps"]
     rates = rates or [round(f * capacity, 2) for f in RATE_FACTORS]
-    return capacity, rates, [stage(url, tr, r) for r in rates]
+    runs: list[list[dict]] = [[] for _ in rates]
+    for k in range(repeats):
+        for i, r in enumerate(rates):
+            runs[i].append(stage(url, tr, r, seed=1 + k))
+    return capacity, rates, runs
 
 
 def launch_engine(name: str):
@@ -182,7 +188,7 @@ def launch_engine(name: str):
     raise SystemExit(f"--calibrate: unknown engine {name!r} (llama, vllm)")
 
 
-def calibrate(name: str, n_requests: int, out_dir: Path) -> list[dict]:
+def calibrate(name: str, n_requests: int, repeats: int, out_dir: Path) -> list[dict]:
     found = launch_engine(name)
     if found is None:
         return []
@@ -194,7 +200,7 @@ def calibrate(name: str, n_requests: int, out_dir: Path) -> list[dict]:
         samples = probe_prefill(running.url, gap_s=0.3 if kind == "llama-server" else 0.6)
         samples += probe_decode(running.url, batches=batches)
         t_probe = time.perf_counter() - t0
-        real_cap, rates, real = workload(running.url, tr, None)
+        real_cap, rates, real = workload(running.url, tr, None, repeats)
     t_real = time.perf_counter() - t0
     knobs = mirror_knobs(kind, config)
     first = fit_step_costs(samples, shape)
@@ -209,18 +215,20 @@ def calibrate(name: str, n_requests: int, out_dir: Path) -> list[dict]:
     path = write_profile(profile, out_dir / f"{kind}-fitted.json")
     t_fit = time.perf_counter() - t0
     with start_sim(SimConfig(profile=str(path), **knobs)) as server:
-        sim_cap, _, sim = workload(server.url, tr, rates)
+        sim_cap, _, sim = workload(server.url, tr, rates, repeats)
     t_all = time.perf_counter() - t0
     print(f"\n{kind}: started in {started:.1f}s, probes {t_probe - started:.1f}s, real stages "
           f"{t_real - t_probe:.1f}s, sim probes {t_fit - t_real:.1f}s, sim stages {t_all - t_fit:.1f}s")
     for label, f in (("fit to probes", first), ("refined", fit)):
         print(f"  {label} ({f.n_samples} steps, relative residual rms {100 * f.rel_rms:.1f}%, max "
               f"{100 * f.rel_max:.1f}%): step {1e3 * f.step_overhead_s:.2f} ms + {1e3 * f.per_seq_s:.3f} ms/seq "
-              f"+ {1e6 * f.per_token_s:.2f} us/token + {1e9 * f.per_position_s:.3f} ns/position")
+              f"+ {1e6 * f.per_token_s:.2f} us/token + {1e9 * f.per_position_s:.3f} ns/position; "
+              f"front end {1e3 * f.request_overhead_s:.2f} ms/request")
     for s, m in zip(samples, sim_samples):
-        print(f"    probe seqs={s.seqs:>2} new={s.new_tokens:>4} ctx={s.context:>4}: real {1e3 * s.seconds:7.2f} ms, "
-              f"first fit {1e3 * first.predict(s.seqs, s.new_tokens, s.context):7.2f} ms, sim with it "
-              f"{1e3 * m.seconds:7.2f} ms (new={m.new_tokens}), refined {1e3 * fit.predict(s.seqs, s.new_tokens, s.context):7.2f} ms")
+        shape = (s.seqs, s.new_tokens, s.context, s.request)
+        print(f"    probe {'TTFT' if s.request else 'TPOT'} seqs={s.seqs:>2} new={s.new_tokens:>4} ctx={s.context:>4}: "
+              f"real {1e3 * s.seconds:7.2f} ms, first fit {1e3 * first.predict(*shape):7.2f} ms, sim with it "
+              f"{1e3 * m.seconds:7.2f} ms (new={m.new_tokens}), refined {1e3 * fit.predict(*shape):7.2f} ms")
     shown = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in profile.items()}
     print(f"  profile {path.name}: {json.dumps(shown)}")
     print(f"  sim knobs: {knobs}")
@@ -228,10 +236,13 @@ def calibrate(name: str, n_requests: int, out_dir: Path) -> list[dict]:
           f"({100 * (sim_cap - real_cap) / real_cap:+.0f}%)")
     rows = []
     for rate, r, s in zip(rates, real, sim):
-        rows.append({"engine": kind, "rate": rate,
-                     "real_p50": r["ttft_ms"]["from_intended"]["p50"], "real_p90": r["ttft_ms"]["from_intended"]["p90"],
-                     "sim_p50": s["ttft_ms"]["from_intended"]["p50"], "sim_p90": s["ttft_ms"]["from_intended"]["p90"],
-                     "real_tps": r["output_tokens_per_s"], "sim_tps": s["output_tokens_per_s"]})
+        ttft = lambda runs, q: [x["ttft_ms"]["from_intended"][q] for x in runs]  # noqa: E731
+        rows.append({"engine": kind, "rate": rate, "repeats": len(r),
+                     "real_p50": float(np.median(ttft(r, "p50"))), "real_p90": float(np.median(ttft(r, "p90"))),
+                     "real_p50_range": (min(ttft(r, "p50")), max(ttft(r, "p50"))),
+                     "sim_p50": float(np.median(ttft(s, "p50"))), "sim_p90": float(np.median(ttft(s, "p90"))),
+                     "real_tps": float(np.median([x["output_tokens_per_s"] for x in r])),
+                     "sim_tps": float(np.median([x["output_tokens_per_s"] for x in s]))})
     return rows
 
 
@@ -240,11 +251,13 @@ def err(sim: float, real: float) -> str:
 
 
 def print_table(rows: list[dict]) -> None:
-    print("\n| engine | rate (req/s) | real TTFT p50 / p90 (ms) | sim TTFT p50 / p90 (ms) | error p50 / p90 "
-          "| real out tok/s | sim out tok/s | error |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"\nmedians of {rows[0]['repeats']} runs per stage; the range is the real engine's own spread of TTFT p50")
+    print("\n| engine | rate (req/s) | real TTFT p50 / p90 (ms) | real p50 range | sim TTFT p50 / p90 (ms) "
+          "| error p50 / p90 | real out tok/s | sim out tok/s | error |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['engine']} | {r['rate']:.2f} | {r['real_p50']:.0f} / {r['real_p90']:.0f} "
+        lo, hi = r["real_p50_range"]
+        print(f"| {r['engine']} | {r['rate']:.2f} | {r['real_p50']:.0f} / {r['real_p90']:.0f} | {lo:.0f}-{hi:.0f} "
               f"| {r['sim_p50']:.0f} / {r['sim_p90']:.0f} | {err(r['sim_p50'], r['real_p50'])} / "
               f"{err(r['sim_p90'], r['real_p90'])} | {r['real_tps']:.0f} | {r['sim_tps']:.0f} "
               f"| {err(r['sim_tps'], r['real_tps'])} |")
@@ -260,6 +273,7 @@ def main() -> None:
     ap.add_argument("--calibrate", default="llama,vllm",
                     help="part 2: real engines to calibrate against (llama, vllm; 'none' skips part 2)")
     ap.add_argument("--eval-requests", type=int, default=48, help="requests in part 2's evaluation workload")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each part 2 stage (the table shows medians)")
     args = ap.parse_args()
     if args.loads != "none":
         part1(args)
@@ -268,7 +282,7 @@ def main() -> None:
         rows = []
         with tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:
             for name in filter(None, (x.strip() for x in args.calibrate.split(","))):
-                rows += calibrate(name, args.eval_requests, Path(tmp))
+                rows += calibrate(name, args.eval_requests, args.repeats, Path(tmp))
         if rows:
             print_table(rows)
         print(f"\npart 2 took {time.perf_counter() - t0:.0f}s")

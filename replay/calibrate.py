@@ -1,18 +1,21 @@
 """Calibration: fit the embedded engine's cost model to a real engine from a few measured probes.
 
 The simulated engine (``docs/sim-engine.md``) prices a step as
-``step_overhead + per_seq_overhead × seqs + max(compute, memory)``. On the hardware this module
-was written for (a tiny model on a CPU) the memory-bound regime cannot be told apart from the
-fixed cost, so the fit is the linear model::
+``step_overhead + per_seq_overhead × seqs + max(compute, memory)``, and passes each request
+through a front end (``request_overhead``, one request at a time) before scheduling it. On the
+hardware this module was written for (a tiny model on a CPU) the memory-bound regime cannot be
+told apart from the fixed cost, so the fit is the linear model::
 
-    step_s = a + b·seqs + c·tokens + d·positions
+    time_s = a + b·seqs + c·tokens + d·positions + r·[the time is a TTFT]
 
 with ``tokens`` the new tokens in the step and ``positions`` the attended positions (a chunk of
 ``n`` new tokens after ``c`` cached ones attends ``n·c + n(n+1)/2``), solved by non-negative least
 squares on relative errors (every sample counts alike, a 5 ms decode as much as a 200 ms
-prefill). The coefficients map onto profile fields (:meth:`CostFit.profile`):
+prefill). A TTFT holds one front-end pass and one prefill step; a time per output token holds
+one decode step only, which is what tells ``r`` from ``a``. The coefficients map onto profile
+fields (:meth:`CostFit.profile`):
 
-* ``a`` → ``step_overhead_ms``, ``b`` → ``per_seq_overhead_us``;
+* ``a`` → ``step_overhead_ms``, ``b`` → ``per_seq_overhead_us``, ``r`` → ``request_overhead_ms``;
 * ``c`` → ``peak_tflops`` with ``compute_efficiency`` 1: FLOPs per token are ``2 × params``, so
   ``peak = 2·params / c``;
 * ``d`` → ``hidden_size``: the cost model uses it only for attention FLOPs
@@ -66,12 +69,14 @@ def positions(new_tokens: float, context: float) -> float:
 @dataclass(frozen=True)
 class StepSample:
     """One measured step: ``seqs`` sequences, each computing ``new_tokens`` after ``context`` cached
-    tokens, took ``seconds``."""
+    tokens, took ``seconds``; with ``request`` the time is a TTFT, so it also holds the request's
+    pass through the engine's front end."""
 
     seqs: int
     new_tokens: int
     context: int
     seconds: float
+    request: bool = False
 
     def check(self, where: str) -> None:
         for name, low in (("seqs", 1), ("new_tokens", 1), ("context", 0)):
@@ -84,7 +89,8 @@ class StepSample:
 
     def features(self) -> list[float]:
         n = self.seqs
-        return [1.0, float(n), float(n * self.new_tokens), n * positions(self.new_tokens, self.context)]
+        return [1.0, float(n), float(n * self.new_tokens), n * positions(self.new_tokens, self.context),
+                1.0 if self.request else 0.0]
 
 
 @dataclass(frozen=True)
@@ -130,14 +136,17 @@ class CostFit:
     per_seq_s: float
     per_token_s: float
     per_position_s: float
+    request_overhead_s: float
     rel_rms: float
     rel_max: float
     n_samples: int
 
-    def predict(self, seqs: int, new_tokens: int, context: int) -> float:
-        """Modelled seconds of one step of ``seqs`` equal sequences."""
-        x = StepSample(seqs, new_tokens, context, 1.0).features()
-        return float(np.dot(x, [self.step_overhead_s, self.per_seq_s, self.per_token_s, self.per_position_s]))
+    def predict(self, seqs: int, new_tokens: int, context: int, request: bool = False) -> float:
+        """Modelled seconds of one step of ``seqs`` equal sequences (plus a front-end pass with
+        ``request``)."""
+        x = StepSample(seqs, new_tokens, context, 1.0, request).features()
+        return float(np.dot(x, [self.step_overhead_s, self.per_seq_s, self.per_token_s, self.per_position_s,
+                                self.request_overhead_s]))
 
     def profile(self, shape: ModelShape, name: str = "fitted", base: str = "cpu/tiny",
                 kv_capacity_tokens: int | None = None) -> dict[str, Any]:
@@ -159,6 +168,7 @@ class CostFit:
             "peak_tflops": flops_per_s / 1e12, "compute_efficiency": 1.0,
             "memory_bandwidth_gbs": UNBOUNDED_BANDWIDTH_GBS, "memory_efficiency": 1.0,
             "step_overhead_ms": self.step_overhead_s * 1e3, "per_seq_overhead_us": self.per_seq_s * 1e6,
+            "request_overhead_ms": self.request_overhead_s * 1e3,
             "tensor_parallel": 1,
         }
         if kv_capacity_tokens is not None:
@@ -188,7 +198,7 @@ def _nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def fit_step_costs(samples: Iterable[StepSample], shape: ModelShape | None = None) -> CostFit:
-    """Fit ``step_s = a + b·seqs + c·tokens + d·positions`` (all >= 0) to measured steps.
+    """Fit ``time_s = a + b·seqs + c·tokens + d·positions + r·request`` (all >= 0) to measured steps.
 
     Raises ConfigError naming the sample and field at fault, or when fewer than 2 samples of
     different shapes are given. ``shape`` is checked for use with :meth:`CostFit.profile`.
@@ -209,7 +219,7 @@ def fit_step_costs(samples: Iterable[StepSample], shape: ModelShape | None = Non
     coef = _nnls(x * w[:, None] / scale, y * w) / scale
     rel = (x @ coef - y) / y
     return CostFit(step_overhead_s=float(coef[0]), per_seq_s=float(coef[1]), per_token_s=float(coef[2]),
-                   per_position_s=float(coef[3]), rel_rms=float(np.sqrt(np.mean(rel ** 2))),
+                   per_position_s=float(coef[3]), request_overhead_s=float(coef[4]), rel_rms=float(np.sqrt(np.mean(rel ** 2))),
                    rel_max=float(np.abs(rel).max()), n_samples=len(rows))
 
 
@@ -225,8 +235,9 @@ def refine(samples: Sequence[StepSample], fit: CostFit, sim_samples: Sequence[St
     sim_fit = fit_step_costs(sim_samples)
     corrected = []
     for s in samples:
-        extra = sim_fit.predict(s.seqs, s.new_tokens, s.context) - fit.predict(s.seqs, s.new_tokens, s.context)
-        corrected.append(StepSample(s.seqs, s.new_tokens, s.context, max(s.seconds - extra, 0.2 * s.seconds)))
+        shape = (s.seqs, s.new_tokens, s.context, s.request)
+        extra = sim_fit.predict(*shape) - fit.predict(*shape)
+        corrected.append(StepSample(*shape[:3], max(s.seconds - extra, 0.2 * s.seconds), s.request))
     return fit_step_costs(corrected)
 
 
@@ -300,8 +311,9 @@ def _run(url: str, trace):
 def probe_prefill(url: str, lengths: Sequence[int] = (32, 128, 256, 512, 1024), repeats: int = 3,
                   gap_s: float = 0.3, seed: int = 7) -> list[StepSample]:
     """Single requests (one output token) at each prompt length, ``gap_s`` apart so that each finds
-    the engine idle, after one warm-up request (dropped); one sample per length: a prefill step of
-    the engine-reported prompt length taking the median TTFT (from sending) of its ``repeats``."""
+    the engine idle, after one warm-up request (dropped); one sample per length: a front-end pass
+    and a prefill step of the engine-reported prompt length, taking the median TTFT (from sending)
+    of its ``repeats``."""
     from replay.prompts import text_of_tokens
 
     prompts, order = [text_of_tokens(64, seed=seed - 1)], [64]
@@ -315,7 +327,7 @@ def probe_prefill(url: str, lengths: Sequence[int] = (32, 128, 256, 512, 1024), 
     for length, row in zip(order[1:], df.iter_rows(named=True)):
         n = row["prompt_tokens"] or row["input_tokens"]
         by_length.setdefault(length, []).append((int(n), (row["first_token_ns"] - row["sent_ns"]) / 1e9))
-    return [StepSample(1, int(np.median([n for n, _ in v])), 0, float(np.median([t for _, t in v])))
+    return [StepSample(1, int(np.median([n for n, _ in v])), 0, float(np.median([t for _, t in v])), request=True)
             for v in by_length.values()]
 
 

@@ -80,6 +80,7 @@ class RunConfig:
     connect_timeout_s: float = 10.0
     max_connections: int = 20000
     worker_threads: int = 1
+    cpus: tuple[int, ...] = ()  # pin the runner's threads to these CPUs (() = no pinning); see replay.sim.split_cpus
     lag_bound_ms: float = 1.0  # a stage whose send lag p99 exceeds this is invalid
     slo: Slo = field(default_factory=Slo)
 
@@ -101,6 +102,8 @@ class RunConfig:
                 raise ConfigError(f"--{name.rsplit('_', 1)[0].replace('_', '-')}: must be > 0")
         if self.max_connections < 1 or self.worker_threads < 1:
             raise ConfigError("--max-connections and --worker-threads: must be >= 1")
+        if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in self.cpus):
+            raise ConfigError(f"cpus: expected CPU numbers >= 0, got {self.cpus!r}")
 
 
 _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}

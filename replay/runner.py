@@ -118,6 +118,7 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None) ->
         max_connections=config.max_connections,
         worker_threads=config.worker_threads,
         progress=callback,
+        cpus=list(config.cpus),
     )
     if len(raw["intended_ns"]) != plan.n:
         raise RunnerError(f"runner returned {len(raw['intended_ns'])} records for {plan.n} requests")

@@ -73,13 +73,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 @contextmanager
 def _target(args: argparse.Namespace, quiet: bool):
-    """The URL to replay against: --url, or the embedded engine started for this command."""
+    """``(url, runner CPUs)``: --url, or the embedded engine started for this command on CPUs of
+    its own (the runner then keeps off them)."""
     if args.url:
         if args.sim_config:
             raise ConfigError("--sim-config: only applies without --url (the embedded engine)")
-        yield args.url
+        yield args.url, ()
         return
-    from replay.sim import SimConfig, start_sim
+    from replay.sim import SimConfig, split_cpus, start_sim
 
     try:
         overrides = json.loads(args.sim_config) if args.sim_config else {}
@@ -91,17 +92,21 @@ def _target(args: argparse.Namespace, quiet: bool):
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ConfigError(f"--sim-config: unknown knob '{unknown[0]}' (known: {', '.join(sorted(known))})")
-    server = start_sim(SimConfig(profile=args.sim_profile, **overrides))
+    config = SimConfig(profile=args.sim_profile, **overrides)
+    engine_cpus, runner_cpus = split_cpus(config.threads)
+    server = start_sim(config, cpus=engine_cpus)
     try:
         if not quiet:
             print(f"no --url: replaying against the embedded engine ({args.sim_profile}) at {server.url}",
                   file=sys.stderr)
-        yield server.url
+        yield server.url, runner_cpus
     finally:
         server.stop()
 
 
-def _config(args: argparse.Namespace, url: str, rate: float | None, speedup: float | None) -> RunConfig:
+def _config(args: argparse.Namespace, target: tuple[str, tuple[int, ...]], rate: float | None,
+            speedup: float | None) -> RunConfig:
+    url, cpus = target
     slo = parse_slo(args.slo, args.slo_attainment) if args.slo else Slo(attainment=args.slo_attainment)
     return RunConfig(
         url=url,
@@ -117,6 +122,7 @@ def _config(args: argparse.Namespace, url: str, rate: float | None, speedup: flo
         stall_timeout_s=parse_duration_s(args.stall_timeout, "--stall-timeout"),
         max_connections=args.max_connections,
         worker_threads=args.worker_threads,
+        cpus=cpus,
         lag_bound_ms=args.lag_bound_ms,
         slo=slo,
     )
@@ -133,8 +139,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     trace = read_trace(args.trace)
     out = _out(args, "run")
-    with _target(args, args.json) as url, progress_bar(quiet=args.json) as bar:
-        config = _config(args, url, args.rate, args.speedup)
+    with _target(args, args.json) as target, progress_bar(quiet=args.json) as bar:
+        config = _config(args, target, args.rate, args.speedup)
         result = run_stage(trace, config, bar.stage(f"{config.rate or 'as recorded'} req/s"))
     path = write_stage(result, stage_file(out, 0, config.rate))
     summary = {"trace": str(args.trace), "url": config.url, "stages": [result.summary], "files": [path.name]}
@@ -164,8 +170,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         sat_rate, reason = saturation(rates[: i + 1], summaries, growth_s)
         write_summary(out, _sweep_summary(args, config, rates, summaries, files, sat_rate, reason))
 
-    with _target(args, args.json) as url, progress_bar(quiet=args.json) as bar:
-        config = _config(args, url, None, None)
+    with _target(args, args.json) as target, progress_bar(quiet=args.json) as bar:
+        config = _config(args, target, None, None)
         result = sweep(trace, config, rates, queue_growth_s=growth_s,
                        progress=lambda rate: bar.stage(f"{rate:g} req/s"), on_stage=on_stage,
                        stop_after_saturation=args.stop_after_saturation)

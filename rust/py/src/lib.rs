@@ -14,6 +14,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+mod affinity;
 mod sim;
 
 use replay_core::{
@@ -124,11 +125,12 @@ fn records_to_dict<'py>(py: Python<'py>, r: Records) -> PyResult<Bound<'py, PyDi
 /// `bodies[body_offsets[i]..body_offsets[i+1]]`, and it is due `offsets_ns[i]` after the start.
 /// `progress(sent, completed, errors)` is called every `progress_interval_s` with the GIL held.
 /// On Ctrl-C the run is cancelled, partial results are returned and `interrupted` is True.
+/// `cpus` pins the runner's threads (dispatcher and I/O workers) to those CPUs.
 #[pyfunction]
 #[pyo3(signature = (
     url, paths, path_index, bodies, body_offsets, offsets_ns, *, headers=Vec::new(),
     timeout_s=600.0, stall_timeout_s=120.0, connect_timeout_s=10.0, max_connections=20000,
-    worker_threads=1, progress=None, progress_interval_s=0.2
+    worker_threads=1, progress=None, progress_interval_s=0.2, cpus=Vec::new()
 ))]
 #[allow(clippy::too_many_arguments)]
 fn run<'py>(
@@ -147,6 +149,7 @@ fn run<'py>(
     worker_threads: usize,
     progress: Option<Bound<'py, PyAny>>,
     progress_interval_s: f64,
+    cpus: Vec<usize>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let path_index = path_index.as_slice()?;
     let body_offsets = body_offsets.as_slice()?;
@@ -186,7 +189,15 @@ fn run<'py>(
     std::thread::Builder::new()
         .name("replay-run".into())
         .spawn(move || {
-            let _ = tx.send(core_run(&config, requests, thread_control));
+            // The runtime's workers are created by this thread and inherit its CPU set.
+            let outcome = match affinity::pin_current_thread(&cpus) {
+                Ok(()) => core_run(&config, requests, thread_control),
+                Err(e) => Err(CoreError::Config {
+                    field: "cpus",
+                    message: format!("cannot pin the runner to {cpus:?}: {e}"),
+                }),
+            };
+            let _ = tx.send(outcome);
         })
         .map_err(|e| PyValueError::new_err(format!("cannot start the runner thread: {e}")))?;
 

@@ -8,6 +8,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
+use crate::affinity;
 use replay_sim::{serve, EngineConfig, ServerHandle, SimError};
 
 fn sim_err(py: Python<'_>, err: SimError) -> PyErr {
@@ -25,7 +26,9 @@ fn sim_err(py: Python<'_>, err: SimError) -> PyErr {
     }
 }
 
-/// A running simulated engine. `SimServer(config: dict | str | None, tokenizer: str | None)`.
+/// A running simulated engine.
+/// `SimServer(config: dict | str | None, tokenizer: str | None, cpus: list[int] = [])`; `cpus`
+/// pins the engine's threads to those CPUs.
 #[pyclass(module = "replay._engine")]
 pub struct SimServer {
     handle: Option<ServerHandle>,
@@ -38,11 +41,12 @@ pub struct SimServer {
 #[pymethods]
 impl SimServer {
     #[new]
-    #[pyo3(signature = (config=None, tokenizer=None))]
+    #[pyo3(signature = (config=None, tokenizer=None, cpus=Vec::new()))]
     fn new(
         py: Python<'_>,
         config: Option<&Bound<'_, PyAny>>,
         tokenizer: Option<String>,
+        cpus: Vec<usize>,
     ) -> PyResult<Self> {
         let text: String = match config {
             None => "{}".to_string(),
@@ -53,7 +57,26 @@ impl SimServer {
         if tokenizer.is_some() {
             cfg.tokenizer = tokenizer;
         }
-        let handle = py.detach(|| serve(&cfg)).map_err(|e| sim_err(py, e))?;
+        // Started from a pinned helper thread: the server thread and its runtime's workers
+        // inherit the helper's CPU set, and the caller's own CPU set is left alone.
+        let started = py.detach(|| {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    affinity::pin_current_thread(&cpus).map_err(|e| SimError::Config {
+                        flag: "cpus".into(),
+                        message: format!("cannot pin the engine to {cpus:?}: {e}"),
+                    })?;
+                    serve(&cfg)
+                })
+                .join()
+                .unwrap_or_else(|_| {
+                    Err(SimError::Runtime {
+                        message: "the engine's start-up thread panicked".into(),
+                    })
+                })
+            })
+        });
+        let handle = started.map_err(|e| sim_err(py, e))?;
         let r = handle.resolved();
         Ok(SimServer {
             port: handle.port(),

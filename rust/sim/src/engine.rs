@@ -6,9 +6,13 @@
 //! each sequence's new text to its client in ONE write (role, token text, and on the last step
 //! the finish, usage and `[DONE]` chunks together). Step ends are kept on an absolute clock, so
 //! timer jitter does not accumulate; a step after idling, or more than `LATE_TOLERANCE` behind
-//! (the CPU was busy), starts from now. Stop strings are matched on the decoded text; a stream holds back the
+//! (the CPU was busy), starts from now. With a profile's `request_overhead_ms`, each request first
+//! passes a front end that handles one request at a time (a real server's HTTP, tokenization and
+//! hand-off to the engine): it joins the scheduler that long after the front end is free, at the
+//! next step boundary. Stop strings are matched on the decoded text; a stream holds back the
 //! last (longest stop − 1) bytes until they can no longer start a match, as vLLM does.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -89,6 +93,12 @@ pub struct Engine {
     sched: Scheduler,
     cost: CostModel,
     time_scale: f64,
+    /// Front-end time per request (wall time, `time_scale` applied); zero = straight in.
+    request_overhead: Duration,
+    /// Requests in the front end, with when each joins the scheduler (nondecreasing).
+    front: VecDeque<(Instant, Submission)>,
+    /// When the front end is done with the last request handed to it.
+    front_free: Instant,
     seed: u64,
     content_salt: u64,
     vocab: Arc<Vocab>,
@@ -117,6 +127,11 @@ impl Engine {
             sched: Scheduler::new(sched_cfg, pool),
             cost: CostModel::new(&r.profile, r.kv_elem_bytes),
             time_scale: r.config.time_scale,
+            request_overhead: Duration::from_secs_f64(
+                r.profile.request_overhead_ms * 1e-3 * r.config.time_scale,
+            ),
+            front: VecDeque::new(),
+            front_free: Instant::now(),
             seed: r.config.seed,
             content_salt: r.content_salt,
             vocab,
@@ -126,6 +141,49 @@ impl Engine {
             rx,
         };
         (engine, tx)
+    }
+
+    /// Pass a new request to the front end, or straight to the scheduler without one.
+    fn submit(&mut self, sub: Submission) {
+        if self.request_overhead.is_zero() {
+            self.accept(sub);
+            return;
+        }
+        let ready = sub.arrived.max(self.front_free) + self.request_overhead;
+        self.front_free = ready;
+        self.front.push_back((ready, sub));
+    }
+
+    /// Move the requests the front end is done with into the scheduler.
+    fn admit_ready(&mut self) {
+        let now = Instant::now();
+        while self.front.front().is_some_and(|(ready, _)| *ready <= now) {
+            let (_, sub) = self.front.pop_front().expect("front entry");
+            self.accept(sub);
+        }
+    }
+
+    /// Block until a request arrives or the front end releases one; false once every request
+    /// sender is gone.
+    async fn wait_for_work(&mut self) -> bool {
+        let next = self.front.front().map(|(ready, _)| *ready);
+        let received = match next {
+            None => self.rx.recv().await,
+            Some(ready) => tokio::select! {
+                sub = self.rx.recv() => sub,
+                _ = tokio::time::sleep_until(ready) => {
+                    self.admit_ready();
+                    return true;
+                }
+            },
+        };
+        match received {
+            Some(sub) => {
+                self.submit(sub);
+                true
+            }
+            None => false,
+        }
     }
 
     fn accept(&mut self, sub: Submission) {
@@ -167,14 +225,17 @@ impl Engine {
         let mut last_sweep = Instant::now();
         loop {
             if self.sched.is_idle() {
-                match self.rx.recv().await {
-                    Some(sub) => self.accept(sub),
-                    None => return,
+                if !self.wait_for_work().await {
+                    return;
                 }
                 clock = Instant::now();
             }
             while let Ok(sub) = self.rx.try_recv() {
-                self.accept(sub);
+                self.submit(sub);
+            }
+            self.admit_ready();
+            if self.sched.is_idle() {
+                continue;
             }
             let plan = self.sched.schedule();
             if plan.seqs.is_empty() {

@@ -23,6 +23,7 @@
 //! | `memory_efficiency` | achieved share of peak bandwidth |
 //! | `step_overhead_ms` | fixed cost of one engine step (scheduling, launch, sampling) |
 //! | `per_seq_overhead_us` | extra cost per sequence in a step |
+//! | `request_overhead_ms` | front-end time per request before it is scheduled, one request at a time |
 //! | `interconnect_gbs`, `allreduce_latency_us` | tensor-parallel all-reduce bandwidth and latency |
 //! | `instant` | every step takes no time (for fast tests) |
 
@@ -63,6 +64,8 @@ pub struct Profile {
     pub step_overhead_ms: f64,
     #[serde(default)]
     pub per_seq_overhead_us: f64,
+    #[serde(default)]
+    pub request_overhead_ms: f64,
     #[serde(default)]
     pub interconnect_gbs: f64,
     #[serde(default)]
@@ -126,6 +129,7 @@ fn preset(
         memory_efficiency: efficiency.1,
         step_overhead_ms: overhead.0,
         per_seq_overhead_us: overhead.1,
+        request_overhead_ms: 0.0,
         interconnect_gbs: interconnect.0,
         allreduce_latency_us: interconnect.1,
         instant: false,
@@ -262,6 +266,7 @@ impl Profile {
             ("reserved_memory_gib", self.reserved_memory_gib),
             ("step_overhead_ms", self.step_overhead_ms),
             ("per_seq_overhead_us", self.per_seq_overhead_us),
+            ("request_overhead_ms", self.request_overhead_ms),
             ("interconnect_gbs", self.interconnect_gbs),
             ("allreduce_latency_us", self.allreduce_latency_us),
         ];

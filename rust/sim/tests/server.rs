@@ -217,3 +217,26 @@ fn steps_take_the_modelled_time() {
         "mean ITL {mean_itl_ms} ms"
     );
 }
+
+#[test]
+fn the_front_end_admits_one_request_at_a_time() {
+    // steps take no time, so a request's TTFT is its time in the front end: 40 ms each, served
+    // one after the other, so two requests sent together start 40 and 80 ms after sending
+    let path = std::env::temp_dir().join(format!("front-end-{}.json", std::process::id()));
+    std::fs::write(&path, r#"{"base": "instant", "request_overhead_ms": 40}"#).unwrap();
+    let server = start(json!({"profile": path.to_str().unwrap()}));
+    let r = send(
+        &server,
+        vec![
+            ("/v1/chat/completions", chat("the cat", 4)),
+            ("/v1/chat/completions", chat("the dog", 4)),
+        ],
+    );
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(r.error_kind, vec![0, 0]);
+    let mut ttft: Vec<i64> = (0..2).map(|i| r.first_token_ns[i] - r.sent_ns[i]).collect();
+    ttft.sort();
+    // a busy machine can only make the front end late, never early
+    assert!(ttft[0] >= 40_000_000, "first TTFT {} ns", ttft[0]);
+    assert!(ttft[1] - ttft[0] >= 35_000_000, "TTFTs {ttft:?} ns: not one at a time");
+}

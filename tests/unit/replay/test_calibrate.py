@@ -11,27 +11,31 @@ from replay.calibrate import (CostFit, ModelShape, StepSample, fit_step_costs, m
                               refine, write_profile)
 from replay.errors import ConfigError
 
-TRUE = {"a": 2e-3, "b": 0.4e-3, "c": 20e-6, "d": 4e-9}
+TRUE = {"a": 2e-3, "b": 0.4e-3, "c": 20e-6, "d": 4e-9, "r": 6e-3}
+
+
+def exact(seqs: int, new: int, ctx: int, request: bool = False) -> float:
+    t = TRUE["a"] + TRUE["b"] * seqs + TRUE["c"] * seqs * new + TRUE["d"] * seqs * positions(new, ctx)
+    return t + (TRUE["r"] if request else 0.0)
 
 
 def synthetic(noise: float = 0.0, seed: int = 0) -> list[StepSample]:
-    """Probe-shaped samples from known coefficients: prefills at a few lengths, decodes at a few batches."""
+    """Probe-shaped samples from known coefficients: TTFTs of single prefills at a few lengths
+    (front-end pass included), decode steps at a few batches."""
     rng = np.random.default_rng(seed)
-    shapes = [(1, n, 0) for n in (32, 256, 768, 1536) for _ in range(3)]
-    shapes += [(b, 1, 184) for b in (1, 2, 4, 8, 16, 32)]
-    out = []
-    for seqs, new, ctx in shapes:
-        t = TRUE["a"] + TRUE["b"] * seqs + TRUE["c"] * seqs * new + TRUE["d"] * seqs * positions(new, ctx)
-        out.append(StepSample(seqs, new, ctx, t * (1 + noise * rng.standard_normal())))
-    return out
+    shapes = [(1, n, 0, True) for n in (32, 256, 768, 1536) for _ in range(3)]
+    shapes += [(b, 1, 184, False) for b in (1, 2, 4, 8, 16, 32)]
+    return [StepSample(seqs, new, ctx, exact(seqs, new, ctx, req) * (1 + noise * rng.standard_normal()), req)
+            for seqs, new, ctx, req in shapes]
 
 
 def test_exact_samples_recover_the_coefficients():
     fit = fit_step_costs(synthetic())
-    got = (fit.step_overhead_s, fit.per_seq_s, fit.per_token_s, fit.per_position_s)
+    got = (fit.step_overhead_s, fit.per_seq_s, fit.per_token_s, fit.per_position_s, fit.request_overhead_s)
     assert got == pytest.approx(tuple(TRUE.values()), rel=1e-4)
     assert fit.rel_rms < 1e-6 and fit.n_samples == 18
     assert fit.predict(4, 1, 184) == pytest.approx(2e-3 + 4 * (0.4e-3 + 20e-6 + 4e-9 * 185), rel=1e-6)
+    assert fit.predict(1, 100, 0, request=True) == pytest.approx(exact(1, 100, 0, True), rel=1e-6)
 
 
 def test_noisy_samples_are_recovered_within_tolerance():
@@ -39,29 +43,29 @@ def test_noisy_samples_are_recovered_within_tolerance():
     assert fit.step_overhead_s == pytest.approx(TRUE["a"], rel=0.25)
     assert fit.per_seq_s == pytest.approx(TRUE["b"], rel=0.25)
     assert fit.per_token_s == pytest.approx(TRUE["c"], rel=0.1)
+    assert fit.request_overhead_s == pytest.approx(TRUE["r"], rel=0.25)
     assert 0.01 < fit.rel_rms < 0.05
-    # what matters downstream: predicted step times
-    for seqs, new, ctx in [(1, 1000, 0), (8, 1, 200), (32, 1, 200)]:
-        exact = TRUE["a"] + TRUE["b"] * seqs + TRUE["c"] * seqs * new + TRUE["d"] * seqs * positions(new, ctx)
-        assert fit.predict(seqs, new, ctx) == pytest.approx(exact, rel=0.05)
+    # what matters downstream: predicted step times and TTFTs
+    for seqs, new, ctx, req in [(1, 1000, 0, True), (8, 1, 200, False), (32, 1, 200, False)]:
+        assert fit.predict(seqs, new, ctx, req) == pytest.approx(exact(seqs, new, ctx, req), rel=0.05)
 
 
 def test_coefficients_are_never_negative():
     # decode steps that get cheaper per sequence than a free fit would allow: clamp, not negative
     samples = [StepSample(b, 1, 100, 0.01) for b in (1, 2, 4, 8)] + [StepSample(1, 500, 0, 0.012)]
     fit = fit_step_costs(samples)
-    assert min(fit.step_overhead_s, fit.per_seq_s, fit.per_token_s, fit.per_position_s) >= 0
+    assert min(fit.step_overhead_s, fit.per_seq_s, fit.per_token_s, fit.per_position_s, fit.request_overhead_s) >= 0
 
 
 def test_profile_maps_the_fit_and_the_engine_loads_it(tmp_path):
     shape = ModelShape.from_tiny()
     assert shape.params_b == pytest.approx(6.73e-3, rel=0.02) and shape.head_dim == 64
-    fit = CostFit(2e-3, 0.4e-3, 20e-6, 4e-9, 0.0, 0.0, 10)
+    fit = CostFit(2e-3, 0.4e-3, 20e-6, 4e-9, 6e-3, 0.0, 0.0, 10)
     p = fit.profile(shape, name="fit", kv_capacity_tokens=8192)
     flops = 2 * shape.params_b * 1e9
     assert p["peak_tflops"] * 1e12 == pytest.approx(flops / 20e-6)
     assert p["hidden_size"] == round(4e-9 * flops / 20e-6 / (4 * shape.num_layers))
-    assert (p["step_overhead_ms"], p["per_seq_overhead_us"]) == pytest.approx((2.0, 400.0))
+    assert (p["step_overhead_ms"], p["per_seq_overhead_us"], p["request_overhead_ms"]) == pytest.approx((2.0, 400.0, 6.0))
     path = write_profile(p, tmp_path / "fit.json")
     assert json.loads(path.read_text())["base"] == "cpu/tiny"
     from replay.sim import SimConfig, start_sim
@@ -98,14 +102,16 @@ def test_too_few_samples_and_bad_shapes_are_refused():
     with pytest.raises(ConfigError, match="params_b"):
         ModelShape(params_b=0, num_layers=2, num_kv_heads=1, head_dim=64)
     with pytest.raises(ConfigError, match="kv_capacity_tokens"):
-        CostFit(1e-3, 0, 1e-6, 0, 0, 0, 2).profile(ModelShape.from_tiny(), kv_capacity_tokens=0)
+        CostFit(1e-3, 0, 1e-6, 0, 0, 0, 0, 2).profile(ModelShape.from_tiny(), kv_capacity_tokens=0)
 
 
 def test_refine_takes_out_what_the_engine_adds():
     real = synthetic()
     first = fit_step_costs(real)
-    # the engine measured with `first`'s profile adds 1.5 ms to every step
-    sim = [StepSample(s.seqs, s.new_tokens, s.context, s.seconds + 1.5e-3) for s in real]
+    # the engine measured with `first`'s profile adds 1.5 ms to every step and 4 ms to every TTFT
+    sim = [StepSample(s.seqs, s.new_tokens, s.context, s.seconds + 1.5e-3 + (4e-3 if s.request else 0), s.request)
+           for s in real]
     second = refine(real, first, sim)
     assert second.step_overhead_s == pytest.approx(TRUE["a"] - 1.5e-3, rel=1e-3)
+    assert second.request_overhead_s == pytest.approx(TRUE["r"] - 4e-3, rel=1e-3)
     assert second.per_token_s == pytest.approx(TRUE["c"], rel=1e-3)
