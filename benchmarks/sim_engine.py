@@ -45,7 +45,7 @@ from replay.calibrate import (ModelShape, fit_step_costs, mirror_knobs, probe_de
 from replay.config import Arrivals, RunConfig
 from replay.prompts import text_of_tokens
 from replay.runner import run_stage
-from replay.sim import SimConfig, start_sim
+from replay.sim import SimConfig, split_cpus, start_sim
 from replay.trace import Trace, TraceMeta, validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,26 +139,28 @@ def eval_trace(n: int, seed: int = 5) -> Trace:
     return Trace(df=validate(df, meta, source="<calibration eval>"), meta=meta)
 
 
-def stage(url: str, tr: Trace, rate: float | None, seed: int = 1) -> dict:
-    """One stage: a burst (rate None: all at once) or Poisson arrivals at ``rate`` (seeded)."""
+def stage(url: str, tr: Trace, rate: float | None, seed: int = 1, cpus: tuple[int, ...] = ()) -> dict:
+    """One stage: a burst (rate None: all at once) or Poisson arrivals at ``rate`` (seeded); ``cpus``
+    pins the runner (against the in-process engine)."""
     config = RunConfig(url=url, rate=rate, arrivals=Arrivals(kind="poisson", seed=seed) if rate else Arrivals(),
-                       lag_bound_ms=1000, timeout_s=300)
+                       lag_bound_ms=1000, timeout_s=300, cpus=cpus)
     s = run_stage(tr, config).summary
     if s["completed"] != s["requests"]:
         print(f"  note: {s['requests'] - s['completed']} of {s['requests']} failed: {s['errors']}")
     return s
 
 
-def workload(url: str, tr: Trace, rates: list[float] | None, repeats: int) -> tuple[float, list[float], list[list[dict]]]:
+def workload(url: str, tr: Trace, rates: list[float] | None, repeats: int,
+             cpus: tuple[int, ...] = ()) -> tuple[float, list[float], list[list[dict]]]:
     """Capacity (burst throughput, req/s), the rates, and ``repeats`` summaries per rate (each
     repeat with its own Poisson seed; the rates interleaved, so slow drift hits all alike)."""
-    burst = stage(url, tr, None)
+    burst = stage(url, tr, None, cpus=cpus)
     capacity = burst["throughput_rps"]
     rates = rates or [round(f * capacity, 2) for f in RATE_FACTORS]
     runs: list[list[dict]] = [[] for _ in rates]
     for k in range(repeats):
         for i, r in enumerate(rates):
-            runs[i].append(stage(url, tr, r, seed=1 + k))
+            runs[i].append(stage(url, tr, r, seed=1 + k, cpus=cpus))
     return capacity, rates, runs
 
 
@@ -207,15 +209,17 @@ def calibrate(name: str, n_requests: int, repeats: int, out_dir: Path) -> list[d
     # the same probes against the engine with the first fit: what it adds itself comes out (refine)
     path = write_profile(first.profile(shape, name=f"{kind}-fit1", kv_capacity_tokens=kv_tokens),
                          out_dir / f"{kind}-fit1.json")
-    with start_sim(SimConfig(profile=str(path), **knobs)) as server:
-        sim_samples = probe_prefill(server.url, gap_s=0.3 if kind == "llama-server" else 0.6)
-        sim_samples += probe_decode(server.url, batches=batches)
+    # the engine and the runner on CPUs of their own, as `replay run` without --url has them
+    engine_cpus, runner_cpus = split_cpus()
+    with start_sim(SimConfig(profile=str(path), **knobs), cpus=engine_cpus) as server:
+        sim_samples = probe_prefill(server.url, gap_s=0.3 if kind == "llama-server" else 0.6, cpus=runner_cpus)
+        sim_samples += probe_decode(server.url, batches=batches, cpus=runner_cpus)
     fit = refine(samples, first, sim_samples)
     profile = fit.profile(shape, name=f"{kind}-fitted", kv_capacity_tokens=kv_tokens)
     path = write_profile(profile, out_dir / f"{kind}-fitted.json")
     t_fit = time.perf_counter() - t0
-    with start_sim(SimConfig(profile=str(path), **knobs)) as server:
-        sim_cap, _, sim = workload(server.url, tr, rates, repeats)
+    with start_sim(SimConfig(profile=str(path), **knobs), cpus=engine_cpus) as server:
+        sim_cap, _, sim = workload(server.url, tr, rates, repeats, runner_cpus)
     t_all = time.perf_counter() - t0
     print(f"\n{kind}: started in {started:.1f}s, probes {t_probe - started:.1f}s, real stages "
           f"{t_real - t_probe:.1f}s, sim probes {t_fit - t_real:.1f}s, sim stages {t_all - t_fit:.1f}s")

@@ -294,11 +294,11 @@ def _trace(prompts: Sequence[str], max_tokens: Sequence[int], arrival_us: Sequen
     return Trace(df=validate(df, meta, source="<calibration probe>"), meta=meta)
 
 
-def _run(url: str, trace):
+def _run(url: str, trace, cpus: tuple[int, ...]):
     from replay.config import RunConfig
     from replay.runner import run_stage
 
-    df = run_stage(trace, RunConfig(url=url, lag_bound_ms=1000, timeout_s=120)).requests
+    df = run_stage(trace, RunConfig(url=url, lag_bound_ms=1000, timeout_s=120, cpus=cpus)).requests
     bad = df.filter(df["error"] != "none")
     if bad.height:
         from replay.errors import TargetError
@@ -309,11 +309,11 @@ def _run(url: str, trace):
 
 
 def probe_prefill(url: str, lengths: Sequence[int] = (32, 128, 256, 512, 1024), repeats: int = 3,
-                  gap_s: float = 0.3, seed: int = 7) -> list[StepSample]:
+                  gap_s: float = 0.3, seed: int = 7, cpus: tuple[int, ...] = ()) -> list[StepSample]:
     """Single requests (one output token) at each prompt length, ``gap_s`` apart so that each finds
     the engine idle, after one warm-up request (dropped); one sample per length: a front-end pass
     and a prefill step of the engine-reported prompt length, taking the median TTFT (from sending)
-    of its ``repeats``."""
+    of its ``repeats``. ``cpus`` pins the runner (see :func:`replay.sim.split_cpus`)."""
     from replay.prompts import text_of_tokens
 
     prompts, order = [text_of_tokens(64, seed=seed - 1)], [64]
@@ -322,7 +322,7 @@ def probe_prefill(url: str, lengths: Sequence[int] = (32, 128, 256, 512, 1024), 
             prompts.append(text_of_tokens(int(length), seed=seed + 1000 * r + int(length)))
             order.append(int(length))
     trace = _trace(prompts, [1] * len(prompts), [int(i * gap_s * 1e6) for i in range(len(prompts))], order)
-    df = _run(url, trace).sort("intended_ns").slice(1)
+    df = _run(url, trace, cpus).sort("intended_ns").slice(1)
     by_length: dict[int, list[tuple[int, float]]] = {}
     for length, row in zip(order[1:], df.iter_rows(named=True)):
         n = row["prompt_tokens"] or row["input_tokens"]
@@ -332,15 +332,16 @@ def probe_prefill(url: str, lengths: Sequence[int] = (32, 128, 256, 512, 1024), 
 
 
 def probe_decode(url: str, batches: Sequence[int] = (1, 2, 4), prompt_tokens: int = 160,
-                 max_tokens: int = 48, seed: int = 11) -> list[StepSample]:
+                 max_tokens: int = 48, seed: int = 11, cpus: tuple[int, ...] = ()) -> list[StepSample]:
     """For each batch size B: B requests sent at once; one sample per batch: a decode step of B
-    sequences (context: prompt + half the output) taking the median time per output token."""
+    sequences (context: prompt + half the output) taking the median time per output token.
+    ``cpus`` pins the runner."""
     from replay.prompts import text_of_tokens
 
     out = []
     for b in batches:
         prompts = [text_of_tokens(prompt_tokens, seed=seed + 100 * b + i) for i in range(b)]
-        df = _run(url, _trace(prompts, [max_tokens] * b, [0] * b, [prompt_tokens] * b))
+        df = _run(url, _trace(prompts, [max_tokens] * b, [0] * b, [prompt_tokens] * b), cpus)
         n_out = df["completion_tokens"].fill_null(df["output_chunks"]).to_numpy()
         tpot = (df["end_ns"].to_numpy() - df["first_token_ns"].to_numpy()) / np.maximum(n_out - 1, 1) / 1e9
         prompt = int(np.median(df["prompt_tokens"].fill_null(prompt_tokens).to_numpy()))
