@@ -219,8 +219,8 @@ def fit_step_costs(samples: Iterable[StepSample], shape: ModelShape | None = Non
     coef = _nnls(x * w[:, None] / scale, y * w) / scale
     rel = (x @ coef - y) / y
     return CostFit(step_overhead_s=float(coef[0]), per_seq_s=float(coef[1]), per_token_s=float(coef[2]),
-                   per_position_s=float(coef[3]), request_overhead_s=float(coef[4]), rel_rms=float(np.sqrt(np.mean(rel ** 2))),
-                   rel_max=float(np.abs(rel).max()), n_samples=len(rows))
+                   per_position_s=float(coef[3]), request_overhead_s=float(coef[4]),
+                   rel_rms=float(np.sqrt(np.mean(rel ** 2))), rel_max=float(np.abs(rel).max()), n_samples=len(rows))
 
 
 def refine(samples: Sequence[StepSample], fit: CostFit, sim_samples: Sequence[StepSample]) -> CostFit:

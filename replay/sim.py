@@ -149,8 +149,8 @@ def split_cpus(engine_threads: int = 1) -> tuple[tuple[int, ...], tuple[int, ...
 
     When the two share a core, every request wakes the engine, which then holds the core through
     its CPU burst (tokenizing a long prompt, planning a step: a few ms) while the runner's next
-    send waits behind it, even with another core idle. That showed as 2-4 ms send lag p99 on a
-    2-core machine; with the engine and the runner on their own cores it was 0.4-0.7 ms. The
+    send waits behind it, even with another core idle. On a 2-core machine that made send lag p99
+    2.7-6.8 ms; with the engine and the runner on their own cores it was 0.3-1.5 ms. The
     engine gets the last ``engine_threads`` usable CPUs (at most all but one), the runner the
     rest. Returns ``((), ())`` (no pinning) with fewer than 2 usable CPUs or no affinity support.
     """
