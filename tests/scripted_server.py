@@ -28,6 +28,7 @@ from aiohttp import web
 class Arrival:
     t_unix_ns: int
     body: dict
+    client_port: int = 0  # the client end's port: one per connection
 
 
 @dataclass
@@ -52,7 +53,8 @@ class ScriptedServer:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         t = time.time_ns()
         body = await request.json()
-        self.arrivals.append(Arrival(t, body))
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        self.arrivals.append(Arrival(t, body, peer[1] if peer else 0))
         if self._slots is None:
             return await self._respond(request, body)
         async with self._slots:

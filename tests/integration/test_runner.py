@@ -40,6 +40,18 @@ def test_requests_leave_on_schedule_while_the_server_stalls(scripted):
     assert np.allclose(np.diff(df["intended_ns"].to_numpy()), 50_000_000)
 
 
+def test_idle_connections_are_reused_then_dropped_before_servers_drop_them(scripted):
+    # Requests 0.3 s apart reuse one keep-alive connection. One that waited 4.5 s idle is not
+    # reused: uvicorn and llama-server close idle connections after 5 s, and reusing one as the
+    # server closes it would record a reset the engine never caused.
+    server = scripted()
+    trace = trace_of_bodies([{"max_tokens": 2, "stream": True}] * 3, arrival_us=[0, 300_000, 4_800_000])
+    result = run_stage(trace, RunConfig(url=server.url, lag_bound_ms=1000))
+    assert result.requests["error"].to_list() == ["none"] * 3
+    ports = [a.client_port for a in sorted(server.arrivals, key=lambda a: a.t_unix_ns)]
+    assert ports[0] == ports[1] != ports[2]
+
+
 def test_every_fault_is_recorded_and_the_run_goes_on(scripted):
     server = scripted(stall_s=5.0)
     faults = ["ok", "http500", "http404", "http429", "malformed", "reset", "stall", "no_done", "json", "ok"]

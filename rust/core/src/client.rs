@@ -126,15 +126,21 @@ pub fn build_headers(extra: &[(String, String)]) -> Result<HeaderMap, CoreError>
     Ok(map)
 }
 
+/// How long an idle connection is kept for reuse: below the 5 s keep-alive timeout of uvicorn
+/// (vLLM, SGLang) and cpp-httplib (llama-server), so the client drops an idle connection before
+/// the server closes it. Reusing one that the server is closing at that very moment fails the
+/// request as a reset although the engine did nothing wrong.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
+
 /// A pooled HTTP/1.1 client. `connect_timeout` None = no limit. Idle connections are kept (up
-/// to `max_idle`) so a steady load reuses them.
+/// to `max_idle`, for `POOL_IDLE_TIMEOUT`) so a steady load reuses them.
 pub fn build_client(connect_timeout: Option<Duration>, max_idle: usize) -> HttpClient {
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(connect_timeout);
     connector.set_nodelay(true);
     connector.enforce_http(true);
     Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .pool_max_idle_per_host(max_idle)
         .retry_canceled_requests(true)
         .build(connector)
