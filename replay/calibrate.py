@@ -42,6 +42,7 @@ fit. :func:`mirror_knobs` gives the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -237,7 +238,7 @@ def refine(samples: Sequence[StepSample], fit: CostFit, sim_samples: Sequence[St
     for s in samples:
         shape = (s.seqs, s.new_tokens, s.context, s.request)
         extra = sim_fit.predict(*shape) - fit.predict(*shape)
-        corrected.append(StepSample(*shape[:3], max(s.seconds - extra, 0.2 * s.seconds), s.request))
+        corrected.append(dataclasses.replace(s, seconds=max(s.seconds - extra, 0.2 * s.seconds)))
     return fit_step_costs(corrected)
 
 

@@ -126,14 +126,19 @@ mod tests {
         CostModel::new(&Profile::named(name).unwrap(), 2.0)
     }
 
-    fn decode(batch: u32, context: u32) -> Vec<SeqWork> {
+    /// `seqs` equal sequences, each computing `new_tokens` after `context`.
+    fn batch(seqs: u32, new_tokens: u32, context: u32) -> Vec<SeqWork> {
         vec![
             SeqWork {
-                new_tokens: 1,
+                new_tokens,
                 context
             };
-            batch as usize
+            seqs as usize
         ]
+    }
+
+    fn decode(seqs: u32, context: u32) -> Vec<SeqWork> {
+        batch(seqs, 1, context)
     }
 
     #[test]
@@ -174,26 +179,10 @@ mod tests {
     fn speculation_is_cheap_when_memory_bound_and_costly_when_compute_bound() {
         let m = model("a100-80g/llama-3-8b");
         let plain_small = m.step(decode(4, 512)).total_s;
-        let spec_small = m
-            .step(vec![
-                SeqWork {
-                    new_tokens: 5,
-                    context: 512
-                };
-                4
-            ])
-            .total_s;
+        let spec_small = m.step(batch(4, 5, 512)).total_s;
         assert!(spec_small < plain_small * 1.1);
         let plain_big = m.step(decode(256, 512)).total_s;
-        let spec_big = m
-            .step(vec![
-                SeqWork {
-                    new_tokens: 5,
-                    context: 512
-                };
-                256
-            ])
-            .total_s;
+        let spec_big = m.step(batch(256, 5, 512)).total_s;
         assert!(spec_big > plain_big * 2.0);
     }
 

@@ -163,18 +163,15 @@ impl Engine {
         }
     }
 
-    /// Block until a request arrives or the front end releases one; false once every request
-    /// sender is gone.
+    /// Block until a request arrives or the front end's next request is due (`admit_ready`
+    /// moves it on); false once every request sender is gone.
     async fn wait_for_work(&mut self) -> bool {
         let next = self.front.front().map(|(ready, _)| *ready);
         let received = match next {
             None => self.rx.recv().await,
             Some(ready) => tokio::select! {
                 sub = self.rx.recv() => sub,
-                _ = tokio::time::sleep_until(ready) => {
-                    self.admit_ready();
-                    return true;
-                }
+                _ = tokio::time::sleep_until(ready) => return true,
             },
         };
         match received {

@@ -238,5 +238,8 @@ fn the_front_end_admits_one_request_at_a_time() {
     ttft.sort();
     // a busy machine can only make the front end late, never early
     assert!(ttft[0] >= 40_000_000, "first TTFT {} ns", ttft[0]);
-    assert!(ttft[1] - ttft[0] >= 35_000_000, "TTFTs {ttft:?} ns: not one at a time");
+    assert!(
+        ttft[1] - ttft[0] >= 35_000_000,
+        "TTFTs {ttft:?} ns: not one at a time"
+    );
 }
