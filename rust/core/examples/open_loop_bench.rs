@@ -34,6 +34,7 @@ fn main() {
             path: "/v1/chat/completions".into(),
             body: body.clone(),
             offset_ns: o,
+            after: None,
         })
         .collect();
     let config = RunConfig {
@@ -71,7 +72,7 @@ fn main() {
             ttfb[(ttfb.len() - 1) * 99 / 100] as f64 / 1e3
         );
     }
-    println!("chunks recorded {}", r.chunk_t_ns.len());
+    println!("chunks recorded {}", r.chunk_us.len());
     for k in ErrorKind::ALL {
         let c = r.error_kind.iter().filter(|&&e| e == k as u8).count();
         if c > 0 {

@@ -1,34 +1,29 @@
-//! The HTTP side of a run, set up once: base-URL validation, per-path request URIs, the header
-//! set, the pooled hyper-util client, and mapping transport errors to `ErrorKind`.
-//!
-//! HTTP/1.1 keep-alive through hyper-util's legacy `Client`: idle connections are reused and new
-//! ones are opened on demand, so the number of connections follows the number in flight (the
-//! run bounds that with a semaphore).
+//! The HTTP side of a run, set up once: base-URL validation and resolution, the header set,
+//! the request encoder, and mapping transport errors to `ErrorKind`. The connections themselves
+//! (and their pool) are in `conn.rs`.
 
 use std::collections::HashMap;
-use std::error::Error as StdError;
 use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use http::Uri;
-use http_body_util::Full;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 
+use crate::conn::HttpError;
 use crate::error::CoreError;
 use crate::record::ErrorKind;
-
-/// The pooled client type used by the runner.
-pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 /// A validated `http://host[:port][/prefix]` base URL.
 #[derive(Debug, Clone)]
 pub struct BaseUrl {
     /// `scheme://authority` plus any path prefix, without a trailing slash.
     prefix: String,
+    /// `host[:port]` as given (the `host` header).
+    authority: String,
+    host: String,
+    port: u16,
 }
 
 impl BaseUrl {
@@ -60,8 +55,12 @@ impl BaseUrl {
             return Err(bad("a base url takes no query or fragment"));
         }
         let path = uri.path().trim_end_matches('/');
+        let host = authority.host().trim_start_matches('[').trim_end_matches(']');
         Ok(BaseUrl {
             prefix: format!("http://{authority}{path}"),
+            authority: authority.as_str().to_string(),
+            host: host.to_string(),
+            port: authority.port_u16().unwrap_or(80),
         })
     }
 
@@ -76,27 +75,6 @@ impl BaseUrl {
             url: full.clone(),
             message: e.to_string(),
         })
-    }
-
-    /// URIs for many paths, parsing each distinct path once.
-    pub fn join_all<'a>(
-        &self,
-        paths: impl Iterator<Item = &'a str>,
-    ) -> Result<Vec<Uri>, CoreError> {
-        let mut cache: HashMap<&str, Uri> = HashMap::new();
-        let mut out = Vec::new();
-        for p in paths {
-            let uri = match cache.get(p) {
-                Some(u) => u.clone(),
-                None => {
-                    let u = self.join(p)?;
-                    cache.insert(p, u.clone());
-                    u
-                }
-            };
-            out.push(uri);
-        }
-        Ok(out)
     }
 }
 
@@ -130,93 +108,107 @@ pub fn build_headers(extra: &[(String, String)]) -> Result<HeaderMap, CoreError>
 /// (vLLM, SGLang) and cpp-httplib (llama-server), so the client drops an idle connection before
 /// the server closes it. Reusing one that the server is closing at that very moment fails the
 /// request as a reset although the engine did nothing wrong.
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 
-/// A pooled HTTP/1.1 client. `connect_timeout` None = no limit. Idle connections are kept (up
-/// to `max_idle`, for `POOL_IDLE_TIMEOUT`) so a steady load reuses them.
-pub fn build_client(connect_timeout: Option<Duration>, max_idle: usize) -> HttpClient {
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(connect_timeout);
-    connector.set_nodelay(true);
-    connector.enforce_http(true);
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-        .pool_max_idle_per_host(max_idle)
-        .retry_canceled_requests(true)
-        .build(connector)
-}
-
-/// Classify a failure of `Client::request` (before response headers).
-pub fn classify_request_error(err: &hyper_util::client::legacy::Error) -> (ErrorKind, String) {
-    let detail = error_chain(err);
-    if err.is_connect() {
-        let kind = match find_io_kind(err) {
-            Some(io::ErrorKind::ConnectionRefused) => ErrorKind::ConnectRefused,
-            _ => ErrorKind::Connect,
-        };
-        return (kind, format!("connect: {detail}"));
+/// The socket addresses of the base URL's host (resolved once, before t0).
+pub fn resolve(base: &BaseUrl) -> Result<Vec<SocketAddr>, CoreError> {
+    let addrs: Vec<SocketAddr> = (base.host.as_str(), base.port)
+        .to_socket_addrs()
+        .map_err(|e| CoreError::Url {
+            url: base.prefix.clone(),
+            message: format!("cannot resolve host {:?}: {e}", base.host),
+        })?
+        .collect();
+    if addrs.is_empty() {
+        return Err(CoreError::Url {
+            url: base.prefix.clone(),
+            message: format!("host {:?} has no address", base.host),
+        });
     }
-    (classify_chain(err), detail)
+    Ok(addrs)
 }
 
-/// Classify an error while reading the response body.
-pub fn classify_body_error(err: &hyper::Error) -> (ErrorKind, String) {
-    (classify_chain(err), error_chain(err))
+/// The bytes of each request before its body: one shared prefix per path (request line, host,
+/// headers), then a `content-length` line per request.
+#[derive(Debug, Clone)]
+pub struct Encoder {
+    prefixes: HashMap<String, Bytes>,
+    fallback: Bytes,
 }
 
-fn classify_chain(err: &(dyn StdError + 'static)) -> ErrorKind {
-    let mut cur: Option<&(dyn StdError + 'static)> = Some(err);
-    while let Some(e) = cur {
-        if let Some(h) = e.downcast_ref::<hyper::Error>() {
-            if h.is_incomplete_message()
-                || h.is_closed()
-                || h.is_canceled()
-                || h.is_body_write_aborted()
-            {
-                return ErrorKind::Reset;
-            }
-            if h.is_timeout() {
-                return ErrorKind::Timeout;
+impl Encoder {
+    /// An encoder for `paths` (each joined to `base`) with `headers` on every request.
+    pub fn new<'a>(
+        base: &BaseUrl,
+        headers: &HeaderMap,
+        paths: impl Iterator<Item = &'a str>,
+    ) -> Result<Encoder, CoreError> {
+        let mut prefixes = HashMap::new();
+        for p in paths {
+            if !prefixes.contains_key(p) {
+                let uri = base.join(p)?;
+                prefixes.insert(p.to_string(), Self::prefix(base, headers, "POST", &uri));
             }
         }
-        if let Some(io) = e.downcast_ref::<io::Error>() {
-            return match io.kind() {
-                io::ErrorKind::ConnectionReset
-                | io::ErrorKind::ConnectionAborted
-                | io::ErrorKind::BrokenPipe
-                | io::ErrorKind::UnexpectedEof => ErrorKind::Reset,
-                io::ErrorKind::TimedOut => ErrorKind::Timeout,
-                _ => ErrorKind::Other,
-            };
-        }
-        cur = e.source();
+        let fallback = Self::prefix(base, headers, "POST", &base.join("/")?);
+        Ok(Encoder { prefixes, fallback })
     }
-    ErrorKind::Other
+
+    fn prefix(base: &BaseUrl, headers: &HeaderMap, method: &str, uri: &Uri) -> Bytes {
+        let target = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        let mut out = format!("{method} {target} HTTP/1.1\r\nhost: {}\r\n", base.authority).into_bytes();
+        for (name, value) in headers {
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        Bytes::from(out)
+    }
+
+    /// (shared prefix, this request's `content-length` line and blank line).
+    pub fn head(&self, path: &str, body_len: usize) -> (Bytes, Vec<u8>) {
+        let prefix = self.prefixes.get(path).unwrap_or(&self.fallback).clone();
+        (prefix, format!("content-length: {body_len}\r\n\r\n").into_bytes())
+    }
+
+    /// A complete `GET path` request (used to check warm connections).
+    pub fn get(base: &BaseUrl, headers: &HeaderMap, path: &str) -> Result<Bytes, CoreError> {
+        let uri = base.join(path)?;
+        let mut out = Self::prefix(base, headers, "GET", &uri).to_vec();
+        out.extend_from_slice(b"\r\n");
+        Ok(Bytes::from(out))
+    }
 }
 
-fn find_io_kind(err: &(dyn StdError + 'static)) -> Option<io::ErrorKind> {
-    let mut cur: Option<&(dyn StdError + 'static)> = Some(err);
-    while let Some(e) = cur {
-        if let Some(io) = e.downcast_ref::<io::Error>() {
-            return Some(io.kind());
-        }
-        cur = e.source();
-    }
-    None
+/// Classify a failed connect.
+pub fn classify_connect_error(err: &io::Error) -> (ErrorKind, String) {
+    let kind = match err.kind() {
+        io::ErrorKind::ConnectionRefused => ErrorKind::ConnectRefused,
+        _ => ErrorKind::Connect,
+    };
+    (kind, format!("connect: {}", one_line(&err.to_string())))
 }
 
-/// "outer: inner: innermost" on one line, without repeating identical messages.
-fn error_chain(err: &(dyn StdError + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cur: Option<&(dyn StdError + 'static)> = Some(err);
-    while let Some(e) = cur {
-        let s = e.to_string();
-        if !s.is_empty() && parts.last() != Some(&s) {
-            parts.push(s);
-        }
-        cur = e.source();
-    }
-    parts.join(": ").replace(['\n', '\r'], " ")
+/// Classify a failure while writing the request or reading the response.
+pub fn classify_http_error(err: &HttpError) -> (ErrorKind, String) {
+    let kind = match err {
+        HttpError::Io(e) => match e.kind() {
+            io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::UnexpectedEof => ErrorKind::Reset,
+            io::ErrorKind::TimedOut => ErrorKind::Timeout,
+            _ => ErrorKind::Other,
+        },
+        HttpError::Closed(_) => ErrorKind::Reset,
+        HttpError::Protocol(_) => ErrorKind::Other,
+    };
+    (kind, one_line(&err.to_string()))
+}
+
+fn one_line(s: &str) -> String {
+    s.replace(['\n', '\r'], " ")
 }
 
 #[cfg(test)]
@@ -259,12 +251,18 @@ mod tests {
     }
 
     #[test]
-    fn join_all_reuses_paths() {
-        let b = BaseUrl::parse("http://h:1").unwrap();
-        let uris = b.join_all(["/a", "/b", "/a"].into_iter()).unwrap();
-        assert_eq!(uris.len(), 3);
-        assert_eq!(uris[2].path(), "/a");
-        assert!(b.join_all(["/ok", "/bad path"].into_iter()).is_err());
+    fn encoder_writes_request_heads() {
+        let b = BaseUrl::parse("http://localhost:9/proxy").unwrap();
+        let h = build_headers(&[("Authorization".into(), "Bearer k".into())]).unwrap();
+        let enc = Encoder::new(&b, &h, ["/v1/chat/completions"].into_iter()).unwrap();
+        let (prefix, tail) = enc.head("/v1/chat/completions", 42);
+        let text = String::from_utf8(prefix.to_vec()).unwrap();
+        assert!(text.starts_with("POST /proxy/v1/chat/completions HTTP/1.1\r\nhost: localhost:9\r\n"), "{text}");
+        assert!(text.contains("authorization: Bearer k\r\n") && text.contains("content-type: application/json\r\n"));
+        assert_eq!(tail, b"content-length: 42\r\n\r\n");
+        let get = Encoder::get(&b, &h, "/v1/models").unwrap();
+        assert!(get.starts_with(b"GET /proxy/v1/models HTTP/1.1\r\n") && get.ends_with(b"\r\n\r\n"));
+        assert!(Encoder::new(&b, &h, ["/bad path"].into_iter()).is_err());
     }
 
     #[test]

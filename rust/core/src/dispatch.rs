@@ -1,11 +1,20 @@
 //! The open-loop dispatcher: runs on a plain OS thread (never a tokio worker), waits for each
 //! request's absolute deadline `t0 + offset_ns` by sleeping until shortly before it and spinning
-//! the rest, then spawns the request onto the runtime without waiting for earlier ones.
+//! the rest, then launches the request without waiting for earlier ones.
 //!
 //! Deadlines are always absolute, so a late wake-up never shifts later requests. Requests due
 //! at the same instant go out back to back. `cancel` is polled at least every `CANCEL_POLL`.
+//!
+//! Causal sessions: a request may carry a `Gate` (the request it follows and a think time).
+//! It then becomes due at the later of its own offset and the end of the request it follows
+//! plus the think time; until that end is known it is parked, and requests behind it in the
+//! schedule go out on time. Ends arrive on a channel (request index, end offset in ns); the
+//! dispatcher sleeps on that channel, so an end wakes it.
 
+use std::cmp::{Ordering as CmpOrdering, Reverse};
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 /// Time before a deadline at which the thread stops sleeping and busy-spins. Linux `nanosleep`
@@ -16,64 +25,230 @@ pub const SPIN_WINDOW: Duration = Duration::from_micros(300);
 /// Longest sleep between checks of the cancel flag.
 pub const CANCEL_POLL: Duration = Duration::from_millis(10);
 
-/// Block until `deadline` (returns true), or until `cancel` is set (returns false).
-pub fn wait_until(deadline: Instant, cancel: &AtomicBool) -> bool {
+/// What ended a wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// The deadline came.
+    Due,
+    /// `cancel` was set.
+    Cancelled,
+    /// A request ended (its end was pushed onto the backlog).
+    Ended,
+}
+
+/// Block until `deadline`, until `cancel` is set, or (with `ends`) until a request ends, whose
+/// (index, end) is then pushed onto `backlog`.
+pub fn wait_until(
+    deadline: Instant,
+    cancel: &AtomicBool,
+    ends: Option<&Receiver<(usize, i64)>>,
+    backlog: &mut Vec<(usize, i64)>,
+) -> Wake {
     loop {
         if cancel.load(Ordering::Relaxed) {
-            return false;
+            return Wake::Cancelled;
+        }
+        if let Some(rx) = ends {
+            if let Ok(end) = rx.try_recv() {
+                backlog.push(end);
+                return Wake::Ended;
+            }
         }
         let now = Instant::now();
         if now >= deadline {
-            return true;
+            return Wake::Due;
         }
         let left = deadline - now;
         if left > SPIN_WINDOW {
-            std::thread::sleep((left - SPIN_WINDOW).min(CANCEL_POLL));
+            let nap = (left - SPIN_WINDOW).min(CANCEL_POLL);
+            match ends {
+                Some(rx) => match rx.recv_timeout(nap) {
+                    Ok(end) => {
+                        backlog.push(end);
+                        return Wake::Ended;
+                    }
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => std::thread::sleep(nap),
+                },
+                None => std::thread::sleep(nap),
+            }
         } else {
             std::hint::spin_loop();
         }
     }
 }
 
+/// A causal request follows `parent` (a request index) after `think_ns`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gate {
+    pub parent: usize,
+    pub think_ns: i64,
+}
+
+/// One request of the schedule as the dispatcher sees it.
+#[derive(Debug)]
+pub struct Scheduled<T> {
+    pub index: usize,
+    pub offset_ns: i64,
+    pub gate: Option<Gate>,
+    pub payload: T,
+}
+
 /// Result of a dispatch pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dispatched {
-    /// How many items were handed to `launch` (a prefix of the schedule).
+    /// How many items were handed to `launch`.
     pub count: usize,
     /// The pass stopped early because `cancel` was set.
     pub cancelled: bool,
+    /// The pass stopped at `stop_at_ns` with requests not yet due.
+    pub stopped: bool,
 }
 
-/// Hand each item to `launch` at `t0 + offset_ns` (offsets nondecreasing, checked by the
-/// caller). Stops early, without launching more, once `cancel` is set.
-pub fn dispatch_all<T>(
-    t0: Instant,
-    items: impl IntoIterator<Item = (i64, T)>,
-    cancel: &AtomicBool,
-    mut launch: impl FnMut(T),
-) -> Dispatched {
-    let mut count = 0;
-    for (offset_ns, item) in items {
-        let due = t0 + Duration::from_nanos(offset_ns.max(0) as u64);
-        if !wait_until(due, cancel) {
-            return Dispatched {
-                count,
-                cancelled: true,
-            };
-        }
-        launch(item);
-        count += 1;
+/// A released causal request waiting for its time.
+struct Ready<T> {
+    due_ns: i64,
+    index: usize,
+    payload: T,
+}
+
+impl<T> PartialEq for Ready<T> {
+    fn eq(&self, other: &Self) -> bool {
+        (self.due_ns, self.index) == (other.due_ns, other.index)
     }
-    Dispatched {
-        count,
+}
+impl<T> Eq for Ready<T> {}
+impl<T> PartialOrd for Ready<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl<T> Ord for Ready<T> {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        (self.due_ns, self.index).cmp(&(other.due_ns, other.index))
+    }
+}
+
+/// Hand each item to `launch(index, release_ns, payload)` when due: at `t0 + offset_ns`
+/// (offsets nondecreasing, checked by the caller), or for a gated item at the later of that and
+/// its parent's end plus the think time (`release_ns` says which). Gates are honoured only when
+/// `ends` is given. Stops early once `cancel` is set, or when nothing is due before
+/// `stop_at_ns` (then items not launched stay unsent).
+pub fn dispatch<T>(
+    t0: Instant,
+    items: impl IntoIterator<Item = Scheduled<T>>,
+    ends: Option<&Receiver<(usize, i64)>>,
+    stop_at_ns: Option<i64>,
+    cancel: &AtomicBool,
+    mut launch: impl FnMut(usize, i64, T),
+) -> Dispatched {
+    let at = |ns: i64| t0 + Duration::from_nanos(ns.max(0) as u64);
+    let mut items = items.into_iter();
+    let mut next = items.next();
+    let mut ready: BinaryHeap<Reverse<Ready<T>>> = BinaryHeap::new();
+    let mut parked: HashMap<usize, Vec<(Scheduled<T>, Gate)>> = HashMap::new();
+    let mut ended: HashMap<usize, i64> = HashMap::new();
+    let mut backlog: Vec<(usize, i64)> = Vec::new();
+    let mut out = Dispatched {
+        count: 0,
         cancelled: false,
+        stopped: false,
+    };
+    loop {
+        if let Some(rx) = ends {
+            backlog.extend(rx.try_iter());
+        }
+        for (i, end_ns) in backlog.drain(..) {
+            match parked.remove(&i) {
+                Some(kids) => {
+                    for (s, g) in kids {
+                        ready.push(Reverse(Ready {
+                            due_ns: s.offset_ns.max(end_ns + g.think_ns),
+                            index: s.index,
+                            payload: s.payload,
+                        }));
+                    }
+                }
+                None => {
+                    ended.insert(i, end_ns);
+                }
+            }
+        }
+        let sched = next.as_ref().map(|s| s.offset_ns);
+        let released = ready.peek().map(|r| r.0.due_ns);
+        let (due, from_schedule) = match (sched, released) {
+            (Some(a), Some(b)) if b < a => (Some(b), false),
+            (Some(a), _) => (Some(a), true),
+            (None, Some(b)) => (Some(b), false),
+            (None, None) if parked.is_empty() => return out,
+            (None, None) => (None, false), // only parked requests: wait for an end
+        };
+        let stop = stop_at_ns.filter(|&s| due.is_none_or(|d| d > s));
+        let target = match (due, stop) {
+            (_, Some(s)) => s,
+            (Some(d), None) => d,
+            (None, None) => i64::MAX / 2,
+        };
+        match wait_until(at(target), cancel, ends, &mut backlog) {
+            Wake::Cancelled => {
+                out.cancelled = true;
+                return out;
+            }
+            Wake::Ended => continue,
+            Wake::Due if stop.is_some() => {
+                out.stopped = true;
+                return out;
+            }
+            Wake::Due if due.is_none() => continue,
+            Wake::Due => {}
+        }
+        if from_schedule {
+            let s = next.take().expect("a scheduled item");
+            next = items.next();
+            match s.gate.filter(|_| ends.is_some()) {
+                None => {
+                    launch(s.index, s.offset_ns, s.payload);
+                    out.count += 1;
+                }
+                Some(g) => match ended.remove(&g.parent) {
+                    Some(end_ns) if end_ns + g.think_ns <= s.offset_ns => {
+                        launch(s.index, s.offset_ns, s.payload);
+                        out.count += 1;
+                    }
+                    Some(end_ns) => ready.push(Reverse(Ready {
+                        due_ns: end_ns + g.think_ns,
+                        index: s.index,
+                        payload: s.payload,
+                    })),
+                    None => parked.entry(g.parent).or_default().push((s, g)),
+                },
+            }
+        } else {
+            let r = ready.pop().expect("a released item").0;
+            launch(r.index, r.due_ns, r.payload);
+            out.count += 1;
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc;
     use std::sync::Arc;
+
+    fn open(offsets: &[i64]) -> Vec<Scheduled<i64>> {
+        offsets
+            .iter()
+            .enumerate()
+            .map(|(index, &o)| Scheduled {
+                index,
+                offset_ns: o,
+                gate: None,
+                payload: o,
+            })
+            .collect()
+    }
 
     #[test]
     fn launches_on_absolute_deadlines() {
@@ -81,8 +256,9 @@ mod tests {
         let t0 = Instant::now();
         let offsets = [0i64, 2_000_000, 2_000_000, 5_000_000, 12_000_000];
         let mut late_ns = Vec::new();
-        let d = dispatch_all(t0, offsets.iter().map(|&o| (o, o)), &cancel, |o| {
+        let d = dispatch(t0, open(&offsets), None, None, &cancel, |_, release, o| {
             let at = t0.elapsed().as_nanos() as i64;
+            assert_eq!(release, o);
             assert!(at >= o, "launched early: {at} < {o}");
             late_ns.push(at - o);
         });
@@ -90,7 +266,8 @@ mod tests {
             d,
             Dispatched {
                 count: 5,
-                cancelled: false
+                cancelled: false,
+                stopped: false
             }
         );
         // Generous bound (shared CI machines); typical lateness is a few microseconds.
@@ -107,7 +284,7 @@ mod tests {
         });
         let t0 = Instant::now();
         let mut launched = 0;
-        let d = dispatch_all(t0, [(0i64, ()), (10_000_000_000, ())], &cancel, |_| {
+        let d = dispatch(t0, open(&[0, 10_000_000_000]), None, None, &cancel, |_, _, _| {
             launched += 1
         });
         setter.join().unwrap();
@@ -115,14 +292,69 @@ mod tests {
             d,
             Dispatched {
                 count: 1,
-                cancelled: true
+                cancelled: true,
+                stopped: false
             }
         );
         assert_eq!(launched, 1);
-        assert!(
-            t0.elapsed() < Duration::from_secs(2),
-            "cancel took {:?}",
-            t0.elapsed()
-        );
+        assert!(t0.elapsed() < Duration::from_secs(2), "cancel took {:?}", t0.elapsed());
+    }
+
+    #[test]
+    fn stop_at_leaves_later_requests_unsent() {
+        let cancel = AtomicBool::new(false);
+        let t0 = Instant::now();
+        let mut sent = Vec::new();
+        let d = dispatch(t0, open(&[0, 1_000_000, 400_000_000]), None, Some(20_000_000), &cancel, |i, _, _| sent.push(i));
+        assert_eq!(sent, vec![0, 1]);
+        assert!(d.stopped && !d.cancelled && d.count == 2);
+        let waited = t0.elapsed();
+        assert!(waited >= Duration::from_millis(20) && waited < Duration::from_millis(300), "{waited:?}");
+    }
+
+    /// Request 1 follows request 0 (think 5 ms); request 2 is open. Request 0 "ends" at 30 ms,
+    /// so 1 goes at 35 ms although it was scheduled at 1 ms, and 2 still goes at 10 ms.
+    #[test]
+    fn a_gated_request_waits_for_its_parent_and_others_do_not() {
+        let cancel = AtomicBool::new(false);
+        let (tx, rx) = mpsc::channel();
+        let t0 = Instant::now();
+        let ender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            tx.send((0usize, 30_000_000i64)).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+        });
+        let mut items = open(&[0, 1_000_000, 10_000_000]);
+        items[1].gate = Some(Gate { parent: 0, think_ns: 5_000_000 });
+        let mut log = Vec::new();
+        let d = dispatch(t0, items, Some(&rx), None, &cancel, |i, release, _| {
+            log.push((i, release, t0.elapsed().as_nanos() as i64));
+        });
+        ender.join().unwrap();
+        assert_eq!(d.count, 3);
+        let order: Vec<usize> = log.iter().map(|l| l.0).collect();
+        assert_eq!(order, vec![0, 2, 1]);
+        let (_, release, at) = log[2];
+        assert_eq!(release, 35_000_000);
+        assert!(at >= 35_000_000, "sent before its parent ended + think: {at}");
+        assert!(log[1].2 < 30_000_000, "the open request waited: {:?}", log[1]);
+    }
+
+    /// A parent that ended before its child's own time does not delay the child.
+    #[test]
+    fn an_early_end_keeps_the_childs_schedule() {
+        let cancel = AtomicBool::new(false);
+        let (tx, rx) = mpsc::channel();
+        let t0 = Instant::now();
+        let mut items = open(&[0, 20_000_000]);
+        items[1].gate = Some(Gate { parent: 0, think_ns: 1_000_000 });
+        let mut log = Vec::new();
+        dispatch(t0, items, Some(&rx), None, &cancel, |i, release, _| {
+            if i == 0 {
+                tx.send((0, 2_000_000)).unwrap();
+            }
+            log.push((i, release));
+        });
+        assert_eq!(log, vec![(0, 0), (1, 20_000_000)]);
     }
 }

@@ -1,23 +1,25 @@
-//! One request's life inside the runtime: wait for a connection slot, stamp `sent`, send, stamp
-//! headers and every body frame as it is read, interpret the body, and hand the finished
-//! `RequestRecord` back to the run. Every outcome (ok, fault, deadline, cancel) yields a record.
+//! One request's life: the dispatcher puts it on the wire when it can (`launch`), a task on the
+//! runtime finishes what is left (a connection slot, a connection, the rest of the write),
+//! stamps `sent` when the last request byte is written, then stamps headers and every body
+//! piece as it is read, interprets the body, and hands the finished `RequestRecord` back to
+//! the run. Every outcome (ok, fault, deadline, cut-off, cancel) yields a record.
 //!
-//! The deadline and the cancel signal race the exchange future; the exchange writes its stamps
-//! into state that outlives the future, so a timed-out or cancelled request keeps what it saw.
+//! The deadline and the stop signal race the exchange future; the exchange writes its stamps
+//! into state that outlives the future, so a timed-out or stopped request keeps what it saw.
 
+use std::io::IoSlice;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::{HeaderMap, CONTENT_TYPE};
-use http::{Request, Uri};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use tokio::sync::{watch, Semaphore};
+use tokio::runtime::Handle;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::client::{classify_body_error, classify_request_error, HttpClient};
+use crate::client::{classify_connect_error, classify_http_error, Encoder};
+use crate::conn::{Body, Conn, Pool};
 use crate::openai::{parse_openai_event, parse_openai_response, OpenAiEvent, Usage};
 use crate::record::{ErrorKind, RequestRecord};
 use crate::run::RunControl;
@@ -26,23 +28,122 @@ use crate::sse::{SseError, SseParser, DEFAULT_MAX_EVENT_BYTES};
 /// Most of an error response body kept for its detail line.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
+/// The run's stop signal, as seen by request tasks.
+pub(crate) const RUNNING: u8 = 0;
+pub(crate) const CUT_OFF: u8 = 1;
+pub(crate) const CANCELLED: u8 = 2;
+
 /// Everything request tasks share for the length of a run.
 pub(crate) struct Shared {
-    pub client: HttpClient,
-    pub headers: HeaderMap,
+    pub addrs: Vec<SocketAddr>,
+    pub encoder: Encoder,
+    pub pool: Pool,
     pub t0: Instant,
     pub timeout: Option<Duration>,
     pub stall: Option<Duration>,
+    pub connect_timeout: Option<Duration>,
+    /// One permit per request in flight (`max_connections`).
     pub permits: Arc<Semaphore>,
     pub control: Arc<RunControl>,
-    pub cancel_rx: watch::Receiver<bool>,
+    pub stop_rx: watch::Receiver<u8>,
     pub records_tx: Sender<RequestRecord>,
+    /// Causal runs: each request's (index, end ns) goes to the dispatcher.
+    pub ends_tx: Option<Sender<(usize, i64)>>,
+    pub keep_chunks: bool,
 }
 
 impl Shared {
     fn now_ns(&self) -> i64 {
         self.t0.elapsed().as_nanos() as i64
     }
+}
+
+/// A request's bytes: shared head prefix, its content-length line, its body.
+pub(crate) struct Wire {
+    prefix: Bytes,
+    tail: Vec<u8>,
+    body: Bytes,
+}
+
+impl Wire {
+    fn len(&self) -> usize {
+        self.prefix.len() + self.tail.len() + self.body.len()
+    }
+
+    fn parts(&self) -> [&[u8]; 3] {
+        [&self.prefix, &self.tail, &self.body]
+    }
+}
+
+/// How far the dispatcher got with a request.
+enum Start {
+    /// Written whole on an idle connection at `sent_ns`.
+    Sent {
+        conn: Conn,
+        permit: OwnedSemaphorePermit,
+        sent_ns: i64,
+    },
+    /// Partly written (`written` bytes) on an idle connection.
+    Partial {
+        conn: Conn,
+        permit: OwnedSemaphorePermit,
+        written: usize,
+    },
+    /// Nothing written: the task gets a slot (if `permit` is None) and a connection.
+    Fresh { permit: Option<OwnedSemaphorePermit> },
+}
+
+/// Called on the dispatcher thread when request `index` is due: take a slot and an idle
+/// connection and write the request now if both are at hand, then hand the rest to a task.
+pub(crate) fn launch(
+    shared: &Arc<Shared>,
+    runtime: &Handle,
+    index: usize,
+    release_ns: i64,
+    path: &str,
+    body: Bytes,
+) {
+    let handed = Instant::now();
+    let (prefix, tail) = shared.encoder.head(path, body.len());
+    let wire = Wire { prefix, tail, body };
+    let mut conn_ns = -1;
+    let start = match shared.permits.clone().try_acquire_owned() {
+        Err(_) => Start::Fresh { permit: None },
+        Ok(permit) => match shared.pool.take() {
+            None => Start::Fresh {
+                permit: Some(permit),
+            },
+            Some(conn) => {
+                conn_ns = handed.elapsed().as_nanos() as i64;
+                let [a, b, c] = wire.parts();
+                let slices = [IoSlice::new(a), IoSlice::new(b), IoSlice::new(c)];
+                match conn.try_write_now(&slices) {
+                    Ok(n) if n == wire.len() => {
+                        shared.control.sent.fetch_add(1, Ordering::Relaxed);
+                        Start::Sent {
+                            conn,
+                            permit,
+                            sent_ns: shared.now_ns(),
+                        }
+                    }
+                    Ok(written) => Start::Partial {
+                        conn,
+                        permit,
+                        written,
+                    },
+                    // A broken idle connection: the task opens a new one.
+                    Err(_) => Start::Fresh {
+                        permit: Some(permit),
+                    },
+                }
+            }
+        },
+    };
+    let mut rec = RequestRecord::new(index);
+    rec.release_ns = release_ns;
+    rec.conn_ns = conn_ns;
+    rec.keep_chunks = shared.keep_chunks;
+    runtime.spawn(request_task(shared.clone(), rec, wire, start, handed));
 }
 
 /// What the exchange has seen so far (kept when its future is dropped).
@@ -70,14 +171,12 @@ impl State {
     }
 }
 
-enum Interrupt {
-    Cancelled,
-    Deadline,
-}
-
-async fn cancelled(rx: &mut watch::Receiver<bool>) {
-    if rx.wait_for(|c| *c).await.is_err() {
-        std::future::pending::<()>().await;
+/// Resolves once the run's stop signal is raised, with its value.
+async fn stopped(rx: &mut watch::Receiver<u8>) -> u8 {
+    let value = rx.wait_for(|s| *s != RUNNING).await.map(|s| *s);
+    match value {
+        Ok(s) => s,
+        Err(_) => std::future::pending::<u8>().await,
     }
 }
 
@@ -88,98 +187,166 @@ async fn deadline(at: Option<tokio::time::Instant>) {
     }
 }
 
-/// The task spawned for request `index`.
-pub(crate) async fn request_task(shared: Arc<Shared>, index: usize, uri: Uri, body: Bytes) {
-    let mut cancel_rx = shared.cancel_rx.clone();
-    let mut st = State {
-        rec: RequestRecord::new(index),
-        done_ns: -1,
+fn stop_detail(stop: u8, sent: bool) -> (ErrorKind, &'static str) {
+    match (stop, sent) {
+        (CUT_OFF, false) => (ErrorKind::CutOff, "not sent: the drain ended"),
+        (CUT_OFF, true) => (ErrorKind::CutOff, "still open when the drain ended"),
+        (_, false) => (ErrorKind::Cancelled, "not sent: run cancelled"),
+        (_, true) => (ErrorKind::Cancelled, "cancelled in flight"),
+    }
+}
+
+/// Get the request on the wire: a slot, a connection, the rest of the write; stamps `conn_ns`
+/// and `sent_ns`. Err: why it never got there.
+async fn put_on_wire(
+    shared: &Shared,
+    st: &mut State,
+    wire: &Wire,
+    start: Start,
+    handed: Instant,
+) -> Result<(Conn, OwnedSemaphorePermit), (ErrorKind, String)> {
+    let (mut conn, permit, written) = match start {
+        Start::Sent {
+            conn,
+            permit,
+            sent_ns,
+        } => {
+            st.rec.sent_ns = sent_ns;
+            return Ok((conn, permit));
+        }
+        Start::Partial {
+            conn,
+            permit,
+            written,
+        } => (conn, permit, written),
+        Start::Fresh { permit } => {
+            let permit = match permit {
+                Some(p) => p,
+                None => shared.permits.clone().acquire_owned().await.map_err(|_| {
+                    (ErrorKind::Other, "connection slots closed".to_string())
+                })?,
+            };
+            let conn = match shared.pool.take() {
+                Some(c) => c,
+                None => match Conn::connect(&shared.addrs, shared.connect_timeout).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        st.rec.conn_ns = handed.elapsed().as_nanos() as i64;
+                        return Err(classify_connect_error(&e));
+                    }
+                },
+            };
+            st.rec.conn_ns = handed.elapsed().as_nanos() as i64;
+            (conn, permit, 0)
+        }
     };
-    let permit = tokio::select! {
-        biased;
-        _ = cancelled(&mut cancel_rx) => None,
-        p = shared.permits.clone().acquire_owned() => p.ok(),
-    };
-    let Some(_permit) = permit else {
-        st.rec.fail(ErrorKind::Cancelled, "not sent: run cancelled");
-        let _ = shared.records_tx.send(st.rec);
-        return;
-    };
+    conn.write_rest(&wire.parts(), written)
+        .await
+        .map_err(|e| classify_http_error(&e.into()))?;
     st.rec.sent_ns = shared.now_ns();
     shared.control.sent.fetch_add(1, Ordering::Relaxed);
-    let due = shared.timeout.map(|d| tokio::time::Instant::now() + d);
-    let interrupt = {
-        let exchange = exchange(&shared, &mut st, uri, body);
+    Ok((conn, permit))
+}
+
+/// The task spawned for one request.
+async fn request_task(shared: Arc<Shared>, rec: RequestRecord, wire: Wire, start: Start, handed: Instant) {
+    let mut stop_rx = shared.stop_rx.clone();
+    let mut st = State { rec, done_ns: -1 };
+    let on_wire = {
+        let put = put_on_wire(&shared, &mut st, &wire, start, handed);
         tokio::select! {
             biased;
-            _ = cancelled(&mut cancel_rx) => Some(Interrupt::Cancelled),
-            _ = deadline(due) => Some(Interrupt::Deadline),
-            _ = exchange => None,
+            stop = stopped(&mut stop_rx) => Err(Some(stop)),
+            r = put => r.map_err(|(kind, detail)| {
+                let t = shared.now_ns();
+                st.end_with(kind, &detail, t);
+                None
+            }),
+        }
+    };
+    drop(wire);
+    let (mut conn, permit) = match on_wire {
+        Ok(c) => c,
+        Err(stop) => {
+            if let Some(stop) = stop {
+                let (kind, detail) = stop_detail(stop, false);
+                st.rec.sent_ns = -1;
+                st.end_with(kind, detail, shared.now_ns());
+            }
+            return finish(&shared, st);
+        }
+    };
+    let due = shared.timeout.map(|d| tokio::time::Instant::now() + d);
+    let outcome = {
+        let exchange = exchange(&shared, &mut st, &mut conn);
+        tokio::select! {
+            biased;
+            stop = stopped(&mut stop_rx) => Err(Some(stop)),
+            _ = deadline(due) => Err(None),
+            reusable = exchange => Ok(reusable),
         }
     };
     let t = shared.now_ns();
-    match interrupt {
-        Some(Interrupt::Cancelled) => st.end_with(ErrorKind::Cancelled, "cancelled in flight", t),
-        Some(Interrupt::Deadline) => {
-            let ms = shared.timeout.unwrap_or_default().as_millis();
-            st.end_with(
-                ErrorKind::Timeout,
-                &format!("no complete response within {ms} ms"),
-                t,
-            );
+    match outcome {
+        Ok(true) => shared.pool.put(conn),
+        Ok(false) => {}
+        Err(Some(stop)) => {
+            let (kind, detail) = stop_detail(stop, true);
+            st.end_with(kind, detail, t);
         }
-        None => {}
+        Err(None) => {
+            let ms = shared.timeout.unwrap_or_default().as_millis();
+            st.end_with(ErrorKind::Timeout, &format!("no complete response within {ms} ms"), t);
+        }
     }
+    drop(permit);
+    finish(&shared, st);
+}
+
+fn finish(shared: &Shared, st: State) {
     shared.control.completed.fetch_add(1, Ordering::Relaxed);
     if st.rec.error_kind != ErrorKind::None {
         shared.control.errors.fetch_add(1, Ordering::Relaxed);
     }
+    if let Some(tx) = &shared.ends_tx {
+        let end = if st.rec.end_ns >= 0 { st.rec.end_ns } else { shared.now_ns() };
+        let _ = tx.send((st.rec.index, end));
+    }
     let _ = shared.records_tx.send(st.rec);
 }
 
-async fn exchange(shared: &Shared, st: &mut State, uri: Uri, body: Bytes) {
-    let mut req = Request::new(Full::new(body));
-    *req.method_mut() = http::Method::POST;
-    *req.uri_mut() = uri;
-    *req.headers_mut() = shared.headers.clone();
-    let resp = match shared.client.request(req).await {
-        Ok(r) => r,
+/// Read the response on `conn`. Returns true when the connection can carry another request.
+async fn exchange(shared: &Shared, st: &mut State, conn: &mut Conn) -> bool {
+    let head = match conn.read_head().await {
+        Ok(h) => h,
         Err(e) => {
-            let (kind, detail) = classify_request_error(&e);
-            let t = shared.now_ns();
-            st.end_with(kind, &detail, t);
-            return;
+            let (kind, detail) = classify_http_error(&e);
+            st.end_with(kind, &detail, shared.now_ns());
+            return false;
         }
     };
     st.rec.first_byte_ns = shared.now_ns();
-    let status = resp.status();
-    st.rec.status = status.as_u16();
-    let content_type = resp
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    let mut body = resp.into_body();
-    if status.as_u16() >= 400 {
-        read_error_body(shared, st, &mut body).await;
-    } else if !status.is_success() {
+    st.rec.status = head.status;
+    let mut body = Body::new(&head);
+    if head.status >= 400 {
+        read_error_body(shared, st, conn, &mut body).await;
+    } else if !(200..300).contains(&head.status) {
         let t = shared.now_ns();
-        st.end_with(
-            ErrorKind::Other,
-            &format!("unexpected HTTP status {}", status.as_u16()),
-            t,
-        );
+        st.end_with(ErrorKind::Other, &format!("unexpected HTTP status {}", head.status), t);
+        return false;
     } else {
-        let mode = if content_type.contains("event-stream") {
+        let mode = if head.content_type.contains("event-stream") {
             Mode::Sse
-        } else if content_type.contains("json") {
+        } else if head.content_type.contains("json") {
             Mode::Json
         } else {
             Mode::Unknown
         };
-        read_body(shared, st, &mut body, mode).await;
+        if !read_body(shared, st, conn, &mut body, mode).await {
+            return false;
+        }
     }
+    head.keep_alive && body.is_done() && conn.is_clean()
 }
 
 enum Frame {
@@ -188,43 +355,35 @@ enum Frame {
     Failed(ErrorKind, String),
 }
 
-/// Next data frame (trailers are skipped), or end, or why reading failed (stall included).
-async fn next_frame(shared: &Shared, body: &mut Incoming) -> Frame {
-    loop {
-        let read = match shared.stall {
-            Some(d) => match tokio::time::timeout(d, body.frame()).await {
-                Ok(r) => r,
-                Err(_) => {
-                    return Frame::Failed(
-                        ErrorKind::Stall,
-                        format!("no bytes for {} ms", d.as_millis()),
-                    )
-                }
-            },
-            None => body.frame().await,
-        };
-        match read {
-            None => return Frame::End,
-            Some(Err(e)) => {
-                let (kind, detail) = classify_body_error(&e);
-                return Frame::Failed(kind, detail);
+/// Next piece of body data, or end, or why reading failed. The stall timeout applies only
+/// once the first token has arrived: before it the request may be waiting in the engine's
+/// queue, which the whole-request deadline governs.
+async fn next_frame(shared: &Shared, st: &State, conn: &mut Conn, body: &mut Body) -> Frame {
+    let read = conn.next_data(body);
+    let result = match shared.stall.filter(|_| st.rec.first_token_ns >= 0) {
+        Some(d) => match tokio::time::timeout(d, read).await {
+            Ok(r) => r,
+            Err(_) => {
+                return Frame::Failed(ErrorKind::Stall, format!("no bytes for {} ms", d.as_millis()))
             }
-            Some(Ok(f)) => {
-                if let Ok(data) = f.into_data() {
-                    return Frame::Data(data);
-                }
-            }
+        },
+        None => read.await,
+    };
+    match result {
+        Ok(Some(d)) => Frame::Data(d),
+        Ok(None) => Frame::End,
+        Err(e) => {
+            let (kind, detail) = classify_http_error(&e);
+            Frame::Failed(kind, detail)
         }
     }
 }
 
-async fn read_error_body(shared: &Shared, st: &mut State, body: &mut Incoming) {
+async fn read_error_body(shared: &Shared, st: &mut State, conn: &mut Conn, body: &mut Body) {
     let mut buf = Vec::new();
     while buf.len() < ERROR_BODY_LIMIT {
-        match next_frame(shared, body).await {
-            Frame::Data(d) => {
-                buf.extend_from_slice(&d[..d.len().min(ERROR_BODY_LIMIT - buf.len())])
-            }
+        match next_frame(shared, st, conn, body).await {
+            Frame::Data(d) => buf.extend_from_slice(&d[..d.len().min(ERROR_BODY_LIMIT - buf.len())]),
             Frame::End | Frame::Failed(..) => break,
         }
     }
@@ -271,12 +430,13 @@ fn sniff(data: &[u8]) -> Mode {
     }
 }
 
-async fn read_body(shared: &Shared, st: &mut State, body: &mut Incoming, mut mode: Mode) {
+/// Read a 2xx body; true when it was read to its end without a failure.
+async fn read_body(shared: &Shared, st: &mut State, conn: &mut Conn, body: &mut Body, mut mode: Mode) -> bool {
     let mut parser = SseParser::new();
     let mut json: Vec<u8> = Vec::new();
     let mut failure: Option<(ErrorKind, String)> = None;
     loop {
-        match next_frame(shared, body).await {
+        match next_frame(shared, st, conn, body).await {
             Frame::Data(data) => {
                 let t = shared.now_ns();
                 if mode == Mode::Unknown {
@@ -302,13 +462,13 @@ async fn read_body(shared: &Shared, st: &mut State, body: &mut Incoming, mut mod
                 }
                 if let Some((kind, detail)) = failure.take() {
                     st.end_with(kind, &detail, t);
-                    return;
+                    return false;
                 }
             }
             Frame::Failed(kind, detail) => {
                 let t = shared.now_ns();
                 st.end_with(kind, &detail, t);
-                return;
+                return false;
             }
             Frame::End => break,
         }
@@ -349,6 +509,7 @@ async fn read_body(shared: &Shared, st: &mut State, body: &mut Incoming, mut mod
             }
         },
     }
+    true
 }
 
 /// Handle one SSE event read at `t` (ignored after `[DONE]` or after a failure).

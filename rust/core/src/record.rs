@@ -3,8 +3,10 @@
 //!
 //! Each request task fills its own `RequestRecord` (with its own chunk-time Vec) and hands it
 //! over whole; the `Recorder` slots it by request index, and `finish` lays the slots out as
-//! columns (one entry per request, index = request index) plus a long-form chunk table.
-//! Times are ns since the run start; -1 means "never happened".
+//! columns (one entry per request, index = request index) plus the chunk times of every request
+//! end to end (`chunk_offsets` says where each request's run starts).
+//! Times are ns since the run start; -1 means "never happened". Chunk times are kept compactly:
+//! u32 microseconds after the request's first token (4 bytes a chunk; 71 minutes at most).
 
 /// How a request ended. Stored in `Records::error_kind` as its `u8` value.
 #[repr(u8)]
@@ -22,11 +24,13 @@ pub enum ErrorKind {
     MalformedSse = 8,
     Cancelled = 9,
     Other = 10,
+    /// Still open (or not yet sent) when the stage's drain ended.
+    CutOff = 11,
 }
 
 impl ErrorKind {
     /// Every kind, in `u8` order (`ALL[k as usize] == k`).
-    pub const ALL: [ErrorKind; 11] = [
+    pub const ALL: [ErrorKind; 12] = [
         ErrorKind::None,
         ErrorKind::ConnectRefused,
         ErrorKind::Connect,
@@ -38,6 +42,7 @@ impl ErrorKind {
         ErrorKind::MalformedSse,
         ErrorKind::Cancelled,
         ErrorKind::Other,
+        ErrorKind::CutOff,
     ];
 
     /// Stable snake_case name.
@@ -54,6 +59,7 @@ impl ErrorKind {
             ErrorKind::MalformedSse => "malformed_sse",
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::Other => "other",
+            ErrorKind::CutOff => "cut_off",
         }
     }
 
@@ -80,6 +86,12 @@ pub fn one_line_detail(text: &str) -> String {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestRecord {
     pub index: usize,
+    /// When the request became due: its intended time, or later for a causal turn whose
+    /// previous turn had not ended (+ think time).
+    pub release_ns: i64,
+    /// Time spent getting or opening a connection (slot wait and connect included), ns.
+    pub conn_ns: i64,
+    /// When the last byte of the request was handed to the socket.
     pub sent_ns: i64,
     pub first_byte_ns: i64,
     pub first_token_ns: i64,
@@ -91,8 +103,10 @@ pub struct RequestRecord {
     pub cached_tokens: i64,
     pub output_chunks: i64,
     pub error_detail: String,
-    /// Arrival stamps of token-bearing chunks, in arrival order.
-    pub chunk_t_ns: Vec<i64>,
+    /// Arrival of each token-bearing chunk, µs after the first token (so the first is 0).
+    pub chunk_us: Vec<u32>,
+    /// Keep `chunk_us` (false: only count chunks).
+    pub keep_chunks: bool,
 }
 
 impl RequestRecord {
@@ -100,6 +114,8 @@ impl RequestRecord {
     pub fn new(index: usize) -> Self {
         RequestRecord {
             index,
+            release_ns: -1,
+            conn_ns: -1,
             sent_ns: -1,
             first_byte_ns: -1,
             first_token_ns: -1,
@@ -111,7 +127,8 @@ impl RequestRecord {
             cached_tokens: -1,
             output_chunks: 0,
             error_detail: String::new(),
-            chunk_t_ns: Vec::new(),
+            chunk_us: Vec::new(),
+            keep_chunks: true,
         }
     }
 
@@ -129,16 +146,21 @@ impl RequestRecord {
             self.first_token_ns = t_ns;
         }
         self.output_chunks += 1;
-        self.chunk_t_ns.push(t_ns);
+        if self.keep_chunks {
+            let us = (t_ns - self.first_token_ns).max(0) / 1000;
+            self.chunk_us.push(us.min(u32::MAX as i64) as u32);
+        }
     }
 }
 
-/// Columnar results of a run: one entry per request (index = request index), plus one row per
-/// token-bearing chunk (`chunk_request`, `chunk_t_ns`), grouped by request in index order and in
-/// arrival order within a request.
+/// Columnar results of a run: one entry per request (index = request index), plus the chunk
+/// times of all requests end to end: request i's are `chunk_us[chunk_offsets[i]..chunk_offsets[i+1]]`,
+/// in arrival order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Records {
     pub intended_ns: Vec<i64>,
+    pub release_ns: Vec<i64>,
+    pub conn_ns: Vec<i64>,
     pub sent_ns: Vec<i64>,
     pub first_byte_ns: Vec<i64>,
     pub first_token_ns: Vec<i64>,
@@ -155,12 +177,41 @@ pub struct Records {
     pub output_chunks: Vec<i64>,
     /// Short one-line detail, empty when ok.
     pub error_detail: Vec<String>,
-    pub chunk_request: Vec<u32>,
-    pub chunk_t_ns: Vec<i64>,
+    /// n + 1 entries (empty until `finish`).
+    pub chunk_offsets: Vec<u64>,
+    pub chunk_us: Vec<u32>,
     /// Wall clock (Unix epoch ns) at the run's t0.
     pub start_unix_ns: i64,
     /// The run was cancelled before every request finished.
     pub cancelled: bool,
+    /// The drain ended with requests still open (they are `CutOff`).
+    pub cut_off: bool,
+    /// What the runner itself did: warm-up, its threads' context switches.
+    pub stats: RunStats,
+}
+
+/// The runner's own account of a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunStats {
+    /// Time from the start of the warm-up to t0.
+    pub warmup_ns: i64,
+    /// Connections the warm-up was asked to open, and how many it opened and checked.
+    pub warm_wanted: usize,
+    pub warm_opened: usize,
+    /// Why the warm-up stopped short ("" when it did not).
+    pub warm_detail: String,
+    /// Context switches of the dispatcher thread between t0 and its last send.
+    pub dispatcher: Switches,
+    /// Context switches of the I/O worker threads over the run.
+    pub workers: Switches,
+}
+
+/// Voluntary (the thread waited) and involuntary (the thread was preempted while runnable)
+/// context switches, as Linux counts them per thread; zero elsewhere.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Switches {
+    pub voluntary: u64,
+    pub involuntary: u64,
 }
 
 impl Records {
@@ -175,10 +226,13 @@ impl Records {
 }
 
 /// Collects `RequestRecord`s by index straight into columns (so a run holds each result once)
-/// and assembles `Records`.
+/// and assembles `Records`. Chunk times are appended in arrival order of the records, with the
+/// request index of each run of them, and put in request order by `finish`.
 #[derive(Debug)]
 pub struct Recorder {
     cols: Records,
+    /// (request index, number of chunk times) in the order they were appended.
+    runs: Vec<(u32, u32)>,
     filled: Vec<bool>,
     received: usize,
 }
@@ -188,6 +242,8 @@ impl Recorder {
     pub fn new(n: usize) -> Self {
         let cols = Records {
             intended_ns: Vec::new(),
+            release_ns: vec![-1; n],
+            conn_ns: vec![-1; n],
             sent_ns: vec![-1; n],
             first_byte_ns: vec![-1; n],
             first_token_ns: vec![-1; n],
@@ -199,13 +255,16 @@ impl Recorder {
             cached_tokens: vec![-1; n],
             output_chunks: vec![0; n],
             error_detail: vec![String::new(); n],
-            chunk_request: Vec::new(),
-            chunk_t_ns: Vec::new(),
+            chunk_offsets: Vec::new(),
+            chunk_us: Vec::new(),
             start_unix_ns: 0,
             cancelled: false,
+            cut_off: false,
+            stats: RunStats::default(),
         };
         Recorder {
             cols,
+            runs: Vec::new(),
             filled: vec![false; n],
             received: 0,
         }
@@ -221,6 +280,8 @@ impl Recorder {
         }
         self.received += 1;
         let c = &mut self.cols;
+        c.release_ns[i] = rec.release_ns;
+        c.conn_ns[i] = rec.conn_ns;
         c.sent_ns[i] = rec.sent_ns;
         c.first_byte_ns[i] = rec.first_byte_ns;
         c.first_token_ns[i] = rec.first_token_ns;
@@ -232,9 +293,10 @@ impl Recorder {
         c.cached_tokens[i] = rec.cached_tokens;
         c.output_chunks[i] = rec.output_chunks;
         c.error_detail[i] = rec.error_detail;
-        c.chunk_request
-            .extend(std::iter::repeat_n(i as u32, rec.chunk_t_ns.len()));
-        c.chunk_t_ns.extend_from_slice(&rec.chunk_t_ns);
+        if !rec.chunk_us.is_empty() {
+            self.runs.push((i as u32, rec.chunk_us.len() as u32));
+            c.chunk_us.extend_from_slice(&rec.chunk_us);
+        }
         true
     }
 
@@ -243,46 +305,48 @@ impl Recorder {
         self.received
     }
 
-    /// Lay out the columns. Requests without a record were never dispatched: they get
-    /// `Cancelled` (or `Other` if the run was not cancelled, which would be a bug) and -1 times.
-    /// Chunk rows are ordered by request index, keeping arrival order within a request.
-    pub fn finish(self, intended_ns: Vec<i64>, start_unix_ns: i64, cancelled: bool) -> Records {
+    /// Lay out the columns. Requests without a record were never sent: they get `missing`
+    /// (with `detail`) and -1 times. Chunk times are put in request order (a counting sort over
+    /// the runs, which keeps arrival order within a request).
+    pub fn finish(
+        self,
+        intended_ns: Vec<i64>,
+        start_unix_ns: i64,
+        missing: (ErrorKind, &str),
+    ) -> Records {
         let mut out = self.cols;
+        let n = self.filled.len();
         assert_eq!(
             intended_ns.len(),
-            self.filled.len(),
+            n,
             "intended_ns must have one entry per request"
         );
         out.intended_ns = intended_ns;
         out.start_unix_ns = start_unix_ns;
-        out.cancelled = cancelled;
-        let (kind, detail) = if cancelled {
-            (ErrorKind::Cancelled, "not sent: run cancelled")
-        } else {
-            (
-                ErrorKind::Other,
-                "no record for this request (internal error)",
-            )
-        };
         for (i, _) in self.filled.iter().enumerate().filter(|(_, f)| !**f) {
-            out.error_kind[i] = kind as u8;
-            out.error_detail[i] = detail.to_string();
+            out.error_kind[i] = missing.0 as u8;
+            out.error_detail[i] = missing.1.to_string();
         }
-        if !out.chunk_request.is_sorted() {
-            // Each request's rows were appended together and in order, so a stable sort by
-            // request index keeps arrival order within a request.
-            let mut rows: Vec<(u32, i64)> = out
-                .chunk_request
-                .iter()
-                .copied()
-                .zip(out.chunk_t_ns.iter().copied())
-                .collect();
-            rows.sort_by_key(|r| r.0);
-            for (k, (req, t)) in rows.into_iter().enumerate() {
-                out.chunk_request[k] = req;
-                out.chunk_t_ns[k] = t;
+        let mut offsets = vec![0u64; n + 1];
+        for &(i, len) in &self.runs {
+            offsets[i as usize + 1] = len as u64;
+        }
+        for i in 0..n {
+            offsets[i + 1] += offsets[i];
+        }
+        let in_order = self.runs.windows(2).all(|w| w[0].0 < w[1].0);
+        if !in_order {
+            let mut sorted = vec![0u32; out.chunk_us.len()];
+            let mut src = 0usize;
+            for &(i, len) in &self.runs {
+                let dst = offsets[i as usize] as usize;
+                let len = len as usize;
+                sorted[dst..dst + len].copy_from_slice(&out.chunk_us[src..src + len]);
+                src += len;
             }
+            out.chunk_us = sorted;
         }
+        out.chunk_offsets = offsets;
         out
     }
 }
@@ -311,15 +375,16 @@ mod tests {
         }
         assert_eq!(ErrorKind::Http4xx.name(), "http_4xx");
         assert_eq!(ErrorKind::MalformedSse.name(), "malformed_sse");
-        assert_eq!(ErrorKind::from_u8(11), None);
+        assert_eq!(ErrorKind::CutOff.name(), "cut_off");
+        assert_eq!(ErrorKind::from_u8(12), None);
     }
 
     #[test]
     fn assembles_columns_in_index_order() {
         let mut rec = Recorder::new(3);
         // Finished out of order.
-        assert!(rec.insert(done(2, 20, &[25, 27])));
-        assert!(rec.insert(done(0, 0, &[5, 6, 9])));
+        assert!(rec.insert(done(2, 20, &[25_000, 27_000])));
+        assert!(rec.insert(done(0, 0, &[5_000, 6_000, 9_000])));
         let mut failed = RequestRecord::new(1);
         failed.sent_ns = 10;
         failed.status = 503;
@@ -328,17 +393,17 @@ mod tests {
         assert!(!rec.insert(done(1, 0, &[])), "duplicate index refused");
         assert!(!rec.insert(done(7, 0, &[])), "out of range refused");
         assert_eq!(rec.received(), 3);
-        let r = rec.finish(vec![0, 10, 20], 123, false);
+        let r = rec.finish(vec![0, 10, 20], 123, (ErrorKind::Other, "none missing"));
         assert_eq!(r.len(), 3);
         assert_eq!(r.sent_ns, vec![0, 10, 20]);
-        assert_eq!(r.first_token_ns, vec![5, -1, 25]);
+        assert_eq!(r.first_token_ns, vec![5_000, -1, 25_000]);
         assert_eq!(r.output_chunks, vec![3, 0, 2]);
         assert_eq!(r.status, vec![200, 503, 200]);
         assert_eq!(r.error_kind, vec![0, ErrorKind::Http5xx as u8, 0]);
         assert_eq!(r.error_detail, vec!["", "Service Unavailable", ""]);
         assert_eq!(r.cached_tokens, vec![-1, -1, -1]);
-        assert_eq!(r.chunk_request, vec![0, 0, 0, 2, 2]);
-        assert_eq!(r.chunk_t_ns, vec![5, 6, 9, 25, 27]);
+        assert_eq!(r.chunk_offsets, vec![0, 3, 3, 5]);
+        assert_eq!(r.chunk_us, vec![0, 1, 4, 0, 2], "µs after the first token, request order");
         assert_eq!(r.start_unix_ns, 123);
         assert!(!r.cancelled);
     }
@@ -352,8 +417,7 @@ mod tests {
         inflight.token_chunk(60);
         inflight.fail(ErrorKind::Cancelled, "cancelled in flight");
         rec.insert(inflight);
-        let r = rec.finish(vec![0, 50, 90], 0, true);
-        assert!(r.cancelled);
+        let r = rec.finish(vec![0, 50, 90], 0, (ErrorKind::Cancelled, "not sent: run cancelled"));
         assert_eq!(
             r.error_kind,
             vec![0, ErrorKind::Cancelled as u8, ErrorKind::Cancelled as u8]
@@ -362,7 +426,23 @@ mod tests {
         assert_eq!(r.end_ns[2], -1);
         assert_eq!(r.status[2], 0);
         assert_eq!(r.error_detail[2], "not sent: run cancelled");
-        assert_eq!(r.chunk_request, vec![0, 1]);
+        assert_eq!(r.chunk_offsets, vec![0, 1, 2, 2]);
+    }
+
+    #[test]
+    fn chunk_times_are_microseconds_after_the_first_token() {
+        let mut rec = Recorder::new(2);
+        rec.insert(done(1, 0, &[7_000_000, 7_000_999, 7_250_000, 4_300_000_000_000]));
+        let mut quiet = RequestRecord::new(0);
+        quiet.keep_chunks = false;
+        quiet.token_chunk(10);
+        quiet.token_chunk(20);
+        rec.insert(quiet);
+        let r = rec.finish(vec![0, 0], 0, (ErrorKind::Other, ""));
+        assert_eq!(r.output_chunks, vec![2, 4]);
+        assert_eq!(r.first_token_ns, vec![10, 7_000_000]);
+        assert_eq!(r.chunk_offsets, vec![0, 0, 4], "no times kept for request 0");
+        assert_eq!(r.chunk_us, vec![0, 0, 250, u32::MAX], "truncated to µs, saturating");
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! The public entry point of the runner: `RunConfig`, `PlannedRequest`, `RunControl` and `run`.
 //!
-//! `run` validates everything up front, starts a tokio multi-thread runtime, takes t0, lets the
-//! calling thread act as the dispatcher (see `dispatch.rs`) while request tasks (see
-//! `exchange.rs`) run on the runtime, then gathers one record per request into `Records`.
+//! `run` validates everything up front, starts a tokio multi-thread runtime, warms up (the
+//! runtime's threads are up, keep-alive connections to the target are opened and each answers
+//! one `GET /v1/models`), then takes t0 and lets the calling thread act as the dispatcher (see
+//! `dispatch.rs`) while request tasks (see `exchange.rs`) run on the runtime. After the last
+//! scheduled send it waits at most `drain_ns` for requests still open, cuts off the rest, and
+//! gathers one record per request into `Records`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -10,16 +13,25 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use http::header::HeaderMap;
 use tokio::sync::{watch, Semaphore};
 
-use crate::client::{build_client, build_headers, BaseUrl};
-use crate::dispatch::{dispatch_all, CANCEL_POLL};
+use crate::client::{build_headers, resolve, BaseUrl, Encoder, POOL_IDLE_TIMEOUT};
+use crate::conn::{Body, Conn, Pool};
+use crate::dispatch::{dispatch, Gate, Scheduled, CANCEL_POLL};
 use crate::error::CoreError;
-use crate::exchange::{request_task, Shared};
-use crate::record::{Recorder, Records};
+use crate::exchange::{launch, Shared, CANCELLED, CUT_OFF};
+use crate::record::{ErrorKind, Recorder, Records, RunStats};
+use crate::threads;
 
-/// After cancelling, how long to wait for in-flight tasks to hand in their records.
-const CANCEL_GRACE: Duration = Duration::from_secs(2);
+/// After a stop (cancel or end of drain), how long to wait for in-flight tasks to hand in their
+/// records.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// How long a warm-up connection may take to answer its `GET /v1/models`. A server that does
+/// not answer a new connection that fast is queueing it (e.g. a thread-per-connection server
+/// whose threads are all held by the connections opened before it), so warming stops there.
+const WARM_ANSWER_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// How to reach the server and how patient to be. A timeout of 0 means "no limit".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,13 +42,21 @@ pub struct RunConfig {
     pub headers: Vec<(String, String)>,
     /// Whole-request deadline from the actual send → `ErrorKind::Timeout`.
     pub timeout_ns: u64,
-    /// Longest gap between body reads once headers arrived → `ErrorKind::Stall`.
+    /// Longest gap between body reads once the first token arrived → `ErrorKind::Stall`. The
+    /// wait before the first token (queueing in the engine) is governed by `timeout_ns` only.
     pub stall_timeout_ns: u64,
     /// TCP connect deadline → `ErrorKind::Connect`.
     pub connect_timeout_ns: u64,
+    /// How long after the last scheduled send the run waits for open requests; those still
+    /// open then (or never sent) end as `ErrorKind::CutOff`.
+    pub drain_ns: u64,
     /// Upper bound on requests in flight (hence open connections); later ones wait, and their
     /// send lag shows it.
     pub max_connections: usize,
+    /// Keep-alive connections opened and checked before t0.
+    pub warm_connections: usize,
+    /// Keep each chunk's arrival time (false: only count chunks).
+    pub keep_chunks: bool,
     /// Tokio worker threads.
     pub worker_threads: usize,
 }
@@ -49,14 +69,17 @@ impl Default for RunConfig {
             timeout_ns: 600_000_000_000,
             stall_timeout_ns: 60_000_000_000,
             connect_timeout_ns: 10_000_000_000,
+            drain_ns: 60_000_000_000,
             max_connections: 20_000,
+            warm_connections: 0,
+            keep_chunks: true,
             worker_threads: 1,
         }
     }
 }
 
 /// One request of the schedule.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PlannedRequest {
     /// e.g. "/v1/chat/completions".
     pub path: String,
@@ -64,6 +87,8 @@ pub struct PlannedRequest {
     pub body: Bytes,
     /// When it is due, ns after t0 (nondecreasing across the schedule).
     pub offset_ns: i64,
+    /// Causal sessions: send no earlier than the end of an earlier request plus a think time.
+    pub after: Option<Gate>,
 }
 
 /// Shared between `run` and its caller: cancel it from any thread, read progress counters.
@@ -73,9 +98,9 @@ pub struct RunControl {
     pub cancel: AtomicBool,
     /// Requests sent (stamped `sent_ns`).
     pub sent: AtomicU64,
-    /// Sent requests that finished (ok or not).
+    /// Requests that finished (ok or not, sent or not).
     pub completed: AtomicU64,
-    /// Finished requests that ended with an error (cancelled in flight included).
+    /// Finished requests that ended with an error (cancelled and cut off included).
     pub errors: AtomicU64,
 }
 
@@ -113,6 +138,17 @@ fn validate(config: &RunConfig, requests: &[PlannedRequest]) -> Result<(), CoreE
                 ),
             ));
         }
+        if let Some(g) = r.after {
+            if g.parent >= i || g.think_ns < 0 {
+                return Err(CoreError::config(
+                    "after",
+                    format!(
+                        "request {i} follows request {} after {} ns (must be an earlier request, think >= 0)",
+                        g.parent, g.think_ns
+                    ),
+                ));
+            }
+        }
         prev = r.offset_ns;
     }
     Ok(())
@@ -131,12 +167,61 @@ fn unix_now_ns() -> i64 {
         .unwrap_or(0)
 }
 
+/// Open `wanted` connections one after another, each checked by one `GET /v1/models` answered
+/// in full, and put them in the pool. Returns how many were opened and why warming stopped
+/// short ("" if it did not).
+async fn warm_up(
+    shared: &Shared,
+    base: &BaseUrl,
+    headers: &HeaderMap,
+    wanted: usize,
+) -> (usize, String) {
+    let Ok(probe) = Encoder::get(base, headers, "/v1/models") else {
+        return (0, "cannot build the warm-up request".into());
+    };
+    let mut opened = 0;
+    while opened < wanted {
+        let checked = async {
+            let mut conn = Conn::connect(&shared.addrs, shared.connect_timeout)
+                .await
+                .map_err(|e| format!("connect: {e}"))?;
+            conn.write_rest(&[&probe], 0)
+                .await
+                .map_err(|e| format!("write: {e}"))?;
+            let head = conn.read_head().await.map_err(|e| e.to_string())?;
+            let mut body = Body::new(&head);
+            while conn
+                .next_data(&mut body)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_some()
+            {}
+            if !(head.keep_alive && conn.is_clean()) {
+                return Err("the server closes connections after a response".to_string());
+            }
+            Ok(conn)
+        };
+        match tokio::time::timeout(WARM_ANSWER_TIMEOUT, checked).await {
+            Ok(Ok(conn)) => {
+                shared.pool.put(conn);
+                opened += 1;
+            }
+            Ok(Err(why)) => return (opened, why),
+            Err(_) => {
+                let ms = WARM_ANSWER_TIMEOUT.as_millis();
+                return (opened, format!("connection {} got no answer within {ms} ms", opened + 1));
+            }
+        }
+    }
+    (opened, String::new())
+}
+
 /// Replay `requests` open-loop against `config.base_url` and return one record per request.
 ///
-/// Blocks the calling thread (which becomes the dispatcher) until every request finished, or
-/// until `control.cancel` was set and in-flight requests were aborted (then `cancelled` is true
-/// and unsent or aborted requests are recorded as `Cancelled`). Faults of single requests never
-/// stop the run; only invalid configuration or a runtime that cannot start return `Err`.
+/// Blocks the calling thread (which becomes the dispatcher) until every request finished, the
+/// drain ended (then `cut_off` is true), or `control.cancel` was set and in-flight requests were
+/// aborted (then `cancelled` is true). Faults of single requests never stop the run; only
+/// invalid configuration or a runtime that cannot start return `Err`.
 pub fn run(
     config: &RunConfig,
     requests: Vec<PlannedRequest>,
@@ -144,58 +229,96 @@ pub fn run(
 ) -> Result<Records, CoreError> {
     validate(config, &requests)?;
     let base = BaseUrl::parse(&config.base_url)?;
-    let uris = base.join_all(requests.iter().map(|r| r.path.as_str()))?;
     let headers = build_headers(&config.headers)?;
+    let encoder = Encoder::new(&base, &headers, requests.iter().map(|r| r.path.as_str()))?;
+    let addrs = resolve(&base)?;
     raise_nofile_limit();
 
+    let workers = Arc::new(threads::Workers::default());
+    let registry = workers.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.worker_threads)
         .thread_name("replay-worker")
+        .on_thread_start(move || registry.register_current())
         .enable_all()
         .build()
         .map_err(|e| CoreError::Runtime {
             message: format!("cannot start tokio runtime: {e}"),
         })?;
-    let client = {
-        let _guard = runtime.enter();
-        build_client(non_zero(config.connect_timeout_ns), config.max_connections)
-    };
     let n = requests.len();
     let intended: Vec<i64> = requests.iter().map(|r| r.offset_ns).collect();
+    let causal = requests.iter().any(|r| r.after.is_some());
     let (records_tx, records_rx) = mpsc::channel();
-    let (cancel_tx, cancel_rx) = watch::channel(false);
-
-    let t0 = Instant::now();
-    let start_unix_ns = unix_now_ns();
-    let shared = Arc::new(Shared {
-        client,
-        headers,
-        t0,
+    let (ends_tx, ends_rx) = mpsc::channel();
+    let (stop_tx, stop_rx) = watch::channel(0u8);
+    let warm_start = Instant::now();
+    let mut shared = Shared {
+        addrs,
+        encoder,
+        pool: Pool::new(POOL_IDLE_TIMEOUT, config.max_connections),
+        t0: warm_start,
         timeout: non_zero(config.timeout_ns),
         stall: non_zero(config.stall_timeout_ns),
+        connect_timeout: non_zero(config.connect_timeout_ns),
         permits: Arc::new(Semaphore::new(
             config.max_connections.min(Semaphore::MAX_PERMITS),
         )),
         control: control.clone(),
-        cancel_rx,
+        stop_rx,
         records_tx,
+        ends_tx: causal.then_some(ends_tx),
+        keep_chunks: config.keep_chunks,
+    };
+    let wanted = config.warm_connections.min(config.max_connections);
+    let (warm_opened, warm_detail) = runtime.block_on(async {
+        // Every worker runs a task once before t0.
+        let tasks: Vec<_> = (0..config.worker_threads)
+            .map(|_| tokio::spawn(tokio::task::yield_now()))
+            .collect();
+        for t in tasks {
+            let _ = t.await;
+        }
+        warm_up(&shared, &base, &headers, wanted).await
     });
+    let dispatcher = threads::current_thread();
+    let dispatcher_before = threads::switches(&dispatcher);
 
+    let t0 = Instant::now();
+    let start_unix_ns = unix_now_ns();
+    shared.t0 = t0;
+    let shared = Arc::new(shared);
     let handle = runtime.handle().clone();
-    let items = requests
-        .into_iter()
-        .zip(uris)
-        .enumerate()
-        .map(|(i, (r, uri))| (r.offset_ns, (i, uri, r.body)));
-    let dispatched = dispatch_all(t0, items, &control.cancel, |(i, uri, body)| {
-        handle.spawn(request_task(shared.clone(), i, uri, body));
+    let last_offset = intended.last().copied().unwrap_or(0);
+    let stop_at_ns = (config.drain_ns > 0).then(|| last_offset.saturating_add(config.drain_ns as i64));
+    let items = requests.into_iter().enumerate().map(|(index, r)| Scheduled {
+        index,
+        offset_ns: r.offset_ns,
+        gate: r.after,
+        payload: (r.path, r.body),
     });
+    let dispatched = dispatch(
+        t0,
+        items,
+        causal.then_some(&ends_rx),
+        stop_at_ns,
+        &control.cancel,
+        |index, release_ns, (path, body)| launch(&shared, &handle, index, release_ns, &path, body),
+    );
+    let dispatcher_switches = threads::since(threads::switches(&dispatcher), dispatcher_before);
 
     let mut recorder = Recorder::new(n);
-    let mut cancelled_at: Option<Instant> = None;
-    if dispatched.cancelled {
-        let _ = cancel_tx.send(true);
-        cancelled_at = Some(Instant::now());
+    let mut stopped_at: Option<Instant> = None;
+    let mut cancelled = dispatched.cancelled;
+    let mut cut_off = dispatched.stopped;
+    let drain_end = stop_at_ns.map(|s| t0 + Duration::from_nanos(s.max(0) as u64));
+    let stop = |value: u8, at: &mut Option<Instant>| {
+        let _ = stop_tx.send(value);
+        at.get_or_insert_with(Instant::now);
+    };
+    if cancelled {
+        stop(CANCELLED, &mut stopped_at);
+    } else if cut_off {
+        stop(CUT_OFF, &mut stopped_at);
     }
     while recorder.received() < dispatched.count {
         match records_rx.recv_timeout(CANCEL_POLL) {
@@ -208,17 +331,41 @@ pub fn run(
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
-        if cancelled_at.is_none() && control.cancel.load(Ordering::Relaxed) {
-            let _ = cancel_tx.send(true);
-            cancelled_at = Some(Instant::now());
+        if stopped_at.is_none() {
+            if control.cancel.load(Ordering::Relaxed) {
+                cancelled = true;
+                stop(CANCELLED, &mut stopped_at);
+            } else if drain_end.is_some_and(|d| Instant::now() >= d) {
+                cut_off = true;
+                stop(CUT_OFF, &mut stopped_at);
+            }
         }
-        if cancelled_at.is_some_and(|t| t.elapsed() > CANCEL_GRACE) {
+        if stopped_at.is_some_and(|t| t.elapsed() > STOP_GRACE) {
             break;
         }
     }
+    let worker_switches = workers.total();
     drop(shared);
     runtime.shutdown_timeout(Duration::from_millis(200));
-    Ok(recorder.finish(intended, start_unix_ns, cancelled_at.is_some()))
+    let missing = if cancelled {
+        (ErrorKind::Cancelled, "not sent: run cancelled")
+    } else if cut_off {
+        (ErrorKind::CutOff, "not sent: the drain ended")
+    } else {
+        (ErrorKind::Other, "no record for this request (internal error)")
+    };
+    let mut records = recorder.finish(intended, start_unix_ns, missing);
+    records.cancelled = cancelled;
+    records.cut_off = cut_off && !cancelled;
+    records.stats = RunStats {
+        warmup_ns: (t0 - warm_start).as_nanos() as i64,
+        warm_wanted: wanted,
+        warm_opened,
+        warm_detail,
+        dispatcher: dispatcher_switches,
+        workers: worker_switches,
+    };
+    Ok(records)
 }
 
 #[cfg(test)]
@@ -230,6 +377,7 @@ mod tests {
             path: "/v1/chat/completions".into(),
             body: Bytes::from_static(b"{}"),
             offset_ns,
+            after: None,
         }
     }
 
@@ -296,6 +444,10 @@ mod tests {
             ),
             "{e}"
         );
+        let mut gated = vec![req(0), req(1)];
+        gated[0].after = Some(Gate { parent: 1, think_ns: 0 });
+        let e = err_of(&ok, gated);
+        assert!(matches!(e, CoreError::Config { field: "after", .. }), "{e}");
         let e = err_of(&ok, vec![req(-1)]);
         assert!(
             matches!(

@@ -19,6 +19,7 @@ fn config(url: String) -> RunConfig {
         connect_timeout_ns: 1_000_000_000,
         max_connections: 1000,
         worker_threads: 1,
+        ..RunConfig::default()
     }
 }
 
@@ -27,6 +28,7 @@ fn planned(path: &str, i: usize, offset_ns: i64) -> PlannedRequest {
         path: path.to_string(),
         body: Bytes::from(format!("{{\"i\":{i}}}")),
         offset_ns,
+        after: None,
     }
 }
 
@@ -77,11 +79,12 @@ fn streams_complete_with_chunk_counts_and_usage() {
         }
         rows += chunks as usize;
     }
-    assert_eq!(r.chunk_request.len(), rows);
-    assert!(
-        r.chunk_request.windows(2).all(|w| w[0] <= w[1]),
-        "chunk rows grouped by request"
-    );
+    assert_eq!(r.chunk_us.len(), rows);
+    assert_eq!(r.chunk_offsets.len(), n + 1);
+    for i in 0..n {
+        let len = r.chunk_offsets[i + 1] - r.chunk_offsets[i];
+        assert_eq!(len as i64, r.output_chunks[i], "request {i}'s chunk times");
+    }
     assert_eq!(control.sent.load(Ordering::Relaxed), n as u64);
     assert_eq!(control.completed.load(Ordering::Relaxed), n as u64);
     assert_eq!(control.errors.load(Ordering::Relaxed), 0);
@@ -100,15 +103,17 @@ fn chunk_times_are_stamped_on_arrival() {
     )
     .unwrap();
     assert_eq!(kind(&r, 0), ErrorKind::None, "{}", r.error_detail[0]);
-    assert_eq!(r.chunk_t_ns.len(), 5);
-    assert_eq!(r.first_token_ns[0], r.chunk_t_ns[0]);
-    for w in r.chunk_t_ns.windows(2) {
+    assert_eq!(r.chunk_us.len(), 5);
+    assert_eq!(r.chunk_us[0], 0, "µs after the first token");
+    for w in r.chunk_us.windows(2) {
         assert!(
-            w[1] - w[0] >= 15_000_000,
+            w[1] - w[0] >= 15_000,
             "chunks 20 ms apart, got {:?}",
-            r.chunk_t_ns
+            r.chunk_us
         );
     }
+    let last = r.first_token_ns[0] + *r.chunk_us.last().unwrap() as i64 * 1000;
+    assert!(last <= r.end_ns[0] && r.end_ns[0] - last < 10_000_000);
 }
 
 #[test]
@@ -148,6 +153,7 @@ fn every_fault_is_recorded_and_the_run_goes_on() {
         ("/close_mid", ErrorKind::Reset, ""),
         ("/no_done", ErrorKind::Reset, "before [DONE]"),
         ("/stall_mid", ErrorKind::Stall, "no bytes for 300 ms"),
+        ("/queued", ErrorKind::None, ""),
         ("/slow_headers", ErrorKind::Timeout, "1000 ms"),
         ("/error_event", ErrorKind::Other, "engine died"),
         ("/sse", ErrorKind::None, ""),
@@ -183,9 +189,10 @@ fn every_fault_is_recorded_and_the_run_goes_on() {
     assert_eq!(r.status[1], 404);
     assert_eq!(r.output_chunks[4], 2, "chunks before the reset are kept");
     assert_eq!(r.output_chunks[6], 1, "chunks before the stall are kept");
-    assert_eq!(r.status[7], 0, "no response before the deadline");
+    assert_eq!(r.output_chunks[7], 3, "waiting in the queue before the first token is no stall");
+    assert_eq!(r.status[8], 0, "no response before the deadline");
     assert_eq!(control.errors.load(Ordering::Relaxed), 9);
-    assert_eq!(control.completed.load(Ordering::Relaxed), 10);
+    assert_eq!(control.completed.load(Ordering::Relaxed), 11);
 }
 
 #[test]
@@ -203,7 +210,9 @@ fn refused_connections() {
             r.error_detail[i]
         );
         assert_eq!(r.status[i], 0);
-        assert!(r.sent_ns[i] >= 0 && r.end_ns[i] >= r.sent_ns[i] && r.first_byte_ns[i] == -1);
+        // Never on the wire: no send stamp, but the time spent trying to connect is kept.
+        assert_eq!(r.sent_ns[i], -1);
+        assert!(r.conn_ns[i] >= 0 && r.end_ns[i] >= r.intended_ns[i] && r.first_byte_ns[i] == -1);
     }
 }
 

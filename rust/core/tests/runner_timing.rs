@@ -18,6 +18,7 @@ fn config(url: String) -> RunConfig {
         connect_timeout_ns: 1_000_000_000,
         max_connections: 20_000,
         worker_threads: 1,
+        ..RunConfig::default()
     }
 }
 
@@ -26,6 +27,7 @@ fn planned(path: &str, i: usize, offset_ns: i64) -> PlannedRequest {
         path: path.into(),
         body: Bytes::from(format!("{{\"i\":{i}}}")),
         offset_ns,
+        after: None,
     }
 }
 

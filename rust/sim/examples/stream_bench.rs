@@ -52,6 +52,7 @@ fn main() {
             path: "/v1/chat/completions".into(),
             body: Bytes::from(body.clone()),
             offset_ns: 0,
+            after: None,
         })
         .collect();
     let cfg = RunConfig {

@@ -3,10 +3,13 @@
 //!
 //! Paths: `/sse` (N chunks, usage, [DONE]; N from `?chunks=`), `/slow` (2 s before headers),
 //! `/status500`, `/status404`, `/malformed`, `/close_early` (no response), `/close_mid`, `/stall_mid`, `/slow_headers`,
-//! `/json`, `/error_event`, `/no_done`, `/spaced` (20 ms between chunks).
+//! `/json`, `/error_event`, `/no_done`, `/spaced` (20 ms between chunks), `/queued` (headers at
+//! once, then 600 ms before the first of 3 tokens, as a request waiting in an engine's queue),
+//! `GET /v1/models` (a small JSON list). It counts the connections it accepted.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,6 +29,7 @@ pub struct Arrival {
 pub struct TestServer {
     pub addr: SocketAddr,
     pub arrivals: Arc<Mutex<Vec<Arrival>>>,
+    pub accepted: Arc<AtomicUsize>,
 }
 
 impl TestServer {
@@ -39,6 +43,8 @@ pub fn start() -> TestServer {
     let (tx, rx) = std::sync::mpsc::channel();
     let arrivals = Arc::new(Mutex::new(Vec::new()));
     let arr = arrivals.clone();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let acc = accepted.clone();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -50,6 +56,7 @@ pub fn start() -> TestServer {
             tx.send(listener.local_addr().unwrap()).unwrap();
             loop {
                 let (sock, _) = listener.accept().await.unwrap();
+                acc.fetch_add(1, Ordering::SeqCst);
                 sock.set_nodelay(true).unwrap();
                 tokio::spawn(serve_conn(sock, arr.clone()));
             }
@@ -58,7 +65,21 @@ pub fn start() -> TestServer {
     TestServer {
         addr: rx.recv().unwrap(),
         arrivals,
+        accepted,
     }
+}
+
+/// A server that accepts connections and reads them but never answers; returns its address.
+pub fn start_silent() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for sock in listener.incoming().flatten() {
+            held.push(sock); // kept open, never read or answered
+        }
+    });
+    addr
 }
 
 /// An address where nothing listens (bound, then released).
@@ -183,6 +204,22 @@ async fn respond(sock: &mut TcpStream, path: &str) -> bool {
             full_sse(sock, chunks, Duration::ZERO).await
         }
         "/spaced" => full_sse(sock, chunks, Duration::from_millis(20)).await,
+        "/queued" => {
+            if !sse_head(sock).await {
+                return false;
+            }
+            write_chunk(sock, "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n").await;
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            for _ in 0..3 {
+                write_chunk(sock, &token_event()).await;
+            }
+            write_chunk(sock, &usage_event(3)).await
+                && write_chunk(sock, "data: [DONE]\n\n").await
+                && sock.write_all(b"0\r\n\r\n").await.is_ok()
+        }
+        "/v1/models" => {
+            plain(sock, "200 OK", "application/json", "{\"data\":[{\"id\":\"test\"}]}").await
+        }
         "/status500" => {
             plain(
                 sock,

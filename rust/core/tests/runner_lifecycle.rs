@@ -1,0 +1,132 @@
+//! A run's life around its requests: the warm-up before t0, the drain after the last send and
+//! the cut-off at its end, causal sessions, and the runner's own thread statistics.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use replay_core::{run, ErrorKind, Gate, PlannedRequest, RunConfig, RunControl};
+
+fn config(url: String) -> RunConfig {
+    RunConfig {
+        base_url: url,
+        timeout_ns: 10_000_000_000,
+        stall_timeout_ns: 5_000_000_000,
+        connect_timeout_ns: 1_000_000_000,
+        ..RunConfig::default()
+    }
+}
+
+fn planned(path: &str, i: usize, offset_ns: i64) -> PlannedRequest {
+    PlannedRequest {
+        path: path.into(),
+        body: Bytes::from(format!("{{\"i\":{i}}}")),
+        offset_ns,
+        after: None,
+    }
+}
+
+fn index_of(body: &str) -> usize {
+    body.trim_start_matches("{\"i\":")
+        .trim_end_matches('}')
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn warm_connections_are_opened_before_t0_and_carry_the_first_requests() {
+    let server = common::start();
+    // Four requests at t0, each held 2 s: four connections in flight at once.
+    let reqs: Vec<_> = (0..4).map(|i| planned("/slow?chunks=1", i, 0)).collect();
+    let cfg = RunConfig {
+        warm_connections: 4,
+        ..config(server.url())
+    };
+    let r = run(&cfg, reqs, Arc::new(RunControl::default())).unwrap();
+    assert!(r.error_kind.iter().all(|&k| k == 0), "{:?}", r.error_detail);
+    assert_eq!((r.stats.warm_wanted, r.stats.warm_opened), (4, 4));
+    assert_eq!(r.stats.warm_detail, "");
+    assert!(r.stats.warmup_ns > 0);
+    // No connection was opened after the warm-up: the requests went out on the warm ones.
+    assert_eq!(server.accepted.load(Ordering::SeqCst), 4);
+    let arrivals = server.arrivals.lock().unwrap();
+    let probes = arrivals.iter().filter(|a| a.path == "/v1/models").count();
+    assert_eq!(probes, 4, "each warm connection answered one GET /v1/models");
+    let first_post = arrivals.iter().position(|a| a.path != "/v1/models").unwrap();
+    assert_eq!(first_post, 4, "every probe came before the first request");
+    // A request written by the dispatcher on a warm connection had its connection at once.
+    assert!(r.conn_ns.iter().all(|&c| (0..1_000_000_000).contains(&c)), "{:?}", r.conn_ns);
+}
+
+#[test]
+fn warm_up_stops_where_the_server_stops_answering_and_the_drain_cuts_off() {
+    let addr = common::start_silent();
+    let reqs: Vec<_> = (0..3).map(|i| planned("/v1/chat/completions", i, i as i64 * 10_000_000)).collect();
+    let cfg = RunConfig {
+        warm_connections: 8,
+        drain_ns: 300_000_000,
+        ..config(format!("http://{addr}"))
+    };
+    let started = Instant::now();
+    let control = Arc::new(RunControl::default());
+    let r = run(&cfg, reqs, control.clone()).unwrap();
+    let took = started.elapsed();
+    assert_eq!(r.stats.warm_opened, 0);
+    assert!(r.stats.warm_detail.contains("no answer within 500 ms"), "{}", r.stats.warm_detail);
+    assert!(r.cut_off && !r.cancelled);
+    for i in 0..3 {
+        assert_eq!(ErrorKind::from_u8(r.error_kind[i]), Some(ErrorKind::CutOff));
+        assert_eq!(r.error_detail[i], "still open when the drain ended");
+        assert!(r.sent_ns[i] >= 0, "they were sent, the server just never answered");
+        assert!(r.end_ns[i] >= 320_000_000, "cut off at the end of the drain: {}", r.end_ns[i]);
+    }
+    assert_eq!(control.errors.load(Ordering::Relaxed), 3);
+    // 0.5 s warm-up probe + 20 ms of sends + 0.3 s drain, not the 10 s request timeout.
+    assert!(took < Duration::from_secs(5), "run took {took:?}");
+}
+
+#[test]
+fn causal_turns_wait_for_the_previous_turn_while_other_requests_keep_their_schedule() {
+    let server = common::start();
+    // Session A: turn 0 is held 2 s by the server; turn 1 is scheduled at 50 ms but follows
+    // turn 0 after a 100 ms think time. Request 2 is another session's first turn at 100 ms.
+    let mut reqs = vec![
+        planned("/slow?chunks=2", 0, 0),
+        planned("/sse?chunks=2", 1, 50_000_000),
+        planned("/sse?chunks=2", 2, 100_000_000),
+    ];
+    reqs[1].after = Some(Gate { parent: 0, think_ns: 100_000_000 });
+    let before = Instant::now();
+    let r = run(&config(server.url()), reqs, Arc::new(RunControl::default())).unwrap();
+    assert!(r.error_kind.iter().all(|&k| k == 0), "{:?}", r.error_detail);
+    assert_eq!(r.release_ns[1], r.end_ns[0] + 100_000_000, "due at the end of turn 0 + think");
+    assert!(r.sent_ns[1] >= r.release_ns[1]);
+    assert_eq!(r.release_ns[2], r.intended_ns[2], "an open request is due at its own time");
+    assert!(r.sent_ns[2] < r.end_ns[0], "request 2 did not wait for session A");
+    let arrivals = server.arrivals.lock().unwrap();
+    let order: Vec<usize> = arrivals
+        .iter()
+        .filter(|a| a.path != "/v1/models")
+        .map(|a| index_of(&a.body))
+        .collect();
+    assert_eq!(order, vec![0, 2, 1], "the server saw turn 1 last");
+    let turn1 = arrivals.iter().find(|a| a.body == "{\"i\":1}").unwrap();
+    assert!((turn1.at - before).as_nanos() as i64 >= 2_000_000_000, "turn 1 after turn 0's 2 s");
+}
+
+#[test]
+fn the_runner_counts_its_threads_context_switches() {
+    if replay_core::threads::current_thread().is_none() {
+        return; // counts are Linux-only
+    }
+    let server = common::start();
+    let reqs: Vec<_> = (0..20).map(|i| planned("/sse?chunks=3", i, i as i64 * 5_000_000)).collect();
+    let r = run(&config(server.url()), reqs, Arc::new(RunControl::default())).unwrap();
+    assert!(r.error_kind.iter().all(|&k| k == 0));
+    // The dispatcher sleeps between sends and the worker waits for responses: both switch.
+    assert!(r.stats.dispatcher.voluntary > 0, "{:?}", r.stats);
+    assert!(r.stats.workers.voluntary > 0, "{:?}", r.stats);
+}
