@@ -13,10 +13,23 @@ from typing import Literal
 
 from replay.errors import ConfigError
 
-__all__ = ["Arrivals", "Slo", "RunConfig", "parse_duration_s", "parse_slo", "parse_rates"]
+__all__ = ["Arrivals", "Slo", "RunConfig", "RUNNER_DEFAULTS", "SESSION_MODES", "parse_duration_s", "parse_slo",
+           "parse_rates"]
 
 ArrivalKind = Literal["trace", "poisson", "gamma", "constant"]
 ARRIVAL_KINDS = ("trace", "poisson", "gamma", "constant")
+SessionMode = Literal["open", "causal"]
+SESSION_MODES = ("open", "causal")
+
+
+def _runner_defaults() -> dict:
+    from replay import _engine
+
+    return dict(_engine.run_defaults())
+
+
+# The Rust runner's defaults (timeouts, drain, connection cap, threads): the one source of them.
+RUNNER_DEFAULTS: dict = _runner_defaults()
 
 
 @dataclass(frozen=True)
@@ -75,11 +88,17 @@ class RunConfig:
     model: str | None = None  # override the body's model (None: keep it if served, else the target's first)
     ignore_eos: bool = True  # ask the engine to decode exactly max_tokens (vLLM / llama.cpp `ignore_eos`)
     api_key: str | None = None
-    timeout_s: float = 600.0
-    stall_timeout_s: float = 120.0
-    connect_timeout_s: float = 10.0
-    max_connections: int = 20000
-    worker_threads: int = 1
+    # open: every request at its scheduled time; causal: a session's turn k also waits for the
+    # end of turn k-1 plus the recorded think time (see replay.sessions)
+    sessions: SessionMode = "open"
+    timeout_s: float = RUNNER_DEFAULTS["timeout_s"]  # whole request, from its send
+    stall_timeout_s: float = RUNNER_DEFAULTS["stall_timeout_s"]  # silence after the first token
+    connect_timeout_s: float = RUNNER_DEFAULTS["connect_timeout_s"]
+    drain_s: float = RUNNER_DEFAULTS["drain_s"]  # wait after the last scheduled send; 0 = no limit
+    max_connections: int = RUNNER_DEFAULTS["max_connections"]
+    warm_connections: int | None = None  # opened before t0; None = Little's law from the plan
+    chunk_times: bool = True  # keep every chunk's arrival time (False: only count chunks)
+    worker_threads: int = RUNNER_DEFAULTS["worker_threads"]
     cpus: tuple[int, ...] = ()  # pin the runner's threads to these CPUs (() = no pinning); see replay.sim.split_cpus
     lag_bound_ms: float = 1.0  # a stage whose send lag p99 exceeds this is invalid
     slo: Slo = field(default_factory=Slo)
@@ -100,6 +119,12 @@ class RunConfig:
         for name in ("timeout_s", "stall_timeout_s", "connect_timeout_s", "lag_bound_ms"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"--{name.rsplit('_', 1)[0].replace('_', '-')}: must be > 0")
+        if not self.drain_s >= 0:
+            raise ConfigError(f"--drain: must be >= 0 (0 = no limit), got {self.drain_s}")
+        if self.sessions not in SESSION_MODES:
+            raise ConfigError(f"--sessions: unknown mode '{self.sessions}' (open or causal)")
+        if self.warm_connections is not None and self.warm_connections < 0:
+            raise ConfigError(f"--warm-connections: must be >= 0, got {self.warm_connections}")
         if self.max_connections < 1 or self.worker_threads < 1:
             raise ConfigError("--max-connections and --worker-threads: must be >= 1")
         if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in self.cpus):

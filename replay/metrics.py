@@ -73,10 +73,12 @@ def summarize(result: StageResult) -> dict:
             / (pl.col("completion_tokens").fill_null(pl.col("output_chunks")) - 1)
         ),
     )
-    lag = (sent["sent_ns"] - sent["intended_ns"]).to_numpy()
+    # the runner's own error: actual send - the time the request became due (its intended time,
+    # or for a causal turn the end of the previous turn + think time when that is later)
+    lag = (sent["sent_ns"] - sent["release_ns"]).to_numpy()
     itl = (
-        ok.select(pl.col("chunk_t_ns").list.diff(null_behavior="drop").alias("d")).explode("d")["d"].drop_nulls()
-        .to_numpy()
+        ok.select(pl.col("chunk_us").cast(pl.List(pl.Int64)).list.diff(null_behavior="drop").alias("d"))
+        .explode("d")["d"].drop_nulls().to_numpy() * 1000
     )
     errors = df.filter(pl.col("error") != "none").group_by("error").len().sort("error")
     out_tokens = int(ok["completion_tokens"].fill_null(ok["output_chunks"]).sum() or 0)

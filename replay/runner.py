@@ -1,15 +1,22 @@
 """Running one replay stage: plan -> Rust runner (GIL released) -> per-request results.
 
-The results are one row per request (times in ns from the run start, -1 where a thing never
-happened; the chunk arrival times as a list column) plus the trace's own columns that later
-analysis needs. Nothing per request crosses from Rust as a Python object: numpy columns and one
-string buffer come back and become a polars DataFrame.
+The results are one row per request (times in ns from the run start, null where a thing never
+happened; the chunk arrival times as a list column of u32 microseconds after the first token)
+plus the trace's own columns that later analysis needs. Nothing per request crosses from Rust as
+a Python object: numpy columns and one string buffer come back and become a polars DataFrame.
+
+Before t0 the runner opens keep-alive connections sized by Little's law (the plan's rate times
+the expected response time, :data:`WARM_CAP` at most; see :func:`warm_connections`), each
+checked by one ``GET /v1/models``; the warm-up and the runner's own thread statistics come back
+as ``StageResult.runner``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import math
 
 import numpy as np
 import polars as pl
@@ -18,10 +25,19 @@ import pyarrow as pa
 from replay.config import RunConfig
 from replay.errors import RunnerError
 from replay.plan import Plan, build_plan
+from replay.sessions import causal_gates
 from replay.targets.url import base_url, served_models
 from replay.trace import Trace
 
-__all__ = ["StageResult", "run_stage", "run_plan", "resolve_model", "Progress", "ERROR_KINDS"]
+__all__ = ["StageResult", "run_stage", "run_plan", "resolve_model", "warm_connections", "Progress", "ERROR_KINDS",
+           "WARM_CAP"]
+
+# most connections opened before t0
+WARM_CAP = 64
+# expected response time where the trace has no recorded one: a first token after ~0.25 s,
+# then ~30 ms per output token (a typical decode pace under load)
+_EXPECTED_TTFT_S = 0.25
+_EXPECTED_TPOT_S = 0.03
 
 # progress(sent, completed, errors, total)
 Progress = Callable[[int, int, int, int], None]
@@ -44,6 +60,8 @@ class StageResult:
     offered_rate: float
     cancelled: bool
     interrupted: bool
+    cut_off: bool = False  # the drain ended with requests still open (they are 'cut_off')
+    runner: dict | None = None  # warm-up and thread statistics of the runner itself
 
     @property
     def summary(self) -> dict:
@@ -59,19 +77,21 @@ def _strings(offsets: np.ndarray, data: bytes) -> pa.Array:
 
 def _results_frame(plan: Plan, raw: dict) -> pl.DataFrame:
     n = plan.n
-    chunks = pl.DataFrame({"i": raw["chunk_request"].astype(np.uint32), "t": raw["chunk_t_ns"]})
-    per_req = chunks.sort(["i", "t"]).group_by("i", maintain_order=True).agg(pl.col("t").alias("chunk_t_ns"))
+    chunks = pa.LargeListArray.from_arrays(
+        pa.array(raw["chunk_offsets"].astype(np.int64)), pa.array(raw["chunk_us"], type=pa.uint32())
+    )
     kinds = pl.Series("error", ERROR_KINDS, dtype=pl.Categorical)
     error_codes = pl.Series(raw["error_kind"].astype(np.uint32))
     frame = pl.DataFrame(
         {
-            "i": np.arange(n, dtype=np.uint32),
             "request_id": plan.rows["request_id"],
             "session_id": plan.rows["session_id"],
             "api": plan.rows["api"],
             "input_tokens": plan.rows["input_tokens"],
             "expected_output_tokens": plan.rows["max_tokens"].fill_null(plan.rows["output_tokens"]),
             "intended_ns": raw["intended_ns"],
+            "release_ns": raw["release_ns"],
+            "conn_ns": raw["conn_ns"],
             "sent_ns": raw["sent_ns"],
             "first_byte_ns": raw["first_byte_ns"],
             "first_token_ns": raw["first_token_ns"],
@@ -83,15 +103,34 @@ def _results_frame(plan: Plan, raw: dict) -> pl.DataFrame:
             "completion_tokens": raw["completion_tokens"],
             "cached_tokens": raw["cached_tokens"],
             "output_chunks": raw["output_chunks"],
+            "chunk_us": pl.from_arrow(chunks).cast(pl.List(pl.UInt32)),
         }
     )
-    frame = frame.join(per_req, on="i", how="left").with_columns(pl.col("chunk_t_ns").fill_null([]))
     # -1 marks "never happened" in Rust; nulls are clearer in Parquet and polars.
-    time_cols = ["sent_ns", "first_byte_ns", "first_token_ns", "end_ns"]
+    time_cols = ["release_ns", "conn_ns", "sent_ns", "first_byte_ns", "first_token_ns", "end_ns"]
     count_cols = ["prompt_tokens", "completion_tokens", "cached_tokens"]
     return frame.with_columns(
         [pl.when(pl.col(c) >= 0).then(pl.col(c)).alias(c) for c in time_cols + count_cols]
-    ).drop("i")
+    )
+
+
+def warm_connections(plan: Plan, config: RunConfig) -> int:
+    """Connections to open before t0: ``config.warm_connections``, or by Little's law the plan's
+    mean rate times the expected response time (the trace's recorded ``e2e_us`` where it has
+    them, else 0.25 s + 30 ms per expected output token), at least 1, at most :data:`WARM_CAP`
+    and ``max_connections``."""
+    if config.warm_connections is not None:
+        return config.warm_connections
+    rate = plan.offered_rate
+    if math.isnan(rate):
+        return 1
+    e2e = plan.rows["e2e_us"].drop_nulls() if "e2e_us" in plan.rows.columns else pl.Series([], dtype=pl.Int64)
+    if e2e.len():
+        expected_s = float(e2e.mean()) / 1e6
+    else:
+        tokens = plan.rows["max_tokens"].fill_null(plan.rows["output_tokens"]).fill_null(0)
+        expected_s = _EXPECTED_TTFT_S + _EXPECTED_TPOT_S * float(tokens.mean() or 0)
+    return int(min(WARM_CAP, config.max_connections, max(1, math.ceil(rate * expected_s))))
 
 
 def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None) -> StageResult:
@@ -104,6 +143,7 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None) ->
         callback = lambda sent, completed, errors: progress(sent, completed, errors, total)  # noqa: E731
 
     headers = [("Authorization", f"Bearer {config.api_key}")] if config.api_key else []
+    after, think_ns = causal_gates(plan.rows, plan.offsets_ns) if config.sessions == "causal" else (None, None)
     raw = _engine.run(
         base_url(config.url),
         list(plan.paths),
@@ -111,11 +151,16 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None) ->
         plan.bodies,
         plan.body_offsets,
         plan.offsets_ns,
+        after=after,
+        think_ns=think_ns,
         headers=headers,
         timeout_s=config.timeout_s,
         stall_timeout_s=config.stall_timeout_s,
         connect_timeout_s=config.connect_timeout_s,
+        drain_s=config.drain_s,
         max_connections=config.max_connections,
+        warm_connections=warm_connections(plan, config),
+        chunk_times=config.chunk_times,
         worker_threads=config.worker_threads,
         progress=callback,
         cpus=list(config.cpus),
@@ -133,6 +178,8 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None) ->
         offered_rate=plan.offered_rate,
         cancelled=bool(raw["cancelled"]),
         interrupted=bool(raw["interrupted"]),
+        cut_off=bool(raw["cut_off"]),
+        runner=dict(raw["runner"]),
     )
 
 

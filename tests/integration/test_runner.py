@@ -68,9 +68,11 @@ def test_every_fault_is_recorded_and_the_run_goes_on(scripted):
     ok = rows["ok"]
     assert ok["status"] == 200
     assert ok["completion_tokens"] == 5 and ok["prompt_tokens"] == 11 and ok["cached_tokens"] == 7
-    assert ok["output_chunks"] == 5 and len(ok["chunk_t_ns"]) == 5
-    assert ok["sent_ns"] <= ok["first_byte_ns"] <= ok["first_token_ns"] <= ok["end_ns"]
-    assert sorted(ok["chunk_t_ns"]) == ok["chunk_t_ns"] and ok["chunk_t_ns"][0] == ok["first_token_ns"]
+    assert ok["output_chunks"] == 5 and len(ok["chunk_us"]) == 5
+    assert ok["release_ns"] <= ok["sent_ns"] <= ok["first_byte_ns"] <= ok["first_token_ns"] <= ok["end_ns"]
+    # chunk times: µs after the first token, in arrival order, the last one before the end
+    assert sorted(ok["chunk_us"]) == ok["chunk_us"] and ok["chunk_us"][0] == 0
+    assert ok["first_token_ns"] + ok["chunk_us"][-1] * 1000 <= ok["end_ns"]
     assert rows["http500"]["status"] == 500 and "scripted 500" in rows["http500"]["error_detail"]
     assert rows["json"]["completion_tokens"] == 5
     assert rows["reset"]["output_chunks"] == 2
@@ -87,6 +89,9 @@ def test_refused_connections_are_recorded():
     trace = trace_of_bodies([{"max_tokens": 2} for _ in range(5)])
     result = run_stage(trace, RunConfig(url=f"http://127.0.0.1:{port}", rate=100.0, model="m"))
     assert result.requests["error"].to_list() == ["connect_refused"] * 5
+    # never on the wire: no send stamp, but the time spent trying to connect is kept
+    assert result.requests["sent_ns"].null_count() == 5
+    assert result.requests["conn_ns"].null_count() == 0
     assert result.summary["completed"] == 0
 
 

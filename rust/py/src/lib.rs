@@ -18,8 +18,8 @@ mod affinity;
 mod sim;
 
 use replay_core::{
-    arrival_offsets as core_arrival_offsets, run as core_run, Arrivals, CoreError, ErrorKind,
-    PlannedRequest, Records, RunConfig, RunControl,
+    arrival_offsets as core_arrival_offsets, run as core_run, Arrivals, CoreError, ErrorKind, Gate,
+    PlannedRequest, Records, RunConfig, RunControl, Switches,
 };
 
 /// Raise the `replay.errors` class that matches a core error variant.
@@ -42,11 +42,27 @@ fn to_py_err(py: Python<'_>, err: CoreError) -> PyErr {
     }
 }
 
-fn seconds_to_ns(field: &str, seconds: f64) -> PyResult<u64> {
-    if !(seconds.is_finite() && seconds > 0.0) {
-        return Err(PyValueError::new_err(format!("{field} must be a positive number of seconds, got {seconds}")));
+/// Seconds -> ns; None keeps `default_ns` (the core's default), 0 means "no limit".
+fn seconds_to_ns(field: &str, seconds: Option<f64>, default_ns: u64) -> PyResult<u64> {
+    match seconds {
+        None => Ok(default_ns),
+        Some(s) if s.is_finite() && s >= 0.0 => Ok((s * 1e9) as u64),
+        Some(s) => Err(PyValueError::new_err(format!("{field} must be a number of seconds >= 0, got {s}"))),
     }
-    Ok((seconds * 1e9) as u64)
+}
+
+/// The core runner's defaults (the one source of them), in seconds where they are times.
+#[pyfunction]
+fn run_defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let c = RunConfig::default();
+    let d = PyDict::new(py);
+    d.set_item("timeout_s", c.timeout_ns as f64 / 1e9)?;
+    d.set_item("stall_timeout_s", c.stall_timeout_ns as f64 / 1e9)?;
+    d.set_item("connect_timeout_s", c.connect_timeout_ns as f64 / 1e9)?;
+    d.set_item("drain_s", c.drain_ns as f64 / 1e9)?;
+    d.set_item("max_connections", c.max_connections)?;
+    d.set_item("worker_threads", c.worker_threads)?;
+    Ok(d)
 }
 
 /// Arrival offsets in ns from the run start (see `replay_core::schedule`).
@@ -90,6 +106,13 @@ fn error_kinds() -> Vec<&'static str> {
     ErrorKind::ALL.iter().map(|k| k.name()).collect()
 }
 
+fn switches_dict<'py>(py: Python<'py>, s: Switches) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("voluntary", s.voluntary)?;
+    d.set_item("involuntary", s.involuntary)?;
+    Ok(d)
+}
+
 fn records_to_dict<'py>(py: Python<'py>, r: Records) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     let mut detail_offsets: Vec<i64> = Vec::with_capacity(r.error_detail.len() + 1);
@@ -100,6 +123,8 @@ fn records_to_dict<'py>(py: Python<'py>, r: Records) -> PyResult<Bound<'py, PyDi
         detail_offsets.push(detail_bytes.len() as i64);
     }
     d.set_item("intended_ns", r.intended_ns.into_pyarray(py))?;
+    d.set_item("release_ns", r.release_ns.into_pyarray(py))?;
+    d.set_item("conn_ns", r.conn_ns.into_pyarray(py))?;
     d.set_item("sent_ns", r.sent_ns.into_pyarray(py))?;
     d.set_item("first_byte_ns", r.first_byte_ns.into_pyarray(py))?;
     d.set_item("first_token_ns", r.first_token_ns.into_pyarray(py))?;
@@ -112,10 +137,19 @@ fn records_to_dict<'py>(py: Python<'py>, r: Records) -> PyResult<Bound<'py, PyDi
     d.set_item("output_chunks", r.output_chunks.into_pyarray(py))?;
     d.set_item("error_detail_offsets", detail_offsets.into_pyarray(py))?;
     d.set_item("error_detail_bytes", PyBytes::new(py, &detail_bytes))?;
-    d.set_item("chunk_request", r.chunk_request.into_pyarray(py))?;
-    d.set_item("chunk_t_ns", r.chunk_t_ns.into_pyarray(py))?;
+    d.set_item("chunk_offsets", r.chunk_offsets.into_pyarray(py))?;
+    d.set_item("chunk_us", r.chunk_us.into_pyarray(py))?;
     d.set_item("start_unix_ns", r.start_unix_ns)?;
     d.set_item("cancelled", r.cancelled)?;
+    d.set_item("cut_off", r.cut_off)?;
+    let stats = PyDict::new(py);
+    stats.set_item("warmup_ms", r.stats.warmup_ns as f64 / 1e6)?;
+    stats.set_item("warm_connections_wanted", r.stats.warm_wanted)?;
+    stats.set_item("warm_connections", r.stats.warm_opened)?;
+    stats.set_item("warm_detail", r.stats.warm_detail)?;
+    stats.set_item("dispatcher_switches", switches_dict(py, r.stats.dispatcher)?)?;
+    stats.set_item("worker_switches", switches_dict(py, r.stats.workers)?)?;
+    d.set_item("runner", stats)?;
     Ok(d)
 }
 
@@ -123,14 +157,18 @@ fn records_to_dict<'py>(py: Python<'py>, r: Records) -> PyResult<Bound<'py, PyDi
 ///
 /// Requests come as columns: `path_index[i]` picks one of `paths`, the body of request i is
 /// `bodies[body_offsets[i]..body_offsets[i+1]]`, and it is due `offsets_ns[i]` after the start.
+/// Causal sessions: `after[i]` is the index of the request that request i follows (-1: none)
+/// and `think_ns[i]` the think time after it. Times in seconds: None keeps the core's default
+/// (`run_defaults()`), 0 means no limit.
 /// `progress(sent, completed, errors)` is called every `progress_interval_s` with the GIL held.
 /// On Ctrl-C the run is cancelled, partial results are returned and `interrupted` is True.
 /// `cpus` pins the runner's threads (dispatcher and I/O workers) to those CPUs.
 #[pyfunction]
 #[pyo3(signature = (
-    url, paths, path_index, bodies, body_offsets, offsets_ns, *, headers=Vec::new(),
-    timeout_s=600.0, stall_timeout_s=120.0, connect_timeout_s=10.0, max_connections=20000,
-    worker_threads=1, progress=None, progress_interval_s=0.2, cpus=Vec::new()
+    url, paths, path_index, bodies, body_offsets, offsets_ns, *, after=None, think_ns=None,
+    headers=Vec::new(), timeout_s=None, stall_timeout_s=None, connect_timeout_s=None, drain_s=None,
+    max_connections=None, warm_connections=0, chunk_times=true, worker_threads=None, progress=None,
+    progress_interval_s=0.2, cpus=Vec::new()
 ))]
 #[allow(clippy::too_many_arguments)]
 fn run<'py>(
@@ -141,12 +179,17 @@ fn run<'py>(
     bodies: &Bound<'py, PyBytes>,
     body_offsets: PyReadonlyArray1<'py, u64>,
     offsets_ns: PyReadonlyArray1<'py, i64>,
+    after: Option<PyReadonlyArray1<'py, i64>>,
+    think_ns: Option<PyReadonlyArray1<'py, i64>>,
     headers: Vec<(String, String)>,
-    timeout_s: f64,
-    stall_timeout_s: f64,
-    connect_timeout_s: f64,
-    max_connections: usize,
-    worker_threads: usize,
+    timeout_s: Option<f64>,
+    stall_timeout_s: Option<f64>,
+    connect_timeout_s: Option<f64>,
+    drain_s: Option<f64>,
+    max_connections: Option<usize>,
+    warm_connections: usize,
+    chunk_times: bool,
+    worker_threads: Option<usize>,
     progress: Option<Bound<'py, PyAny>>,
     progress_interval_s: f64,
     cpus: Vec<usize>,
@@ -162,6 +205,11 @@ fn run<'py>(
             body_offsets.len()
         )));
     }
+    let after = after.as_ref().map(|a| a.as_slice()).transpose()?;
+    let think = think_ns.as_ref().map(|a| a.as_slice()).transpose()?;
+    if after.is_some_and(|a| a.len() != n) || think.is_some_and(|t| t.len() != n) {
+        return Err(PyValueError::new_err(format!("after / think_ns must have one entry per request ({n})")));
+    }
     let all = bytes::Bytes::copy_from_slice(bodies.as_bytes());
     let paths: Vec<Arc<str>> = paths.into_iter().map(Arc::from).collect();
     let mut requests = Vec::with_capacity(n);
@@ -171,16 +219,32 @@ fn run<'py>(
         if a > b || b > all.len() || p >= paths.len() {
             return Err(PyValueError::new_err(format!("request {i}: body offsets or path index out of range")));
         }
-        requests.push(PlannedRequest { path: paths[p].to_string(), body: all.slice(a..b), offset_ns: offsets[i] });
+        let gate = match after.map(|a| a[i]) {
+            Some(parent) if parent >= 0 => Some(Gate {
+                parent: parent as usize,
+                think_ns: think.map(|t| t[i]).unwrap_or(0),
+            }),
+            _ => None,
+        };
+        requests.push(PlannedRequest {
+            path: paths[p].to_string(),
+            body: all.slice(a..b),
+            offset_ns: offsets[i],
+            after: gate,
+        });
     }
+    let d = RunConfig::default();
     let config = RunConfig {
         base_url: url,
         headers,
-        timeout_ns: seconds_to_ns("timeout_s", timeout_s)?,
-        stall_timeout_ns: seconds_to_ns("stall_timeout_s", stall_timeout_s)?,
-        connect_timeout_ns: seconds_to_ns("connect_timeout_s", connect_timeout_s)?,
-        max_connections: max_connections.max(1),
-        worker_threads: worker_threads.max(1),
+        timeout_ns: seconds_to_ns("timeout_s", timeout_s, d.timeout_ns)?,
+        stall_timeout_ns: seconds_to_ns("stall_timeout_s", stall_timeout_s, d.stall_timeout_ns)?,
+        connect_timeout_ns: seconds_to_ns("connect_timeout_s", connect_timeout_s, d.connect_timeout_ns)?,
+        drain_ns: seconds_to_ns("drain_s", drain_s, d.drain_ns)?,
+        max_connections: max_connections.unwrap_or(d.max_connections),
+        warm_connections,
+        keep_chunks: chunk_times,
+        worker_threads: worker_threads.unwrap_or(d.worker_threads),
     };
     let control = Arc::new(RunControl::default());
     let (tx, rx) = mpsc::channel();
@@ -240,6 +304,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(arrival_offsets, m)?)?;
     m.add_function(wrap_pyfunction!(error_kinds, m)?)?;
+    m.add_function(wrap_pyfunction!(run_defaults, m)?)?;
     m.add_class::<sim::SimServer>()?;
     Ok(())
 }
