@@ -115,3 +115,68 @@ def test_body_rewrite_sets_streaming_max_tokens_and_model(scripted):
     run_stage(trace, RunConfig(url=server.url, ignore_eos=False, model="other"))
     body = server.arrivals[1].body
     assert "ignore_eos" not in body and body["model"] == "other"
+
+
+def _session_trace(sessions: list[str], arrival_us: list[int]):
+    from replay.trace import Trace, validate
+
+    base = trace_of_bodies([{"max_tokens": 2} for _ in sessions], arrival_us=arrival_us)
+    df = base.df.with_columns(pl.Series("session_id", sessions, dtype=pl.String))
+    return Trace(df=validate(df, base.meta, source="<test>"), meta=base.meta)
+
+
+def test_causal_turns_wait_for_the_previous_turn_of_a_stalled_server(scripted):
+    # Every response is held 1 s. Session a's second turn is scheduled 0.1 s after its first;
+    # causal replay sends it only after the first turn ended (+ 0.1 s think time), while
+    # session b's request at 0.05 s still leaves on schedule.
+    server = scripted(headers_delay_s=1.0)
+    trace = _session_trace(["a", "b", "a"], [0, 50_000, 100_000])
+    result = run_stage(trace, RunConfig(url=server.url, sessions="causal", lag_bound_ms=1000))
+    df = result.requests
+    assert df["error"].to_list() == ["none"] * 3
+    first, other, second = df.row(0, named=True), df.row(1, named=True), df.row(2, named=True)
+    assert second["release_ns"] == first["end_ns"] + 100_000_000
+    assert second["sent_ns"] >= second["release_ns"]
+    assert other["release_ns"] == other["intended_ns"] and other["sent_ns"] < first["end_ns"]
+    # the server saw the second turn a full response time after the first
+    assert len(server.arrivals) == 3
+    times = sorted(a.t_unix_ns for a in server.arrivals)
+    assert (times[2] - times[0]) / 1e9 >= 1.0
+    summary = result.summary
+    assert summary["valid"], summary["send_lag_ms"]
+    # the same trace open-loop: the second turn goes at its own time, before the first ended
+    open_result = run_stage(trace, RunConfig(url=server.url, lag_bound_ms=1000))
+    second_open = open_result.requests.row(2, named=True)
+    assert second_open["sent_ns"] < open_result.requests.row(0, named=True)["end_ns"]
+
+
+def test_the_drain_cuts_off_requests_still_waiting(scripted):
+    server = scripted(headers_delay_s=5.0)
+    trace = trace_of_bodies([{"max_tokens": 2} for _ in range(4)])
+    result = run_stage(trace, RunConfig(url=server.url, rate=50.0, drain_s=0.3, model="m", warm_connections=0))
+    assert result.cut_off and not result.cancelled
+    assert result.requests["error"].to_list() == ["cut_off"] * 4
+    assert result.requests["sent_ns"].null_count() == 0
+    assert (result.requests["end_ns"] < 2_000_000_000).all(), "cut off at the drain, not at the answer"
+
+
+def test_without_chunk_times_chunks_are_still_counted(scripted):
+    server = scripted()
+    trace = trace_of_bodies([{"max_tokens": 4} for _ in range(3)])
+    result = run_stage(trace, RunConfig(url=server.url, rate=50.0, chunk_times=False))
+    df = result.requests
+    assert df["output_chunks"].to_list() == [4, 4, 4]
+    assert df["chunk_us"].list.len().to_list() == [0, 0, 0]
+    assert result.summary["itl_ms"]["p50"] is None
+
+
+def test_warm_up_is_reported(scripted):
+    server = scripted()
+    trace = trace_of_bodies([{"max_tokens": 2} for _ in range(6)])
+    result = run_stage(trace, RunConfig(url=server.url, rate=20.0, warm_connections=3))
+    runner = result.runner
+    assert runner["warm_connections_wanted"] == 3 and runner["warm_connections"] == 3
+    assert runner["warm_detail"] == "" and runner["warmup_ms"] > 0
+    # the requests went out on the warm connections: the server saw no new client port
+    ports = {a.client_port for a in server.arrivals}
+    assert len(ports) <= 3
