@@ -1,0 +1,75 @@
+"""Type stub of the compiled module ``replay._engine`` (the PyO3 binding in rust/py)."""
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+def arrival_offsets(
+    kind: str,
+    n: int,
+    trace_offsets_ns: npt.NDArray[np.int64],
+    rate: float | None = None,
+    speedup: float | None = None,
+    cv: float | None = None,
+    seed: int = 0,
+) -> npt.NDArray[np.int64]:
+    """Arrival offsets in ns from the run start: kind is trace, poisson, gamma or constant."""
+
+def error_kinds() -> list[str]:
+    """The error kind names, indexed by the codes in the ``error_kind`` column."""
+
+def run_defaults() -> dict[str, float | int]:
+    """The core runner's defaults: timeout_s, stall_timeout_s, connect_timeout_s, drain_s,
+    max_connections, worker_threads."""
+
+def run(
+    url: str,
+    paths: list[str],
+    path_index: npt.NDArray[np.uint8],
+    bodies: bytes,
+    body_offsets: npt.NDArray[np.uint64],
+    offsets_ns: npt.NDArray[np.int64],
+    *,
+    after: npt.NDArray[np.int64] | None = None,
+    think_ns: npt.NDArray[np.int64] | None = None,
+    headers: list[tuple[str, str]] = ...,
+    timeout_s: float | None = None,
+    stall_timeout_s: float | None = None,
+    connect_timeout_s: float | None = None,
+    drain_s: float | None = None,
+    max_connections: int | None = None,
+    warm_connections: int = 0,
+    chunk_times: bool = True,
+    worker_threads: int | None = None,
+    progress: Callable[[int, int, int], object] | None = None,
+    progress_interval_s: float = 0.2,
+    cpus: list[int] = ...,
+) -> dict[str, Any]:
+    """Replay the planned requests open-loop (GIL released). Returns numpy columns (intended_ns,
+    release_ns, conn_ns, sent_ns, first_byte_ns, first_token_ns, end_ns, status, error_kind,
+    prompt_tokens, completion_tokens, cached_tokens, output_chunks, error_detail_offsets,
+    chunk_offsets, chunk_us), error_detail_bytes, start_unix_ns, cancelled, cut_off,
+    interrupted and the runner's own statistics (runner)."""
+
+class SimServer:
+    """The embedded simulated engine, serving on its own thread."""
+
+    def __init__(
+        self, config: str | dict[str, Any] | None = None, tokenizer: str | None = None, cpus: list[int] = ...
+    ) -> None: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def num_gpu_blocks(self) -> int: ...
+    @property
+    def max_model_len(self) -> int: ...
+    @property
+    def running(self) -> bool: ...
+    def metrics_text(self) -> str: ...
+    def stop(self) -> None: ...
+    def __enter__(self) -> SimServer: ...
+    def __exit__(self, *args: object) -> bool: ...
