@@ -1,27 +1,28 @@
 """Reading the Prometheus text format that engines serve on ``/metrics``.
 
-:func:`parse` turns the text exposition format (and OpenMetrics' superset of it: ``# EOF``,
-``_created`` samples) into :class:`Scrape`: every sample with its labels, plus each family's
-declared type and help. Label values may hold escaped quotes, backslashes and newlines; values may
-be ``NaN``, ``+Inf`` or ``-Inf``; a trailing timestamp is ignored. :meth:`Scrape.value` sums a
-metric over label sets (accepting the name with or without ``_total``), and
-:meth:`Scrape.histogram` gathers a histogram's ``_bucket`` / ``_sum`` / ``_count`` samples.
+:func:`parse` reads the text exposition format (OpenMetrics' ``# EOF`` is a comment to it) with
+``prometheus_client``'s parser into :class:`Scrape`: every sample with its sorted labels, plus each
+family's declared type and help. Names stay as the text writes them: the parser renames the
+samples of a counter declared without ``_total`` (``x`` becomes ``x_total``), and :func:`parse`
+names them back. A trailing timestamp is ignored. A line the parser rejects is a TargetError naming
+the source and the line number. :meth:`Scrape.value` sums a metric over label sets (accepting the
+name with or without ``_total``), and :meth:`Scrape.histogram` gathers a histogram's ``_bucket`` /
+``_sum`` / ``_count`` samples.
 """
 
 from __future__ import annotations
 
 import math
-import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from replay.errors import TargetError
 
-__all__ = ["Sample", "Histogram", "Scrape", "parse"]
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
-_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-_SAMPLE = re.compile(rf"^({_NAME})\s*(\{{.*\}})?\s+(\S+)(?:\s+(\S+))?\s*$")
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
-_ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+__all__ = ["Sample", "Histogram", "Scrape", "parse"]
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ class Scrape:
         for s in self.find(f"{name}_bucket", **labels):
             le = s.label("le")
             if le is not None:
-                bound = _number(le)
+                bound = float(le)                       # "+Inf" included
                 buckets[bound] = buckets.get(bound, 0.0) + s.value
         if not buckets:
             return None
@@ -135,59 +136,53 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _unescape(value: str) -> str:
-    return re.sub(r'\\[\\"n]', lambda m: _ESCAPES[m.group(0)], value)
+class _Lines:
+    """The text's lines as the parser reads them, counted, with each ``# TYPE`` line's declaration."""
+
+    def __init__(self, text: str) -> None:
+        self._lines = iter(text.split("\n"))
+        self.number = 0
+        self.line = ""
+        self.types: dict[str, str] = {}
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        self.line = next(self._lines)
+        self.number += 1
+        parts = self.line.split(None, 3)
+        if len(parts) == 4 and parts[:2] == ["#", "TYPE"]:
+            self.types[parts[2]] = parts[3].strip()
+        return self.line
 
 
-def _number(text: str) -> float:
-    low = text.lower()
-    if low in ("+inf", "inf"):
-        return math.inf
-    if low == "-inf":
-        return -math.inf
-    if low == "nan":
-        return math.nan
-    return float(text)
-
-
-def _labels(text: str, line_no: int, source: str) -> tuple[tuple[str, str], ...]:
-    inner = text.strip()[1:-1]
-    out: list[tuple[str, str]] = []
-    pos = 0
-    while pos < len(inner):
-        if inner[pos:].strip() == "":
-            break
-        m = _LABEL.match(inner, pos)
-        if not m:
-            raise TargetError(f"{source}: line {line_no}: bad labels {{{inner}}}")
-        out.append((m.group(1), _unescape(m.group(2))))
-        pos = m.end()
-    return tuple(sorted(out))
+def _add_family(scrape: Scrape, family: Metric, types: dict[str, str]) -> None:
+    """Add one parsed family to ``scrape`` under the names its text declared and wrote."""
+    name = family.name
+    renamed = family.type == "counter" and types.get(name) == "counter"   # declared without _total
+    if family.type == "counter" and not renamed:
+        name += "_total"                                # the parser drops a declared counter's _total
+    if family.documentation:
+        scrape.help[name] = family.documentation
+    for s in family.samples:
+        sample_name = s.name[: -len("_total")] if renamed and s.name.endswith("_total") else s.name
+        scrape.samples.append(Sample(name=sample_name, labels=tuple(sorted(s.labels.items())),
+                                     value=float(s.value)))
 
 
 def parse(text: str, source: str = "/metrics") -> Scrape:
-    """Parse Prometheus / OpenMetrics text; a malformed line is a TargetError naming ``source``."""
-    scrape = Scrape()
-    for line_no, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line:
-            continue
-        if line.startswith("#"):
-            parts = line.split(None, 3)
-            if len(parts) >= 3 and parts[1] == "TYPE":
-                scrape.types[parts[2]] = parts[3].strip() if len(parts) > 3 else "untyped"
-            elif len(parts) >= 3 and parts[1] == "HELP":
-                scrape.help[parts[2]] = parts[3] if len(parts) > 3 else ""
-            continue                                   # other comments and "# EOF"
-        m = _SAMPLE.match(line)
-        if not m:
-            raise TargetError(f"{source}: line {line_no}: not a sample: {line[:120]}")
-        name, label_text, value_text = m.group(1), m.group(2), m.group(3)
-        try:
-            value = _number(value_text)
-        except ValueError:
-            raise TargetError(f"{source}: line {line_no}: bad value {value_text!r}") from None
-        labels = _labels(label_text, line_no, source) if label_text else ()
-        scrape.samples.append(Sample(name=name, labels=labels, value=value))
-    return scrape
+    """Parse Prometheus text with prometheus_client; a rejected line is a TargetError naming ``source``."""
+    from prometheus_client.parser import text_fd_to_metric_families
 
+    lines = _Lines(text)
+    scrape = Scrape()
+    try:
+        for family in text_fd_to_metric_families(lines):   # type: ignore[arg-type]
+            _add_family(scrape, family, lines.types)
+    except (ValueError, IndexError) as e:           # the parser raises both on malformed lines
+        reason = " ".join(str(e).split()) or type(e).__name__
+        raise TargetError(f"{source}: line {lines.number}: cannot parse {lines.line.strip()[:120]!r} "
+                          f"({reason[:120]})") from e
+    scrape.types = lines.types
+    return scrape

@@ -257,7 +257,7 @@ impl Engine {
                 tokio::task::yield_now().await;
             }
             clock = end;
-            let emitted = self.sched.complete(&plan, &self.vocab.words);
+            let emitted = self.sched.complete(&plan, &self.vocab.lexicon);
             self.deliver(&emitted);
             if last_sweep.elapsed() >= SWEEP_EVERY {
                 last_sweep = Instant::now();

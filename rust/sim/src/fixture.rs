@@ -82,7 +82,7 @@ mod tests {
         let ids = v.encode(text);
         assert_eq!(v.decode(&ids), text);
         assert_eq!(v.encode(" the").len(), 1);
-        assert!(v.words.len() >= 20, "{}", v.words.len());
+        assert!(v.lexicon.words().len() >= 20, "{}", v.lexicon.words().len());
         assert_eq!(v.encode("<|endoftext|>"), vec![v.eos]);
         assert!(v.piece(v.eos).is_empty());
         // multi-byte characters split over tokens decode once complete

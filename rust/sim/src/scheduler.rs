@@ -25,6 +25,7 @@ use std::collections::BTreeSet;
 use crate::kv::BlockPool;
 use crate::sequence::{FinishReason, Sequence};
 use crate::spec::NgramConfig;
+use crate::textgen::Lexicon;
 
 pub type SeqId = u32;
 
@@ -309,7 +310,7 @@ impl Scheduler {
     }
 
     /// Apply a finished step: advance, generate, verify drafts, cache blocks, end sequences.
-    pub fn complete(&mut self, plan: &StepPlan, words: &[u32]) -> Vec<Emitted> {
+    pub fn complete(&mut self, plan: &StepPlan, lexicon: &Lexicon) -> Vec<Emitted> {
         let bs = self.pool.block_size() as usize;
         let caching = self.pool.caching();
         let eos = self.cfg.eos_token;
@@ -323,7 +324,7 @@ impl Scheduler {
             if let Some((start, len)) = s.draft {
                 let mut accepted = 0;
                 for i in 0..=len {
-                    let t = seq.generate(words);
+                    let t = seq.generate(lexicon);
                     if i == len || t != seq.tokens[start + i] || seq.left() == 0 {
                         break;
                     }
@@ -336,7 +337,7 @@ impl Scheduler {
             } else {
                 seq.computed += s.new_tokens as usize;
                 if seq.computed == from {
-                    seq.generate(words);
+                    seq.generate(lexicon);
                 }
             }
             if caching {

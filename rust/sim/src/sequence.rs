@@ -6,7 +6,7 @@
 
 use crate::kv::hash_block;
 use crate::spec::NgramIndex;
-use crate::textgen::{output_length, TextGen};
+use crate::textgen::{output_length, Lexicon, TextGen};
 
 /// Why a sequence ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,8 +144,8 @@ impl Sequence {
     }
 
     /// Generate the next real token and append it.
-    pub fn generate(&mut self, words: &[u32]) -> u32 {
-        let t = self.gen.next(&self.tokens[..self.prompt_len], words);
+    pub fn generate(&mut self, lexicon: &Lexicon) -> u32 {
+        let t = self.gen.next(&self.tokens[..self.prompt_len], lexicon);
         self.tokens.push(t);
         t
     }

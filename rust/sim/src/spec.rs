@@ -167,7 +167,7 @@ impl NgramIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::textgen::TextGen;
+    use crate::textgen::{Lexicon, TextGen};
 
     const CFG: NgramConfig = NgramConfig {
         num_speculative_tokens: 4,
@@ -199,7 +199,7 @@ mod tests {
 
     /// Accepted tokens per proposal over a generated answer.
     fn acceptance(prompt: &[u32]) -> f64 {
-        let words: Vec<u32> = (1000..1200).collect();
+        let lexicon = Lexicon::new((1000..1200).collect(), Vec::new());
         let mut gen = TextGen::new(0, 0, prompt);
         let mut tokens = prompt.to_vec();
         let mut idx = NgramIndex::default();
@@ -211,7 +211,7 @@ mod tests {
                 .unwrap_or_default();
             proposed += draft.len();
             for (i, &d) in draft.iter().chain(std::iter::once(&u32::MAX)).enumerate() {
-                let t = gen.next(prompt, &words);
+                let t = gen.next(prompt, &lexicon);
                 tokens.push(t);
                 if i >= draft.len() || t != d {
                     break;

@@ -1,7 +1,7 @@
 //! Deterministic output tokens: what the simulated model "says".
 //!
-//! Owns `TextGen`, `output_length` and `repetitiveness`. Everything follows from a hash of
-//! (seed, prompt token ids), so the same request gives the same answer on every run:
+//! Owns `TextGen`, `Lexicon`, `output_length` and `repetitiveness`. Everything follows from a hash
+//! of (seed, prompt token ids), so the same request gives the same answer on every run:
 //!
 //! * Length: unless `ignore_eos`, the answer ends with EOS after a lognormal number of tokens
 //!   (median `EOS_MEDIAN_TOKENS`, log-sigma `EOS_SIGMA`), at least `min_tokens`; an answer that
@@ -12,6 +12,9 @@
 //!   trigrams that occurred earlier in it), so the output of a repetitive prompt (code, repeated
 //!   lists) repeats what came before and n-gram speculation predicts it well, while random text
 //!   gives little to predict.
+//! * The `Lexicon` bans some token ids (the vocabulary bans special tokens and pieces of
+//!   `<|...|>` markers, see `vocab`): a copy never includes one. It stops before a banned prompt
+//!   token, and a copy that would start on one is a drawn word instead.
 //! * A lossy knob (fp8 KV cache) passes a different `content_salt`: other tokens, same lengths.
 //!
 //! Tokens are produced strictly one after another from the generator's own state, so the output
@@ -83,6 +86,32 @@ pub fn repetitiveness(prompt: &[u32]) -> f64 {
     repeats as f64 / (prompt.len() - 2) as f64
 }
 
+/// What the generator may say: the common words it draws from, and the token ids it never emits.
+#[derive(Debug, Clone, Default)]
+pub struct Lexicon {
+    words: Vec<u32>,
+    /// `banned[id]`: never emit `id`; ids past the end are allowed.
+    banned: Vec<bool>,
+}
+
+impl Lexicon {
+    /// Draw from `words` (banned ones are dropped), never emitting an id marked in `banned`.
+    pub fn new(mut words: Vec<u32>, banned: Vec<bool>) -> Lexicon {
+        words.retain(|&w| !banned.get(w as usize).copied().unwrap_or(false));
+        Lexicon { words, banned }
+    }
+
+    /// The words the generator draws from.
+    pub fn words(&self) -> &[u32] {
+        &self.words
+    }
+
+    /// Whether generated text may hold `id`.
+    pub fn allows(&self, id: u32) -> bool {
+        !self.banned.get(id as usize).copied().unwrap_or(false)
+    }
+}
+
 /// The per-sequence generator; see the module docs.
 #[derive(Debug, Clone)]
 pub struct TextGen {
@@ -110,22 +139,27 @@ impl TextGen {
         mix(self.state)
     }
 
-    /// The next output token: a continued or new copy from `prompt`, or one of `words`.
-    pub fn next(&mut self, prompt: &[u32], words: &[u32]) -> u32 {
+    /// The next output token: a continued or new copy from `prompt`, or a word of `lexicon`;
+    /// never an id the lexicon bans (unless it has no words and the prompt no allowed token).
+    pub fn next(&mut self, prompt: &[u32], lexicon: &Lexicon) -> u32 {
         let r = unit(self.draw());
         if let Some(pos) = self.copy_pos {
-            if pos < prompt.len() && r < self.p_continue_copy {
+            if pos < prompt.len() && lexicon.allows(prompt[pos]) && r < self.p_continue_copy {
                 self.copy_pos = Some(pos + 1);
                 return prompt[pos];
             }
             self.copy_pos = None;
         } else if !prompt.is_empty() && r < self.p_start_copy {
             let start = (self.draw() % prompt.len() as u64) as usize;
-            self.copy_pos = Some(start + 1);
-            return prompt[start];
+            if lexicon.allows(prompt[start]) {
+                self.copy_pos = Some(start + 1);
+                return prompt[start];
+            }
         }
+        let words = lexicon.words();
         if words.is_empty() {
-            return prompt.first().copied().unwrap_or(0);
+            let allowed = prompt.iter().copied().find(|&t| lexicon.allows(t));
+            return allowed.unwrap_or(0);
         }
         // Zipf-like (log-uniform rank): word k is drawn about 1/k as often as the first, as in
         // natural text, so common words repeat and n-gram lookups find matches
@@ -139,14 +173,14 @@ impl TextGen {
 mod tests {
     use super::*;
 
-    fn words() -> Vec<u32> {
-        (1000..1100).collect()
+    fn lexicon() -> Lexicon {
+        Lexicon::new((1000..1100).collect(), Vec::new())
     }
 
     fn run(seed: u64, salt: u64, prompt: &[u32], n: usize) -> Vec<u32> {
         let mut g = TextGen::new(seed, salt, prompt);
-        let w = words();
-        (0..n).map(|_| g.next(prompt, &w)).collect()
+        let lex = lexicon();
+        (0..n).map(|_| g.next(prompt, &lex)).collect()
     }
 
     #[test]
@@ -194,5 +228,28 @@ mod tests {
         };
         assert!(from_prompt(&repetitive) > 400);
         assert!(from_prompt(&random) < 100);
+    }
+
+    #[test]
+    fn banned_ids_are_never_copied_nor_drawn() {
+        let pattern: Vec<u32> = (0..30).map(|i| 2000 + i).collect();
+        let repetitive: Vec<u32> = pattern.iter().cycle().take(600).copied().collect();
+        // every third pattern token and two of the words are banned
+        let mut banned = vec![false; 3000];
+        for t in (2000..2030).step_by(3).chain([1000, 1001]) {
+            banned[t as usize] = true;
+        }
+        let lex = Lexicon::new((1000..1100).collect(), banned);
+        assert!(!lex.words().contains(&1000) && lex.allows(1002) && lex.allows(50_000));
+        let mut g = TextGen::new(0, 0, &repetitive);
+        let out: Vec<u32> = (0..2000).map(|_| g.next(&repetitive, &lex)).collect();
+        assert!(out.iter().all(|&t| lex.allows(t)));
+        // the allowed prompt tokens are still copied often (a random prompt gives under 20%)
+        let copied = out.iter().filter(|&&t| t >= 2000).count();
+        assert!(copied > 700, "{copied}");
+        // without words, the first allowed prompt token
+        let no_words = Lexicon::new(Vec::new(), (0..2002).map(|t| t >= 2000).collect());
+        let prompt = [2000, 2001, 7, 2000];
+        assert_eq!(TextGen::new(0, 0, &prompt).next(&prompt, &no_words), 7);
     }
 }

@@ -2,10 +2,16 @@
 //!
 //! Owns `Vocab`: encoding with the HF `tokenizers` crate from a tokenizer.json, the bytes of
 //! every token (computed once, so decoding a streamed token is a table lookup), the EOS id, and
-//! `words`: the common English words that are ONE token each with their leading space, which the
-//! output generator draws from. Byte-level BPE tokens map back to bytes through GPT-2's
-//! byte-to-unicode table; other tokenizers decode each id on its own. Special tokens decode to
-//! nothing (as vLLM's default `skip_special_tokens`).
+//! the `lexicon` of the output generator: the common English words that are ONE token each with
+//! their leading space, which it draws from, and the ids it must never emit. Byte-level BPE
+//! tokens map back to bytes through GPT-2's byte-to-unicode table; other tokenizers decode each
+//! id on its own. Special tokens decode to nothing (as vLLM's default `skip_special_tokens`).
+//!
+//! Generated text holds only ordinary tokens: every added token (special or not) is banned, and
+//! so is every token whose text is empty, holds an added token's text, holds `<|` or `|>`, or
+//! starts or ends with `|`. Chat markers such as `<|im_end|>` are plain text under vocabularies
+//! that lack them (GPT-2), so a prompt carries their pieces; with `|` kept off both ends of a
+//! token, no two allowed tokens meet to spell `<|` or `|>` either.
 
 use std::collections::HashMap;
 
@@ -13,6 +19,7 @@ use tokenizers::decoders::DecoderWrapper;
 use tokenizers::Tokenizer;
 
 use crate::error::SimError;
+use crate::textgen::Lexicon;
 
 /// Common words, most frequent first; those that are not one token under the tokenizer are
 /// dropped when the vocab loads.
@@ -49,8 +56,9 @@ pub struct Vocab {
     bytes: Vec<u8>,
     offsets: Vec<u32>,
     utf8: Vec<bool>,
-    /// Single-token common words (and punctuation) the generator draws from.
-    pub words: Vec<u32>,
+    /// What the generator may say: single-token common words (and punctuation) to draw, and the
+    /// banned ids (see the module docs).
+    pub lexicon: Lexicon,
     /// The id appended when an answer ends by EOS (not rendered).
     pub eos: u32,
 }
@@ -82,6 +90,17 @@ fn byte_level_table() -> HashMap<char, u8> {
     table
 }
 
+/// Whether an ordinary token with these bytes may appear in generated text (see the module docs).
+fn sayable(piece: &[u8], added_texts: &[&[u8]]) -> bool {
+    let holds = |part: &[u8]| piece.windows(part.len()).any(|w| w == part);
+    !piece.is_empty()
+        && piece.first() != Some(&b'|')
+        && piece.last() != Some(&b'|')
+        && !holds(b"<|")
+        && !holds(b"|>")
+        && !added_texts.iter().any(|t| holds(t))
+}
+
 impl Vocab {
     /// Load a tokenizer.json.
     pub fn from_file(path: &str) -> Result<Vocab, SimError> {
@@ -103,6 +122,12 @@ impl Vocab {
         let byte_level = matches!(tokenizer.get_decoder(), Some(DecoderWrapper::ByteLevel(_)));
         let table = byte_level_table();
         let added = tokenizer.get_added_tokens_decoder();
+        let added_texts: Vec<&[u8]> = added
+            .values()
+            .map(|t| t.content.as_bytes())
+            .filter(|t| !t.is_empty())
+            .collect();
+        let mut banned = Vec::with_capacity(size as usize);
         let mut bytes = Vec::new();
         let mut offsets = Vec::with_capacity(size as usize + 1);
         offsets.push(0u32);
@@ -121,6 +146,8 @@ impl Vocab {
                     }
                 }
             }
+            let start = *offsets.last().expect("offsets start at 0") as usize;
+            banned.push(added.contains_key(&id) || !sayable(&bytes[start..], &added_texts));
             offsets.push(bytes.len() as u32);
         }
         let utf8 = (0..size as usize)
@@ -137,7 +164,7 @@ impl Vocab {
             bytes,
             offsets,
             utf8,
-            words: Vec::new(),
+            lexicon: Lexicon::default(),
             eos,
         };
         let mut words: Vec<u32> = Vec::new();
@@ -149,13 +176,15 @@ impl Vocab {
                 }
             }
         }
+        words.retain(|&w| !banned[w as usize]);
         if words.is_empty() {
-            // an odd vocabulary: fall back to its first ordinary tokens
-            words = (0..size.min(1000))
-                .filter(|&i| vocab.utf8[i as usize] && !vocab.piece(i).is_empty())
+            // an odd vocabulary: fall back to its first allowed whole-character tokens
+            words = (0..size)
+                .filter(|&i| vocab.utf8[i as usize] && !banned[i as usize])
+                .take(1000)
                 .collect();
         }
-        vocab.words = words;
+        vocab.lexicon = Lexicon::new(words, banned);
         vocab
     }
 
@@ -237,5 +266,41 @@ impl Vocab {
             out.push('\u{FFFD}');
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lexicon_bans_added_tokens_and_marker_pieces() {
+        let v = crate::fixture::tiny_vocab();
+        let one = |text: &str| match v.encode(text)[..] {
+            [id] => id,
+            ref ids => panic!("{text:?} is {ids:?}"),
+        };
+        assert!(!v.lexicon.allows(v.eos));
+        assert!(!v.lexicon.allows(one("|")));
+        assert!(v.lexicon.allows(one("<")) && v.lexicon.allows(one(">")));
+        assert!(v.lexicon.allows(one(" the")) && v.lexicon.allows(one("\n")));
+        assert!(v.lexicon.words().iter().all(|&w| v.lexicon.allows(w)));
+        let added: &[&[u8]] = &[b"<eos>"];
+        for (piece, ok) in [
+            (&b"a|b"[..], true),
+            (b"|a", false),
+            (b"a|", false),
+            (b"x<|", false),
+            (b"|>", false),
+            (b"<eos>x", false),
+            (b"", false),
+        ] {
+            assert_eq!(
+                sayable(piece, added),
+                ok,
+                "{:?}",
+                String::from_utf8_lossy(piece)
+            );
+        }
     }
 }

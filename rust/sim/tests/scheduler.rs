@@ -5,8 +5,8 @@ use replay_sim::kv::BlockPool;
 use replay_sim::scheduler::{Policy, Scheduler, SchedulerConfig, SeqId};
 use replay_sim::sequence::{FinishReason, SeqParams, Sequence};
 use replay_sim::spec::NgramConfig;
+use replay_sim::textgen::Lexicon;
 
-const WORDS: [u32; 8] = [500, 501, 502, 503, 504, 505, 506, 507];
 const EOS: u32 = 9999;
 
 fn cfg(max_seqs: u32, budget: u32) -> SchedulerConfig {
@@ -30,6 +30,10 @@ fn seq(prompt: Vec<u32>, max_tokens: u32, priority: i64, arrival: u64) -> Sequen
     Sequence::new(prompt, &params, 0, 0, arrival)
 }
 
+fn lexicon() -> Lexicon {
+    Lexicon::new((500..508).collect(), Vec::new())
+}
+
 fn prompt(n: u32, salt: u32) -> Vec<u32> {
     (0..n).map(|i| (i * 31 + salt * 7919) % 5000).collect()
 }
@@ -39,10 +43,11 @@ fn run(s: &mut Scheduler, ids: &[SeqId]) -> (usize, Vec<Vec<u32>>, Vec<SeqId>) {
     let mut outputs = vec![Vec::new(); ids.len()];
     let mut order = Vec::new();
     let mut steps = 0;
+    let lex = lexicon();
     while !s.is_idle() {
         let plan = s.schedule();
         assert!(!plan.seqs.is_empty(), "stuck at step {steps}");
-        for e in s.complete(&plan, &WORDS) {
+        for e in s.complete(&plan, &lex) {
             if e.finish.is_some() {
                 let k = ids.iter().position(|&i| i == e.id).unwrap();
                 outputs[k] = s.get(e.id).output().to_vec();
@@ -66,7 +71,7 @@ fn budget_is_shared_running_first_then_chunked_admission() {
     let got: Vec<(SeqId, u32)> = p1.seqs.iter().map(|x| (x.id, x.new_tokens)).collect();
     assert_eq!(got, vec![(ids[0], 100), (ids[1], 28)]);
     assert_eq!(p1.num_tokens(), 128);
-    s.complete(&p1, &WORDS);
+    s.complete(&p1, &lexicon());
     assert_eq!(s.get(ids[0]).output_len(), 1); // prefill done: first token
     assert_eq!(s.get(ids[1]).output_len(), 0); // chunk only
     let p2 = s.schedule();
@@ -102,7 +107,7 @@ fn long_prefill_threshold_chunks_one_sequence() {
     while s.get(id).output_len() == 0 {
         let p = s.schedule();
         chunks.push(p.seqs[0].new_tokens);
-        s.complete(&p, &WORDS);
+        s.complete(&p, &lexicon());
     }
     assert_eq!(chunks, vec![256, 256, 256, 232]);
 }
@@ -121,7 +126,7 @@ fn prefix_cache_hits_full_shared_blocks_only() {
     assert_eq!((p.seqs[0].context, p.seqs[0].new_tokens), (64, 36));
     assert_eq!(s.get(b).cached_tokens, Some(64));
     // the same 64-token prompt again: at most floor((64-1)/16) = 3 blocks hit
-    s.complete(&p, &WORDS);
+    s.complete(&p, &lexicon());
     run(&mut s, &[b]);
     let c = s.add(seq(base[..64].to_vec(), 1, 0, 2));
     let p = s.schedule();
@@ -190,7 +195,7 @@ fn priority_policy_admits_lowest_value_first_and_preempts_highest() {
     while !s.is_idle() && first_victim.is_none() {
         let p = s.schedule();
         first_victim = p.preempted.first().copied();
-        for e in s.complete(&p, &WORDS) {
+        for e in s.complete(&p, &lexicon()) {
             if e.finish.is_some() {
                 s.remove(e.id);
             }
@@ -215,7 +220,7 @@ fn eos_ends_early_with_stop_and_the_eos_token() {
     let mut finish = None;
     while finish.is_none() {
         let p = s.schedule();
-        finish = s.complete(&p, &WORDS).iter().find_map(|e| e.finish);
+        finish = s.complete(&p, &lexicon()).iter().find_map(|e| e.finish);
     }
     assert_eq!(finish, Some(FinishReason::Eos));
     assert_eq!(s.get(id).output_len(), target);

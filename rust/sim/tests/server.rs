@@ -204,6 +204,37 @@ fn stop_strings_and_eos_end_with_stop() {
 }
 
 #[test]
+fn chat_answers_hold_no_chat_markers_and_keep_their_token_counts() {
+    // the tiny tokenizer spells the ChatML markers in plain bytes, as GPT-2 does, and a
+    // repetitive conversation makes the generator copy from its prompt often
+    let server = start(json!({"profile": "instant"}));
+    let turn = "the cat sat on the mat and looked at the door for a long while";
+    let messages: Vec<Value> = (0..8)
+        .flat_map(|_| {
+            [
+                json!({"role": "user", "content": turn}),
+                json!({"role": "assistant", "content": turn}),
+            ]
+        })
+        .collect();
+    for seed in 0..10 {
+        let body = json!({"model": "sim", "messages": messages, "max_tokens": 400, "ignore_eos": true,
+                          "seed": seed});
+        let (status, text) = http(&server, "POST", "/v1/chat/completions", &body.to_string());
+        assert_eq!(status, 200, "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let content = v["choices"][0]["message"]["content"].as_str().unwrap();
+        assert_eq!(v["usage"]["completion_tokens"], 400);
+        for marker in ["<|", "|>", "im_start|", "im_end|"] {
+            assert!(
+                !content.contains(marker),
+                "seed {seed}: {marker:?} in {content:?}"
+            );
+        }
+    }
+}
+
+#[test]
 fn steps_take_the_modelled_time() {
     // one decoding stream on a100/llama-3-8b: ~11.8 ms per step (weights over bandwidth +
     // overhead), played at half speed

@@ -109,3 +109,23 @@ def test_malformed_lines_name_the_source_and_line(line):
 def test_empty_text_is_an_empty_scrape():
     s = parse("")
     assert s.samples == [] and s.value("x") is None
+
+
+def test_a_counter_declared_without_total_keeps_its_written_name():
+    # prometheus_client's parser renames these samples to hits_total; parse() names them back
+    s = parse('# HELP hits Cache hits.\n# TYPE hits counter\nhits{a="1"} 3\nhits{a="2"} 4\n')
+    assert s.types == {"hits": "counter"} and s.help == {"hits": "Cache hits."}
+    assert [x.name for x in s.samples] == ["hits", "hits"]
+    assert s.flat() == {'hits{a="1"}': 3.0, 'hits{a="2"}': 4.0}
+    assert s.value("hits_total") == 7.0
+
+
+def test_help_text_escapes_are_read():
+    assert parse("# HELP x one\\ntwo \\\\ three\nx 1").help["x"] == "one\ntwo \\ three"
+
+
+@pytest.mark.parametrize("line", ["{, =-a", "# TYPE x", 'x{a="1",,} 1'])
+def test_every_parser_failure_is_one_target_error_line(line):
+    with pytest.raises(TargetError, match=r"^m\.txt: line 3: cannot parse ") as e:
+        parse("# TYPE ok gauge\nok 1\n" + line + "\nlater 2", source="m.txt")
+    assert "\n" not in str(e.value) and repr(line) in str(e.value)
