@@ -1,8 +1,8 @@
 //! One HTTP/1.1 keep-alive connection, written and read by hand, and the pool of idle ones.
 //!
-//! The runner owns the socket so that it knows the moment a request is on the wire: `sent` is
-//! stamped when the last byte of the request has been handed to the kernel (as wrk2 stamps it),
-//! not when a task was scheduled or a pool was asked. The request can be written from any thread
+//! The runner owns the socket so that it knows the moment a request goes on the wire: `sent` is
+//! stamped as the write of the request to its connection starts (as wrk2 stamps it), not when a
+//! task was scheduled or a pool was asked. The request can be written from any thread
 //! (`try_write_now`, a non-blocking `writev`), which lets the dispatcher put a request on a
 //! connection opened before t0 without a hop through an I/O worker. Responses are read on the
 //! runtime: the status line and headers (`httparse`), then the body by `content-length`, by

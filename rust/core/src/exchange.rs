@@ -1,6 +1,7 @@
 //! One request's life: the dispatcher puts it on the wire when it can (`launch`), a task on the
-//! runtime finishes what is left (a connection slot, a connection, the rest of the write),
-//! stamps `sent` when the last request byte is written, then stamps headers and every body
+//! runtime finishes what is left (a connection slot, a connection, the rest of the write).
+//! `sent` is stamped as the request's write to its socket starts, once a slot and a connection
+//! are in hand (wrk2 stamps a request's start the same way); then headers and every body
 //! piece as it is read, interprets the body, and hands the finished `RequestRecord` back to
 //! the run. Every outcome (ok, fault, deadline, cut-off, cancel) yields a record.
 //!
@@ -77,20 +78,25 @@ impl Wire {
 
 /// How far the dispatcher got with a request.
 enum Start {
-    /// Written whole on an idle connection at `sent_ns`.
+    /// Written whole on an idle connection; the write started at `sent_ns`.
     Sent {
         conn: Conn,
         permit: OwnedSemaphorePermit,
         sent_ns: i64,
     },
-    /// Partly written (`written` bytes) on an idle connection.
+    /// Partly written (`written` bytes, the write started at `sent_ns`) on an idle connection.
     Partial {
         conn: Conn,
         permit: OwnedSemaphorePermit,
         written: usize,
+        sent_ns: i64,
     },
-    /// Nothing written: the task gets a slot (if `permit` is None) and a connection.
-    Fresh { permit: Option<OwnedSemaphorePermit> },
+    /// Nothing written: the task gets a slot (if `permit` is None) and a connection (unless
+    /// `conn` is one whose socket was full).
+    Fresh {
+        permit: Option<OwnedSemaphorePermit>,
+        conn: Option<Conn>,
+    },
 }
 
 /// Called on the dispatcher thread when request `index` is due: take a slot and an idle
@@ -108,32 +114,46 @@ pub(crate) fn launch(
     let wire = Wire { prefix, tail, body };
     let mut conn_ns = -1;
     let start = match shared.permits.clone().try_acquire_owned() {
-        Err(_) => Start::Fresh { permit: None },
+        Err(_) => Start::Fresh {
+            permit: None,
+            conn: None,
+        },
         Ok(permit) => match shared.pool.take() {
             None => Start::Fresh {
                 permit: Some(permit),
+                conn: None,
             },
             Some(conn) => {
                 conn_ns = handed.elapsed().as_nanos() as i64;
                 let [a, b, c] = wire.parts();
                 let slices = [IoSlice::new(a), IoSlice::new(b), IoSlice::new(c)];
+                // Stamped as the write starts (as wrk2 does): a write to a loopback socket
+                // wakes the server's thread, which may preempt this one before the call
+                // returns, and that wait is not the send's.
+                let sent_ns = shared.now_ns();
                 match conn.try_write_now(&slices) {
                     Ok(n) if n == wire.len() => {
                         shared.control.sent.fetch_add(1, Ordering::Relaxed);
                         Start::Sent {
                             conn,
                             permit,
-                            sent_ns: shared.now_ns(),
+                            sent_ns,
                         }
                     }
+                    Ok(0) => Start::Fresh {
+                        permit: Some(permit),
+                        conn: Some(conn),
+                    },
                     Ok(written) => Start::Partial {
                         conn,
                         permit,
                         written,
+                        sent_ns,
                     },
                     // A broken idle connection: the task opens a new one.
                     Err(_) => Start::Fresh {
                         permit: Some(permit),
+                        conn: None,
                     },
                 }
             }
@@ -205,7 +225,7 @@ async fn put_on_wire(
     start: Start,
     handed: Instant,
 ) -> Result<(Conn, OwnedSemaphorePermit), (ErrorKind, String)> {
-    let (mut conn, permit, written) = match start {
+    let (mut conn, permit) = match start {
         Start::Sent {
             conn,
             permit,
@@ -215,11 +235,23 @@ async fn put_on_wire(
             return Ok((conn, permit));
         }
         Start::Partial {
-            conn,
+            mut conn,
             permit,
             written,
-        } => (conn, permit, written),
-        Start::Fresh { permit } => {
+            sent_ns,
+        } => {
+            st.rec.sent_ns = sent_ns;
+            conn.write_rest(&wire.parts(), written)
+                .await
+                .map_err(|e| classify_http_error(&e.into()))?;
+            shared.control.sent.fetch_add(1, Ordering::Relaxed);
+            return Ok((conn, permit));
+        }
+        Start::Fresh {
+            permit,
+            conn: Some(conn),
+        } => (conn, permit.expect("a slot comes with a connection")),
+        Start::Fresh { permit, conn: None } => {
             let permit = match permit {
                 Some(p) => p,
                 None => shared.permits.clone().acquire_owned().await.map_err(|_| {
@@ -237,13 +269,13 @@ async fn put_on_wire(
                 },
             };
             st.rec.conn_ns = handed.elapsed().as_nanos() as i64;
-            (conn, permit, 0)
+            (conn, permit)
         }
     };
-    conn.write_rest(&wire.parts(), written)
+    st.rec.sent_ns = shared.now_ns();
+    conn.write_rest(&wire.parts(), 0)
         .await
         .map_err(|e| classify_http_error(&e.into()))?;
-    st.rec.sent_ns = shared.now_ns();
     shared.control.sent.fetch_add(1, Ordering::Relaxed);
     Ok((conn, permit))
 }

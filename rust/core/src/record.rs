@@ -91,7 +91,7 @@ pub struct RequestRecord {
     pub release_ns: i64,
     /// Time spent getting or opening a connection (slot wait and connect included), ns.
     pub conn_ns: i64,
-    /// When the last byte of the request was handed to the socket.
+    /// When the request's write to its connection started (slot and connection in hand).
     pub sent_ns: i64,
     pub first_byte_ns: i64,
     pub first_token_ns: i64,
@@ -202,6 +202,8 @@ pub struct RunStats {
     pub warm_detail: String,
     /// Context switches of the dispatcher thread between t0 and its last send.
     pub dispatcher: Switches,
+    /// The dispatcher's scheduling while it dispatched: "fifo", "nice" or "normal".
+    pub dispatcher_priority: &'static str,
     /// Context switches of the I/O worker threads over the run.
     pub workers: Switches,
 }

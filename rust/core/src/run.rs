@@ -282,6 +282,7 @@ pub fn run(
     });
     let dispatcher = threads::current_thread();
     let dispatcher_before = threads::switches(&dispatcher);
+    let priority = threads::raise_priority();
 
     let t0 = Instant::now();
     let start_unix_ns = unix_now_ns();
@@ -304,6 +305,7 @@ pub fn run(
         &control.cancel,
         |index, release_ns, (path, body)| launch(&shared, &handle, index, release_ns, &path, body),
     );
+    threads::restore_priority(priority);
     let dispatcher_switches = threads::since(threads::switches(&dispatcher), dispatcher_before);
 
     let mut recorder = Recorder::new(n);
@@ -363,6 +365,7 @@ pub fn run(
         warm_opened,
         warm_detail,
         dispatcher: dispatcher_switches,
+        dispatcher_priority: priority,
         workers: worker_switches,
     };
     Ok(records)

@@ -42,6 +42,69 @@ pub fn since(now: Switches, before: Switches) -> Switches {
     }
 }
 
+/// Run the calling thread ahead of ordinary threads where the OS allows it: the real-time
+/// policy `SCHED_FIFO` at the lowest priority (it then preempts ordinary threads the moment it
+/// wakes) when the thread may run on at least two CPUs, else `nice -10` (a real-time thread
+/// that spins would starve the runner's own I/O worker on a single CPU). Needs root or
+/// CAP_SYS_NICE; without them nothing changes. Returns what was applied: "fifo", "nice" or
+/// "normal". `REPLAY_DISPATCHER_PRIORITY=normal|nice` caps it (for comparisons).
+pub fn raise_priority() -> &'static str {
+    let cap = std::env::var("REPLAY_DISPATCHER_PRIORITY").unwrap_or_default();
+    #[cfg(target_os = "linux")]
+    {
+        if cap == "normal" {
+            return "normal";
+        }
+        // SAFETY: plain syscalls on the calling thread with a valid, initialized sched_param
+        // and a zeroed (empty) cpu_set_t that sched_getaffinity fills.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            let cpus = if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
+                libc::CPU_COUNT(&set)
+            } else {
+                1
+            };
+            if cap != "nice" && cpus >= 2 {
+                let param = libc::sched_param { sched_priority: 1 };
+                if libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) == 0 {
+                    return "fifo";
+                }
+            }
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            if libc::setpriority(libc::PRIO_PROCESS, tid, -10) == 0 {
+                return "nice";
+            }
+        }
+        "normal"
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = cap;
+        "normal"
+    }
+}
+
+/// Put the calling thread back to the ordinary policy (after `raise_priority`).
+pub fn restore_priority(applied: &str) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: as in raise_priority.
+    unsafe {
+        match applied {
+            "fifo" => {
+                let param = libc::sched_param { sched_priority: 0 };
+                libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_OTHER, &param);
+            }
+            "nice" => {
+                let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+                libc::setpriority(libc::PRIO_PROCESS, tid, 0);
+            }
+            _ => {}
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = applied;
+}
+
 /// The status files of a runtime's worker threads (each registers itself on start).
 #[derive(Debug, Default)]
 pub struct Workers {

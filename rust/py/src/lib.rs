@@ -148,6 +148,7 @@ fn records_to_dict<'py>(py: Python<'py>, r: Records) -> PyResult<Bound<'py, PyDi
     stats.set_item("warm_connections", r.stats.warm_opened)?;
     stats.set_item("warm_detail", r.stats.warm_detail)?;
     stats.set_item("dispatcher_switches", switches_dict(py, r.stats.dispatcher)?)?;
+    stats.set_item("dispatcher_priority", r.stats.dispatcher_priority)?;
     stats.set_item("worker_switches", switches_dict(py, r.stats.workers)?)?;
     d.set_item("runner", stats)?;
     Ok(d)
