@@ -24,6 +24,6 @@ _EXPORTS = {
     "replay.blocks": ("block_hashes", "HASH_ALGO"),
     "replay.prompts": ("text_of_tokens", "block_text", "count_tokens"),
     "replay.runner": ("StageResult", "run_stage"),
-    "replay.sweep": ("SweepResult", "sweep"),
+    "replay.sweep": ("SweepResult", "sweep", "find_rates"),
 }
 __all__, __getattr__, __dir__ = lazy_exports("replay", _EXPORTS)

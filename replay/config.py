@@ -7,14 +7,15 @@ build them directly. Every random choice takes a seed.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Literal
 
 from replay.errors import ConfigError
 
-__all__ = ["Arrivals", "Slo", "RunConfig", "RUNNER_DEFAULTS", "SESSION_MODES", "parse_duration_s", "parse_slo",
-           "parse_rates"]
+__all__ = ["Arrivals", "Slo", "RunConfig", "AutoRates", "RUNNER_DEFAULTS", "SESSION_MODES", "parse_duration_s",
+           "parse_slo", "parse_rates"]
 
 ArrivalKind = Literal["trace", "poisson", "gamma", "constant"]
 ARRIVAL_KINDS = ("trace", "poisson", "gamma", "constant")
@@ -36,9 +37,10 @@ RUNNER_DEFAULTS: dict = _runner_defaults()
 class Arrivals:
     """How request send times are made.
 
-    ``trace`` (default) keeps the trace's own timing, compressed uniformly to the target rate, which
-    keeps its burst shape; ``poisson``, ``gamma`` (with coefficient of variation ``cv``) and
-    ``constant`` draw new times at the target rate.
+    ``trace`` (default) keeps the trace's own timing; ``poisson``, ``gamma`` (with coefficient of
+    variation ``cv``) and ``constant`` draw new times at the target rate. Either way the times are
+    then compressed uniformly, which keeps their burst shape, until the stage offers the target rate
+    over its own window (:func:`replay.plan.schedule`).
     """
 
     kind: ArrivalKind = "trace"
@@ -80,10 +82,11 @@ class RunConfig:
     """One replay stage: which requests, when, against which URL, and how to judge it."""
 
     url: str
-    rate: float | None = None  # target mean rate, req/s; None with speedup None = as recorded
+    # req/s offered over the stage's window (replay.plan.schedule); None with speedup None: as recorded
+    rate: float | None = None
     speedup: float | None = None  # time compression factor for the trace's own timing
     arrivals: Arrivals = field(default_factory=Arrivals)
-    duration_s: float | None = None  # keep requests whose send offset falls before this
+    duration_s: float | None = None  # the stage's window: send the requests due in [0, duration_s)
     requests: int | None = None  # keep the first N requests
     model: str | None = None  # override the body's model (None: keep it if served, else the target's first)
     ignore_eos: bool = True  # ask the engine to decode exactly max_tokens (vLLM / llama.cpp `ignore_eos`)
@@ -106,8 +109,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         if not re.match(r"^https?://[^/\s]+", self.url or ""):
             raise ConfigError(f"--url: '{self.url}' is not an http:// URL")
-        if self.rate is not None and not self.rate > 0:
-            raise ConfigError(f"--rate: must be > 0, got {self.rate}")
+        if self.rate is not None and not (math.isfinite(self.rate) and self.rate > 0):
+            raise ConfigError(f"--rate: must be a finite number > 0, got {self.rate}")
         if self.speedup is not None and not self.speedup > 0:
             raise ConfigError(f"--speedup: must be > 0, got {self.speedup}")
         if self.rate is not None and self.speedup is not None:
@@ -154,12 +157,31 @@ def parse_slo(text: str, attainment: float = 0.9) -> Slo:
     return Slo(**values, attainment=attainment)
 
 
-def parse_rates(text: str) -> list[float]:
-    """'1,2,4,8' -> [1.0, 2.0, 4.0, 8.0] (positive, as given)."""
+@dataclass(frozen=True)
+class AutoRates:
+    """``--rates auto[:N]``: find the saturation rate first, then run `points` stages around it
+    (:func:`replay.sweep.find_rates`)."""
+
+    points: int = 5
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.points, int) and self.points >= 2):
+            raise ConfigError(f"--rates auto:N: N must be a whole number >= 2, got {self.points!r}")
+
+
+def parse_rates(text: str) -> list[float] | AutoRates:
+    """'1,2,4,8' -> [1.0, 2.0, 4.0, 8.0] (positive, as given); 'auto' or 'auto:N' -> AutoRates(N)."""
+    head, sep, points = text.strip().partition(":")
+    if head == "auto":
+        if not sep:
+            return AutoRates()
+        if not points.strip().isdigit():
+            raise ConfigError(f"--rates: '{text}' is not auto or auto:N (N stages, e.g. auto:5)")
+        return AutoRates(int(points))
     try:
         rates = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise ConfigError(f"--rates: '{text}' is not a comma-separated list of numbers") from None
-    if not rates or any(not r > 0 for r in rates):
+    if not rates or any(not (math.isfinite(r) and r > 0) for r in rates):
         raise ConfigError(f"--rates: '{text}' must list positive rates, e.g. 1,2,4,8")
     return rates

@@ -40,6 +40,8 @@ class ConfigError(ReplayError):
 class TargetError(ReplayError):
     """A target cannot be reached or started (names the URL or the engine command)."""
 
+    exit_code = 2
+
 
 class RunnerError(ReplayError):
     """The Rust runner failed as a whole (not a per-request fault, which is a recorded result)."""

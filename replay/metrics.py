@@ -3,7 +3,20 @@
 Latencies are reported twice: from the intended send time (what a user waiting on an open-loop
 schedule sees, as wrk2 does) and from the actual send. Send lag is the runner's own error; a
 stage whose send lag p99 exceeds the bound is marked invalid. Goodput counts requests that meet
-every SLO, per second.
+every SLO, per second; a request with one output token has no TPOT, so it does not meet a TPOT
+objective. ``rejected`` counts the requests the server refused as invalid (an HTTP 4xx other than
+408 and 429, e.g. a prompt longer than the model's context), which would fail at any rate.
+
+Three rates describe a stage's load, in req/s:
+
+- ``requested_rate``: the rate asked for (None: the trace's own timing, as recorded or sped up);
+- ``offered_rate``: what the schedule offers over the stage's own window (``window_s``): with
+  ``--duration`` the requests due in ``[0, duration)`` over the duration, otherwise
+  ``(n - 1) / (last - first intended send)`` (:func:`replay.plan.offered_window`). The schedule is
+  built to make it equal the requested rate (:func:`replay.plan.schedule`);
+- ``achieved_send_rate``: the same measure over the requests actually sent, divided by how much
+  the runner stretched their schedule ((last - first actual send) / (last - first intended send)).
+  It equals the offered rate when every request left on time.
 """
 
 from __future__ import annotations
@@ -14,12 +27,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
+from replay.plan import offered_window
+
 if TYPE_CHECKING:
     from replay.runner import StageResult
 
-__all__ = ["summarize", "PERCENTILES", "queue_growth"]
+__all__ = ["summarize", "PERCENTILES", "queue_growth", "LOAD_4XX"]
 
 PERCENTILES = (50, 90, 99)
+LOAD_4XX = (408, 429)  # the 4xx statuses a server gives under load; other 4xx reject the request itself
 
 
 def _pcts(values: np.ndarray, scale: float) -> dict[str, float | None]:
@@ -47,14 +63,31 @@ def queue_growth(intended_ns: np.ndarray, ttft_ns: np.ndarray) -> dict[str, floa
 
 
 def _slo_mask(ok: pl.DataFrame, slo) -> np.ndarray:
+    """Which completed requests meet every set objective; a missing TTFT or TPOT (one output
+    token: no time per output token to judge) does not meet its objective."""
     mask = np.ones(ok.height, dtype=bool)
     if slo.ttft_s is not None:
         mask &= (ok["ttft_ns"].fill_null(np.iinfo(np.int64).max).to_numpy() <= slo.ttft_s * 1e9)
     if slo.tpot_s is not None:
-        mask &= (ok["tpot_ns"].fill_nan(0.0).fill_null(0.0).to_numpy() <= slo.tpot_s * 1e9)
+        tpot = ok["tpot_ns"].cast(pl.Float64).fill_nan(None).fill_null(float("inf")).to_numpy()
+        mask &= tpot <= slo.tpot_s * 1e9
     if slo.e2e_s is not None:
         mask &= (ok["e2e_ns"].to_numpy() <= slo.e2e_s * 1e9)
     return mask
+
+
+def _achieved_rate(sent: pl.DataFrame, duration_s: float | None) -> float | None:
+    """The offered-rate measure over the requests sent, divided by how much sending stretched them."""
+    intended = np.sort(sent["intended_ns"].to_numpy())
+    actual = np.sort(sent["sent_ns"].to_numpy())
+    if len(actual) == 0:
+        return None
+    rate = offered_window(intended, duration_s)[1]
+    if len(actual) < 2 or intended[-1] == intended[0]:
+        return None if math.isnan(rate) else rate
+    if actual[-1] == actual[0]:
+        return None
+    return rate * float(intended[-1] - intended[0]) / float(actual[-1] - actual[0])
 
 
 def summarize(result: StageResult) -> dict:
@@ -81,11 +114,12 @@ def summarize(result: StageResult) -> dict:
         .explode("d")["d"].drop_nulls().to_numpy() * 1000
     )
     errors = df.filter(pl.col("error") != "none").group_by("error").len().sort("error")
+    # refused as invalid (HTTP 4xx but 408 timeout / 429 too many requests): would fail at any rate
+    rejected = df.filter((pl.col("error") == "http_4xx") & ~pl.col("status").is_in(list(LOAD_4XX))).height
     out_tokens = int(ok["completion_tokens"].fill_null(ok["output_chunks"]).sum() or 0)
     duration_s = 0.0
     if ok.height:
         duration_s = (int(ok["end_ns"].max()) - int(df["intended_ns"].min())) / 1e9
-    send_span_s = (int(sent["sent_ns"].max()) - int(sent["sent_ns"].min())) / 1e9 if sent.height > 1 else 0.0
     lag_p99_ms = float(np.percentile(lag, 99)) / 1e6 if len(lag) else None
     valid = lag_p99_ms is not None and lag_p99_ms <= config.lag_bound_ms and not result.cancelled
     slo = config.slo
@@ -102,11 +136,13 @@ def summarize(result: StageResult) -> dict:
     return {
         "requested_rate": config.rate,
         "offered_rate": None if math.isnan(result.offered_rate) else result.offered_rate,
-        "achieved_send_rate": (sent.height - 1) / send_span_s if send_span_s > 0 else None,
+        "window_s": offered_window(np.sort(df["intended_ns"].to_numpy()), config.duration_s)[0],
+        "achieved_send_rate": _achieved_rate(sent, config.duration_s),
         "requests": n,
         "sent": sent.height,
         "completed": ok.height,
         "errors": {row["error"]: row["len"] for row in errors.iter_rows(named=True)},
+        "rejected": rejected,
         "throughput_rps": ok.height / duration_s if duration_s > 0 else None,
         "output_tokens_per_s": out_tokens / duration_s if duration_s > 0 else None,
         "queue": queue_growth(ok["intended_ns"].to_numpy(), ok["ttft_ns"].to_numpy()),

@@ -3,7 +3,10 @@
 A plan is columns ready for the Rust runner (offsets in ns, one bytes buffer of bodies with
 offsets, a path index per request). Bodies are the trace's bodies with the replay's settings
 applied: streaming with usage, `max_tokens` from the trace and the engine's ignore-EOS flag (so the
-server decodes as much as live traffic did), and the target's model name.
+server decodes as much as live traffic did), and the target's model name. Send times come from
+:func:`schedule`, which offers the requested rate over the stage's own window
+(:func:`offered_window`), so that a stage cut from a bursty stretch of a trace offers the rate asked
+for, not that stretch's own rate.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from replay.config import RunConfig
 from replay.errors import ConfigError, TraceError
 from replay.trace import Trace
 
-__all__ = ["Plan", "build_plan", "API_PATHS"]
+__all__ = ["Plan", "build_plan", "schedule", "offered_window", "API_PATHS"]
 
 API_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
@@ -31,37 +34,104 @@ class Plan:
     paths: tuple[str, ...]
     bodies: bytes
     body_offsets: np.ndarray  # uint64, n + 1 entries
+    window_s: float  # the stage's window (see offered_window)
+    offered_rate: float  # req/s the schedule offers over its window (nan: one request, or all at once)
 
     @property
     def n(self) -> int:
         return len(self.offsets_ns)
 
-    @property
-    def offered_rate(self) -> float:
-        """Mean scheduled rate in req/s: (n - 1) over the span of send offsets."""
-        if self.n < 2 or self.offsets_ns[-1] <= self.offsets_ns[0]:
-            return float("nan")
-        return (self.n - 1) / ((self.offsets_ns[-1] - self.offsets_ns[0]) / 1e9)
+
+def offered_window(offsets_ns: np.ndarray, duration_s: float | None) -> tuple[float, float]:
+    """``(window_s, rate)``: the window a stage's send offsets cover and the rate they offer over it.
+
+    With a duration the window is ``[0, duration_s)`` and the rate is the requests due in it over
+    ``duration_s``. Without one the window runs from the first send offset to the last and the rate
+    is ``(n - 1) / window`` (n requests, n - 1 gaps); nan when n < 2 or all are due at once.
+    """
+    n = len(offsets_ns)
+    if duration_s is not None:
+        return duration_s, n / duration_s
+    span_s = float(offsets_ns[-1] - offsets_ns[0]) / 1e9 if n else 0.0
+    return span_s, (n - 1) / span_s if n > 1 and span_s > 0 else float("nan")
 
 
-def _offsets(trace: Trace, config: RunConfig, n: int) -> np.ndarray:
+def _compress(base_ns: np.ndarray, speedup: float) -> np.ndarray:
+    """`base_ns` (nondecreasing, from 0) with time divided by `speedup`: the burst shape is kept."""
     from replay import _engine
 
-    arrivals = config.arrivals
-    trace_us = trace.df["arrival_us"].to_numpy()[:n].astype(np.int64)
+    return _engine.arrival_offsets("trace", len(base_ns), base_ns, speedup=speedup)
+
+
+def _fit_requests(base_ns: np.ndarray, rate: float) -> np.ndarray:
+    """Compress `base_ns` so its requests offer `rate`: (n - 1) / (last - first offset) = rate."""
+    n = len(base_ns)
+    if n < 2 or base_ns[-1] == base_ns[0]:
+        return np.zeros(n, np.int64)  # one request, or all at one instant: nothing to rescale
+    span_s = float(base_ns[-1] - base_ns[0]) / 1e9
+    return _compress(base_ns, span_s * rate / (n - 1))
+
+
+def _fit_window(base_ns: np.ndarray, rate: float, duration_s: float) -> np.ndarray:
+    """Compress `base_ns` so that the requests due in [0, duration_s) offer `rate` over it.
+
+    k = round(rate * duration_s) requests are kept and time is compressed so that the next one,
+    request k, is due exactly at the window's end: the window holds k requests and k gaps. Where
+    requests share a send time, k moves to the nearest count that such a cut can keep.
+    """
+    target = round(rate * duration_s)
+    n = len(base_ns)
+    if target < 1:
+        raise ConfigError(f"--duration: {duration_s:g}s at {rate:g} req/s keeps no request")
+    if target > n - 1:
+        raise ConfigError(f"--duration: {duration_s:g}s at {rate:g} req/s needs more than {target} requests; "
+                          f"the trace has {n} (shorten --duration or lower the rate)")
+    cuts = np.flatnonzero(np.diff(base_ns) > 0) + 1  # k such that request k is due after request k - 1
+    if len(cuts) == 0:
+        return np.zeros(target, np.int64)  # all at one instant
+    k = int(cuts[np.argmin(np.abs(cuts - target))])
+    return _compress(base_ns[:k], float(base_ns[k]) / 1e9 / duration_s)
+
+
+def schedule(trace: Trace, config: RunConfig) -> np.ndarray:
+    """The intended send offsets (ns from the run start) of the requests this stage sends: the
+    first ``len(result)`` rows of the trace.
+
+    The time shape comes from the arrival kind: ``trace`` uses the trace's own arrival times,
+    ``poisson`` / ``gamma`` / ``constant`` draw times at ``config.rate``. With ``config.rate`` the
+    shape is then compressed uniformly (bursts kept) so the stage offers exactly that rate over its
+    own window (see :func:`offered_window`): with ``duration_s``, ``round(rate * duration_s)``
+    requests due in ``[0, duration_s)``; otherwise over the requests sent (``requests``, else the
+    whole trace), ``(n - 1) / (last - first offset) = rate``. Without a rate the trace's timing is
+    divided by ``speedup`` (default 1: as recorded) and cut at ``duration_s``.
+    """
+    from replay import _engine
+
+    total = trace.df.height
+    if total == 0:
+        raise TraceError("trace is empty")
+    n = total
+    if config.requests is not None:
+        if config.requests > total:
+            raise ConfigError(f"--requests: {config.requests} asked, the trace has {total} rows")
+        n = config.requests
+    arrivals, rate, duration_s = config.arrivals, config.rate, config.duration_s
     if arrivals.kind == "trace":
-        rate, speedup = config.rate, config.speedup
-        if rate is None and speedup is None:
-            speedup = 1.0
-        if n < 2 or (rate is not None and trace_us[-1] == trace_us[0]):
-            # one request, or all at one instant: nothing to rescale
-            return trace_us - trace_us[0] if rate is None else np.zeros(n, np.int64)
-        return _engine.arrival_offsets("trace", n, trace_us * 1000, rate=rate, speedup=speedup, seed=arrivals.seed)
-    if config.rate is None:
+        trace_ns = trace.df["arrival_us"].to_numpy()[:n].astype(np.int64) * 1000
+        base = _compress(trace_ns, config.speedup or 1.0)
+    elif rate is None:
         raise ConfigError(f"--arrivals {arrivals.kind}: needs --rate")
-    return _engine.arrival_offsets(
-        arrivals.kind, n, np.zeros(0, np.int64), rate=config.rate, cv=arrivals.cv, seed=arrivals.seed
-    )
+    else:
+        base = _engine.arrival_offsets(arrivals.kind, n, np.zeros(0, np.int64), rate=rate, cv=arrivals.cv,
+                                       seed=arrivals.seed)
+    base = np.asarray(base, dtype=np.int64)
+    if rate is not None:
+        return _fit_window(base, rate, duration_s) if duration_s is not None else _fit_requests(base, rate)
+    if duration_s is not None:
+        base = base[: int(np.searchsorted(base, int(duration_s * 1e9), side="left"))]
+        if len(base) == 0:
+            raise ConfigError(f"--duration: {duration_s:g}s keeps no request")
+    return base
 
 
 def _rewrite_body(body: str, row: int, *, model: str | None, max_tokens: int | None, ignore_eos: bool) -> bytes:
@@ -84,24 +154,12 @@ def _rewrite_body(body: str, row: int, *, model: str | None, max_tokens: int | N
 
 
 def build_plan(trace: Trace, config: RunConfig, model: str | None = None) -> Plan:
-    """Select the rows this stage sends and make their send times and bodies.
+    """Select the rows this stage sends (see :func:`schedule`) and make their bodies.
 
     `model` (or `config.model`, which wins) replaces every body's model name.
     """
-    total = trace.df.height
-    if total == 0:
-        raise TraceError("trace is empty")
-    n = total
-    if config.requests is not None:
-        if config.requests > total:
-            raise ConfigError(f"--requests: {config.requests} asked, the trace has {total} rows")
-        n = config.requests
-    offsets = np.asarray(_offsets(trace, config, n), dtype=np.int64)
-    if config.duration_s is not None:
-        n = int(np.searchsorted(offsets, int(config.duration_s * 1e9), side="left"))
-        if n == 0:
-            raise ConfigError(f"--duration: {config.duration_s}s keeps no request")
-        offsets = offsets[:n]
+    offsets = schedule(trace, config)
+    n = len(offsets)
     rows = trace.df.head(n)
 
     model = config.model or model
@@ -117,6 +175,7 @@ def build_plan(trace: Trace, config: RunConfig, model: str | None = None) -> Pla
         chunks.append(b)
         pos += len(b)
         body_offsets[i + 1] = pos
+    window_s, offered_rate = offered_window(offsets, config.duration_s)
     return Plan(
         rows=rows,
         offsets_ns=offsets,
@@ -124,4 +183,6 @@ def build_plan(trace: Trace, config: RunConfig, model: str | None = None) -> Pla
         paths=paths,
         bodies=b"".join(chunks),
         body_offsets=body_offsets,
+        window_s=window_s,
+        offered_rate=offered_rate,
     )

@@ -26,7 +26,7 @@ from replay.config import RunConfig
 from replay.errors import RunnerError
 from replay.plan import Plan, build_plan
 from replay.sessions import causal_gates
-from replay.targets.url import base_url, served_models
+from replay.targets.url import base_url, check_target
 from replay.trace import Trace
 
 __all__ = ["StageResult", "run_stage", "run_plan", "resolve_model", "warm_connections", "Progress", "ERROR_KINDS",
@@ -184,10 +184,13 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None) ->
 
 
 def resolve_model(trace: Trace, config: RunConfig) -> str | None:
-    """The model name to send: --model, else the trace's if the target serves it, else the target's first."""
+    """Check the target (TargetError, one line naming the URL, when it cannot serve: see
+    :func:`~replay.targets.url.check_target`) and pick the model name to send: --model, else None
+    (keep the bodies' own) when the target serves every model the trace names or lists none, else
+    the target's first."""
+    served = check_target(config.url, api_key=config.api_key, timeout_s=config.connect_timeout_s)
     if config.model:
         return config.model
-    served = served_models(config.url)
     if not served:
         return None
     trace_models = set(trace.df["model"].drop_nulls().unique().to_list()) if "model" in trace.df.columns else set()
@@ -197,7 +200,8 @@ def resolve_model(trace: Trace, config: RunConfig) -> str | None:
 
 
 def run_stage(trace: Trace, config: RunConfig, progress: Progress | None = None, model: str | None = None) -> StageResult:
-    """Replay `trace` against `config.url` once (one stage)."""
+    """Replay `trace` against `config.url` once (one stage). Without `model`, first checks the
+    target and picks the model (:func:`resolve_model`)."""
     if model is None:
         model = resolve_model(trace, config)
     return run_plan(build_plan(trace, config, model=model), config, progress)

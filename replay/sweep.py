@@ -1,84 +1,318 @@
 """Rising-rate sweeps: the same trace replayed at each rate, and the rate where the target saturates.
 
-The saturation point is the first rate at which the target stops keeping up: a queue builds
-through the stage (TTFT from the intended send at least doubles from the first third of the stage
-to the last, and grows by more than a bound), most requests fail, or the SLO fails.
+A stage shows that the target stopped keeping up when any of these holds (checked in this order):
+
+- more than ``MAX_FAILED_SHARE`` (10%) of the requests it sent failed, not counting those the
+  server rejected as invalid (HTTP 4xx other than 408 and 429: they would fail at any rate);
+- a queue built through the stage: the median TTFT (from the intended send) of its last third is
+  more than double that of its first third and more than ``queue_growth_s`` (default 250 ms) above it;
+- its SLO failed (fewer than the attainment share of its requests met every objective).
+
+The saturation point is the rate of the first stage, in the order run, that shows it. If that stage
+is invalid (its send lag p99 exceeded the bound, or it was cancelled) the point is *undetermined* at
+that rate instead: the runner's own lateness may have caused what it shows. :func:`saturation` is
+this rule, a pure function over stage summaries.
+
+:func:`find_rates` picks the rates themselves: short probe stages double the rate until one shows
+saturation, bisect between the last rate that kept up and the first that did not, then spread the
+stages from a quarter of that rate to 1.5 times it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
 
 from replay.config import RunConfig
 from replay.errors import ConfigError
-from replay.runner import Progress, StageResult, resolve_model, run_stage
+from replay.plan import build_plan, schedule
+from replay.runner import Progress, StageResult, resolve_model, run_plan
 from replay.trace import Trace
 
-__all__ = ["SweepResult", "sweep", "saturation", "QUEUE_GROWTH_S"]
+__all__ = ["SweepResult", "Saturation", "RateSearch", "sweep", "saturation", "find_rates", "check_stages",
+           "QUEUE_GROWTH_S", "MAX_FAILED_SHARE"]
+
+QUEUE_GROWTH_S = 0.25
+MAX_FAILED_SHARE = 0.1  # a stage where more than this share of the sent requests failed has saturated
+
+# find_rates defaults (see its docstring for the time bound they give)
+START_RATE = 1.0
+PROBE_S = 10.0
+PROBE_TIMEOUT_S = 60.0
+MAX_PROBES = 8
+PRECISION = 0.25  # bisect until the highest kept-up rate is within 25% of the lowest saturated one
+SPREAD = (0.25, 1.5)  # the stages run from SPREAD[0] to SPREAD[1] times the saturation rate
+_LOWEST = 1 / 16  # probes go down to this share of start_rate at most
+
+SaturationStatus = Literal["saturated", "undetermined", "not_reached"]
+
+
+@dataclass(frozen=True)
+class Saturation:
+    """Where a sweep saturated: ``status`` says which of the other fields is set."""
+
+    status: SaturationStatus
+    rate: float | None = None  # the saturation point (status "saturated"; None also for an as-recorded stage)
+    undetermined_at: float | None = None  # the invalid stage's rate (status "undetermined")
+    reason: str | None = None
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _symptom(s: dict, queue_growth_s: float) -> str | None:
+    failed = s["sent"] - s["completed"] - s["rejected"]
+    if s["sent"] and failed > MAX_FAILED_SHARE * s["sent"]:
+        return f"{failed} of {s['sent']} requests sent failed (more than {MAX_FAILED_SHARE:.0%})"
+    q = s["queue"]
+    if q["growth_ms"] is not None and q["growth_ms"] > max(queue_growth_s * 1e3, q["ttft_first_third_ms"]):
+        return (f"a queue built up: TTFT p50 grew from {q['ttft_first_third_ms']:.0f} ms to "
+                f"{q['ttft_last_third_ms']:.0f} ms through the stage")
+    if s["slo_pass"] is False:
+        return f"SLO attainment {s['slo_attainment']:.0%} below target"
+    return None
+
+
+def _invalid_because(s: dict) -> str:
+    if s["cancelled"]:
+        return "the stage was cancelled"
+    p99 = s["send_lag_ms"]["p99"]
+    if p99 is None:
+        return "nothing was sent"
+    return f"send lag p99 {p99:.1f} ms above the {s['lag_bound_ms']:g} ms bound"
+
+
+def saturation(
+    rates: Sequence[float | None], summaries: Sequence[dict], queue_growth_s: float = QUEUE_GROWTH_S
+) -> Saturation:
+    """The saturation point of stages run at `rates` (in order), from their summaries (module docstring)."""
+    for rate, s in zip(rates, summaries):
+        reason = _symptom(s, queue_growth_s)
+        if reason is None:
+            continue
+        if not s["valid"]:
+            return Saturation("undetermined", undetermined_at=rate,
+                              reason=f"{reason}, but {_invalid_because(s)}: it may be the runner's")
+        return Saturation("saturated", rate=rate, reason=reason)
+    return Saturation("not_reached")
+
+
+@dataclass(frozen=True)
+class RateSearch:
+    """What :func:`find_rates` probed and the stage rates it chose."""
+
+    probes: list[dict]  # per probe, in order: rate, offered_rate, sent, completed, valid, status, reason
+    kept_up_rate: float | None  # the highest probed rate that showed no saturation
+    saturation: Saturation  # the lowest probed rate that did (saturated or undetermined), if any
+    rates: list[float]  # the stages chosen, rising
+    elapsed_s: float
+    interrupted: bool = False  # Ctrl-C during a probe: the search stopped there
+
+    def to_json(self) -> dict:
+        return {"probes": self.probes, "kept_up_rate": self.kept_up_rate, "saturation": self.saturation.to_json(),
+                "rates": self.rates, "elapsed_s": self.elapsed_s, "interrupted": self.interrupted}
 
 
 @dataclass(frozen=True)
 class SweepResult:
-    stages: list[StageResult]
-    summaries: list[dict]
-    saturation_rate: float | None  # None: no stage saturated
-    saturation_reason: str | None
+    """One sweep (or one `replay run`: a single stage): the stages run so far and the saturation point.
 
-    def to_json(self) -> dict:
-        return {
+    The one result of the library and the CLI; :meth:`to_json` is the one JSON shape (summary.json).
+    """
+
+    config: RunConfig  # the sweep's config; each stage ran it with its own rate
+    rates: list[float | None]  # the requested rate of every stage planned (None: as recorded / sped up)
+    stages: list[StageResult]  # the stages run, in order (fewer than `rates` when stopped early)
+    summaries: list[dict]  # their summaries (replay.metrics.summarize)
+    saturation: Saturation
+    queue_growth_s: float = QUEUE_GROWTH_S
+    rate_search: RateSearch | None = None  # how the rates were chosen (--rates auto)
+
+    @classmethod
+    def of(cls, config: RunConfig, rates: Sequence[float | None], stages: Sequence[StageResult], *,
+           queue_growth_s: float = QUEUE_GROWTH_S, rate_search: RateSearch | None = None) -> SweepResult:
+        """The result of `stages`, run at the first rates of `rates`: summaries and saturation computed."""
+        summaries = [s.summary for s in stages]
+        return cls(config=config, rates=list(rates), stages=list(stages), summaries=summaries,
+                   saturation=saturation(rates, summaries, queue_growth_s), queue_growth_s=queue_growth_s,
+                   rate_search=rate_search)
+
+    @property
+    def saturation_rate(self) -> float | None:
+        return self.saturation.rate
+
+    @property
+    def saturation_reason(self) -> str | None:
+        return self.saturation.reason
+
+    @property
+    def interrupted(self) -> bool:
+        return any(s.interrupted for s in self.stages)
+
+    def to_json(self, **context) -> dict:
+        """The result as JSON-ready data; `context` (e.g. the CLI's trace path and stage files) comes first."""
+        c = self.config
+        body = {
+            "url": c.url,
+            "arrivals": dataclasses.asdict(c.arrivals),
+            "duration_s": c.duration_s,
+            "requests": c.requests,
+            "speedup": c.speedup,
+            "max_queue_growth_s": self.queue_growth_s,
+            "rates": self.rates,
+            "rate_search": self.rate_search.to_json() if self.rate_search else None,
             "stages": self.summaries,
-            "saturation": {"rate": self.saturation_rate, "reason": self.saturation_reason},
+            "saturation": self.saturation.to_json(),
         }
+        clash = sorted(set(context) & set(body))
+        if clash:
+            raise ValueError(f"to_json: context key '{clash[0]}' is a result field")
+        return {**context, **body}
 
 
-QUEUE_GROWTH_S = 0.25
-
-
-def saturation(
-    rates: Sequence[float], summaries: Sequence[dict], queue_growth_s: float = QUEUE_GROWTH_S
-) -> tuple[float | None, str | None]:
-    """The first rate at which the target stops keeping up, and why."""
-    for rate, s in zip(rates, summaries):
-        if s["sent"] and s["completed"] < 0.9 * s["sent"]:
-            return rate, f"only {s['completed']}/{s['sent']} requests completed"
-        q = s["queue"]
-        if q["growth_ms"] is not None and q["growth_ms"] > max(queue_growth_s * 1e3, q["ttft_first_third_ms"]):
-            return rate, (f"a queue built up: TTFT p50 grew from {q['ttft_first_third_ms']:.0f} ms to "
-                          f"{q['ttft_last_third_ms']:.0f} ms through the stage")
-        if s["slo_pass"] is False:
-            return rate, f"SLO attainment {s['slo_attainment']:.0%} below target"
-    return None, None
+def check_stages(trace: Trace, config: RunConfig, rates: Sequence[float]) -> list[RunConfig]:
+    """Each stage's config; every stage's schedule is built, so a bad flag is a ConfigError before any runs."""
+    if not rates:
+        raise ConfigError("--rates: give at least one rate")
+    if config.speedup is not None:
+        raise ConfigError("--speedup: a sweep sets the rate of each stage; use --rates")
+    configs = [dataclasses.replace(config, rate=float(rate)) for rate in rates]
+    for c in configs:
+        schedule(trace, c)
+    return configs
 
 
 def sweep(
     trace: Trace,
     config: RunConfig,
-    rates: Sequence[float],
+    rates: Sequence[float] | RateSearch,
     *,
     queue_growth_s: float = QUEUE_GROWTH_S,
     progress: Callable[[float], Progress | None] | None = None,
-    on_stage: Callable[[int, float, StageResult], None] | None = None,
+    on_stage: Callable[[SweepResult], None] | None = None,
     stop_after_saturation: bool = False,
 ) -> SweepResult:
-    """Replay `trace` once per rate (in the order given); `on_stage` sees each stage as it ends."""
-    if not rates:
-        raise ConfigError("--rates: give at least one rate")
-    if config.speedup is not None:
-        raise ConfigError("--speedup: a sweep sets the rate of each stage; use --rates")
+    """Replay `trace` once per rate (in the order given, or the rates a :func:`find_rates` search chose).
+
+    Every stage's flags are checked and the target probed (TargetError when it cannot serve) before
+    the first stage. `on_stage` sees the result so far after each stage (to save partial results).
+    `stop_after_saturation` skips the stages after the first one that saturated or was undetermined.
+    """
+    search = rates if isinstance(rates, RateSearch) else None
+    rates = list(search.rates if search else rates)
+    configs = check_stages(trace, config, rates)
     model = resolve_model(trace, config)
     stages: list[StageResult] = []
-    for i, rate in enumerate(rates):
-        stage_config = dataclasses.replace(config, rate=rate)
-        result = run_stage(trace, stage_config, progress(rate) if progress else None, model=model)
-        stages.append(result)
+    result = SweepResult.of(config, rates, stages, queue_growth_s=queue_growth_s, rate_search=search)
+    for rate, stage_config in zip(rates, configs):
+        plan = build_plan(trace, stage_config, model=model)
+        stages.append(run_plan(plan, stage_config, progress(rate) if progress else None))
+        result = SweepResult.of(config, rates, stages, queue_growth_s=queue_growth_s, rate_search=search)
         if on_stage is not None:
-            on_stage(i, rate, result)
-        if result.interrupted:
+            on_stage(result)
+        if stages[-1].interrupted or (stop_after_saturation and result.saturation.status != "not_reached"):
             break
-        if stop_after_saturation and saturation(rates[: i + 1], [s.summary for s in stages], queue_growth_s)[0]:
+    return result
+
+
+def _max_rate(rows: int, duration_s: float | None) -> float:
+    """The highest rate whose --duration window the trace can fill (round(rate * duration) < rows)."""
+    return math.inf if duration_s is None else (rows - 1) / duration_s
+
+
+def _spread(center: float, points: int, top: float, bottom: float) -> list[float]:
+    hi = max(min(SPREAD[1] * center, top), bottom)
+    lo = max(min(SPREAD[0] * center, hi / 2), bottom)
+    rates = sorted({float(f"{r:.3g}") for r in np.linspace(lo, hi, points)})
+    return [r for r in rates if r > 0]
+
+
+def find_rates(
+    trace: Trace,
+    config: RunConfig,
+    points: int = 5,
+    *,
+    start_rate: float = START_RATE,
+    probe_s: float = PROBE_S,
+    probe_timeout_s: float = PROBE_TIMEOUT_S,
+    max_probes: int = MAX_PROBES,
+    queue_growth_s: float = QUEUE_GROWTH_S,
+    progress: Callable[[float], Progress | None] | None = None,
+) -> RateSearch:
+    """Find the saturation rate with short probe stages, then choose `points` stage rates around it.
+
+    Each probe replays the trace's first requests at one rate for a `probe_s` window (all of the
+    trace, or of `config.requests`, when it holds fewer than that window needs) with a per-request
+    timeout of at most `probe_timeout_s`, and judges it with :func:`saturation`. The rate starts at
+    `start_rate` and doubles until a probe saturates (or halves, down to 1/16 of it and to no fewer
+    than one request per window, until one keeps up), then bisects (geometric mean) between the
+    highest rate that kept up and the lowest that did not until they are within 25% of each other.
+    An undetermined probe (the runner could not keep its schedule) counts as not keeping up. The
+    chosen rates are spaced evenly from a quarter of the lowest saturated rate to 1.5 times it (with
+    none found, around the highest rate that kept up), kept between one request per
+    `config.duration_s` window and the highest rate whose window the trace can fill.
+
+    Time bound: a probe ends at most `probe_s` + `probe_timeout_s` after it starts, so the search
+    takes at most ``max_probes * (probe_s + probe_timeout_s)`` (defaults: 8 * 70 s, about 9 min);
+    it usually ends well before, since a probe ends when its last response does.
+    """
+    if not (isinstance(points, int) and points >= 2):
+        raise ConfigError(f"--rates auto:N: N must be a whole number >= 2, got {points!r}")
+    for name, value in (("start_rate", start_rate), ("probe_s", probe_s), ("probe_timeout_s", probe_timeout_s)):
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"find_rates: {name} must be a finite number > 0, got {value}")
+    if max_probes < 2:
+        raise ConfigError(f"find_rates: max_probes must be >= 2, got {max_probes}")
+    if config.speedup is not None:
+        raise ConfigError("--speedup: a sweep sets the rate of each stage; use --rates")
+    rows = config.requests or trace.df.height
+    schedule(trace, dataclasses.replace(config, rate=start_rate, duration_s=None))  # bad flags: before any probe
+    top = _max_rate(rows, config.duration_s)
+    bottom = 0.0 if config.duration_s is None else 1 / config.duration_s  # a stage sends at least one request
+    model = resolve_model(trace, config)
+    started = time.monotonic()
+    timeout_s = min(config.timeout_s, probe_timeout_s)
+    probes: list[dict] = []
+    kept_up: float | None = None
+    worst: tuple[float, Saturation] | None = None  # the lowest rate that did not keep up
+    rate = start_rate
+    while len(probes) < max_probes:
+        window = probe_s if round(rate * probe_s) < rows else None  # else: all the rows at this rate
+        probe_config = dataclasses.replace(config, rate=rate, duration_s=window, timeout_s=timeout_s)
+        stage = run_plan(build_plan(trace, probe_config, model=model), probe_config,
+                         progress(rate) if progress else None)
+        s = stage.summary
+        verdict = saturation([rate], [s], queue_growth_s)
+        status = "kept_up" if verdict.status == "not_reached" else verdict.status
+        probes.append({"rate": rate, "offered_rate": s["offered_rate"], "sent": s["sent"],
+                       "completed": s["completed"], "valid": s["valid"], "status": status,
+                       "reason": verdict.reason})
+        if stage.interrupted:
             break
-    summaries = [s.summary for s in stages]
-    rate, reason = saturation(rates[: len(stages)], summaries, queue_growth_s)
-    return SweepResult(stages=stages, summaries=summaries, saturation_rate=rate, saturation_reason=reason)
+        if status == "kept_up":
+            kept_up = rate if kept_up is None else max(kept_up, rate)
+        elif worst is None or rate < worst[0]:
+            worst = (rate, verdict)
+        if worst is None:
+            if rate >= top:
+                break
+            rate = min(rate * 2, top)
+        elif kept_up is None:
+            if rate / 2 < start_rate * _LOWEST or round(rate / 2 * probe_s) < 1:
+                break
+            rate /= 2
+        elif worst[0] / kept_up <= 1 + PRECISION:
+            break
+        else:
+            rate = float(f"{math.sqrt(kept_up * worst[0]):.3g}")
+    found = worst[1] if worst else Saturation("not_reached")
+    center = worst[0] if worst else (kept_up or start_rate)
+    return RateSearch(probes=probes, kept_up_rate=kept_up, saturation=found,
+                      rates=_spread(center, points, top, bottom), elapsed_s=time.monotonic() - started,
+                      interrupted=stage.interrupted)

@@ -10,7 +10,9 @@ Each request's JSON body may carry `"x_fault"` to pick its behaviour:
   json          a non-streamed JSON completion
 `concurrency` bounds the responses in progress (the rest queue), which makes a server that saturates.
 The server-wide `headers_delay_s` holds every response before its headers (a stalled server), and
-`chunk_delay_s` spaces the chunks. Every arrival is recorded with its wall-clock time.
+`chunk_delay_s` spaces the chunks. With `api_key` set, every endpoint but /health answers 401
+unless sent `Authorization: Bearer <api_key>`; `models_status` makes GET /v1/models answer that
+error status instead of the list. Every arrival is recorded with its wall-clock time.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ class ScriptedServer:
     stall_s: float = 30.0
     cached_tokens: int = 7
     concurrency: int = 0  # > 0: at most this many responses in progress; the rest queue (a saturable server)
+    api_key: str | None = None  # set: requests without `Authorization: Bearer <api_key>` get 401
+    models_status: int = 200  # not 200: GET /v1/models answers this status
+    models_requests: list[dict] = field(default_factory=list)  # the headers of each GET /v1/models
     arrivals: list[Arrival] = field(default_factory=list)
     port: int = 0
     _loop: asyncio.AbstractEventLoop | None = None
@@ -50,8 +55,16 @@ class ScriptedServer:
         return f"http://127.0.0.1:{self.port}"
 
     # --- handlers -------------------------------------------------------------------------------
+    def _unauthorized(self, request: web.Request) -> web.Response | None:
+        if self.api_key is None or request.headers.get("Authorization") == f"Bearer {self.api_key}":
+            return None
+        return web.json_response({"error": {"message": "invalid api key", "code": 401}}, status=401)
+
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         t = time.time_ns()
+        denied = self._unauthorized(request)
+        if denied is not None:
+            return denied
         body = await request.json()
         peer = request.transport.get_extra_info("peername") if request.transport else None
         self.arrivals.append(Arrival(t, body, peer[1] if peer else 0))
@@ -101,6 +114,12 @@ class ScriptedServer:
         return web.Response(text="ok")
 
     async def _models(self, request: web.Request) -> web.Response:
+        self.models_requests.append(dict(request.headers))
+        denied = self._unauthorized(request)
+        if denied is not None:
+            return denied
+        if self.models_status != 200:
+            return web.json_response({"error": {"message": "scripted"}}, status=self.models_status)
         return web.json_response({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
 
     # --- lifecycle ------------------------------------------------------------------------------

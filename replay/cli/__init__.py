@@ -1,9 +1,6 @@
-"""The `replay` command line: the one place that composes the packages (lazily, per command)."""
+"""The `replay` command line: the one place that composes the packages (lazily, per command).
 
-__all__ = ["main"]
+The entry point is :func:`replay.cli.main.main` (`replay = "replay.cli.main:main"` in pyproject).
+"""
 
-
-def main(argv: list[str] | None = None) -> int:
-    from replay.cli.main import main as _main
-
-    return _main(argv)
+__all__: list[str] = []

@@ -22,6 +22,7 @@ examples:
   replay inspect work.parquet
   replay run work.parquet --url http://127.0.0.1:8000 --rate 4 --requests 200
   replay sweep work.parquet --url http://127.0.0.1:8000 --rates 1,2,4,8 --slo ttft=2s,tpot=100ms
+  replay sweep work.parquet --rates auto:5 --duration 30s
 """
 
 
@@ -53,8 +54,6 @@ def build_parser() -> argparse.ArgumentParser:
     sim_cmds.register(sub)
     engine_cmds.register(sub)
     return parser
-
-
 
 
 def main(argv: list[str] | None = None) -> int:

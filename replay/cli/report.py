@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-__all__ = ["progress_bar", "print_stages"]
+__all__ = ["progress_bar", "print_stages", "saturation_line"]
 
 
 class _Bar:
@@ -51,20 +51,37 @@ def _num(x, fmt: str = "{:.2f}") -> str:
     return "-" if x is None else fmt.format(x)
 
 
-def print_stages(rates, stages: list[dict], saturation: dict | None) -> None:
+def _rate(x) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def saturation_line(saturation: dict) -> str:
+    """One line for a result's saturation (`SweepResult.to_json()["saturation"]`)."""
+    if saturation["status"] == "saturated":
+        at = "the recorded rate" if saturation["rate"] is None else f"{saturation['rate']:g} req/s"
+        return f"saturation: {at} ({saturation['reason']})"
+    if saturation["status"] == "undetermined":
+        return f"saturation: undetermined at {saturation['undetermined_at']:g} req/s ({saturation['reason']})"
+    return "saturation: not reached at these rates"
+
+
+def print_stages(summary: dict) -> None:
+    """The stage table and saturation line of a result's JSON (`SweepResult.to_json`)."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="replay stages (latency in ms, from the intended send time; lag = send lag)")
-    for col in ("rate", "achieved", "ok", "errors", "req/s", "tok/s", "TTFT p50/p99", "TPOT p50", "ITL p50",
-                "E2E p50/p99", "lag p99", "goodput", "valid"):
+    table = Table(title="replay stages (req/s requested, offered over the stage's window, achieved; "
+                        "ms from the intended send time; lag = send lag)")
+    for col in ("requested", "offered", "achieved", "ok", "errors", "req/s", "tok/s", "TTFT p50/p99", "TPOT p50",
+                "ITL p50", "E2E p50/p99", "lag p99", "goodput", "valid"):
         table.add_column(col, justify="right")
-    for rate, s in zip(rates, stages):
+    for s in summary["stages"]:
         errors = ", ".join(f"{k} {v}" for k, v in s["errors"].items()) or "0"
         ttft, e2e = s["ttft_ms"]["from_intended"], s["e2e_ms"]["from_intended"]
         table.add_row(
-            "as recorded" if rate is None else f"{rate:g}",
-            _num(s["achieved_send_rate"]),
+            "as recorded" if s["requested_rate"] is None else f"{s['requested_rate']:g}",
+            _rate(s["offered_rate"]),
+            _rate(s["achieved_send_rate"]),
             str(s["completed"]),
             errors,
             _num(s["throughput_rps"]),
@@ -79,10 +96,6 @@ def print_stages(rates, stages: list[dict], saturation: dict | None) -> None:
         )
     console = Console()
     if not console.is_terminal:
-        console = Console(width=180)  # logs and pipes: one line per stage
+        console = Console(width=200)  # logs and pipes: one line per stage
     console.print(table)
-    if saturation is not None:
-        if saturation.get("rate") is None:
-            console.print("saturation: not reached at these rates")
-        else:
-            console.print(f"saturation: {saturation['rate']:g} req/s ({saturation['reason']})")
+    console.print(saturation_line(summary["saturation"]), highlight=False)

@@ -25,13 +25,15 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sim-config", metavar="JSON",
                    help='without --url: embedded engine knobs, e.g. \'{"max_num_seqs": 64, "time_scale": 0.5}\'')
     p.add_argument("--arrivals", default="trace", choices=["trace", "poisson", "gamma", "constant"],
-                   help="send times: the trace's own timing rescaled to the rate (default, keeps bursts), "
-                        "or new poisson / gamma / constant arrivals at the rate")
+                   help="send times: the trace's own timing (default, keeps bursts) or new poisson / gamma / "
+                        "constant arrivals, compressed uniformly so each stage offers the rate over its window")
     p.add_argument("--cv", type=float, default=1.0, help="coefficient of variation of gamma arrivals (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed for generated arrivals (default 0)")
     limit = p.add_mutually_exclusive_group()
-    limit.add_argument("--duration", help="send only requests scheduled in the first S seconds (e.g. 60s, 5m)")
-    limit.add_argument("--requests", type=int, help="send only the first N requests")
+    limit.add_argument("--duration", help="the stage's window: send the requests due in its first S seconds "
+                                          "(e.g. 60s, 5m); with a rate, the window offers that rate")
+    limit.add_argument("--requests", type=int, help="send only the first N requests; with a rate, they offer "
+                                                    "that rate from the first send to the last")
     p.add_argument("--model", help="model name to send (default: the trace's if served, else the server's first)")
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                    help="let the engine stop at EOS (default: ignore_eos so output lengths follow the trace)")
@@ -55,32 +57,43 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "whatever the server does; latencies count from that time.")
     _add_common(p)
     rate = p.add_mutually_exclusive_group()
-    rate.add_argument("--rate", type=float, help="target mean rate in req/s")
+    rate.add_argument("--rate", type=float, help="req/s the stage offers over its window (--duration or "
+                                                 "--requests); the arrivals' shape is compressed uniformly to it")
     rate.add_argument("--speedup", type=float, help="compress the trace's own timing K times (default 1 = as recorded)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("sweep", help="replay a trace at rising rates and find the saturation point",
                        description="Replay the trace once per rate; the summary names the first rate where "
-                                   "the server stops keeping up or fails the SLO.")
+                                   "the server stops keeping up (more than 10% of requests fail, a queue "
+                                   "builds, or the SLO fails), or says it is undetermined there when that "
+                                   "stage's own send lag made it invalid.")
     _add_common(p)
-    p.add_argument("--rates", required=True, help="comma-separated req/s, e.g. 1,2,4,8")
+    p.add_argument("--rates", required=True,
+                   help="comma-separated req/s, e.g. 1,2,4,8; or auto[:N] to find the saturation rate with short "
+                        "probe stages (--probe-duration each, at most 8: doubling, then bisecting) and run N "
+                        "stages (default 5) from a quarter of it to 1.5 times it")
     p.add_argument("--max-queue-growth", default="250ms",
                    help="saturated when TTFT (from the intended send) at least doubles through a stage and "
                         "grows by more than this (default 250ms)")
-    p.add_argument("--stop-after-saturation", action="store_true", help="skip the rates after the saturation point")
+    p.add_argument("--probe-duration", default="10s",
+                   help="with --rates auto: the window of each probe stage (default 10s); the search takes at "
+                        "most 8 probes of this window plus up to 60s each for their last responses")
+    p.add_argument("--stop-after-saturation", action="store_true",
+                   help="skip the rates after the saturation point (or after the stage where it is undetermined)")
     p.set_defaults(func=cmd_sweep)
 
 
-@contextmanager
-def _target(args: argparse.Namespace, quiet: bool):
-    """``(url, runner CPUs)``: --url, or the embedded engine started for this command on CPUs of
-    its own (the runner then keeps off them)."""
+# RunConfig needs a URL before the embedded engine has one: flags are checked with this, before it starts
+_EMBEDDED_URL = "http://127.0.0.1:0"
+
+
+def _sim_config(args: argparse.Namespace):
+    """The embedded engine's config from --sim-profile / --sim-config (None with --url)."""
     if args.url:
         if args.sim_config:
             raise ConfigError("--sim-config: only applies without --url (the embedded engine)")
-        yield args.url, ()
-        return
-    from replay.sim import SimConfig, split_cpus, start_sim
+        return None
+    from replay.sim import SimConfig
 
     try:
         overrides = json.loads(args.sim_config) if args.sim_config else {}
@@ -92,24 +105,34 @@ def _target(args: argparse.Namespace, quiet: bool):
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ConfigError(f"--sim-config: unknown knob '{unknown[0]}' (known: {', '.join(sorted(known))})")
-    config = SimConfig(profile=args.sim_profile, **overrides)
-    engine_cpus, runner_cpus = split_cpus(config.threads)
-    server = start_sim(config, cpus=engine_cpus)
+    return SimConfig(profile=args.sim_profile, **overrides)
+
+
+@contextmanager
+def _target(args: argparse.Namespace, config: RunConfig, sim_config, quiet: bool):
+    """`config` aimed at the target: --url as given, or the embedded engine started for this
+    command on CPUs of its own (the runner then keeps off them)."""
+    if sim_config is None:
+        yield config
+        return
+    from replay.sim import split_cpus, start_sim
+
+    engine_cpus, runner_cpus = split_cpus(sim_config.threads)
+    server = start_sim(sim_config, cpus=engine_cpus)
     try:
         if not quiet:
             print(f"no --url: replaying against the embedded engine ({args.sim_profile}) at {server.url}",
                   file=sys.stderr)
-        yield server.url, runner_cpus
+        yield dataclasses.replace(config, url=server.url, cpus=runner_cpus)
     finally:
         server.stop()
 
 
-def _config(args: argparse.Namespace, target: tuple[str, tuple[int, ...]], rate: float | None,
-            speedup: float | None) -> RunConfig:
-    url, cpus = target
+def _config(args: argparse.Namespace, rate: float | None, speedup: float | None) -> RunConfig:
+    """Every run flag checked into a RunConfig (aimed at --url, or a stand-in for the embedded engine)."""
     slo = parse_slo(args.slo, args.slo_attainment) if args.slo else Slo(attainment=args.slo_attainment)
     return RunConfig(
-        url=url,
+        url=args.url or _EMBEDDED_URL,
         rate=rate,
         speedup=speedup,
         arrivals=Arrivals(kind=args.arrivals, cv=args.cv, seed=args.seed),
@@ -122,7 +145,6 @@ def _config(args: argparse.Namespace, target: tuple[str, tuple[int, ...]], rate:
         stall_timeout_s=parse_duration_s(args.stall_timeout, "--stall-timeout"),
         max_connections=args.max_connections,
         worker_threads=args.worker_threads,
-        cpus=cpus,
         lag_bound_ms=args.lag_bound_ms,
         slo=slo,
     )
@@ -132,73 +154,95 @@ def _out(args: argparse.Namespace, command: str) -> Path:
     return args.out or Path("results") / f"{args.trace.stem}-{command}"
 
 
+class _Saver:
+    """Writes each stage's file and rewrites summary.json after every stage (crash safety)."""
+
+    def __init__(self, args: argparse.Namespace, out: Path) -> None:
+        self.args, self.out, self.files = args, out, []
+
+    def __call__(self, result) -> None:
+        from replay.results import stage_file, write_stage, write_summary
+
+        i = len(result.stages) - 1
+        self.files.append(write_stage(result.stages[i], stage_file(self.out, i, result.rates[i])).name)
+        write_summary(self.out, self.summary(result))
+
+    def summary(self, result) -> dict:
+        return result.to_json(trace=str(self.args.trace), files=list(self.files))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from replay.results import stage_file, write_stage, write_summary
+    from replay.plan import schedule
     from replay.runner import run_stage
+    from replay.sweep import SweepResult
     from replay.trace import read_trace
 
     trace = read_trace(args.trace)
-    out = _out(args, "run")
-    with _target(args, args.json) as target, progress_bar(quiet=args.json) as bar:
-        config = _config(args, target, args.rate, args.speedup)
-        result = run_stage(trace, config, bar.stage(f"{config.rate or 'as recorded'} req/s"))
-    path = write_stage(result, stage_file(out, 0, config.rate))
-    summary = {"trace": str(args.trace), "url": config.url, "stages": [result.summary], "files": [path.name]}
-    write_summary(out, summary)
-    _report(args, [config.rate], summary, out)
-    if result.interrupted:
-        print(f"interrupted: partial results kept in {out}", file=sys.stderr)
-        return 130
-    return 0
+    config = _config(args, args.rate, args.speedup)
+    schedule(trace, config)  # bad --duration / --requests: before the engine starts
+    sim_config = _sim_config(args)
+    saver = _Saver(args, _out(args, "run"))
+    with _target(args, config, sim_config, args.json) as config, progress_bar(quiet=args.json) as bar:
+        stage = run_stage(trace, config, bar.stage(f"{config.rate or 'as recorded'} req/s"))
+    result = SweepResult.of(config, [config.rate], [stage])
+    saver(result)
+    return _report(args, result, saver)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from replay.results import stage_file, write_stage, write_summary
-    from replay.sweep import saturation, sweep
+    from replay.config import AutoRates
+    from replay.sweep import check_stages, find_rates, sweep
     from replay.trace import read_trace
 
     rates = parse_rates(args.rates)
     growth_s = parse_duration_s(args.max_queue_growth, "--max-queue-growth")
+    probe_s = parse_duration_s(args.probe_duration, "--probe-duration")
+    if not probe_s > 0:
+        raise ConfigError(f"--probe-duration: must be > 0, got {args.probe_duration}")
     trace = read_trace(args.trace)
-    out = _out(args, "sweep")
-    files: list[str] = []
-    summaries: list[dict] = []
-
-    def on_stage(i: int, rate: float, result) -> None:
-        files.append(write_stage(result, stage_file(out, i, rate)).name)
-        summaries.append(result.summary)
-        sat_rate, reason = saturation(rates[: i + 1], summaries, growth_s)
-        write_summary(out, _sweep_summary(args, config, rates, summaries, files, sat_rate, reason))
-
-    with _target(args, args.json) as target, progress_bar(quiet=args.json) as bar:
-        config = _config(args, target, None, None)
+    config = _config(args, None, None)
+    if not isinstance(rates, AutoRates):
+        check_stages(trace, config, rates)  # every stage's flags: before the engine starts
+    sim_config = _sim_config(args)
+    saver = _Saver(args, _out(args, "sweep"))
+    with _target(args, config, sim_config, args.json) as config, progress_bar(quiet=args.json) as bar:
+        if isinstance(rates, AutoRates):
+            rates = find_rates(trace, config, rates.points, probe_s=probe_s, queue_growth_s=growth_s,
+                               progress=lambda rate: bar.stage(f"probe {rate:.3g} req/s"))
+            print(_search_line(rates), file=sys.stderr)
+            if rates.interrupted:
+                print("interrupted during the rate search", file=sys.stderr)
+                return 130
         result = sweep(trace, config, rates, queue_growth_s=growth_s,
-                       progress=lambda rate: bar.stage(f"{rate:g} req/s"), on_stage=on_stage,
+                       progress=lambda rate: bar.stage(f"{rate:g} req/s"), on_stage=saver,
                        stop_after_saturation=args.stop_after_saturation)
-    summary = _sweep_summary(args, config, rates, summaries, files, result.saturation_rate, result.saturation_reason)
-    write_summary(out, summary)
-    _report(args, rates, summary, out)
-    if any(s.interrupted for s in result.stages):
-        print(f"interrupted: partial results kept in {out}", file=sys.stderr)
-        return 130
-    return 0
+    return _report(args, result, saver)
 
 
-def _sweep_summary(args, config: RunConfig, rates, summaries, files, sat_rate, reason) -> dict:
-    return {
-        "trace": str(args.trace),
-        "url": config.url,
-        "rates": list(rates),
-        "arrivals": dataclasses.asdict(config.arrivals),
-        "stages": summaries,
-        "files": files,
-        "saturation": {"rate": sat_rate, "reason": reason},
-    }
+def _search_line(search) -> str:
+    sat = search.saturation
+    probed = ", ".join(f"{p['rate']:.3g}" for p in search.probes)
+    if sat.status == "saturated":
+        found = f"saturates at {sat.rate:.3g} req/s"
+    elif sat.status == "undetermined":
+        found = f"undetermined at {sat.undetermined_at:.3g} req/s (the runner fell behind)"
+    else:
+        found = "no saturation found"
+    if search.kept_up_rate is not None:
+        found += f", kept up at {search.kept_up_rate:.3g} req/s"
+    stages = ", ".join(f"{r:g}" for r in search.rates)
+    return (f"auto rates: probed {probed} req/s in {search.elapsed_s:.0f}s: {found}; "
+            f"stages at {stages} req/s")
 
 
-def _report(args: argparse.Namespace, rates, summary: dict, out: Path) -> None:
+def _report(args: argparse.Namespace, result, saver: _Saver) -> int:
+    summary = saver.summary(result)
     if args.json:
         print(json.dumps(summary, indent=2))
-        return
-    print_stages(rates, summary["stages"], summary.get("saturation"))
-    print(f"results: {out}")
+    else:
+        print_stages(summary)
+        print(f"results: {saver.out}")
+    if result.interrupted:
+        print(f"interrupted: partial results kept in {saver.out}", file=sys.stderr)
+        return 130
+    return 0

@@ -19,9 +19,9 @@ from __future__ import annotations
 from replay._lazy import lazy_exports
 
 _EXPORTS = {
-    "replay.targets.url": ("base_url", "served_models", "wait_until_ready"),
+    "replay.targets.url": ("base_url", "check_target"),
     "replay.targets.engine": ("Engine", "Knob", "KnobKind", "COMMON_METRICS", "check_config",
-                              "config_args", "parse_assignments"),
+                              "config_args"),
     "replay.targets.process": ("ProcessEngine", "RunningEngine", "free_port"),
     "replay.targets.prometheus": ("Scrape", "Sample", "Histogram", "parse"),
     "replay.targets.sim_engine": ("SimEngine", "SIM_KNOBS"),

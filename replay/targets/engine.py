@@ -20,7 +20,7 @@ from replay.errors import ConfigError
 if TYPE_CHECKING:
     from replay.targets.process import RunningEngine
 
-__all__ = ["KnobKind", "Knob", "Engine", "check_config", "config_args", "parse_assignments",
+__all__ = ["KnobKind", "Knob", "Engine", "check_config", "config_args",
            "COMMON_METRICS"]
 
 KnobKind = Literal["int", "float", "bool", "choice", "json"]
@@ -178,13 +178,3 @@ def config_args(engine_name: str, knobs: Sequence[Knob], config: Mapping[str, An
             words += knob.args(checked[knob.name])
     return words
 
-
-def parse_assignments(items: Sequence[str]) -> dict[str, str]:
-    """``["max_num_seqs=4", "enable_prefix_caching=false"]`` -> a config mapping (values as text)."""
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--set: '{item}' is not NAME=VALUE")
-        out[key.strip().replace("-", "_")] = value.strip()
-    return out

@@ -1,4 +1,4 @@
-"""A target given by URL: normalizing the base URL, asking what it serves, waiting until it answers.
+"""A target given by URL: normalizing the base URL, checking that it serves, waiting until it answers.
 
 Engines that the suite starts itself (the embedded engine, llama.cpp, vLLM) build on this.
 """
@@ -6,6 +6,7 @@ Engines that the suite starts itself (the embedded engine, llama.cpp, vLLM) buil
 from __future__ import annotations
 
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -13,7 +14,10 @@ from collections.abc import Callable
 
 from replay.errors import TargetError
 
-__all__ = ["base_url", "served_models", "poll_ready", "wait_until_ready"]
+__all__ = ["base_url", "check_target", "poll_ready"]
+
+# answers to GET /v1/models that mean "this server does not list its models", not "wrong target"
+_NO_MODEL_LIST = (404, 405)
 
 
 def base_url(url: str) -> str:
@@ -24,16 +28,40 @@ def base_url(url: str) -> str:
     return url
 
 
-def _get_json(url: str, timeout_s: float) -> object:
-    with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 (http only, validated)
-        return json.loads(resp.read())
+def _unreachable(url: str, e: BaseException, timeout_s: float) -> TargetError:
+    reason = getattr(e, "reason", e)
+    if isinstance(reason, ConnectionRefusedError):
+        return TargetError(f"{url}: connection refused (is the server running, and on this port?)")
+    if isinstance(reason, (TimeoutError, socket.timeout)):
+        return TargetError(f"{url}: no answer to GET /v1/models within {timeout_s:g}s")
+    return TargetError(f"{url}: cannot connect ({reason})")
 
 
-def served_models(url: str, timeout_s: float = 5.0) -> list[str]:
-    """Model ids listed by GET /v1/models; [] when the target does not list any."""
+def check_target(url: str, *, api_key: str | None = None, timeout_s: float = 10.0) -> list[str] | None:
+    """Check that `url` answers as an OpenAI-compatible server, and list the models it serves.
+
+    Sends GET /v1/models (with `api_key` as ``Authorization: Bearer``). Returns the model ids it
+    lists ([] when the answer lists none), or None when it answers 404 or 405: some servers do not
+    list their models, so the replay goes ahead and a wrong path shows up as failed requests.
+    Raises TargetError, one line naming the URL, when the connection is refused, the host is
+    unknown, nothing answers within `timeout_s`, or the server answers any other error status
+    (401 / 403: the API key is missing or wrong).
+    """
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    request = urllib.request.Request(base_url(url) + "/v1/models", headers=headers)
     try:
-        data = _get_json(base_url(url) + "/v1/models", timeout_s)
-    except (urllib.error.URLError, OSError, ValueError):
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:  # noqa: S310 (http only, validated)
+            body = resp.read()
+    except urllib.error.HTTPError as e:
+        if e.code in _NO_MODEL_LIST:
+            return None
+        hint = ": check --api-key" if e.code in (401, 403) else ""
+        raise TargetError(f"{url}: GET /v1/models answered HTTP {e.code} ({e.reason}){hint}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise _unreachable(url, e, timeout_s) from None
+    try:
+        data = json.loads(body)
+    except ValueError:
         return []
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         return []
@@ -61,10 +89,3 @@ def poll_ready(url: str, timeout_s: float, path: str = "/health",
         if time.monotonic() >= deadline:
             return last
         time.sleep(0.1)
-
-
-def wait_until_ready(url: str, timeout_s: float = 30.0, path: str = "/health") -> None:
-    """Poll GET `path` until it answers 200, or raise TargetError naming the URL."""
-    last = poll_ready(url, timeout_s, path)
-    if last is not None:
-        raise TargetError(f"{url}: not ready after {timeout_s:.0f}s ({last})")

@@ -70,7 +70,7 @@ def test_sweep_table_names_saturation(cli, scripted, tmp_path):
     path = tmp_path / "t.parquet"
     trace_of_bodies([{"max_tokens": 4} for _ in range(20)]).write(path)
     done = cli("sweep", str(path), "--url", server.url, "--rates", "2,60", "--arrivals", "constant",
-               "--out", str(tmp_path / "sw"))
+               "--lag-bound-ms", "50", "--out", str(tmp_path / "sw"))
     assert done.returncode == 0, done.stderr
     assert "saturation: 60 req/s" in done.stdout
     summary = json.loads((tmp_path / "sw" / "summary.json").read_text())
@@ -193,3 +193,115 @@ def test_bad_embedded_engine_config(cli, small_trace, flags, expected):
     done = cli("run", str(small_trace), "--requests", "2", *flags)
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: ") and expected in done.stderr, done.stderr
+
+
+def _result_keys() -> set[str]:
+    from replay.config import RunConfig
+    from replay.sweep import Saturation, SweepResult
+
+    empty = SweepResult(config=RunConfig(url="http://h:1"), rates=[], stages=[], summaries=[],
+                        saturation=Saturation("not_reached"))
+    return set(empty.to_json(trace="", files=[]))
+
+
+def test_run_and_sweep_print_and_write_the_one_result_json(cli, small_trace, scripted, tmp_path):
+    server = scripted()
+    for command, flags in (("run", ["--rate", "30"]), ("sweep", ["--rates", "20,30"])):
+        out = tmp_path / command
+        done = cli(command, str(small_trace), "--url", server.url, *flags, "--requests", "10", "--lag-bound-ms", "50",
+                   "--out", str(out), "--json")
+        assert done.returncode == 0, done.stderr
+        printed = json.loads(done.stdout)
+        assert printed == json.loads((out / "summary.json").read_text())
+        assert set(printed) == _result_keys()
+        assert printed["trace"] == str(small_trace) and len(printed["files"]) == len(printed["stages"])
+        assert printed["saturation"]["status"] == "not_reached"
+        for stage in printed["stages"]:
+            assert stage["offered_rate"] == pytest.approx(stage["requested_rate"])
+
+
+def test_the_table_shows_requested_offered_and_achieved_rates(cli, tmp_path, scripted):
+    server = scripted()
+    path = tmp_path / "t.parquet"
+    # a burst of 30 requests 10 ms apart, then one request a second: 2 req/s over 5 s comes from the burst
+    arrivals = [i * 10_000 for i in range(30)] + [300_000 + i * 1_000_000 for i in range(1, 31)]
+    trace_of_bodies([{"max_tokens": 2} for _ in arrivals], arrival_us=arrivals).write(path)
+    done = cli("run", str(path), "--url", server.url, "--rate", "2", "--duration", "5s", "--lag-bound-ms", "50",
+               "--out", str(tmp_path / "r"))
+    assert done.returncode == 0, done.stderr
+    assert "requested" in done.stdout and "offered" in done.stdout and "achieved" in done.stdout
+    row = next(line for line in done.stdout.splitlines() if line.strip("│ ").startswith("2 "))
+    assert [c.strip() for c in row.split("│")[1:3]] == ["2", "2"]  # requested, offered
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["stages"][0]["requests"] == 10 and summary["stages"][0]["window_s"] == 5.0
+
+
+def test_an_undetermined_saturation_is_printed(cli, scripted, tmp_path):
+    server = scripted(concurrency=1, chunk_delay_s=0.02)
+    path = tmp_path / "t.parquet"
+    trace_of_bodies([{"max_tokens": 4} for _ in range(20)]).write(path)
+    done = cli("sweep", str(path), "--url", server.url, "--rates", "5,60", "--arrivals", "constant",
+               "--lag-bound-ms", "0.000001", "--out", str(tmp_path / "sw"))
+    assert done.returncode == 0, done.stderr
+    assert "saturation: undetermined at 60 req/s" in done.stdout and "send lag p99" in done.stdout
+    summary = json.loads((tmp_path / "sw" / "summary.json").read_text())
+    assert summary["saturation"]["rate"] is None and summary["saturation"]["undetermined_at"] == 60
+
+
+@pytest.mark.parametrize("target, expected", [
+    ("refused", "connection refused"),
+    ("wrong_key", "answered HTTP 401 (Unauthorized): check --api-key"),
+])
+def test_a_wrong_target_is_one_line_and_exit_2_before_any_stage(cli, small_trace, scripted, tmp_path, target,
+                                                                expected):
+    if target == "refused":
+        from tests.integration.test_target_check import closed_port
+
+        url, key = f"http://127.0.0.1:{closed_port()}", []
+    else:
+        server = scripted(api_key="sekrit")
+        url, key = server.url, ["--api-key", "wrong"]
+    for command, rate in (("run", ["--rate", "10"]), ("sweep", ["--rates", "10,20"])):
+        out = tmp_path / f"{target}-{command}"
+        done = cli(command, str(small_trace), "--url", url, *rate, *key, "--requests", "5", "--out", str(out))
+        assert done.returncode == 2, (done.stdout, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert lines == [f"error: {url}: {lines[0].split(': ', 2)[2]}"] and expected in lines[0], done.stderr
+        assert not out.exists()  # no stage ran
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["run", "--rate", "-1"], "--rate: must be a finite number > 0"),
+    (["run", "--rate", "1", "--duration", "1ms"], "--duration: 0.001s at 1 req/s keeps no request"),
+    (["run", "--rate", "1", "--requests", "999"], "--requests: 999 asked, the trace has 60 rows"),
+    (["sweep", "--rates", "1,100", "--duration", "10s"], "--duration: 10s at 100 req/s needs more than 1000"),
+    (["sweep", "--rates", "auto:1"], "--rates auto:N: N must be a whole number >= 2"),
+    (["sweep", "--rates", "auto:x"], "--rates: 'auto:x' is not auto or auto:N"),
+    (["sweep", "--rates", "auto", "--probe-duration", "0s"], "--probe-duration: must be > 0"),
+])
+def test_bad_flags_fail_before_the_embedded_engine_starts(cli, small_trace, flags, expected):
+    command, *rest = flags
+    done = cli(command, str(small_trace), *rest)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: ") and expected in done.stderr, done.stderr
+    assert "embedded engine" not in done.stderr  # it never started
+
+
+def test_sweep_auto_rates_probe_then_run_stages_around_the_saturation(cli, scripted, tmp_path):
+    # one response at a time, each ~80 ms (4 chunks 20 ms apart): capacity about 12 req/s
+    server = scripted(concurrency=1, chunk_delay_s=0.02)
+    path = tmp_path / "t.parquet"
+    trace_of_bodies([{"max_tokens": 4} for _ in range(300)]).write(path)
+    out = tmp_path / "auto"
+    done = cli("sweep", str(path), "--url", server.url, "--rates", "auto:3", "--probe-duration", "1s",
+               "--requests", "20", "--lag-bound-ms", "50", "--out", str(out), "--json", timeout=300)
+    assert done.returncode == 0, done.stderr
+    line = next(line for line in done.stderr.splitlines() if line.startswith("auto rates: "))
+    summary = json.loads(done.stdout)
+    search = summary["rate_search"]
+    assert search["saturation"]["status"] == "saturated"
+    assert len(summary["rates"]) == 3 and summary["rates"] == search["rates"]
+    assert summary["rates"][0] < search["kept_up_rate"] < search["saturation"]["rate"] < summary["rates"][-1]
+    assert f"saturates at {search['saturation']['rate']:.3g} req/s" in line
+    assert "stages at " + ", ".join(f"{r:g}" for r in summary["rates"]) in line
+    assert [s["requested_rate"] for s in summary["stages"]] == summary["rates"]

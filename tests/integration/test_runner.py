@@ -8,7 +8,8 @@ import numpy as np
 import polars as pl
 
 from replay.config import Arrivals, RunConfig
-from replay.runner import run_stage
+from replay.plan import build_plan
+from replay.runner import run_plan, run_stage
 from tests.integration.conftest import trace_of_bodies
 
 
@@ -80,14 +81,18 @@ def test_every_fault_is_recorded_and_the_run_goes_on(scripted):
     summary = result.summary
     assert summary["completed"] == 3
     assert summary["errors"]["http_4xx"] == 2
+    assert summary["rejected"] == 1  # the 404; a 429 is the server under load, not a bad request
 
 
 def test_refused_connections_are_recorded():
     with socket.socket() as s:  # a port that nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    # run_stage would refuse this target up front (tests/integration/test_target_check.py); the runner
+    # itself records each refused request and goes on
     trace = trace_of_bodies([{"max_tokens": 2} for _ in range(5)])
-    result = run_stage(trace, RunConfig(url=f"http://127.0.0.1:{port}", rate=100.0, model="m"))
+    config = RunConfig(url=f"http://127.0.0.1:{port}", rate=100.0, model="m")
+    result = run_plan(build_plan(trace, config), config)
     assert result.requests["error"].to_list() == ["connect_refused"] * 5
     # never on the wire: no send stamp, but the time spent trying to connect is kept
     assert result.requests["sent_ns"].null_count() == 5

@@ -9,7 +9,7 @@ import pytest
 
 from replay.errors import ConfigError
 from replay.targets import ENGINES, Engine, LlamaServer, SGLang, SimEngine, Vllm
-from replay.targets.engine import Knob, check_config, parse_assignments
+from replay.targets.engine import Knob, check_config
 from replay.targets.prometheus import parse
 from replay.targets.vllm_engine import VLLM_SCHEDULER_KNOBS
 
@@ -66,10 +66,6 @@ def test_knob_checks_coerce_and_reject_with_the_flag_named():
 def test_unknown_knobs_are_config_errors_listing_the_known_ones():
     with pytest.raises(ConfigError, match=r"vllm: unknown knob 'max_seqs' \(known: .*max_num_seqs"):
         check_config("vllm", Vllm.knobs, {"max_seqs": 4})
-    assert parse_assignments(["max-num-seqs=4", "enable_prefix_caching = false"]) == {
-        "max_num_seqs": "4", "enable_prefix_caching": "false"}
-    with pytest.raises(ConfigError, match="--set: 'oops' is not NAME=VALUE"):
-        parse_assignments(["oops"])
 
 
 def test_llama_server_command_line():

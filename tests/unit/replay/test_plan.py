@@ -1,0 +1,102 @@
+"""Stage schedules: every stage offers the requested rate over its own window, bursts kept."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from replay.config import Arrivals, RunConfig
+from replay.errors import ConfigError
+from replay.plan import build_plan, offered_window, schedule
+
+URL = "http://127.0.0.1:8000"
+
+
+def _bursty_arrivals_us() -> list[int]:
+    # 60 requests 100 ms apart (10 req/s), then 140 requests 1 s apart: the trace's mean rate is far
+    # below its first stretch's, like a trace whose first minutes are burstier than its mean.
+    dense = [i * 100_000 for i in range(60)]
+    sparse = [dense[-1] + (i + 1) * 1_000_000 for i in range(140)]
+    return dense + sparse
+
+
+@pytest.fixture
+def bursty(make_trace):
+    arrivals = _bursty_arrivals_us()
+    return make_trace(len(arrivals), arrival_us=pl.Series(arrivals, dtype=pl.Int64))
+
+
+@pytest.mark.parametrize("rate, duration_s", [(1.0, 20.0), (2.0, 20.0), (4.0, 10.0), (0.5, 40.0)])
+def test_a_window_cut_from_a_burst_offers_the_requested_rate(bursty, rate, duration_s):
+    config = RunConfig(url=URL, rate=rate, duration_s=duration_s)
+    plan = build_plan(bursty, config)
+    assert plan.n == round(rate * duration_s)
+    assert plan.window_s == duration_s
+    assert plan.offered_rate == pytest.approx(rate, rel=0.05)
+    assert plan.offsets_ns[-1] < duration_s * 1e9
+    # Scaling the whole trace to the rate (the old rule) offers several times too much in this window:
+    arrivals = np.array(_bursty_arrivals_us(), dtype=np.float64)
+    compressed_s = arrivals / 1e6 * ((len(arrivals) - 1) / (arrivals[-1] / 1e6)) / rate
+    in_window = int(np.sum(compressed_s < duration_s))
+    assert in_window / duration_s > 1.5 * rate
+
+
+def test_the_burst_shape_is_kept_by_uniform_compression(bursty):
+    plan = build_plan(bursty, RunConfig(url=URL, rate=1.0, duration_s=20.0))
+    trace_us = np.array(_bursty_arrivals_us()[: plan.n], dtype=np.float64)
+    factor = plan.offsets_ns[1:] / (trace_us[1:] * 1000)
+    assert np.allclose(factor, factor[0], rtol=1e-6)
+    # the request left out of the window is due exactly at its end: k requests, k gaps
+    assert _bursty_arrivals_us()[plan.n] * 1000 * factor[0] == pytest.approx(20e9, rel=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["trace", "poisson", "gamma", "constant"])
+def test_every_arrival_kind_offers_the_rate_over_its_window(bursty, kind):
+    arrivals = Arrivals(kind=kind, cv=3.0, seed=4)
+    plan = build_plan(bursty, RunConfig(url=URL, rate=3.0, duration_s=20.0, arrivals=arrivals))
+    assert plan.offered_rate == pytest.approx(3.0, rel=0.05)
+    assert plan.n / 20.0 == plan.offered_rate
+    plan = build_plan(bursty, RunConfig(url=URL, rate=3.0, requests=50, arrivals=arrivals))
+    span_s = (plan.offsets_ns[-1] - plan.offsets_ns[0]) / 1e9
+    assert plan.n == 50 and (plan.n - 1) / span_s == pytest.approx(3.0, rel=1e-6)
+    assert plan.offered_rate == pytest.approx(3.0, rel=1e-6) and plan.window_s == pytest.approx(span_s)
+
+
+def test_seeded_arrivals_are_reproducible(bursty):
+    config = RunConfig(url=URL, rate=3.0, duration_s=20.0, arrivals=Arrivals(kind="gamma", cv=2.0, seed=9))
+    assert np.array_equal(schedule(bursty, config), schedule(bursty, config))
+
+
+def test_simultaneous_requests_move_the_cut_to_the_nearest_count_it_can_keep(make_trace):
+    # pairs of requests at the same instant: a cut between a pair's two requests is impossible
+    arrivals = [(i // 2) * 1_000_000 for i in range(40)]
+    trace = make_trace(40, arrival_us=pl.Series(arrivals, dtype=pl.Int64))
+    offsets = schedule(trace, RunConfig(url=URL, rate=1.5, duration_s=5.0))  # asks for 7.5 -> 8 requests
+    assert len(offsets) == 8 and len(offsets) % 2 == 0
+
+
+def test_as_recorded_and_sped_up_stages_report_their_window(bursty):
+    plan = build_plan(bursty, RunConfig(url=URL, duration_s=3.0))
+    assert plan.n == 30 and plan.window_s == 3.0 and plan.offered_rate == pytest.approx(10.0)
+    plan = build_plan(bursty, RunConfig(url=URL, speedup=2.0, duration_s=3.0))
+    assert plan.n == 60 and plan.offered_rate == pytest.approx(20.0)
+    plan = build_plan(bursty, RunConfig(url=URL, requests=60))
+    assert plan.window_s == pytest.approx(5.9) and plan.offered_rate == pytest.approx(10.0)
+
+
+def test_a_window_the_trace_cannot_fill_is_a_config_error(bursty):
+    with pytest.raises(ConfigError, match=r"--duration: 20s at 10 req/s needs more than 200 requests; the trace has 200"):
+        schedule(bursty, RunConfig(url=URL, rate=10.0, duration_s=20.0))
+    with pytest.raises(ConfigError, match="--duration: 1s at 0.1 req/s keeps no request"):
+        schedule(bursty, RunConfig(url=URL, rate=0.1, duration_s=1.0))
+    with pytest.raises(ConfigError, match="--requests: 500 asked, the trace has 200 rows"):
+        schedule(bursty, RunConfig(url=URL, rate=1.0, requests=500))
+
+
+def test_offered_window():
+    offsets = np.array([0, 1_000_000_000, 3_000_000_000], dtype=np.int64)
+    assert offered_window(offsets, None) == (3.0, pytest.approx(2 / 3))
+    assert offered_window(offsets, 4.0) == (4.0, 0.75)
+    window, rate = offered_window(offsets[:1], None)
+    assert window == 0.0 and np.isnan(rate)
