@@ -1,8 +1,13 @@
 """Stage metrics: what one replay stage achieved, computed from its per-request results.
 
 Latencies are reported twice: from the intended send time (what a user waiting on an open-loop
-schedule sees, as wrk2 does) and from the actual send. Send lag is the runner's own error; a
-stage whose send lag p99 exceeds the bound is marked invalid. Goodput counts requests that meet
+schedule sees, as wrk2 does) and from the actual send (the moment the request's write started,
+see docs/latency.md). Send lag (actual send - the time the request became due) is the runner's own
+error; a stage whose send lag p99 exceeds the bound is marked invalid, and ``invalid_reason`` says
+how often the runner's own threads lost the CPU. With causal sessions a turn becomes due at the
+later of its schedule and the end of the previous turn + think time; how far that held it back
+is ``slip_ms``, apart from the lag. ``conn_ms`` is the time spent getting or opening a connection.
+Requests still open when the drain ended are ``cut_off`` errors. Goodput counts requests that meet
 every SLO, per second; a request with one output token has no TPOT, so it does not meet a TPOT
 objective. ``rejected`` counts the requests the server refused as invalid (an HTTP 4xx other than
 408 and 429, e.g. a prompt longer than the model's context), which would fail at any rate.
@@ -90,6 +95,21 @@ def _achieved_rate(sent: pl.DataFrame, duration_s: float | None) -> float | None
     return rate * float(intended[-1] - intended[0]) / float(actual[-1] - actual[0])
 
 
+def _invalid_reason(result: StageResult, lag_p99_ms: float | None) -> str:
+    """Why a stage is invalid, in one line, with what the runner's own threads went through."""
+    if result.cancelled:
+        return "cancelled before every request finished"
+    if lag_p99_ms is None:
+        return "no request was sent"
+    why = f"send lag p99 {lag_p99_ms:.2f} ms over the {result.config.lag_bound_ms:g} ms bound"
+    runner = result.runner or {}
+    if runner:
+        d, w = runner["dispatcher_switches"], runner["worker_switches"]
+        why += (f"; the runner lost the CPU {d['involuntary']} times on its dispatcher "
+                f"({runner['dispatcher_priority']} priority) and {w['involuntary']} on its I/O threads")
+    return why
+
+
 def summarize(result: StageResult) -> dict:
     """A JSON-ready summary of one stage (times in ms, rates in 1/s)."""
     config = result.config
@@ -122,6 +142,9 @@ def summarize(result: StageResult) -> dict:
         duration_s = (int(ok["end_ns"].max()) - int(df["intended_ns"].min())) / 1e9
     lag_p99_ms = float(np.percentile(lag, 99)) / 1e6 if len(lag) else None
     valid = lag_p99_ms is not None and lag_p99_ms <= config.lag_bound_ms and not result.cancelled
+    # causal sessions: how far turns were held back behind their schedule (kept out of the lag)
+    released = df.filter(pl.col("release_ns").is_not_null())
+    slip = (released["release_ns"] - released["intended_ns"]).to_numpy()
     slo = config.slo
     met = int(_slo_mask(ok, slo).sum()) if not slo.empty else ok.height
     cached = ok["cached_tokens"].drop_nulls()
@@ -157,7 +180,14 @@ def summarize(result: StageResult) -> dict:
         },
         "lag_bound_ms": config.lag_bound_ms,
         "valid": valid,
+        "invalid_reason": None if valid else _invalid_reason(result, lag_p99_ms),
+        "conn_ms": _pcts(df["conn_ns"].drop_nulls().cast(pl.Float64).to_numpy(), 1e6),
+        "sessions": config.sessions,
+        "slip_ms": {**_pcts(slip.astype(np.float64), 1e6), "max": float(slip.max()) / 1e6 if len(slip) else None}
+        if config.sessions == "causal" else None,
         "cancelled": result.cancelled,
+        "cut_off": int((df["error"] == "cut_off").sum()),
+        "runner": result.runner,
         "prompt_tokens": int(ok["prompt_tokens"].sum() or 0),
         "cached_tokens": int(cached.sum() or 0) if cached.len() else None,
         "cache_hit_rate": (float(cached.sum()) / float(prompt.sum())) if cached.len() and prompt.sum() else None,

@@ -18,7 +18,7 @@ from replay.runner import StageResult
 
 __all__ = ["stage_file", "write_stage", "read_stage", "write_summary", "RESULTS_VERSION"]
 
-RESULTS_VERSION = "1"
+RESULTS_VERSION = "2"  # 2: chunk_us (u32 µs after the first token), release_ns, conn_ns
 
 
 def stage_file(folder: Path, index: int, rate: float | None) -> Path:

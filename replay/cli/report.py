@@ -98,4 +98,10 @@ def print_stages(summary: dict) -> None:
     if not console.is_terminal:
         console = Console(width=200)  # logs and pipes: one line per stage
     console.print(table)
+    for s in summary["stages"]:
+        at = "as recorded" if s["requested_rate"] is None else f"at {s['requested_rate']:g} req/s"
+        if s["invalid_reason"]:
+            console.print(f"invalid {at}: {s['invalid_reason']}", highlight=False)
+        if s["cut_off"]:
+            console.print(f"cut off {at}: {s['cut_off']} requests still open when the drain ended", highlight=False)
     console.print(saturation_line(summary["saturation"]), highlight=False)

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from replay.cli.report import print_stages, progress_bar
-from replay.config import Arrivals, RunConfig, Slo, parse_duration_s, parse_rates, parse_slo
+from replay.config import RUNNER_DEFAULTS, Arrivals, RunConfig, Slo, parse_duration_s, parse_rates, parse_slo
 from replay.errors import ConfigError
 
 __all__ = ["register"]
@@ -43,10 +43,29 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="share of requests that must meet the SLO for a stage to pass (default 0.9)")
     p.add_argument("--lag-bound-ms", type=float, default=1.0,
                    help="a stage whose send lag p99 exceeds this is invalid (default 1 ms)")
-    p.add_argument("--timeout", default="600s", help="per-request deadline from its send (default 600s)")
-    p.add_argument("--stall-timeout", default="120s", help="longest silence inside a response (default 120s)")
-    p.add_argument("--max-connections", type=int, default=20000, help="cap on open connections (default 20000)")
-    p.add_argument("--worker-threads", type=int, default=1, help="runner I/O threads (default 1)")
+    d = RUNNER_DEFAULTS
+    p.add_argument("--sessions", default="open", choices=["open", "causal"],
+                   help="open (default): every request at its scheduled time; causal: a session's turn k "
+                        "also waits for the end of turn k-1 plus the recorded think time (first turns stay "
+                        "open-loop; how far turns slipped is reported apart from the send lag)")
+    p.add_argument("--timeout", default=f"{d['timeout_s']:g}s",
+                   help=f"per-request deadline from its send, queueing in the engine included "
+                        f"(default {d['timeout_s']:g}s)")
+    p.add_argument("--stall-timeout", default=f"{d['stall_timeout_s']:g}s",
+                   help=f"longest silence inside a response once its first token arrived "
+                        f"(default {d['stall_timeout_s']:g}s)")
+    p.add_argument("--drain", default=f"{d['drain_s']:g}s",
+                   help=f"how long a stage waits after its last scheduled send; requests still open then are "
+                        f"cut off and miss the SLO (default {d['drain_s']:g}s, 0 = no limit)")
+    p.add_argument("--warm-connections", type=int,
+                   help="keep-alive connections opened before t0 (default: the plan's rate x expected response "
+                        "time, at most 64)")
+    p.add_argument("--chunk-times", default="all", choices=["all", "none"],
+                   help="keep every chunk's arrival time (all, default: 4 bytes a chunk) or only count chunks")
+    p.add_argument("--max-connections", type=int, default=d["max_connections"],
+                   help=f"cap on requests in flight, hence open connections (default {d['max_connections']})")
+    p.add_argument("--worker-threads", type=int, default=d["worker_threads"],
+                   help=f"runner I/O threads (default {d['worker_threads']})")
     p.add_argument("--out", type=Path, help="results folder (default results/<trace name>-<command>)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
 
@@ -141,8 +160,12 @@ def _config(args: argparse.Namespace, rate: float | None, speedup: float | None)
         model=args.model,
         ignore_eos=args.ignore_eos,
         api_key=args.api_key,
+        sessions=args.sessions,
         timeout_s=parse_duration_s(args.timeout, "--timeout"),
         stall_timeout_s=parse_duration_s(args.stall_timeout, "--stall-timeout"),
+        drain_s=parse_duration_s(args.drain, "--drain"),
+        warm_connections=args.warm_connections,
+        chunk_times=args.chunk_times == "all",
         max_connections=args.max_connections,
         worker_threads=args.worker_threads,
         lag_bound_ms=args.lag_bound_ms,
