@@ -305,3 +305,51 @@ def test_sweep_auto_rates_probe_then_run_stages_around_the_saturation(cli, scrip
     assert f"saturates at {search['saturation']['rate']:.3g} req/s" in line
     assert "stages at " + ", ".join(f"{r:g}" for r in summary["rates"]) in line
     assert [s["requested_rate"] for s in summary["stages"]] == summary["rates"]
+
+
+def test_drain_cuts_off_and_the_table_says_why(cli, small_trace, scripted, tmp_path):
+    # the server never answers in time: the stage ends 0.3 s after its last send, not at --timeout
+    server = scripted(headers_delay_s=20.0)
+    started = time.monotonic()
+    done = cli("run", str(small_trace), "--url", server.url, "--rate", "50", "--requests", "5",
+               "--drain", "0.3s", "--warm-connections", "0", "--out", str(tmp_path / "res"))
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 15
+    assert "cut off at 50 req/s: 5 requests still open when the drain ended" in done.stdout
+    summary = json.loads((tmp_path / "res" / "summary.json").read_text())
+    stage = summary["stages"][0]
+    assert stage["cut_off"] == 5 and stage["errors"] == {"cut_off": 5} and stage["completed"] == 0
+    assert stage["runner"]["warm_connections"] == 0
+
+
+def test_causal_sessions_and_chunk_times_flags(cli, small_trace, scripted, tmp_path):
+    server = scripted()
+    out = tmp_path / "res"
+    done = cli("run", str(small_trace), "--url", server.url, "--rate", "40", "--requests", "40",
+               "--sessions", "causal", "--chunk-times", "none", "--out", str(out), "--json")
+    assert done.returncode == 0, done.stderr
+    stage = json.loads(done.stdout)["stages"][0]
+    assert stage["sessions"] == "causal" and stage["completed"] == 40
+    slip = stage["slip_ms"]
+    assert slip["p50"] is not None and slip["max"] >= 0
+    requests, _ = read_stage(out / "stage00_40rps.parquet")
+    # turns held back by their previous turn were sent at their release, after it ended
+    late = requests.filter(pl.col("release_ns") > pl.col("intended_ns"))
+    assert (late["sent_ns"] >= late["release_ns"]).all()
+    assert requests["chunk_us"].list.len().sum() == 0 and requests["output_chunks"].sum() > 0
+    done = cli("run", str(small_trace), "--url", server.url, "--sessions", "closed")
+    assert done.returncode == 2 and "--sessions" in done.stderr
+
+
+def test_an_invalid_stage_says_why():
+    from replay.config import RunConfig
+    from replay.metrics import _invalid_reason
+    from replay.runner import StageResult
+
+    runner = {"dispatcher_switches": {"voluntary": 10, "involuntary": 7}, "dispatcher_priority": "nice",
+              "worker_switches": {"voluntary": 5, "involuntary": 3}}
+    result = StageResult(config=RunConfig(url="http://127.0.0.1:9", lag_bound_ms=1.0), requests=pl.DataFrame(),
+                         start_unix_ns=0, offered_rate=1.0, cancelled=False, interrupted=False, runner=runner)
+    why = _invalid_reason(result, 2.5)
+    assert why == ("send lag p99 2.50 ms over the 1 ms bound; the runner lost the CPU 7 times on its dispatcher "
+                   "(nice priority) and 3 on its I/O threads")
