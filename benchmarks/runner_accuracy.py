@@ -73,8 +73,8 @@ def run_ours(url: str, offsets_s: np.ndarray) -> dict:
     from replay import _engine
 
     n = len(offsets_s)
-    raw = _engine.run(url, ["/v1/chat/completions"], np.zeros(n, np.uint8), BODY * n,
-                      np.arange(n + 1, dtype=np.uint64) * len(BODY), (offsets_s * 1e9).astype(np.int64),
+    raw = _engine.run(url, ["/v1/chat/completions"], np.zeros(n, np.uint8), (offsets_s * 1e9).astype(np.int64),
+                      BODY * n, body_offsets=np.arange(n + 1, dtype=np.uint64) * len(BODY),
                       timeout_s=30.0, worker_threads=1)
     sent = raw["sent_ns"] >= 0
     ok = int((raw["error_kind"] == 0).sum())

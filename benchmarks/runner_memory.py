@@ -8,15 +8,18 @@ N requests (default 20k, 200k, 1M) shaped like the public Azure 2023 conversatio
   "max_tokens":50}``, the text one of 8 distinct strings of common English words (4,000 - 5,000
   characters, about 1,000 prompt tokens, 4.5 KB on average). The row number in front makes every
   body its own string: a trace of N requests holds N bodies, as a real trace does. They are built
-  with polars expressions (no per-row Python loop), then validated into a :class:`replay.trace.Trace`.
+  with polars expressions (no per-row Python loop) and written to a trace file (zstd Parquet,
+  65,536-row groups) by a process of its own, before the measured one starts.
 * The server: the workspace's ``sse-bench-server --chunks 50 --prompt-tokens 1000``, so each
   response streams 50 token events (as ``max_tokens`` asks), a usage event and ``[DONE]``.
-* The replay: the path a library user takes, ``build_plan(trace, RunConfig(url, rate=5000,
-  arrivals=Arrivals(kind="constant"), warm_connections=16))`` then ``run_plan`` (``run_stage``
-  would first ask the target for ``/v1/models``, which this server does not serve).
+* The replay: the path `replay run` takes, ``read_trace(path, bodies=False)`` (the bodies stay in
+  the file and are made a window at a time as the stage runs), ``build_plan(trace,
+  RunConfig(url, rate=5000, arrivals=Arrivals(kind="constant"), warm_connections=16))`` then
+  ``run_plan`` (``run_stage`` would first ask the target for ``/v1/models``, which this server
+  does not serve).
 
 Each N runs in a fresh subprocess, which reports its RSS after imports (the baseline), after the
-trace is built, after the plan is built and after the run; the parent reaps it with ``wait4`` and
+trace is read, after the plan is built and after the run; the parent reaps it with ``wait4`` and
 takes its peak RSS (``ru_maxrss``) from there, with its wall time. The table shows those, the
 achieved send rate and send lag p99 (so a run that fell behind its schedule is visible), bytes per
 request ``(peak - baseline) / N`` and the growth per request between consecutive sizes
@@ -129,31 +132,52 @@ def bodies_frame(n: int, suffix: str):
     )
 
 
-def make_trace(n: int):
+# rows written at a time (and per row group) when the trace file is made
+WRITE_ROWS = 65_536
+
+
+def write_trace(n: int, path: Path) -> None:
+    """The trace file of n requests, written WRITE_ROWS rows at a time (the writer's memory stays
+    small too); the replay then reads it as a user's would, bodies left in the file."""
     import polars as pl
-    from replay.trace import Trace, TraceMeta, validate
+    import pyarrow.parquet as pq
+    from replay.trace import TraceMeta, validate
 
-    df = bodies_frame(n, SUFFIX_TRACE).with_columns(
-        api=pl.lit("chat"), model=pl.lit("m"), input_tokens=pl.lit(PROMPT_TOKENS, pl.Int32),
-        output_tokens=pl.lit(CHUNKS, pl.Int32), max_tokens=pl.lit(CHUNKS, pl.Int32))
     meta = TraceMeta(source_format="synthetic", redaction_policy="synthetic")
-    return Trace(validate(df, meta, source="memory benchmark trace"), meta)
+    full = bodies_frame(n, SUFFIX_TRACE)
+    writer = None
+    try:
+        for start in range(0, n, WRITE_ROWS):
+            df = full.slice(start, WRITE_ROWS).with_columns(
+                api=pl.lit("chat"), model=pl.lit("m"), input_tokens=pl.lit(PROMPT_TOKENS, pl.Int32),
+                output_tokens=pl.lit(CHUNKS, pl.Int32), max_tokens=pl.lit(CHUNKS, pl.Int32))
+            table = validate(df, meta, source="memory benchmark trace").to_arrow()
+            if writer is None:
+                schema = table.schema.with_metadata(meta.to_metadata())
+                writer = pq.ParquetWriter(path, schema, compression="zstd")
+            writer.write_table(table.cast(writer.schema), row_group_size=WRITE_ROWS)
+    finally:
+        if writer is not None:
+            writer.close()
 
 
-def child_ours(n: int, url: str, rate: float, warm: int) -> dict:
+def child_ours(n: int, url: str, rate: float, warm: int, trace_path: Path) -> dict:
     from replay.config import Arrivals, RunConfig
     from replay.plan import build_plan
     from replay.runner import run_plan
+    from replay.trace import read_trace
 
     out = {"baseline_mb": rss_mb()}
     t = time.perf_counter()
-    trace = make_trace(n)
+    trace = read_trace(trace_path, bodies=False)  # as `replay run` reads it: bodies stay in the file
     out |= {"trace_mb": rss_mb(), "trace_s": time.perf_counter() - t}
-    print(f"  ours n={n}: trace built, RSS {out['trace_mb']:.0f} MB", file=sys.stderr, flush=True)
+    print(f"  ours n={n}: trace read, RSS {out['trace_mb']:.0f} MB", file=sys.stderr, flush=True)
     config = RunConfig(url=url, rate=rate, arrivals=Arrivals(kind="constant"), warm_connections=warm)
     t = time.perf_counter()
     plan = build_plan(trace, config)
-    out |= {"plan_mb": rss_mb(), "plan_s": time.perf_counter() - t, "body_bytes": len(plan.bodies)}
+    first, offsets = next(plan.body_windows())
+    out |= {"plan_mb": rss_mb(), "plan_s": time.perf_counter() - t,
+            "body_bytes": len(first) / (len(offsets) - 1) * n}
     print(f"  ours n={n}: plan built, RSS {out['plan_mb']:.0f} MB", file=sys.stderr, flush=True)
     t = time.perf_counter()
     result = run_plan(plan, config)
@@ -241,8 +265,11 @@ def child_main(args: argparse.Namespace) -> int:
 
     import replay.runner  # noqa: F401
 
+    if args.child == "write":
+        write_trace(args.n, Path(args.trace))
+        return 0
     if args.child == "ours":
-        out = child_ours(args.n, args.url, args.rate, args.warm_connections)
+        out = child_ours(args.n, args.url, args.rate, args.warm_connections, Path(args.trace))
     else:
         out = child_peer(args.n, args.url, args.rate)
     Path(args.out).write_text(json.dumps(out))
@@ -268,8 +295,13 @@ def run_child(kind: str, n: int, args: argparse.Namespace, url: str, limit_mb: f
     timeout_s = args.timeout_s if args.timeout_s else 120 + n / 1000
     with tempfile.TemporaryDirectory(prefix="runner-memory-") as tmp:
         out = Path(tmp) / "out.json"
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--n", str(n), "--url", url,
-               "--rate", str(args.rate), "--warm-connections", str(args.warm_connections), "--out", str(out)]
+        trace = Path(tmp) / "trace.parquet"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--n", str(n), "--url", url, "--rate", str(args.rate),
+               "--warm-connections", str(args.warm_connections), "--out", str(out), "--trace", str(trace)]
+        if kind == "ours":  # the trace file is made by a process of its own, not counted
+            print(f"  writing the trace file of {n} requests", file=sys.stderr, flush=True)
+            subprocess.run(cmd + ["--child", "write"], check=True, timeout=600)
+        cmd += ["--child", kind]
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, start_new_session=True)
         why = None
@@ -375,7 +407,8 @@ def main() -> int:
     parser.add_argument("--server-threads", type=int, default=1)
     parser.add_argument("--warm-connections", type=int, default=16)
     parser.add_argument("--timeout-s", type=float, default=None, help="per child (default 120 s + 1 ms a request)")
-    parser.add_argument("--child", choices=("ours", "peer"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=("write", "ours", "peer"), help=argparse.SUPPRESS)
+    parser.add_argument("--trace", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)

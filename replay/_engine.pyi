@@ -28,10 +28,10 @@ def run(
     url: str,
     paths: list[str],
     path_index: npt.NDArray[np.uint8],
-    bodies: bytes,
-    body_offsets: npt.NDArray[np.uint64],
     offsets_ns: npt.NDArray[np.int64],
+    bodies: bytes | Callable[[], tuple[bytes, npt.NDArray[np.uint64]] | None],
     *,
+    body_offsets: npt.NDArray[np.uint64] | None = None,
     after: npt.NDArray[np.int64] | None = None,
     think_ns: npt.NDArray[np.int64] | None = None,
     headers: list[tuple[str, str]] = ...,
@@ -47,7 +47,9 @@ def run(
     progress_interval_s: float = 0.2,
     cpus: list[int] = ...,
 ) -> dict[str, Any]:
-    """Replay the planned requests open-loop (GIL released). Returns numpy columns (intended_ns,
+    """Replay the planned requests open-loop (GIL released). Bodies: all at once (bytes with
+    ``body_offsets``) or a callable returning the next window ``(bytes, offsets)`` or None, called
+    on a thread of its own a couple of windows ahead of the sends. Returns numpy columns (intended_ns,
     release_ns, conn_ns, sent_ns, first_byte_ns, first_token_ns, end_ns, status, error_kind,
     prompt_tokens, completion_tokens, cached_tokens, output_chunks, error_detail_offsets,
     chunk_offsets, chunk_us), error_detail_bytes, start_unix_ns, cancelled, cut_off,

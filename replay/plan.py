@@ -1,8 +1,9 @@
 """The request plan: which trace rows are sent, when, to which path, with which exact bytes.
 
-A plan is columns ready for the Rust runner (offsets in ns, one bytes buffer of bodies with
-offsets, a path index per request). Bodies are the trace's bodies with the replay's settings
-applied: streaming with usage, `max_tokens` from the trace and the engine's ignore-EOS flag (so the
+A plan is columns ready for the Rust runner (offsets in ns, a path index per request) and its
+bodies, made a window at a time (:meth:`Plan.body_windows`) while the stage runs, so that memory
+holds a few windows of bodies, not all of them. Bodies are the trace's bodies with the replay's
+settings applied: streaming with usage, `max_tokens` from the trace and the engine's ignore-EOS flag (so the
 server decodes as much as live traffic did), and the target's model name. Send times come from
 :func:`schedule`, which offers the requested rate over the stage's own window
 (:func:`offered_window`), so that a stage cut from a bursty stretch of a trace offers the rate asked
@@ -12,6 +13,7 @@ for, not that stretch's own rate.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,9 +23,11 @@ from replay.config import RunConfig
 from replay.errors import ConfigError, TraceError
 from replay.trace import Trace
 
-__all__ = ["Plan", "build_plan", "schedule", "offered_window", "API_PATHS"]
+__all__ = ["Plan", "build_plan", "schedule", "offered_window", "API_PATHS", "BODY_WINDOW"]
 
 API_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+# requests whose bodies are made at a time (the runner holds a couple of windows ahead)
+BODY_WINDOW = 1024
 
 
 @dataclass(frozen=True)
@@ -32,14 +36,29 @@ class Plan:
     offsets_ns: np.ndarray  # int64, intended send offset from the run start
     path_index: np.ndarray  # uint8 index into `paths`
     paths: tuple[str, ...]
-    bodies: bytes
-    body_offsets: np.ndarray  # uint64, n + 1 entries
     window_s: float  # the stage's window (see offered_window)
     offered_rate: float  # req/s the schedule offers over its window (nan: one request, or all at once)
+    trace: Trace  # where the bodies come from
+    model: str | None  # replaces every body's model name (None: keep it)
+    ignore_eos: bool
 
     @property
     def n(self) -> int:
         return len(self.offsets_ns)
+
+    def body_windows(self, size: int = BODY_WINDOW) -> Iterator[tuple[bytes, np.ndarray]]:
+        """The bodies as sent, ``size`` requests at a time: ``(bytes, offsets)`` with body i of
+        the window at ``bytes[offsets[i]:offsets[i + 1]]``."""
+        max_tokens = self.rows["max_tokens"].fill_null(self.rows["output_tokens"])
+        row = 0
+        for batch in self.trace.body_batches(self.n, size):
+            tokens = max_tokens.slice(row, len(batch)).to_list()
+            pieces = [_rewrite_body(body, row + k, model=self.model, max_tokens=mt, ignore_eos=self.ignore_eos)
+                      for k, (body, mt) in enumerate(zip(batch, tokens))]
+            offsets = np.zeros(len(pieces) + 1, dtype=np.uint64)
+            np.cumsum([len(p) for p in pieces], out=offsets[1:])
+            yield b"".join(pieces), offsets
+            row += len(batch)
 
 
 def offered_window(offsets_ns: np.ndarray, duration_s: float | None) -> tuple[float, float]:
@@ -154,35 +173,26 @@ def _rewrite_body(body: str, row: int, *, model: str | None, max_tokens: int | N
 
 
 def build_plan(trace: Trace, config: RunConfig, model: str | None = None) -> Plan:
-    """Select the rows this stage sends (see :func:`schedule`) and make their bodies.
+    """Select the rows this stage sends (see :func:`schedule`); their bodies are made as the
+    stage runs (:meth:`Plan.body_windows`).
 
     `model` (or `config.model`, which wins) replaces every body's model name.
     """
     offsets = schedule(trace, config)
     n = len(offsets)
     rows = trace.df.head(n)
-
-    model = config.model or model
     paths = tuple(API_PATHS.values())
     api_codes = {api: i for i, api in enumerate(API_PATHS)}
-    path_index = np.fromiter((api_codes[a] for a in rows["api"]), dtype=np.uint8, count=n)
-    max_tokens = rows["max_tokens"].fill_null(rows["output_tokens"]).to_list()
-    chunks: list[bytes] = []
-    body_offsets = np.zeros(n + 1, dtype=np.uint64)
-    pos = 0
-    for i, (body, mt) in enumerate(zip(rows["body"], max_tokens)):
-        b = _rewrite_body(body, i, model=model, max_tokens=mt, ignore_eos=config.ignore_eos)
-        chunks.append(b)
-        pos += len(b)
-        body_offsets[i + 1] = pos
+    path_index = rows["api"].replace_strict(api_codes, return_dtype=pl.UInt8).to_numpy()
     window_s, offered_rate = offered_window(offsets, config.duration_s)
     return Plan(
-        rows=rows,
+        rows=rows.drop("body", strict=False),
         offsets_ns=offsets,
         path_index=path_index,
         paths=paths,
-        bodies=b"".join(chunks),
-        body_offsets=body_offsets,
         window_s=window_s,
         offered_rate=offered_rate,
+        trace=trace,
+        model=config.model or model,
+        ignore_eos=config.ignore_eos,
     )

@@ -144,13 +144,13 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None) ->
 
     headers = [("Authorization", f"Bearer {config.api_key}")] if config.api_key else []
     after, think_ns = causal_gates(plan.rows, plan.offsets_ns) if config.sessions == "causal" else (None, None)
+    windows = plan.body_windows()
     raw = _engine.run(
         base_url(config.url),
         list(plan.paths),
         plan.path_index,
-        plan.bodies,
-        plan.body_offsets,
         plan.offsets_ns,
+        lambda: next(windows, None),
         after=after,
         think_ns=think_ns,
         headers=headers,

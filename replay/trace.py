@@ -5,12 +5,18 @@ Owns :data:`SCHEMA`, :data:`REQUIRED_COLUMNS`, :class:`TraceMeta`, :class:`Trace
 whose key-value metadata carries the schema version and :class:`TraceMeta`. Times are integer
 microseconds since ``t0_unix_us``. Readers reject a bad file with a one-line
 :class:`~replay.errors.TraceError` naming the file and the column; rows are counted from 0.
+
+The request bodies are most of a trace's bytes (a few KB a request: a million-request capture
+is gigabytes of them). ``read_trace(path, bodies=False)`` keeps every other column in memory and
+leaves the bodies in the file, checked as it reads them in row batches; :meth:`Trace.body_batches`
+then yields them in order, a batch at a time, whichever way the trace was read.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -121,14 +127,36 @@ class Trace:
 
     df: pl.DataFrame
     meta: TraceMeta
+    # where the bodies are when ``df`` has no 'body' column (read with bodies=False)
+    body_file: Path | None = None
 
     def __len__(self) -> int:
         return self.df.height
+
+    def body_batches(self, n: int, size: int) -> Iterator[list[str]]:
+        """The bodies of the first ``n`` rows, in order, ``size`` at a time (from memory, or
+        read from the file a row batch at a time)."""
+        if self.body_file is None:
+            bodies = self.df.get_column("body")
+            for start in range(0, n, size):
+                yield bodies.slice(start, min(size, n - start)).to_list()
+            return
+        left = n
+        with _open_parquet(self.body_file) as f:
+            for batch in f.iter_batches(batch_size=size, columns=["body"]):
+                if left <= 0:
+                    break
+                values = batch.column(0).to_pylist()[:left]
+                left -= len(values)
+                yield values
 
     def write(self, path: str | os.PathLike[str]) -> Path:
         """Validate and write to ``path`` (Parquet, zstd), atomically; return the path."""
         import pyarrow.parquet as pq
 
+        if self.body_file is not None:
+            raise TraceError(f"{Path(path).name}: this trace was read without its bodies "
+                             f"(read_trace(..., bodies=True) to write it)")
         path = Path(path)
         df = validate(self.df, self.meta, source=path.name)
         table = df.to_arrow()
@@ -173,19 +201,22 @@ def _cast_column(s: pl.Series, want: pl.DataType, source: str) -> pl.Series:
         ) from None
 
 
-def validate(df: pl.DataFrame, meta: TraceMeta, source: str) -> pl.DataFrame:
+def validate(df: pl.DataFrame, meta: TraceMeta, source: str, bodies: bool = True) -> pl.DataFrame:
     """Check ``df`` against schema 1 and return it with exact dtypes and column order.
 
     Integer columns of another width or signedness are cast when the values fit; absent
-    optional columns are filled. Raises :class:`TraceError` naming ``source`` and the column.
+    optional columns are filled. With ``bodies=False`` the frame has no 'body' column (the
+    bodies are checked elsewhere: :func:`check_bodies`). Raises :class:`TraceError` naming
+    ``source`` and the column.
     """
     if meta.schema_version != SCHEMA_VERSION:
         raise TraceError(
             f"{source}: schema version '{meta.schema_version}' unknown "
             f"(this build reads {SCHEMA_VERSION})"
         )
+    schema = SCHEMA if bodies else {k: v for k, v in SCHEMA.items() if k != "body"}
     for name in REQUIRED_COLUMNS:
-        if name not in df.columns:
+        if name not in df.columns and name in schema:
             raise TraceError(f"{source}: column '{name}' missing (schema {SCHEMA_VERSION})")
     for name in df.columns:
         if name not in SCHEMA:
@@ -193,7 +224,7 @@ def validate(df: pl.DataFrame, meta: TraceMeta, source: str) -> pl.DataFrame:
     if df.height == 0:
         raise TraceError(f"{source}: trace is empty")
     cols: list[pl.Series] = []
-    for name, dtype in SCHEMA.items():
+    for name, dtype in schema.items():
         if name in df.columns:
             cols.append(_cast_column(df.get_column(name), dtype, source))
         elif name == "turn":
@@ -214,6 +245,8 @@ def _first_row(mask: pl.Series) -> int | None:
 
 def _check_values(df: pl.DataFrame, source: str) -> None:
     for name in NOT_NULL_COLUMNS:
+        if name not in df.columns:
+            continue
         row = _first_row(df.get_column(name).is_null())
         if row is not None:
             raise TraceError(f"{source}: column '{name}' is null at row {row}")
@@ -240,8 +273,15 @@ def _check_values(df: pl.DataFrame, source: str) -> None:
             f"{source}: column 'api' is {df['api'][row]!r} at row {row}, "
             f"expected one of {', '.join(sorted(APIS))}"
         )
+    if "body" in df.columns:
+        _check_bodies(df.get_column("body").to_list(), 0, source)
+
+
+def _check_bodies(bodies: list[str | None], first_row: int, source: str) -> None:
     loads = json.loads
-    for row, body in enumerate(df.get_column("body")):
+    for row, body in enumerate(bodies, first_row):
+        if body is None:
+            raise TraceError(f"{source}: column 'body' is null at row {row}")
         try:
             ok = isinstance(loads(body), dict)
         except ValueError:
@@ -250,8 +290,38 @@ def _check_values(df: pl.DataFrame, source: str) -> None:
             raise TraceError(f"{source}: column 'body' is not a JSON object at row {row}")
 
 
-def read_trace(path: str | os.PathLike[str]) -> Trace:
-    """Read and validate the trace at ``path``."""
+# rows of bodies read (and checked) at a time from a trace file
+BODY_BATCH_ROWS = 1024
+# read a trace file's column chunks through a buffer of this size, not a whole row group at once
+_READ_BUFFER = 1 << 20
+
+
+def _open_parquet(path: Path):
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path, buffer_size=_READ_BUFFER, pre_buffer=False)
+
+
+def check_bodies(path: Path, source: str) -> None:
+    """Check every body in the trace file (a JSON object, not null), a row batch at a time."""
+    import pyarrow as pa
+
+    row = 0
+    with _open_parquet(path) as f:
+        if "body" not in f.schema_arrow.names:
+            raise TraceError(f"{source}: column 'body' missing (schema {SCHEMA_VERSION})")
+        kind = f.schema_arrow.field("body").type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)):
+            raise TraceError(f"{source}: column 'body' has type {kind}, expected String")
+        for batch in f.iter_batches(batch_size=BODY_BATCH_ROWS, columns=["body"]):
+            values = batch.column(0).to_pylist()
+            _check_bodies(values, row, source)
+            row += len(values)
+
+
+def read_trace(path: str | os.PathLike[str], bodies: bool = True) -> Trace:
+    """Read and validate the trace at ``path``. With ``bodies=False`` the bodies stay in the file
+    (checked a row batch at a time) and :meth:`Trace.body_batches` reads them when needed."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -267,7 +337,14 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
           for k, v in (schema.metadata or {}).items()}
     meta = TraceMeta.from_metadata(md, source)
     try:
-        df = pl.read_parquet(path)
+        if bodies:
+            df = pl.read_parquet(path)
+        else:
+            df = pl.read_parquet(path, columns=[c for c in schema.names if c != "body"])
     except (pl.exceptions.PolarsError, OSError) as e:
         raise TraceError(f"{source}: unreadable Parquet ({str(e).splitlines()[0]})") from e
-    return Trace(validate(df, meta, source), meta)
+    if bodies:
+        return Trace(validate(df, meta, source), meta)
+    df = validate(df, meta, source, bodies=False)
+    check_bodies(path, source)
+    return Trace(df, meta, body_file=path)

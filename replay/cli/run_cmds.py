@@ -200,7 +200,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from replay.sweep import SweepResult
     from replay.trace import read_trace
 
-    trace = read_trace(args.trace)
+    trace = read_trace(args.trace, bodies=False)  # bodies are read a window at a time as the stage runs
     config = _config(args, args.rate, args.speedup)
     schedule(trace, config)  # bad --duration / --requests: before the engine starts
     sim_config = _sim_config(args)
@@ -222,7 +222,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     probe_s = parse_duration_s(args.probe_duration, "--probe-duration")
     if not probe_s > 0:
         raise ConfigError(f"--probe-duration: must be > 0, got {args.probe_duration}")
-    trace = read_trace(args.trace)
+    trace = read_trace(args.trace, bodies=False)  # bodies are read a window at a time as the stage runs
     config = _config(args, None, None)
     if not isinstance(rates, AutoRates):
         check_stages(trace, config, rates)  # every stage's flags: before the engine starts

@@ -84,7 +84,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from replay.inspect import summarize
     from replay.trace import read_trace
 
-    summary = summarize(read_trace(args.trace))
+    summary = summarize(read_trace(args.trace, bodies=False))
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0

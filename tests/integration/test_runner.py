@@ -185,3 +185,17 @@ def test_warm_up_is_reported(scripted):
     # the requests went out on the warm connections: the server saw no new client port
     ports = {a.client_port for a in server.arrivals}
     assert len(ports) <= 3
+
+
+def test_a_trace_read_without_bodies_sends_the_same_requests(scripted, tmp_path):
+    from replay.trace import read_trace
+
+    server = scripted()
+    bodies = [{"messages": [{"role": "user", "content": f"hi {i}"}], "max_tokens": 2 + i % 3} for i in range(7)]
+    path = trace_of_bodies(bodies).write(tmp_path / "t.parquet")
+    run_stage(read_trace(path), RunConfig(url=server.url, rate=100.0, model="x"))
+    run_stage(read_trace(path, bodies=False), RunConfig(url=server.url, rate=100.0, model="x"))
+    sent = [a.body for a in server.arrivals]
+    assert len(sent) == 14
+    key = lambda b: b["messages"][0]["content"]  # noqa: E731
+    assert sorted(sent[:7], key=key) == sorted(sent[7:], key=key)

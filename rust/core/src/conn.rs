@@ -397,8 +397,11 @@ impl Pool {
         }
     }
 
-    /// The most recently used idle connection that is still alive, if any.
-    pub fn take(&self) -> Option<Conn> {
+    /// The most recently used idle connection that is still alive, if any. Connections found
+    /// closed by the server on the way are pushed onto `dead` rather than closed here: closing a
+    /// socket costs tens of µs (deregistering it, the FIN), which the dispatcher hands to an I/O
+    /// worker instead.
+    pub fn take(&self, dead: &mut Vec<Conn>) -> Option<Conn> {
         let now = Instant::now();
         let mut idle = self.idle.lock().expect("pool lock");
         self.expire(&mut idle, now);
@@ -406,6 +409,7 @@ impl Pool {
             if conn.looks_alive() {
                 return Some(conn);
             }
+            dead.push(conn);
         }
         None
     }

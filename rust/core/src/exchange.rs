@@ -113,12 +113,13 @@ pub(crate) fn launch(
     let (prefix, tail) = shared.encoder.head(path, body.len());
     let wire = Wire { prefix, tail, body };
     let mut conn_ns = -1;
+    let mut dead = Vec::new();
     let start = match shared.permits.clone().try_acquire_owned() {
         Err(_) => Start::Fresh {
             permit: None,
             conn: None,
         },
-        Ok(permit) => match shared.pool.take() {
+        Ok(permit) => match shared.pool.take(&mut dead) {
             None => Start::Fresh {
                 permit: Some(permit),
                 conn: None,
@@ -164,6 +165,9 @@ pub(crate) fn launch(
     rec.conn_ns = conn_ns;
     rec.keep_chunks = shared.keep_chunks;
     runtime.spawn(request_task(shared.clone(), rec, wire, start, handed));
+    if !dead.is_empty() {
+        runtime.spawn(async move { drop(dead) });
+    }
 }
 
 /// What the exchange has seen so far (kept when its future is dropped).
@@ -258,7 +262,7 @@ async fn put_on_wire(
                     (ErrorKind::Other, "connection slots closed".to_string())
                 })?,
             };
-            let conn = match shared.pool.take() {
+            let conn = match shared.pool.take(&mut Vec::new()) {
                 Some(c) => c,
                 None => match Conn::connect(&shared.addrs, shared.connect_timeout).await {
                     Ok(c) => c,

@@ -91,6 +91,47 @@ pub struct PlannedRequest {
     pub after: Option<Gate>,
 }
 
+/// Everything about a run's requests but their bodies, known before t0 (a few bytes a request):
+/// request i goes to `paths[path_index[i]]`, is due `offsets_ns[i]` after t0, and (causal
+/// sessions) follows `after[i]` when that is set. `after` may be empty (no request is gated).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Schedule {
+    pub paths: Vec<String>,
+    pub path_index: Vec<u8>,
+    pub offsets_ns: Vec<i64>,
+    pub after: Vec<Option<Gate>>,
+}
+
+impl Schedule {
+    /// The schedule of planned requests, and their bodies in order.
+    pub fn of(requests: Vec<PlannedRequest>) -> (Schedule, Vec<Bytes>) {
+        let mut s = Schedule::default();
+        let mut bodies = Vec::with_capacity(requests.len());
+        for r in requests {
+            let k = match s.paths.iter().position(|p| *p == r.path) {
+                Some(k) => k,
+                None => {
+                    s.paths.push(r.path);
+                    s.paths.len() - 1
+                }
+            };
+            s.path_index.push(k as u8);
+            s.offsets_ns.push(r.offset_ns);
+            s.after.push(r.after);
+            bodies.push(r.body);
+        }
+        (s, bodies)
+    }
+
+    pub fn len(&self) -> usize {
+        self.offsets_ns.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.offsets_ns.is_empty()
+    }
+}
+
 /// Shared between `run` and its caller: cancel it from any thread, read progress counters.
 #[derive(Debug, Default)]
 pub struct RunControl {
@@ -108,37 +149,51 @@ fn non_zero(ns: u64) -> Option<Duration> {
     (ns > 0).then(|| Duration::from_nanos(ns))
 }
 
-fn validate(config: &RunConfig, requests: &[PlannedRequest]) -> Result<(), CoreError> {
+fn validate(config: &RunConfig, schedule: &Schedule) -> Result<(), CoreError> {
     if config.worker_threads == 0 {
         return Err(CoreError::config("worker_threads", "must be at least 1"));
     }
     if config.max_connections == 0 {
         return Err(CoreError::config("max_connections", "must be at least 1"));
     }
-    if requests.len() > u32::MAX as usize {
+    let n = schedule.len();
+    if n > u32::MAX as usize {
         return Err(CoreError::config(
             "requests",
-            format!("{} requests is more than 2^32-1", requests.len()),
+            format!("{n} requests is more than 2^32-1"),
+        ));
+    }
+    if schedule.path_index.len() != n || !(schedule.after.is_empty() || schedule.after.len() == n) {
+        return Err(CoreError::config(
+            "schedule",
+            format!(
+                "{n} offsets, {} path indexes, {} gates (want one each, gates may be empty)",
+                schedule.path_index.len(),
+                schedule.after.len()
+            ),
+        ));
+    }
+    if let Some(i) = schedule.path_index.iter().position(|&k| k as usize >= schedule.paths.len()) {
+        return Err(CoreError::config(
+            "path_index",
+            format!("request {i} names path {} of {}", schedule.path_index[i], schedule.paths.len()),
         ));
     }
     let mut prev = 0i64;
-    for (i, r) in requests.iter().enumerate() {
-        if r.offset_ns < 0 {
+    for (i, &offset) in schedule.offsets_ns.iter().enumerate() {
+        if offset < 0 {
             return Err(CoreError::config(
                 "offset_ns",
-                format!("request {i} has negative offset {} ns", r.offset_ns),
+                format!("request {i} has negative offset {offset} ns"),
             ));
         }
-        if r.offset_ns < prev {
+        if offset < prev {
             return Err(CoreError::config(
                 "offset_ns",
-                format!(
-                    "not nondecreasing: request {i} at {} ns follows {prev} ns",
-                    r.offset_ns
-                ),
+                format!("not nondecreasing: request {i} at {offset} ns follows {prev} ns"),
             ));
         }
-        if let Some(g) = r.after {
+        if let Some(Some(g)) = schedule.after.get(i) {
             if g.parent >= i || g.think_ns < 0 {
                 return Err(CoreError::config(
                     "after",
@@ -149,7 +204,7 @@ fn validate(config: &RunConfig, requests: &[PlannedRequest]) -> Result<(), CoreE
                 ));
             }
         }
-        prev = r.offset_ns;
+        prev = offset;
     }
     Ok(())
 }
@@ -216,21 +271,37 @@ async fn warm_up(
     (opened, String::new())
 }
 
-/// Replay `requests` open-loop against `config.base_url` and return one record per request.
-///
-/// Blocks the calling thread (which becomes the dispatcher) until every request finished, the
-/// drain ended (then `cut_off` is true), or `control.cancel` was set and in-flight requests were
-/// aborted (then `cancelled` is true). Faults of single requests never stop the run; only
-/// invalid configuration or a runtime that cannot start return `Err`.
+/// Replay `requests` open-loop against `config.base_url` and return one record per request
+/// (`run_streamed` with the bodies already in memory).
 pub fn run(
     config: &RunConfig,
     requests: Vec<PlannedRequest>,
     control: Arc<RunControl>,
 ) -> Result<Records, CoreError> {
-    validate(config, &requests)?;
+    let (schedule, bodies) = Schedule::of(requests);
+    run_streamed(config, schedule, bodies, control)
+}
+
+/// Replay the `schedule` open-loop against `config.base_url`, taking each request's body from
+/// `bodies` (in request order) only when it is due, so that a source that reads them a window
+/// ahead keeps memory bounded. Returns one record per request.
+///
+/// Blocks the calling thread (which becomes the dispatcher) until every request finished, the
+/// drain ended (then `cut_off` is true), or `control.cancel` was set and in-flight requests were
+/// aborted (then `cancelled` is true). Faults of single requests never stop the run; only
+/// invalid configuration or a runtime that cannot start return `Err`.
+/// If `bodies` ends before the schedule does, the requests left are not sent (`Other`, "not
+/// sent: the request source ended early").
+pub fn run_streamed(
+    config: &RunConfig,
+    schedule: Schedule,
+    bodies: impl IntoIterator<Item = Bytes>,
+    control: Arc<RunControl>,
+) -> Result<Records, CoreError> {
+    validate(config, &schedule)?;
     let base = BaseUrl::parse(&config.base_url)?;
     let headers = build_headers(&config.headers)?;
-    let encoder = Encoder::new(&base, &headers, requests.iter().map(|r| r.path.as_str()))?;
+    let encoder = Encoder::new(&base, &headers, schedule.paths.iter().map(String::as_str))?;
     let addrs = resolve(&base)?;
     raise_nofile_limit();
 
@@ -245,9 +316,9 @@ pub fn run(
         .map_err(|e| CoreError::Runtime {
             message: format!("cannot start tokio runtime: {e}"),
         })?;
-    let n = requests.len();
-    let intended: Vec<i64> = requests.iter().map(|r| r.offset_ns).collect();
-    let causal = requests.iter().any(|r| r.after.is_some());
+    let n = schedule.len();
+    let intended: Vec<i64> = schedule.offsets_ns.clone();
+    let causal = schedule.after.iter().any(Option::is_some);
     let (records_tx, records_rx) = mpsc::channel();
     let (ends_tx, ends_rx) = mpsc::channel();
     let (stop_tx, stop_rx) = watch::channel(0u8);
@@ -280,6 +351,9 @@ pub fn run(
         }
         warm_up(&shared, &base, &headers, wanted).await
     });
+    // The first body is in hand before t0 (a source that reads ahead has its first window).
+    let mut bodies = bodies.into_iter().peekable();
+    bodies.peek();
     let dispatcher = threads::current_thread();
     let dispatcher_before = threads::switches(&dispatcher);
     let priority = threads::raise_priority();
@@ -291,11 +365,11 @@ pub fn run(
     let handle = runtime.handle().clone();
     let last_offset = intended.last().copied().unwrap_or(0);
     let stop_at_ns = (config.drain_ns > 0).then(|| last_offset.saturating_add(config.drain_ns as i64));
-    let items = requests.into_iter().enumerate().map(|(index, r)| Scheduled {
+    let items = bodies.enumerate().take(n).map(|(index, body)| Scheduled {
         index,
-        offset_ns: r.offset_ns,
-        gate: r.after,
-        payload: (r.path, r.body),
+        offset_ns: schedule.offsets_ns[index],
+        gate: schedule.after.get(index).copied().flatten(),
+        payload: (schedule.path_index[index], body),
     });
     let dispatched = dispatch(
         t0,
@@ -303,7 +377,9 @@ pub fn run(
         causal.then_some(&ends_rx),
         stop_at_ns,
         &control.cancel,
-        |index, release_ns, (path, body)| launch(&shared, &handle, index, release_ns, &path, body),
+        |index, release_ns, (path, body)| {
+            launch(&shared, &handle, index, release_ns, &schedule.paths[path as usize], body)
+        },
     );
     threads::restore_priority(priority);
     let dispatcher_switches = threads::since(threads::switches(&dispatcher), dispatcher_before);
@@ -353,6 +429,8 @@ pub fn run(
         (ErrorKind::Cancelled, "not sent: run cancelled")
     } else if cut_off {
         (ErrorKind::CutOff, "not sent: the drain ended")
+    } else if dispatched.count < n {
+        (ErrorKind::Other, "not sent: the request source ended early")
     } else {
         (ErrorKind::Other, "no record for this request (internal error)")
     };

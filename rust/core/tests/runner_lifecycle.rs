@@ -130,3 +130,39 @@ fn the_runner_counts_its_threads_context_switches() {
     assert!(r.stats.dispatcher.voluntary > 0, "{:?}", r.stats);
     assert!(r.stats.workers.voluntary > 0, "{:?}", r.stats);
 }
+
+#[test]
+fn bodies_are_taken_from_the_source_only_as_requests_come_due() {
+    use replay_core::{run_streamed, Schedule};
+    use std::sync::Mutex;
+
+    let server = common::start();
+    let n = 5;
+    let schedule = Schedule {
+        paths: vec!["/sse?chunks=1".into()],
+        path_index: vec![0; n],
+        offsets_ns: (0..n as i64).map(|i| i * 60_000_000).collect(),
+        after: Vec::new(),
+    };
+    let t0_guess = Instant::now();
+    let pulls = Arc::new(Mutex::new(Vec::new()));
+    let p2 = pulls.clone();
+    // Three bodies for five requests: the source ends early.
+    let source = (0..3).map(move |i| {
+        p2.lock().unwrap().push(t0_guess.elapsed().as_nanos() as i64);
+        Bytes::from(format!("{{\"i\":{i}}}"))
+    });
+    let r = run_streamed(&config(server.url()), schedule, source, Arc::new(RunControl::default())).unwrap();
+    let pulls = pulls.lock().unwrap();
+    assert_eq!(pulls.len(), 3);
+    // Body k is taken right after request k-1 went out, not all up front.
+    for k in 1..3 {
+        assert!(pulls[k] >= (k as i64 - 1) * 60_000_000, "body {k} taken at {} ns", pulls[k]);
+    }
+    assert!(r.error_kind[..3].iter().all(|&k| k == 0), "{:?}", r.error_detail);
+    for i in 3..5 {
+        assert_eq!(ErrorKind::from_u8(r.error_kind[i]), Some(ErrorKind::Other));
+        assert_eq!(r.error_detail[i], "not sent: the request source ended early");
+        assert_eq!(r.sent_ns[i], -1);
+    }
+}

@@ -18,8 +18,8 @@ mod affinity;
 mod sim;
 
 use replay_core::{
-    arrival_offsets as core_arrival_offsets, run as core_run, Arrivals, CoreError, ErrorKind, Gate,
-    PlannedRequest, Records, RunConfig, RunControl, Switches,
+    arrival_offsets as core_arrival_offsets, run_streamed as core_run_streamed, Arrivals, CoreError,
+    ErrorKind, Gate, Records, RunConfig, RunControl, Schedule, Switches,
 };
 
 /// Raise the `replay.errors` class that matches a core error variant.
@@ -154,19 +154,84 @@ fn records_to_dict<'py>(py: Python<'py>, r: Records) -> PyResult<Bound<'py, PyDi
     Ok(d)
 }
 
+/// Bodies `data[offsets[i]..offsets[i+1]]`, one shared buffer (copied once from Python).
+fn split_bodies(data: &[u8], offsets: &[u64]) -> PyResult<Vec<bytes::Bytes>> {
+    let all = bytes::Bytes::copy_from_slice(data);
+    let mut out = Vec::with_capacity(offsets.len().saturating_sub(1));
+    for (i, w) in offsets.windows(2).enumerate() {
+        let (a, b) = (w[0] as usize, w[1] as usize);
+        if a > b || b > all.len() {
+            return Err(PyValueError::new_err(format!("body {i}: offsets {a}..{b} outside {} bytes", all.len())));
+        }
+        out.push(all.slice(a..b));
+    }
+    Ok(out)
+}
+
+/// Windows of bodies still to send, read from a Python callable a few windows ahead of the
+/// dispatcher on a thread of its own (which takes the GIL only while it calls the source).
+struct Feeder {
+    handle: std::thread::JoinHandle<()>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    error: Arc<Mutex<Option<PyErr>>>,
+}
+
+/// Windows the feeder may have ready before the dispatcher takes them.
+const WINDOWS_AHEAD: usize = 2;
+
+fn start_feeder(source: Py<PyAny>, control: Arc<RunControl>) -> PyResult<(Feeder, mpsc::Receiver<Vec<bytes::Bytes>>)> {
+    let (tx, rx) = mpsc::sync_channel::<Vec<bytes::Bytes>>(WINDOWS_AHEAD);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let error: Arc<Mutex<Option<PyErr>>> = Arc::new(Mutex::new(None));
+    let (stop2, error2) = (stop.clone(), error.clone());
+    let handle = std::thread::Builder::new()
+        .name("replay-bodies".into())
+        .spawn(move || loop {
+            let window = Python::attach(|py| -> PyResult<Option<Vec<bytes::Bytes>>> {
+                if stop2.load(Ordering::SeqCst) {
+                    return Ok(None);
+                }
+                let next = source.bind(py).call0()?;
+                if next.is_none() {
+                    return Ok(None);
+                }
+                let (data, offsets): (Bound<'_, PyBytes>, PyReadonlyArray1<'_, u64>) = next.extract()?;
+                split_bodies(data.as_bytes(), offsets.as_slice()?).map(Some)
+            });
+            match window {
+                Ok(Some(w)) => {
+                    if tx.send(w).is_err() {
+                        break; // the run is over
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    *error2.lock().expect("feeder error") = Some(e);
+                    control.cancel.store(true, Ordering::SeqCst);
+                    break;
+                }
+            }
+        })
+        .map_err(|e| PyValueError::new_err(format!("cannot start the body feeder thread: {e}")))?;
+    Ok((Feeder { handle, stop, error }, rx))
+}
+
 /// Replay planned requests open-loop against `url`; blocks (GIL released) until done.
 ///
-/// Requests come as columns: `path_index[i]` picks one of `paths`, the body of request i is
-/// `bodies[body_offsets[i]..body_offsets[i+1]]`, and it is due `offsets_ns[i]` after the start.
-/// Causal sessions: `after[i]` is the index of the request that request i follows (-1: none)
-/// and `think_ns[i]` the think time after it. Times in seconds: None keeps the core's default
-/// (`run_defaults()`), 0 means no limit.
+/// The schedule comes as columns: request i goes to `paths[path_index[i]]` and is due
+/// `offsets_ns[i]` after the start. Bodies come either all at once (`bodies` bytes with
+/// `body_offsets`, n + 1 entries: body i is `bodies[body_offsets[i]..body_offsets[i+1]]`) or as
+/// a callable returning the next window `(bytes, offsets)` in the same form, or None at the end;
+/// it is called on a thread of its own, a couple of windows ahead of the sends, so memory holds
+/// only those windows. Causal sessions: `after[i]` is the index of the request that request i
+/// follows (-1: none) and `think_ns[i]` the think time after it. Times in seconds: None keeps
+/// the core's default (`run_defaults()`), 0 means no limit.
 /// `progress(sent, completed, errors)` is called every `progress_interval_s` with the GIL held.
 /// On Ctrl-C the run is cancelled, partial results are returned and `interrupted` is True.
 /// `cpus` pins the runner's threads (dispatcher and I/O workers) to those CPUs.
 #[pyfunction]
 #[pyo3(signature = (
-    url, paths, path_index, bodies, body_offsets, offsets_ns, *, after=None, think_ns=None,
+    url, paths, path_index, offsets_ns, bodies, *, body_offsets=None, after=None, think_ns=None,
     headers=Vec::new(), timeout_s=None, stall_timeout_s=None, connect_timeout_s=None, drain_s=None,
     max_connections=None, warm_connections=0, chunk_times=true, worker_threads=None, progress=None,
     progress_interval_s=0.2, cpus=Vec::new()
@@ -177,9 +242,9 @@ fn run<'py>(
     url: String,
     paths: Vec<String>,
     path_index: PyReadonlyArray1<'py, u8>,
-    bodies: &Bound<'py, PyBytes>,
-    body_offsets: PyReadonlyArray1<'py, u64>,
     offsets_ns: PyReadonlyArray1<'py, i64>,
+    bodies: Bound<'py, PyAny>,
+    body_offsets: Option<PyReadonlyArray1<'py, u64>>,
     after: Option<PyReadonlyArray1<'py, i64>>,
     think_ns: Option<PyReadonlyArray1<'py, i64>>,
     headers: Vec<(String, String)>,
@@ -195,45 +260,50 @@ fn run<'py>(
     progress_interval_s: f64,
     cpus: Vec<usize>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let path_index = path_index.as_slice()?;
-    let body_offsets = body_offsets.as_slice()?;
     let offsets = offsets_ns.as_slice()?;
     let n = offsets.len();
-    if path_index.len() != n || body_offsets.len() != n + 1 {
-        return Err(PyValueError::new_err(format!(
-            "column lengths disagree: {n} offsets, {} path indexes, {} body offsets (want n+1)",
-            path_index.len(),
-            body_offsets.len()
-        )));
-    }
     let after = after.as_ref().map(|a| a.as_slice()).transpose()?;
     let think = think_ns.as_ref().map(|a| a.as_slice()).transpose()?;
     if after.is_some_and(|a| a.len() != n) || think.is_some_and(|t| t.len() != n) {
         return Err(PyValueError::new_err(format!("after / think_ns must have one entry per request ({n})")));
     }
-    let all = bytes::Bytes::copy_from_slice(bodies.as_bytes());
-    let paths: Vec<Arc<str>> = paths.into_iter().map(Arc::from).collect();
-    let mut requests = Vec::with_capacity(n);
-    for i in 0..n {
-        let (a, b) = (body_offsets[i] as usize, body_offsets[i + 1] as usize);
-        let p = path_index[i] as usize;
-        if a > b || b > all.len() || p >= paths.len() {
-            return Err(PyValueError::new_err(format!("request {i}: body offsets or path index out of range")));
-        }
-        let gate = match after.map(|a| a[i]) {
-            Some(parent) if parent >= 0 => Some(Gate {
-                parent: parent as usize,
-                think_ns: think.map(|t| t[i]).unwrap_or(0),
-            }),
-            _ => None,
+    let gates = match after {
+        None => Vec::new(),
+        Some(a) => (0..n)
+            .map(|i| {
+                (a[i] >= 0).then(|| Gate {
+                    parent: a[i] as usize,
+                    think_ns: think.map(|t| t[i]).unwrap_or(0),
+                })
+            })
+            .collect(),
+    };
+    let schedule = Schedule {
+        paths,
+        path_index: path_index.as_slice()?.to_vec(),
+        offsets_ns: offsets.to_vec(),
+        after: gates,
+    };
+    let control = Arc::new(RunControl::default());
+    let (feeder, source): (Option<Feeder>, Box<dyn Iterator<Item = bytes::Bytes> + Send>) =
+        match (bodies.cast::<PyBytes>(), body_offsets) {
+            (Ok(data), Some(offs)) => {
+                let offs = offs.as_slice()?;
+                if offs.len() != n + 1 {
+                    return Err(PyValueError::new_err(format!(
+                        "{} body offsets for {n} requests (want n + 1)",
+                        offs.len()
+                    )));
+                }
+                (None, Box::new(split_bodies(data.as_bytes(), offs)?.into_iter()))
+            }
+            (Ok(_), None) => return Err(PyValueError::new_err("bodies as bytes need body_offsets")),
+            (Err(_), _) if bodies.is_callable() => {
+                let (f, rx) = start_feeder(bodies.clone().unbind(), control.clone())?;
+                (Some(f), Box::new(rx.into_iter().flatten()))
+            }
+            (Err(_), _) => return Err(PyValueError::new_err("bodies: expected bytes or a callable")),
         };
-        requests.push(PlannedRequest {
-            path: paths[p].to_string(),
-            body: all.slice(a..b),
-            offset_ns: offsets[i],
-            after: gate,
-        });
-    }
     let d = RunConfig::default();
     let config = RunConfig {
         base_url: url,
@@ -247,7 +317,6 @@ fn run<'py>(
         keep_chunks: chunk_times,
         worker_threads: worker_threads.unwrap_or(d.worker_threads),
     };
-    let control = Arc::new(RunControl::default());
     let (tx, rx) = mpsc::channel();
     let rx = Mutex::new(rx); // detach() needs a Sync closure
     let thread_control = Arc::clone(&control);
@@ -256,7 +325,7 @@ fn run<'py>(
         .spawn(move || {
             // The runtime's workers are created by this thread and inherit its CPU set.
             let outcome = match affinity::pin_current_thread(&cpus) {
-                Ok(()) => core_run(&config, requests, thread_control),
+                Ok(()) => core_run_streamed(&config, schedule, source, thread_control),
                 Err(e) => Err(CoreError::Config {
                     field: "cpus",
                     message: format!("cannot pin the runner to {cpus:?}: {e}"),
@@ -268,6 +337,7 @@ fn run<'py>(
 
     let interval = Duration::from_secs_f64(progress_interval_s.max(0.01));
     let mut interrupted = false;
+    let mut callback_error: Option<PyErr> = None;
     let outcome = loop {
         match py.detach(|| rx.lock().expect("receiver").recv_timeout(interval)) {
             Ok(result) => break result,
@@ -281,7 +351,7 @@ fn run<'py>(
             interrupted = true;
             control.cancel.store(true, Ordering::SeqCst);
         }
-        if let Some(cb) = progress.as_ref() {
+        if let (Some(cb), None) = (progress.as_ref(), callback_error.as_ref()) {
             let args = (
                 control.sent.load(Ordering::Relaxed),
                 control.completed.load(Ordering::Relaxed),
@@ -289,11 +359,20 @@ fn run<'py>(
             );
             if let Err(e) = cb.call1(args) {
                 control.cancel.store(true, Ordering::SeqCst);
-                let _ = py.detach(|| rx.lock().expect("receiver").recv());
-                return Err(e);
+                callback_error = Some(e);
             }
         }
     };
+    if let Some(f) = feeder {
+        f.stop.store(true, Ordering::SeqCst);
+        let _ = py.detach(|| f.handle.join());
+        if let Some(e) = f.error.lock().expect("feeder error").take() {
+            return Err(e);
+        }
+    }
+    if let Some(e) = callback_error {
+        return Err(e);
+    }
     let records = outcome.map_err(|e| to_py_err(py, e))?;
     let d = records_to_dict(py, records)?;
     d.set_item("interrupted", interrupted)?;

@@ -100,3 +100,23 @@ def test_offered_window():
     assert offered_window(offsets, 4.0) == (4.0, 0.75)
     window, rate = offered_window(offsets[:1], None)
     assert window == 0.0 and np.isnan(rate)
+
+
+def test_bodies_are_made_a_window_at_a_time():
+    import json
+
+    import numpy as np
+
+    from replay.config import RunConfig
+    from replay.plan import build_plan
+    from tests.integration.conftest import trace_of_bodies
+
+    trace = trace_of_bodies([{"prompt": f"p{i}", "max_tokens": i + 1} for i in range(7)], api="completions")
+    plan = build_plan(trace, RunConfig(url="http://127.0.0.1:9", requests=5), model="m")
+    windows = list(plan.body_windows(size=2))
+    assert [len(offsets) - 1 for _, offsets in windows] == [2, 2, 1]
+    bodies = [json.loads(data[int(a):int(b)]) for data, offsets in windows for a, b in zip(offsets, offsets[1:])]
+    assert [b["prompt"] for b in bodies] == ["p0", "p1", "p2", "p3", "p4"]
+    assert all(b["model"] == "m" and b["stream"] and b["ignore_eos"] for b in bodies)
+    assert [b["max_tokens"] for b in bodies] == [1, 2, 3, 4, 5]
+    assert all(offsets.dtype == np.uint64 for _, offsets in windows)

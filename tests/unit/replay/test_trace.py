@@ -179,3 +179,34 @@ def test_meta_round_trips_through_strings():
     assert all(isinstance(v, str) for v in md.values())
     assert TraceMeta.from_metadata(md, "m") == meta
     assert pa.schema([], metadata=md).metadata  # storable as Arrow metadata
+
+
+def test_bodies_can_stay_in_the_file_and_come_in_batches(make_trace, tmp_path):
+    trace = make_trace(n=10)
+    path = tmp_path / "t.parquet"
+    # small row groups: the bodies are read across several of them
+    pq.write_table(trace.df.to_arrow().replace_schema_metadata(trace.meta.to_metadata()), path, row_group_size=3)
+    lazy = read_trace(path, bodies=False)
+    assert "body" not in lazy.df.columns and lazy.body_file == path
+    assert lazy.df.equals(trace.df.drop("body"))
+    in_memory = [b for batch in trace.body_batches(7, 4) for b in batch]
+    from_file = list(lazy.body_batches(7, 4))
+    assert [len(b) for b in from_file] == [4, 3]
+    assert [b for batch in from_file for b in batch] == in_memory == trace.df["body"].head(7).to_list()
+    with pytest.raises(TraceError, match="read without its bodies"):
+        lazy.write(tmp_path / "copy.parquet")
+
+
+@pytest.mark.parametrize("bad, message", [
+    (None, "column 'body' is null at row 8"),
+    ("[1, 2]", "column 'body' is not a JSON object at row 8"),
+])
+def test_a_bad_body_in_the_file_is_named_by_row(make_trace, tmp_path, bad, message):
+    df = make_trace(n=10).df.with_row_index().with_columns(
+        body=pl.when(pl.col("index") == 8).then(pl.lit(bad, pl.String)).otherwise(pl.col("body"))
+    ).drop("index")
+    path = tmp_path / "t.parquet"
+    meta = make_trace(n=10).meta.to_metadata()
+    pq.write_table(df.to_arrow().replace_schema_metadata(meta), path, row_group_size=3)
+    with pytest.raises(TraceError, match=f"^t.parquet: {message}$"):
+        read_trace(path, bodies=False)
