@@ -124,7 +124,7 @@ def warm_connections(plan: Plan, config: RunConfig) -> int:
     rate = plan.offered_rate
     if math.isnan(rate):
         return 1
-    e2e = plan.rows["e2e_us"].drop_nulls() if "e2e_us" in plan.rows.columns else pl.Series([], dtype=pl.Int64)
+    e2e = plan.rows["e2e_us"].drop_nulls()
     if e2e.len():
         expected_s = float(e2e.mean()) / 1e6
     else:
@@ -134,7 +134,8 @@ def warm_connections(plan: Plan, config: RunConfig) -> int:
 
 
 def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None) -> StageResult:
-    """Send a prepared plan; returns when every request finished or the run was cancelled."""
+    """Send a prepared plan; returns when every request finished, the drain ended or the run was
+    cancelled. The bodies are made a window at a time (:meth:`Plan.body_windows`) while it runs."""
     from replay import _engine
 
     callback = None

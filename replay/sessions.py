@@ -26,12 +26,11 @@ def causal_gates(rows: pl.DataFrame, offsets_ns: np.ndarray) -> tuple[np.ndarray
     span_us = int(arrival.max() - arrival.min()) if n > 1 else 0
     span_ns = int(offsets_ns[-1] - offsets_ns[0]) if n > 1 else 0
     scale = span_ns / (span_us * 1000) if span_us > 0 else 1.0
-    e2e = rows["e2e_us"] if "e2e_us" in rows.columns else pl.Series("e2e_us", [None] * n, pl.Int64)
     frame = pl.DataFrame({
         "i": np.arange(n, dtype=np.int64),
-        "session": rows["session_id"] if "session_id" in rows.columns else pl.Series([None] * n, dtype=pl.String),
+        "session": rows["session_id"],
         "arrival": arrival,
-        "e2e": e2e.cast(pl.Int64),
+        "e2e": rows["e2e_us"].cast(pl.Int64),
     })
     prev = frame.with_columns(
         parent=pl.when(pl.col("session").is_not_null()).then(pl.col("i").shift(1).over("session")),
