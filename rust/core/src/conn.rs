@@ -260,13 +260,37 @@ impl Conn {
         Ok(())
     }
 
-    /// An idle connection is still usable: no EOF and no stray bytes waiting (checked without
-    /// blocking, callable from any thread).
+    /// An idle connection is still usable: the server has not closed it and sent nothing
+    /// unasked (checked without blocking, callable from any thread). On Unix this asks the
+    /// socket itself (`recv` with `MSG_PEEK | MSG_DONTWAIT`), not the runtime's cached readiness,
+    /// which may not have seen a close yet (e.g. right after the server died).
     pub fn looks_alive(&self) -> bool {
-        let mut probe = [0u8; 1];
-        match self.stream.try_read(&mut probe) {
-            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
-            Ok(_) => false, // EOF (0) or unexpected bytes
+        #[cfg(unix)]
+        {
+            use std::os::fd::AsRawFd;
+            let mut probe = [0u8; 1];
+            // SAFETY: a valid open socket fd owned by `self.stream`, a 1-byte buffer we own.
+            let n = unsafe {
+                libc::recv(
+                    self.stream.as_raw_fd(),
+                    probe.as_mut_ptr().cast(),
+                    1,
+                    libc::MSG_PEEK | libc::MSG_DONTWAIT,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                return e.kind() == io::ErrorKind::WouldBlock;
+            }
+            false // 0: the server closed it; > 0: bytes nobody asked for
+        }
+        #[cfg(not(unix))]
+        {
+            let mut probe = [0u8; 1];
+            match self.stream.try_read(&mut probe) {
+                Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+                Ok(_) => false,
+            }
         }
     }
 

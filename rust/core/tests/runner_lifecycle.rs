@@ -166,3 +166,19 @@ fn bodies_are_taken_from_the_source_only_as_requests_come_due() {
         assert_eq!(r.sent_ns[i], -1);
     }
 }
+
+#[test]
+fn an_idle_connection_the_server_closed_is_not_reused() {
+    use replay_core::conn::Conn;
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let conn = rt.block_on(Conn::connect(&[addr], None)).unwrap();
+    let (server_side, _) = listener.accept().unwrap();
+    // Asked from a plain thread, as the dispatcher asks, with no runtime polling the socket.
+    assert!(conn.looks_alive(), "an open idle connection");
+    drop(server_side);
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(!conn.looks_alive(), "the server closed it: its FIN is seen without the runtime");
+}
