@@ -28,7 +28,6 @@ usage: python benchmarks/runner_accuracy.py [--rates 100,500,1000,2000,5000,1000
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shutil
@@ -40,6 +39,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from asyncio_peer import send_open_loop
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = ROOT / "target" / "release" / "sse-bench-server"
@@ -81,46 +82,9 @@ def run_ours(url: str, offsets_s: np.ndarray) -> dict:
     return stats(raw["intended_ns"][sent] / 1e9, raw["sent_ns"][sent] / 1e9, ok)
 
 
-async def _asyncio_peer(url: str, offsets_s: np.ndarray) -> dict:
-    import aiohttp
-
-    n = len(offsets_s)
-    intended = np.zeros(n)
-    sent = np.zeros(n)
-    ok = 0
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as session:
-
-        async def send(i: int, due: float) -> None:
-            nonlocal ok
-            intended[i] = due
-            sent[i] = time.perf_counter()
-            async with session.post(url + "/v1/chat/completions", data=BODY,
-                                    headers={"Content-Type": "application/json"}) as resp:
-                async for line in resp.content:  # parse each SSE line as vLLM's client does
-                    line = line.strip()
-                    if line.startswith(b"data: ") and line != b"data: [DONE]":
-                        json.loads(line[6:])
-                ok += resp.status == 200
-
-        start = time.perf_counter()
-        tasks = []
-        for i, off in enumerate(offsets_s):
-            delay = start + off - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(send(i, start + off)))
-        await asyncio.gather(*tasks, return_exceptions=True)
-    return stats(intended, sent, ok)
-
-
 def run_asyncio(url: str, offsets_s: np.ndarray) -> dict:
-    try:
-        import uvloop
-
-        return uvloop.run(_asyncio_peer(url, offsets_s))
-    except ImportError:
-        return asyncio.run(_asyncio_peer(url, offsets_s))
+    intended, sent, ok = send_open_loop(url, offsets_s, lambda i: BODY, timeout_s=60.0)
+    return stats(intended, sent, ok)
 
 
 def find_guidellm() -> str | None:

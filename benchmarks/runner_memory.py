@@ -198,47 +198,9 @@ def send_stats(sent_s, lag_ms, ok: int) -> dict:
             "lag_p99_ms": float(np.percentile(lag_ms, 99)) if len(lag_ms) else float("nan"), "ok": ok}
 
 
-async def _aiohttp_send(url: str, bodies: list[bytes], rate: float) -> dict:
-    import asyncio
-
-    import aiohttp
-    import numpy as np
-
-    n = len(bodies)
-    intended = np.zeros(n)
-    sent = np.zeros(n)
-    ok = 0
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
-
-        async def send(i: int, due: float) -> None:
-            nonlocal ok
-            intended[i] = due
-            sent[i] = time.perf_counter()
-            async with session.post(url + "/v1/chat/completions", data=bodies[i],
-                                    headers={"Content-Type": "application/json"}) as resp:
-                async for line in resp.content:  # parse each SSE line as vLLM's client does
-                    line = line.strip()
-                    if line.startswith(b"data: ") and line != b"data: [DONE]":
-                        json.loads(line[6:])
-                ok += resp.status == 200
-
-        start = time.perf_counter()
-        tasks = []
-        for i in range(n):
-            due = start + i / rate
-            delay = due - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(send(i, due)))
-        await asyncio.gather(*tasks, return_exceptions=True)
-    return send_stats(sent, (sent - intended) * 1e3, ok)
-
-
 def child_peer(n: int, url: str, rate: float) -> dict:
-    import asyncio
-
     import aiohttp  # noqa: F401  (imported before the baseline, like ours' imports)
+    from asyncio_peer import send_open_loop
 
     out = {"baseline_mb": rss_mb()}
     t = time.perf_counter()
@@ -249,12 +211,8 @@ def child_peer(n: int, url: str, rate: float) -> dict:
     del frame
     out |= {"plan_mb": rss_mb(), "plan_s": time.perf_counter() - t, "body_bytes": sum(map(len, bodies))}
     t = time.perf_counter()
-    try:
-        import uvloop
-
-        stats = uvloop.run(_aiohttp_send(url, bodies, rate))
-    except ImportError:
-        stats = asyncio.run(_aiohttp_send(url, bodies, rate))
+    intended, sent, ok = send_open_loop(url, [i / rate for i in range(n)], bodies.__getitem__, timeout_s=600.0)
+    stats = send_stats(sent, (sent - intended) * 1e3, ok)
     out |= {"run_mb": rss_mb(), "run_s": time.perf_counter() - t, "self_peak_mb": peak_mb()}
     return out | stats
 

@@ -55,7 +55,10 @@ impl BaseUrl {
             return Err(bad("a base url takes no query or fragment"));
         }
         let path = uri.path().trim_end_matches('/');
-        let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
         Ok(BaseUrl {
             prefix: format!("http://{authority}{path}"),
             authority: authority.as_str().to_string(),
@@ -156,7 +159,8 @@ impl Encoder {
 
     fn prefix(base: &BaseUrl, headers: &HeaderMap, method: &str, uri: &Uri) -> Bytes {
         let target = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-        let mut out = format!("{method} {target} HTTP/1.1\r\nhost: {}\r\n", base.authority).into_bytes();
+        let mut out =
+            format!("{method} {target} HTTP/1.1\r\nhost: {}\r\n", base.authority).into_bytes();
         for (name, value) in headers {
             out.extend_from_slice(name.as_str().as_bytes());
             out.extend_from_slice(b": ");
@@ -169,7 +173,10 @@ impl Encoder {
     /// (shared prefix, this request's `content-length` line and blank line).
     pub fn head(&self, path: &str, body_len: usize) -> (Bytes, Vec<u8>) {
         let prefix = self.prefixes.get(path).unwrap_or(&self.fallback).clone();
-        (prefix, format!("content-length: {body_len}\r\n\r\n").into_bytes())
+        (
+            prefix,
+            format!("content-length: {body_len}\r\n\r\n").into_bytes(),
+        )
     }
 
     /// A complete `GET path` request (used to check warm connections).
@@ -257,11 +264,19 @@ mod tests {
         let enc = Encoder::new(&b, &h, ["/v1/chat/completions"].into_iter()).unwrap();
         let (prefix, tail) = enc.head("/v1/chat/completions", 42);
         let text = String::from_utf8(prefix.to_vec()).unwrap();
-        assert!(text.starts_with("POST /proxy/v1/chat/completions HTTP/1.1\r\nhost: localhost:9\r\n"), "{text}");
-        assert!(text.contains("authorization: Bearer k\r\n") && text.contains("content-type: application/json\r\n"));
+        assert!(
+            text.starts_with("POST /proxy/v1/chat/completions HTTP/1.1\r\nhost: localhost:9\r\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("authorization: Bearer k\r\n")
+                && text.contains("content-type: application/json\r\n")
+        );
         assert_eq!(tail, b"content-length: 42\r\n\r\n");
         let get = Encoder::get(&b, &h, "/v1/models").unwrap();
-        assert!(get.starts_with(b"GET /proxy/v1/models HTTP/1.1\r\n") && get.ends_with(b"\r\n\r\n"));
+        assert!(
+            get.starts_with(b"GET /proxy/v1/models HTTP/1.1\r\n") && get.ends_with(b"\r\n\r\n")
+        );
         assert!(Encoder::new(&b, &h, ["/bad path"].into_iter()).is_err());
     }
 

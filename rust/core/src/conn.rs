@@ -309,7 +309,9 @@ impl Conn {
                 return Ok(head);
             }
             if self.buf.len() > MAX_HEAD_BYTES {
-                return Err(HttpError::Protocol("response head longer than 64 KiB".into()));
+                return Err(HttpError::Protocol(
+                    "response head longer than 64 KiB".into(),
+                ));
             }
             if self.fill().await? == 0 {
                 return Err(HttpError::Closed("before the response headers"));
@@ -336,9 +338,10 @@ impl Conn {
             if h.name.eq_ignore_ascii_case("content-type") {
                 content_type = value.to_ascii_lowercase();
             } else if h.name.eq_ignore_ascii_case("content-length") {
-                length = Some(value.parse().map_err(|_| {
-                    HttpError::Protocol(format!("bad content-length {value:?}"))
-                })?);
+                length =
+                    Some(value.parse().map_err(|_| {
+                        HttpError::Protocol(format!("bad content-length {value:?}"))
+                    })?);
             } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
                 chunked = value.to_ascii_lowercase().ends_with("chunked");
             } else if h.name.eq_ignore_ascii_case("connection") {

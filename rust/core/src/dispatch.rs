@@ -284,9 +284,14 @@ mod tests {
         });
         let t0 = Instant::now();
         let mut launched = 0;
-        let d = dispatch(t0, open(&[0, 10_000_000_000]), None, None, &cancel, |_, _, _| {
-            launched += 1
-        });
+        let d = dispatch(
+            t0,
+            open(&[0, 10_000_000_000]),
+            None,
+            None,
+            &cancel,
+            |_, _, _| launched += 1,
+        );
         setter.join().unwrap();
         assert_eq!(
             d,
@@ -297,7 +302,11 @@ mod tests {
             }
         );
         assert_eq!(launched, 1);
-        assert!(t0.elapsed() < Duration::from_secs(2), "cancel took {:?}", t0.elapsed());
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "cancel took {:?}",
+            t0.elapsed()
+        );
     }
 
     #[test]
@@ -305,11 +314,21 @@ mod tests {
         let cancel = AtomicBool::new(false);
         let t0 = Instant::now();
         let mut sent = Vec::new();
-        let d = dispatch(t0, open(&[0, 1_000_000, 400_000_000]), None, Some(20_000_000), &cancel, |i, _, _| sent.push(i));
+        let d = dispatch(
+            t0,
+            open(&[0, 1_000_000, 400_000_000]),
+            None,
+            Some(20_000_000),
+            &cancel,
+            |i, _, _| sent.push(i),
+        );
         assert_eq!(sent, vec![0, 1]);
         assert!(d.stopped && !d.cancelled && d.count == 2);
         let waited = t0.elapsed();
-        assert!(waited >= Duration::from_millis(20) && waited < Duration::from_millis(300), "{waited:?}");
+        assert!(
+            waited >= Duration::from_millis(20) && waited < Duration::from_millis(300),
+            "{waited:?}"
+        );
     }
 
     /// Request 1 follows request 0 (think 5 ms); request 2 is open. Request 0 "ends" at 30 ms,
@@ -325,7 +344,10 @@ mod tests {
             std::thread::sleep(Duration::from_millis(100));
         });
         let mut items = open(&[0, 1_000_000, 10_000_000]);
-        items[1].gate = Some(Gate { parent: 0, think_ns: 5_000_000 });
+        items[1].gate = Some(Gate {
+            parent: 0,
+            think_ns: 5_000_000,
+        });
         let mut log = Vec::new();
         let d = dispatch(t0, items, Some(&rx), None, &cancel, |i, release, _| {
             log.push((i, release, t0.elapsed().as_nanos() as i64));
@@ -336,8 +358,15 @@ mod tests {
         assert_eq!(order, vec![0, 2, 1]);
         let (_, release, at) = log[2];
         assert_eq!(release, 35_000_000);
-        assert!(at >= 35_000_000, "sent before its parent ended + think: {at}");
-        assert!(log[1].2 < 30_000_000, "the open request waited: {:?}", log[1]);
+        assert!(
+            at >= 35_000_000,
+            "sent before its parent ended + think: {at}"
+        );
+        assert!(
+            log[1].2 < 30_000_000,
+            "the open request waited: {:?}",
+            log[1]
+        );
     }
 
     /// A parent that ended before its child's own time does not delay the child.
@@ -347,7 +376,10 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let t0 = Instant::now();
         let mut items = open(&[0, 20_000_000]);
-        items[1].gate = Some(Gate { parent: 0, think_ns: 1_000_000 });
+        items[1].gate = Some(Gate {
+            parent: 0,
+            think_ns: 1_000_000,
+        });
         let mut log = Vec::new();
         dispatch(t0, items, Some(&rx), None, &cancel, |i, release, _| {
             if i == 0 {

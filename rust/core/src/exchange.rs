@@ -229,53 +229,55 @@ async fn put_on_wire(
     start: Start,
     handed: Instant,
 ) -> Result<(Conn, OwnedSemaphorePermit), (ErrorKind, String)> {
-    let (mut conn, permit) = match start {
-        Start::Sent {
-            conn,
-            permit,
-            sent_ns,
-        } => {
-            st.rec.sent_ns = sent_ns;
-            return Ok((conn, permit));
-        }
-        Start::Partial {
-            mut conn,
-            permit,
-            written,
-            sent_ns,
-        } => {
-            st.rec.sent_ns = sent_ns;
-            conn.write_rest(&wire.parts(), written)
-                .await
-                .map_err(|e| classify_http_error(&e.into()))?;
-            shared.control.sent.fetch_add(1, Ordering::Relaxed);
-            return Ok((conn, permit));
-        }
-        Start::Fresh {
-            permit,
-            conn: Some(conn),
-        } => (conn, permit.expect("a slot comes with a connection")),
-        Start::Fresh { permit, conn: None } => {
-            let permit = match permit {
-                Some(p) => p,
-                None => shared.permits.clone().acquire_owned().await.map_err(|_| {
-                    (ErrorKind::Other, "connection slots closed".to_string())
-                })?,
-            };
-            let conn = match shared.pool.take(&mut Vec::new()) {
-                Some(c) => c,
-                None => match Conn::connect(&shared.addrs, shared.connect_timeout).await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        st.rec.conn_ns = handed.elapsed().as_nanos() as i64;
-                        return Err(classify_connect_error(&e));
-                    }
-                },
-            };
-            st.rec.conn_ns = handed.elapsed().as_nanos() as i64;
-            (conn, permit)
-        }
-    };
+    let (mut conn, permit) =
+        match start {
+            Start::Sent {
+                conn,
+                permit,
+                sent_ns,
+            } => {
+                st.rec.sent_ns = sent_ns;
+                return Ok((conn, permit));
+            }
+            Start::Partial {
+                mut conn,
+                permit,
+                written,
+                sent_ns,
+            } => {
+                st.rec.sent_ns = sent_ns;
+                conn.write_rest(&wire.parts(), written)
+                    .await
+                    .map_err(|e| classify_http_error(&e.into()))?;
+                shared.control.sent.fetch_add(1, Ordering::Relaxed);
+                return Ok((conn, permit));
+            }
+            Start::Fresh {
+                permit,
+                conn: Some(conn),
+            } => (conn, permit.expect("a slot comes with a connection")),
+            Start::Fresh { permit, conn: None } => {
+                let permit =
+                    match permit {
+                        Some(p) => p,
+                        None => shared.permits.clone().acquire_owned().await.map_err(|_| {
+                            (ErrorKind::Other, "connection slots closed".to_string())
+                        })?,
+                    };
+                let conn = match shared.pool.take(&mut Vec::new()) {
+                    Some(c) => c,
+                    None => match Conn::connect(&shared.addrs, shared.connect_timeout).await {
+                        Ok(c) => c,
+                        Err(e) => {
+                            st.rec.conn_ns = handed.elapsed().as_nanos() as i64;
+                            return Err(classify_connect_error(&e));
+                        }
+                    },
+                };
+                st.rec.conn_ns = handed.elapsed().as_nanos() as i64;
+                (conn, permit)
+            }
+        };
     st.rec.sent_ns = shared.now_ns();
     conn.write_rest(&wire.parts(), 0)
         .await
@@ -285,7 +287,13 @@ async fn put_on_wire(
 }
 
 /// The task spawned for one request.
-async fn request_task(shared: Arc<Shared>, rec: RequestRecord, wire: Wire, start: Start, handed: Instant) {
+async fn request_task(
+    shared: Arc<Shared>,
+    rec: RequestRecord,
+    wire: Wire,
+    start: Start,
+    handed: Instant,
+) {
     let mut stop_rx = shared.stop_rx.clone();
     let mut st = State { rec, done_ns: -1 };
     let on_wire = {
@@ -332,7 +340,11 @@ async fn request_task(shared: Arc<Shared>, rec: RequestRecord, wire: Wire, start
         }
         Err(None) => {
             let ms = shared.timeout.unwrap_or_default().as_millis();
-            st.end_with(ErrorKind::Timeout, &format!("no complete response within {ms} ms"), t);
+            st.end_with(
+                ErrorKind::Timeout,
+                &format!("no complete response within {ms} ms"),
+                t,
+            );
         }
     }
     drop(permit);
@@ -345,7 +357,11 @@ fn finish(shared: &Shared, st: State) {
         shared.control.errors.fetch_add(1, Ordering::Relaxed);
     }
     if let Some(tx) = &shared.ends_tx {
-        let end = if st.rec.end_ns >= 0 { st.rec.end_ns } else { shared.now_ns() };
+        let end = if st.rec.end_ns >= 0 {
+            st.rec.end_ns
+        } else {
+            shared.now_ns()
+        };
         let _ = tx.send((st.rec.index, end));
     }
     let _ = shared.records_tx.send(st.rec);
@@ -368,7 +384,11 @@ async fn exchange(shared: &Shared, st: &mut State, conn: &mut Conn) -> bool {
         read_error_body(shared, st, conn, &mut body).await;
     } else if !(200..300).contains(&head.status) {
         let t = shared.now_ns();
-        st.end_with(ErrorKind::Other, &format!("unexpected HTTP status {}", head.status), t);
+        st.end_with(
+            ErrorKind::Other,
+            &format!("unexpected HTTP status {}", head.status),
+            t,
+        );
         return false;
     } else {
         let mode = if head.content_type.contains("event-stream") {
@@ -400,7 +420,10 @@ async fn next_frame(shared: &Shared, st: &State, conn: &mut Conn, body: &mut Bod
         Some(d) => match tokio::time::timeout(d, read).await {
             Ok(r) => r,
             Err(_) => {
-                return Frame::Failed(ErrorKind::Stall, format!("no bytes for {} ms", d.as_millis()))
+                return Frame::Failed(
+                    ErrorKind::Stall,
+                    format!("no bytes for {} ms", d.as_millis()),
+                )
             }
         },
         None => read.await,
@@ -419,7 +442,9 @@ async fn read_error_body(shared: &Shared, st: &mut State, conn: &mut Conn, body:
     let mut buf = Vec::new();
     while buf.len() < ERROR_BODY_LIMIT {
         match next_frame(shared, st, conn, body).await {
-            Frame::Data(d) => buf.extend_from_slice(&d[..d.len().min(ERROR_BODY_LIMIT - buf.len())]),
+            Frame::Data(d) => {
+                buf.extend_from_slice(&d[..d.len().min(ERROR_BODY_LIMIT - buf.len())])
+            }
             Frame::End | Frame::Failed(..) => break,
         }
     }
@@ -467,7 +492,13 @@ fn sniff(data: &[u8]) -> Mode {
 }
 
 /// Read a 2xx body; true when it was read to its end without a failure.
-async fn read_body(shared: &Shared, st: &mut State, conn: &mut Conn, body: &mut Body, mut mode: Mode) -> bool {
+async fn read_body(
+    shared: &Shared,
+    st: &mut State,
+    conn: &mut Conn,
+    body: &mut Body,
+    mut mode: Mode,
+) -> bool {
     let mut parser = SseParser::new();
     let mut json: Vec<u8> = Vec::new();
     let mut failure: Option<(ErrorKind, String)> = None;

@@ -20,9 +20,9 @@ pub mod schedule;
 pub mod sse;
 pub mod threads;
 
+pub use dispatch::Gate;
 pub use error::CoreError;
 pub use openai::{parse_openai_event, parse_openai_response, OpenAiEvent, Usage};
-pub use dispatch::Gate;
 pub use record::{ErrorKind, Recorder, Records, RequestRecord, RunStats, Switches};
 pub use run::{run, run_streamed, PlannedRequest, RunConfig, RunControl, Schedule};
 pub use schedule::{arrival_offsets, Arrivals};

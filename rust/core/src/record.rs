@@ -405,7 +405,11 @@ mod tests {
         assert_eq!(r.error_detail, vec!["", "Service Unavailable", ""]);
         assert_eq!(r.cached_tokens, vec![-1, -1, -1]);
         assert_eq!(r.chunk_offsets, vec![0, 3, 3, 5]);
-        assert_eq!(r.chunk_us, vec![0, 1, 4, 0, 2], "µs after the first token, request order");
+        assert_eq!(
+            r.chunk_us,
+            vec![0, 1, 4, 0, 2],
+            "µs after the first token, request order"
+        );
         assert_eq!(r.start_unix_ns, 123);
         assert!(!r.cancelled);
     }
@@ -419,7 +423,11 @@ mod tests {
         inflight.token_chunk(60);
         inflight.fail(ErrorKind::Cancelled, "cancelled in flight");
         rec.insert(inflight);
-        let r = rec.finish(vec![0, 50, 90], 0, (ErrorKind::Cancelled, "not sent: run cancelled"));
+        let r = rec.finish(
+            vec![0, 50, 90],
+            0,
+            (ErrorKind::Cancelled, "not sent: run cancelled"),
+        );
         assert_eq!(
             r.error_kind,
             vec![0, ErrorKind::Cancelled as u8, ErrorKind::Cancelled as u8]
@@ -434,7 +442,11 @@ mod tests {
     #[test]
     fn chunk_times_are_microseconds_after_the_first_token() {
         let mut rec = Recorder::new(2);
-        rec.insert(done(1, 0, &[7_000_000, 7_000_999, 7_250_000, 4_300_000_000_000]));
+        rec.insert(done(
+            1,
+            0,
+            &[7_000_000, 7_000_999, 7_250_000, 4_300_000_000_000],
+        ));
         let mut quiet = RequestRecord::new(0);
         quiet.keep_chunks = false;
         quiet.token_chunk(10);
@@ -443,8 +455,16 @@ mod tests {
         let r = rec.finish(vec![0, 0], 0, (ErrorKind::Other, ""));
         assert_eq!(r.output_chunks, vec![2, 4]);
         assert_eq!(r.first_token_ns, vec![10, 7_000_000]);
-        assert_eq!(r.chunk_offsets, vec![0, 0, 4], "no times kept for request 0");
-        assert_eq!(r.chunk_us, vec![0, 0, 250, u32::MAX], "truncated to µs, saturating");
+        assert_eq!(
+            r.chunk_offsets,
+            vec![0, 0, 4],
+            "no times kept for request 0"
+        );
+        assert_eq!(
+            r.chunk_us,
+            vec![0, 0, 250, u32::MAX],
+            "truncated to µs, saturating"
+        );
     }
 
     #[test]

@@ -173,10 +173,18 @@ fn validate(config: &RunConfig, schedule: &Schedule) -> Result<(), CoreError> {
             ),
         ));
     }
-    if let Some(i) = schedule.path_index.iter().position(|&k| k as usize >= schedule.paths.len()) {
+    if let Some(i) = schedule
+        .path_index
+        .iter()
+        .position(|&k| k as usize >= schedule.paths.len())
+    {
         return Err(CoreError::config(
             "path_index",
-            format!("request {i} names path {} of {}", schedule.path_index[i], schedule.paths.len()),
+            format!(
+                "request {i} names path {} of {}",
+                schedule.path_index[i],
+                schedule.paths.len()
+            ),
         ));
     }
     let mut prev = 0i64;
@@ -264,7 +272,10 @@ async fn warm_up(
             Ok(Err(why)) => return (opened, why),
             Err(_) => {
                 let ms = WARM_ANSWER_TIMEOUT.as_millis();
-                return (opened, format!("connection {} got no answer within {ms} ms", opened + 1));
+                return (
+                    opened,
+                    format!("connection {} got no answer within {ms} ms", opened + 1),
+                );
             }
         }
     }
@@ -364,7 +375,8 @@ pub fn run_streamed(
     let shared = Arc::new(shared);
     let handle = runtime.handle().clone();
     let last_offset = intended.last().copied().unwrap_or(0);
-    let stop_at_ns = (config.drain_ns > 0).then(|| last_offset.saturating_add(config.drain_ns as i64));
+    let stop_at_ns =
+        (config.drain_ns > 0).then(|| last_offset.saturating_add(config.drain_ns as i64));
     let items = bodies.enumerate().take(n).map(|(index, body)| Scheduled {
         index,
         offset_ns: schedule.offsets_ns[index],
@@ -378,7 +390,14 @@ pub fn run_streamed(
         stop_at_ns,
         &control.cancel,
         |index, release_ns, (path, body)| {
-            launch(&shared, &handle, index, release_ns, &schedule.paths[path as usize], body)
+            launch(
+                &shared,
+                &handle,
+                index,
+                release_ns,
+                &schedule.paths[path as usize],
+                body,
+            )
         },
     );
     threads::restore_priority(priority);
@@ -432,7 +451,10 @@ pub fn run_streamed(
     } else if dispatched.count < n {
         (ErrorKind::Other, "not sent: the request source ended early")
     } else {
-        (ErrorKind::Other, "no record for this request (internal error)")
+        (
+            ErrorKind::Other,
+            "no record for this request (internal error)",
+        )
     };
     let mut records = recorder.finish(intended, start_unix_ns, missing);
     records.cancelled = cancelled;
@@ -526,7 +548,10 @@ mod tests {
             "{e}"
         );
         let mut gated = vec![req(0), req(1)];
-        gated[0].after = Some(Gate { parent: 1, think_ns: 0 });
+        gated[0].after = Some(Gate {
+            parent: 1,
+            think_ns: 0,
+        });
         let e = err_of(&ok, gated);
         assert!(matches!(e, CoreError::Config { field: "after", .. }), "{e}");
         let e = err_of(&ok, vec![req(-1)]);

@@ -19,7 +19,10 @@ pub fn current_thread() -> Option<PathBuf> {
 
 /// The counts in a thread's status file (zero when unreadable, e.g. the thread has exited).
 pub fn switches(status: &Option<PathBuf>) -> Switches {
-    let Some(text) = status.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) else {
+    let Some(text) = status
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+    else {
         return Switches::default();
     };
     let field = |name: &str| -> u64 {
@@ -59,14 +62,20 @@ pub fn raise_priority() -> &'static str {
         // and a zeroed (empty) cpu_set_t that sched_getaffinity fills.
         unsafe {
             let mut set: libc::cpu_set_t = std::mem::zeroed();
-            let cpus = if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
+            let cpus = if libc::sched_getaffinity(
+                0,
+                std::mem::size_of::<libc::cpu_set_t>(),
+                &mut set,
+            ) == 0
+            {
                 libc::CPU_COUNT(&set)
             } else {
                 1
             };
             if cap != "nice" && cpus >= 2 {
                 let param = libc::sched_param { sched_priority: 1 };
-                if libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) == 0 {
+                if libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) == 0
+                {
                     return "fifo";
                 }
             }
@@ -120,10 +129,13 @@ impl Workers {
     /// The workers' counts added up (workers start at zero: they are new threads).
     pub fn total(&self) -> Switches {
         let paths = self.paths.lock().expect("workers");
-        paths.iter().map(switches).fold(Switches::default(), |a, s| Switches {
-            voluntary: a.voluntary + s.voluntary,
-            involuntary: a.involuntary + s.involuntary,
-        })
+        paths
+            .iter()
+            .map(switches)
+            .fold(Switches::default(), |a, s| Switches {
+                voluntary: a.voluntary + s.voluntary,
+                involuntary: a.involuntary + s.involuntary,
+            })
     }
 }
 

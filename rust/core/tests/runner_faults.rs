@@ -7,8 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use replay_core::{run, ErrorKind, PlannedRequest, Records, RunConfig, RunControl};
+use replay_core::{run, ErrorKind, Records, RunConfig, RunControl};
 
 fn config(url: String) -> RunConfig {
     RunConfig {
@@ -23,15 +22,6 @@ fn config(url: String) -> RunConfig {
     }
 }
 
-fn planned(path: &str, i: usize, offset_ns: i64) -> PlannedRequest {
-    PlannedRequest {
-        path: path.to_string(),
-        body: Bytes::from(format!("{{\"i\":{i}}}")),
-        offset_ns,
-        after: None,
-    }
-}
-
 fn kind(r: &Records, i: usize) -> ErrorKind {
     ErrorKind::from_u8(r.error_kind[i]).unwrap()
 }
@@ -42,7 +32,7 @@ fn streams_complete_with_chunk_counts_and_usage() {
     let n = 60;
     let reqs: Vec<_> = (0..n)
         .map(|i| {
-            planned(
+            common::planned(
                 &format!("/v1/chat/completions?chunks={}", i % 7),
                 i,
                 i as i64 * 3_000_000,
@@ -98,7 +88,7 @@ fn chunk_times_are_stamped_on_arrival() {
     let server = common::start();
     let r = run(
         &config(server.url()),
-        vec![planned("/spaced?chunks=5", 0, 0)],
+        vec![common::planned("/spaced?chunks=5", 0, 0)],
         Arc::new(RunControl::default()),
     )
     .unwrap();
@@ -121,7 +111,7 @@ fn non_stream_json_response() {
     let server = common::start();
     let r = run(
         &config(server.url()),
-        vec![planned("/json", 0, 0)],
+        vec![common::planned("/json", 0, 0)],
         Arc::new(RunControl::default()),
     )
     .unwrap();
@@ -161,7 +151,7 @@ fn every_fault_is_recorded_and_the_run_goes_on() {
     let reqs: Vec<_> = cases
         .iter()
         .enumerate()
-        .map(|(i, c)| planned(c.0, i, i as i64 * 1_000_000))
+        .map(|(i, c)| common::planned(c.0, i, i as i64 * 1_000_000))
         .collect();
     let cfg = RunConfig {
         timeout_ns: 1_000_000_000,
@@ -189,7 +179,10 @@ fn every_fault_is_recorded_and_the_run_goes_on() {
     assert_eq!(r.status[1], 404);
     assert_eq!(r.output_chunks[4], 2, "chunks before the reset are kept");
     assert_eq!(r.output_chunks[6], 1, "chunks before the stall are kept");
-    assert_eq!(r.output_chunks[7], 3, "waiting in the queue before the first token is no stall");
+    assert_eq!(
+        r.output_chunks[7], 3,
+        "waiting in the queue before the first token is no stall"
+    );
     assert_eq!(r.status[8], 0, "no response before the deadline");
     assert_eq!(control.errors.load(Ordering::Relaxed), 9);
     assert_eq!(control.completed.load(Ordering::Relaxed), 11);
@@ -199,7 +192,7 @@ fn every_fault_is_recorded_and_the_run_goes_on() {
 fn refused_connections() {
     let url = format!("http://{}", common::refused_addr());
     let reqs: Vec<_> = (0..5)
-        .map(|i| planned("/v1/chat/completions", i, 0))
+        .map(|i| common::planned("/v1/chat/completions", i, 0))
         .collect();
     let r = run(&config(url), reqs, Arc::new(RunControl::default())).unwrap();
     for i in 0..5 {
@@ -220,7 +213,9 @@ fn refused_connections() {
 fn max_connections_makes_later_requests_wait() {
     let server = common::start();
     // Each response takes ~100 ms; with 2 slots the 6 simultaneous requests go in 3 waves.
-    let reqs: Vec<_> = (0..6).map(|i| planned("/spaced?chunks=5", i, 0)).collect();
+    let reqs: Vec<_> = (0..6)
+        .map(|i| common::planned("/spaced?chunks=5", i, 0))
+        .collect();
     let cfg = RunConfig {
         max_connections: 2,
         ..config(server.url())
@@ -241,7 +236,7 @@ fn cancel_mid_run_returns_partial_records() {
     // 100 requests over 2 s, each answered after 2 s; cancel at 0.5 s.
     let n = 100;
     let reqs: Vec<_> = (0..n)
-        .map(|i| planned("/slow", i, i as i64 * 20_000_000))
+        .map(|i| common::planned("/slow", i, i as i64 * 20_000_000))
         .collect();
     let control = Arc::new(RunControl::default());
     let c2 = control.clone();

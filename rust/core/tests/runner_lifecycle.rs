@@ -8,26 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use replay_core::{run, ErrorKind, Gate, PlannedRequest, RunConfig, RunControl};
-
-fn config(url: String) -> RunConfig {
-    RunConfig {
-        base_url: url,
-        timeout_ns: 10_000_000_000,
-        stall_timeout_ns: 5_000_000_000,
-        connect_timeout_ns: 1_000_000_000,
-        ..RunConfig::default()
-    }
-}
-
-fn planned(path: &str, i: usize, offset_ns: i64) -> PlannedRequest {
-    PlannedRequest {
-        path: path.into(),
-        body: Bytes::from(format!("{{\"i\":{i}}}")),
-        offset_ns,
-        after: None,
-    }
-}
+use replay_core::{run, ErrorKind, Gate, RunConfig, RunControl};
 
 fn index_of(body: &str) -> usize {
     body.trim_start_matches("{\"i\":")
@@ -40,10 +21,12 @@ fn index_of(body: &str) -> usize {
 fn warm_connections_are_opened_before_t0_and_carry_the_first_requests() {
     let server = common::start();
     // Four requests at t0, each held 2 s: four connections in flight at once.
-    let reqs: Vec<_> = (0..4).map(|i| planned("/slow?chunks=1", i, 0)).collect();
+    let reqs: Vec<_> = (0..4)
+        .map(|i| common::planned("/slow?chunks=1", i, 0))
+        .collect();
     let cfg = RunConfig {
         warm_connections: 4,
-        ..config(server.url())
+        ..common::config(server.url())
     };
     let r = run(&cfg, reqs, Arc::new(RunControl::default())).unwrap();
     assert!(r.error_kind.iter().all(|&k| k == 0), "{:?}", r.error_detail);
@@ -54,34 +37,57 @@ fn warm_connections_are_opened_before_t0_and_carry_the_first_requests() {
     assert_eq!(server.accepted.load(Ordering::SeqCst), 4);
     let arrivals = server.arrivals.lock().unwrap();
     let probes = arrivals.iter().filter(|a| a.path == "/v1/models").count();
-    assert_eq!(probes, 4, "each warm connection answered one GET /v1/models");
-    let first_post = arrivals.iter().position(|a| a.path != "/v1/models").unwrap();
+    assert_eq!(
+        probes, 4,
+        "each warm connection answered one GET /v1/models"
+    );
+    let first_post = arrivals
+        .iter()
+        .position(|a| a.path != "/v1/models")
+        .unwrap();
     assert_eq!(first_post, 4, "every probe came before the first request");
     // A request written by the dispatcher on a warm connection had its connection at once.
-    assert!(r.conn_ns.iter().all(|&c| (0..1_000_000_000).contains(&c)), "{:?}", r.conn_ns);
+    assert!(
+        r.conn_ns.iter().all(|&c| (0..1_000_000_000).contains(&c)),
+        "{:?}",
+        r.conn_ns
+    );
 }
 
 #[test]
 fn warm_up_stops_where_the_server_stops_answering_and_the_drain_cuts_off() {
     let addr = common::start_silent();
-    let reqs: Vec<_> = (0..3).map(|i| planned("/v1/chat/completions", i, i as i64 * 10_000_000)).collect();
+    let reqs: Vec<_> = (0..3)
+        .map(|i| common::planned("/v1/chat/completions", i, i as i64 * 10_000_000))
+        .collect();
     let cfg = RunConfig {
         warm_connections: 8,
         drain_ns: 300_000_000,
-        ..config(format!("http://{addr}"))
+        ..common::config(format!("http://{addr}"))
     };
     let started = Instant::now();
     let control = Arc::new(RunControl::default());
     let r = run(&cfg, reqs, control.clone()).unwrap();
     let took = started.elapsed();
     assert_eq!(r.stats.warm_opened, 0);
-    assert!(r.stats.warm_detail.contains("no answer within 500 ms"), "{}", r.stats.warm_detail);
+    assert!(
+        r.stats.warm_detail.contains("no answer within 500 ms"),
+        "{}",
+        r.stats.warm_detail
+    );
     assert!(r.cut_off && !r.cancelled);
     for i in 0..3 {
         assert_eq!(ErrorKind::from_u8(r.error_kind[i]), Some(ErrorKind::CutOff));
         assert_eq!(r.error_detail[i], "still open when the drain ended");
-        assert!(r.sent_ns[i] >= 0, "they were sent, the server just never answered");
-        assert!(r.end_ns[i] >= 320_000_000, "cut off at the end of the drain: {}", r.end_ns[i]);
+        assert!(
+            r.sent_ns[i] >= 0,
+            "they were sent, the server just never answered"
+        );
+        assert!(
+            r.end_ns[i] >= 320_000_000,
+            "cut off at the end of the drain: {}",
+            r.end_ns[i]
+        );
     }
     assert_eq!(control.errors.load(Ordering::Relaxed), 3);
     // 0.5 s warm-up probe + 20 ms of sends + 0.3 s drain, not the 10 s request timeout.
@@ -94,18 +100,36 @@ fn causal_turns_wait_for_the_previous_turn_while_other_requests_keep_their_sched
     // Session A: turn 0 is held 2 s by the server; turn 1 is scheduled at 50 ms but follows
     // turn 0 after a 100 ms think time. Request 2 is another session's first turn at 100 ms.
     let mut reqs = vec![
-        planned("/slow?chunks=2", 0, 0),
-        planned("/sse?chunks=2", 1, 50_000_000),
-        planned("/sse?chunks=2", 2, 100_000_000),
+        common::planned("/slow?chunks=2", 0, 0),
+        common::planned("/sse?chunks=2", 1, 50_000_000),
+        common::planned("/sse?chunks=2", 2, 100_000_000),
     ];
-    reqs[1].after = Some(Gate { parent: 0, think_ns: 100_000_000 });
+    reqs[1].after = Some(Gate {
+        parent: 0,
+        think_ns: 100_000_000,
+    });
     let before = Instant::now();
-    let r = run(&config(server.url()), reqs, Arc::new(RunControl::default())).unwrap();
+    let r = run(
+        &common::config(server.url()),
+        reqs,
+        Arc::new(RunControl::default()),
+    )
+    .unwrap();
     assert!(r.error_kind.iter().all(|&k| k == 0), "{:?}", r.error_detail);
-    assert_eq!(r.release_ns[1], r.end_ns[0] + 100_000_000, "due at the end of turn 0 + think");
+    assert_eq!(
+        r.release_ns[1],
+        r.end_ns[0] + 100_000_000,
+        "due at the end of turn 0 + think"
+    );
     assert!(r.sent_ns[1] >= r.release_ns[1]);
-    assert_eq!(r.release_ns[2], r.intended_ns[2], "an open request is due at its own time");
-    assert!(r.sent_ns[2] < r.end_ns[0], "request 2 did not wait for session A");
+    assert_eq!(
+        r.release_ns[2], r.intended_ns[2],
+        "an open request is due at its own time"
+    );
+    assert!(
+        r.sent_ns[2] < r.end_ns[0],
+        "request 2 did not wait for session A"
+    );
     let arrivals = server.arrivals.lock().unwrap();
     let order: Vec<usize> = arrivals
         .iter()
@@ -114,7 +138,10 @@ fn causal_turns_wait_for_the_previous_turn_while_other_requests_keep_their_sched
         .collect();
     assert_eq!(order, vec![0, 2, 1], "the server saw turn 1 last");
     let turn1 = arrivals.iter().find(|a| a.body == "{\"i\":1}").unwrap();
-    assert!((turn1.at - before).as_nanos() as i64 >= 2_000_000_000, "turn 1 after turn 0's 2 s");
+    assert!(
+        (turn1.at - before).as_nanos() as i64 >= 2_000_000_000,
+        "turn 1 after turn 0's 2 s"
+    );
 }
 
 #[test]
@@ -123,8 +150,15 @@ fn the_runner_counts_its_threads_context_switches() {
         return; // counts are Linux-only
     }
     let server = common::start();
-    let reqs: Vec<_> = (0..20).map(|i| planned("/sse?chunks=3", i, i as i64 * 5_000_000)).collect();
-    let r = run(&config(server.url()), reqs, Arc::new(RunControl::default())).unwrap();
+    let reqs: Vec<_> = (0..20)
+        .map(|i| common::planned("/sse?chunks=3", i, i as i64 * 5_000_000))
+        .collect();
+    let r = run(
+        &common::config(server.url()),
+        reqs,
+        Arc::new(RunControl::default()),
+    )
+    .unwrap();
     assert!(r.error_kind.iter().all(|&k| k == 0));
     // The dispatcher sleeps between sends and the worker waits for responses: both switch.
     assert!(r.stats.dispatcher.voluntary > 0, "{:?}", r.stats);
@@ -149,20 +183,39 @@ fn bodies_are_taken_from_the_source_only_as_requests_come_due() {
     let p2 = pulls.clone();
     // Three bodies for five requests: the source ends early.
     let source = (0..3).map(move |i| {
-        p2.lock().unwrap().push(t0_guess.elapsed().as_nanos() as i64);
+        p2.lock()
+            .unwrap()
+            .push(t0_guess.elapsed().as_nanos() as i64);
         Bytes::from(format!("{{\"i\":{i}}}"))
     });
-    let r = run_streamed(&config(server.url()), schedule, source, Arc::new(RunControl::default())).unwrap();
+    let r = run_streamed(
+        &common::config(server.url()),
+        schedule,
+        source,
+        Arc::new(RunControl::default()),
+    )
+    .unwrap();
     let pulls = pulls.lock().unwrap();
     assert_eq!(pulls.len(), 3);
     // Body k is taken right after request k-1 went out, not all up front.
     for k in 1..3 {
-        assert!(pulls[k] >= (k as i64 - 1) * 60_000_000, "body {k} taken at {} ns", pulls[k]);
+        assert!(
+            pulls[k] >= (k as i64 - 1) * 60_000_000,
+            "body {k} taken at {} ns",
+            pulls[k]
+        );
     }
-    assert!(r.error_kind[..3].iter().all(|&k| k == 0), "{:?}", r.error_detail);
+    assert!(
+        r.error_kind[..3].iter().all(|&k| k == 0),
+        "{:?}",
+        r.error_detail
+    );
     for i in 3..5 {
         assert_eq!(ErrorKind::from_u8(r.error_kind[i]), Some(ErrorKind::Other));
-        assert_eq!(r.error_detail[i], "not sent: the request source ended early");
+        assert_eq!(
+            r.error_detail[i],
+            "not sent: the request source ended early"
+        );
         assert_eq!(r.sent_ns[i], -1);
     }
 }
@@ -173,12 +226,18 @@ fn an_idle_connection_the_server_closed_is_not_reused() {
 
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let conn = rt.block_on(Conn::connect(&[addr], None)).unwrap();
     let (server_side, _) = listener.accept().unwrap();
     // Asked from a plain thread, as the dispatcher asks, with no runtime polling the socket.
     assert!(conn.looks_alive(), "an open idle connection");
     drop(server_side);
     std::thread::sleep(Duration::from_millis(20));
-    assert!(!conn.looks_alive(), "the server closed it: its FIN is seen without the runtime");
+    assert!(
+        !conn.looks_alive(),
+        "the server closed it: its FIN is seen without the runtime"
+    );
 }

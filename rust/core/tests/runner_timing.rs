@@ -6,30 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use replay_core::{run, ErrorKind, PlannedRequest, RunConfig, RunControl};
-
-fn config(url: String) -> RunConfig {
-    RunConfig {
-        base_url: url,
-        headers: Vec::new(),
-        timeout_ns: 10_000_000_000,
-        stall_timeout_ns: 5_000_000_000,
-        connect_timeout_ns: 1_000_000_000,
-        max_connections: 20_000,
-        worker_threads: 1,
-        ..RunConfig::default()
-    }
-}
-
-fn planned(path: &str, i: usize, offset_ns: i64) -> PlannedRequest {
-    PlannedRequest {
-        path: path.into(),
-        body: Bytes::from(format!("{{\"i\":{i}}}")),
-        offset_ns,
-        after: None,
-    }
-}
+use replay_core::{run, ErrorKind, RunControl};
 
 fn percentile(sorted: &[i64], p: f64) -> i64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
@@ -55,10 +32,15 @@ fn send_lag_is_small_on_a_quiet_server() {
     let server = common::start();
     let n = 200;
     let reqs: Vec<_> = (0..n)
-        .map(|i| planned("/v1/chat/completions?chunks=5", i, i as i64 * 5_000_000))
+        .map(|i| common::planned("/v1/chat/completions?chunks=5", i, i as i64 * 5_000_000))
         .collect();
     let before = Instant::now();
-    let r = run(&config(server.url()), reqs, Arc::new(RunControl::default())).unwrap();
+    let r = run(
+        &common::config(server.url()),
+        reqs,
+        Arc::new(RunControl::default()),
+    )
+    .unwrap();
     assert!(r.error_kind.iter().all(|&k| k == ErrorKind::None as u8));
     let mut lag: Vec<i64> = (0..n).map(|i| r.sent_ns[i] - r.intended_ns[i]).collect();
     assert!(lag.iter().all(|&l| l >= 0), "sent before due");
@@ -95,10 +77,15 @@ fn requests_leave_on_schedule_while_responses_stall() {
     // once. An open-loop sender must not wait for earlier responses.
     let n = 20;
     let reqs: Vec<_> = (0..n)
-        .map(|i| planned("/slow", i, i as i64 * 50_000_000))
+        .map(|i| common::planned("/slow", i, i as i64 * 50_000_000))
         .collect();
     let before = Instant::now();
-    let r = run(&config(server.url()), reqs, Arc::new(RunControl::default())).unwrap();
+    let r = run(
+        &common::config(server.url()),
+        reqs,
+        Arc::new(RunControl::default()),
+    )
+    .unwrap();
     let total = before.elapsed();
     let arrived = arrival_offsets(&server, before, n);
     let mut worst_ns = 0;

@@ -18,8 +18,8 @@ mod affinity;
 mod sim;
 
 use replay_core::{
-    arrival_offsets as core_arrival_offsets, run_streamed as core_run_streamed, Arrivals, CoreError,
-    ErrorKind, Gate, Records, RunConfig, RunControl, Schedule, Switches,
+    arrival_offsets as core_arrival_offsets, run_streamed as core_run_streamed, Arrivals,
+    CoreError, ErrorKind, Gate, Records, RunConfig, RunControl, Schedule, Switches,
 };
 
 /// Raise the `replay.errors` class that matches a core error variant.
@@ -30,10 +30,7 @@ fn to_py_err(py: Python<'_>, err: CoreError) -> PyErr {
         _ => "RunnerError",
     };
     let message = err.to_string();
-    match py
-        .import("replay.errors")
-        .and_then(|m| m.getattr(class))
-    {
+    match py.import("replay.errors").and_then(|m| m.getattr(class)) {
         Ok(cls) => PyErr::from_value(match cls.call1((message.clone(),)) {
             Ok(v) => v,
             Err(e) => return e,
@@ -47,7 +44,9 @@ fn seconds_to_ns(field: &str, seconds: Option<f64>, default_ns: u64) -> PyResult
     match seconds {
         None => Ok(default_ns),
         Some(s) if s.is_finite() && s >= 0.0 => Ok((s * 1e9) as u64),
-        Some(s) => Err(PyValueError::new_err(format!("{field} must be a number of seconds >= 0, got {s}"))),
+        Some(s) => Err(PyValueError::new_err(format!(
+            "{field} must be a number of seconds >= 0, got {s}"
+        ))),
     }
 }
 
@@ -82,14 +81,18 @@ fn arrival_offsets<'py>(
     let arrivals = match kind {
         "trace" => Arrivals::Trace,
         "poisson" => Arrivals::Poisson,
-        "gamma" => Arrivals::Gamma { cv: cv.unwrap_or(1.0) },
+        "gamma" => Arrivals::Gamma {
+            cv: cv.unwrap_or(1.0),
+        },
         "constant" => Arrivals::Constant,
         other => {
             return Err(to_py_err(
                 py,
                 CoreError::Config {
                     field: "arrivals",
-                    message: format!("unknown arrival kind '{other}' (trace, poisson, gamma, constant)"),
+                    message: format!(
+                        "unknown arrival kind '{other}' (trace, poisson, gamma, constant)"
+                    ),
                 },
             ))
         }
@@ -147,7 +150,10 @@ fn records_to_dict<'py>(py: Python<'py>, r: Records) -> PyResult<Bound<'py, PyDi
     stats.set_item("warm_connections_wanted", r.stats.warm_wanted)?;
     stats.set_item("warm_connections", r.stats.warm_opened)?;
     stats.set_item("warm_detail", r.stats.warm_detail)?;
-    stats.set_item("dispatcher_switches", switches_dict(py, r.stats.dispatcher)?)?;
+    stats.set_item(
+        "dispatcher_switches",
+        switches_dict(py, r.stats.dispatcher)?,
+    )?;
     stats.set_item("dispatcher_priority", r.stats.dispatcher_priority)?;
     stats.set_item("worker_switches", switches_dict(py, r.stats.workers)?)?;
     d.set_item("runner", stats)?;
@@ -161,7 +167,10 @@ fn split_bodies(data: &[u8], offsets: &[u64]) -> PyResult<Vec<bytes::Bytes>> {
     for (i, w) in offsets.windows(2).enumerate() {
         let (a, b) = (w[0] as usize, w[1] as usize);
         if a > b || b > all.len() {
-            return Err(PyValueError::new_err(format!("body {i}: offsets {a}..{b} outside {} bytes", all.len())));
+            return Err(PyValueError::new_err(format!(
+                "body {i}: offsets {a}..{b} outside {} bytes",
+                all.len()
+            )));
         }
         out.push(all.slice(a..b));
     }
@@ -179,7 +188,10 @@ struct Feeder {
 /// Windows the feeder may have ready before the dispatcher takes them.
 const WINDOWS_AHEAD: usize = 2;
 
-fn start_feeder(source: Py<PyAny>, control: Arc<RunControl>) -> PyResult<(Feeder, mpsc::Receiver<Vec<bytes::Bytes>>)> {
+fn start_feeder(
+    source: Py<PyAny>,
+    control: Arc<RunControl>,
+) -> PyResult<(Feeder, mpsc::Receiver<Vec<bytes::Bytes>>)> {
     let (tx, rx) = mpsc::sync_channel::<Vec<bytes::Bytes>>(WINDOWS_AHEAD);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let error: Arc<Mutex<Option<PyErr>>> = Arc::new(Mutex::new(None));
@@ -195,7 +207,8 @@ fn start_feeder(source: Py<PyAny>, control: Arc<RunControl>) -> PyResult<(Feeder
                 if next.is_none() {
                     return Ok(None);
                 }
-                let (data, offsets): (Bound<'_, PyBytes>, PyReadonlyArray1<'_, u64>) = next.extract()?;
+                let (data, offsets): (Bound<'_, PyBytes>, PyReadonlyArray1<'_, u64>) =
+                    next.extract()?;
                 split_bodies(data.as_bytes(), offsets.as_slice()?).map(Some)
             });
             match window {
@@ -213,7 +226,14 @@ fn start_feeder(source: Py<PyAny>, control: Arc<RunControl>) -> PyResult<(Feeder
             }
         })
         .map_err(|e| PyValueError::new_err(format!("cannot start the body feeder thread: {e}")))?;
-    Ok((Feeder { handle, stop, error }, rx))
+    Ok((
+        Feeder {
+            handle,
+            stop,
+            error,
+        },
+        rx,
+    ))
 }
 
 /// Replay planned requests open-loop against `url`; blocks (GIL released) until done.
@@ -265,7 +285,9 @@ fn run<'py>(
     let after = after.as_ref().map(|a| a.as_slice()).transpose()?;
     let think = think_ns.as_ref().map(|a| a.as_slice()).transpose()?;
     if after.is_some_and(|a| a.len() != n) || think.is_some_and(|t| t.len() != n) {
-        return Err(PyValueError::new_err(format!("after / think_ns must have one entry per request ({n})")));
+        return Err(PyValueError::new_err(format!(
+            "after / think_ns must have one entry per request ({n})"
+        )));
     }
     let gates = match after {
         None => Vec::new(),
@@ -285,32 +307,45 @@ fn run<'py>(
         after: gates,
     };
     let control = Arc::new(RunControl::default());
-    let (feeder, source): (Option<Feeder>, Box<dyn Iterator<Item = bytes::Bytes> + Send>) =
-        match (bodies.cast::<PyBytes>(), body_offsets) {
-            (Ok(data), Some(offs)) => {
-                let offs = offs.as_slice()?;
-                if offs.len() != n + 1 {
-                    return Err(PyValueError::new_err(format!(
-                        "{} body offsets for {n} requests (want n + 1)",
-                        offs.len()
-                    )));
-                }
-                (None, Box::new(split_bodies(data.as_bytes(), offs)?.into_iter()))
+    let (feeder, source): (
+        Option<Feeder>,
+        Box<dyn Iterator<Item = bytes::Bytes> + Send>,
+    ) = match (bodies.cast::<PyBytes>(), body_offsets) {
+        (Ok(data), Some(offs)) => {
+            let offs = offs.as_slice()?;
+            if offs.len() != n + 1 {
+                return Err(PyValueError::new_err(format!(
+                    "{} body offsets for {n} requests (want n + 1)",
+                    offs.len()
+                )));
             }
-            (Ok(_), None) => return Err(PyValueError::new_err("bodies as bytes need body_offsets")),
-            (Err(_), _) if bodies.is_callable() => {
-                let (f, rx) = start_feeder(bodies.clone().unbind(), control.clone())?;
-                (Some(f), Box::new(rx.into_iter().flatten()))
-            }
-            (Err(_), _) => return Err(PyValueError::new_err("bodies: expected bytes or a callable")),
-        };
+            (
+                None,
+                Box::new(split_bodies(data.as_bytes(), offs)?.into_iter()),
+            )
+        }
+        (Ok(_), None) => return Err(PyValueError::new_err("bodies as bytes need body_offsets")),
+        (Err(_), _) if bodies.is_callable() => {
+            let (f, rx) = start_feeder(bodies.clone().unbind(), control.clone())?;
+            (Some(f), Box::new(rx.into_iter().flatten()))
+        }
+        (Err(_), _) => {
+            return Err(PyValueError::new_err(
+                "bodies: expected bytes or a callable",
+            ))
+        }
+    };
     let d = RunConfig::default();
     let config = RunConfig {
         base_url: url,
         headers,
         timeout_ns: seconds_to_ns("timeout_s", timeout_s, d.timeout_ns)?,
         stall_timeout_ns: seconds_to_ns("stall_timeout_s", stall_timeout_s, d.stall_timeout_ns)?,
-        connect_timeout_ns: seconds_to_ns("connect_timeout_s", connect_timeout_s, d.connect_timeout_ns)?,
+        connect_timeout_ns: seconds_to_ns(
+            "connect_timeout_s",
+            connect_timeout_s,
+            d.connect_timeout_ns,
+        )?,
         drain_ns: seconds_to_ns("drain_s", drain_s, d.drain_ns)?,
         max_connections: max_connections.unwrap_or(d.max_connections),
         warm_connections,
@@ -342,7 +377,9 @@ fn run<'py>(
         match py.detach(|| rx.lock().expect("receiver").recv_timeout(interval)) {
             Ok(result) => break result,
             Err(mpsc::RecvTimeoutError::Disconnected) => {
-                break Err(CoreError::Runtime { message: "the runner thread died".into() })
+                break Err(CoreError::Runtime {
+                    message: "the runner thread died".into(),
+                })
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }

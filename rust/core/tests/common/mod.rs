@@ -13,8 +13,31 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use replay_core::{PlannedRequest, RunConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+/// A patient config for timing tests: 10 s per request, 5 s stall, 1 s connect.
+pub fn config(url: String) -> RunConfig {
+    RunConfig {
+        base_url: url,
+        timeout_ns: 10_000_000_000,
+        stall_timeout_ns: 5_000_000_000,
+        connect_timeout_ns: 1_000_000_000,
+        ..RunConfig::default()
+    }
+}
+
+/// Request `i` to `path` at `offset_ns`, with body `{"i":i}` (so the server can tell them apart).
+pub fn planned(path: &str, i: usize, offset_ns: i64) -> PlannedRequest {
+    PlannedRequest {
+        path: path.into(),
+        body: Bytes::from(format!("{{\"i\":{i}}}")),
+        offset_ns,
+        after: None,
+    }
+}
 
 pub const PROMPT_TOKENS: i64 = 11;
 pub const CACHED_TOKENS: i64 = 4;
@@ -208,7 +231,11 @@ async fn respond(sock: &mut TcpStream, path: &str) -> bool {
             if !sse_head(sock).await {
                 return false;
             }
-            write_chunk(sock, "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n").await;
+            write_chunk(
+                sock,
+                "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n",
+            )
+            .await;
             tokio::time::sleep(Duration::from_millis(600)).await;
             for _ in 0..3 {
                 write_chunk(sock, &token_event()).await;
@@ -218,7 +245,13 @@ async fn respond(sock: &mut TcpStream, path: &str) -> bool {
                 && sock.write_all(b"0\r\n\r\n").await.is_ok()
         }
         "/v1/models" => {
-            plain(sock, "200 OK", "application/json", "{\"data\":[{\"id\":\"test\"}]}").await
+            plain(
+                sock,
+                "200 OK",
+                "application/json",
+                "{\"data\":[{\"id\":\"test\"}]}",
+            )
+            .await
         }
         "/status500" => {
             plain(
