@@ -53,9 +53,8 @@ def shared_prefix_trace(system_tokens: int, n: int = 6, gap_ms: int = 500, max_t
 
 def replay_through_a_crash(running: RunningEngine, *, n: int = 10, gap_ms: int = 250,
                            kill_after_s: float = 1.0, max_tokens: int = 300):
-    """Replay long requests and SIGKILL the engine's server process mid-run, ``kill_after_s``
-    after the first request went out (the runner's target check and warm-up come before it);
-    returns the requests.
+    """Replay long requests and SIGKILL the engine's server process ``kill_after_s`` into the
+    run (two warm connections keep the runner's own start-up short); returns the requests.
 
     Only the process that listens is killed, as a crash would; ``stop()`` then ends its helpers.
     """
@@ -64,15 +63,11 @@ def replay_through_a_crash(running: RunningEngine, *, n: int = 10, gap_ms: int =
               for i in range(n)]
     trace = trace_of_bodies(bodies, arrival_us=[i * gap_ms * 1000 for i in range(n)])
     killer = threading.Timer(kill_after_s, os.kill, args=(running.process.pid, signal.SIGKILL))
-
-    def on_progress(sent: int, completed: int, errors: int, total: int) -> None:
-        if sent and not killer.is_alive() and not killer.finished.is_set():
-            killer.start()
-
+    killer.start()
     try:
         config = RunConfig(url=running.url, speedup=1.0, timeout_s=60, stall_timeout_s=20,
-                           connect_timeout_s=2, lag_bound_ms=50)
-        return run_stage(trace, config, progress=on_progress).requests
+                           connect_timeout_s=2, lag_bound_ms=50, warm_connections=2)
+        return run_stage(trace, config).requests
     finally:
         killer.cancel()
         running.stop()

@@ -87,8 +87,9 @@ def test_the_cli_sweeps_a_trace_file(running, tmp_path):
 
 
 def test_a_server_killed_mid_run_gives_recorded_errors(engine):
-    # 1,900 tokens keep the first request streaming for about a second at this model's pace
-    df = replay_through_a_crash(engine.launch(), n=10, gap_ms=250, kill_after_s=0.5, max_tokens=1900)
+    # 1,900 tokens keep the first request streaming for about a second at this model's pace, so it
+    # is in flight at the kill (0.6 s in) and the requests due from 0.75 s on find nobody listening
+    df = replay_through_a_crash(engine.launch(), n=10, gap_ms=250, kill_after_s=0.6, max_tokens=1900)
     errors = df["error"].to_list()
     assert len(errors) == 10
     failed = [e for e in errors if e != "none"]

@@ -88,7 +88,7 @@ def test_a_config_that_fails_to_start_names_the_engine_and_its_log(engine, tmp_p
 
 def test_a_server_killed_mid_run_gives_recorded_errors(running):
     # last in the module: it kills the shared engine (a later test would start a new one)
-    df = replay_through_a_crash(running, n=8, gap_ms=250, kill_after_s=1.0, max_tokens=1000)
+    df = replay_through_a_crash(running, n=8, gap_ms=250, kill_after_s=1.5, max_tokens=1000)
     errors = df["error"].to_list()
     failed = [e for e in errors if e != "none"]
     assert failed and set(failed) <= NETWORK_ERRORS, errors
