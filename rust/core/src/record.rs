@@ -228,13 +228,19 @@ impl Records {
 }
 
 /// Collects `RequestRecord`s by index straight into columns (so a run holds each result once)
-/// and assembles `Records`. Chunk times are appended in arrival order of the records, with the
-/// request index of each run of them, and put in request order by `finish`.
+/// and assembles `Records`. Chunk times go into one buffer in request order as records come in:
+/// a record that arrives ahead of an earlier request's waits (with its own chunk times) until
+/// the requests before it are in, so the buffer is never copied to be sorted. Requests finish
+/// roughly in the order they were sent, so few wait.
 #[derive(Debug)]
 pub struct Recorder {
     cols: Records,
-    /// (request index, number of chunk times) in the order they were appended.
-    runs: Vec<(u32, u32)>,
+    /// Chunk times of each request (index + 1; entry 0 is 0), prefix-summed by `finish`.
+    lens: Vec<u64>,
+    /// Records in, ahead of `next`: their chunk times, until the requests before them are in.
+    waiting: std::collections::BTreeMap<usize, Vec<u32>>,
+    /// The first request whose chunk times are not in the buffer yet.
+    next: usize,
     filled: Vec<bool>,
     received: usize,
 }
@@ -266,7 +272,9 @@ impl Recorder {
         };
         Recorder {
             cols,
-            runs: Vec::new(),
+            lens: vec![0; n + 1],
+            waiting: std::collections::BTreeMap::new(),
+            next: 0,
             filled: vec![false; n],
             received: 0,
         }
@@ -295,11 +303,33 @@ impl Recorder {
         c.cached_tokens[i] = rec.cached_tokens;
         c.output_chunks[i] = rec.output_chunks;
         c.error_detail[i] = rec.error_detail;
-        if !rec.chunk_us.is_empty() {
-            self.runs.push((i as u32, rec.chunk_us.len() as u32));
+        self.lens[i + 1] = rec.chunk_us.len() as u64;
+        if i == self.next {
             c.chunk_us.extend_from_slice(&rec.chunk_us);
+            self.next += 1;
+            self.flush_waiting(false);
+        } else if !rec.chunk_us.is_empty() {
+            self.waiting.insert(i, rec.chunk_us);
         }
         true
+    }
+
+    /// Move the waiting chunk times that are next in request order into the buffer (`all`: every
+    /// one left, in order, skipping requests that never came in).
+    fn flush_waiting(&mut self, all: bool) {
+        while let Some(entry) = self.waiting.first_entry() {
+            let i = *entry.key();
+            if !all {
+                while self.next < i && self.filled[self.next] && self.lens[self.next + 1] == 0 {
+                    self.next += 1;
+                }
+                if i != self.next {
+                    break;
+                }
+            }
+            self.cols.chunk_us.extend_from_slice(&entry.remove());
+            self.next = i + 1;
+        }
     }
 
     /// How many requests have been stored.
@@ -308,14 +338,14 @@ impl Recorder {
     }
 
     /// Lay out the columns. Requests without a record were never sent: they get `missing`
-    /// (with `detail`) and -1 times. Chunk times are put in request order (a counting sort over
-    /// the runs, which keeps arrival order within a request).
+    /// (with `detail`) and -1 times. Chunk times still waiting go into the buffer in order.
     pub fn finish(
-        self,
+        mut self,
         intended_ns: Vec<i64>,
         start_unix_ns: i64,
         missing: (ErrorKind, &str),
     ) -> Records {
+        self.flush_waiting(true);
         let mut out = self.cols;
         let n = self.filled.len();
         assert_eq!(
@@ -329,24 +359,9 @@ impl Recorder {
             out.error_kind[i] = missing.0 as u8;
             out.error_detail[i] = missing.1.to_string();
         }
-        let mut offsets = vec![0u64; n + 1];
-        for &(i, len) in &self.runs {
-            offsets[i as usize + 1] = len as u64;
-        }
+        let mut offsets = self.lens;
         for i in 0..n {
             offsets[i + 1] += offsets[i];
-        }
-        let in_order = self.runs.windows(2).all(|w| w[0].0 < w[1].0);
-        if !in_order {
-            let mut sorted = vec![0u32; out.chunk_us.len()];
-            let mut src = 0usize;
-            for &(i, len) in &self.runs {
-                let dst = offsets[i as usize] as usize;
-                let len = len as usize;
-                sorted[dst..dst + len].copy_from_slice(&out.chunk_us[src..src + len]);
-                src += len;
-            }
-            out.chunk_us = sorted;
         }
         out.chunk_offsets = offsets;
         out
@@ -464,6 +479,45 @@ mod tests {
             r.chunk_us,
             vec![0, 0, 250, u32::MAX],
             "truncated to µs, saturating"
+        );
+    }
+
+    /// Records coming in any order (some with no chunk, one never) give the chunk times of each
+    /// request at its own offsets, in arrival order within it.
+    #[test]
+    fn chunk_times_land_in_request_order_whatever_the_arrival_order() {
+        let n = 40;
+        let chunks = |i: usize| -> Vec<i64> {
+            (0..(i % 4) as i64)
+                .map(|k| 1_000_000 + k * (i as i64 + 1) * 1000)
+                .collect()
+        };
+        // a fixed shuffle: stride 7 over 40, with request 13 never coming in
+        let order: Vec<usize> = (0..n)
+            .map(|k| (k * 7 + 3) % n)
+            .filter(|&i| i != 13)
+            .collect();
+        let mut rec = Recorder::new(n);
+        for &i in &order {
+            assert!(rec.insert(done(i, 0, &chunks(i))));
+        }
+        let r = rec.finish(vec![0; n], 0, (ErrorKind::Cancelled, "never sent"));
+        for i in 0..n {
+            let got = &r.chunk_us[r.chunk_offsets[i] as usize..r.chunk_offsets[i + 1] as usize];
+            let want: Vec<u32> = if i == 13 {
+                Vec::new()
+            } else {
+                chunks(i)
+                    .iter()
+                    .map(|&t| ((t - 1_000_000) / 1000) as u32)
+                    .collect()
+            };
+            assert_eq!(got, want.as_slice(), "request {i}");
+        }
+        assert_eq!(r.chunk_offsets[n] as usize, r.chunk_us.len());
+        assert_eq!(
+            ErrorKind::from_u8(r.error_kind[13]),
+            Some(ErrorKind::Cancelled)
         );
     }
 
