@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,8 @@ def shared_prefix_trace(system_tokens: int, n: int = 6, gap_ms: int = 500, max_t
 def replay_through_a_crash(running: RunningEngine, *, n: int = 10, gap_ms: int = 250,
                            kill_after_s: float = 1.0, max_tokens: int = 300):
     """Replay long requests and SIGKILL the engine's server process ``kill_after_s`` into the
-    run (two warm connections keep the runner's own start-up short); returns the requests.
+    call (two warm connections keep the runner's own start-up short). Returns the requests and
+    when the kill came, in ns on the run's clock (from its t0).
 
     Only the process that listens is killed, as a crash would; ``stop()`` then ends its helpers.
     """
@@ -62,12 +64,31 @@ def replay_through_a_crash(running: RunningEngine, *, n: int = 10, gap_ms: int =
                "messages": [{"role": "user", "content": text_of_tokens(20, seed=200 + i)}]}
               for i in range(n)]
     trace = trace_of_bodies(bodies, arrival_us=[i * gap_ms * 1000 for i in range(n)])
-    killer = threading.Timer(kill_after_s, os.kill, args=(running.process.pid, signal.SIGKILL))
+    killed_unix_ns: list[int] = []
+
+    def kill() -> None:
+        killed_unix_ns.append(time.time_ns())
+        os.kill(running.process.pid, signal.SIGKILL)
+
+    killer = threading.Timer(kill_after_s, kill)
     killer.start()
     try:
         config = RunConfig(url=running.url, speedup=1.0, timeout_s=60, stall_timeout_s=20,
                            connect_timeout_s=2, lag_bound_ms=50, warm_connections=2)
-        return run_stage(trace, config).requests
+        result = run_stage(trace, config)
     finally:
         killer.cancel()
         running.stop()
+    assert killed_unix_ns, "the run ended before the kill"
+    return result.requests, killed_unix_ns[0] - result.start_unix_ns
+
+
+def check_crash(df, killed_ns: int) -> None:
+    """What a crash must look like: some requests failed, every failure is a network error, and
+    the requests due well after the kill (0.1 s, for the kernel to close the socket) found nobody
+    listening."""
+    errors = df["error"].to_list()
+    failed = [e for e in errors if e != "none"]
+    assert failed and set(failed) <= NETWORK_ERRORS, errors
+    after = df.filter(df["intended_ns"] > killed_ns + 100_000_000)["error"].to_list()
+    assert all(e == "connect_refused" for e in after), (killed_ns, errors)

@@ -17,7 +17,7 @@ from replay.sweep import sweep
 from replay.targets import Vllm
 from replay.targets.tiny_models import tiny_hf_path
 from replay.targets.vllm_install import vllm_python
-from tests.integration.real_engines import (NETWORK_ERRORS, replay_through_a_crash, require,
+from tests.integration.real_engines import (check_crash, replay_through_a_crash, require,
                                             shared_prefix_trace, small_trace)
 
 pytestmark = pytest.mark.engine
@@ -88,8 +88,5 @@ def test_a_config_that_fails_to_start_names_the_engine_and_its_log(engine, tmp_p
 
 def test_a_server_killed_mid_run_gives_recorded_errors(running):
     # last in the module: it kills the shared engine (a later test would start a new one)
-    df = replay_through_a_crash(running, n=8, gap_ms=250, kill_after_s=1.5, max_tokens=1000)
-    errors = df["error"].to_list()
-    failed = [e for e in errors if e != "none"]
-    assert failed and set(failed) <= NETWORK_ERRORS, errors
-    assert errors[-1] == "connect_refused", errors
+    df, killed_ns = replay_through_a_crash(running, n=8, gap_ms=250, kill_after_s=1.0, max_tokens=1000)
+    check_crash(df, killed_ns)
