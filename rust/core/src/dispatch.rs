@@ -22,6 +22,12 @@ use std::time::{Duration, Instant};
 /// yield: on a contended core a yield can cost a whole scheduler slice (milliseconds).
 pub const SPIN_WINDOW: Duration = Duration::from_micros(300);
 
+/// The spin margin of a dispatcher that runs real-time with no timer slack
+/// (`threads::raise_priority` gave "fifo"): it wakes within a few µs of its timer, and a long
+/// real-time spin would keep the runner's own I/O thread and a local server off that CPU at high
+/// rates (at 4,000 req/s a 300 µs spin is the whole CPU).
+pub const FIFO_SPIN_WINDOW: Duration = Duration::from_micros(20);
+
 /// Longest sleep between checks of the cancel flag.
 pub const CANCEL_POLL: Duration = Duration::from_millis(10);
 
@@ -36,10 +42,11 @@ pub enum Wake {
     Ended,
 }
 
-/// Block until `deadline`, until `cancel` is set, or (with `ends`) until a request ends, whose
-/// (index, end) is then pushed onto `backlog`.
+/// Block until `deadline` (sleeping until `spin` before it, then spinning), until `cancel` is
+/// set, or (with `ends`) until a request ends, whose (index, end) is then pushed onto `backlog`.
 pub fn wait_until(
     deadline: Instant,
+    spin: Duration,
     cancel: &AtomicBool,
     ends: Option<&Receiver<(usize, i64)>>,
     backlog: &mut Vec<(usize, i64)>,
@@ -59,8 +66,8 @@ pub fn wait_until(
             return Wake::Due;
         }
         let left = deadline - now;
-        if left > SPIN_WINDOW {
-            let nap = (left - SPIN_WINDOW).min(CANCEL_POLL);
+        if left > spin {
+            let nap = (left - spin).min(CANCEL_POLL);
             match ends {
                 Some(rx) => match rx.recv_timeout(nap) {
                     Ok(end) => {
@@ -136,6 +143,7 @@ impl<T> Ord for Ready<T> {
 /// `stop_at_ns` (then items not launched stay unsent).
 pub fn dispatch<T>(
     t0: Instant,
+    spin: Duration,
     items: impl IntoIterator<Item = Scheduled<T>>,
     ends: Option<&Receiver<(usize, i64)>>,
     stop_at_ns: Option<i64>,
@@ -189,7 +197,7 @@ pub fn dispatch<T>(
             (Some(d), None) => d,
             (None, None) => i64::MAX / 2,
         };
-        match wait_until(at(target), cancel, ends, &mut backlog) {
+        match wait_until(at(target), spin, cancel, ends, &mut backlog) {
             Wake::Cancelled => {
                 out.cancelled = true;
                 return out;
@@ -256,7 +264,7 @@ mod tests {
         let t0 = Instant::now();
         let offsets = [0i64, 2_000_000, 2_000_000, 5_000_000, 12_000_000];
         let mut late_ns = Vec::new();
-        let d = dispatch(t0, open(&offsets), None, None, &cancel, |_, release, o| {
+        let d = dispatch(t0, SPIN_WINDOW, open(&offsets), None, None, &cancel, |_, release, o| {
             let at = t0.elapsed().as_nanos() as i64;
             assert_eq!(release, o);
             assert!(at >= o, "launched early: {at} < {o}");
@@ -286,6 +294,7 @@ mod tests {
         let mut launched = 0;
         let d = dispatch(
             t0,
+            SPIN_WINDOW,
             open(&[0, 10_000_000_000]),
             None,
             None,
@@ -316,6 +325,7 @@ mod tests {
         let mut sent = Vec::new();
         let d = dispatch(
             t0,
+            SPIN_WINDOW,
             open(&[0, 1_000_000, 400_000_000]),
             None,
             Some(20_000_000),
@@ -349,7 +359,7 @@ mod tests {
             think_ns: 5_000_000,
         });
         let mut log = Vec::new();
-        let d = dispatch(t0, items, Some(&rx), None, &cancel, |i, release, _| {
+        let d = dispatch(t0, SPIN_WINDOW, items, Some(&rx), None, &cancel, |i, release, _| {
             log.push((i, release, t0.elapsed().as_nanos() as i64));
         });
         ender.join().unwrap();
@@ -381,7 +391,7 @@ mod tests {
             think_ns: 1_000_000,
         });
         let mut log = Vec::new();
-        dispatch(t0, items, Some(&rx), None, &cancel, |i, release, _| {
+        dispatch(t0, SPIN_WINDOW, items, Some(&rx), None, &cancel, |i, release, _| {
             if i == 0 {
                 tx.send((0, 2_000_000)).unwrap();
             }

@@ -18,7 +18,7 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::client::{build_headers, resolve, BaseUrl, Encoder, POOL_IDLE_TIMEOUT};
 use crate::conn::{Body, Conn, Pool};
-use crate::dispatch::{dispatch, Gate, Scheduled, CANCEL_POLL};
+use crate::dispatch::{dispatch, Gate, Scheduled, CANCEL_POLL, FIFO_SPIN_WINDOW, SPIN_WINDOW};
 use crate::error::CoreError;
 use crate::exchange::{launch, Shared, CANCELLED, CUT_OFF};
 use crate::record::{ErrorKind, Recorder, Records, RunStats};
@@ -383,8 +383,14 @@ pub fn run_streamed(
         gate: schedule.after.get(index).copied().flatten(),
         payload: (schedule.path_index[index], body),
     });
+    let spin = if priority == "fifo" {
+        FIFO_SPIN_WINDOW
+    } else {
+        SPIN_WINDOW
+    };
     let dispatched = dispatch(
         t0,
+        spin,
         items,
         causal.then_some(&ends_rx),
         stop_at_ns,

@@ -93,7 +93,8 @@ pub fn raise_priority() -> &'static str {
     }
 }
 
-/// Put the calling thread back to the ordinary policy (after `raise_priority`).
+/// Put the calling thread back to the ordinary policy (after `raise_priority`), with the default
+/// timer slack.
 pub fn restore_priority(applied: &str) {
     #[cfg(target_os = "linux")]
     // SAFETY: as in raise_priority.
@@ -102,6 +103,7 @@ pub fn restore_priority(applied: &str) {
             "fifo" => {
                 let param = libc::sched_param { sched_priority: 0 };
                 libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_OTHER, &param);
+                libc::prctl(libc::PR_SET_TIMERSLACK, 0 as libc::c_ulong);
             }
             "nice" => {
                 let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
