@@ -1,4 +1,4 @@
-//! One HTTP/1.1 keep-alive connection, written and read by hand, and the pool of idle ones.
+//! One HTTP/1.1 keep-alive connection, written and read by hand (idle ones wait in `pool.rs`).
 //!
 //! The runner owns the socket so that it knows the moment a request goes on the wire: `sent` is
 //! stamped as the write of the request to its connection starts (as wrk2 stamps it), not when a
@@ -8,11 +8,9 @@
 //! runtime: the status line and headers (`httparse`), then the body by `content-length`, by
 //! `chunked` framing, or until close.
 
-use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -394,70 +392,6 @@ impl Conn {
     /// Nothing unread is left over (a reused connection must start clean).
     pub fn is_clean(&self) -> bool {
         self.buf.is_empty()
-    }
-}
-
-/// Idle keep-alive connections, most recently used first; each is dropped once it has been
-/// idle for `idle_timeout`.
-#[derive(Debug)]
-pub struct Pool {
-    idle: Mutex<VecDeque<(Conn, Instant)>>,
-    idle_timeout: Duration,
-    max_idle: usize,
-}
-
-impl Pool {
-    pub fn new(idle_timeout: Duration, max_idle: usize) -> Pool {
-        Pool {
-            idle: Mutex::new(VecDeque::new()),
-            idle_timeout,
-            max_idle,
-        }
-    }
-
-    fn expire(&self, idle: &mut VecDeque<(Conn, Instant)>, now: Instant) {
-        while idle
-            .front()
-            .is_some_and(|(_, since)| now.duration_since(*since) >= self.idle_timeout)
-        {
-            idle.pop_front();
-        }
-    }
-
-    /// The most recently used idle connection that is still alive, if any. Connections found
-    /// closed by the server on the way are pushed onto `dead` rather than closed here: closing a
-    /// socket costs tens of µs (deregistering it, the FIN), which the dispatcher hands to an I/O
-    /// worker instead.
-    pub fn take(&self, dead: &mut Vec<Conn>) -> Option<Conn> {
-        let now = Instant::now();
-        let mut idle = self.idle.lock().expect("pool lock");
-        self.expire(&mut idle, now);
-        while let Some((conn, _)) = idle.pop_back() {
-            if conn.looks_alive() {
-                return Some(conn);
-            }
-            dead.push(conn);
-        }
-        None
-    }
-
-    /// Keep `conn` for reuse (dropped when the pool is full).
-    pub fn put(&self, conn: Conn) {
-        let now = Instant::now();
-        let mut idle = self.idle.lock().expect("pool lock");
-        self.expire(&mut idle, now);
-        if idle.len() < self.max_idle {
-            idle.push_back((conn, now));
-        }
-    }
-
-    /// Idle connections held now.
-    pub fn len(&self) -> usize {
-        self.idle.lock().expect("pool lock").len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

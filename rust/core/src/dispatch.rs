@@ -264,12 +264,20 @@ mod tests {
         let t0 = Instant::now();
         let offsets = [0i64, 2_000_000, 2_000_000, 5_000_000, 12_000_000];
         let mut late_ns = Vec::new();
-        let d = dispatch(t0, SPIN_WINDOW, open(&offsets), None, None, &cancel, |_, release, o| {
-            let at = t0.elapsed().as_nanos() as i64;
-            assert_eq!(release, o);
-            assert!(at >= o, "launched early: {at} < {o}");
-            late_ns.push(at - o);
-        });
+        let d = dispatch(
+            t0,
+            SPIN_WINDOW,
+            open(&offsets),
+            None,
+            None,
+            &cancel,
+            |_, release, o| {
+                let at = t0.elapsed().as_nanos() as i64;
+                assert_eq!(release, o);
+                assert!(at >= o, "launched early: {at} < {o}");
+                late_ns.push(at - o);
+            },
+        );
         assert_eq!(
             d,
             Dispatched {
@@ -359,9 +367,17 @@ mod tests {
             think_ns: 5_000_000,
         });
         let mut log = Vec::new();
-        let d = dispatch(t0, SPIN_WINDOW, items, Some(&rx), None, &cancel, |i, release, _| {
-            log.push((i, release, t0.elapsed().as_nanos() as i64));
-        });
+        let d = dispatch(
+            t0,
+            SPIN_WINDOW,
+            items,
+            Some(&rx),
+            None,
+            &cancel,
+            |i, release, _| {
+                log.push((i, release, t0.elapsed().as_nanos() as i64));
+            },
+        );
         ender.join().unwrap();
         assert_eq!(d.count, 3);
         let order: Vec<usize> = log.iter().map(|l| l.0).collect();
@@ -391,12 +407,20 @@ mod tests {
             think_ns: 1_000_000,
         });
         let mut log = Vec::new();
-        dispatch(t0, SPIN_WINDOW, items, Some(&rx), None, &cancel, |i, release, _| {
-            if i == 0 {
-                tx.send((0, 2_000_000)).unwrap();
-            }
-            log.push((i, release));
-        });
+        dispatch(
+            t0,
+            SPIN_WINDOW,
+            items,
+            Some(&rx),
+            None,
+            &cancel,
+            |i, release, _| {
+                if i == 0 {
+                    tx.send((0, 2_000_000)).unwrap();
+                }
+                log.push((i, release));
+            },
+        );
         assert_eq!(log, vec![(0, 0), (1, 20_000_000)]);
     }
 }

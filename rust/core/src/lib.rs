@@ -3,8 +3,9 @@
 //! * `schedule` — arrival offsets (trace rescaling, Poisson, Gamma, constant), seeded.
 //! * `sse` / `openai` — incremental SSE framing and OpenAI-style chunk interpretation.
 //! * `record` — per-request timing records, assembled into columns.
-//! * `run` (with `client`, `conn`, `exchange`, `dispatch`, `threads`) — the open-loop HTTP/1.1
-//!   runner: warm-up, dispatch (open or causal), true send stamps, drain and cut-off.
+//! * `run` (with `plan`, `client`, `conn`, `pool`, `warmup`, `exchange`, `response`, `dispatch`,
+//!   `threads`) — the open-loop HTTP/1.1 runner: warm-up, dispatch (open or causal), true send
+//!   stamps, drain and cut-off.
 //!
 //! Times are integer nanoseconds; names carry their unit (`lag_ns`).
 
@@ -14,16 +15,21 @@ pub mod dispatch;
 pub mod error;
 mod exchange;
 pub mod openai;
+mod plan;
+pub mod pool;
 pub mod record;
+mod response;
 pub mod run;
 pub mod schedule;
 pub mod sse;
 pub mod threads;
+mod warmup;
 
 pub use dispatch::Gate;
 pub use error::CoreError;
 pub use openai::{parse_openai_event, parse_openai_response, OpenAiEvent, Usage};
+pub use plan::{PlannedRequest, Schedule};
 pub use record::{ErrorKind, Recorder, Records, RequestRecord, RunStats, Switches};
-pub use run::{run, run_streamed, PlannedRequest, RunConfig, RunControl, Schedule};
+pub use run::{run, run_streamed, RunConfig, RunControl};
 pub use schedule::{arrival_offsets, Arrivals};
 pub use sse::{SseError, SseParser};

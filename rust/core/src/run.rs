@@ -13,25 +13,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::header::HeaderMap;
 use tokio::sync::{watch, Semaphore};
 
 use crate::client::{build_headers, resolve, BaseUrl, Encoder, POOL_IDLE_TIMEOUT};
-use crate::conn::{Body, Conn, Pool};
-use crate::dispatch::{dispatch, Gate, Scheduled, CANCEL_POLL, FIFO_SPIN_WINDOW, SPIN_WINDOW};
+use crate::dispatch::{dispatch, Scheduled, CANCEL_POLL, FIFO_SPIN_WINDOW, SPIN_WINDOW};
 use crate::error::CoreError;
 use crate::exchange::{launch, Shared, CANCELLED, CUT_OFF};
+use crate::plan::{validate, PlannedRequest, Schedule};
+use crate::pool::Pool;
 use crate::record::{ErrorKind, Recorder, Records, RunStats};
 use crate::threads;
+use crate::warmup::warm_up;
 
 /// After a stop (cancel or end of drain), how long to wait for in-flight tasks to hand in their
 /// records.
 const STOP_GRACE: Duration = Duration::from_secs(2);
-
-/// How long a warm-up connection may take to answer its `GET /v1/models`. A server that does
-/// not answer a new connection that fast is queueing it (e.g. a thread-per-connection server
-/// whose threads are all held by the connections opened before it), so warming stops there.
-const WARM_ANSWER_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// How to reach the server and how patient to be. A timeout of 0 means "no limit".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,60 +74,6 @@ impl Default for RunConfig {
     }
 }
 
-/// One request of the schedule.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PlannedRequest {
-    /// e.g. "/v1/chat/completions".
-    pub path: String,
-    /// The JSON body, sent as is.
-    pub body: Bytes,
-    /// When it is due, ns after t0 (nondecreasing across the schedule).
-    pub offset_ns: i64,
-    /// Causal sessions: send no earlier than the end of an earlier request plus a think time.
-    pub after: Option<Gate>,
-}
-
-/// Everything about a run's requests but their bodies, known before t0 (a few bytes a request):
-/// request i goes to `paths[path_index[i]]`, is due `offsets_ns[i]` after t0, and (causal
-/// sessions) follows `after[i]` when that is set. `after` may be empty (no request is gated).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Schedule {
-    pub paths: Vec<String>,
-    pub path_index: Vec<u8>,
-    pub offsets_ns: Vec<i64>,
-    pub after: Vec<Option<Gate>>,
-}
-
-impl Schedule {
-    /// The schedule of planned requests, and their bodies in order.
-    pub fn of(requests: Vec<PlannedRequest>) -> (Schedule, Vec<Bytes>) {
-        let mut s = Schedule::default();
-        let mut bodies = Vec::with_capacity(requests.len());
-        for r in requests {
-            let k = match s.paths.iter().position(|p| *p == r.path) {
-                Some(k) => k,
-                None => {
-                    s.paths.push(r.path);
-                    s.paths.len() - 1
-                }
-            };
-            s.path_index.push(k as u8);
-            s.offsets_ns.push(r.offset_ns);
-            s.after.push(r.after);
-            bodies.push(r.body);
-        }
-        (s, bodies)
-    }
-
-    pub fn len(&self) -> usize {
-        self.offsets_ns.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.offsets_ns.is_empty()
-    }
-}
-
 /// Shared between `run` and its caller: cancel it from any thread, read progress counters.
 #[derive(Debug, Default)]
 pub struct RunControl {
@@ -149,74 +91,6 @@ fn non_zero(ns: u64) -> Option<Duration> {
     (ns > 0).then(|| Duration::from_nanos(ns))
 }
 
-fn validate(config: &RunConfig, schedule: &Schedule) -> Result<(), CoreError> {
-    if config.worker_threads == 0 {
-        return Err(CoreError::config("worker_threads", "must be at least 1"));
-    }
-    if config.max_connections == 0 {
-        return Err(CoreError::config("max_connections", "must be at least 1"));
-    }
-    let n = schedule.len();
-    if n > u32::MAX as usize {
-        return Err(CoreError::config(
-            "requests",
-            format!("{n} requests is more than 2^32-1"),
-        ));
-    }
-    if schedule.path_index.len() != n || !(schedule.after.is_empty() || schedule.after.len() == n) {
-        return Err(CoreError::config(
-            "schedule",
-            format!(
-                "{n} offsets, {} path indexes, {} gates (want one each, gates may be empty)",
-                schedule.path_index.len(),
-                schedule.after.len()
-            ),
-        ));
-    }
-    if let Some(i) = schedule
-        .path_index
-        .iter()
-        .position(|&k| k as usize >= schedule.paths.len())
-    {
-        return Err(CoreError::config(
-            "path_index",
-            format!(
-                "request {i} names path {} of {}",
-                schedule.path_index[i],
-                schedule.paths.len()
-            ),
-        ));
-    }
-    let mut prev = 0i64;
-    for (i, &offset) in schedule.offsets_ns.iter().enumerate() {
-        if offset < 0 {
-            return Err(CoreError::config(
-                "offset_ns",
-                format!("request {i} has negative offset {offset} ns"),
-            ));
-        }
-        if offset < prev {
-            return Err(CoreError::config(
-                "offset_ns",
-                format!("not nondecreasing: request {i} at {offset} ns follows {prev} ns"),
-            ));
-        }
-        if let Some(Some(g)) = schedule.after.get(i) {
-            if g.parent >= i || g.think_ns < 0 {
-                return Err(CoreError::config(
-                    "after",
-                    format!(
-                        "request {i} follows request {} after {} ns (must be an earlier request, think >= 0)",
-                        g.parent, g.think_ns
-                    ),
-                ));
-            }
-        }
-        prev = offset;
-    }
-    Ok(())
-}
-
 /// Raise the soft open-files limit to the hard limit (best effort; thousands of streams need
 /// thousands of sockets).
 pub fn raise_nofile_limit() -> Option<u64> {
@@ -228,58 +102,6 @@ fn unix_now_ns() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0)
-}
-
-/// Open `wanted` connections one after another, each checked by one `GET /v1/models` answered
-/// in full, and put them in the pool. Returns how many were opened and why warming stopped
-/// short ("" if it did not).
-async fn warm_up(
-    shared: &Shared,
-    base: &BaseUrl,
-    headers: &HeaderMap,
-    wanted: usize,
-) -> (usize, String) {
-    let Ok(probe) = Encoder::get(base, headers, "/v1/models") else {
-        return (0, "cannot build the warm-up request".into());
-    };
-    let mut opened = 0;
-    while opened < wanted {
-        let checked = async {
-            let mut conn = Conn::connect(&shared.addrs, shared.connect_timeout)
-                .await
-                .map_err(|e| format!("connect: {e}"))?;
-            conn.write_rest(&[&probe], 0)
-                .await
-                .map_err(|e| format!("write: {e}"))?;
-            let head = conn.read_head().await.map_err(|e| e.to_string())?;
-            let mut body = Body::new(&head);
-            while conn
-                .next_data(&mut body)
-                .await
-                .map_err(|e| e.to_string())?
-                .is_some()
-            {}
-            if !(head.keep_alive && conn.is_clean()) {
-                return Err("the server closes connections after a response".to_string());
-            }
-            Ok(conn)
-        };
-        match tokio::time::timeout(WARM_ANSWER_TIMEOUT, checked).await {
-            Ok(Ok(conn)) => {
-                shared.pool.put(conn);
-                opened += 1;
-            }
-            Ok(Err(why)) => return (opened, why),
-            Err(_) => {
-                let ms = WARM_ANSWER_TIMEOUT.as_millis();
-                return (
-                    opened,
-                    format!("connection {} got no answer within {ms} ms", opened + 1),
-                );
-            }
-        }
-    }
-    (opened, String::new())
 }
 
 /// Replay `requests` open-loop against `config.base_url` and return one record per request
@@ -480,6 +302,7 @@ pub fn run_streamed(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dispatch::Gate;
 
     fn req(offset_ns: i64) -> PlannedRequest {
         PlannedRequest {

@@ -10,13 +10,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use replay_core::{run, ErrorKind, Gate, RunConfig, RunControl};
 
-fn index_of(body: &str) -> usize {
-    body.trim_start_matches("{\"i\":")
-        .trim_end_matches('}')
-        .parse()
-        .unwrap()
-}
-
 #[test]
 fn warm_connections_are_opened_before_t0_and_carry_the_first_requests() {
     let server = common::start();
@@ -134,7 +127,7 @@ fn causal_turns_wait_for_the_previous_turn_while_other_requests_keep_their_sched
     let order: Vec<usize> = arrivals
         .iter()
         .filter(|a| a.path != "/v1/models")
-        .map(|a| index_of(&a.body))
+        .map(|a| common::index_of(&a.body))
         .collect();
     assert_eq!(order, vec![0, 2, 1], "the server saw turn 1 last");
     let turn1 = arrivals.iter().find(|a| a.body == "{\"i\":1}").unwrap();

@@ -16,13 +16,7 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
 fn arrival_offsets(server: &common::TestServer, before: Instant, n: usize) -> Vec<i64> {
     let mut out = vec![-1i64; n];
     for a in server.arrivals.lock().unwrap().iter() {
-        let i: usize = a
-            .body
-            .trim_start_matches("{\"i\":")
-            .trim_end_matches('}')
-            .parse()
-            .unwrap();
-        out[i] = (a.at - before).as_nanos() as i64;
+        out[common::index_of(&a.body)] = (a.at - before).as_nanos() as i64;
     }
     out
 }

@@ -92,6 +92,14 @@ pub fn start() -> TestServer {
     }
 }
 
+/// The request index `i` in a body made by `planned`.
+pub fn index_of(body: &str) -> usize {
+    body.trim_start_matches("{\"i\":")
+        .trim_end_matches('}')
+        .parse()
+        .unwrap()
+}
+
 /// A server that accepts connections and reads them but never answers; returns its address.
 pub fn start_silent() -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
