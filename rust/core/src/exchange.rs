@@ -149,11 +149,15 @@ pub(crate) fn launch(
                         written,
                         sent_ns,
                     },
-                    // A broken idle connection: the task opens a new one.
-                    Err(_) => Start::Fresh {
-                        permit: Some(permit),
-                        conn: None,
-                    },
+                    // A broken idle connection: closed on a worker with the other dead ones, and
+                    // the task opens a new one.
+                    Err(_) => {
+                        dead.push(conn);
+                        Start::Fresh {
+                            permit: Some(permit),
+                            conn: None,
+                        }
+                    }
                 }
             }
         },

@@ -60,13 +60,4 @@ impl Pool {
             idle.push_back((conn, now));
         }
     }
-
-    /// Idle connections held now.
-    pub fn len(&self) -> usize {
-        self.idle.lock().expect("pool lock").len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
