@@ -59,6 +59,8 @@ SCHEMA: dict[str, pl.DataType] = {
     "status": pl.Int32(),
     "ttft_us": pl.Int64(),
     "e2e_us": pl.Int64(),
+    # the answer live traffic got (redacted like the body), where the source recorded it
+    "response": pl.String(),
 }
 # A frame or file must have these; the other columns may be absent and are then filled
 # (nulls; turn 0; no block hashes).
@@ -72,6 +74,9 @@ _NON_NEGATIVE = (
 )
 
 
+_OPTIONAL_META = frozenset({"redaction_key", "redaction_report", "import_report"})
+
+
 @dataclass(frozen=True)
 class TraceMeta:
     """The file-level facts of a trace (stored as Parquet key-value metadata, as strings)."""
@@ -81,8 +86,20 @@ class TraceMeta:
     tokenizer: str = "gpt2"
     block_size_tokens: int = 16
     hash_algo: str = HASH_ALGO
-    redaction_policy: str = "none"
+    # "redacted" (Presidio surrogates), "synthetic" (made-up text), "none" (raw text as it
+    # arrived: warned about wherever it is used) or "unspecified"
+    redaction_policy: str = "unspecified"
+    # optional (older files lack them): the redaction key's fingerprint (never the key), the
+    # redaction report and the import report (JSON objects; "" when there is none)
+    redaction_key: str = ""
+    redaction_report: str = ""
+    import_report: str = ""
     schema_version: int = SCHEMA_VERSION
+
+    @property
+    def raw_text(self) -> bool:
+        """True when the bodies hold text as it arrived (imported or captured with --no-redact)."""
+        return self.redaction_policy == "none"
 
     def to_metadata(self) -> dict[str, str]:
         out = {VERSION_KEY: str(self.schema_version)}
@@ -104,6 +121,8 @@ class TraceMeta:
             if f.name == "schema_version":
                 continue
             raw = md.get(f.name)
+            if raw is None and f.name in _OPTIONAL_META:
+                continue
             if raw is None:
                 raise TraceError(f"{source}: metadata '{f.name}' missing (schema {SCHEMA_VERSION})")
             if f.type == "int":
