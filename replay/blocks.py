@@ -9,11 +9,11 @@ gets no hash (it can never be a cache hit).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["HASH_ALGO", "block_hashes"]
+__all__ = ["HASH_ALGO", "block_hashes", "prefix_hits"]
 
 HASH_ALGO = "blake2b64-chain"
 _ROOT_PARENT = bytes(8)  # the first block's "parent hash"
@@ -50,4 +50,24 @@ def block_hashes(token_ids: Sequence[int] | np.ndarray, block_size: int) -> list
         h.update(data[start:start + step])
         parent = h.digest()
         out.append(int.from_bytes(parent, "little"))
+    return out
+
+
+def prefix_hits(hash_lists: Iterable[Sequence[int]], seen: set[int] | None = None) -> list[int]:
+    """For each request in order, how many of its leading blocks an infinite prefix cache holds
+    (the blocks of every earlier request): its longest run of leading hashes seen before.
+
+    Hashes are chained, so a block's hash stands for the whole prefix up to it. ``seen`` carries
+    the cache across calls (a trace read in batches); it is updated in place.
+    """
+    cache: set[int] = set() if seen is None else seen
+    out: list[int] = []
+    for hashes in hash_lists:
+        hit = 0
+        for h in hashes:
+            if h not in cache:
+                break
+            hit += 1
+        out.append(hit)
+        cache.update(hashes)
     return out

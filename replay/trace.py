@@ -34,6 +34,7 @@ __all__ = [
     "VERSION_KEY",
     "TraceMeta",
     "Trace",
+    "TraceWriter",
     "validate",
     "read_trace",
 ]
@@ -171,26 +172,96 @@ class Trace:
 
     def write(self, path: str | os.PathLike[str]) -> Path:
         """Validate and write to ``path`` (Parquet, zstd), atomically; return the path."""
-        import pyarrow.parquet as pq
-
         if self.body_file is not None:
             raise TraceError(f"{Path(path).name}: this trace was read without its bodies "
                              f"(read_trace(..., bodies=True) to write it)")
-        path = Path(path)
-        df = validate(self.df, self.meta, source=path.name)
+        with TraceWriter(path, self.meta) as writer:
+            writer.write(self.df)
+        return Path(path)
+
+
+class TraceWriter:
+    """Writes a trace a row group at a time, atomically: rows go to a hidden file beside
+    ``path``, renamed over it by :meth:`close`; an error (or leaving the ``with`` block by an
+    exception) removes it. Each batch is validated; arrival order and unique request ids are
+    checked across batches too. ``close(meta)`` may replace the metadata (a report known only
+    at the end)."""
+
+    def __init__(self, path: str | os.PathLike[str], meta: TraceMeta):
+        self.path = Path(path)
+        self.meta = meta
+        self.rows = 0
+        self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        self._writer = None
+        self._last_arrival: int | None = None
+        self._ids: set[str] = set()
+        self._finished = False
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, kind, value, tb) -> None:
+        if self._finished:
+            return
+        if kind is None:
+            self.close()
+        else:
+            self.abort()
+
+    def write(self, df: pl.DataFrame) -> None:
+        import pyarrow.parquet as pq
+
+        source = self.path.name
+        df = validate(df, self.meta, source=source)
+        arrival = df.get_column("arrival_us")
+        if self._last_arrival is not None and arrival[0] < self._last_arrival:
+            raise TraceError(f"{source}: column 'arrival_us' is not sorted "
+                             f"(row {self.rows} goes back in time)")
+        ids = df.get_column("request_id").to_list()
+        for row, rid in enumerate(ids, self.rows):
+            if rid in self._ids:
+                raise TraceError(f"{source}: column 'request_id' has duplicate {rid!r} at row {row}")
+            self._ids.add(rid)
         table = df.to_arrow()
-        md = dict(table.schema.metadata or {})
-        md.update({k.encode(): v.encode() for k, v in self.meta.to_metadata().items()})
-        table = table.replace_schema_metadata(md)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
-            pq.write_table(table, tmp, compression="zstd")
-            os.replace(tmp, path)
+            if self._writer is None:
+                self._writer = pq.ParquetWriter(self._tmp, table.schema, compression="zstd")
+            self._writer.write_table(table)
         except OSError as e:
-            raise TraceError(f"{path.name}: cannot write ({e.strerror or e})") from e
-        finally:
-            tmp.unlink(missing_ok=True)
-        return path
+            self.abort()
+            raise TraceError(f"{source}: cannot write ({e.strerror or e})") from e
+        self._last_arrival = int(arrival[-1])
+        self.rows += df.height
+
+    def close(self, meta: TraceMeta | None = None) -> Path:
+        """Finish the file with ``meta`` (default: the one given at the start); return its path."""
+        source = self.path.name
+        if self._finished:
+            raise TraceError(f"{source}: writer already closed")
+        if self._writer is None:
+            raise TraceError(f"{source}: trace is empty")
+        md = (meta or self.meta).to_metadata()
+        try:
+            self._writer.add_key_value_metadata(md)
+            self._writer.close()
+            self._writer = None
+            os.replace(self._tmp, self.path)
+            self._finished = True
+        except OSError as e:
+            self.abort()
+            raise TraceError(f"{source}: cannot write ({e.strerror or e})") from e
+        return self.path
+
+    def abort(self) -> None:
+        """Drop what was written."""
+        self._finished = True
+        if self._writer is not None:
+            try:
+                self._writer.close()
+            except OSError:
+                pass
+            self._writer = None
+        self._tmp.unlink(missing_ok=True)
 
 
 def _cast_column(s: pl.Series, want: pl.DataType, source: str) -> pl.Series:
@@ -349,11 +420,13 @@ def read_trace(path: str | os.PathLike[str], bodies: bool = True) -> Trace:
     if not path.is_file():
         raise TraceError(f"{source}: no such file")
     try:
-        schema = pq.read_schema(path)
+        file_md = pq.read_metadata(path)
     except (pa.ArrowInvalid, OSError) as e:
         raise TraceError(f"{source}: not a Parquet file") from e
+    schema = file_md.schema.to_arrow_schema()
+    # the file's key-value metadata (written with the schema, or at the end by TraceWriter)
     md = {k.decode(errors="replace"): v.decode(errors="replace")
-          for k, v in (schema.metadata or {}).items()}
+          for k, v in (file_md.metadata or {}).items()}
     meta = TraceMeta.from_metadata(md, source)
     try:
         if bodies:

@@ -53,7 +53,7 @@ def test_round_trip_keeps_every_column_and_the_metadata(make_trace, tmp_path):
     assert back.df.equals(trace.df)
     assert back.df["block_hashes"].to_list()[3] == [0, 1, 2]
     assert back.df["session_id"].to_list()[1] is None
-    md = pq.read_schema(path).metadata
+    md = pq.read_metadata(path).metadata
     assert md[VERSION_KEY.encode()] == b"1"
     for key in ("t0_unix_us", "source_format", "tokenizer", "block_size_tokens", "hash_algo",
                 "redaction_policy"):

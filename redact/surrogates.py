@@ -1,0 +1,257 @@
+"""Pseudonyms that keep a workload's shape: same type, same format, same token count.
+
+Owns :class:`Surrogates`. The surrogate of a value depends only on the key, the value and its
+entity type, so one original maps to one surrogate everywhere (a keyed HMAC seeds the choices;
+the mapping is cached per trace).
+
+How a surrogate is made: the value is cut into the tokenizer's pre-tokenizer pieces (the units
+BPE never merges across) and each piece is replaced by one of the same kind with the same token
+count, tried up to :data:`TRIES` times:
+
+- letters: for PERSON and LOCATION a real first or last name, for the parts of an email address
+  a name or an English word, with the original's capitalization, chosen by an HMAC of the
+  lower-cased piece, so "Smith" gets the same name in "John Smith" and in "Mr. Smith"; for keys
+  and other secrets random letters of the same case, character by character;
+- digits: random digits of the same length; other characters are kept.
+
+Then the type's format is restored: a card number's Luhn digit, an IBAN's check digits, IPv4
+octets within 0-255, an SSN's valid area, a key's known prefix (``sk-proj-``, ``ghp_``,
+``AKIA``...), a JWT's header, a PEM block's BEGIN / END lines and an email's top-level domain are
+kept. The whole surrogate's token count is checked (in its own right and after a space); when no
+try of :data:`_WHOLE_TRIES` matches, the last one is used and counted in :attr:`Surrogates.exceptions`.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from redact.key import RedactionKey
+
+__all__ = ["TRIES", "WORD_ENTITIES", "Surrogates"]
+
+TRIES = 64
+_WHOLE_TRIES = 16
+WORD_ENTITIES = frozenset({"PERSON", "LOCATION"})
+
+_KEY_PREFIX = re.compile(
+    r"^(?:sk-ant-(?:api|admin)\d{2}-|sk-(?:proj-|svcacct-|admin-|None-)?|gh[pousr]_|github_pat_"
+    r"|AKIA|ASIA|ABIA|ACCA|AIza|xox[abposr]-|(?:sk|rk|pk)_(?:live|test)_)"
+)
+_PEM_LINE = re.compile(r"^-----(?:BEGIN|END) [A-Z0-9 ]+-----$")
+_LETTERS = re.compile(r"[^\W\d_]+")
+_RUNS = re.compile(r"[^\W\d_]+|\d+|[\W_]+")
+
+
+def _case_of(word: str) -> str:
+    if word.isupper() and len(word) > 1:
+        return "upper"
+    if word[:1].isupper():
+        return "title"
+    return "lower"
+
+
+def _apply_case(word: str, case: str) -> str:
+    return word.upper() if case == "upper" else word.capitalize() if case == "title" else word.lower()
+
+
+def _pools() -> dict[str, list[str]]:
+    """Word pools: "name" (Faker's en_US first and last names) for PERSON and LOCATION, "word"
+    (those and Faker's English word list) for the parts of an email address."""
+    from faker.providers.lorem import en_US as lorem
+    from faker.providers.person import en_US as person
+
+    names = {w for w in (*person.Provider.first_names, *person.Provider.last_names)
+             if w.isalpha() and w.isascii()}
+    words = names | {w for w in lorem.Provider.word_list if w.isalpha() and w.isascii()}
+    return {"name": sorted(names), "word": sorted(words)}
+
+
+class Surrogates:
+    """Keyed, cached, shape-keeping surrogates under one tokenizer (see the module docstring)."""
+
+    def __init__(self, key: RedactionKey, tokenizer: Any):
+        self.key = key
+        self.tok = tokenizer
+        self.pools = _pools()
+        self._cache: dict[tuple[str, str], str] = {}
+        self._ntok_cache: dict[str, int] = {}
+        self.exceptions: Counter[str] = Counter()  # entity -> values whose token count changed
+
+    def ntok(self, text: str) -> int:
+        n = self._ntok_cache.get(text)
+        if n is None:
+            n = len(self.tok.encode(text, add_special_tokens=False).ids)
+            if len(self._ntok_cache) < 1_000_000:
+                self._ntok_cache[text] = n
+        return n
+
+    def _rng(self, label: str, value: str) -> random.Random:
+        return random.Random(self.key.digest(label, value))
+
+    def _pieces(self, value: str) -> list[str]:
+        pre = self.tok.pre_tokenizer
+        if pre is None:
+            return [value]
+        cuts = [start for _, (start, _) in pre.pre_tokenize_str(value)] + [len(value)]
+        return [value[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
+
+    # -- pieces ----------------------------------------------------------------------------------
+
+    def _pool_order(self, pool: str, letters: str) -> list[str]:
+        """The first TRIES words of ``pool`` to try for ``letters``, fixed by its keyed HMAC
+        (lower-cased, so "SMITH" and "Smith" get the same word)."""
+        words = self.pools[pool]
+        return self._rng(pool, letters.lower()).sample(words, TRIES)
+
+    def _count(self, piece: str, first: bool) -> tuple[int, int]:
+        # a value's first piece may follow a space in the text, where BPE can merge differently
+        return (self.ntok(piece), self.ntok(" " + piece) if first else 0)
+
+    def _piece(self, piece: str, pool: str | None, rng: random.Random, first: bool) -> str:
+        """A piece of the same kind and token count (up to TRIES tries)."""
+        if not any(c.isalnum() for c in piece):  # punctuation and spaces are kept
+            return piece
+        target = self._count(piece, first)
+        orders: dict[str, list[str]] = {}  # letter run -> the pool words to try, in order
+        candidate = piece
+        for attempt in range(TRIES):
+            out = []
+            for run in _RUNS.findall(piece):
+                if run.isdigit():
+                    out.append("".join(rng.choice("0123456789") for _ in run))
+                elif _LETTERS.fullmatch(run):
+                    if pool is not None:
+                        order = orders.get(run)
+                        if order is None:
+                            order = self._pool_order(pool, run)
+                            orders[run] = order
+                        out.append(_apply_case(order[attempt], _case_of(run)))
+                    else:
+                        out.append("".join(
+                            rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") if c.isupper()
+                            else rng.choice("abcdefghijklmnopqrstuvwxyz") if c.islower() else c
+                            for c in run))
+                else:
+                    out.append(run)
+            candidate = "".join(out)
+            if self._count(candidate, first) == target:
+                return candidate
+        return candidate
+
+    def _shape(self, value: str, pool: str | None, rng: random.Random) -> str:
+        """``value`` piece by piece: letters from ``pool`` (None: random letters), digits random."""
+        return "".join(self._piece(p, pool, rng, i == 0) for i, p in enumerate(self._pieces(value)))
+
+    # -- types -----------------------------------------------------------------------------------
+
+    def surrogate(self, entity: str, value: str) -> str:
+        """The surrogate of ``value``, an ``entity``; the same for the same (entity, value)."""
+        cached = self._cache.get((entity, value))
+        if cached is not None:
+            return cached
+        make = _MAKERS.get(entity, Surrogates._generic)
+        rng = self._rng(entity, value)
+        want = (self.ntok(value), self.ntok(" " + value))
+        out = value
+        for _ in range(_WHOLE_TRIES):
+            out = make(self, value, rng)
+            if (self.ntok(out), self.ntok(" " + out)) == want:
+                break
+        else:
+            self.exceptions[entity] += 1
+        self._cache[(entity, value)] = out
+        return out
+
+    def _generic(self, value: str, rng: random.Random) -> str:
+        return self._shape(value, None, rng)
+
+    def _words(self, value: str, rng: random.Random) -> str:
+        return self._shape(value, "name", rng)
+
+    def _email(self, value: str, rng: random.Random) -> str:
+        local, _, domain = value.rpartition("@")
+        host, dot, tld = domain.rpartition(".")
+        return f"{self._shape(local, 'word', rng)}@{self._shape(host, 'word', rng)}{dot}{tld}"
+
+    def _card(self, value: str, rng: random.Random) -> str:
+        out = value[0] + self._shape(value[1:], None, rng)  # the first digit (the network) is kept
+        digits = [int(c) for c in out if c.isdigit()]
+        if not digits:
+            return out
+        digits[-1] = 0
+        total = sum(d if i % 2 == 0 else (d * 2 - 9 if d * 2 > 9 else d * 2)
+                    for i, d in enumerate(reversed(digits)))
+        check = str((10 - total % 10) % 10)
+        last = max(i for i, c in enumerate(out) if c.isdigit())
+        return out[:last] + check + out[last + 1:]
+
+    def _iban(self, value: str, rng: random.Random) -> str:
+        compact = [c for c in value if c.isalnum()]
+        if len(compact) < 5:
+            return self._generic(value, rng)
+        body = self._shape(value, None, rng)
+        # keep the country code; recompute the two check digits (ISO 13616 mod 97)
+        chars = [c for c in body if c.isalnum()]
+        chars[0:2] = compact[0:2]
+        chars[2:4] = ["0", "0"]
+        rearranged = "".join(chars[4:] + chars[:4]).upper()
+        number = int("".join(str(int(c, 36)) for c in rearranged))
+        check = f"{98 - number % 97:02d}"
+        chars[2:4] = list(check)
+        it = iter(chars)
+        return "".join(next(it) if c.isalnum() else c for c in body)
+
+    def _ip(self, value: str, rng: random.Random) -> str:
+        if ":" in value:  # IPv6: hex digit for hex digit
+            return "".join(rng.choice("0123456789abcdef") if c in "0123456789abcdef" else
+                           rng.choice("0123456789ABCDEF") if c in "ABCDEF" else c for c in value)
+        lows = {1: (0, 9), 2: (10, 99), 3: (100, 255)}
+        return re.sub(r"\d+", lambda m: str(rng.randint(*lows.get(len(m.group()), (0, 255)))), value)
+
+    def _ssn(self, value: str, rng: random.Random) -> str:
+        for _ in range(TRIES):
+            out = self._shape(value, None, rng)
+            digits = "".join(c for c in out if c.isdigit())
+            if len(digits) != 9 or (digits[:3] not in ("000", "666") and digits[0] != "9"
+                                    and digits[3:5] != "00" and digits[5:] != "0000"):
+                return out
+        return out
+
+    def _phone(self, value: str, rng: random.Random) -> str:
+        m = re.match(r"^\+\d{1,3}", value)  # the country code is kept
+        head = m.group() if m else ""
+        return head + self._shape(value[len(head):], None, rng)
+
+    def _api_key(self, value: str, rng: random.Random) -> str:
+        m = _KEY_PREFIX.match(value)
+        head = m.group() if m else ""
+        return head + self._shape(value[len(head):], None, rng)
+
+    def _jwt(self, value: str, rng: random.Random) -> str:
+        header, _, rest = value.partition(".")  # the header (algorithm, type) is not secret
+        parts = [p[:3] + self._shape(p[3:], None, rng) if p.startswith("eyJ") else
+                 self._shape(p, None, rng) for p in rest.split(".")]
+        return ".".join([header, *parts])
+
+    def _pem(self, value: str, rng: random.Random) -> str:
+        return "\n".join(line if _PEM_LINE.match(line.strip()) else self._shape(line, None, rng)
+                         for line in value.split("\n"))
+
+
+_MAKERS: dict[str, Callable[[Surrogates, str, random.Random], str]] = {
+    "PERSON": Surrogates._words,
+    "LOCATION": Surrogates._words,
+    "EMAIL_ADDRESS": Surrogates._email,
+    "CREDIT_CARD": Surrogates._card,
+    "IBAN_CODE": Surrogates._iban,
+    "IP_ADDRESS": Surrogates._ip,
+    "US_SSN": Surrogates._ssn,
+    "PHONE_NUMBER": Surrogates._phone,
+    "API_KEY": Surrogates._api_key,
+    "JWT": Surrogates._jwt,
+    "PRIVATE_KEY": Surrogates._pem,
+}
