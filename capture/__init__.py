@@ -1,5 +1,6 @@
-"""Getting traffic into a Trace: importers of other trace formats (and the recording proxy)."""
+"""Getting traffic into a Trace: importers of other trace formats and request logs (and the
+recording proxy)."""
 
-from capture.importers import import_azure, import_mooncake
+from capture.importers import import_azure, import_log, import_mooncake
 
-__all__ = ["import_azure", "import_mooncake"]
+__all__ = ["import_azure", "import_log", "import_mooncake"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-__all__ = ["progress_bar", "print_stages", "saturation_line"]
+__all__ = ["progress_bar", "print_stages", "saturation_line", "raw_text_warning"]
 
 
 class _Bar:
@@ -21,6 +21,12 @@ class _Bar:
             self._progress.update(task, completed=completed, total=total, sent=sent, errors=errors)
 
         return update
+
+
+def raw_text_warning(path) -> str:
+    """The one-line warning for a trace whose bodies hold raw, unredacted text."""
+    return (f"warning: {path} holds raw request text, not redacted (redaction_policy=none): "
+            "keep it private, or redact it before sharing")
 
 
 @contextmanager

@@ -9,7 +9,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from replay.cli.report import print_stages, progress_bar
+from replay.cli.report import print_stages, progress_bar, raw_text_warning
 from replay.config import RUNNER_DEFAULTS, Arrivals, RunConfig, Slo, parse_duration_s, parse_rates, parse_slo
 from replay.errors import ConfigError
 
@@ -201,6 +201,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from replay.trace import read_trace
 
     trace = read_trace(args.trace, bodies=False)  # bodies are read a window at a time as the stage runs
+    if trace.meta.raw_text:
+        print(raw_text_warning(args.trace), file=sys.stderr)
     config = _config(args, args.rate, args.speedup)
     schedule(trace, config)  # bad --duration / --requests: before the engine starts
     sim_config = _sim_config(args)
@@ -223,6 +225,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not probe_s > 0:
         raise ConfigError(f"--probe-duration: must be > 0, got {args.probe_duration}")
     trace = read_trace(args.trace, bodies=False)  # bodies are read a window at a time as the stage runs
+    if trace.meta.raw_text:
+        print(raw_text_warning(args.trace), file=sys.stderr)
     config = _config(args, None, None)
     if not isinstance(rates, AutoRates):
         check_stages(trace, config, rates)  # every stage's flags: before the engine starts

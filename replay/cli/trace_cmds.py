@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+from replay.cli.report import raw_text_warning
 
 __all__ = ["register"]
 
-IMPORT_FORMATS = ("azure", "mooncake")
+SYNTHETIC_FORMATS = ("azure", "mooncake")
+LOG_FORMATS = ("openai", "litellm", "langfuse")  # capture.importers.LOG_FORMATS (kept light here)
+IMPORT_FORMATS = SYNTHETIC_FORMATS + LOG_FORMATS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,15 +36,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="default", help="model name written in the bodies")
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("import", help="convert a public trace (Azure CSV, Mooncake JSONL) to a Trace",
+    p = sub.add_parser("import", help="convert a public trace (Azure CSV, Mooncake JSONL) or a request log "
+                                      "(OpenAI, LiteLLM, Langfuse JSONL) to a Trace",
                        description="Token-only traces get synthesized prompts whose token counts (and, for "
-                                   "Mooncake, whose prefix sharing) match the trace under a real tokenizer.")
+                                   "Mooncake, whose prefix sharing) match the trace under a real tokenizer. "
+                                   "Request logs keep their real requests: tokens, block hashes and sessions "
+                                   "come from the raw text, which is then redacted with the key from "
+                                   "$REPLAY_REDACT_KEY or --key-file before anything is written (--no-redact "
+                                   "writes the raw text).")
     p.add_argument("format", choices=IMPORT_FORMATS, help="the input format")
     p.add_argument("path", type=Path, help="the input file")
     p.add_argument("-o", "--out", type=Path, required=True, help="Trace Parquet file to write")
     p.add_argument("--limit", type=int, help="import only the first N rows")
     p.add_argument("--tokenizer", default="gpt2", help="gpt2, qwen2 or a tokenizer.json path (default gpt2)")
-    p.add_argument("--model", help="model name written in the bodies (default: none)")
+    p.add_argument("--block-size", type=int, help="tokens per hashed block (default 16; Mooncake: 512, fixed)")
+    p.add_argument("--seed", type=int, default=0, help="seed for synthesized text (azure) or the arrivals "
+                                                       "--rate draws (default 0)")
+    p.add_argument("--model", help="azure, mooncake: model name written in the bodies (default: none)")
+    p.add_argument("--skip-bad", action="store_true",
+                   help="logs: skip malformed lines (counted in the import report) instead of stopping")
+    p.add_argument("--rate", type=float, help="openai: an OpenAI Batch input file has no times; space its "
+                                              "requests as a Poisson process of R req/s")
+    p.add_argument("--key-file", type=Path, help="logs: file holding the redaction key (default: "
+                                                 "$REPLAY_REDACT_KEY)")
+    p.add_argument("--no-redact", action="store_true",
+                   help="logs: write the raw text, unredacted (the trace is marked redaction_policy=none)")
     p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("inspect", help="summarize a Trace: rate, burstiness, lengths, sessions, prefix reuse")
@@ -66,15 +87,54 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from capture.importers import import_azure, import_mooncake
-
     from replay.errors import ConfigError
 
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit: must be >= 1, got {args.limit}")
+    if args.format in SYNTHETIC_FORMATS:
+        for flag, given in (("--skip-bad", args.skip_bad), ("--rate", args.rate is not None),
+                            ("--key-file", args.key_file is not None), ("--no-redact", args.no_redact)):
+            if given:
+                raise ConfigError(f"{flag}: only for request logs ({', '.join(LOG_FORMATS)}); "
+                                  f"{args.format} traces get synthesized text")
+        return _import_synthetic(args)
+    if args.model is not None:
+        raise ConfigError("--model: only for azure and mooncake (a log keeps the model each request named)")
+    if args.no_redact and args.key_file is not None:
+        raise ConfigError("--key-file: not with --no-redact")
+    key = None
+    if not args.no_redact:
+        from redact.key import load_key
+
+        key = load_key(args.key_file)  # before reading the input: no key, no work
+    from capture.importers import import_log
+
+    trace = import_log(args.format, args.path, tokenizer=args.tokenizer,
+                       block_size=16 if args.block_size is None else args.block_size,
+                       skip_bad=args.skip_bad, rate=args.rate, seed=args.seed, limit=args.limit)
+    if key is not None:
+        from redact import redact_trace
+
+        trace, report = redact_trace(trace, key)
+        print(report.summary())
+    _wrote(trace, trace.write(args.out))
+    if key is None:
+        print(raw_text_warning(args.out), file=sys.stderr)
+    return 0
+
+
+def _import_synthetic(args: argparse.Namespace) -> int:
+    from capture.importers import import_azure, import_mooncake
+
+    from replay.errors import ConfigError
+
     if args.format == "azure":
-        trace = import_azure(args.path, tokenizer=args.tokenizer, limit=args.limit, model=args.model)
+        trace = import_azure(args.path, tokenizer=args.tokenizer, seed=args.seed, limit=args.limit,
+                             block_size=16 if args.block_size is None else args.block_size,
+                             model=args.model)
     else:
+        if args.block_size is not None:
+            raise ConfigError("--block-size: Mooncake traces hash 512-token blocks (fixed)")
         trace = import_mooncake(args.path, tokenizer=args.tokenizer, limit=args.limit, model=args.model)
     _wrote(trace, trace.write(args.out))
     return 0
@@ -84,7 +144,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from replay.inspect import summarize
     from replay.trace import read_trace
 
-    summary = summarize(read_trace(args.trace, bodies=False))
+    trace = read_trace(args.trace, bodies=False)
+    if trace.meta.raw_text:
+        print(raw_text_warning(args.trace), file=sys.stderr)
+    summary = summarize(trace)
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
