@@ -15,12 +15,16 @@ Owns :data:`ENTITIES`, :data:`SCORE_THRESHOLD`, :data:`SPACY_MODEL`, :class:`Fou
   (DATE_TIME, URL, US_BANK_NUMBER, US_DRIVER_LICENSE, UUIDs) are left out, as is ORGANIZATION.
   Results below :data:`SCORE_THRESHOLD` are dropped. Both chosen from measurement on the
   labelled corpus (:mod:`redact.corpus`; see ``tests/unit/redact/test_recall.py``).
-- Overlapping results are resolved to one span per character: the higher score wins, then the
-  longer span.
+- Implausible results are dropped (:func:`_plausible`: names with code characters, bare digit
+  runs read as phones), then overlaps are resolved to one span per character: pattern results
+  (checked formats) win over the NER's, then the higher score, then the longer span.
+- A word of a name found in a text is a name wherever else it stands in that text
+  (:func:`_propagate_names`).
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -66,6 +70,7 @@ class Found:
     start: int
     end: int
     score: float
+    ner: bool = False  # found by spaCy's NER (else by a pattern recognizer)
 
 
 _offline_lock = threading.Lock()
@@ -128,6 +133,9 @@ def build_analyzer(extra_recognizers: Sequence[Any] = ()) -> Any:
     registry = RecognizerRegistry(supported_languages=["en"])
     registry.load_predefined_recognizers(languages=["en"], nlp_engine=engine)
     registry.remove_recognizer("CreditCardRecognizer")
+    for recognizer in registry.recognizers:
+        if recognizer.name == "IbanRecognizer":  # case-insensitive, its match runs into a word
+            recognizer.global_regex_flags = re.DOTALL | re.MULTILINE
     registry.add_recognizer(CardRecognizer())
     for recognizer in (*secret_recognizers(), *extra_recognizers):
         registry.add_recognizer(recognizer)
@@ -135,13 +143,60 @@ def build_analyzer(extra_recognizers: Sequence[Any] = ()) -> Any:
                           default_score_threshold=SCORE_THRESHOLD)
 
 
-def _resolve(found: Iterable[Found]) -> list[Found]:
-    """Non-overlapping spans: higher score first, then longer, then earlier."""
+_NER_RECOGNIZERS = frozenset({"SpacyRecognizer"})
+_NOT_IN_NAMES = re.compile(r"[_=(){}\[\]<>/\\@#$%^*|;:\"`~+\d]")
+_PHONE_CONTEXT = re.compile(r"(?i)(?:phone|call|tel|mobile|cell|fax|sms|whatsapp|contact|reach)")
+
+
+def _plausible(f: Found, text: str) -> Found | None:
+    """Drop (or trim) what the NER or the phone recognizer find in code and ids.
+
+    - PERSON / LOCATION: cut at a line break; none with code characters or digits in it (spaCy
+      tags ``get_user_email(user_id``, ``REQUEST_DENIED``), none without a capital letter.
+    - PHONE_NUMBER: a bare run of digits (no ``+``, no separators) only after a phone word in the
+      40 characters before it (epoch times and order numbers otherwise read as phones).
+    """
+    value = text[f.start:f.end]
+    if f.ner:
+        cut = value.find("\n")
+        if cut >= 0:
+            value = value[:cut].rstrip()
+            f = Found(f.entity, f.start, f.start + len(value), f.score, f.ner)
+        if not value or _NOT_IN_NAMES.search(value) or not any(c.isupper() for c in value):
+            return None
+        if value.isupper() and len(value) > 3:
+            return None
+    elif f.entity == "PHONE_NUMBER" and value.isdigit():
+        if not _PHONE_CONTEXT.search(text[max(0, f.start - 40):f.start]):
+            return None
+    return f
+
+
+def _resolve(found: Iterable[Found], text: str) -> list[Found]:
+    """Plausible, non-overlapping spans: pattern results (checked formats) before the NER's, then
+    higher score, then longer, then earlier."""
     kept: list[Found] = []
-    for f in sorted(found, key=lambda f: (-f.score, -(f.end - f.start), f.start)):
+    plausible = [g for g in (_plausible(f, text) for f in found) if g is not None]
+    for f in sorted(plausible, key=lambda f: (f.ner, -f.score, -(f.end - f.start), f.start)):
         if all(f.end <= k.start or f.start >= k.end for k in kept):
             kept.append(f)
     return sorted(kept, key=lambda f: f.start)
+
+
+def _propagate_names(found: list[Found], text: str) -> list[Found]:
+    """Every other whole-word occurrence, in the same text, of a word (3+ letters, capitalized) of
+    a PERSON found in it ("Sonia" after "Sonia Hunt") is a PERSON too."""
+    words = {w for f in found if f.entity == "PERSON"
+             for w in text[f.start:f.end].split() if len(w) >= 3 and w[:1].isupper() and w.isalpha()}
+    if not words:
+        return found
+    extra = []
+    pattern = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+                         + r")\b")
+    for m in pattern.finditer(text):
+        if all(m.end() <= f.start or m.start() >= f.end for f in found):
+            extra.append(Found("PERSON", m.start(), m.end(), 0.5))
+    return sorted(found + extra, key=lambda f: f.start) if extra else found
 
 
 class TextAnalyzer:
@@ -158,7 +213,10 @@ class TextAnalyzer:
     def analyze(self, text: str, nlp_artifacts: Any = None) -> list[Found]:
         results = self.analyzer.analyze(text=text, language="en", entities=self.entities,
                                         score_threshold=self.threshold, nlp_artifacts=nlp_artifacts)
-        return _resolve(Found(r.entity_type, r.start, r.end, r.score) for r in results)
+        found = _resolve((Found(r.entity_type, r.start, r.end, r.score,
+                                (r.recognition_metadata or {}).get("recognizer_name") in _NER_RECOGNIZERS)
+                          for r in results), text)
+        return _propagate_names(found, text)
 
     def analyze_batch(self, texts: Sequence[str]) -> list[list[Found] | BaseException]:
         """Entities of each text; an exception in place of the list where analysing it raised."""

@@ -4,8 +4,12 @@ Owns :class:`SecretRecognizer`, :func:`secret_recognizers`, :class:`CardRecogniz
 :func:`shannon_entropy`. Each secret pattern is a regex whose named group ``s`` (or the whole
 match) is the secret: only the password of ``postgres://user:PASSWORD@host`` is replaced, only
 the token after ``Bearer``. Entity types: ``API_KEY`` (OpenAI, Anthropic, GitHub, AWS, Google,
-Slack, Stripe shapes), ``JWT`` (its header must decode to a JSON object), ``PRIVATE_KEY`` (a whole
-PEM block), ``BEARER_TOKEN``, ``URL_PASSWORD`` and ``SECRET`` (any other run of 24+ key
+Slack, Stripe, Hugging Face shapes), ``JWT`` (its header must decode to a JSON object), ``PRIVATE_KEY`` (a whole
+PEM block), ``BEARER_TOKEN``, ``URL_PASSWORD``, ``LOCATION`` for US-style street addresses
+(number, capitalized words, a USPS street suffix, an optional unit, city and state + ZIP), which
+spaCy finds only in pieces, ``PERSON`` where prompts name people in a fixed shape the small spaCy
+model often misses (greetings, sign-offs, ``Name <email>``, From: headers, vCard ``FN:``,
+``"name": "..."`` fields), and ``SECRET`` (any other run of 24+ key
 characters with upper case, lower case and digits whose Shannon entropy is at least
 :data:`MIN_SECRET_ENTROPY` bits a character: hex digests, UUIDs and code identifiers fall below).
 """
@@ -43,6 +47,43 @@ _API_KEYS: dict[str, str] = {
     "google": r"\bAIza[0-9A-Za-z_-]{35}",
     "slack": r"\bxox[abposr]-[0-9A-Za-z-]{10,}",
     "stripe": r"\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,}",
+    "huggingface": r"\bhf_[A-Za-z0-9]{30,}",
+}
+
+
+# USPS street suffixes (Publication 28, the common ones) and unit designators
+_STREET_SUFFIXES = (
+    "Alley|Avenue|Ave|Boulevard|Blvd|Bridge|Brook|Bypass|Camp|Canyon|Causeway|Center|Circle|Cir|"
+    "Cliff|Common|Corner|Course|Court|Ct|Cove|Creek|Crescent|Crest|Crossing|Dale|Dam|Divide|Drive|"
+    "Dr|Estate|Expressway|Extension|Falls|Ferry|Field|Fields|Flat|Ford|Forest|Forge|Fork|Fort|"
+    "Freeway|Garden|Gardens|Gateway|Glen|Green|Grove|Harbor|Haven|Heights|Highway|Hwy|Hill|Hills|"
+    "Hollow|Island|Isle|Junction|Key|Knoll|Lake|Lakes|Landing|Lane|Ln|Light|Lock|Lodge|Loop|Mall|"
+    "Manor|Meadow|Meadows|Mill|Mills|Mission|Motorway|Mount|Mountain|Neck|Orchard|Oval|Park|"
+    "Parkway|Pkwy|Pass|Path|Pike|Pine|Pines|Place|Pl|Plain|Plains|Plaza|Point|Port|Prairie|Radial|"
+    "Ranch|Rapids|Rest|Ridge|River|Road|Rd|Route|Row|Run|Shoal|Shore|Shores|Skyway|Spring|Springs|"
+    "Square|Sq|Station|Stravenue|Stream|Street|St|Summit|Terrace|Ter|Trace|Track|Trail|Tunnel|"
+    "Turnpike|Union|Valley|Viaduct|View|Village|Ville|Vista|Walk|Wall|Way|Well|Wells"
+)
+# a street address: number, one to four capitalized words, a suffix, an optional unit, then an
+# optional ", City" and ", ST 12345"
+_STREET = (
+    r"\b\d{1,6}\s+(?:[A-Z][A-Za-z'.-]*\s+){1,4}(?:" + _STREET_SUFFIXES + r")\b\.?"
+    r"(?:,?\s+(?:Apt\.?|Suite|Ste\.?|Unit|#)\s*[\w-]+)?"
+    r"(?:,\s*[A-Z][A-Za-z .'-]{1,40}?(?:,\s*[A-Z]{2}\s+\d{5}(?:-\d{4})?)?(?=[\s,.;:)]|$))?"
+)
+
+
+# a capitalized name of one to four words (Latin letters with accents, apostrophes, hyphens)
+_NAME = r"(?P<s>[A-ZÀ-ÖØ-Þ][A-Za-zÀ-ÖØ-öø-ÿ'’-]+(?:[ \t]+[A-ZÀ-ÖØ-Þ][A-Za-zÀ-ÖØ-öø-ÿ'’-]+){0,3})"
+# where prompts name people in a fixed shape that spaCy's small model often misses
+_PERSON_CONTEXTS: dict[str, str] = {
+    "greeting": r"\b(?:Hi|Hello|Hey|Dear)[ \t]+" + _NAME + r"(?=[ \t]*[,!:\n])",
+    "sign_off": r"(?:Regards|regards|Thanks|Cheers|Sincerely|Best),?[ \t]*\n[ \t]*" + _NAME + r"[ \t]*(?=\n|$)",
+    "display_name": _NAME + r"[ \t]*[<(][\w.+-]+@",  # Name <user@host>, Name (user@host)
+    "from_header": r"(?m)^(?:From|To|Cc|Reply-To):[ \t]*" + _NAME,
+    "vcard": r"(?m)^FN:[ \t]*" + _NAME,
+    "name_field": r"[\"']?(?:full_?name|fullName|first_?name|last_?name|display_?name|customer_?name|"
+                  r"contact_?name|author|owner|name)[\"']?[ \t]*[:=][ \t]*[\"']" + _NAME + r"[\"']",
 }
 
 
@@ -114,8 +155,10 @@ def secret_recognizers() -> list[EntityRecognizer]:
             ("dsn", r"(?i)\b(?:password|passwd|pwd)\s*=\s*(?P<s>[^\s;'\"]+)"),
         ], 0.9),
         SecretRecognizer("SECRET", [(
-            "entropy", rf"(?<![A-Za-z0-9+/_=-])(?P<s>[A-Za-z0-9+/_=-]{{{_SECRET_MIN_LEN},}})(?![A-Za-z0-9+/_=-])",
+            "entropy", rf"(?<![A-Za-z0-9+/_-])(?P<s>[A-Za-z0-9+/_-]{{{_SECRET_MIN_LEN},}}={{0,2}})(?![A-Za-z0-9+/_=-])",
         )], 0.6, _high_entropy),
+        SecretRecognizer("LOCATION", [("street", _STREET)], 0.7),
+        SecretRecognizer("PERSON", list(_PERSON_CONTEXTS.items()), 0.6),
     ]
 
 
