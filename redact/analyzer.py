@@ -17,7 +17,7 @@ Owns :data:`ENTITIES`, :data:`SCORE_THRESHOLD`, :data:`SPACY_MODEL`, :class:`Fou
   labelled corpus (:mod:`redact.corpus`; see ``tests/unit/redact/test_recall.py``).
 - Implausible results are dropped (:func:`_plausible`: names with code characters, bare digit
   runs read as phones), then overlaps are resolved to one span per character: pattern results
-  (checked formats) win over the NER's, then the higher score, then the longer span.
+  (checked formats) win over the NER's, then the longer span, then the higher score.
 - A word of a name found in a text is a name wherever else it stands in that text
   (:func:`_propagate_names`).
 """
@@ -174,10 +174,10 @@ def _plausible(f: Found, text: str) -> Found | None:
 
 def _resolve(found: Iterable[Found], text: str) -> list[Found]:
     """Plausible, non-overlapping spans: pattern results (checked formats) before the NER's, then
-    higher score, then longer, then earlier."""
+    longer (a key holding a Luhn-valid run of digits is a key), then higher score, then earlier."""
     kept: list[Found] = []
     plausible = [g for g in (_plausible(f, text) for f in found) if g is not None]
-    for f in sorted(plausible, key=lambda f: (f.ner, -f.score, -(f.end - f.start), f.start)):
+    for f in sorted(plausible, key=lambda f: (f.ner, -(f.end - f.start), -f.score, f.start)):
         if all(f.end <= k.start or f.start >= k.end for k in kept):
             kept.append(f)
     return sorted(kept, key=lambda f: f.start)

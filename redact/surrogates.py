@@ -10,8 +10,10 @@ count, tried up to :data:`TRIES` times:
 
 - letters: for PERSON and LOCATION a real first or last name, for the parts of an email address
   a name or an English word, with the original's capitalization, chosen by an HMAC of the
-  lower-cased piece, so "Smith" gets the same name in "John Smith" and in "Mr. Smith"; for keys
-  and other secrets random letters of the same case, character by character;
+  lower-cased piece, so "Smith" gets the same name in "John Smith" and in "Mr. Smith" (after half
+  the tries, two words run together, for pieces of many tokens such as accented names); for keys
+  and other secrets random letters of the same case, character by character (after half the
+  tries, a word of the same length: a mnemonic run such as an IBAN's bank code is few tokens);
 - digits: random digits of the same length; other characters are kept.
 
 Then the type's format is restored: a card number's Luhn digit, an IBAN's check digits, IPv4
@@ -77,6 +79,9 @@ class Surrogates:
         self.key = key
         self.tok = tokenizer
         self.pools = _pools()
+        self._by_length: dict[int, list[str]] = {}
+        for word in self.pools["word"]:
+            self._by_length.setdefault(len(word), []).append(word)
         self._cache: dict[tuple[str, str], str] = {}
         self._ntok_cache: dict[str, int] = {}
         self.exceptions: Counter[str] = Counter()  # entity -> values whose token count changed
@@ -115,7 +120,10 @@ class Surrogates:
         """A piece of the same kind and token count (up to TRIES tries)."""
         if not any(c.isalnum() for c in piece):  # punctuation and spaces are kept
             return piece
-        target = self._count(piece, first)
+        # a word's choice must not depend on where it stands (so "Smith" maps alike alone and
+        # in "John Smith"): words are matched bare and after a space, whatever their position
+        first = first or pool is not None
+        target = self._count(piece.lstrip(" "), first)
         orders: dict[str, list[str]] = {}  # letter run -> the pool words to try, in order
         candidate = piece
         for attempt in range(TRIES):
@@ -129,7 +137,13 @@ class Surrogates:
                         if order is None:
                             order = self._pool_order(pool, run)
                             orders[run] = order
-                        out.append(_apply_case(order[attempt], _case_of(run)))
+                        word = order[attempt]
+                        if attempt >= TRIES // 2:  # longer in tokens: two words run together
+                            word += order[(attempt * 7 + 3) % TRIES].lower()
+                        out.append(_apply_case(word, _case_of(run)))
+                    elif attempt >= TRIES // 2 and run.isascii() and len(run) in self._by_length:
+                        # mnemonic runs (a bank code like WEST) are few tokens: a word of its length
+                        out.append(_apply_case(rng.choice(self._by_length[len(run)]), _case_of(run)))
                     else:
                         out.append("".join(
                             rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") if c.isupper()
@@ -138,7 +152,7 @@ class Surrogates:
                 else:
                     out.append(run)
             candidate = "".join(out)
-            if self._count(candidate, first) == target:
+            if self._count(candidate.lstrip(" "), first) == target:
                 return candidate
         return candidate
 
@@ -173,9 +187,8 @@ class Surrogates:
         return self._shape(value, "name", rng)
 
     def _email(self, value: str, rng: random.Random) -> str:
-        local, _, domain = value.rpartition("@")
-        host, dot, tld = domain.rpartition(".")
-        return f"{self._shape(local, 'word', rng)}@{self._shape(host, 'word', rng)}{dot}{tld}"
+        head, dot, tld = value.rpartition(".")  # the top-level domain is kept
+        return self._shape(head, "word", rng) + dot + tld
 
     def _card(self, value: str, rng: random.Random) -> str:
         out = value[0] + self._shape(value[1:], None, rng)  # the first digit (the network) is kept
