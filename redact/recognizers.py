@@ -28,6 +28,7 @@ from presidio_analyzer.predefined_recognizers import CreditCardRecognizer
 
 __all__ = [
     "SECRET_ENTITIES",
+    "STREET_WORDS",
     "MIN_SECRET_ENTROPY",
     "SecretRecognizer",
     "CardRecognizer",
@@ -64,6 +65,8 @@ _STREET_SUFFIXES = (
     "Square|Sq|Station|Stravenue|Stream|Street|St|Summit|Terrace|Ter|Trace|Track|Trail|Tunnel|"
     "Turnpike|Union|Valley|Viaduct|View|Village|Ville|Vista|Walk|Wall|Way|Well|Wells"
 )
+STREET_WORDS = frozenset(w.lower() for w in _STREET_SUFFIXES.split("|")) | {
+    "apt", "suite", "ste", "unit", "floor", "building", "room", "po", "box"}
 # a street address: number, one to four capitalized words, a suffix, an optional unit, then an
 # optional ", City" and ", ST 12345"
 _STREET = (

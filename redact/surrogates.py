@@ -14,12 +14,14 @@ count, tried up to :data:`TRIES` times:
   the tries, two words run together, for pieces of many tokens such as accented names); for keys
   and other secrets random letters of the same case, character by character (after half the
   tries, a word of the same length: a mnemonic run such as an IBAN's bank code is few tokens);
-- digits: random digits of the same length; other characters are kept.
+- digits: random digits of the same length; other characters are kept;
+- kept as they are in names and addresses: runs of one or two letters (initials, state codes) and
+  street words (:data:`redact.recognizers.STREET_WORDS`: "Street", "Suite", "Apt").
 
 Then the type's format is restored: a card number's Luhn digit, an IBAN's check digits, IPv4
 octets within 0-255, an SSN's valid area, a key's known prefix (``sk-proj-``, ``ghp_``,
 ``AKIA``...), a JWT's header, a PEM block's BEGIN / END lines and an email's top-level domain are
-kept. The whole surrogate's token count is checked (in its own right and after a space); when no
+kept, and so is a public mail provider's whole domain (:data:`PUBLIC_MAIL_DOMAINS`). The whole surrogate's token count is checked (in its own right and after a space); when no
 try of :data:`_WHOLE_TRIES` matches, the last one is used and counted in :attr:`Surrogates.exceptions`.
 """
 
@@ -32,10 +34,20 @@ from collections.abc import Callable
 from typing import Any
 
 from redact.key import RedactionKey
+from redact.recognizers import STREET_WORDS
+
+# words of a name or address that name no one: kept as they are
+KEPT_WORDS = STREET_WORDS
 
 __all__ = ["TRIES", "WORD_ENTITIES", "Surrogates"]
 
 TRIES = 64
+# email domains shared by millions of people: kept, as they identify no one
+PUBLIC_MAIL_DOMAINS = frozenset({
+    "gmail.com", "googlemail.com", "yahoo.com", "outlook.com", "hotmail.com", "live.com",
+    "icloud.com", "me.com", "aol.com", "proton.me", "protonmail.com", "gmx.com", "gmx.de",
+    "mail.com", "yandex.ru", "qq.com", "163.com", "example.com", "example.org", "example.net",
+})
 _WHOLE_TRIES = 16
 WORD_ENTITIES = frozenset({"PERSON", "LOCATION"})
 
@@ -132,7 +144,9 @@ class Surrogates:
                 if run.isdigit():
                     out.append("".join(rng.choice("0123456789") for _ in run))
                 elif _LETTERS.fullmatch(run):
-                    if pool is not None:
+                    if pool is not None and (len(run) <= 2 or run.lower() in KEPT_WORDS):
+                        out.append(run)  # initials, state codes, "Street", "Suite": no one's name
+                    elif pool is not None:
                         order = orders.get(run)
                         if order is None:
                             order = self._pool_order(pool, run)
@@ -187,6 +201,9 @@ class Surrogates:
         return self._shape(value, "name", rng)
 
     def _email(self, value: str, rng: random.Random) -> str:
+        local, at, domain = value.rpartition("@")
+        if domain.lower() in PUBLIC_MAIL_DOMAINS:  # shared by millions: names no one
+            return self._shape(local, "word", rng) + at + domain
         head, dot, tld = value.rpartition(".")  # the top-level domain is kept
         return self._shape(head, "word", rng) + dot + tld
 
@@ -219,9 +236,14 @@ class Surrogates:
         return "".join(next(it) if c.isalnum() else c for c in body)
 
     def _ip(self, value: str, rng: random.Random) -> str:
-        if ":" in value:  # IPv6: hex digit for hex digit
-            return "".join(rng.choice("0123456789abcdef") if c in "0123456789abcdef" else
-                           rng.choice("0123456789ABCDEF") if c in "ABCDEF" else c for c in value)
+        if ":" in value:  # IPv6: hex digit for hex digit, tried until the token count matches
+            want = self.ntok(value)
+            for _ in range(TRIES):
+                out = "".join(rng.choice("0123456789abcdef") if c in "0123456789abcdef" else
+                              rng.choice("0123456789ABCDEF") if c in "ABCDEF" else c for c in value)
+                if self.ntok(out) == want:
+                    break
+            return out
         lows = {1: (0, 9), 2: (10, 99), 3: (100, 255)}
         return re.sub(r"\d+", lambda m: str(rng.randint(*lows.get(len(m.group()), (0, 255)))), value)
 
