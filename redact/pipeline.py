@@ -12,7 +12,8 @@ Owns :class:`Redactor`, :class:`RedactionReport`, :func:`redact_trace` and :func
   text, not with requests x history. The cache is bounded (:data:`CACHE_CHARS` characters of
   text); LLM traffic repeats itself within sessions, so an LRU keeps what is reused.
 - Texts the cache misses go to worker processes (:class:`redact.analyzer.TextAnalyzer`, spaCy's
-  ``nlp.pipe`` in batches) in chunks of :data:`CHUNK_TEXTS`.
+  ``nlp.pipe`` in batches) in chunks of :data:`CHUNK_TEXTS`; the surrogates of a chunk's
+  entities are made in this process as its results come back, while the workers go on.
 - Fail closed: a text whose analysis raises, or does not finish within ``timeout_s`` (the worker
   is killed and the texts it held are retried one at a time), is never written; every request
   that holds it is quarantined (counted, kept out of the output).
@@ -22,12 +23,13 @@ Owns :class:`Redactor`, :class:`RedactionReport`, :func:`redact_trace` and :func
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
@@ -146,6 +148,26 @@ def _init_worker(entities: Sequence[str], threshold: float, extra: Sequence[Any]
     from redact.analyzer import TextAnalyzer
 
     _worker_analyzer = TextAnalyzer(entities, threshold, extra)
+    # a spawned worker ends with a full interpreter shutdown (tearing down spaCy, Presidio and
+    # their modules object by object: 0.3-0.7 s that close() waits for); it writes no files, so
+    # end it at the first exit handler instead, once its output is flushed (only in a child
+    # process: never cut short the exit, or change the exit status, of a process that called
+    # this itself)
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        atexit.register(_quick_exit)
+
+
+def _quick_exit() -> None:
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001,S110 (a closed stream: nothing to flush)
+            pass
+    os._exit(0)
 
 
 def _analyze_chunk(texts: list[str]) -> list[list[tuple[str, int, int]] | str]:
@@ -241,9 +263,19 @@ class Redactor:
             proc.kill()
         pool.shutdown(wait=False, cancel_futures=True)
 
-    def _analyze(self, texts: list[str]) -> list[list[tuple[str, int, int]] | str]:
-        """Entities of each text, or the reason it could not be analysed."""
+    def _analyze(self, texts: list[str],
+                 on_result: Callable[[int, list[tuple[str, int, int]] | str], None] | None = None,
+                 ) -> list[list[tuple[str, int, int]] | str]:
+        """Entities of each text, or the reason it could not be analysed. ``on_result(i, r)`` is
+        called with each text's final result as it comes in (while the workers go on with the
+        rest)."""
         results: list[Any] = [None] * len(texts)
+
+        def settle(i: int, r: Any) -> None:
+            results[i] = r
+            if on_result is not None:
+                on_result(i, r)
+
         queue = [list(range(i, min(i + CHUNK_TEXTS, len(texts))))
                  for i in range(0, len(texts), CHUNK_TEXTS)]
         while queue:
@@ -257,7 +289,7 @@ class Redactor:
                 except FutureTimeout:
                     self._kill_pool()
                     if len(idx) == 1:
-                        results[idx[0]] = f"timeout: analysis took over {self.timeout_s:g} s"
+                        settle(idx[0], f"timeout: analysis took over {self.timeout_s:g} s")
                     else:  # find the slow text: retry this chunk's texts one at a time
                         queue.extend([i] for i in idx)
                     queue.extend(i for i, _ in futures[n + 1:])
@@ -265,13 +297,13 @@ class Redactor:
                 except Exception as e:  # noqa: BLE001 (a worker died: fail closed on its texts)
                     self._kill_pool()
                     if len(idx) == 1:
-                        results[idx[0]] = f"{type(e).__name__}: analysis failed"
+                        settle(idx[0], f"{type(e).__name__}: analysis failed")
                     else:
                         queue.extend([i] for i in idx)
                     queue.extend(i for i, _ in futures[n + 1:])
                     break
                 for i, r in zip(idx, got):
-                    results[i] = r
+                    settle(i, r)
         return results
 
     def _apply(self, text: str, spans: list[tuple[str, int, int]]) -> str:
@@ -311,9 +343,14 @@ class Redactor:
         digests, fresh = list(todo.keys()), list(todo.values())
         self.report.analysed += len(fresh)
         self.report.chars_analysed += sum(len(t) for t in fresh)
-        found = self._analyze(fresh)
-        redacted = [self._apply(t, f) if isinstance(f, list) and f else t
-                    for t, f in zip(fresh, found)]
+        redacted = list(fresh)
+
+        def apply(i: int, f: list[tuple[str, int, int]] | str) -> None:
+            # surrogates are made here, in this process, while the workers analyse later chunks
+            if isinstance(f, list) and f:
+                redacted[i] = self._apply(fresh[i], f)
+
+        found = self._analyze(fresh, apply)
         ids = self.tok.encode_batch(redacted, add_special_tokens=False)
         changed = [i for i, (t, r) in enumerate(zip(fresh, redacted)) if t != r]
         raw_len = dict(zip(changed, (len(e.ids) for e in self.tok.encode_batch(
