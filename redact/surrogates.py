@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +42,8 @@ KEPT_WORDS = STREET_WORDS
 __all__ = ["TRIES", "WORD_ENTITIES", "Surrogates"]
 
 TRIES = 64
+# surrogates (and token counts) remembered; a capture with more distinct values recomputes some
+CACHE_VALUES = 1_000_000
 # email domains shared by millions of people: kept, as they identify no one
 PUBLIC_MAIL_DOMAINS = frozenset({
     "gmail.com", "googlemail.com", "yahoo.com", "outlook.com", "hotmail.com", "live.com",
@@ -94,7 +96,9 @@ class Surrogates:
         self._by_length: dict[int, list[str]] = {}
         for word in self.pools["word"]:
             self._by_length.setdefault(len(word), []).append(word)
-        self._cache: dict[tuple[str, str], str] = {}
+        # (entity, value) -> surrogate, least recently used first; a surrogate is a function of
+        # the key and the value, so the bound costs recomputation, never consistency
+        self._cache: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._ntok_cache: dict[str, int] = {}
         self.exceptions: Counter[str] = Counter()  # entity -> values whose token count changed
 
@@ -102,7 +106,7 @@ class Surrogates:
         n = self._ntok_cache.get(text)
         if n is None:
             n = len(self.tok.encode(text, add_special_tokens=False).ids)
-            if len(self._ntok_cache) < 1_000_000:
+            if len(self._ntok_cache) < CACHE_VALUES:
                 self._ntok_cache[text] = n
         return n
 
@@ -180,6 +184,7 @@ class Surrogates:
         """The surrogate of ``value``, an ``entity``; the same for the same (entity, value)."""
         cached = self._cache.get((entity, value))
         if cached is not None:
+            self._cache.move_to_end((entity, value))
             return cached
         make = _MAKERS.get(entity, Surrogates._generic)
         rng = self._rng(entity, value)
@@ -192,6 +197,8 @@ class Surrogates:
         else:
             self.exceptions[entity] += 1
         self._cache[(entity, value)] = out
+        if len(self._cache) > CACHE_VALUES:
+            self._cache.popitem(last=False)
         return out
 
     def _generic(self, value: str, rng: random.Random) -> str:

@@ -100,3 +100,14 @@ def test_formats_survive(sur):
     jwt = sur.surrogate("JWT", VALUES["JWT"][0])
     assert jwt.split(".")[0] == VALUES["JWT"][0].split(".")[0] and jwt.count(".") == 2
     assert sur.surrogate("PERSON", "Maria Gonzalez").istitle()
+
+
+def test_the_bounded_cache_forgets_values_not_their_surrogates(sur, monkeypatch):
+    import redact.surrogates
+
+    monkeypatch.setattr(redact.surrogates, "CACHE_VALUES", 2)
+    small = Surrogates(KEY, sur.tok)
+    names = ["Ada Lovelace", "Grace Hopper", "Alan Turing", "Edsger Dijkstra"]
+    first = [small.surrogate("PERSON", n) for n in names]
+    assert len(small._cache) == 2  # the first two were evicted
+    assert [small.surrogate("PERSON", n) for n in names] == first
