@@ -41,7 +41,7 @@ import polars as pl
 
 from redact.analyzer import ENTITIES, SCORE_THRESHOLD
 from redact.key import RedactionKey
-from replay.bodies import replace_texts, text_slots
+from replay.bodies import prompt_token_ids, replace_texts, text_slots
 from replay.blocks import block_hashes, prefix_hits
 from replay.errors import RedactionError, TraceError
 from replay.trace import Trace, TraceWriter, read_trace
@@ -403,8 +403,8 @@ class Redactor:
                 ids = (np.concatenate([e.ids for e in entries]) if entries
                        else np.zeros(0, np.uint32))
                 red = block_hashes(ids, block_size)
-                raw = (stored[row] if stored is not None and stored[row]
-                       else block_hashes(self._raw_ids(row_slots), block_size))
+                raw = (stored[row] if stored is not None and stored[row] else block_hashes(
+                    prompt_token_ids([s.text for s in row_slots], self.tok), block_size))
                 raw_hashes.append(raw)
                 red_hashes.append(red)
         raw_hits = prefix_hits(raw_hashes, seen[0])
@@ -415,11 +415,6 @@ class Redactor:
         if "response" in df.columns:
             out = out.with_columns(pl.Series("response", new_responses, dtype=pl.String))
         return out
-
-    def _raw_ids(self, slots) -> np.ndarray:
-        from replay.bodies import prompt_token_ids
-
-        return prompt_token_ids([s.text for s in slots], self.tok)
 
     def finish(self, started: float) -> RedactionReport:
         self.report.seconds = time.perf_counter() - started
@@ -470,30 +465,37 @@ def redact_trace(trace: Trace, key: RedactionKey, *, processes: int | None = Non
 
 def redact_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], key: RedactionKey, *,
                 processes: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-                extra_recognizers: Sequence[Any] = (), progress: Any = None) -> RedactionReport:
+                extra_recognizers: Sequence[Any] = (),
+                progress: Callable[[int, int], None] | None = None) -> RedactionReport:
     """Redact the trace file ``src`` into ``dst`` a row batch at a time (memory bounded by the
-    batch and the text cache), atomically. ``progress(rows_done)`` is called after each batch."""
+    batch and the text cache), atomically. Each batch is validated as it is read.
+    ``progress(rows_done, rows_total)`` is called after each batch."""
     import pyarrow.parquet as pq
 
+    from replay.trace import read_meta, validate
+
     src, dst = Path(src), Path(dst)
-    trace = read_trace(src, bodies=False)  # validates the file and reads its metadata
-    _check_input(trace.meta, src.name)
+    meta, total = read_meta(src)
+    _check_input(meta, src.name)
     started = time.perf_counter()
     seen: tuple[set, set] = (set(), set())
-    with Redactor(key, trace.meta.tokenizer, processes=processes, timeout_s=timeout_s,
+    with Redactor(key, meta.tokenizer, processes=processes, timeout_s=timeout_s,
                   extra_recognizers=extra_recognizers) as r, \
-            TraceWriter(dst, trace.meta) as writer, \
+            TraceWriter(dst, meta) as writer, \
             pq.ParquetFile(src, buffer_size=1 << 20, pre_buffer=False) as f:
+        row = 0
         for batch in f.iter_batches(batch_size=ROW_BATCH):
-            out = r.redact_frame(pl.from_arrow(batch), trace.meta.block_size_tokens, seen)
+            rows = validate(pl.from_arrow(batch), meta, f"{src.name} (row batch from row {row})")
+            row += rows.height
+            out = r.redact_frame(rows, meta.block_size_tokens, seen)
             if out.height:
                 writer.write(out)
             if progress is not None:
-                progress(r.report.requests)
+                progress(row, total)
         report = r.finish(started)
         if report.written == 0:
             writer.abort()
             raise RedactionError(f"{src.name}: all {report.requests} requests quarantined "
                                  f"({dict(report.quarantine_reasons)}); nothing written")
-        writer.close(_redacted_meta(trace.meta, key, report))
+        writer.close(_redacted_meta(meta, key, report))
     return report

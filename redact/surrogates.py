@@ -188,11 +188,11 @@ class Surrogates:
             return cached
         make = _MAKERS.get(entity, Surrogates._generic)
         rng = self._rng(entity, value)
-        want = (self.ntok(value), self.ntok(" " + value))
+        want = self._count(value, True)
         out = value
         for _ in range(_WHOLE_TRIES):
             out = make(self, value, rng)
-            if (self.ntok(out), self.ntok(" " + out)) == want:
+            if self._count(out, True) == want:
                 break
         else:
             self.exceptions[entity] += 1

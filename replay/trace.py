@@ -36,6 +36,7 @@ __all__ = [
     "Trace",
     "TraceWriter",
     "validate",
+    "read_meta",
     "read_trace",
 ]
 
@@ -409,13 +410,17 @@ def check_bodies(path: Path, source: str) -> None:
             row += len(values)
 
 
-def read_trace(path: str | os.PathLike[str], bodies: bool = True) -> Trace:
-    """Read and validate the trace at ``path``. With ``bodies=False`` the bodies stay in the file
-    (checked a row batch at a time) and :meth:`Trace.body_batches` reads them when needed."""
+def read_meta(path: str | os.PathLike[str]) -> tuple[TraceMeta, int]:
+    """The metadata and the row count of the trace file at ``path``, from its Parquet footer
+    (the rows are not read)."""
+    meta, footer = _read_footer(Path(path))
+    return meta, footer.num_rows
+
+
+def _read_footer(path: Path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path = Path(path)
     source = path.name
     if not path.is_file():
         raise TraceError(f"{source}: no such file")
@@ -423,11 +428,19 @@ def read_trace(path: str | os.PathLike[str], bodies: bool = True) -> Trace:
         file_md = pq.read_metadata(path)
     except (pa.ArrowInvalid, OSError) as e:
         raise TraceError(f"{source}: not a Parquet file") from e
-    schema = file_md.schema.to_arrow_schema()
     # the file's key-value metadata (written with the schema, or at the end by TraceWriter)
     md = {k.decode(errors="replace"): v.decode(errors="replace")
           for k, v in (file_md.metadata or {}).items()}
-    meta = TraceMeta.from_metadata(md, source)
+    return TraceMeta.from_metadata(md, source), file_md
+
+
+def read_trace(path: str | os.PathLike[str], bodies: bool = True) -> Trace:
+    """Read and validate the trace at ``path``. With ``bodies=False`` the bodies stay in the file
+    (checked a row batch at a time) and :meth:`Trace.body_batches` reads them when needed."""
+    path = Path(path)
+    source = path.name
+    meta, footer = _read_footer(path)
+    schema = footer.schema.to_arrow_schema()
     try:
         if bodies:
             df = pl.read_parquet(path)

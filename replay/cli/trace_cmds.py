@@ -145,14 +145,12 @@ def cmd_redact(args: argparse.Namespace) -> int:
     from redact import load_key, redact_file
 
     from replay.errors import ConfigError
-    from replay.trace import read_trace
 
     if args.processes is not None and args.processes < 1:
         raise ConfigError(f"--processes: must be >= 1, got {args.processes}")
     if args.timeout <= 0:
         raise ConfigError(f"--timeout: must be > 0, got {args.timeout}")
     key = load_key(args.key_file)
-    total = len(read_trace(args.trace, bodies=False))
     if args.quiet:
         report = redact_file(args.trace, args.out, key, processes=args.processes,
                              timeout_s=args.timeout)
@@ -160,10 +158,11 @@ def cmd_redact(args: argparse.Namespace) -> int:
         from rich.progress import Progress
 
         with Progress(transient=True) as bar:
-            task = bar.add_task("redacting", total=total)
+            task = bar.add_task("redacting", total=None)
             report = redact_file(args.trace, args.out, key, processes=args.processes,
                                  timeout_s=args.timeout,
-                                 progress=lambda done: bar.update(task, completed=done))
+                                 progress=lambda done, total: bar.update(task, completed=done,
+                                                                         total=total))
     print(report.summary())
     print(f"wrote {args.out} ({report.written} requests)")
     return 0

@@ -187,3 +187,18 @@ def test_cli_needs_a_key_and_redacts(corpus, redacted, tmp_path, monkeypatch, ca
                  "--quiet", "--processes", "1"]) == 0
     assert "entities:" in capsys.readouterr().out
     assert read_trace(tmp_path / "o.parquet").meta.redaction_key == RedactionKey(b"cli-test-key-0123456789").fingerprint
+
+
+def test_the_file_path_rejects_a_bad_input_row_and_writes_nothing(redacted, tmp_path):
+    import polars as pl
+    import pyarrow.parquet as pq
+
+    raw, _, _ = redacted
+    bodies = raw.df["body"].to_list()
+    bodies[20] = "not json"
+    table = raw.df.with_columns(pl.Series("body", bodies)).to_arrow()
+    table = table.replace_schema_metadata({k.encode(): v.encode() for k, v in raw.meta.to_metadata().items()})
+    pq.write_table(table, tmp_path / "bad.parquet")
+    with pytest.raises(TraceError, match=r"bad\.parquet.*column 'body' is not a JSON object at row 20"):
+        redact_file(tmp_path / "bad.parquet", tmp_path / "out.parquet", KEY, processes=1)
+    assert list(tmp_path.iterdir()) == [tmp_path / "bad.parquet"]
