@@ -21,9 +21,9 @@ from replay.targets.process import RunningEngine
 from replay.trace import Trace
 from tests.integration.conftest import trace_of_bodies
 
-# sleeps argv[1] seconds, SIGKILLs pid argv[2], prints when (ns since the epoch)
-_KILLER = ("import os, signal, sys, time; time.sleep(float(sys.argv[1])); t = time.time_ns(); "
-           "os.kill(int(sys.argv[2]), signal.SIGKILL); print(t, flush=True)")
+# says it is up, sleeps argv[1] seconds, SIGKILLs pid argv[2], prints when (ns since the epoch)
+_KILLER = ("import os, signal, sys, time; print('up', flush=True); time.sleep(float(sys.argv[1])); "
+           "t = time.time_ns(); os.kill(int(sys.argv[2]), signal.SIGKILL); print(t, flush=True)")
 NETWORK_ERRORS = {"reset", "connect_refused", "connect", "malformed_sse", "other"}
 
 
@@ -60,18 +60,22 @@ def replay_through_a_crash(running: RunningEngine, *, n: int = 10, gap_ms: int =
     call (two warm connections keep the runner's own start-up short). Returns the requests and
     when the kill came, in ns on the run's clock (from its t0).
 
+    ``ignore_eos`` makes every answer ``max_tokens`` long, so the run cannot end before the kill
+    when the model happens to stop early (it once did, on CI: every answer ended by 1.75 s).
+
     Only the process that listens is killed, as a crash would; ``stop()`` then ends its helpers.
     """
-    bodies = [{"model": "m", "max_tokens": max_tokens,
+    bodies = [{"model": "m", "max_tokens": max_tokens, "ignore_eos": True,
                "messages": [{"role": "user", "content": text_of_tokens(20, seed=200 + i)}]}
               for i in range(n)]
     trace = trace_of_bodies(bodies, arrival_us=[i * gap_ms * 1000 for i in range(n)])
-    # The kill comes from a process of its own, not a thread of this one: a timer thread here
-    # once fired 4.6 s late, after the run had ended (vLLM on 2 busy cores).
+    # The kill comes from a process of its own, not a thread of this one (a timer thread here once
+    # fired 4.6 s late); its clock starts once it is up, not while the interpreter loads.
     killer = subprocess.Popen(
         [sys.executable, "-c", _KILLER, str(kill_after_s), str(running.process.pid)],
         stdout=subprocess.PIPE, text=True)
     try:
+        assert killer.stdout.readline().strip() == "up"
         config = RunConfig(url=running.url, speedup=1.0, timeout_s=60, stall_timeout_s=20,
                            connect_timeout_s=2, lag_bound_ms=50, warm_connections=2)
         result = run_stage(trace, config)
