@@ -46,10 +46,14 @@ def run(
     progress: Callable[[int, int, int], object] | None = None,
     progress_interval_s: float = 0.2,
     cpus: list[int] = ...,
+    results: Callable[[dict[str, Any]], object] | None = None,
 ) -> dict[str, Any]:
     """Replay the planned requests open-loop (GIL released). Bodies: all at once (bytes with
     ``body_offsets``) or a callable returning the next window ``(bytes, offsets)`` or None, called
-    on a thread of its own a couple of windows ahead of the sends. Returns numpy columns (intended_ns,
+    on a thread of its own a couple of windows ahead of the sends. With ``results``, finished
+    requests are handed to it as the run goes, in consecutive batches in request order (the same
+    per-request columns, ``first`` the index of a batch's first request), and the dict returned
+    holds the rest. Returns ``first`` and numpy columns (intended_ns,
     release_ns, conn_ns, sent_ns, first_byte_ns, first_token_ns, end_ns, status, error_kind,
     prompt_tokens, completion_tokens, cached_tokens, output_chunks, error_detail_offsets,
     chunk_offsets, chunk_us), error_detail_bytes, start_unix_ns, cancelled, cut_off,

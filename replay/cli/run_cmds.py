@@ -178,10 +178,16 @@ def _out(args: argparse.Namespace, command: str) -> Path:
 
 
 class _Saver:
-    """Writes each stage's file and rewrites summary.json after every stage (crash safety)."""
+    """Writes each stage's rows as they come, its file when it ends, and rewrites summary.json
+    after every stage (crash safety: replay.results)."""
 
     def __init__(self, args: argparse.Namespace, out: Path) -> None:
         self.args, self.out, self.files = args, out, []
+
+    def rows(self, index: int, rate: float | None):
+        from replay.results import StageParts, stage_file
+
+        return StageParts(stage_file(self.out, index, rate))
 
     def __call__(self, result) -> None:
         from replay.results import stage_file, write_stage, write_summary
@@ -208,7 +214,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     sim_config = _sim_config(args)
     saver = _Saver(args, _out(args, "run"))
     with _target(args, config, sim_config, args.json) as config, progress_bar(quiet=args.json) as bar:
-        stage = run_stage(trace, config, bar.stage(f"{config.rate or 'as recorded'} req/s"))
+        stage = run_stage(trace, config, bar.stage(f"{config.rate or 'as recorded'} req/s"),
+                          on_rows=saver.rows(0, config.rate))
     result = SweepResult.of(config, [config.rate], [stage])
     saver(result)
     return _report(args, result, saver)
@@ -241,7 +248,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 print("interrupted during the rate search", file=sys.stderr)
                 return 130
         result = sweep(trace, config, rates, queue_growth_s=growth_s,
-                       progress=lambda rate: bar.stage(f"{rate:g} req/s"), on_stage=saver,
+                       progress=lambda rate: bar.stage(f"{rate:g} req/s"), on_stage=saver, on_rows=saver.rows,
                        stop_after_saturation=args.stop_after_saturation)
     return _report(args, result, saver)
 

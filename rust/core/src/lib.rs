@@ -30,6 +30,6 @@ pub use error::CoreError;
 pub use openai::{parse_openai_event, parse_openai_response, OpenAiEvent, Usage};
 pub use plan::{PlannedRequest, Schedule};
 pub use record::{ErrorKind, Recorder, Records, RequestRecord, RunStats, Switches};
-pub use run::{run, run_streamed, RunConfig, RunControl};
+pub use run::{run, run_streamed, RunConfig, RunControl, Sink, HAND_OVER_EVERY};
 pub use schedule::{arrival_offsets, Arrivals};
 pub use sse::{SseError, SseParser};

@@ -19,7 +19,7 @@ mod sim;
 
 use replay_core::{
     arrival_offsets as core_arrival_offsets, run_streamed as core_run_streamed, Arrivals,
-    CoreError, ErrorKind, Gate, Records, RunConfig, RunControl, Schedule, Switches,
+    CoreError, ErrorKind, Gate, Records, RunConfig, RunControl, Schedule, Sink, Switches,
 };
 
 /// Raise the `replay.errors` class that matches a core error variant.
@@ -116,8 +116,10 @@ fn switches_dict<'py>(py: Python<'py>, s: Switches) -> PyResult<Bound<'py, PyDic
     Ok(d)
 }
 
-fn records_to_dict<'py>(py: Python<'py>, r: Records) -> PyResult<Bound<'py, PyDict>> {
+/// The per-request columns of `r` (rows `first`..), as numpy arrays.
+fn rows_to_dict<'py>(py: Python<'py>, r: Records) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
+    d.set_item("first", r.first)?;
     let mut detail_offsets: Vec<i64> = Vec::with_capacity(r.error_detail.len() + 1);
     let mut detail_bytes: Vec<u8> = Vec::new();
     detail_offsets.push(0);
@@ -142,20 +144,25 @@ fn records_to_dict<'py>(py: Python<'py>, r: Records) -> PyResult<Bound<'py, PyDi
     d.set_item("error_detail_bytes", PyBytes::new(py, &detail_bytes))?;
     d.set_item("chunk_offsets", r.chunk_offsets.into_pyarray(py))?;
     d.set_item("chunk_us", r.chunk_us.into_pyarray(py))?;
-    d.set_item("start_unix_ns", r.start_unix_ns)?;
-    d.set_item("cancelled", r.cancelled)?;
-    d.set_item("cut_off", r.cut_off)?;
+    Ok(d)
+}
+
+/// The rows of `r` and what the run as a whole did.
+fn records_to_dict<'py>(py: Python<'py>, mut r: Records) -> PyResult<Bound<'py, PyDict>> {
+    let run = std::mem::take(&mut r.stats);
+    let (start_unix_ns, cancelled, cut_off) = (r.start_unix_ns, r.cancelled, r.cut_off);
+    let d = rows_to_dict(py, r)?;
+    d.set_item("start_unix_ns", start_unix_ns)?;
+    d.set_item("cancelled", cancelled)?;
+    d.set_item("cut_off", cut_off)?;
     let stats = PyDict::new(py);
-    stats.set_item("warmup_ms", r.stats.warmup_ns as f64 / 1e6)?;
-    stats.set_item("warm_connections_wanted", r.stats.warm_wanted)?;
-    stats.set_item("warm_connections", r.stats.warm_opened)?;
-    stats.set_item("warm_detail", r.stats.warm_detail)?;
-    stats.set_item(
-        "dispatcher_switches",
-        switches_dict(py, r.stats.dispatcher)?,
-    )?;
-    stats.set_item("dispatcher_priority", r.stats.dispatcher_priority)?;
-    stats.set_item("worker_switches", switches_dict(py, r.stats.workers)?)?;
+    stats.set_item("warmup_ms", run.warmup_ns as f64 / 1e6)?;
+    stats.set_item("warm_connections_wanted", run.warm_wanted)?;
+    stats.set_item("warm_connections", run.warm_opened)?;
+    stats.set_item("warm_detail", run.warm_detail)?;
+    stats.set_item("dispatcher_switches", switches_dict(py, run.dispatcher)?)?;
+    stats.set_item("dispatcher_priority", run.dispatcher_priority)?;
+    stats.set_item("worker_switches", switches_dict(py, run.workers)?)?;
     d.set_item("runner", stats)?;
     Ok(d)
 }
@@ -247,6 +254,9 @@ fn start_feeder(
 /// follows (-1: none) and `think_ns[i]` the think time after it. Times in seconds: None keeps
 /// the core's default (`run_defaults()`), 0 means no limit.
 /// `progress(sent, completed, errors)` is called every `progress_interval_s` with the GIL held.
+/// With `results`, finished requests are handed over as the run goes: `results(rows)` is called
+/// with consecutive batches in request order (`rows["first"]` is the first one's index; the same
+/// columns as the returned dict, whose rows are then the rest).
 /// On Ctrl-C the run is cancelled, partial results are returned and `interrupted` is True.
 /// `cpus` pins the runner's threads (dispatcher and I/O workers) to those CPUs.
 #[pyfunction]
@@ -254,7 +264,7 @@ fn start_feeder(
     url, paths, path_index, offsets_ns, bodies, *, body_offsets=None, after=None, think_ns=None,
     headers=Vec::new(), timeout_s=None, stall_timeout_s=None, connect_timeout_s=None, drain_s=None,
     max_connections=None, warm_connections=0, chunk_times=true, worker_threads=None, progress=None,
-    progress_interval_s=0.2, cpus=Vec::new()
+    progress_interval_s=0.2, cpus=Vec::new(), results=None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn run<'py>(
@@ -279,6 +289,7 @@ fn run<'py>(
     progress: Option<Bound<'py, PyAny>>,
     progress_interval_s: f64,
     cpus: Vec<usize>,
+    results: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let offsets = offsets_ns.as_slice()?;
     let n = offsets.len();
@@ -354,13 +365,19 @@ fn run<'py>(
     };
     let (tx, rx) = mpsc::channel();
     let rx = Mutex::new(rx); // detach() needs a Sync closure
+    let (batch_tx, batches) = mpsc::channel::<Records>();
+    let streamed = results.is_some();
     let thread_control = Arc::clone(&control);
     std::thread::Builder::new()
         .name("replay-run".into())
         .spawn(move || {
+            let mut sink = move |batch: Records| {
+                let _ = batch_tx.send(batch);
+            };
+            let sink: Option<Sink<'_>> = if streamed { Some(&mut sink) } else { None };
             // The runtime's workers are created by this thread and inherit its CPU set.
             let outcome = match affinity::pin_current_thread(&cpus) {
-                Ok(()) => core_run_streamed(&config, schedule, source, thread_control),
+                Ok(()) => core_run_streamed(&config, schedule, source, thread_control, sink),
                 Err(e) => Err(CoreError::Config {
                     field: "cpus",
                     message: format!("cannot pin the runner to {cpus:?}: {e}"),
@@ -373,6 +390,19 @@ fn run<'py>(
     let interval = Duration::from_secs_f64(progress_interval_s.max(0.01));
     let mut interrupted = false;
     let mut callback_error: Option<PyErr> = None;
+    // Hand the batches that came in to `results`; an error there cancels the run.
+    let hand_over = |py: Python<'py>, callback_error: &mut Option<PyErr>| {
+        let Some(cb) = results.as_ref() else { return };
+        for batch in batches.try_iter() {
+            if callback_error.is_some() {
+                continue; // drained and dropped: the run is being cancelled
+            }
+            if let Err(e) = rows_to_dict(py, batch).and_then(|d| cb.call1((d,))) {
+                control.cancel.store(true, Ordering::SeqCst);
+                *callback_error = Some(e);
+            }
+        }
+    };
     let outcome = loop {
         match py.detach(|| rx.lock().expect("receiver").recv_timeout(interval)) {
             Ok(result) => break result,
@@ -388,6 +418,7 @@ fn run<'py>(
             interrupted = true;
             control.cancel.store(true, Ordering::SeqCst);
         }
+        hand_over(py, &mut callback_error);
         if let (Some(cb), None) = (progress.as_ref(), callback_error.as_ref()) {
             let args = (
                 control.sent.load(Ordering::Relaxed),
@@ -407,6 +438,7 @@ fn run<'py>(
             return Err(e);
         }
     }
+    hand_over(py, &mut callback_error); // the runner sent its last batches before its outcome
     if let Some(e) = callback_error {
         return Err(e);
     }
