@@ -79,3 +79,11 @@ class SimServer:
     def stop(self) -> None: ...
     def __enter__(self) -> SimServer: ...
     def __exit__(self, *args: object) -> bool: ...
+
+
+def prefix_cache_hits(
+    hashes: npt.NDArray[np.uint64], offsets: npt.NDArray[np.uint64], capacity: int
+) -> npt.NDArray[np.uint32]:
+    """For each request, the leading blocks an LRU prefix cache of ``capacity`` blocks (0:
+    unbounded) held when it arrived; request i's chained block hashes are
+    ``hashes[offsets[i]:offsets[i+1]]``. Every block of a request is touched after its look-up."""

@@ -18,7 +18,8 @@ mod affinity;
 mod sim;
 
 use replay_core::{
-    arrival_offsets as core_arrival_offsets, run_streamed as core_run_streamed, Arrivals,
+    arrival_offsets as core_arrival_offsets, prefix_cache_hits as core_prefix_cache_hits,
+    run_streamed as core_run_streamed, Arrivals,
     CoreError, ErrorKind, Gate, Records, RunConfig, RunControl, Schedule, Sink, Switches,
 };
 
@@ -101,6 +102,29 @@ fn arrival_offsets<'py>(
     let offsets = core_arrival_offsets(&arrivals, n, rate, speedup, trace, seed)
         .map_err(|e| to_py_err(py, e))?;
     Ok(offsets.into_pyarray(py))
+}
+
+/// For each request, the leading blocks an LRU prefix cache of `capacity` blocks (0: unbounded)
+/// held when it arrived; request i's chained block hashes are `hashes[offsets[i]..offsets[i+1]]`
+/// (see `replay_core::prefix_cache`).
+#[pyfunction]
+fn prefix_cache_hits<'py>(
+    py: Python<'py>,
+    hashes: PyReadonlyArray1<'py, u64>,
+    offsets: PyReadonlyArray1<'py, u64>,
+    capacity: usize,
+) -> PyResult<Bound<'py, PyArray1<u32>>> {
+    let (h, o) = (hashes.as_slice()?, offsets.as_slice()?);
+    if o.first().is_some_and(|&f| f != 0)
+        || o.windows(2).any(|w| w[0] > w[1])
+        || o.last().is_some_and(|&l| l as usize != h.len())
+    {
+        return Err(PyValueError::new_err(
+            "offsets must start at 0, not decrease and end at len(hashes)",
+        ));
+    }
+    let out = py.detach(|| core_prefix_cache_hits(h, o, capacity));
+    Ok(out.into_pyarray(py))
 }
 
 /// The error kind names, indexed by the codes in the `error_kind` column.
@@ -454,6 +478,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(arrival_offsets, m)?)?;
     m.add_function(wrap_pyfunction!(error_kinds, m)?)?;
     m.add_function(wrap_pyfunction!(run_defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(prefix_cache_hits, m)?)?;
     m.add_class::<sim::SimServer>()?;
     Ok(())
 }
