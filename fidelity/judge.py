@@ -10,12 +10,12 @@ tuned on?
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import polars as pl
 
-from fidelity.compare import Verdict, compare_sides, compression, live_side, replay_side
+from fidelity.compare import Side, Verdict, compare_sides, compression, live_side, replay_side
 from replay.errors import ConfigError
 from replay.trace import Trace, read_trace
 
@@ -30,6 +30,9 @@ class StageFidelity:
     requests: int  # rows of the stage
     sent: int
     verdict: Verdict
+    # the two sides compared (for plots; not in the JSON)
+    live_side: Side | None = field(default=None, repr=False, compare=False)
+    replay_side: Side | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict:
         return {"file": self.file, "requested_rate": self.requested_rate, "compression": self.compression,
@@ -83,9 +86,10 @@ def compare_stage(live: Trace, stage: pl.DataFrame, *, sent: Trace | None = None
     block = live.meta.block_size_tokens
     c = compression(live.df, stage)
     ours = replace(replay_side(sent.df, stage, block), time_scale=c)
-    verdict = compare_sides(live_side(rows, block), ours, judge_outcomes=judge_outcomes, seed=seed, stage=stage)
+    theirs = live_side(rows, block)
+    verdict = compare_sides(theirs, ours, judge_outcomes=judge_outcomes, seed=seed, stage=stage)
     return StageFidelity(file=file, requested_rate=requested_rate, compression=c, requests=stage.height,
-                         sent=ours.n, verdict=verdict)
+                         sent=ours.n, verdict=verdict, live_side=theirs, replay_side=ours)
 
 
 def compare_results(live: Trace | str | Path, results: str | Path, *, judge_outcomes: bool = False,
@@ -130,8 +134,8 @@ def drift(old: Trace | str | Path, new: Trace | str | Path, *, seed: int = 0) ->
                           f"{old_trace.meta.block_size_tokens}: the prefix metrics would not compare")
     block = old_trace.meta.block_size_tokens
     both = pl.concat([_tagged(old_trace.df, "old:"), _tagged(new_trace.df, "new:")], how="diagonal_relaxed")
-    verdict = compare_sides(live_side(old_trace.df, block, name="old"), live_side(new_trace.df, block, name="new"),
-                            seed=seed, aa_from=live_side(both, block, name="old+new"))
+    old_side, new_side = live_side(old_trace.df, block, name="old"), live_side(new_trace.df, block, name="new")
+    verdict = compare_sides(old_side, new_side, seed=seed, aa_from=live_side(both, block, name="old+new"))
     stage = StageFidelity(file=new_name, requested_rate=None, compression=1.0, requests=new_trace.df.height,
-                          sent=new_trace.df.height, verdict=verdict)
+                          sent=new_trace.df.height, verdict=verdict, live_side=old_side, replay_side=new_side)
     return FidelityReport(live=old_name, results=new_name, stages=[stage], kind="drift")
