@@ -51,7 +51,7 @@ __all__ = [
 
 AA_FACTOR = 3.0
 AA_SPLITS = 10  # random half/half splits of live; the largest of their distances sets the bound
-AA_MAX_REQUESTS = 100_000  # the splits are drawn from a sample of live's sessions this large at most
+AA_MAX_REQUESTS = 20_000  # the splits are drawn from a sample of live's sessions this large at most
 COUNT_WINDOWS_S = (1.0, 10.0, 60.0)
 MIN_WINDOWS = 10  # a count statistic needs at least this many windows on the live side
 MIN_SAMPLES = 50  # quantiles from fewer samples are flagged
@@ -87,9 +87,10 @@ FIXED_BOUNDS: dict[str, float] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Side:
-    """One stream of requests, in the order they arrived / were sent."""
+    """One stream of requests, in the order they arrived / were sent. Its prefix-cache
+    simulations are run once each, when a metric first asks (:meth:`cache_share`, :meth:`reuse_s`)."""
 
     name: str
     times_s: np.ndarray  # arrival (live) or actual send (replay), seconds
@@ -108,10 +109,33 @@ class Side:
     engine_prompt_all: np.ndarray | None = None  # the engine's prompt tokens of every completed request
     time_scale: float = 1.0  # how many times faster than live this side ran
     notes: tuple[str, ...] = ()
+    _memo: dict = field(default_factory=dict, init=False, repr=False)
 
     @property
     def n(self) -> int:
         return len(self.times_s)
+
+    def _unbounded(self) -> tuple[np.ndarray, np.ndarray]:
+        if "unbounded" not in self._memo:
+            self._memo["unbounded"] = cache.simulate(self.hashes, 0, self.times_s)
+        return self._memo["unbounded"]
+
+    def cache_share(self, capacity: int) -> float | None:
+        """Share of the recorded prompt tokens a prefix cache of ``capacity`` blocks (0:
+        unbounded) would have served, in this side's order."""
+        total = float(np.nansum(self.recorded_input))
+        if total <= 0:
+            return None
+        if capacity not in self._memo:
+            hits = self._unbounded()[0] if capacity == 0 else cache.simulate(self.hashes, capacity)
+            self._memo[capacity] = float(hits.sum(dtype=np.int64)) * self.block_size / total
+        return self._memo[capacity]
+
+    def reuse_s(self) -> np.ndarray:
+        """Per request that hit an unbounded prefix cache, the time since its longest cached
+        prefix was last used, in live seconds."""
+        reuse = self._unbounded()[1]
+        return reuse[np.isfinite(reuse)] * self.time_scale
 
     def take(self, mask: np.ndarray) -> Side:
         """The requests where ``mask`` is True (for A/A halves)."""
@@ -351,10 +375,6 @@ def _scaled(get: Callable[[Side], np.ndarray | None]) -> Callable[[Side], np.nda
     return fn
 
 
-def _reuse(s: Side) -> np.ndarray:
-    return cache.reuse_times_s(s.times_s, s.hashes)
-
-
 @dataclass(frozen=True)
 class _Spec:
     group: str
@@ -398,8 +418,8 @@ def _specs(outcomes_judged: bool) -> list[_Spec]:
         _Spec("cache", "cache.engine_hit_rate", _scalar(_engine_hit_rate, relative=False),
               "engine-reported cached / prompt tokens (absolute difference)",
               applicable=_needs("engine_cached", "engine-reported cached tokens")),
-        _Spec("cache", "cache.reuse_time.ks", _two_sample(stats.ks_distance, _scaled(_reuse)),
-              "time between reuses of a block (KS D, in live seconds)"),
+        _Spec("cache", "cache.reuse_time.ks", _two_sample(stats.ks_distance, Side.reuse_s),
+              "time since a request's longest cached prefix was last used (KS D, in live seconds)"),
         _Spec("arrivals", "arrivals.interarrival_cv", _scalar(lambda s: stats.interarrival_cv(s.times_s), relative=True),
               "interarrival CV (relative difference)"),
     ]
@@ -495,7 +515,7 @@ def _cache_sim_metrics(live: Side, other: Side, splits: list[tuple[Side, Side]])
     capacities = cache.capacities_for(live.hashes)
     for label, capacity in capacities.items():
         def share(s: Side, c: int = capacity) -> float | None:
-            return cache.hit_share(s.hashes, pl.Series(s.recorded_input), s.block_size, c)
+            return s.cache_share(c)
 
         x, y = share(live), share(other)
         name = f"cache.offered_reuse.{label}"

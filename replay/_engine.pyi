@@ -82,8 +82,13 @@ class SimServer:
 
 
 def prefix_cache_hits(
-    hashes: npt.NDArray[np.uint64], offsets: npt.NDArray[np.uint64], capacity: int
-) -> npt.NDArray[np.uint32]:
+    hashes: npt.NDArray[np.uint64],
+    offsets: npt.NDArray[np.uint64],
+    capacity: int,
+    times_s: npt.NDArray[np.float64] | None = None,
+) -> Any:
     """For each request, the leading blocks an LRU prefix cache of ``capacity`` blocks (0:
     unbounded) held when it arrived; request i's chained block hashes are
-    ``hashes[offsets[i]:offsets[i+1]]``. Every block of a request is touched after its look-up."""
+    ``hashes[offsets[i]:offsets[i+1]]``. Every block of a request is touched after its look-up.
+    With ``times_s`` (one per request): ``(hits, reuse_s)``, reuse_s the time since the request's
+    deepest cached block was last touched (NaN without a hit); else ``hits`` (uint32)."""

@@ -31,7 +31,7 @@ pub use dispatch::Gate;
 pub use error::CoreError;
 pub use openai::{parse_openai_event, parse_openai_response, OpenAiEvent, Usage};
 pub use plan::{PlannedRequest, Schedule};
-pub use prefix_cache::prefix_cache_hits;
+pub use prefix_cache::{prefix_cache_hits, simulate as simulate_prefix_cache};
 pub use record::{ErrorKind, Recorder, Records, RequestRecord, RunStats, Switches};
 pub use run::{run, run_streamed, RunConfig, RunControl, Sink, HAND_OVER_EVERY};
 pub use schedule::{arrival_offsets, Arrivals};

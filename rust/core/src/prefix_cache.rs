@@ -6,8 +6,33 @@
 //! its blocks is touched: refreshed if held, inserted if not, evicting the least recently used
 //! block when the cache is full. Capacity 0 means unbounded. Blocks are never pinned by requests
 //! in flight: this is the cache's reuse as the workload offers it, not an engine's admission.
+//! With arrival times, each request that hits also gets its reuse time: the time since its
+//! deepest cached block (its longest cached prefix) was last touched.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Block hashes are already well mixed (blake2b), but synthetic ones may not be: one multiply
+/// spreads them, far cheaper than SipHash over tens of millions of look-ups.
+#[derive(Default)]
+struct MixHasher(u64);
+
+impl Hasher for MixHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        let x = (v ^ (v >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = x ^ (x >> 29);
+    }
+}
+
+type Map = HashMap<u64, u32, BuildHasherDefault<MixHasher>>;
 
 const NIL: u32 = u32::MAX;
 
@@ -15,12 +40,13 @@ struct Node {
     hash: u64,
     prev: u32,
     next: u32,
+    touched: f64,
 }
 
 /// A fixed-capacity LRU set of block hashes: a doubly linked list in a Vec (head = most recent).
 struct Lru {
     nodes: Vec<Node>,
-    index: HashMap<u64, u32>,
+    index: Map,
     head: u32,
     tail: u32,
     capacity: usize,
@@ -30,15 +56,16 @@ impl Lru {
     fn new(capacity: usize) -> Self {
         Lru {
             nodes: Vec::new(),
-            index: HashMap::new(),
+            index: Map::default(),
             head: NIL,
             tail: NIL,
             capacity,
         }
     }
 
-    fn contains(&self, hash: u64) -> bool {
-        self.index.contains_key(&hash)
+    /// When the block was last touched, if held.
+    fn touched(&self, hash: u64) -> Option<f64> {
+        self.index.get(&hash).map(|&i| self.nodes[i as usize].touched)
     }
 
     fn unlink(&mut self, i: u32) {
@@ -65,10 +92,11 @@ impl Lru {
         }
     }
 
-    /// Make `hash` the most recent block, inserting it (and evicting the least recent when
-    /// full) if it is not held.
-    fn touch(&mut self, hash: u64) {
+    /// Make `hash` the most recent block (touched at `now`), inserting it (and evicting the least
+    /// recent when full) if it is not held.
+    fn touch(&mut self, hash: u64, now: f64) {
         if let Some(&i) = self.index.get(&hash) {
+            self.nodes[i as usize].touched = now;
             if self.head != i {
                 self.unlink(i);
                 self.push_front(i);
@@ -79,6 +107,7 @@ impl Lru {
             let victim = self.tail;
             self.unlink(victim);
             let old = std::mem::replace(&mut self.nodes[victim as usize].hash, hash);
+            self.nodes[victim as usize].touched = now;
             self.index.remove(&old);
             victim
         } else {
@@ -86,6 +115,7 @@ impl Lru {
                 hash,
                 prev: NIL,
                 next: NIL,
+                touched: now,
             });
             (self.nodes.len() - 1) as u32
         };
@@ -99,17 +129,44 @@ impl Lru {
 /// `capacity` blocks (0 = unbounded) held when it arrived. Panics if `offsets` is not
 /// nondecreasing within `hashes`.
 pub fn prefix_cache_hits(hashes: &[u64], offsets: &[u64], capacity: usize) -> Vec<u32> {
+    simulate(hashes, offsets, capacity, None).0
+}
+
+/// `prefix_cache_hits`, and with `times` (one per request, nondecreasing) each request's reuse
+/// time: `times[i]` minus when its deepest cached block was last touched (NaN without a hit).
+pub fn simulate(
+    hashes: &[u64],
+    offsets: &[u64],
+    capacity: usize,
+    times: Option<&[f64]>,
+) -> (Vec<u32>, Vec<f64>) {
+    let n = offsets.len().saturating_sub(1);
     let mut cache = Lru::new(capacity);
-    let mut out = Vec::with_capacity(offsets.len().saturating_sub(1));
-    for w in offsets.windows(2) {
+    let mut hits = Vec::with_capacity(n);
+    let mut reuse = Vec::with_capacity(if times.is_some() { n } else { 0 });
+    for (i, w) in offsets.windows(2).enumerate() {
         let blocks = &hashes[w[0] as usize..w[1] as usize];
-        let hit = blocks.iter().take_while(|&&h| cache.contains(h)).count();
-        out.push(hit as u32);
+        let mut last = None;
+        let mut hit = 0;
         for &h in blocks {
-            cache.touch(h);
+            match cache.touched(h) {
+                Some(t) => {
+                    last = Some(t);
+                    hit += 1;
+                }
+                None => break,
+            }
+        }
+        hits.push(hit as u32);
+        let now = times.map_or(0.0, |t| t[i]);
+        if times.is_some() {
+            reuse.push(last.map_or(f64::NAN, |t| now - t));
+        }
+        for &h in blocks {
+            cache.touch(h, now);
         }
     }
-    out
+    (hits, reuse)
 }
 
 #[cfg(test)]
@@ -142,6 +199,17 @@ mod tests {
         // a touch refreshes: [1] again before [4] makes block 2 the victim instead
         let reqs: [&[u64]; 4] = [&[1, 2, 3], &[1], &[4], &[1, 2]];
         assert_eq!(run(&reqs, 3), vec![0, 1, 0, 1]);
+    }
+
+    #[test]
+    fn reuse_time_is_since_the_deepest_cached_block_was_last_touched() {
+        let hashes = [1, 2, 1, 9, 1, 2, 3];
+        let offsets = [0, 2, 4, 7];
+        let (hits, reuse) = simulate(&hashes, &offsets, 0, Some(&[0.0, 1.5, 4.0]));
+        assert_eq!(hits, vec![0, 1, 2]);
+        assert!(reuse[0].is_nan());
+        assert_eq!(reuse[1], 1.5); // block 1, touched at 0
+        assert_eq!(reuse[2], 4.0); // block 2 (deepest hit), touched at 0 only
     }
 
     #[test]

@@ -18,7 +18,7 @@ mod affinity;
 mod sim;
 
 use replay_core::{
-    arrival_offsets as core_arrival_offsets, prefix_cache_hits as core_prefix_cache_hits,
+    arrival_offsets as core_arrival_offsets, simulate_prefix_cache as core_simulate_prefix_cache,
     run_streamed as core_run_streamed, Arrivals,
     CoreError, ErrorKind, Gate, Records, RunConfig, RunControl, Schedule, Sink, Switches,
 };
@@ -106,14 +106,17 @@ fn arrival_offsets<'py>(
 
 /// For each request, the leading blocks an LRU prefix cache of `capacity` blocks (0: unbounded)
 /// held when it arrived; request i's chained block hashes are `hashes[offsets[i]..offsets[i+1]]`
-/// (see `replay_core::prefix_cache`).
+/// (see `replay_core::prefix_cache`). With `times_s` (one per request), also each request's
+/// reuse time (NaN without a hit): returns (hits, reuse_s).
 #[pyfunction]
+#[pyo3(signature = (hashes, offsets, capacity, times_s=None))]
 fn prefix_cache_hits<'py>(
     py: Python<'py>,
     hashes: PyReadonlyArray1<'py, u64>,
     offsets: PyReadonlyArray1<'py, u64>,
     capacity: usize,
-) -> PyResult<Bound<'py, PyArray1<u32>>> {
+    times_s: Option<PyReadonlyArray1<'py, f64>>,
+) -> PyResult<Bound<'py, PyAny>> {
     let (h, o) = (hashes.as_slice()?, offsets.as_slice()?);
     if o.first().is_some_and(|&f| f != 0)
         || o.windows(2).any(|w| w[0] > w[1])
@@ -123,8 +126,17 @@ fn prefix_cache_hits<'py>(
             "offsets must start at 0, not decrease and end at len(hashes)",
         ));
     }
-    let out = py.detach(|| core_prefix_cache_hits(h, o, capacity));
-    Ok(out.into_pyarray(py))
+    let t = times_s.as_ref().map(|t| t.as_slice()).transpose()?;
+    if t.is_some_and(|t| t.len() + 1 != o.len()) {
+        return Err(PyValueError::new_err("times_s must have one entry per request"));
+    }
+    let (hits, reuse) = py.detach(|| core_simulate_prefix_cache(h, o, capacity, t));
+    if t.is_none() {
+        return Ok(hits.into_pyarray(py).into_any());
+    }
+    Ok((hits.into_pyarray(py), reuse.into_pyarray(py))
+        .into_pyobject(py)?
+        .into_any())
 }
 
 /// The error kind names, indexed by the codes in the `error_kind` column.
