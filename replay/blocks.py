@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["HASH_ALGO", "block_hashes", "prefix_hits"]
+__all__ = ["HASH_ALGO", "block_hashes", "chain_hash", "prefix_hits"]
 
 HASH_ALGO = "blake2b64-chain"
 _ROOT_PARENT = bytes(8)  # the first block's "parent hash"
@@ -51,6 +51,15 @@ def block_hashes(token_ids: Sequence[int] | np.ndarray, block_size: int) -> list
         parent = h.digest()
         out.append(int.from_bytes(parent, "little"))
     return out
+
+
+def chain_hash(parent: int | None, block_ids: np.ndarray) -> int:
+    """The hash of one full block given its parent block's hash (None: the first block); the
+    same value :func:`block_hashes` gives that block."""
+    prev = _ROOT_PARENT if parent is None else int(parent).to_bytes(8, "little")
+    h = hashlib.blake2b(prev, digest_size=8)
+    h.update(np.ascontiguousarray(np.asarray(block_ids).astype("<u4")).tobytes())
+    return int.from_bytes(h.digest(), "little")
 
 
 def prefix_hits(hash_lists: Iterable[Sequence[int]], seen: set[int] | None = None) -> list[int]:

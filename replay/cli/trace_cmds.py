@@ -11,7 +11,7 @@ from replay.cli.report import raw_text_warning
 
 __all__ = ["register"]
 
-SYNTHETIC_FORMATS = ("azure", "mooncake")
+SYNTHETIC_FORMATS = ("azure", "burstgpt", "vidur", "mooncake")  # capture.importers.TOKEN_FORMATS
 LOG_FORMATS = ("openai", "litellm", "langfuse")  # capture.importers.LOG_FORMATS (kept light here)
 IMPORT_FORMATS = SYNTHETIC_FORMATS + LOG_FORMATS
 
@@ -36,10 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="default", help="model name written in the bodies")
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("import", help="convert a public trace (Azure CSV, Mooncake JSONL) or a request log "
-                                      "(OpenAI, LiteLLM, Langfuse JSONL) to a Trace",
-                       description="Token-only traces get synthesized prompts whose token counts (and, for "
-                                   "Mooncake, whose prefix sharing) match the trace under a real tokenizer. "
+    p = sub.add_parser("import", help="convert a public trace (Azure, BurstGPT, vidur CSV; Mooncake / AIPerf "
+                                      "JSONL) or a request log (OpenAI, LiteLLM, Langfuse JSONL) to a Trace",
+                       description="Token-only traces are read in one streaming pass and stored without text: "
+                                   "the replay synthesizes each prompt, with the trace's token counts (and, for "
+                                   "Mooncake, its prefix sharing) under a real tokenizer. "
                                    "Request logs keep their real requests: tokens, block hashes and sessions "
                                    "come from the raw text, which is then redacted with the key from "
                                    "$REPLAY_REDACT_KEY or --key-file before anything is written (--no-redact "
@@ -49,12 +50,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--out", type=Path, required=True, help="Trace Parquet file to write")
     p.add_argument("--limit", type=int, help="import only the first N rows")
     p.add_argument("--tokenizer", default="gpt2", help="gpt2, qwen2 or a tokenizer.json path (default gpt2)")
-    p.add_argument("--block-size", type=int, help="tokens per hashed block (default 16; Mooncake: 512, fixed)")
+    p.add_argument("--block-size", type=int, help="tokens per hashed block (default 16; mooncake: 512)")
     p.add_argument("--seed", type=int, default=0, help="seed for synthesized text (azure) or the arrivals "
                                                        "--rate draws (default 0)")
-    p.add_argument("--model", help="azure, mooncake: model name written in the bodies (default: none)")
+    p.add_argument("--model", help="public traces: the model name of every request (default: the trace's, "
+                                   "else none)")
     p.add_argument("--skip-bad", action="store_true",
-                   help="logs: skip malformed lines (counted in the import report) instead of stopping")
+                   help="skip malformed lines (counted in the import report) instead of stopping at the first")
+    p.add_argument("--quiet", action="store_true", help="public traces: no progress bar")
     p.add_argument("--rate", type=float, help="openai: an OpenAI Batch input file has no times; space its "
                                               "requests as a Poisson process of R req/s")
     p.add_argument("--key-file", type=Path, help="logs: file holding the redaction key (default: "
@@ -110,14 +113,15 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit: must be >= 1, got {args.limit}")
     if args.format in SYNTHETIC_FORMATS:
-        for flag, given in (("--skip-bad", args.skip_bad), ("--rate", args.rate is not None),
+        for flag, given in (("--rate", args.rate is not None),
                             ("--key-file", args.key_file is not None), ("--no-redact", args.no_redact)):
             if given:
                 raise ConfigError(f"{flag}: only for request logs ({', '.join(LOG_FORMATS)}); "
                                   f"{args.format} traces get synthesized text")
         return _import_synthetic(args)
     if args.model is not None:
-        raise ConfigError("--model: only for azure and mooncake (a log keeps the model each request named)")
+        raise ConfigError(f"--model: only for public traces ({', '.join(SYNTHETIC_FORMATS)}); a log keeps "
+                          "the model each request named")
     if args.no_redact and args.key_file is not None:
         raise ConfigError("--key-file: not with --no-redact")
     key = None
@@ -169,19 +173,28 @@ def cmd_redact(args: argparse.Namespace) -> int:
 
 
 def _import_synthetic(args: argparse.Namespace) -> int:
-    from capture.importers import import_azure, import_mooncake
+    from capture.importers import import_token_trace
 
-    from replay.errors import ConfigError
-
-    if args.format == "azure":
-        trace = import_azure(args.path, tokenizer=args.tokenizer, seed=args.seed, limit=args.limit,
-                             block_size=16 if args.block_size is None else args.block_size,
-                             model=args.model)
+    kwargs = dict(tokenizer=args.tokenizer, seed=args.seed, limit=args.limit, model=args.model,
+                  skip_bad=args.skip_bad)
+    if args.block_size is not None:
+        kwargs["block_size"] = args.block_size
+    if args.quiet:
+        result = import_token_trace(args.format, args.path, args.out, **kwargs)
     else:
-        if args.block_size is not None:
-            raise ConfigError("--block-size: Mooncake traces hash 512-token blocks (fixed)")
-        trace = import_mooncake(args.path, tokenizer=args.tokenizer, limit=args.limit, model=args.model)
-    _wrote(trace, trace.write(args.out))
+        from rich.progress import Progress
+
+        with Progress(transient=True) as bar:
+            task = bar.add_task(f"importing {args.path.name}", total=None)
+            result = import_token_trace(args.format, args.path, args.out,
+                                        progress=lambda rows: bar.update(task, completed=rows), **kwargs)
+    report = json.loads(result.meta.import_report)
+    if report.get("skipped_lines"):
+        print(f"skipped {report['skipped_lines']} malformed lines (first: "
+              f"{report['first_skipped'][0]['line']}: {report['first_skipped'][0]['reason']})")
+    print(f"wrote {result.path} ({result.rows} requests)")
+    if result.meta.raw_text:
+        print(raw_text_warning(result.path), file=sys.stderr)
     return 0
 
 
