@@ -1,4 +1,5 @@
-"""`replay generate`, `replay import` and `replay inspect`: making and looking at Trace files."""
+"""`replay generate`, `import`, `export`, `sample`, `slice`, `redact` and `inspect`: making, converting,
+cutting and looking at Trace files."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ __all__ = ["register"]
 SYNTHETIC_FORMATS = ("azure", "burstgpt", "vidur", "mooncake")  # capture.importers.TOKEN_FORMATS
 LOG_FORMATS = ("openai", "litellm", "langfuse")  # capture.importers.LOG_FORMATS (kept light here)
 IMPORT_FORMATS = SYNTHETIC_FORMATS + LOG_FORMATS
+EXPORT_FORMATS = ("mooncake", "aiperf", "openai")  # capture.exporters.EXPORT_FORMATS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -83,6 +85,40 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="seconds one text's analysis may take before it is quarantined (default 60)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_redact)
+
+    p = sub.add_parser(
+        "export", help="write a Trace in another tool's format (Mooncake, AIPerf mooncake_trace, OpenAI log)",
+        description="mooncake: Mooncake JSON Lines with hash_ids at --block-size (ids numbered in order of "
+                    "first appearance; the partial last block gets one too). A reader must use the same "
+                    "block size: vLLM's timed_trace reader assumes 16 unless told, which turns 512-token "
+                    "ids into prompts 32x too short without a warning. aiperf: AIPerf's mooncake_trace with "
+                    "messages (the text is written out, synthesized where the trace stores none). openai: "
+                    "a request log as `replay import openai` reads it.")
+    p.add_argument("format", choices=EXPORT_FORMATS, help="the output format")
+    p.add_argument("trace", type=Path, help="the Trace Parquet file")
+    p.add_argument("-o", "--out", type=Path, required=True, help="the JSON Lines file to write")
+    p.add_argument("--block-size", type=int, help="mooncake: tokens per hash id (default 512, Mooncake's own)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("sample", help="keep a seeded share of a Trace's sessions, whole sessions at a time",
+                       description="Each session is kept or not by a seeded hash of its id, so all its turns "
+                                   "(and the prefix sharing between them) stay together; a request without a "
+                                   "session is a session of its own. Streams the file a row batch at a time.")
+    p.add_argument("trace", type=Path, help="the Trace Parquet file")
+    p.add_argument("-o", "--out", type=Path, required=True, help="the Trace to write")
+    p.add_argument("--sessions", type=float, required=True, help="share of sessions to keep, in (0, 1]")
+    p.add_argument("--seed", type=int, default=0, help="seed of the draw (default 0)")
+    p.set_defaults(func=cmd_sample)
+
+    p = sub.add_parser("slice", help="cut a time window out of a Trace",
+                       description="Keeps the requests arriving in [--from, --to) seconds from the trace's "
+                                   "start; time 0 of the new trace is --from. Streams the file.")
+    p.add_argument("trace", type=Path, help="the Trace Parquet file")
+    p.add_argument("-o", "--out", type=Path, required=True, help="the Trace to write")
+    p.add_argument("--from", dest="start", type=float, default=0.0, help="window start, s (default 0)")
+    p.add_argument("--to", dest="end", type=float, help="window end, s (default: the end of the trace)")
+    p.set_defaults(func=cmd_slice)
 
     p = sub.add_parser("inspect", help="summarize a Trace: rate, burstiness, lengths, sessions, prefix reuse")
     p.add_argument("trace", type=Path, help="a Trace Parquet file")
@@ -195,6 +231,47 @@ def _import_synthetic(args: argparse.Namespace) -> int:
     print(f"wrote {result.path} ({result.rows} requests)")
     if result.meta.raw_text:
         print(raw_text_warning(result.path), file=sys.stderr)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from capture.exporters import export_trace
+
+    from replay.errors import ConfigError
+    from replay.trace import read_trace
+
+    if args.block_size is not None and args.format != "mooncake":
+        raise ConfigError("--block-size: only for mooncake (the other formats carry text)")
+    trace = read_trace(args.trace, bodies=False)
+    kwargs = {} if args.block_size is None else {"block_size": args.block_size}
+    if args.quiet:
+        n = export_trace(args.format, trace, args.out, **kwargs)
+    else:
+        from rich.progress import Progress
+
+        with Progress(transient=True) as bar:
+            task = bar.add_task(f"exporting {args.trace.name}", total=len(trace))
+            n = export_trace(args.format, trace, args.out,
+                             progress=lambda done: bar.update(task, completed=done), **kwargs)
+    print(f"wrote {args.out} ({n} requests)")
+    if args.format != "mooncake" and trace.meta.raw_text:
+        print(raw_text_warning(args.out), file=sys.stderr)
+    return 0
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    from replay.subsets import sample_sessions
+
+    n = sample_sessions(args.trace, args.out, args.sessions, seed=args.seed)
+    print(f"wrote {args.out} ({n} requests)")
+    return 0
+
+
+def cmd_slice(args: argparse.Namespace) -> int:
+    from replay.subsets import slice_window
+
+    n = slice_window(args.trace, args.out, args.start, args.end)
+    print(f"wrote {args.out} ({n} requests)")
     return 0
 
 
