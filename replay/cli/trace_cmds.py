@@ -292,9 +292,16 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     table = Table(title=str(args.trace), show_header=False)
     table.add_column("field")
     table.add_column("value", justify="right")
+    series = summary.pop("rate_series")
     for key, value in summary.items():
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    from replay.inspect import sparkline
+
+    rps = series["rps"]
+    console.print(f"rate over time ({series['bin_s']:g} s bins, peak {max(rps, default=0):.3g} req/s): "
+                  f"{sparkline(rps)}")
     if summary.get("bucketed_timestamps"):
         print("warning: timestamps look bucketed (many requests share one time); replaying them "
               "verbatim makes synchronized bursts")

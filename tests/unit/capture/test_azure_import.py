@@ -58,6 +58,8 @@ def test_full_shared_file(azure, gpt2):
         assert len(token_ids) == raw["ContextTokens"][i]
         assert block_hashes(token_ids, 16) == df["block_hashes"][i].to_list()
     assert s["prefix_reuse_share"] < 0.001
+    # counting-process burstiness measured on this file (shared notes): IDC of 60 s counts ~20.6
+    assert 15 < s["idc_60s"] < 26 and s["idc_1s"] > 1
 
 
 def _csv(tmp_path, text: str, name: str = "a.csv"):
