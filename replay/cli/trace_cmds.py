@@ -300,8 +300,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from replay.inspect import sparkline
 
     rps = series["rps"]
-    console.print(f"rate over time ({series['bin_s']:g} s bins, peak {max(rps, default=0):.3g} req/s): "
-                  f"{sparkline(rps)}")
+    console.print(f"rate over time ({series['bin_s']:g} s bins, peak {max(rps, default=0):.3g} req/s):")
+    print(sparkline(rps))
     if summary.get("bucketed_timestamps"):
         print("warning: timestamps look bucketed (many requests share one time); replaying them "
               "verbatim makes synchronized bursts")

@@ -81,7 +81,7 @@ def test_inspect_cli_prints_the_sparkline_and_json_series(make_trace, tmp_path, 
     path = make_trace(n=6, arrival_us=pl.Series([0, 1, 2, 3, 4, 5]) * 1_000_000).write(tmp_path / "t.parquet")
     assert main(["inspect", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "rate over time (1 s bins, peak 1 req/s): ██████" in out
+    assert "rate over time (1 s bins, peak 1 req/s):\n██████\n" in out
     assert main(["inspect", str(path), "--json"]) == 0
     s = json.loads(capsys.readouterr().out)
     assert s["rate_series"] == {"bin_s": 1.0, "rps": [1.0] * 6}
