@@ -41,7 +41,7 @@ _REQUEST_DOMAIN = 0x5E0D
 _U64 = 1 << 64
 # full blocks whose rendered text a Synthesizer keeps (a shared prefix is rendered once)
 _BLOCK_TEXT_CACHE = 4096
-_BLOCK_HASH_CACHE = 1 << 20
+_BLOCK_HASH_CACHE = 1 << 18
 
 
 def request_key(request_id: str) -> int:
