@@ -63,9 +63,9 @@ def csv_seconds(cells: dict[str, str], name: str) -> float:
     return value
 
 
-def parse_azure_row(line: int, cells: dict[str, str], row: int, model: str | None) -> TokenRecord:
-    if "__width__" in cells:
-        raise LineError(cells["__width__"])
+def parse_azure_row(line: int, cells: dict[str, str] | LineError, row: int, model: str | None) -> TokenRecord:
+    if isinstance(cells, LineError):
+        raise cells
     stamp = cells["TIMESTAMP"].strip()
     if not stamp:
         raise LineError("is empty", "TIMESTAMP")

@@ -29,9 +29,9 @@ BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
 SOURCE_FORMAT = "burstgpt-csv"
 
 
-def _record(line: int, cells: dict[str, str], row: int, model: str | None) -> TokenRecord:
-    if "__width__" in cells:
-        raise LineError(cells["__width__"])
+def _record(line: int, cells: dict[str, str] | LineError, row: int, model: str | None) -> TokenRecord:
+    if isinstance(cells, LineError):
+        raise cells
     output = csv_count(cells, "Response tokens")
     session = cells.get("Session ID", "").strip() or None
     elapsed = cells.get("Elapsed time", "").strip()

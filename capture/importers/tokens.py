@@ -67,9 +67,10 @@ class ImportResult:
 
 
 def read_csv_rows(path: Path, columns: tuple[str, ...], format_name: str,
-                  ) -> Iterator[tuple[int, dict[str, str]]]:
+                  ) -> Iterator[tuple[int, dict[str, str] | LineError]]:
     """``(line, {column: text})`` for each data row of a CSV file with a header (blank lines
-    skipped); a missing required column is an error naming the file."""
+    skipped), or ``(line, LineError)`` for a row with the wrong number of fields; a missing
+    required column is an error naming the file."""
     source = path.name
     if not path.is_file():
         raise TraceError(f"{source}: no such file")
@@ -101,7 +102,7 @@ def read_csv_rows(path: Path, columns: tuple[str, ...], format_name: str,
             if not cells or (len(cells) == 1 and not cells[0].strip()):
                 continue
             if len(cells) != width:
-                yield reader.line_num, {"__width__": f"{len(cells)} fields, the header has {width}"}
+                yield reader.line_num, LineError(f"{len(cells)} fields, the header has {width}")
                 continue
             yield reader.line_num, {name: cells[i] for name, i in index.items()}
 

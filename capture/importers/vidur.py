@@ -43,8 +43,8 @@ def import_vidur(
         row = 0
         for line, cells in read_csv_rows(path, VIDUR_COLUMNS, "vidur / splitwise CSV"):
             try:
-                if "__width__" in cells:
-                    raise LineError(cells["__width__"])
+                if isinstance(cells, LineError):
+                    raise cells
                 rec = TokenRecord(
                     line=line,
                     arrival_us=round(csv_seconds(cells, "arrived_at") * 1_000_000),

@@ -42,7 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                       "JSONL) or a request log (OpenAI, LiteLLM, Langfuse JSONL) to a Trace",
                        description="Token-only traces are read in one streaming pass and stored without text: "
                                    "the replay synthesizes each prompt, with the trace's token counts (and, for "
-                                   "Mooncake, its prefix sharing) under a real tokenizer. "
+                                   "Mooncake, its prefix sharing) under a real tokenizer; an AIPerf mooncake_trace row "
+                                   "with text_input or messages keeps its text. "
                                    "Request logs keep their real requests: tokens, block hashes and sessions "
                                    "come from the raw text, which is then redacted with the key from "
                                    "$REPLAY_REDACT_KEY or --key-file before anything is written (--no-redact "
@@ -53,8 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, help="import only the first N rows")
     p.add_argument("--tokenizer", default="gpt2", help="gpt2, qwen2 or a tokenizer.json path (default gpt2)")
     p.add_argument("--block-size", type=int, help="tokens per hashed block (default 16; mooncake: 512)")
-    p.add_argument("--seed", type=int, default=0, help="seed for synthesized text (azure) or the arrivals "
-                                                       "--rate draws (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed for synthesized text (public traces) or the "
+                                                       "arrivals --rate draws (default 0)")
     p.add_argument("--model", help="public traces: the model name of every request (default: the trace's, "
                                    "else none)")
     p.add_argument("--skip-bad", action="store_true",

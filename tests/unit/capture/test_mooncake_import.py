@@ -196,3 +196,20 @@ def test_skip_bad_and_empty_and_missing_files(tmp_path):
         _import(tmp_path, tmp_path / "nope.jsonl")
     with pytest.raises(TraceError, match=r"^m.jsonl: no requests imported"):
         _import(tmp_path, _jsonl(tmp_path, []))
+
+
+@pytest.mark.data
+@pytest.mark.slow
+def test_shared_file_exports_back_to_its_own_ids(mooncake, tmp_path):
+    from capture.exporters import export_trace
+
+    _, raw, out = mooncake
+    back = tmp_path / "back.jsonl"
+    export_trace("mooncake", out, back)
+    lines = [json.loads(x) for x in back.read_text().splitlines()]
+    seen: dict[int, int] = {}
+    canonical = [[seen.setdefault(h, len(seen)) for h in ids] for ids in raw["hash_ids"].to_list()]
+    assert [x["hash_ids"] for x in lines] == canonical
+    assert [x["input_length"] for x in lines] == raw["input_length"].to_list()
+    assert [x["output_length"] for x in lines] == raw["output_length"].to_list()
+    assert [x["timestamp"] for x in lines] == [t - raw["timestamp"][0] for t in raw["timestamp"].to_list()]
