@@ -260,10 +260,20 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rows_progress(label: str, work) -> int:
+    """Run ``work(progress)`` under a progress bar of rows read; return what it returns."""
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task(label, total=None)
+        return work(lambda done, total: bar.update(task, completed=done, total=total))
+
+
 def cmd_sample(args: argparse.Namespace) -> int:
     from replay.subsets import sample_sessions
 
-    n = sample_sessions(args.trace, args.out, args.sessions, seed=args.seed)
+    n = _rows_progress("sampling", lambda progress: sample_sessions(
+        args.trace, args.out, args.sessions, seed=args.seed, progress=progress))
     print(f"wrote {args.out} ({n} requests)")
     return 0
 
@@ -271,7 +281,8 @@ def cmd_sample(args: argparse.Namespace) -> int:
 def cmd_slice(args: argparse.Namespace) -> int:
     from replay.subsets import slice_window
 
-    n = slice_window(args.trace, args.out, args.start, args.end)
+    n = _rows_progress("slicing", lambda progress: slice_window(
+        args.trace, args.out, args.start, args.end, progress=progress))
     print(f"wrote {args.out} ({n} requests)")
     return 0
 
