@@ -84,17 +84,16 @@ def export_trace(
     out = Path(out)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     write_line = {"mooncake": _Mooncake, "aiperf": _AIPerf, "openai": _OpenAI}[format](trace, block_size)
-    df = trace.df
-    cols = df.select("request_id", "session_id", "arrival_us", "input_tokens", "output_tokens",
-                     "max_tokens", "hash_ids", "response", "cached_tokens", "status", "ttft_us",
-                     "e2e_us").to_dict(as_series=False)
+    small = trace.df.select("request_id", "session_id", "arrival_us", "input_tokens", "output_tokens",
+                            "max_tokens", "hash_ids", "response", "cached_tokens", "status", "ttft_us",
+                            "e2e_us")
     written = 0
     try:
         with tmp.open("w", encoding="utf-8") as f:
             synthesize = format != "mooncake"
             for batch in trace.body_batches(len(trace), _WINDOW, synthesize=synthesize):
-                lines = [write_line({k: v[written + i] for k, v in cols.items()}, body)
-                         for i, body in enumerate(batch)]
+                rows = small.slice(written, len(batch)).to_dicts()  # a window at a time
+                lines = [write_line(row, body) for row, body in zip(rows, batch)]
                 f.write("".join(lines))
                 written += len(batch)
                 if progress is not None:
