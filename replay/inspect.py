@@ -6,7 +6,8 @@ dict prints as JSON as it is.
 
 Counting-process statistics (marginal interarrival tests miss burstiness): the trace's time from
 its first arrival is cut into windows of w seconds, only whole windows counted (a trace shorter than
-two windows has none: null). ``idc_<w>s`` is the index of dispersion (variance / mean) of the
+two windows has none: null; a partial last window would count as a lull: on the Azure 2023
+conversation trace it moves the 60 s index from 16.1 to 20.6). ``idc_<w>s`` is the index of dispersion (variance / mean) of the
 requests per window, about 1 for a Poisson process and larger for bursty traffic, at 1, 10 and 60
 s; ``count_lag1_autocorr_1s`` is the lag-1 autocorrelation of the per-second counts (about 0 for
 Poisson); ``peak_to_mean_1s`` the busiest second's count over the mean second's. ``rate_series``
