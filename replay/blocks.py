@@ -40,17 +40,16 @@ def block_hashes(token_ids: Sequence[int] | np.ndarray, block_size: int) -> list
                          or ids.max() > 0xFFFFFFFF):
             raise ValueError("token ids must be integers in [0, 2**32)")
         ids = ids.astype("<u4")
-    data = memoryview(np.ascontiguousarray(ids).tobytes())
+    data = np.ascontiguousarray(ids).tobytes()
     step = block_size * 4
     blake2b = hashlib.blake2b
     parent = _ROOT_PARENT
-    out: list[int] = []
+    digests: list[bytes] = []
     for start in range(0, n_full * step, step):
-        h = blake2b(parent, digest_size=8)
-        h.update(data[start:start + step])
-        parent = h.digest()
-        out.append(int.from_bytes(parent, "little"))
-    return out
+        parent = blake2b(parent + data[start:start + step], digest_size=8).digest()
+        digests.append(parent)
+    # the digests read little-endian, all at once
+    return np.frombuffer(b"".join(digests), dtype="<u8").tolist()
 
 
 def chain_hash(parent: int | None, block_ids: np.ndarray) -> int:
