@@ -389,3 +389,27 @@ def test_an_invalid_stage_says_why():
     why = _invalid_reason(result, 2.5)
     assert why == ("send lag p99 2.50 ms over the 1 ms bound; the runner lost the CPU 7 times on its dispatcher "
                    "(nice priority) and 3 on its I/O threads")
+
+
+def test_a_token_only_import_is_replayed_with_synthesized_prompts(cli, scripted, tmp_path, gpt2):
+    # the stored trace has no text; the run builds each prompt, and the server receives exactly
+    # the recorded token counts, sharing blocks where the hash ids do
+    rows = [{"timestamp": 10 * i, "input_length": 600 + 50 * i, "output_length": 3,
+             "hash_ids": [5, 60 + i] if i % 2 else [5, 6]} for i in range(8)]
+    src = tmp_path / "m.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trace_path = tmp_path / "m.parquet"
+    done = cli("import", "mooncake", str(src), "-o", str(trace_path), "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert read_trace(trace_path).df["body"].is_null().all()
+    server = scripted()
+    done = cli("run", str(trace_path), "--url", server.url, "--rate", "40", "--out", str(tmp_path / "res"))
+    assert done.returncode == 0, done.stderr
+    prompts = [a.body["prompt"] for a in sorted(server.arrivals, key=lambda a: a.t_unix_ns)]
+    assert [len(gpt2.encode(p, add_special_tokens=False).ids) for p in prompts] == \
+        [r["input_length"] for r in rows]
+    assert all(a.body["max_tokens"] == 3 and a.body["stream"] for a in server.arrivals)
+    head = prompts[0][:2000]
+    assert all(p.startswith(head) for p in prompts)  # hash id 5 first everywhere
+    assert prompts[2].startswith(prompts[0])  # ids [5, 6] again, 100 tokens longer
+    assert not prompts[3].startswith(prompts[1][:len(prompts[1]) - 1])  # [5, 61] vs [5, 63]

@@ -54,7 +54,7 @@ def test_round_trip_keeps_every_column_and_the_metadata(make_trace, tmp_path):
     assert back.df["block_hashes"].to_list()[3] == [0, 1, 2]
     assert back.df["session_id"].to_list()[1] is None
     md = pq.read_metadata(path).metadata
-    assert md[VERSION_KEY.encode()] == b"1"
+    assert md[VERSION_KEY.encode()] == b"2"
     for key in ("t0_unix_us", "source_format", "tokenizer", "block_size_tokens", "hash_algo",
                 "redaction_policy"):
         assert key.encode() in md
@@ -95,8 +95,8 @@ def test_write_is_atomic_and_validates_first(make_trace, tmp_path):
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        (lambda df: df.drop("arrival_us"), "column 'arrival_us' missing (schema 1)"),
-        (lambda df: df.drop("body"), "column 'body' missing (schema 1)"),
+        (lambda df: df.drop("arrival_us"), "column 'arrival_us' missing (schema 2)"),
+        (lambda df: df.drop("body"), "column 'body' missing (schema 2)"),
         (lambda df: df.with_columns(pl.col("arrival_us").cast(pl.String)),
          "column 'arrival_us' has type String, expected Int64"),
         (lambda df: df.with_columns(pl.col("turn").cast(pl.Float64)),
@@ -122,7 +122,7 @@ def test_write_is_atomic_and_validates_first(make_trace, tmp_path):
          "column 'body' is not a JSON object at row 2"),
         (lambda df: df.with_columns(block_hashes=pl.Series([[1], [-2], [], []])),
          "column 'block_hashes' value at row 1 does not fit List(UInt64)"),
-        (lambda df: df.with_columns(extra=pl.lit(1)), "column 'extra' unknown (schema 1)"),
+        (lambda df: df.with_columns(extra=pl.lit(1)), "column 'extra' unknown (schema 2)"),
     ],
 )
 def test_bad_columns_give_one_line_naming_file_and_column(make_trace, tmp_path, change, expected):
@@ -134,7 +134,7 @@ def test_bad_columns_give_one_line_naming_file_and_column(make_trace, tmp_path, 
 def test_unknown_schema_version(make_trace, tmp_path):
     df, md = _good(make_trace)
     path = _write_raw(tmp_path / "x.parquet", df, {**md, VERSION_KEY: "7"})
-    assert _read_error(path) == "x.parquet: schema version '7' unknown (this build reads 1)"
+    assert _read_error(path) == "x.parquet: schema version '7' unknown (this build reads 1, 2)"
 
 
 def test_parquet_without_our_metadata(make_trace, tmp_path):
@@ -148,7 +148,7 @@ def test_parquet_without_our_metadata(make_trace, tmp_path):
 @pytest.mark.parametrize(
     ("key", "value", "expected"),
     [
-        ("t0_unix_us", None, "metadata 't0_unix_us' missing (schema 1)"),
+        ("t0_unix_us", None, "metadata 't0_unix_us' missing (schema 2)"),
         ("block_size_tokens", "big", "metadata 'block_size_tokens' is 'big', expected an integer"),
         ("block_size_tokens", "0", "metadata 'block_size_tokens' must be positive"),
     ],
@@ -198,7 +198,7 @@ def test_bodies_can_stay_in_the_file_and_come_in_batches(make_trace, tmp_path):
 
 
 @pytest.mark.parametrize("bad, message", [
-    (None, "column 'body' is null at row 8"),
+    (None, "column 'body' is null at row 8 \\(and the metadata has no 'synthesis' rule to build it\\)"),
     ("[1, 2]", "column 'body' is not a JSON object at row 8"),
 ])
 def test_a_bad_body_in_the_file_is_named_by_row(make_trace, tmp_path, bad, message):
@@ -210,3 +210,49 @@ def test_a_bad_body_in_the_file_is_named_by_row(make_trace, tmp_path, bad, messa
     pq.write_table(df.to_arrow().replace_schema_metadata(meta), path, row_group_size=3)
     with pytest.raises(TraceError, match=f"^t.parquet: {message}$"):
         read_trace(path, bodies=False)
+
+
+def test_a_version_1_file_reads_as_version_2(make_trace, tmp_path):
+    trace = make_trace(n=5)
+    v1 = trace.df.drop("hash_ids")  # version 1 had no hash_ids column
+    md = {**trace.meta.to_metadata(), VERSION_KEY: "1"}
+    md.pop("synthesis")
+    path = _write_raw(tmp_path / "v1.parquet", v1, md)
+    back = read_trace(path)
+    assert back.meta.schema_version == 2 and back.meta.synthesis == ""
+    assert back.df.equals(trace.df)
+    assert back.df["hash_ids"].is_null().all()
+
+
+def test_null_bodies_need_a_synthesis_rule_and_are_built_from_it(make_trace, tmp_path, gpt2):
+    import json
+
+    from replay.synth import Synthesis
+
+    trace = make_trace(n=4)
+    df = trace.df.with_columns(
+        body=pl.Series([None, trace.df["body"][1], None, None], dtype=pl.String),
+        hash_ids=pl.Series([None, None, [7] * 1, None], dtype=pl.List(pl.UInt64)),
+        input_tokens=pl.Series([20, trace.df["input_tokens"][1], 300, 0]),
+        block_hashes=pl.Series([[], [], [], []], dtype=pl.List(pl.UInt64)),
+    )
+    with pytest.raises(TraceError, match="column 'body' is null at row 0"):
+        validate(df, trace.meta, "t")
+    meta = TraceMeta(block_size_tokens=16, synthesis=Synthesis(seed=3, block_tokens=512).to_json())
+    path = Trace(validate(df, meta, "t"), meta).write(tmp_path / "t.parquet")
+    lazy = read_trace(path, bodies=False)
+    stored = [b for batch in lazy.body_batches(4, 3) for b in batch]
+    assert stored[0] is None and stored[1] == trace.df["body"][1]
+    built = [b for batch in lazy.body_batches(4, 3, synthesize=True) for b in batch]
+    assert built[1] == stored[1]
+    for row in (0, 2, 3):
+        body = json.loads(built[row])
+        text = body["messages"][0]["content"] if "messages" in body else body["prompt"]
+        assert len(gpt2.encode(text, add_special_tokens=False).ids) == df["input_tokens"][row]
+    assert built == [b for batch in read_trace(path).body_batches(4, 4, synthesize=True) for b in batch]
+    bad = df.with_columns(hash_ids=pl.Series([None, None, [7, 8], None], dtype=pl.List(pl.UInt64)))
+    with pytest.raises(TraceError, match=r"column 'hash_ids' has 2 ids at row 2, expected "
+                                         r"ceil\(input_tokens / 512\) = 1"):
+        validate(bad, meta, "t")
+    with pytest.raises(TraceError, match="metadata 'synthesis' is not a JSON object"):
+        validate(df, TraceMeta(synthesis="{"), "t")
