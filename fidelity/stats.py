@@ -1,6 +1,7 @@
 """The statistics fidelity compares: distances between two samples, and the shape of a stream of
 arrival times. Everything is numpy over whole columns (no per-row Python loops), so a
-million-request trace costs seconds.
+million-request trace costs seconds. The counting statistics (whole windows, index of
+dispersion, lag-1 autocorrelation, peak-to-mean) are ``replay inspect``'s own, re-exported.
 """
 
 from __future__ import annotations
@@ -8,6 +9,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from replay.inspect import index_of_dispersion, lag1_autocorrelation, peak_to_mean, window_counts
 
 __all__ = [
     "QUANTILES",
@@ -94,42 +97,6 @@ def spearman(x, y) -> float | None:
     if rx.std() == 0 or ry.std() == 0:
         return None
     return float(np.corrcoef(rx, ry)[0, 1])
-
-
-def window_counts(times_s, window_s: float) -> np.ndarray:
-    """Arrivals per window of ``window_s`` seconds, from the first arrival to the last (every
-    window, empty ones included)."""
-    t = np.sort(_clean(times_s))
-    if not len(t) or window_s <= 0:
-        return np.zeros(0, dtype=np.int64)
-    index = ((t - t[0]) // window_s).astype(np.int64)
-    return np.bincount(index)
-
-
-def index_of_dispersion(counts: np.ndarray) -> float | None:
-    """Variance / mean of per-window counts: 1 for a Poisson stream, above 1 for bursts. None
-    with fewer than 2 windows."""
-    if len(counts) < 2 or counts.mean() == 0:
-        return None
-    return float(counts.var(ddof=1) / counts.mean())
-
-
-def lag1_autocorrelation(counts: np.ndarray) -> float | None:
-    """Correlation of each window's count with the next one's (do busy seconds follow busy
-    seconds?). None with fewer than 3 windows or constant counts."""
-    if len(counts) < 3:
-        return None
-    x, y = counts[:-1].astype(np.float64), counts[1:].astype(np.float64)
-    if x.std() == 0 or y.std() == 0:
-        return None
-    return float(np.corrcoef(x, y)[0, 1])
-
-
-def peak_to_mean(counts: np.ndarray) -> float | None:
-    """The busiest window's count over the mean count."""
-    if not len(counts) or counts.mean() == 0:
-        return None
-    return float(counts.max() / counts.mean())
 
 
 def interarrival_cv(times_s) -> float | None:

@@ -23,7 +23,8 @@ import polars as pl
 from replay.trace import Trace
 
 __all__ = ["BUCKETED_ZERO_SHARE", "SERIES_BINS", "IDC_WINDOWS_S", "summarize", "prefix_reuse_share",
-           "counting_stats", "rate_series", "sparkline"]
+           "counting_stats", "window_counts", "index_of_dispersion", "lag1_autocorrelation", "peak_to_mean",
+           "rate_series", "sparkline"]
 
 # A trace whose share of zero interarrival gaps exceeds this is flagged as having bucketed
 # timestamps (many requests stamped with one time); replaying it verbatim makes bursts that
@@ -35,8 +36,9 @@ SERIES_BINS = 60
 _SPARKS = "▁▂▃▄▅▆▇█"
 
 
-def _window_counts(arrival_s: np.ndarray, window_s: float) -> np.ndarray:
-    """Requests in each whole window of ``window_s`` from the first arrival."""
+def window_counts(arrival_s: np.ndarray, window_s: float) -> np.ndarray:
+    """Requests in each whole window of ``window_s`` from the first arrival (times in order;
+    a partial last window is left out: its count would read as a lull)."""
     if len(arrival_s) == 0:
         return np.zeros(0, np.int64)
     t = arrival_s - arrival_s[0]
@@ -45,19 +47,39 @@ def _window_counts(arrival_s: np.ndarray, window_s: float) -> np.ndarray:
     return counts[:n_whole]
 
 
+def index_of_dispersion(counts: np.ndarray) -> float | None:
+    """Variance / mean of per-window counts: 1 for a Poisson stream, above 1 for bursts. None
+    with fewer than 2 windows."""
+    if len(counts) < 2 or counts.mean() == 0:
+        return None
+    return float(counts.var() / counts.mean())
+
+
+def lag1_autocorrelation(counts: np.ndarray) -> float | None:
+    """Correlation of each window's count with the next one's (do busy seconds follow busy
+    seconds?). None with fewer than 3 windows or constant counts."""
+    c = np.asarray(counts, dtype=np.float64)
+    if len(c) < 3 or c[:-1].std() == 0 or c[1:].std() == 0:
+        return None
+    return float(np.corrcoef(c[:-1], c[1:])[0, 1])
+
+
+def peak_to_mean(counts: np.ndarray) -> float | None:
+    """The busiest window's count over the mean count."""
+    if not len(counts) or counts.mean() == 0:
+        return None
+    return float(counts.max() / counts.mean())
+
+
 def counting_stats(arrival_s: np.ndarray) -> dict[str, float | None]:
     """Index of dispersion at 1, 10 and 60 s, lag-1 autocorrelation and peak-to-mean of the
     per-second counts (see the module docstring); None where the trace is too short."""
     out: dict[str, float | None] = {}
     for w in IDC_WINDOWS_S:
-        c = _window_counts(arrival_s, float(w))
-        out[f"idc_{w}s"] = float(c.var() / c.mean()) if len(c) >= 2 and c.mean() > 0 else None
-    c = _window_counts(arrival_s, 1.0).astype(np.float64)
-    lag1 = None
-    if len(c) >= 3 and c[:-1].std() > 0 and c[1:].std() > 0:
-        lag1 = float(np.corrcoef(c[:-1], c[1:])[0, 1])
-    out["count_lag1_autocorr_1s"] = lag1
-    out["peak_to_mean_1s"] = float(c.max() / c.mean()) if len(c) and c.mean() > 0 else None
+        out[f"idc_{w}s"] = index_of_dispersion(window_counts(arrival_s, float(w)))
+    c = window_counts(arrival_s, 1.0)
+    out["count_lag1_autocorr_1s"] = lag1_autocorrelation(c)
+    out["peak_to_mean_1s"] = peak_to_mean(c)
     return out
 
 

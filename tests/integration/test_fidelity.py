@@ -39,8 +39,9 @@ def observed(trace: Trace, requests: pl.DataFrame) -> Trace:
 @pytest.mark.parametrize("speedup", [1.0, 10.0])
 def test_a_public_trace_replayed_at_its_pace_and_10x_faster_is_faithful(shared_traces, tmp_path, sim, speedup):
     from capture.importers.azure import import_azure
+    from replay.trace import read_trace
 
-    live = import_azure(shared_traces / "azure_llm_2023_conv.csv", limit=70)
+    live = read_trace(import_azure(shared_traces / "azure_llm_2023_conv.csv", tmp_path / "azure.parquet", limit=70).path)
     stage = run_stage(live, RunConfig(url=sim.url, speedup=speedup, lag_bound_ms=5, timeout_s=60))
     assert set(stage.requests["error"].to_list()) == {"none"}
     result = compare_stage(live, stage.requests)

@@ -54,5 +54,5 @@ def test_count_statistics_tell_a_poisson_stream_from_a_bursty_one():
     assert stats.rate_correlation(bursty, poisson) < 0.3
 
 
-def test_window_counts_include_empty_windows():
-    assert stats.window_counts([0.0, 0.5, 3.2], 1.0).tolist() == [2, 0, 0, 1]
+def test_window_counts_are_whole_windows_empty_ones_included():
+    assert stats.window_counts(np.array([0.0, 0.5, 3.2, 4.0]), 1.0).tolist() == [2, 0, 0, 1]
