@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from optimizer.diagnosis import Diagnosis, diagnose
 from optimizer.ledger import Ledger
 from optimizer.search import SEARCHERS, Proposal, Searcher
 from optimizer.space import Space, config_key
@@ -96,10 +97,13 @@ class CampaignResult:
     accepted: list[Step] = field(default_factory=list)  # the path of accepted changes
     best: dict[str, Any] = field(default_factory=dict)
     best_noise: NoiseFloor | None = None
+    diagnosis: Diagnosis | None = None
     stopped: str = ""
 
     def to_json(self) -> dict:
-        return {"baseline": self.baseline, "noise": self.noise.to_json(), "steps": [s.to_json() for s in self.steps],
+        return {"baseline": self.baseline, "noise": self.noise.to_json(),
+                "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
+                "steps": [s.to_json() for s in self.steps],
                 "accepted": [s.to_json() for s in self.accepted], "best": self.best,
                 "best_noise": self.best_noise.to_json() if self.best_noise else None, "stopped": self.stopped}
 
@@ -113,9 +117,15 @@ def workload_hash(trace: Trace) -> str:
     return h.hexdigest()
 
 
-def measure_on_engine(engine, trace: Trace, run: RunConfig, objective: Objective) -> Callable[[Mapping[str, Any]], Measurement]:
+def measure_on_engine(engine, trace: Trace, run: RunConfig, objective: Objective, *,
+                      live: Trace | None = None, allow_unfaithful: bool = False,
+                      ) -> Callable[[Mapping[str, Any]], Measurement]:
     """The measurement of a config on a real (or the embedded) engine: start it with the config,
-    replay one stage of ``trace`` with ``run`` (its url is replaced), stop it."""
+    replay one stage of ``trace`` with ``run`` (its url is replaced) while sampling the engine's
+    metrics, stop it. With ``live``, the stage must also pass the fidelity gate against it
+    (``fidelity.compare_stage``), unless ``allow_unfaithful`` (then the failed verdict is recorded
+    in the details)."""
+    from optimizer.diagnosis import MetricSampler
     from replay.runner import run_stage
     from replay.sweep import MAX_FAILED_SHARE as failed_share
 
@@ -126,14 +136,19 @@ def measure_on_engine(engine, trace: Trace, run: RunConfig, objective: Objective
             return Measurement(None, f"the engine failed to start: {e}")
         with running:
             try:
-                stage = run_stage(trace, dataclasses.replace(run, url=running.url))
+                with MetricSampler(running) as sampler:
+                    stage = run_stage(trace, dataclasses.replace(run, url=running.url))
             except ReplayError as e:
                 return Measurement(None, f"the replay failed: {e}")
             metrics = running.metrics()
         s = stage.summary
-        details = {"summary": {k: s[k] for k in ("offered_rate", "completed", "errors", "throughput_rps",
-                                                 "goodput_rps", "send_lag_ms", "valid", "ttft_ms", "tpot_ms")},
-                   "engine_metrics": {k: v for k, v in metrics.items() if "{" not in k}}
+        details: dict[str, Any] = {
+            "summary": {k: s[k] for k in ("offered_rate", "sent", "completed", "errors", "throughput_rps",
+                                          "goodput_rps", "send_lag_ms", "valid", "ttft_ms", "tpot_ms",
+                                          "cache_hit_rate")},
+            "peaks": sampler.peaks,
+            "counters": {k: v for k, v in metrics.items() if "{" not in k and ":" not in k},
+        }
         failed = s["sent"] - s["completed"]
         if s["cancelled"]:
             return Measurement(None, "the stage was cancelled", details)
@@ -141,6 +156,15 @@ def measure_on_engine(engine, trace: Trace, run: RunConfig, objective: Objective
             return Measurement(None, f"the runner fell behind: {s['invalid_reason']}", details)
         if s["sent"] and failed > failed_share * s["sent"]:
             return Measurement(None, f"{failed} of {s['sent']} requests failed: {s['errors']}", details)
+        if live is not None:
+            from fidelity import compare_stage
+
+            verdict = compare_stage(live, stage.requests, sent=trace).verdict
+            details["fidelity"] = verdict.reason
+            if not verdict.faithful:
+                if not allow_unfaithful:
+                    return Measurement(None, f"the fidelity gate failed: {verdict.reason}", details)
+                details["fidelity_overridden"] = True
         return Measurement(objective.value(s), None, details)
 
     return measure
@@ -155,7 +179,7 @@ class Campaign:
                  ledger: str | Path, identity: Mapping[str, Any], baseline: Mapping[str, Any] | None = None,
                  repeats: int = REPEATS, budget: Budget = Budget(), searcher: str | Searcher = "coordinate",
                  order: list[str] | None = None, seed: int = 0, gpus: int = 1,
-                 explanation: str = "the knob may be what limits the objective") -> None:
+                 offered_reuse: float | None = None) -> None:
         if repeats < 2:
             from replay.errors import ConfigError
             raise ConfigError("--repeats: the noise floor needs at least 2 baseline runs")
@@ -167,7 +191,8 @@ class Campaign:
         self.budget = budget
         self.gpus = gpus
         self.seed = seed
-        self.explanation = explanation
+        self.offered_reuse = offered_reuse
+        self.diagnosis: Diagnosis | None = None
         self._searcher_spec = searcher
         self._order = order
         self.noise: NoiseFloor | None = None
@@ -205,11 +230,17 @@ class Campaign:
         return floor
 
     def start(self) -> NoiseFloor:
-        """Measure (or read back) the baseline's noise floor."""
+        """Measure (or read back) the baseline's noise floor, and diagnose its bottleneck from the
+        engine metrics of its first run."""
         if self.noise is None:
             self.noise = self._floor_of(self.baseline, "baseline")
+            first = self.ledger.entries(self.baseline, "baseline")[0].measurement.details
+            knobs = {d.name: d.knob for d in self.space.dimensions}
+            default_seqs = knobs["max_num_seqs"].default if "max_num_seqs" in knobs else None
+            self.diagnosis = diagnose(first.get("peaks", {}), first.get("counters", {}), self.baseline,
+                                      default_seqs, self.space.names, self.offered_reuse)
             self.result = CampaignResult(baseline=dict(self.baseline), noise=self.noise, best=dict(self.baseline),
-                                         best_noise=self.noise)
+                                         best_noise=self.noise, diagnosis=self.diagnosis)
         return self.noise
 
     def evaluate(self, config: Mapping[str, Any], hypothesis: Mapping[str, str] | None = None) -> Verdict:
@@ -265,8 +296,10 @@ class Campaign:
         if cls is None:
             from replay.errors import ConfigError
             raise ConfigError(f"--search: '{spec}' not one of {', '.join(SEARCHERS)}")
+        self.start()
+        explanation = f"{self.diagnosis.bottleneck}: {self.diagnosis.evidence}"
         if spec == "coordinate":
-            return cls(self.space, self.baseline, order=self._order, explanation=self.explanation)
+            return cls(self.space, self.baseline, order=self._order or self.diagnosis.order, explanation=explanation)
         return cls(self.space, self.baseline, seed=self.seed)
 
     def run(self, searcher: Searcher | None = None, progress: Callable[[Step], None] | None = None) -> CampaignResult:

@@ -168,3 +168,19 @@ def test_space_files_lossy_knobs_and_constraints(tmp_path):
     path.write_text("[knobs.max_num_seqs]\nvalues = 3\n")
     with pytest.raises(ConfigError, match="must be a list"):
         Space.load("sim", KNOBS, path)
+
+
+def test_the_diagnosis_names_the_bottleneck_and_orders_the_knobs():
+    from optimizer.diagnosis import diagnose
+
+    names = ["max_num_batched_tokens", "enable_prefix_caching", "max_num_seqs"]
+    capped = diagnose({"running": 8, "waiting": 30, "kv_usage": 0.3}, {"preemptions": 0}, {"max_num_seqs": 8}, 256, names)
+    assert capped.bottleneck == "batch-capped" and capped.order[0] == "max_num_seqs"
+    assert "max-num-seqs (8) reached" in capped.evidence
+    kv = diagnose({"running": 40, "waiting": 5, "kv_usage": 0.97}, {"preemptions": 12}, {}, 256, names)
+    assert kv.bottleneck == "KV-bound" and "12 preemptions" in kv.evidence
+    cold = diagnose({"running": 2, "waiting": 0, "kv_usage": 0.1}, {"prefix_cache_queries": 100,
+                    "prefix_cache_hits": 0}, {"enable_prefix_caching": False}, 256, names, offered_reuse=0.6)
+    assert cold.bottleneck == "cache-cold" and cold.order[0] == "enable_prefix_caching"
+    idle = diagnose({"running": 2, "waiting": 0, "kv_usage": 0.1}, {}, {}, 256, names)
+    assert idle.bottleneck == "not saturated" and idle.order == names
