@@ -35,8 +35,13 @@ def sweep_report(live) -> FidelityReport:  # noqa: F811
     return FidelityReport(live=f"live {HOSTILE}.parquet", results="results $x$ & co", stages=stages)
 
 
-def test_the_page_escapes_every_captured_text_and_loads_nothing_from_elsewhere(sweep_report):
-    html = html_report(sweep_report)
+@pytest.fixture(scope="module")
+def sweep_html(sweep_report) -> str:
+    return html_report(sweep_report)
+
+
+def test_the_page_escapes_every_captured_text_and_loads_nothing_from_elsewhere(sweep_html):
+    html = sweep_html
     assert HOSTILE not in html and "<script" not in html and "onerror=\"" not in html
     assert html.count("&lt;img src=x onerror=&quot;alert(1)&quot;&gt; &amp; &lt;script&gt;") >= 3
     # every image is an embedded PNG; no stylesheet, script, font or frame is fetched
@@ -46,8 +51,8 @@ def test_the_page_escapes_every_captured_text_and_loads_nothing_from_elsewhere(s
     assert "url(" not in html and "@import" not in html and "http://" not in html and "https://" not in html
 
 
-def test_a_sweep_has_its_verdict_chart_and_every_stage_its_plots(sweep_report):
-    html = html_report(sweep_report)
+def test_a_sweep_has_its_verdict_chart_and_every_stage_its_plots(sweep_report, sweep_html):
+    html = sweep_html
     # replays report TTFT / E2E, so each stage has survival curves too
     assert plots_of(html) == ["verdicts"] + ["cdf", "qq", "counts", "cache", "survival"] * 2
     assert "faithful" in html and "NOT faithful" in html  # banner: one stage failed
