@@ -5,9 +5,8 @@ Every plot compares the live side with the replay side of one stage (:class:`Sta
 keeps both), except the sweep's verdict chart. Plot work is bounded on any trace size: a CDF or
 survival curve draws at most :data:`MAX_POINTS` points per series (the exact empirical CDF at
 evenly spaced ranks) and a QQ plot :data:`QQ_POINTS` quantiles. The values behind them are
-computed once per side in full, as the metrics compute them (reuse times over every block use:
-a sample of blocks would not do, since a few hot blocks, a shared system prompt, carry much of
-the reuse).
+the metrics' own, computed once per side (the prefix-cache simulations are memoized on the
+side: :meth:`Side.cache_share`, :meth:`Side.reuse_s`).
 """
 
 from __future__ import annotations
@@ -17,19 +16,20 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import polars as pl
 
 from fidelity import cache
 from fidelity.compare import Side, Verdict
 from fidelity.judge import FidelityReport, StageFidelity
 
-__all__ = ["MAX_POINTS", "QQ_POINTS", "GROUPS", "Plot", "ecdf_points", "reuse_times",
+__all__ = ["MAX_POINTS", "QQ_POINTS", "GROUPS", "Plot", "ecdf_points", 
            "counts_over_time", "stage_plots", "verdict_chart", "group_verdicts"]
 
 MAX_POINTS = 20_000
 QQ_POINTS = 199
 COUNT_BINS = 120  # windows of the counts-over-time plot
-LRU_SHARES = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)  # capacities of the cache-hit curve, of live's distinct blocks
+# capacities of the cache-hit curve, as shares of live's distinct blocks (with the metrics' own,
+# cache.CAPACITY_SHARES, whose simulations the sides have already run)
+LRU_SHARES = tuple(sorted({0.003, 0.03, 0.3, 1.0, *cache.CAPACITY_SHARES}))
 GROUPS = ("lengths", "cache", "arrivals", "sessions", "outcomes")
 DPI = 96
 
@@ -63,11 +63,6 @@ def ecdf_points(values, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.nd
         return np.zeros(0), np.zeros(0)
     idx = np.arange(n) if n <= max_points else np.unique(np.linspace(0, n - 1, max_points).round().astype(np.int64))
     return v[idx], (idx + 1) / n
-
-
-def reuse_times(side: Side) -> np.ndarray:
-    """Every reuse time of ``side``'s blocks, in live seconds (its times x its ``time_scale``)."""
-    return cache.reuse_times_s(side.times_s, side.hashes) * side.time_scale
 
 
 def group_verdicts(verdict: Verdict) -> dict[str, tuple[bool | None, int, int]]:
@@ -124,7 +119,7 @@ def _series(live: Side, replay: Side) -> list[tuple[str, str, np.ndarray, np.nda
     rows = [
         ("input tokens", "tokens", _clean(live.input_tokens), _clean(replay.input_tokens)),
         ("output tokens", "tokens", _clean(live.output_tokens), _clean(replay.output_tokens)),
-        ("block reuse time", "live s", reuse_times(live), reuse_times(replay)),
+        ("prefix reuse time", "live s", live.reuse_s(), replay.reuse_s()),
         ("think time", "live s", scaled(live, "think_s"), scaled(replay, "think_s")),
         ("TTFT", "s", _clean(live.ttft_s), _clean(replay.ttft_s)),
         ("E2E", "s", _clean(live.e2e_s), _clean(replay.e2e_s)),
@@ -222,17 +217,17 @@ def _metric_value(verdict: Verdict | None, name: str, attr: str) -> float | None
 
 def cache_plot(live: Side, replay: Side, verdict: Verdict | None = None) -> Plot:
     fig, (ax,) = _figure(1, width=6.0, height=3.4)
-    distinct = int(live.hashes.explode().drop_nulls().n_unique())
-    if distinct == 0:
+    named = cache.capacities_for(live.hashes, LRU_SHARES)  # the metrics' capacities among them
+    distinct = named["lru_1"]
+    if not int(live.hashes.list.len().fill_null(0).sum()):
         _empty(ax, "no block hashes")
     else:
-        capacities = sorted({max(1, int(round(distinct * s))) for s in LRU_SHARES})
+        capacities = sorted({c for c in named.values() if c})
         for side, color in ((live, LIVE), (replay, REPLAY)):
-            tokens = pl.Series(side.recorded_input)
-            shares = [cache.hit_share(side.hashes, tokens, side.block_size, c) for c in capacities]
+            shares = [side.cache_share(c) for c in capacities]
             if all(s is not None for s in shares):
                 ax.plot(capacities, shares, "o-", color=color, label=_text(f"{side.name}: LRU simulation"))
-            unbounded = cache.hit_share(side.hashes, tokens, side.block_size, 0)
+            unbounded = side.cache_share(0)
             if unbounded is not None:
                 ax.axhline(unbounded, color=color, linestyle="--", linewidth=1,
                            label=_text(f"{side.name}: unbounded simulation"))
