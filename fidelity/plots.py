@@ -27,13 +27,15 @@ __all__ = ["MAX_POINTS", "QQ_POINTS", "GROUPS", "Plot", "ecdf_points",
 MAX_POINTS = 20_000
 QQ_POINTS = 199
 COUNT_BINS = 120  # windows of the counts-over-time plot
-# capacities of the cache-hit curve, as shares of live's distinct blocks (with the metrics' own,
-# cache.CAPACITY_SHARES, whose simulations the sides have already run)
-LRU_SHARES = tuple(sorted({0.003, 0.03, 0.3, 1.0, *cache.CAPACITY_SHARES}))
+# capacities of the cache-hit curve, as shares of live's distinct blocks: the metrics' own, whose
+# simulations the sides have already run (another capacity costs one pass over every block of
+# each side, ~2 s at 1M requests)
+LRU_SHARES = cache.CAPACITY_SHARES
 GROUPS = ("lengths", "cache", "arrivals", "sessions", "outcomes")
 DPI = 96
 
 LIVE, REPLAY = "#1f77b4", "#d62728"
+STYLE = {LIVE: "-", REPLAY: "--"}  # the replay dashed over live: where they agree both show
 PASS, FAIL, NA = "#4caf50", "#e53935", "#bdbdbd"
 
 
@@ -140,7 +142,8 @@ def cdf_plot(live: Side, replay: Side) -> Plot:
         for side, values, color in ((live, a, LIVE), (replay, b, REPLAY)):
             if len(values):
                 x, y = ecdf_points(values)
-                ax.step(x, y, where="post", color=color, label=_text(f"{side.name} (n={len(values):,})"))
+                ax.step(x, y, where="post", color=color, linestyle=STYLE[color],
+                        label=_text(f"{side.name} (n={len(values):,})"))
         _log_if_wide(ax, a, b)
         ax.set_xlabel(_text(f"{label} ({unit})"))
         ax.set_ylabel("CDF")
@@ -197,7 +200,7 @@ def counts_plot(live: Side, replay: Side) -> Plot:
         _empty(ax, "fewer than two distinct send times")
     else:
         for side, counts, color in ((live, a, LIVE), (replay, b, REPLAY)):
-            ax.step(edges[:-1], counts, where="post", color=color, label=_text(side.name))
+            ax.step(edges[:-1], counts, where="post", color=color, linestyle=STYLE[color], label=_text(side.name))
         ax.set_xlabel("seconds on live's time axis")
         ax.set_ylabel(f"requests per {window:.3g} s")
         ax.grid(alpha=0.3)
@@ -217,8 +220,8 @@ def _metric_value(verdict: Verdict | None, name: str, attr: str) -> float | None
 
 def cache_plot(live: Side, replay: Side, verdict: Verdict | None = None) -> Plot:
     fig, (ax,) = _figure(1, width=6.0, height=3.4)
-    named = cache.capacities_for(live.hashes, LRU_SHARES)  # the metrics' capacities among them
-    distinct = named["lru_1"]
+    named = cache.capacities_for(live.hashes, (*LRU_SHARES, 1.0))
+    distinct = named.pop("lru_1")  # all of live's distinct blocks (at least 1)
     if not int(live.hashes.list.len().fill_null(0).sum()):
         _empty(ax, "no block hashes")
     else:
@@ -259,7 +262,8 @@ def survival_plot(live: Side, replay: Side) -> Plot | None:
             if len(values):
                 x, f = ecdf_points(values)
                 keep = f < 1
-                ax.step(x[keep], 1 - f[keep], where="post", color=color, label=_text(f"{side.name} (n={len(values):,})"))
+                ax.step(x[keep], 1 - f[keep], where="post", color=color, linestyle=STYLE[color],
+                        label=_text(f"{side.name} (n={len(values):,})"))
         ax.set_yscale("log")
         ax.set_xlabel(f"{label} (s)")
         ax.set_ylabel("P(X > x)")
