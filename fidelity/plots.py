@@ -111,6 +111,8 @@ def _log_if_wide(ax, *arrays: np.ndarray) -> None:
     v = v[v > 0]
     if len(v) and len(v) == sum(len(a) for a in arrays) and v.max() / v.min() > 100:
         ax.set_xscale("log")
+    else:
+        ax.ticklabel_format(axis="x", useOffset=False)  # plain values, not "+2e-2" beside the axis
 
 
 def _series(live: Side, replay: Side) -> list[tuple[str, str, np.ndarray, np.ndarray]]:

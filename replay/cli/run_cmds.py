@@ -235,7 +235,7 @@ def _judge(args: argparse.Namespace, result, saver: _Saver) -> None:
 
     if not args.json:
         print(f"judging {len(saver.files)} stage(s) against {args.fidelity}...", file=sys.stderr)
-    report = compare_results(args.fidelity, saver.out, seed=args.seed)
+    report = compare_results(args.fidelity, saver.out)  # as `replay fidelity` judges it by default
     paths = write_report(report, saver.out, html=True)
     saver.fidelity = [stage_summary(s, str(args.fidelity)) for s in report.stages]
     write_summary(saver.out, saver.summary(result))
