@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fidelity.judge import FidelityReport
+from fidelity.judge import FidelityReport, StageFidelity
 
-__all__ = ["markdown", "print_report", "write_report"]
+__all__ = ["headline", "note", "stage_summary", "markdown", "print_report", "write_report"]
 
 
 def _num(x: float | None) -> str:
@@ -28,11 +28,27 @@ def _md_escape(text: str) -> str:
     return text.replace("\n", " ")
 
 
-def markdown(report: FidelityReport) -> str:
-    title = "Drift" if report.kind == "drift" else "Fidelity"
-    verdict = "faithful" if report.faithful else "NOT faithful"
+def headline(report: FidelityReport) -> tuple[str, str]:
+    """The report's title and overall verdict in words: ("Fidelity", "faithful"), ("Drift", "DRIFTED")..."""
     if report.kind == "drift":
-        verdict = "no drift" if report.faithful else "DRIFTED"
+        return "Drift", "no drift" if report.faithful else "DRIFTED"
+    return "Fidelity", "faithful" if report.faithful else "NOT faithful"
+
+
+def note(m) -> str:
+    """A metric's note column: its flags, or why it was not judged."""
+    return "; ".join(m.flags) if m.flags else (m.reason if m.passed is None else "")
+
+
+def stage_summary(stage: StageFidelity, live: str) -> dict:
+    """A stage's verdict in brief, for a results summary (the full one is in fidelity.json)."""
+    return {"live": live, "faithful": stage.verdict.faithful, "compression": stage.compression,
+            "failed": [m.name for m in stage.verdict.failed], "reason": stage.verdict.reason,
+            "diagnosis": list(stage.verdict.diagnosis)}
+
+
+def markdown(report: FidelityReport) -> str:
+    title, verdict = headline(report)
     lines = [f"# {title}: {verdict}", "",
              f"- live: `{_md_escape(report.live)}`", f"- compared: `{_md_escape(report.results)}`", ""]
     for s in report.stages:
@@ -46,9 +62,8 @@ def markdown(report: FidelityReport) -> str:
         lines += ["| group | metric | verdict | distance | bound | A/A | live | replay | note |",
                   "|---|---|---|---:|---:|---:|---:|---:|---|"]
         for m in s.verdict.metrics:
-            note = "; ".join(m.flags) if m.flags else (m.reason if m.passed is None else "")
             lines.append(f"| {m.group} | {_md_escape(m.name)} | {_word(m.passed)} | {_num(m.distance)} | "
-                         f"{_num(m.bound)} | {_num(m.aa)} | {_num(m.live)} | {_num(m.replay)} | {_md_escape(note)} |")
+                         f"{_num(m.bound)} | {_num(m.aa)} | {_num(m.live)} | {_num(m.replay)} | {_md_escape(note(m))} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -77,12 +92,18 @@ def print_report(report: FidelityReport, console=None) -> None:
             console.print(f"{escape(s.file)}: {escape(d)}", highlight=False)
 
 
-def write_report(report: FidelityReport, out: Path) -> list[Path]:
-    """Write ``fidelity.json`` and ``fidelity.md`` into ``out``; returns their paths."""
+def write_report(report: FidelityReport, out: Path, *, html: bool = False) -> list[Path]:
+    """Write ``fidelity.json`` and ``fidelity.md`` (``drift.*`` for drift) into ``out``, and with
+    ``html`` the self-contained ``fidelity.html`` with its plots; returns their paths."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     stem = report.kind
     paths = [out / f"{stem}.json", out / f"{stem}.md"]
     paths[0].write_text(json.dumps(report.to_json(), indent=2) + "\n")
     paths[1].write_text(markdown(report))
+    if html:
+        from fidelity.html import html_report
+
+        paths.append(out / f"{stem}.html")
+        paths[2].write_text(html_report(report), encoding="utf-8")
     return paths

@@ -16,12 +16,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="judge a replay against live traffic: token lengths, cache hits, arrivals, sessions",
         description="Compare every stage of a `replay run` / `replay sweep` results folder with the live Trace "
                     "it replayed (at the stage's own pace) and give a verdict per metric and per stage. A "
-                    "metric passes within the larger of a fixed bound and twice its distance between two "
-                    "random halves of the live trace. Exit 0 when every stage is faithful, 1 when one is not.",
+                    "metric passes within the larger of a fixed bound and 3 times the largest of its distances "
+                    "between two random halves of the live trace (docs/fidelity.md). Exit 0 when every stage is "
+                    "faithful, 1 when one is not.",
     )
     p.add_argument("live", type=Path, help="the live Trace (captured or imported, with what live traffic observed)")
     p.add_argument("results", type=Path, help="the results folder of replay run / replay sweep")
-    p.add_argument("--out", type=Path, help="write fidelity.json and fidelity.md here")
+    p.add_argument("--out", type=Path,
+                   help="write fidelity.json, fidelity.md and fidelity.html (plots embedded) here")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--judge-outcomes", action="store_true",
                    help="judge TTFT / ITL / E2E too (when the target ran live's engine config at live's rate)")
@@ -36,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("old", type=Path, help="the Trace the config was tuned on")
     p.add_argument("new", type=Path, help="the recent Trace")
-    p.add_argument("--out", type=Path, help="write drift.json and drift.md here")
+    p.add_argument("--out", type=Path, help="write drift.json, drift.md and drift.html (plots embedded) here")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--seed", type=int, default=0, help="seed of the random A/A halves (default 0)")
     p.set_defaults(func=cmd_drift)
@@ -46,7 +48,7 @@ def _finish(args: argparse.Namespace, report) -> int:
     from fidelity.render import print_report, write_report
 
     if args.out:
-        paths = write_report(report, args.out)
+        paths = write_report(report, args.out, html=True)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
