@@ -11,7 +11,7 @@ larger of a fixed bound (:data:`FIXED_BOUNDS`) and ``AA_FACTOR`` (3) times the l
 same distances between two random halves of the live side (whole sessions to each half, seeded)
 over ``AA_SPLITS`` (10) splits: a metric the live traffic itself does not pin down more tightly
 than that cannot fail a replay for it. (The largest, not the mean: a few long sessions carry
-much of a trace's tokens and reuse, so these distances have heavy tails.) On a live side of more than ``AA_MAX_REQUESTS`` (100,000)
+much of a trace's tokens and reuse, so these distances have heavy tails.) On a live side of more than ``AA_MAX_REQUESTS`` (20,000)
 requests the halves are drawn from a sample of its sessions of about that size, which
 overstates the noise of a larger trace; there the fixed bounds, far above its noise, decide. Metrics
 whose inputs are missing (no engine-reported cached tokens live, no recorded latencies, too few
