@@ -79,6 +79,7 @@ FIXED_BOUNDS: dict[str, float] = {
     "arrivals.lag1_autocorrelation": 0.1,
     "arrivals.peak_to_mean": 0.15,
     "arrivals.rate_correlation": 0.1,
+    "arrivals.send_lag_p99_ms": 1.0,  # the runner's default --lag-bound-ms
     "sessions.turns": 0.05,
     "sessions.think_time.ks": 0.1,
     "outcomes.ttft": 0.1,
@@ -558,7 +559,8 @@ def _cache_diagnosis(metrics: list[Metric], other: str) -> list[str]:
 
 def _per_request(stage: pl.DataFrame, other: Side) -> list[Metric]:
     """When the replay sent the trace's own requests: each one's prompt tokens as the engine
-    counted them vs as recorded, and its output tokens vs the max_tokens it asked for."""
+    counted them vs as recorded, its output tokens vs the max_tokens it asked for, and the
+    runner's own send lag (its p99 within the default lag bound)."""
     out = []
     prompt = other.engine_prompt_all
     finite = np.isfinite(prompt) & np.isfinite(other.recorded_input)
@@ -571,6 +573,13 @@ def _per_request(stage: pl.DataFrame, other: Side) -> list[Metric]:
                           f"{off.sum()} of {finite.sum()} completed requests' prompt tokens, as the engine counted "
                           f"them, are not between {PER_REQUEST_SLACK} fewer and {TEMPLATE_MAX} more (a chat template) "
                           f"than the ones sent (share {share:.3g}, bound {bound:g})"))
+    sent = stage.filter(pl.col("sent_ns").is_not_null() & pl.col("release_ns").is_not_null())
+    if sent.height:
+        lag_ms = float(np.percentile((sent["sent_ns"] - sent["release_ns"]).to_numpy(), 99)) / 1e6
+        bound = FIXED_BOUNDS["arrivals.send_lag_p99_ms"]
+        out.append(Metric("arrivals", "arrivals.send_lag_p99_ms", None, lag_ms, lag_ms, None, bound, lag_ms <= bound,
+                          f"the runner's own send lag p99: {lag_ms:.3g} ms ({'within' if lag_ms <= bound else 'over'} "
+                          f"{bound:g} ms): the requests left when they were due"))
     done = stage.filter((pl.col("error") == "none") & pl.col("expected_output_tokens").is_not_null())
     if done.height:
         got = done["completion_tokens"].fill_null(done["output_chunks"])
