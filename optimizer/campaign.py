@@ -252,8 +252,11 @@ class Campaign:
         hypothesis = dict(hypothesis or {})
         previous = self.ledger.judged(config)
         if previous is not None:
-            verdict = Verdict(previous.verdict or "invalid", f"(from the ledger) {previous.reason}",
-                              measurements=(previous.measurement,))
+            m, b = previous.measurement, self.result.best_noise.median
+            gain = (m.value - b) / b if m.value is not None and b else None
+            confirms = tuple(e.measurement for e in self.ledger.entries(config, "confirm"))[:1]
+            verdict = Verdict(previous.verdict or "invalid", f"(from the ledger) {previous.reason}", gain,
+                              measurements=(m, *confirms) if previous.verdict == "better" else (m,))
             step = Step(config, hypothesis, verdict, reused=True)
             self.result.steps.append(step)
             if verdict.kind == "better":  # a resumed campaign continues from where it had got to

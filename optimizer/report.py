@@ -44,7 +44,8 @@ def markdown(result: CampaignResult, engine=None, title: str = "Optimize") -> st
         lines += ["None: no candidate beat the baseline beyond its noise and repeated.", ""]
     for i, step in enumerate(result.accepted, 1):
         v = step.verdict
-        lines.append(f"{i}. {_esc(step.hypothesis.get('change', ''))}: gain {v.gain:+.1%} ({_esc(v.reason)})")
+        gain = "-" if v.gain is None else f"{v.gain:+.1%}"
+        lines.append(f"{i}. {_esc(step.hypothesis.get('change', ''))}: gain {gain} ({_esc(v.reason)})")
     best = _flags(engine, result.best)
     lines += ["", f"Final config: `{_esc(best) or '(engine defaults)'}`", "",
               f"Stopped: {_esc(result.stopped)}", "", "## Experiments", "",

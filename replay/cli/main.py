@@ -39,7 +39,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from replay.cli import engine_cmds, fidelity_cmds, run_cmds, sim_cmds, trace_cmds
+    from replay.cli import engine_cmds, fidelity_cmds, optimize_cmds, run_cmds, sim_cmds, trace_cmds
 
     parser = _Parser(
         prog="replay",
@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     trace_cmds.register(sub)
     run_cmds.register(sub)
     fidelity_cmds.register(sub)
+    optimize_cmds.register(sub)
     sim_cmds.register(sub)
     engine_cmds.register(sub)
     return parser
