@@ -39,6 +39,8 @@ from replay.trace import Trace
 __all__ = ["Objective", "Budget", "Campaign", "CampaignResult", "CampaignStopped", "Step", "workload_hash"]
 
 MAX_FAILED_SHARE = 0.1
+BISECT_STEPS = 3
+MAX_DOUBLINGS = 6
 
 
 class CampaignStopped(ReplayError):
@@ -47,13 +49,19 @@ class CampaignStopped(ReplayError):
 
 @dataclass(frozen=True)
 class Objective:
-    kind: str = "goodput"  # goodput | throughput (req/s at the offered rate)
-    gpus: int = 1  # per-GPU normalization: the value is divided by this
+    """``goodput`` / ``throughput``: req/s meeting the SLOs / completed, at the offered rate.
+    ``max_rate``: the highest offered rate whose stage meets the SLOs (attainment at least the
+    SLO's), found on one engine start by doubling (or halving) from the run's rate until the
+    answer flips, then ``BISECT_STEPS`` bisections; the value is the highest rate that passed.
+    Every value is divided by ``gpus``."""
+
+    kind: str = "goodput"
+    gpus: int = 1
 
     def __post_init__(self) -> None:
-        if self.kind not in ("goodput", "throughput"):
+        if self.kind not in ("goodput", "throughput", "max_rate"):
             from replay.errors import ConfigError
-            raise ConfigError(f"--objective: '{self.kind}' not one of goodput, throughput")
+            raise ConfigError(f"--objective: '{self.kind}' not one of goodput, throughput, max_rate")
 
     def value(self, summary: Mapping[str, Any]) -> float:
         key = "goodput_rps" if self.kind == "goodput" else "throughput_rps"
@@ -129,15 +137,57 @@ def measure_on_engine(engine, trace: Trace, run: RunConfig, objective: Objective
     from replay.runner import run_stage
     from replay.sweep import MAX_FAILED_SHARE as failed_share
 
+    def one_stage(running, rate: float | None):
+        return run_stage(trace, dataclasses.replace(run, url=running.url, rate=rate))
+
+    def passes(stage) -> bool:
+        s = stage.summary
+        return bool(s["valid"] and not s["cancelled"] and s["slo_pass"] is not False
+                    and (s["sent"] - s["completed"]) <= failed_share * max(s["sent"], 1))
+
+    def search_rate(running) -> tuple[Any, float, list[dict]]:
+        """The highest passing rate: (its stage, the rate, every probe)."""
+        probes: list[dict] = []
+
+        def probe(rate: float):
+            stage = one_stage(running, rate)
+            probes.append({"rate": rate, "passed": passes(stage), "goodput_rps": stage.summary["goodput_rps"]})
+            return stage, probes[-1]["passed"]
+
+        rate = float(run.rate or 1.0)
+        stage, ok = probe(rate)
+        good, bad, best_stage = (rate, None, stage) if ok else (None, rate, None)
+        for _ in range(MAX_DOUBLINGS):
+            if good is not None and bad is not None:
+                break
+            rate = rate * 2 if ok else rate / 2
+            stage, ok = probe(rate)
+            if ok:
+                good, best_stage = rate, stage
+            else:
+                bad = rate
+        for _ in range(BISECT_STEPS if good is not None and bad is not None else 0):
+            mid = (good + bad) / 2
+            stage, ok = probe(mid)
+            if ok:
+                good, best_stage = mid, stage
+            else:
+                bad = mid
+        return best_stage or stage, good or 0.0, probes
+
     def measure(config: Mapping[str, Any]) -> Measurement:
         try:
             running = engine.launch(dict(config))
         except ReplayError as e:
             return Measurement(None, f"the engine failed to start: {e}")
+        probes: list[dict] = []
         with running:
             try:
                 with MetricSampler(running) as sampler:
-                    stage = run_stage(trace, dataclasses.replace(run, url=running.url))
+                    if objective.kind == "max_rate":
+                        stage, best_rate, probes = search_rate(running)
+                    else:
+                        stage = one_stage(running, run.rate)
             except ReplayError as e:
                 return Measurement(None, f"the replay failed: {e}")
             metrics = running.metrics()
@@ -149,6 +199,10 @@ def measure_on_engine(engine, trace: Trace, run: RunConfig, objective: Objective
             "peaks": sampler.peaks,
             "counters": {k: v for k, v in metrics.items() if "{" not in k and ":" not in k},
         }
+        if objective.kind == "max_rate":
+            details["probes"] = probes
+            if not any(p["passed"] for p in probes):
+                return Measurement(0.0, None, details)  # no rate tried met the SLOs: a value, not a failure
         failed = s["sent"] - s["completed"]
         if s["cancelled"]:
             return Measurement(None, "the stage was cancelled", details)
@@ -165,7 +219,8 @@ def measure_on_engine(engine, trace: Trace, run: RunConfig, objective: Objective
                 if not allow_unfaithful:
                     return Measurement(None, f"the fidelity gate failed: {verdict.reason}", details)
                 details["fidelity_overridden"] = True
-        return Measurement(objective.value(s), None, details)
+        value = best_rate / objective.gpus if objective.kind == "max_rate" else objective.value(s)
+        return Measurement(value, None, details)
 
     return measure
 
@@ -301,16 +356,17 @@ class Campaign:
             raise ConfigError(f"--search: '{spec}' not one of {', '.join(SEARCHERS)}")
         self.start()
         explanation = f"{self.diagnosis.bottleneck}: {self.diagnosis.evidence}"
+        start = self.result.best  # the baseline, or what an outside loop already won
         if spec == "coordinate":
-            return cls(self.space, self.baseline, order=self._order or self.diagnosis.order, explanation=explanation)
-        return cls(self.space, self.baseline, seed=self.seed)
+            return cls(self.space, start, order=self._order or self.diagnosis.order, explanation=explanation)
+        return cls(self.space, start, seed=self.seed)
 
     def run(self, searcher: Searcher | None = None, progress: Callable[[Step], None] | None = None) -> CampaignResult:
         """Baseline, then the searcher's proposals until it has none or the budget is spent."""
         self.start()
         searcher = searcher or self.searcher()
         if hasattr(searcher, "known"):
-            searcher.known[config_key(self.baseline)] = self.noise.median
+            searcher.known[config_key(self.result.best)] = self.result.best_noise.median
         while True:
             judged = sum(not s.reused for s in self.result.steps)
             why = self.budget.left(judged, self._started, self._gpu_s)
@@ -335,7 +391,7 @@ class Campaign:
         if self._search is None:
             self._search = self.searcher()
             if hasattr(self._search, "known"):
-                self._search.known[config_key(self.baseline)] = self.noise.median
+                self._search.known[config_key(self.result.best)] = self.result.best_noise.median
         return self._search.ask()
 
     def tell(self, proposal: Proposal) -> Verdict:

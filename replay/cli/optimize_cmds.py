@@ -36,9 +36,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default max_num_seqs,max_num_batched_tokens,enable_prefix_caching)")
     p.add_argument("--baseline", default="{}", metavar="JSON",
                    help="the starting config, e.g. '{\"max_num_seqs\": 2}' (default: the engine's defaults)")
-    p.add_argument("--objective", default="goodput", choices=["goodput", "throughput"],
-                   help="goodput (req/s meeting --slo, default) or throughput (req/s completed), at --rate")
-    p.add_argument("--rate", type=float, required=True, help="req/s each measurement offers")
+    p.add_argument("--objective", default="goodput", choices=["goodput", "throughput", "max_rate"],
+                   help="goodput (req/s meeting --slo, default) or throughput (req/s completed), at --rate; or "
+                        "max_rate: the highest rate whose stage meets --slo (doubling / halving from --rate, then "
+                        "3 bisections, on one engine start per measurement)")
+    p.add_argument("--rate", type=float, required=True,
+                   help="req/s each measurement offers (max_rate: the first rate tried)")
     limit = p.add_mutually_exclusive_group()
     limit.add_argument("--duration", default=None, help="each measurement's window, e.g. 30s")
     limit.add_argument("--requests", type=int, help="each measurement sends the first N requests")
@@ -133,8 +136,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         names = [n.strip() for n in args.knobs.split(",") if n.strip()]
         space = Space.of(engine.name, engine.knobs, {n: None for n in names}, allow_lossy=args.allow_lossy)
     slo = parse_slo(args.slo, args.slo_attainment) if args.slo else Slo(attainment=args.slo_attainment)
-    if args.objective == "goodput" and slo.empty:
-        raise ConfigError("--slo: the goodput objective needs SLOs (or use --objective throughput)")
+    if args.objective in ("goodput", "max_rate") and slo.empty:
+        raise ConfigError(f"--slo: the {args.objective} objective needs SLOs (or use --objective throughput)")
     run = RunConfig(url="http://127.0.0.1:0", rate=args.rate, slo=slo, lag_bound_ms=args.lag_bound_ms,
                     duration_s=parse_duration_s(args.duration, "--duration") if args.duration else None,
                     requests=args.requests)

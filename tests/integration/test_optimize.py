@@ -65,3 +65,50 @@ def test_a_bad_flag_is_one_line_before_any_engine_starts(workload, tmp_path):
     assert done.stderr.strip().splitlines() == [done.stderr.strip()] and "unknown knob 'max_seqs'" in done.stderr
     done = run_cli("optimize", str(workload), "--rate", "5", "--out", str(tmp_path / "o"))
     assert done.returncode == 2 and "needs SLOs" in done.stderr
+
+
+class _Scripted:
+    """An "engine" whose every start is the same scripted server (2 responses at a time)."""
+
+    name = "scripted"
+
+    def __init__(self, server) -> None:
+        self.server = server
+
+    def launch(self, config):
+        outer = self
+
+        class Running:
+            url = outer.server.url
+
+            def metrics(self):
+                return {}
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return None
+
+        return Running()
+
+
+def test_the_max_rate_objective_finds_where_the_slo_breaks(scripted):
+    from optimizer.campaign import Objective, measure_on_engine
+    from replay.config import RunConfig, Slo
+    from tests.integration.conftest import trace_of_bodies
+
+    # two responses at a time, each ~0.1 s (5 chunks 20 ms apart): about 20 req/s before a queue builds
+    server = scripted(concurrency=2, chunk_delay_s=0.02)
+    trace = trace_of_bodies([{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": f"q{i}"}]}
+                             for i in range(30)])
+    run = RunConfig(url="http://127.0.0.1:0", rate=4.0, requests=30, lag_bound_ms=20,
+                    slo=Slo(ttft_s=0.3, attainment=0.9))
+    m = measure_on_engine(_Scripted(server), trace, run, Objective("max_rate"))({})
+    assert m.invalid is None, m.invalid
+    probes = m.details["probes"]
+    passed = [p["rate"] for p in probes if p["passed"]]
+    failed = [p["rate"] for p in probes if not p["passed"]]
+    assert passed and failed and m.value == max(passed) < min(failed)
+    assert 4 <= m.value <= 40, probes
+    assert [p["rate"] for p in probes][:2] == [4.0, 8.0], "doubling from --rate while it passes"
