@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import platform
 import time
 from collections.abc import Callable, Mapping
@@ -127,12 +128,15 @@ def workload_hash(trace: Trace) -> str:
 
 def measure_on_engine(engine, trace: Trace, run: RunConfig, objective: Objective, *,
                       live: Trace | None = None, allow_unfaithful: bool = False,
+                      baseline: Mapping[str, Any] | None = None, check_outputs: bool = True,
                       ) -> Callable[[Mapping[str, Any]], Measurement]:
     """The measurement of a config on a real (or the embedded) engine: start it with the config,
     replay one stage of ``trace`` with ``run`` (its url is replaced) while sampling the engine's
     metrics, stop it. With ``live``, the stage must also pass the fidelity gate against it
     (``fidelity.compare_stage``), unless ``allow_unfaithful`` (then the failed verdict is recorded
-    in the details)."""
+    in the details). With ``check_outputs``, a config that differs from ``baseline`` in lossless
+    knobs only must answer a greedy sample as the baseline did (:mod:`optimizer.outputs`)."""
+    from optimizer import outputs
     from optimizer.diagnosis import MetricSampler
     from replay.runner import run_stage
     from replay.sweep import MAX_FAILED_SHARE as failed_share
@@ -175,6 +179,31 @@ def measure_on_engine(engine, trace: Trace, run: RunConfig, objective: Objective
                 bad = mid
         return best_stage or stage, good or 0.0, probes
 
+    base = dict(baseline or {})
+    knobs = {k.name: k for k in engine.knobs}
+    reference: list[str] = []
+
+    def sample_answers(running) -> list[str]:
+        from replay.runner import resolve_model
+
+        bodies = [json.loads(b) for batch in trace.body_batches(min(outputs.SAMPLE, trace.df.height),
+                                                                outputs.SAMPLE, synthesize=True) for b in batch]
+        bodies = [b for b in bodies if "messages" in b]
+        model = resolve_model(trace, dataclasses.replace(run, url=running.url))
+        return outputs.greedy_answers(running.url, bodies, model)
+
+    def output_change(running, config: Mapping[str, Any]) -> str | None:
+        changed = [k for k in set(config) | set(base) if config.get(k) != base.get(k)]
+        if not check_outputs or any(not knobs[k].lossless for k in changed if k in knobs):
+            return None  # lossy changes are judged by a person, not by equal outputs
+        if not changed:
+            if not reference:
+                reference.extend(sample_answers(running))
+            return None
+        if not reference:
+            return None  # no baseline answers yet (a campaign measures its baseline first)
+        return outputs.compare(reference, sample_answers(running), outputs.encoder(trace.meta.tokenizer))
+
     def measure(config: Mapping[str, Any]) -> Measurement:
         try:
             running = engine.launch(dict(config))
@@ -188,9 +217,12 @@ def measure_on_engine(engine, trace: Trace, run: RunConfig, objective: Objective
                         stage, best_rate, probes = search_rate(running)
                     else:
                         stage = one_stage(running, run.rate)
+                changed = output_change(running, config)
             except ReplayError as e:
                 return Measurement(None, f"the replay failed: {e}")
             metrics = running.metrics()
+        if changed:
+            return Measurement(None, f"outputs changed under a lossless knob: {changed}")
         s = stage.summary
         details: dict[str, Any] = {
             "summary": {k: s[k] for k in ("offered_rate", "sent", "completed", "errors", "throughput_rps",

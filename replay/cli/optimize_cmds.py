@@ -146,7 +146,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     identity = {"engine": engine.name, "version": _version(engine.name),
                 "model": str(args.model or args.sim_profile), "workload": workload_hash(trace),
                 "objective": args.objective, "rate": args.rate, "slo": args.slo or "", "gpus": args.gpus}
-    measure = measure_on_engine(engine, trace, run, objective, live=trace, allow_unfaithful=args.allow_unfaithful)
+    measure = measure_on_engine(engine, trace, run, objective, live=trace, allow_unfaithful=args.allow_unfaithful,
+                                baseline=baseline)
     campaign = Campaign(space=space, measure=measure, ledger=args.ledger or out / "ledger.sqlite", identity=identity,
                         baseline=baseline, repeats=args.repeats, budget=parse_budget(args.budget),
                         searcher=args.search, seed=args.seed, gpus=args.gpus,

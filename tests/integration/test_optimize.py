@@ -71,6 +71,7 @@ class _Scripted:
     """An "engine" whose every start is the same scripted server (2 responses at a time)."""
 
     name = "scripted"
+    knobs = ()
 
     def __init__(self, server) -> None:
         self.server = server
@@ -104,7 +105,7 @@ def test_the_max_rate_objective_finds_where_the_slo_breaks(scripted):
                              for i in range(30)])
     run = RunConfig(url="http://127.0.0.1:0", rate=4.0, requests=30, lag_bound_ms=20,
                     slo=Slo(ttft_s=0.3, attainment=0.9))
-    m = measure_on_engine(_Scripted(server), trace, run, Objective("max_rate"))({})
+    m = measure_on_engine(_Scripted(server), trace, run, Objective("max_rate"), check_outputs=False)({})
     assert m.invalid is None, m.invalid
     probes = m.details["probes"]
     passed = [p["rate"] for p in probes if p["passed"]]
@@ -112,3 +113,28 @@ def test_the_max_rate_objective_finds_where_the_slo_breaks(scripted):
     assert passed and failed and m.value == max(passed) < min(failed)
     assert 4 <= m.value <= 40, probes
     assert [p["rate"] for p in probes][:2] == [4.0, 8.0], "doubling from --rate while it passes"
+
+
+@pytest.mark.slow
+def test_a_lossless_knob_that_changes_the_answers_is_invalid(workload):
+    from optimizer.campaign import Objective, measure_on_engine
+    from replay.config import RunConfig
+    from replay.targets import SimEngine
+    from replay.trace import read_trace
+
+    from replay.targets.engine import Knob
+
+    class SeededSim(SimEngine):
+        """The embedded engine with its text seed as a knob that claims to be lossless (it is not:
+        another seed writes other answers), as a misclassified knob of a real engine would."""
+
+        knobs = SimEngine.knobs + (Knob("seed", "--seed", "int", default=0, range=(0, 2**31 - 1)),)
+
+    trace = read_trace(workload)
+    engine = SeededSim(time_scale=0.05)
+    run = RunConfig(url="http://127.0.0.1:0", rate=10, requests=10, lag_bound_ms=20)
+    measure = measure_on_engine(engine, trace, run, Objective("throughput"), baseline={"max_num_seqs": 4})
+    assert measure({"max_num_seqs": 4}).invalid is None  # the baseline: its greedy answers are the reference
+    assert measure({"max_num_seqs": 16}).invalid is None  # batching does not change the embedded engine's answers
+    changed = measure({"max_num_seqs": 4, "seed": 7})  # another sampling seed does
+    assert changed.invalid and changed.invalid.startswith("outputs changed under a lossless knob"), changed.invalid
