@@ -79,7 +79,7 @@ FIXED_BOUNDS: dict[str, float] = {
     "arrivals.lag1_autocorrelation": 0.1,
     "arrivals.peak_to_mean": 0.15,
     "arrivals.rate_correlation": 0.1,
-    "arrivals.send_lag_p99_ms": 1.0,  # the runner's default --lag-bound-ms
+    "arrivals.send_lag_p99_ms": 1.0,  # the runner's default --lag-bound-ms (a stage's own bound replaces it)
     "sessions.turns": 0.05,
     "sessions.think_time.ks": 0.1,
     "outcomes.ttft": 0.1,
@@ -557,10 +557,11 @@ def _cache_diagnosis(metrics: list[Metric], other: str) -> list[str]:
     return out
 
 
-def _per_request(stage: pl.DataFrame, other: Side) -> list[Metric]:
+def _per_request(stage: pl.DataFrame, other: Side, lag_bound_ms: float | None = None) -> list[Metric]:
     """When the replay sent the trace's own requests: each one's prompt tokens as the engine
     counted them vs as recorded, its output tokens vs the max_tokens it asked for, and the
-    runner's own send lag (its p99 within the default lag bound)."""
+    runner's own send lag (its p99 within the stage's lag bound, ``lag_bound_ms``, by default the
+    runner's default of 1 ms)."""
     out = []
     prompt = other.engine_prompt_all
     finite = np.isfinite(prompt) & np.isfinite(other.recorded_input)
@@ -576,7 +577,7 @@ def _per_request(stage: pl.DataFrame, other: Side) -> list[Metric]:
     sent = stage.filter(pl.col("sent_ns").is_not_null() & pl.col("release_ns").is_not_null())
     if sent.height:
         lag_ms = float(np.percentile((sent["sent_ns"] - sent["release_ns"]).to_numpy(), 99)) / 1e6
-        bound = FIXED_BOUNDS["arrivals.send_lag_p99_ms"]
+        bound = FIXED_BOUNDS["arrivals.send_lag_p99_ms"] if lag_bound_ms is None else lag_bound_ms
         out.append(Metric("arrivals", "arrivals.send_lag_p99_ms", None, lag_ms, lag_ms, None, bound, lag_ms <= bound,
                           f"the runner's own send lag p99: {lag_ms:.3g} ms ({'within' if lag_ms <= bound else 'over'} "
                           f"{bound:g} ms): the requests left when they were due"))
@@ -593,14 +594,15 @@ def _per_request(stage: pl.DataFrame, other: Side) -> list[Metric]:
 
 
 def compare_sides(live: Side, other: Side, *, judge_outcomes: bool = False, seed: int = 0,
-                  stage: pl.DataFrame | None = None, aa_from: Side | None = None) -> Verdict:
+                  stage: pl.DataFrame | None = None, aa_from: Side | None = None,
+                  lag_bound_ms: float | None = None) -> Verdict:
     """Every metric between ``live`` and ``other``, judged against thresholds from the A/A halves
     of ``aa_from`` (default: live); ``stage`` (the replay's rows) adds the per-request checks."""
     splits = aa_splits(live if aa_from is None else aa_from, seed)
     metrics = [_judge(spec, live, other, splits) for spec in _specs(judge_outcomes)]
     metrics += _cache_sim_metrics(live, other, splits)
     if stage is not None:
-        metrics += _per_request(stage, other)
+        metrics += _per_request(stage, other, lag_bound_ms)
     order = {"lengths": 0, "cache": 1, "arrivals": 2, "sessions": 3, "outcomes": 4}
     metrics.sort(key=lambda m: order[m.group])
     failed = [m for m in metrics if m.passed is False]

@@ -70,10 +70,12 @@ def _live(live: Trace | str | Path) -> tuple[Trace, str]:
 
 
 def compare_stage(live: Trace, stage: pl.DataFrame, *, sent: Trace | None = None, file: str = "<stage>",
-                  requested_rate: float | None = None, judge_outcomes: bool = False, seed: int = 0) -> StageFidelity:
+                  requested_rate: float | None = None, judge_outcomes: bool = False, seed: int = 0,
+                  lag_bound_ms: float | None = None) -> StageFidelity:
     """Judge one stage's per-request results against the live rows it replayed. ``sent`` is the
     trace the stage replayed, when it is not ``live`` itself (a redacted or edited copy with the
-    same request ids): its block hashes and lengths are what the replay offered."""
+    same request ids): its block hashes and lengths are what the replay offered. ``lag_bound_ms``
+    is the stage's own send-lag bound (default: the runner's default, 1 ms)."""
     sent = live if sent is None else sent
     if stage.height == 0:
         raise ConfigError(f"{file}: the stage has no requests")
@@ -87,7 +89,8 @@ def compare_stage(live: Trace, stage: pl.DataFrame, *, sent: Trace | None = None
     c = compression(live.df, stage)
     ours = replace(replay_side(sent.df, stage, block), time_scale=c)
     theirs = live_side(rows, block)
-    verdict = compare_sides(theirs, ours, judge_outcomes=judge_outcomes, seed=seed, stage=stage)
+    verdict = compare_sides(theirs, ours, judge_outcomes=judge_outcomes, seed=seed, stage=stage,
+                            lag_bound_ms=lag_bound_ms)
     return StageFidelity(file=file, requested_rate=requested_rate, compression=c, requests=stage.height,
                          sent=ours.n, verdict=verdict, live_side=theirs, replay_side=ours)
 
@@ -117,9 +120,10 @@ def compare_results(live: Trace | str | Path, results: str | Path, *, judge_outc
     stages = []
     for i, name in enumerate(files):
         df, _ = read_stage(folder / name)
-        rate = stage_summaries[i].get("requested_rate") if i < len(stage_summaries) else None
-        stages.append(compare_stage(trace, df, sent=sent, file=name, requested_rate=rate,
-                                    judge_outcomes=judge_outcomes, seed=seed))
+        summary_i = stage_summaries[i] if i < len(stage_summaries) else {}
+        stages.append(compare_stage(trace, df, sent=sent, file=name, requested_rate=summary_i.get("requested_rate"),
+                                    judge_outcomes=judge_outcomes, seed=seed,
+                                    lag_bound_ms=summary_i.get("lag_bound_ms")))
     return FidelityReport(live=live_name, results=str(folder), stages=stages)
 
 

@@ -245,7 +245,7 @@ def measure_on_engine(engine, trace: Trace, run: RunConfig, objective: Objective
         if live is not None:
             from fidelity import compare_stage
 
-            verdict = compare_stage(live, stage.requests, sent=trace).verdict
+            verdict = compare_stage(live, stage.requests, sent=trace, lag_bound_ms=run.lag_bound_ms).verdict
             details["fidelity"] = verdict.reason
             if not verdict.faithful:
                 if not allow_unfaithful:

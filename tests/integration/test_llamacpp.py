@@ -119,3 +119,49 @@ def test_a_real_trained_model_serves_a_small_sweep(binary):
         assert df["error"].to_list() == ["none"] * 4
         assert df["completion_tokens"].to_list() == df["expected_output_tokens"].to_list()
         assert r.metrics()["generation_tokens"] == df["completion_tokens"].sum()
+
+
+LLAMA_SPACE = """
+[knobs.parallel]
+values = [1, 4]
+[knobs.batch_size]
+values = [512, 2048]
+[knobs.ubatch_size]
+values = [128, 512]
+[knobs.cache_reuse]
+values = [0, 256]
+[constraints]
+rules = ["batch_size >= ubatch_size"]
+"""
+
+
+def test_an_optimize_campaign_over_llama_server_knobs_completes_with_verdicts_ledger_and_report(binary, tmp_path):
+    from replay.generate import GenerateConfig, generate
+
+    trace = generate(GenerateConfig(n_requests=40, seed=5, rate=8.0, n_system_prompts=2, system_prompt_tokens=64,
+                                    user_tokens_p50=24, output_tokens_p50=32, max_output_tokens=48,
+                                    max_input_tokens=1000, tokenizer="gpt2"))
+    path = tmp_path / "work.parquet"
+    trace.write(path)
+    space = tmp_path / "space.toml"
+    space.write_text(LLAMA_SPACE)
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "replay.cli.main", "optimize", str(path), "--engine", "llama-server",
+         "--model", str(tiny_gguf_path("gpt-2")), "--space", str(space), "--baseline", '{"parallel": 1, "threads": 1}',
+         "--rate", "8", "--requests", "24", "--slo", "ttft=1s", "--lag-bound-ms", "20", "--repeats", "2",
+         "--budget", "trials=3", "--out", str(out), "--json"],
+        capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["diagnosis"]["bottleneck"] and result["diagnosis"]["evidence"]
+    assert len(result["steps"]) == 3 and result["stopped"].startswith("the trial budget")
+    for step in result["steps"]:
+        assert step["verdict"]["kind"] in ("better", "same", "worse", "invalid"), step
+        assert step["hypothesis"]["change"] and step["hypothesis"]["explanation"]
+    import sqlite3
+
+    rows = sqlite3.connect(out / "ledger.sqlite").execute("SELECT role, COUNT(*) FROM experiments GROUP BY role").fetchall()
+    assert dict(rows)["baseline"] == 2 and dict(rows)["candidate"] == 3
+    assert "## Experiments" in (out / "optimize.md").read_text()
+    assert json.loads((out / "optimize.json").read_text())["final_flags"].startswith("-np") or result["best"] == {}
