@@ -148,9 +148,11 @@ class Spool:
     (flush + fsync) after each small batch, :meth:`roll` into a segment when due."""
 
     def __init__(self, folder: Path, meta: TraceMeta, report_base: dict, number: int,
-                 carry: Counter | None = None):
+                 carry: Counter | None = None, redaction_report=None):
         self.folder = folder
         self.meta = meta
+        # () -> the redaction report so far (JSON), written in each segment's metadata
+        self.redaction_report = redaction_report
         self.report_base = report_base
         self.number = number
         self.rows = 0
@@ -187,7 +189,10 @@ class Spool:
         self._f.close()
         rows, counts = _read_spool(self.path)
         seg = self.folder / f"segment-{self.number:06d}.parquet"
-        _write_segment(seg, rows, self.meta, counts, self.report_base)
+        meta = self.meta
+        if self.redaction_report is not None:
+            meta = replace(meta, redaction_report=self.redaction_report())
+        _write_segment(seg, rows, meta, counts, self.report_base)
         self.path.unlink()
         _fsync_dir(self.folder)
         self.segments_written += 1

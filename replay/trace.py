@@ -478,7 +478,7 @@ def _sum_reports(reports: list[dict]) -> dict:
         for k, v in rep.items():
             if isinstance(v, dict):
                 out[k] = _sum_reports([out.get(k, {}), v])
-            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            elif isinstance(v, int) and not isinstance(v, bool):
                 out[k] = out.get(k, 0) + v
             else:
                 out.setdefault(k, v)
@@ -487,7 +487,8 @@ def _sum_reports(reports: list[dict]) -> dict:
 
 def _folder_meta(folder: Path, segments: list[Path], metas: list[TraceMeta]) -> TraceMeta:
     """One metadata for a capture folder: its segments must agree on everything but the
-    reports; the capture reports (counts) are summed, the last redaction report is kept."""
+    reports; the capture reports' counts (integers) are summed (their other fields are the first
+    segment's), the last segment's redaction report is kept."""
     first = metas[0]
     for seg, m in zip(segments[1:], metas[1:]):
         for name in ("t0_unix_us", "tokenizer", "block_size_tokens", "hash_algo",
