@@ -261,7 +261,7 @@ def test_when_redaction_falls_behind_traffic_flows_and_the_drops_are_counted(sim
 
     n = 40
     cfg = CaptureConfig(upstream=sim.url, out=tmp_path / "cap", port=0, key=RedactionKey(KEY.encode()),
-                        queue_size=2, batch_size=1, segment_seconds=0.5,
+                        queue_size=2, batch_size=1, hand_off=1, segment_seconds=0.5,
                         extra_recognizers=(SlowRecognizer(),))
 
     async def scenario():
