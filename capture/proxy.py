@@ -299,10 +299,13 @@ class CaptureProxy:
         self._hand_off()
         if self._proc is not None:
             def finish():
-                try:
-                    self._queue.put(None, timeout=30)
-                except queue_mod.Full:
-                    pass
+                # the end marker, unless the recorder is gone (then nothing reads the queue)
+                while self._proc.is_alive():
+                    try:
+                        self._queue.put(None, timeout=1.0)
+                        break
+                    except queue_mod.Full:
+                        continue
                 self._proc.join(timeout=120)
                 if self._proc.is_alive():
                     self._proc.kill()

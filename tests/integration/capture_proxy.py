@@ -57,7 +57,8 @@ class CaptureProcess:
         self.lines.put(None)
 
     def stderr(self) -> str:
-        self._stderr.flush()
+        if not self._stderr.closed:
+            self._stderr.flush()
         return self.stderr_path.read_text(errors="replace")[-3000:]
 
     def stop(self, timeout_s: float = 120.0) -> int:

@@ -89,6 +89,7 @@ def test_the_openai_sdk_through_the_proxy_sees_what_it_sees_direct_and_every_req
         assert 'replay_capture_outcomes_total{outcome="client_disconnected"} 1.0' in metrics
         assert 'replay_capture_records_dropped_total{reason="queue_full"} 0.0' in metrics
         assert proxy.stop() == 0
+        assert "Traceback" not in proxy.stderr()
 
     trace = read_trace(out)
     df = trace.df
@@ -171,6 +172,7 @@ def test_upstream_down_reset_slow_reach_the_client_as_502_504_and_are_recorded(t
             # the client did not ask for usage: its usage-only chunk is taken out (and recorded)
             assert b'"usage"' not in ok.content and ok.content.count(b'"tok"') == 4
             assert proxy.stop() == 0
+            assert "Traceback" not in proxy.stderr()
     finally:
         scripted.stop()
         stalled.stop()

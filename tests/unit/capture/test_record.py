@@ -128,3 +128,25 @@ def test_an_unsampled_session_is_left_out_but_still_linked():
     assert builder.build([_ex("a", body, "yo", 10)]) is None
     assert builder.counts["not_sampled"] == 1
     np.testing.assert_equal(builder.linker.sessions, 1)
+
+
+def test_a_sample_keeps_whole_conversations():
+    builder = RowBuilder(0, tokenizer="gpt2", block_size=16, sample=0.5, redactor=None)
+    exs, t = [], 0
+    # 40 conversations of 3 turns, interleaved as live traffic is
+    convs = [[{"role": "user", "content": f"conversation {c} opens"}] for c in range(40)]
+    for turn in range(3):
+        for c, msgs in enumerate(convs):
+            t += 1
+            answer = f"answer {turn} to {c}"
+            exs.append(_ex(f"c{c}t{turn}", {"messages": list(msgs)}, answer, t))
+            msgs += [{"role": "assistant", "content": answer}, {"role": "user", "content": "go on"}]
+    df = builder.build(exs)
+    kept = {}
+    for rid, sid, turn in zip(df["request_id"], df["session_id"], df["turn"]):
+        kept.setdefault(sid, []).append((rid, turn))
+    assert 8 < len(kept) < 32
+    for sid, turns in kept.items():  # every turn of a kept conversation, none of the others
+        c = sid[1:sid.index("t")]
+        assert turns == [(f"c{c}t{k}", k) for k in range(3)]
+    assert builder.counts["not_sampled"] == 120 - df.height
