@@ -188,6 +188,16 @@ def test_upstream_down_reset_slow_reach_the_client_as_502_504_and_are_recorded(t
     assert mid[3]["cached_tokens"] == 7 and mid[3]["output_tokens"] == 4
     assert read_trace(tmp_path / "mid").meta.redaction_policy == "none"
     assert json.loads(read_trace(tmp_path / "mid").meta.capture_report)["no_redact"] is True
+    # a capture taken with --no-redact is redacted afterwards like any trace
+    from redact import redact_file
+    from redact.key import RedactionKey
+
+    report = redact_file(tmp_path / "mid", tmp_path / "mid.parquet", RedactionKey(KEY.encode()),
+                         processes=1)
+    assert report.written == 4
+    redacted = read_trace(tmp_path / "mid.parquet")
+    assert redacted.meta.redaction_policy == "redacted"
+    assert redacted.df["outcome"].to_list() == [r["outcome"] for r in mid]
 
 
 @pytest.mark.slow
