@@ -282,7 +282,10 @@ class CaptureProxy:
             skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"))
         app = web.Application(client_max_size=1 << 30)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # a client that goes away cancels its handler: the upstream request is closed at once
+        # (as a proxy does), whether the answer was streaming or not yet begun
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     handler_cancellation=True)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.cfg.host, self.cfg.port, backlog=1024)
         await site.start()

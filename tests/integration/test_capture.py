@@ -75,33 +75,39 @@ def test_the_openai_sdk_through_the_proxy_sees_what_it_sees_direct_and_every_req
         c2 = direct.completions.create(model="sim", prompt="Once upon a time", max_tokens=6)
         assert c1.choices[0].text == c2.choices[0].text
         # a client that goes away mid-stream
-        stream = client.chat.completions.create(model="sim", messages=msgs, max_tokens=200, stream=True)
+        stream = client.chat.completions.create(model="sim", messages=msgs, max_tokens=200, stream=True,
+                                                extra_body={"ignore_eos": True})
         got = [next(stream) for _ in range(3)]
         stream.close()
         assert len(got) == 3
+        # a client that gives up waiting for a long answer that is not streamed
+        impatient = openai.OpenAI(base_url=proxy.url + "/v1", api_key=AUTH, max_retries=0, timeout=0.5)
+        with pytest.raises(openai.APITimeoutError):
+            impatient.chat.completions.create(model="sim", messages=msgs, max_tokens=3000,
+                                              extra_body={"ignore_eos": True})
         # anything but chat / completions passes through unrecorded
         assert [m.id for m in client.models.list()] == [m.id for m in direct.models.list()]
         deadline = time.monotonic() + 30
-        while 'replay_capture_records_written_total 6.0' not in _metrics(proxy.url):
+        while 'replay_capture_records_written_total 7.0' not in _metrics(proxy.url):
             assert time.monotonic() < deadline, _metrics(proxy.url)
             time.sleep(0.2)
         metrics = _metrics(proxy.url)
-        assert 'replay_capture_outcomes_total{outcome="client_disconnected"} 1.0' in metrics
+        assert 'replay_capture_outcomes_total{outcome="client_disconnected"} 2.0' in metrics
         assert 'replay_capture_records_dropped_total{reason="queue_full"} 0.0' in metrics
         assert proxy.stop() == 0
         assert "Traceback" not in proxy.stderr()
 
     trace = read_trace(out)
     df = trace.df
-    assert df.height == 6
+    assert df.height == 7
     assert trace.meta.redaction_policy == "redacted" and trace.meta.source_format == "capture"
     report = json.loads(trace.meta.capture_report)
-    assert report["recorded"] == 6 and report["no_redact"] is False
+    assert report["recorded"] == 7 and report["no_redact"] is False
     assert json.loads(trace.meta.redaction_report)["entities"]["EMAIL_ADDRESS"] >= 1
     rows = df.to_dicts()
-    assert [r["api"] for r in rows] == ["chat"] * 4 + ["completions", "chat"]
-    assert [r["outcome"] for r in rows] == ["completed"] * 5 + ["client_disconnected"]
-    for r in rows:
+    assert [r["api"] for r in rows] == ["chat"] * 4 + ["completions", "chat", "chat"]
+    assert [r["outcome"] for r in rows] == ["completed"] * 5 + ["client_disconnected"] * 2
+    for r in rows[:6]:
         assert r["status"] == 200 and r["model"] == "sim" and r["input_tokens"] > 0
         assert 0 < r["ttfb_us"] <= r["e2e_us"]
     for r in rows[:5]:
@@ -119,6 +125,9 @@ def test_the_openai_sdk_through_the_proxy_sees_what_it_sees_direct_and_every_req
     # the disconnected stream: recorded with what it got before the client left
     cut = rows[5]
     assert cut["output_tokens"] < 200 and cut["finish_reason"] is None
+    # the one that gave up: the proxy closed the upstream request then, before any answer
+    gave_up = rows[6]
+    assert gave_up["status"] is None and gave_up["response"] is None and gave_up["e2e_us"] > 0
     # token counts and block hashes of the RAW text (before redaction)
     from replay.bodies import prompt_token_ids, text_slots
     from replay.blocks import block_hashes
