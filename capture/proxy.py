@@ -100,6 +100,8 @@ class CaptureConfig:
 RECORDER_NICE = 10
 
 
+# held (flock) by the recorder writing into a capture folder: one capture a folder
+LOCK_FILE = ".lock"
 # the longest an ended exchange waits in the proxy before it is handed to the recorder (s)
 HAND_OFF_S = 0.005
 
@@ -127,6 +129,14 @@ def _recorder_main(cfg: CaptureConfig, info: dict, q: Any, shared: Any, ready: A
     from replay.trace import TraceMeta
 
     parent = os.getppid()
+    import fcntl
+
+    lock = open(cfg.out / LOCK_FILE, "a")  # noqa: SIM115 (held for the recorder's whole life)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        ready.put({"error": f"--out {cfg.out}: another capture is recording into this folder"})
+        return
     redactor = None
     if cfg.key is not None:
         from redact.pipeline import Redactor
@@ -235,7 +245,13 @@ class CaptureProxy:
         self._proc.start()
         while True:
             try:
-                self.recovered_rows = ready.get(timeout=1.0)["recovered_rows"]
+                got = ready.get(timeout=1.0)
+                if "error" in got:
+                    from replay.errors import ConfigError
+
+                    self._proc.join(timeout=30)
+                    raise ConfigError(got["error"])
+                self.recovered_rows = got["recovered_rows"]
                 return
             except queue_mod.Empty:
                 if not self._proc.is_alive():

@@ -316,3 +316,22 @@ def test_when_redaction_falls_behind_traffic_flows_and_the_drops_are_counted(sim
     trace = read_trace(tmp_path / "cap")
     assert len(trace) == counts["recorded"]
     assert json.loads(trace.meta.capture_report)["dropped_queue_full"] == dropped
+
+
+def test_a_second_capture_into_the_same_folder_is_refused(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.integration.capture_proxy import ROOT
+
+    upstream = f"http://127.0.0.1:{_free_port()}"
+    with capture(upstream, tmp_path / "cap", redact=False) as first:
+        second = subprocess.run(
+            [sys.executable, "-m", "replay.cli.main", "capture", "--upstream", upstream,
+             "--listen", "127.0.0.1:0", "--out", str(tmp_path / "cap"), "--no-redact"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2
+        assert second.stderr.strip().splitlines() == [
+            f"error: --out {tmp_path / 'cap'}: another capture is recording into this folder"]
+        assert _post(first.url, {"messages": []}).status_code == 502  # the first goes on
+        assert first.stop() == 0
