@@ -422,6 +422,8 @@ class CaptureProxy:
                     ex.content_encoding = up.headers.get("Content-Encoding")
                     if up.status >= 500:
                         outcome = "upstream_error"
+                # only an event stream has a usage chunk to take out (an error answer passes as is)
+                strip = strip and up.headers.get("Content-Type", "").startswith("text/event-stream")
                 resp = web.StreamResponse(status=up.status, reason=up.reason)
                 for k, v in up.headers.items():
                     if k.lower() not in _HOP:
