@@ -7,11 +7,13 @@ a generated production-shaped workload (sessions, shared system prompts). The pr
 the user starts it (``replay capture``, its own process, redaction ON with a throwaway key unless
 ``--no-redact``) and records everything it passes.
 
-For each rate, the same schedule is sent direct, then through the proxy (``--repeats`` pairs).
-Per request: time to first byte (``first_byte - sent``) and end to end (``end - sent``); the table
-gives p50 / p99 of each, direct and proxied, the p50 / p99 added (proxied minus direct, of the
-distributions), the records dropped during the proxied stage (from the proxy's /metrics), and
-the peak RSS of the proxy process and of its recorder (+ redaction worker) at the end.
+For each rate, the same schedule is sent direct, then through a bare aiohttp proxy that records
+nothing (``benchmarks/bare_proxy.py``: the peer, what aiohttp itself costs), then through the
+capture proxy (``--repeats`` times). Per request: time to first byte (``first_byte - sent``) and
+end to end (``end - sent``); the table gives p50 / p99 of end to end for each, the p50 / p99 each
+proxy adds (its distribution minus the direct one), the records dropped during the capture stage
+(from the proxy's /metrics), and the peak RSS of the capture proxy process and of its recorder
+(+ redaction worker) at the end.
 
 usage: python benchmarks/proxy_overhead.py [--rates 100,500,1000] [--seconds 5] [--repeats 1]
                                            [--no-redact] [--upstream-binary PATH]
@@ -130,13 +132,14 @@ def main() -> None:
     if args.no_redact:
         cmd.append("--no-redact")
     proxy, proxy_url = _start(cmd, env)
+    bare, bare_url = _start([sys.executable, str(ROOT / "benchmarks" / "bare_proxy.py"), up_url], env)
     rows = []
     try:
         for rate in rates:
             requests = int(rate * args.seconds)
             for rep in range(args.repeats):
                 got = {}
-                for side, url in (("direct", up_url), ("proxy", proxy_url)):
+                for side, url in (("direct", up_url), ("bare", bare_url), ("proxy", proxy_url)):
                     dropped0 = _metric(proxy_url, "replay_capture_records_dropped_total")
                     cfg = RunConfig(url=url, rate=rate, requests=requests, lag_bound_ms=1e9,
                                     arrivals=Arrivals(kind="poisson", seed=rep), model="bench",
@@ -148,14 +151,17 @@ def main() -> None:
                         got["dropped"] = _metric(proxy_url, "replay_capture_records_dropped_total") - dropped0
                         got["written"] = _metric(proxy_url, "replay_capture_records_written_total")
                 (d_fb, d_e2e, d_err), (p_fb, p_e2e, p_err) = got["direct"], got["proxy"]
+                _, b_e2e, b_err = got["bare"]
                 q = lambda a, p: float(np.percentile(a, p)) if len(a) else float("nan")  # noqa: E731
                 rows.append({
                     "rate": rate, "rep": rep, "requests": requests,
                     "direct_e2e_p50": q(d_e2e, 50), "direct_e2e_p99": q(d_e2e, 99),
+                    "bare_added_e2e_p50": q(b_e2e, 50) - q(d_e2e, 50),
+                    "bare_added_e2e_p99": q(b_e2e, 99) - q(d_e2e, 99),
                     "proxy_e2e_p50": q(p_e2e, 50), "proxy_e2e_p99": q(p_e2e, 99),
                     "added_ttfb_p50": q(p_fb, 50) - q(d_fb, 50), "added_ttfb_p99": q(p_fb, 99) - q(d_fb, 99),
                     "added_e2e_p50": q(p_e2e, 50) - q(d_e2e, 50), "added_e2e_p99": q(p_e2e, 99) - q(d_e2e, 99),
-                    "errors": d_err + p_err, "dropped": int(got["dropped"]),
+                    "errors": d_err + p_err + b_err, "dropped": int(got["dropped"]),
                 })
                 print(rows[-1], flush=True)
         proxy_rss = _peak_rss_mb(proxy.pid)
@@ -163,6 +169,7 @@ def main() -> None:
         kids_rss = sum(_peak_rss_mb(k) for k in kids)
     finally:
         _stop(proxy)
+        _stop(bare)
         _stop(upstream)
     from replay.trace import read_trace
 
@@ -171,14 +178,17 @@ def main() -> None:
     print()
     print(f"load: {os.getloadavg()[0]:.2f} (1-min), cpus: {os.cpu_count()}, redaction: "
           f"{'off' if args.no_redact else 'on'}, upstream: sse-bench-server 8 chunks")
-    print("| req/s | direct e2e p50 / p99 (µs) | proxied e2e p50 / p99 (µs) | added TTFB p50 / p99 (µs) "
-          "| added e2e p50 / p99 (µs) | errors | records dropped |")
-    print("|---|---|---|---|---|---|---|")
+    print("| req/s | direct e2e p50 / p99 (µs) | bare aiohttp adds p50 / p99 (µs) "
+          "| capture proxy e2e p50 / p99 (µs) | capture adds TTFB p50 / p99 (µs) "
+          "| capture adds e2e p50 / p99 (µs) | capture / bare added p50 | errors | records dropped |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['rate']:.0f} | {r['direct_e2e_p50']:.0f} / {r['direct_e2e_p99']:.0f} "
+              f"| {r['bare_added_e2e_p50']:.0f} / {r['bare_added_e2e_p99']:.0f} "
               f"| {r['proxy_e2e_p50']:.0f} / {r['proxy_e2e_p99']:.0f} "
               f"| {r['added_ttfb_p50']:.0f} / {r['added_ttfb_p99']:.0f} "
-              f"| {r['added_e2e_p50']:.0f} / {r['added_e2e_p99']:.0f} | {r['errors']} | {r['dropped']} |")
+              f"| {r['added_e2e_p50']:.0f} / {r['added_e2e_p99']:.0f} "
+              f"| {r['added_e2e_p50'] / r['bare_added_e2e_p50']:.2f} | {r['errors']} | {r['dropped']} |")
     print(f"peak RSS: proxy {proxy_rss:.0f} MB, recorder + redaction workers {kids_rss:.0f} MB "
           f"({len(kids)} processes); records in the capture folder: {recorded}")
 
