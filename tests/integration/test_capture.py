@@ -335,3 +335,32 @@ def test_a_second_capture_into_the_same_folder_is_refused(tmp_path):
             f"error: --out {tmp_path / 'cap'}: another capture is recording into this folder"]
         assert _post(first.url, {"messages": []}).status_code == 502  # the first goes on
         assert first.stop() == 0
+
+
+def test_answers_pass_byte_for_byte(tmp_path):
+    scripted = ScriptedServer(chunk_delay_s=0.01).start()
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+    cases = [
+        {**chat, "stream": True, "stream_options": {"include_usage": True}},  # nothing to take out
+        chat,                                                                # a JSON answer
+        {**chat, "stream": False, "x_fault": "http404"},                     # an error answer
+    ]
+    try:
+        with capture(scripted.url, tmp_path / "cap", redact=False) as proxy:
+            for body in cases:
+                direct = _post(scripted.url, body)
+                via = _post(proxy.url, body)
+                assert (via.status_code, via.content) == (direct.status_code, direct.content)
+                assert via.headers["content-type"] == direct.headers["content-type"]
+            # a streamed answer arrives a chunk at a time, not at its end
+            with httpx.stream("POST", proxy.url + "/v1/chat/completions", timeout=30,
+                              json={**chat, "max_tokens": 40, "stream": True}) as r:
+                reads = [time.monotonic() for _ in r.iter_raw()]
+            assert len(reads) >= 10 and reads[-1] - reads[0] >= 0.2  # 40 chunks 10 ms apart
+            assert proxy.stop() == 0
+    finally:
+        scripted.stop()
+    rows = read_trace(tmp_path / "cap").df.to_dicts()
+    assert [(r["status"], r["outcome"]) for r in rows] == [
+        (200, "completed"), (200, "completed"), (404, "completed"), (200, "completed")]
+    assert len(rows[3]["chunk_us"]) == 40 and rows[3]["chunk_us"][-1] >= 200_000
