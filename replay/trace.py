@@ -328,7 +328,7 @@ def _cast_column(s: pl.Series, want: pl.DataType, source: str) -> pl.Series:
 
 
 def validate(df: pl.DataFrame, meta: TraceMeta, source: str, bodies: bool = True) -> pl.DataFrame:
-    """Check ``df`` against schema 1 and return it with exact dtypes and column order.
+    """Check ``df`` against the schema (version 2) and return it with exact dtypes and column order.
 
     Integer columns of another width or signedness are cast when the values fit; absent
     optional columns are filled. With ``bodies=False`` the frame has no 'body' column (the
