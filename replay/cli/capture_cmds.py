@@ -83,7 +83,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
         from redact.key import load_key
 
         key = load_key(args.key_file)  # no key, no capture
-    from capture.proxy import CaptureConfig, run_capture
+    from capture.proxy import run_capture
+    from capture.recorder import CaptureConfig
 
     host, port = args.listen
     cfg = CaptureConfig(upstream=args.upstream, out=args.out, host=host, port=port,

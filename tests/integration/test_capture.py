@@ -277,7 +277,8 @@ class SlowRecognizer(EntityRecognizer):
 def test_when_redaction_falls_behind_traffic_flows_and_the_drops_are_counted(sim, tmp_path):
     import aiohttp
 
-    from capture.proxy import CaptureConfig, CaptureProxy
+    from capture.proxy import CaptureProxy
+    from capture.recorder import CaptureConfig
     from redact.key import RedactionKey
 
     n = 40
