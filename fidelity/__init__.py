@@ -1,3 +1,12 @@
-"""Comparing a replay with live traffic: metrics, thresholds, reports and verdicts (a later issue)."""
+"""Comparing a replay with live traffic: metrics, thresholds from A/A, verdicts and reports.
 
-__all__: list[str] = []
+``compare_results(LIVE, RESULTS)`` judges every stage of a ``replay run`` / ``replay sweep``
+results folder against the live Trace; ``drift(OLD, NEW)`` judges two Traces. See
+:mod:`fidelity.compare` for the metrics and the rule that sets their thresholds.
+"""
+
+from fidelity.compare import AA_FACTOR, FIXED_BOUNDS, Metric, Verdict
+from fidelity.judge import FidelityReport, StageFidelity, compare_results, compare_stage, drift
+
+__all__ = ["AA_FACTOR", "FIXED_BOUNDS", "Metric", "Verdict", "FidelityReport", "StageFidelity",
+           "compare_results", "compare_stage", "drift"]

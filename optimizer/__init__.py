@@ -1,3 +1,16 @@
-"""Knob spaces, noise floor, verdicts, search and the experiment ledger (a later issue)."""
+"""Tuning an engine's config against a faithful workload, trusting only wins that beat the bench's
+own noise and repeat on a fresh restart.
 
-__all__: list[str] = []
+``Campaign`` (baseline, noise floor, ``evaluate(config, hypothesis) -> Verdict``, ``ask`` /
+``tell``, ``run``), ``Space`` (knobs from the engine adapter), searchers (coordinate descent, TPE,
+random) and the SQLite ledger. See :mod:`optimizer.verdict` for the rule behind a verdict.
+"""
+
+from optimizer.campaign import Budget, Campaign, CampaignResult, CampaignStopped, Objective, measure_on_engine
+from optimizer.search import SEARCHERS, CoordinateDescent, Proposal, RandomSearch, TPE
+from optimizer.space import Space
+from optimizer.verdict import Measurement, NoiseFloor, Verdict, judge
+
+__all__ = ["Budget", "Campaign", "CampaignResult", "CampaignStopped", "Objective", "measure_on_engine", "SEARCHERS",
+           "CoordinateDescent", "Proposal", "RandomSearch", "TPE", "Space", "Measurement", "NoiseFloor", "Verdict",
+           "judge"]

@@ -370,8 +370,9 @@ class Redactor:
     def redact_frame(self, df: pl.DataFrame, block_size: int, seen: tuple[set, set]) -> pl.DataFrame:
         """The rows of ``df`` redacted (body, response); quarantined rows are left out."""
         bodies_raw = df.get_column("body").to_list()
-        bodies = [json.loads(b) for b in bodies_raw]
-        slots = [text_slots(b) for b in bodies]
+        # a null body is synthesized text (replay.synth): nothing to redact, it stays null
+        bodies = [json.loads(b) if b is not None else None for b in bodies_raw]
+        slots = [text_slots(b) if b is not None else [] for b in bodies]
         responses = (df.get_column("response").to_list() if "response" in df.columns
                      else [None] * df.height)
         texts = [s.text for row in slots for s in row] + [r for r in responses if r]
@@ -390,13 +391,15 @@ class Redactor:
                 rep.quarantine_reasons[bad.split(":", 1)[0]] += 1
                 continue
             keep.append(row)
-            if any(e.text != s.text for e, s in zip(entries, row_slots)):
+            if body is not None and any(e.text != s.text for e, s in zip(entries, row_slots)):
                 new_bodies.append(json.dumps(replace_texts(body, row_slots, [e.text for e in entries]),
                                              separators=(",", ":"), ensure_ascii=False))
             else:
                 new_bodies.append(bodies_raw[row])
             new_responses.append(resp.text if resp is not None else response)
             rep.written += 1
+            if body is None:
+                continue
             rep.token_delta[sum(e.delta for e in entries)] += 1
             if rep.prefix_checked_requests < PREFIX_CHECK_REQUESTS:
                 rep.prefix_checked_requests += 1

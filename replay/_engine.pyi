@@ -46,10 +46,14 @@ def run(
     progress: Callable[[int, int, int], object] | None = None,
     progress_interval_s: float = 0.2,
     cpus: list[int] = ...,
+    results: Callable[[dict[str, Any]], object] | None = None,
 ) -> dict[str, Any]:
     """Replay the planned requests open-loop (GIL released). Bodies: all at once (bytes with
     ``body_offsets``) or a callable returning the next window ``(bytes, offsets)`` or None, called
-    on a thread of its own a couple of windows ahead of the sends. Returns numpy columns (intended_ns,
+    on a thread of its own a couple of windows ahead of the sends. With ``results``, finished
+    requests are handed to it as the run goes, in consecutive batches in request order (the same
+    per-request columns, ``first`` the index of a batch's first request), and the dict returned
+    holds the rest. Returns ``first`` and numpy columns (intended_ns,
     release_ns, conn_ns, sent_ns, first_byte_ns, first_token_ns, end_ns, status, error_kind,
     prompt_tokens, completion_tokens, cached_tokens, output_chunks, error_detail_offsets,
     chunk_offsets, chunk_us), error_detail_bytes, start_unix_ns, cancelled, cut_off,
@@ -75,3 +79,16 @@ class SimServer:
     def stop(self) -> None: ...
     def __enter__(self) -> SimServer: ...
     def __exit__(self, *args: object) -> bool: ...
+
+
+def prefix_cache_hits(
+    hashes: npt.NDArray[np.uint64],
+    offsets: npt.NDArray[np.uint64],
+    capacity: int,
+    times_s: npt.NDArray[np.float64] | None = None,
+) -> Any:
+    """For each request, the leading blocks an LRU prefix cache of ``capacity`` blocks (0:
+    unbounded) held when it arrived; request i's chained block hashes are
+    ``hashes[offsets[i]:offsets[i+1]]``. Every block of a request is touched after its look-up.
+    With ``times_s`` (one per request): ``(hits, reuse_s)``, reuse_s the time since the request's
+    deepest cached block was last touched (NaN without a hit); else ``hits`` (uint32)."""

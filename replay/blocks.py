@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["HASH_ALGO", "block_hashes", "prefix_hits"]
+__all__ = ["HASH_ALGO", "block_hashes", "chain_hash", "prefix_hits"]
 
 HASH_ALGO = "blake2b64-chain"
 _ROOT_PARENT = bytes(8)  # the first block's "parent hash"
@@ -40,17 +40,25 @@ def block_hashes(token_ids: Sequence[int] | np.ndarray, block_size: int) -> list
                          or ids.max() > 0xFFFFFFFF):
             raise ValueError("token ids must be integers in [0, 2**32)")
         ids = ids.astype("<u4")
-    data = memoryview(np.ascontiguousarray(ids).tobytes())
+    data = np.ascontiguousarray(ids).tobytes()
     step = block_size * 4
     blake2b = hashlib.blake2b
     parent = _ROOT_PARENT
-    out: list[int] = []
+    digests: list[bytes] = []
     for start in range(0, n_full * step, step):
-        h = blake2b(parent, digest_size=8)
-        h.update(data[start:start + step])
-        parent = h.digest()
-        out.append(int.from_bytes(parent, "little"))
-    return out
+        parent = blake2b(parent + data[start:start + step], digest_size=8).digest()
+        digests.append(parent)
+    # the digests read little-endian, all at once
+    return np.frombuffer(b"".join(digests), dtype="<u8").tolist()
+
+
+def chain_hash(parent: int | None, block_ids: np.ndarray) -> int:
+    """The hash of one full block given its parent block's hash (None: the first block); the
+    same value :func:`block_hashes` gives that block."""
+    prev = _ROOT_PARENT if parent is None else int(parent).to_bytes(8, "little")
+    h = hashlib.blake2b(prev, digest_size=8)
+    h.update(np.ascontiguousarray(np.asarray(block_ids).astype("<u4")).tobytes())
+    return int.from_bytes(h.digest(), "little")
 
 
 def prefix_hits(hash_lists: Iterable[Sequence[int]], seen: set[int] | None = None) -> list[int]:

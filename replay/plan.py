@@ -48,10 +48,11 @@ class Plan:
 
     def body_windows(self, size: int = BODY_WINDOW) -> Iterator[tuple[bytes, np.ndarray]]:
         """The bodies as sent, ``size`` requests at a time: ``(bytes, offsets)`` with body i of
-        the window at ``bytes[offsets[i]:offsets[i + 1]]``."""
+        the window at ``bytes[offsets[i]:offsets[i + 1]]``. A null body (a token-only row) is
+        built here, a window at a time, by the trace's synthesis rule (:mod:`replay.synth`)."""
         max_tokens = self.rows["max_tokens"].fill_null(self.rows["output_tokens"])
         row = 0
-        for batch in self.trace.body_batches(self.n, size):
+        for batch in self.trace.body_batches(self.n, size, synthesize=True):
             tokens = max_tokens.slice(row, len(batch)).to_list()
             pieces = [_rewrite_body(body, row + k, model=self.model, max_tokens=mt, ignore_eos=self.ignore_eos)
                       for k, (body, mt) in enumerate(zip(batch, tokens))]

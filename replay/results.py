@@ -1,13 +1,19 @@
 """The results folder: one Parquet file of per-request results per stage, and a summary JSON.
 
-Each stage is written as soon as it ends, and the summary is rewritten atomically after each, so a
-crash or Ctrl-C loses at most the stage in flight (whose partial results are saved too).
+While a stage runs, its finished requests are written as they come back from the runner (about
+every half second, in request order) to ``<stage file>.parts/``, one small Parquet file per batch,
+each renamed into place whole (:class:`StageParts`). When the stage ends its file is written with
+the summary in its metadata and the parts are removed; the summary JSON is rewritten atomically
+after each stage. So a crash, even a kill -9, loses at most the last half second of finished
+requests (and those still open): :func:`read_stage` reads a stage that never finished from its
+parts. Ctrl-C cancels the stage and saves it whole, partial results included.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -16,7 +22,7 @@ import pyarrow.parquet as pq
 from replay.errors import ConfigError
 from replay.runner import StageResult
 
-__all__ = ["stage_file", "write_stage", "read_stage", "write_summary", "RESULTS_VERSION"]
+__all__ = ["stage_file", "write_stage", "read_stage", "write_summary", "StageParts", "parts_dir", "RESULTS_VERSION"]
 
 RESULTS_VERSION = "2"  # 2: chunk_us (u32 µs after the first token), release_ns, conn_ns
 
@@ -24,6 +30,32 @@ RESULTS_VERSION = "2"  # 2: chunk_us (u32 µs after the first token), release_ns
 def stage_file(folder: Path, index: int, rate: float | None) -> Path:
     label = "asrecorded" if rate is None else f"{rate:g}rps"
     return Path(folder) / f"stage{index:02d}_{label}.parquet"
+
+
+def parts_dir(stage_path: Path) -> Path:
+    """Where a stage's rows go while it runs."""
+    return Path(stage_path).with_suffix(".parts")
+
+
+class StageParts:
+    """Writes a running stage's results batch by batch (a ``RowsSink`` for
+    :func:`replay.runner.run_plan`): ``<stage file>.parts/NNNNNN.parquet``, each written to a
+    temporary name and renamed, so every file there is whole. :func:`write_stage` removes them."""
+
+    def __init__(self, stage_path: Path) -> None:
+        self.dir = parts_dir(stage_path)
+        self.written = 0
+
+    def __call__(self, frame: pl.DataFrame) -> None:
+        if self.written == 0:  # the folder appears with the first rows
+            _prepare(self.dir.parent)
+            shutil.rmtree(self.dir, ignore_errors=True)  # a crashed earlier run's
+            self.dir.mkdir()
+        path = self.dir / f"{self.written:06d}.parquet"
+        tmp = path.with_suffix(".tmp")
+        frame.write_parquet(tmp, compression="zstd")
+        os.replace(tmp, path)
+        self.written += 1
 
 
 def _prepare(folder: Path) -> Path:
@@ -48,11 +80,18 @@ def write_stage(result: StageResult, path: Path) -> Path:
     tmp = path.with_suffix(".parquet.tmp")
     pq.write_table(table, tmp, compression="zstd")
     os.replace(tmp, path)
+    shutil.rmtree(parts_dir(path), ignore_errors=True)
     return path
 
 
 def read_stage(path: Path) -> tuple[pl.DataFrame, dict]:
-    """A stage file back as (requests, summary)."""
+    """A stage file back as (requests, summary). A stage that never finished (the process died)
+    has no file but its parts: then the requests written so far, in request order, and the
+    summary ``{"partial": True}``."""
+    path = Path(path)
+    parts = sorted(parts_dir(path).glob("*.parquet"))
+    if not path.exists() and parts:
+        return pl.concat([pl.read_parquet(p) for p in parts]), {"partial": True}
     meta = pq.read_schema(path).metadata or {}
     summary = json.loads(meta.get(b"summary", b"{}"))
     return pl.read_parquet(path), summary

@@ -3,7 +3,8 @@
 The results are one row per request (times in ns from the run start, null where a thing never
 happened; the chunk arrival times as a list column of u32 microseconds after the first token)
 plus the trace's own columns that later analysis needs. Nothing per request crosses from Rust as
-a Python object: numpy columns and one string buffer come back and become a polars DataFrame.
+a Python object: numpy columns and one string buffer come back, in batches of consecutive
+requests as the stage goes, and become polars DataFrames.
 
 Before t0 the runner opens keep-alive connections sized by Little's law (the plan's rate times
 the expected response time, :data:`WARM_CAP` at most; see :func:`warm_connections`), each
@@ -29,8 +30,8 @@ from replay.sessions import causal_gates
 from replay.targets.url import base_url, check_target
 from replay.trace import Trace
 
-__all__ = ["StageResult", "run_stage", "run_plan", "resolve_model", "warm_connections", "Progress", "ERROR_KINDS",
-           "WARM_CAP"]
+__all__ = ["StageResult", "run_stage", "run_plan", "resolve_model", "warm_connections", "Progress", "RowsSink",
+           "ERROR_KINDS", "WARM_CAP"]
 
 # most connections opened before t0
 WARM_CAP = 64
@@ -41,6 +42,8 @@ _EXPECTED_TPOT_S = 0.03
 
 # progress(sent, completed, errors, total)
 Progress = Callable[[int, int, int, int], None]
+# sees each batch of finished requests' results as the stage goes
+RowsSink = Callable[[pl.DataFrame], None]
 
 
 def _error_kinds() -> list[str]:
@@ -76,7 +79,8 @@ def _strings(offsets: np.ndarray, data: bytes) -> pa.Array:
 
 
 def _results_frame(plan: Plan, raw: dict) -> pl.DataFrame:
-    n = plan.n
+    """The rows of `raw` (requests ``raw["first"]`` on) as a results frame."""
+    rows = plan.rows.slice(int(raw["first"]), len(raw["intended_ns"]))
     chunks = pa.LargeListArray.from_arrays(
         pa.array(raw["chunk_offsets"].astype(np.int64)), pa.array(raw["chunk_us"], type=pa.uint32())
     )
@@ -84,11 +88,11 @@ def _results_frame(plan: Plan, raw: dict) -> pl.DataFrame:
     error_codes = pl.Series(raw["error_kind"].astype(np.uint32))
     frame = pl.DataFrame(
         {
-            "request_id": plan.rows["request_id"],
-            "session_id": plan.rows["session_id"],
-            "api": plan.rows["api"],
-            "input_tokens": plan.rows["input_tokens"],
-            "expected_output_tokens": plan.rows["max_tokens"].fill_null(plan.rows["output_tokens"]),
+            "request_id": rows["request_id"],
+            "session_id": rows["session_id"],
+            "api": rows["api"],
+            "input_tokens": rows["input_tokens"],
+            "expected_output_tokens": rows["max_tokens"].fill_null(rows["output_tokens"]),
             "intended_ns": raw["intended_ns"],
             "release_ns": raw["release_ns"],
             "conn_ns": raw["conn_ns"],
@@ -133,10 +137,25 @@ def warm_connections(plan: Plan, config: RunConfig) -> int:
     return int(min(WARM_CAP, config.max_connections, max(1, math.ceil(rate * expected_s))))
 
 
-def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None) -> StageResult:
+def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None,
+             on_rows: RowsSink | None = None) -> StageResult:
     """Send a prepared plan; returns when every request finished, the drain ended or the run was
-    cancelled. The bodies are made a window at a time (:meth:`Plan.body_windows`) while it runs."""
+    cancelled. The bodies are made a window at a time (:meth:`Plan.body_windows`) while it runs.
+
+    Finished requests come back from the runner as the stage goes, in request order, about every
+    half second (a batch waits for any earlier request still open); `on_rows` sees each batch's
+    results frame as it comes (:class:`replay.results.StageParts` writes them to disk), and
+    the last one after the run ended."""
     from replay import _engine
+
+    frames: list[pl.DataFrame] = []
+
+    def take(raw: dict) -> None:
+        frame = _results_frame(plan, raw)
+        if frame.height:
+            frames.append(frame)
+            if on_rows is not None:
+                on_rows(frame)
 
     callback = None
     if progress is not None:
@@ -165,16 +184,20 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None) ->
         worker_threads=config.worker_threads,
         progress=callback,
         cpus=list(config.cpus),
+        results=take,
     )
-    if len(raw["intended_ns"]) != plan.n:
-        raise RunnerError(f"runner returned {len(raw['intended_ns'])} records for {plan.n} requests")
+    take(raw)
+    got = sum(f.height for f in frames)
+    if got != plan.n:
+        raise RunnerError(f"runner returned {got} records for {plan.n} requests")
+    requests = pl.concat(frames) if frames else _results_frame(plan, raw)
     if progress is not None:
-        failed = raw["error_kind"] > 0
-        finished = int(((raw["end_ns"] >= 0) | failed).sum())
-        progress(int((raw["sent_ns"] >= 0).sum()), finished, int(failed.sum()), plan.n)
+        failed = requests["error"] != "none"
+        finished = int((requests["end_ns"].is_not_null() | failed).sum())
+        progress(int(requests["sent_ns"].is_not_null().sum()), finished, int(failed.sum()), plan.n)
     return StageResult(
         config=config,
-        requests=_results_frame(plan, raw),
+        requests=requests,
         start_unix_ns=int(raw["start_unix_ns"]),
         offered_rate=plan.offered_rate,
         cancelled=bool(raw["cancelled"]),
@@ -200,9 +223,10 @@ def resolve_model(trace: Trace, config: RunConfig) -> str | None:
     return served[0]
 
 
-def run_stage(trace: Trace, config: RunConfig, progress: Progress | None = None, model: str | None = None) -> StageResult:
+def run_stage(trace: Trace, config: RunConfig, progress: Progress | None = None, model: str | None = None,
+              on_rows: RowsSink | None = None) -> StageResult:
     """Replay `trace` against `config.url` once (one stage). Without `model`, first checks the
-    target and picks the model (:func:`resolve_model`)."""
+    target and picks the model (:func:`resolve_model`). `on_rows`: see :func:`run_plan`."""
     if model is None:
         model = resolve_model(trace, config)
-    return run_plan(build_plan(trace, config, model=model), config, progress)
+    return run_plan(build_plan(trace, config, model=model), config, progress, on_rows)

@@ -32,7 +32,7 @@ import numpy as np
 from replay.config import RunConfig
 from replay.errors import ConfigError
 from replay.plan import build_plan, schedule
-from replay.runner import Progress, StageResult, resolve_model, run_plan
+from replay.runner import Progress, RowsSink, StageResult, resolve_model, run_plan
 from replay.trace import Trace
 
 __all__ = ["SweepResult", "Saturation", "RateSearch", "sweep", "saturation", "find_rates", "check_stages",
@@ -196,12 +196,14 @@ def sweep(
     queue_growth_s: float = QUEUE_GROWTH_S,
     progress: Callable[[float], Progress | None] | None = None,
     on_stage: Callable[[SweepResult], None] | None = None,
+    on_rows: Callable[[int, float], RowsSink] | None = None,
     stop_after_saturation: bool = False,
 ) -> SweepResult:
     """Replay `trace` once per rate (in the order given, or the rates a :func:`find_rates` search chose).
 
     Every stage's flags are checked and the target probed (TargetError when it cannot serve) before
-    the first stage. `on_stage` sees the result so far after each stage (to save partial results).
+    the first stage. `on_stage` sees the result so far after each stage (to save partial results);
+    `on_rows(index, rate)` gives the stage's sink for its rows as they come (:func:`run_plan`).
     `stop_after_saturation` skips the stages after the first one that saturated or was undetermined.
     """
     search = rates if isinstance(rates, RateSearch) else None
@@ -210,9 +212,10 @@ def sweep(
     model = resolve_model(trace, config)
     stages: list[StageResult] = []
     result = SweepResult.of(config, rates, stages, queue_growth_s=queue_growth_s, rate_search=search)
-    for rate, stage_config in zip(rates, configs):
+    for i, (rate, stage_config) in enumerate(zip(rates, configs)):
         plan = build_plan(trace, stage_config, model=model)
-        stages.append(run_plan(plan, stage_config, progress(rate) if progress else None))
+        stages.append(run_plan(plan, stage_config, progress(rate) if progress else None,
+                               on_rows(i, rate) if on_rows else None))
         result = SweepResult.of(config, rates, stages, queue_growth_s=queue_growth_s, rate_search=search)
         if on_stage is not None:
             on_stage(result)

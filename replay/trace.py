@@ -11,6 +11,12 @@ is gigabytes of them). ``read_trace(path, bodies=False)`` keeps every other colu
 leaves the bodies in the file, checked as it reads them in row batches; :meth:`Trace.body_batches`
 then yields them in order, a batch at a time, whichever way the trace was read.
 
+A row imported from a token-only trace (Azure, BurstGPT, Mooncake, ...) has a null ``body``: its
+text is synthesized, so it is not stored. The metadata's ``synthesis`` names the rule, and
+``body_batches(..., synthesize=True)`` builds such bodies as it yields them (:mod:`replay.synth`).
+Schema 2 added the null body, the ``hash_ids`` column and the ``synthesis`` metadata; a version 1
+file reads as a version 2 trace with every body present.
+
 A capture folder (``replay capture --out DIR``: Parquet segments ``segment-*.parquet``, one per
 roll of the recorder's spool) is one Trace: :func:`read_trace` and :func:`read_meta` accept the
 folder, concatenate its segments and sort the rows by arrival (a segment holds the requests that
@@ -18,8 +24,9 @@ folder, concatenate its segments and sort the rows by arrival (a segment holds t
 the bodies stay in the segments and :meth:`Trace.body_batches` merges them in arrival order,
 holding only the segments the current batch reaches into.
 
-Schema 2 adds what a live stream showed (nullable; null in version-1 files, which are read as
-version 2 with those columns null): ``ttfb_us``, ``chunk_us``, ``finish_reason``, ``outcome``.
+Schema 2 also added what a live stream showed, for captured traffic (nullable; null elsewhere
+and in version-1 files): ``ttfb_us``, ``chunk_us``, ``finish_reason``, ``outcome``, and the
+``capture_report`` metadata.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from replay.errors import TraceError
 __all__ = [
     "SCHEMA_VERSION",
     "SCHEMA",
+    "READ_VERSIONS",
     "REQUIRED_COLUMNS",
     "NOT_NULL_COLUMNS",
     "APIS",
@@ -54,8 +62,8 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 2
-# the versions this build reads (an older file is read with the newer columns null)
-READABLE_VERSIONS = frozenset({"1", "2"})
+# versions this build reads (a version 1 file is a version 2 trace whose bodies are all present)
+READ_VERSIONS = (1, 2)
 # a capture folder's Parquet segments (written by capture.spool)
 SEGMENT_GLOB = "segment-*.parquet"
 # how a captured request ended (column 'outcome')
@@ -87,12 +95,16 @@ SCHEMA: dict[str, pl.DataType] = {
     "chunk_us": pl.List(pl.UInt32()),      # each streamed chunk's arrival, µs after the first token
     "finish_reason": pl.String(),
     "outcome": pl.String(),                # one of OUTCOMES
+    # a null body built from blocks (Mooncake): the source's id of each block of
+    # ``synthesis.block_tokens`` prompt tokens, the partial last block included (replay.synth)
+    "hash_ids": pl.List(pl.UInt64()),
 }
 # A frame or file must have these; the other columns may be absent and are then filled
 # (nulls; turn 0; no block hashes).
 REQUIRED_COLUMNS: tuple[str, ...] = ("request_id", "api", "arrival_us", "body", "input_tokens")
+# 'body' may be null only where the metadata has a 'synthesis' rule (see replay.synth)
 NOT_NULL_COLUMNS: tuple[str, ...] = (
-    "request_id", "turn", "api", "arrival_us", "body", "input_tokens", "block_hashes",
+    "request_id", "turn", "api", "arrival_us", "input_tokens", "block_hashes",
 )
 _NON_NEGATIVE = (
     "turn", "arrival_us", "input_tokens", "output_tokens", "max_tokens", "cached_tokens",
@@ -100,7 +112,7 @@ _NON_NEGATIVE = (
 )
 
 
-_OPTIONAL_META = frozenset({"redaction_key", "redaction_report", "import_report",
+_OPTIONAL_META = frozenset({"redaction_key", "redaction_report", "import_report", "synthesis",
                             "capture_report"})
 
 
@@ -121,6 +133,9 @@ class TraceMeta:
     redaction_key: str = ""
     redaction_report: str = ""
     import_report: str = ""
+    # how null bodies are built (a JSON object, replay.synth.Synthesis; "" when every body is
+    # stored)
+    synthesis: str = ""
     # a capture (schema 2): JSON object of what the recording proxy saw, dropped and sampled
     # (a capture folder's is the sum over its segments)
     capture_report: str = ""
@@ -142,10 +157,10 @@ class TraceMeta:
         version = md.get(VERSION_KEY)
         if version is None:
             raise TraceError(f"{source}: not a faithful-replay trace (no '{VERSION_KEY}' metadata)")
-        if version not in READABLE_VERSIONS:
+        if version not in {str(v) for v in READ_VERSIONS}:
             raise TraceError(
                 f"{source}: schema version '{version}' unknown (this build reads "
-                f"{', '.join(sorted(READABLE_VERSIONS))})"
+                f"{', '.join(map(str, READ_VERSIONS))})"
             )
         values: dict[str, object] = {}
         for f in fields(cls):
@@ -186,9 +201,24 @@ class Trace:
     def __len__(self) -> int:
         return self.df.height
 
-    def body_batches(self, n: int, size: int) -> Iterator[list[str]]:
+    def body_batches(self, n: int, size: int, synthesize: bool = False) -> Iterator[list[str | None]]:
         """The bodies of the first ``n`` rows, in order, ``size`` at a time (from memory, or
-        read from the file a row batch at a time)."""
+        read from the file a row batch at a time). A null body is None, or with
+        ``synthesize=True`` the body the trace's synthesis rule builds for its row."""
+        builder = None
+        if synthesize and self.meta.synthesis:
+            from replay.synth import BodyBuilder
+
+            builder = BodyBuilder(self.meta)
+        row = 0
+        for values in self._stored_body_batches(n, size):
+            if builder is not None and None in values:
+                rows = self.df.slice(row, len(values))
+                values = builder.fill(values, rows)
+            row += len(values)
+            yield values
+
+    def _stored_body_batches(self, n: int, size: int) -> Iterator[list[str | None]]:
         if self.body_file is None:
             bodies = self.df.get_column("body")
             for start in range(0, n, size):
@@ -328,17 +358,17 @@ def _cast_column(s: pl.Series, want: pl.DataType, source: str) -> pl.Series:
 
 
 def validate(df: pl.DataFrame, meta: TraceMeta, source: str, bodies: bool = True) -> pl.DataFrame:
-    """Check ``df`` against the schema (version 2) and return it with exact dtypes and column order.
+    """Check ``df`` against schema 2 and return it with exact dtypes and column order.
 
     Integer columns of another width or signedness are cast when the values fit; absent
     optional columns are filled. With ``bodies=False`` the frame has no 'body' column (the
     bodies are checked elsewhere: :func:`check_bodies`). Raises :class:`TraceError` naming
     ``source`` and the column.
     """
-    if meta.schema_version != SCHEMA_VERSION:
+    if meta.schema_version not in READ_VERSIONS:
         raise TraceError(
             f"{source}: schema version '{meta.schema_version}' unknown "
-            f"(this build reads {SCHEMA_VERSION})"
+            f"(this build reads {', '.join(map(str, READ_VERSIONS))})"
         )
     schema = SCHEMA if bodies else {k: v for k, v in SCHEMA.items() if k != "body"}
     for name in REQUIRED_COLUMNS:
@@ -360,7 +390,11 @@ def validate(df: pl.DataFrame, meta: TraceMeta, source: str, bodies: bool = True
         else:
             cols.append(pl.Series(name, [None] * df.height, dtype=dtype))
     out = pl.DataFrame(cols)
-    _check_values(out, source)
+    _check_values(out, source, synthesis=bool(meta.synthesis))
+    if meta.synthesis:
+        from replay.synth import Synthesis
+
+        Synthesis.parse(meta.synthesis, source).check_rows(out, source)
     return out
 
 
@@ -369,7 +403,7 @@ def _first_row(mask: pl.Series) -> int | None:
     return int(idx[0]) if len(idx) else None
 
 
-def _check_values(df: pl.DataFrame, source: str) -> None:
+def _check_values(df: pl.DataFrame, source: str, synthesis: bool = False) -> None:
     for name in NOT_NULL_COLUMNS:
         if name not in df.columns:
             continue
@@ -407,14 +441,18 @@ def _check_values(df: pl.DataFrame, source: str) -> None:
             f"expected one of {', '.join(sorted(APIS))}"
         )
     if "body" in df.columns:
-        _check_bodies(df.get_column("body").to_list(), 0, source)
+        _check_bodies(df.get_column("body").to_list(), 0, source, synthesis)
 
 
-def _check_bodies(bodies: list[str | None], first_row: int, source: str) -> None:
+def _check_bodies(bodies: list[str | None], first_row: int, source: str,
+                  synthesis: bool = False) -> None:
     loads = json.loads
     for row, body in enumerate(bodies, first_row):
         if body is None:
-            raise TraceError(f"{source}: column 'body' is null at row {row}")
+            if synthesis:
+                continue
+            raise TraceError(f"{source}: column 'body' is null at row {row} "
+                             "(and the metadata has no 'synthesis' rule to build it)")
         try:
             ok = isinstance(loads(body), dict)
         except ValueError:
@@ -435,8 +473,9 @@ def _open_parquet(path: Path):
     return pq.ParquetFile(path, buffer_size=_READ_BUFFER, pre_buffer=False)
 
 
-def check_bodies(path: Path, source: str) -> None:
-    """Check every body in the trace file (a JSON object, not null), a row batch at a time."""
+def check_bodies(path: Path, source: str, synthesis: bool = False) -> None:
+    """Check every body in the trace file (a JSON object; null only with a ``synthesis``
+    rule), a row batch at a time."""
     import pyarrow as pa
 
     row = 0
@@ -448,7 +487,7 @@ def check_bodies(path: Path, source: str) -> None:
             raise TraceError(f"{source}: column 'body' has type {kind}, expected String")
         for batch in f.iter_batches(batch_size=BODY_BATCH_ROWS, columns=["body"]):
             values = batch.column(0).to_pylist()
-            _check_bodies(values, row, source)
+            _check_bodies(values, row, source, synthesis)
             row += len(values)
 
 
@@ -564,7 +603,7 @@ def read_trace(path: str | os.PathLike[str], bodies: bool = True) -> Trace:
     if bodies:
         return Trace(validate(df, meta, source), meta)
     df = validate(df, meta, source, bodies=False)
-    check_bodies(path, source)
+    check_bodies(path, source, synthesis=bool(meta.synthesis))
     return Trace(df, meta, body_file=path)
 
 

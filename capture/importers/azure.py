@@ -1,143 +1,116 @@
-"""Importer of the Azure LLM inference trace CSV (Splitwise, ISCA'24) into a Trace.
+"""Importer of the Azure LLM inference trace CSV (Splitwise, ISCA'24; the 2024 week) into a Trace.
 
-Owns :func:`import_azure`. The CSV has ``TIMESTAMP`` (``2023-11-16 18:15:46.6805900``, or ISO
-with a ``T`` and/or ``+00:00``; formats may mix within a file), ``ContextTokens`` and
-``GeneratedTokens``. Each row becomes a chat request with one user message of exactly
-``ContextTokens`` tokens of synthesized text (unique per row, deterministic per seed) and
-``max_tokens = GeneratedTokens``.
+Owns :func:`import_azure` and :func:`parse_azure_row`. The CSV has ``TIMESTAMP``, ``ContextTokens``
+and ``GeneratedTokens``. Timestamps come in the 2023 form (``2023-11-16 18:15:46.6805900``, seven
+fraction digits, no zone) and the 2024 ISO forms (``2024-05-10 00:00:00.009930+00:00``, with or
+without a fraction or a ``T``), mixed within a file; no zone means UTC. Each row becomes a chat
+request of ``ContextTokens`` prompt tokens (a null body: its text is synthesized per request,
+:mod:`replay.synth`) with ``max_tokens = GeneratedTokens``. Written in one streaming pass
+(:func:`capture.importers.tokens.write_token_trace`).
 """
 
 from __future__ import annotations
 
-import json
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
-import polars as pl
+from capture.importers.logs import BadLines, LineError, parse_time_us
+from capture.importers.tokens import (
+    ImportResult,
+    TokenRecord,
+    read_csv_rows,
+    write_token_trace,
+)
+from replay.synth import Synthesis
 
-from replay.blocks import HASH_ALGO, block_hashes
-from replay.errors import TraceError
-from replay.trace import Trace, TraceMeta, validate
-
-__all__ = ["AZURE_COLUMNS", "import_azure"]
+__all__ = ["AZURE_COLUMNS", "import_azure", "parse_azure_row", "csv_count"]
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 SOURCE_FORMAT = "azure-llm-csv"
-_TIMESTAMP = (
-    r"^\s*(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:\.(\d+))?\s*"
-    r"(?:(Z)|([+-])(\d{2}):?(\d{2}))?\s*$"
-)
-_TEXT_DOMAIN = 0xA2E
+_MAX_COUNT = 2**31 - 1
 
 
-def _line(row: int) -> int:
-    return row + 2  # 1-based, after the header line
+def csv_count(cells: dict[str, str], name: str) -> int:
+    """A token count cell (an integer >= 0; ``12.0`` is read as 12)."""
+    text = cells[name].strip()
+    try:
+        value = int(text)
+    except ValueError:
+        try:
+            f = float(text)
+        except ValueError:
+            f = -1.0
+        if not f.is_integer():
+            raise LineError(f"{text!r} is not an integer >= 0", name) from None
+        value = int(f)
+    if value < 0:
+        raise LineError(f"{text!r} is not an integer >= 0", name)
+    if value > _MAX_COUNT:
+        raise LineError(f"{text!r} is too large", name)
+    return value
 
 
-def _parse_timestamps(ts: pl.Series, source: str) -> np.ndarray:
-    """Microseconds since the Unix epoch (UTC) of each timestamp string."""
-    g = ts.str.extract_groups(_TIMESTAMP).struct.unnest()
-    naive = (g["1"] + " " + g["2"]).str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S",
-                                                  strict=False)
-    frac = g["3"].str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64).fill_null(0)
-    sign = pl.Series(np.where((g["5"] == "-").fill_null(False).to_numpy(), -1, 1))
-    offset_min = (g["6"].cast(pl.Int64) * 60 + g["7"].cast(pl.Int64)).fill_null(0)
-    us = naive.cast(pl.Int64) + frac - sign * offset_min * 60_000_000
-    bad = us.is_null()
-    if bad.any():
-        row = int(bad.arg_true()[0])
-        raise TraceError(
-            f"{source}: line {_line(row)}: column 'TIMESTAMP' has {ts[row]!r}, "
-            "expected a time like '2023-11-16 18:15:46.6805900'"
-        )
-    return us.to_numpy()
+def csv_seconds(cells: dict[str, str], name: str) -> float:
+    """A time or duration cell in seconds (a finite number >= 0)."""
+    text = cells[name].strip()
+    try:
+        value = float(text)
+    except ValueError:
+        raise LineError(f"{text!r} is not a number of seconds", name) from None
+    if not value >= 0 or value == float("inf"):
+        raise LineError(f"{text!r} is not a number of seconds >= 0", name)
+    return value
 
 
-def _parse_counts(df: pl.DataFrame, name: str, source: str) -> np.ndarray:
-    raw = df[name]
-    values = raw.str.strip_chars().cast(pl.Int64, strict=False)
-    bad = values.is_null() | (values < 0).fill_null(True)
-    if bad.any():
-        row = int(bad.arg_true()[0])
-        raise TraceError(
-            f"{source}: line {_line(row)}: column '{name}' has {raw[row]!r}, "
-            "expected an integer >= 0"
-        )
-    if int(values.max()) > 2**31 - 1:
-        row = int(values.arg_max())
-        raise TraceError(f"{source}: line {_line(row)}: column '{name}' value too large")
-    return values.to_numpy()
+def parse_azure_row(line: int, cells: dict[str, str] | LineError, row: int, model: str | None) -> TokenRecord:
+    if isinstance(cells, LineError):
+        raise cells
+    stamp = cells["TIMESTAMP"].strip()
+    if not stamp:
+        raise LineError("is empty", "TIMESTAMP")
+    return TokenRecord(
+        line=line,
+        arrival_us=parse_time_us(stamp, "TIMESTAMP"),
+        input_tokens=csv_count(cells, "ContextTokens"),
+        output_tokens=csv_count(cells, "GeneratedTokens"),
+        request_id=f"azure-{row:06d}",
+        api="chat",
+        model=model,
+    )
+
+
+def _records(path: Path, bad: BadLines, model: str | None) -> Iterator[TokenRecord]:
+    row = 0
+    for line, cells in read_csv_rows(path, AZURE_COLUMNS, "Azure LLM inference trace CSV"):
+        try:
+            rec = parse_azure_row(line, cells, row, model)
+        except LineError as e:
+            bad.bad(line, e)
+            continue
+        row += 1
+        yield rec
 
 
 def import_azure(
     path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
     tokenizer: str = "gpt2",
     seed: int = 0,
     limit: int | None = None,
     block_size: int = 16,
     model: str | None = None,
-) -> Trace:
-    """Read an Azure LLM inference trace CSV into a Trace (``limit``: first rows only).
-
-    ``arrival_us`` counts from the earliest timestamp, which is also ``t0_unix_us``; rows are
-    put in time order (stably). ``block_hashes`` are over the prompt's real token ids in
-    blocks of ``block_size``. ``model``, when given, is put in each body and the model column.
-    """
-    from replay.prompts import prompt_vocab
-
+    skip_bad: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> ImportResult:
+    """Import an Azure LLM inference trace CSV into the Trace file ``out`` (``limit``: the first
+    N rows). ``arrival_us`` counts from the earliest timestamp, which is also ``t0_unix_us``;
+    ``seed`` seeds the synthesized texts; ``block_hashes`` are over their token ids in blocks of
+    ``block_size``; ``model``, when given, is the model column (and so each body's)."""
     path = Path(path)
-    source = path.name
-    if not path.is_file():
-        raise TraceError(f"{source}: no such file")
-    try:
-        df = pl.read_csv(path, infer_schema=False, n_rows=limit)
-    except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as e:
-        raise TraceError(f"{source}: not a readable CSV ({str(e).splitlines()[0]})") from e
-    for name in AZURE_COLUMNS:
-        if name not in df.columns:
-            raise TraceError(f"{source}: column '{name}' missing (Azure LLM inference trace CSV)")
-    if df.height == 0:
-        raise TraceError(f"{source}: trace is empty")
-    for name in AZURE_COLUMNS:
-        row = df[name].is_null().arg_true()
-        if len(row):
-            raise TraceError(f"{source}: line {_line(int(row[0]))}: column '{name}' is empty")
-    stamps = _parse_timestamps(df["TIMESTAMP"], source)
-    context = _parse_counts(df, "ContextTokens", source)
-    generated = _parse_counts(df, "GeneratedTokens", source)
-    order = np.argsort(stamps, kind="stable")
-    stamps, context, generated = stamps[order], context[order], generated[order]
-
-    vocab = prompt_vocab(tokenizer)
-    rng = np.random.default_rng(np.random.SeedSequence([int(seed), _TEXT_DOMAIN]))
-    units = vocab.sample_many(context, rng)  # in time order, so a limit keeps the same texts
-    text = vocab.render(units)
-    token_ids = vocab.ids(units)
-    chars = vocab.char_offsets(units)
-    bounds = np.concatenate([[0], np.cumsum(context)]).tolist()
-    char_bounds = chars[bounds].tolist()
-    bodies, hashes = [], []
-    for i, out in enumerate(generated.tolist()):
-        content = text[char_bounds[i]:char_bounds[i + 1]]
-        body = {"messages": [{"role": "user", "content": content}], "max_tokens": out}
-        if model is not None:
-            body = {"model": model, **body}
-        bodies.append(json.dumps(body, separators=(",", ":"), ensure_ascii=False))
-        hashes.append(block_hashes(token_ids[bounds[i]:bounds[i + 1]], block_size))
-    n = len(bodies)
-    frame = pl.DataFrame({
-        "request_id": [f"azure-{int(r):06d}" for r in order],
-        "api": ["chat"] * n,
-        "model": pl.Series([model] * n, dtype=pl.String),
-        "arrival_us": stamps - stamps[0],
-        "body": bodies,
-        "input_tokens": context,
-        "output_tokens": generated,
-        "max_tokens": generated,
-        "block_hashes": pl.Series(hashes, dtype=pl.List(pl.UInt64)),
-    })
-    meta = TraceMeta(t0_unix_us=int(stamps[0]), source_format=SOURCE_FORMAT, tokenizer=tokenizer,
-                     block_size_tokens=block_size, hash_algo=HASH_ALGO,
-                     redaction_policy="synthetic")
-    return Trace(validate(frame, meta, source), meta)
+    bad = BadLines(path.name, skip_bad)
+    return write_token_trace(
+        _records(path, bad, model), out, source=path.name, source_format=SOURCE_FORMAT,
+        tokenizer=tokenizer, block_size=block_size, synthesis=Synthesis(seed=seed), bad=bad,
+        limit=limit, progress=progress)

@@ -1,6 +1,6 @@
 """Request logs into a Trace: the common record, the line reader and the one record->Trace builder.
 
-Owns :class:`Usage`, :class:`LogRecord`, :class:`LineError`, :class:`NotARequest`,
+Owns :class:`Usage`, :class:`LogRecord`, :class:`LineError`, :class:`BadLines`, :class:`NotARequest`,
 :func:`read_records`, :func:`build_trace`, :func:`import_log` and the small field readers the
 format modules share (:func:`parse_time_us`, :func:`answer_text`, ...). Each format module
 (``openai_log``, ``litellm``, ``langfuse``) turns one JSON line into one :class:`LogRecord`;
@@ -76,6 +76,7 @@ __all__ = [
     "Usage",
     "LogRecord",
     "LineError",
+    "BadLines",
     "NotARequest",
     "SessionLinker",
     "read_records",
@@ -131,6 +132,29 @@ class LineError(Exception):
 
     def describe(self) -> str:
         return f"{self.what} (field '{self.field}')" if self.field else self.what
+
+
+class BadLines:
+    """Where malformed lines go: the first one stops the import with ``FILE: line N: <what>
+    (field 'x')``, or with ``skip_bad`` each is skipped and counted (the first few kept with
+    their line numbers and reasons) for the import report. Every line importer uses this."""
+
+    def __init__(self, source: str, skip_bad: bool) -> None:
+        self.source = source
+        self.skip_bad = skip_bad
+        self.count = 0
+        self.first: list[dict] = []
+
+    def bad(self, line: int, error: LineError) -> None:
+        """Raise :class:`~replay.errors.TraceError` for ``line``, or (skip_bad) count it."""
+        if not self.skip_bad:
+            raise TraceError(f"{self.source}: line {line}: {error.describe()}") from None
+        self.count += 1
+        if len(self.first) < REPORT_FIRST_SKIPPED:
+            self.first.append({"line": line, "reason": error.describe()})
+
+    def report(self) -> dict:
+        return {"skipped_lines": self.count, "first_skipped": list(self.first)}
 
 
 class NotARequest(Exception):
@@ -315,8 +339,7 @@ def read_records(
     records: list[LogRecord] = []
     seen: dict[str, int] = {}
     not_requests: dict[str, int] = defaultdict(int)
-    skipped: list[dict] = []
-    n_skipped = 0
+    bad = BadLines(source, skip_bad)
     lines_read = 0
     try:
         f = path.open("rb")
@@ -342,11 +365,7 @@ def read_records(
                     raise LineError(f"request id {record.request_id!r} repeats line "
                                     f"{seen[record.request_id]}", "request id")
             except LineError as e:
-                if not skip_bad:
-                    raise TraceError(f"{source}: line {number}: {e.describe()}") from None
-                n_skipped += 1
-                if len(skipped) < REPORT_FIRST_SKIPPED:
-                    skipped.append({"line": number, "reason": e.describe()})
+                bad.bad(number, e)
                 continue
             except NotARequest as e:
                 not_requests[e.kind] += 1
@@ -356,13 +375,12 @@ def read_records(
     report = {
         "lines_read": lines_read,
         "records_imported": len(records),
-        "skipped_lines": n_skipped,
-        "first_skipped": skipped,
+        **bad.report(),
         **dict(sorted(not_requests.items())),
     }
     if not records:
         raise TraceError(f"{source}: no requests imported ({lines_read} lines read, "
-                         f"{n_skipped} skipped as malformed"
+                         f"{bad.count} skipped as malformed"
                          + "".join(f", {n} {kind.replace('_', ' ')}"
                                    for kind, n in sorted(not_requests.items())) + ")")
     return records, report

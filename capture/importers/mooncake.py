@@ -1,25 +1,32 @@
-"""Importer of Mooncake's JSON Lines traces (FAST'25) into a Trace.
+"""Importer of Mooncake JSON Lines traces (FAST'25), and AIPerf's ``mooncake_trace`` variant.
 
-Owns :func:`import_mooncake`. Each line has ``timestamp`` (ms from the start),
-``input_length``, ``output_length`` and ``hash_ids``: one id per 512-token block of the prompt,
-the partial last block included. Each row becomes a completions request whose prompt is the
-concatenation of :func:`replay.prompts.block_text` for each hash id (the last block cut to the
-tokens left), so the same hash id always yields the same text and the trace's prefix sharing
-survives into the bodies and into ``block_hashes``.
+Owns :func:`import_mooncake`. Each line is a JSON object:
+
+- Mooncake: ``timestamp`` (ms from the start), ``input_length``, ``output_length`` and
+  ``hash_ids``: one id per 512-token block of the prompt, the partial last block included
+  (``len(hash_ids) == ceil(input_length / 512)``).
+- AIPerf's ``mooncake_trace`` adds, each optional: ``text_input`` (the prompt as text),
+  ``messages`` (a chat conversation, OpenAI form), ``session_id`` and ``delay`` (ms after the
+  session's previous turn, for a line without a ``timestamp``); ``hash_ids`` may be absent.
+
+A row with ``messages`` or ``text_input`` keeps that real text as its body (a chat request with
+``max_tokens = output_length``; its tokens and block hashes come from the text, and the trace is
+marked ``redaction_policy=none``: run ``replay redact`` before sharing it). Any other row is a
+completions request with a null body, synthesized by the replay (:mod:`replay.synth`): from its
+``hash_ids``, the same id always giving the same 512-token block of text, so the trace's prefix
+sharing survives; or, without ids, per request. ``block_hashes`` are over that text's token ids.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
-import polars as pl
-
-from replay.blocks import HASH_ALGO, block_hashes
-from replay.errors import TraceError
-from replay.trace import Trace, TraceMeta, validate
+from capture.importers.logs import BadLines, LineError, count
+from capture.importers.tokens import ImportResult, TokenRecord, read_jsonl_rows, write_token_trace
+from replay.synth import Synthesis
 
 __all__ = ["MOONCAKE_BLOCK_TOKENS", "MOONCAKE_COLUMNS", "import_mooncake"]
 
@@ -28,147 +35,107 @@ MOONCAKE_COLUMNS = ("timestamp", "input_length", "output_length", "hash_ids")
 SOURCE_FORMAT = "mooncake-jsonl"
 
 
-def _line_of_row(path: Path, row: int) -> int:
-    """1-based line number of data row ``row`` (blank lines are not rows)."""
-    seen = -1
-    with path.open("rb") as f:
-        for number, line in enumerate(f, start=1):
-            if line.strip():
-                seen += 1
-                if seen == row:
-                    return number
-    return row + 1
+def _ms(value, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0:
+        raise LineError(f"{value!r} is not a time in ms >= 0", field)
+    return float(value)
 
 
-def _first_bad_line(path: Path, source: str) -> TraceError:
-    """Find the line polars could not read and describe it."""
-    empty = True
-    with path.open("rb") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            empty = False
-            try:
-                record = json.loads(line)
-            except ValueError:
-                return TraceError(f"{source}: line {number}: not valid JSON")
-            if not isinstance(record, dict):
-                return TraceError(f"{source}: line {number}: not a JSON object")
-            for name in MOONCAKE_COLUMNS:
-                value = record.get(name)
-                ok = (isinstance(value, list) and all(isinstance(v, int) and v >= 0 for v in value)
-                      if name == "hash_ids" else
-                      isinstance(value, (int, float)) and not isinstance(value, bool))
-                if not ok:
-                    return TraceError(f"{source}: line {number}: column '{name}' has {value!r}")
-    if empty:
-        return TraceError(f"{source}: trace is empty")
-    return TraceError(f"{source}: not readable as JSON Lines")
+class _Parser:
+    def __init__(self, model: str | None) -> None:
+        self.model = model
+        self.row = 0
+        self.session_last: dict[str, int] = {}  # session -> arrival µs of its latest turn
 
-
-def _column(df: pl.DataFrame, name: str, path: Path, integer: bool = True) -> pl.Series:
-    s = df[name]
-    source = path.name
-    if s.dtype.is_float() and not integer:
-        s = s.round(3)
-    elif not s.dtype.is_integer():
-        raise _first_bad_line(path, source)
-    bad = (s.is_null() | (s < 0)).fill_null(True)
-    if bad.any():
-        row = int(bad.arg_true()[0])
-        raise TraceError(
-            f"{source}: line {_line_of_row(path, row)}: column '{name}' has {s[row]!r}, "
-            "expected a number >= 0"
-        )
-    return s
+    def record(self, line: int, obj: object) -> TokenRecord:
+        if isinstance(obj, LineError):
+            raise obj
+        if not isinstance(obj, dict):
+            raise LineError("not a JSON object")
+        session = obj.get("session_id")
+        if session is not None and not isinstance(session, (str, int)):
+            raise LineError(f"{session!r} is not a string", "session_id")
+        session = None if session is None else str(session)
+        if obj.get("timestamp") is not None:
+            arrival = round(_ms(obj["timestamp"], "timestamp") * 1000)
+        elif obj.get("delay") is not None and session in self.session_last:
+            arrival = self.session_last[session] + round(_ms(obj["delay"], "delay") * 1000)
+        else:
+            raise LineError("is missing (a 'delay' needs an earlier turn of its session)", "timestamp")
+        output = count(obj.get("output_length"), "output_length")
+        body = None
+        messages, text = obj.get("messages"), obj.get("text_input")
+        if messages is not None:
+            if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages) \
+                    or not messages:
+                raise LineError("is not a list of message objects", "messages")
+            body = {"messages": messages}
+        elif text is not None:
+            if not isinstance(text, str):
+                raise LineError("is not a string", "text_input")
+            body = {"messages": [{"role": "user", "content": text}]}
+        hash_ids = None
+        n_in = 0
+        if body is None:
+            n_in = count(obj.get("input_length"), "input_length")
+            if n_in is None:
+                raise LineError("is missing", "input_length")
+            if output is None:
+                raise LineError("is missing", "output_length")
+            ids = obj.get("hash_ids")
+            if ids is not None:
+                if not isinstance(ids, list) or not all(
+                        isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 64 for v in ids):
+                    raise LineError("is not a list of integers >= 0", "hash_ids")
+                want = -(-n_in // MOONCAKE_BLOCK_TOKENS)
+                if len(ids) != want:
+                    raise LineError(f"has {len(ids)} ids, expected ceil(input_length / "
+                                    f"{MOONCAKE_BLOCK_TOKENS}) = {want}", "hash_ids")
+                hash_ids = ids
+        else:
+            if self.model is not None:
+                body = {"model": self.model, **body}
+            if output is not None:
+                body["max_tokens"] = output
+        if session is not None:
+            self.session_last[session] = arrival
+        rec = TokenRecord(line=line, arrival_us=arrival, input_tokens=n_in, output_tokens=output,
+                          request_id=f"mooncake-{self.row:06d}",
+                          api="chat" if body is not None else "completions", model=self.model,
+                          session_id=session, hash_ids=hash_ids, body=body)
+        self.row += 1
+        return rec
 
 
 def import_mooncake(
     path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
     tokenizer: str = "gpt2",
+    seed: int = 0,
     limit: int | None = None,
+    block_size: int = MOONCAKE_BLOCK_TOKENS,
     model: str | None = None,
-) -> Trace:
-    """Read a Mooncake JSON Lines trace into a Trace (``limit``: first rows only).
-
-    ``block_hashes`` are over the prompts' real token ids in 512-token blocks (the metadata
-    says so); ``model``, when given, is put in each body and the model column.
-    """
-    from replay.prompts import block_units, prompt_vocab
-
+    skip_bad: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> ImportResult:
+    """Import a Mooncake (or AIPerf ``mooncake_trace``) JSON Lines file into the Trace file
+    ``out`` (``limit``: the first N rows). ``block_hashes`` are in blocks of ``block_size``
+    (default 512, Mooncake's own); ``seed`` seeds the texts of rows without ``hash_ids``;
+    ``model``, when given, is the model column (and so each body's)."""
     path = Path(path)
-    source = path.name
-    if not path.is_file():
-        raise TraceError(f"{source}: no such file")
-    try:
-        df = pl.read_ndjson(path, n_rows=limit, infer_schema_length=None)
-    except (pl.exceptions.PolarsError, OSError) as e:
-        raise _first_bad_line(path, source) from e
-    for name in MOONCAKE_COLUMNS:
-        if name not in df.columns:
-            raise TraceError(f"{source}: column '{name}' missing (Mooncake JSON Lines trace)")
-    if df.height == 0:
-        raise TraceError(f"{source}: trace is empty")
-    stamp_ms = _column(df, "timestamp", path, integer=False)
-    inputs = _column(df, "input_length", path).to_numpy()
-    outputs = _column(df, "output_length", path).to_numpy()
-    ids_col = df["hash_ids"]
-    if not (isinstance(ids_col.dtype, pl.List)
-            and (ids_col.dtype.inner.is_integer() or ids_col.dtype.inner == pl.Null)):
-        raise _first_bad_line(path, source)
-    expected = -(-inputs // MOONCAKE_BLOCK_TOKENS)
-    got = ids_col.list.len().fill_null(-1).to_numpy()
-    negative = ids_col.list.eval(pl.element() < 0).list.any().fill_null(False).to_numpy()
-    bad = np.flatnonzero((got != expected) | negative)
-    if len(bad):
-        row = int(bad[0])
-        what = ("a negative id" if negative[row] else
-                f"{got[row]} ids, expected ceil(input_length / {MOONCAKE_BLOCK_TOKENS}) = "
-                f"{expected[row]}")
-        raise TraceError(f"{source}: line {_line_of_row(path, row)}: column 'hash_ids' has {what}")
+    bad = BadLines(path.name, skip_bad)
+    parser = _Parser(model)
 
-    arrival_us = (stamp_ms * 1000).round().cast(pl.Int64).to_numpy()
-    order = np.argsort(arrival_us, kind="stable")
-    vocab = prompt_vocab(tokenizer)
-    blocks: dict[int, tuple[str, np.ndarray, np.ndarray]] = {}  # id -> (text, units, ids)
-    bodies, hashes = [], []
-    hash_lists = ids_col.to_list()
-    for r in order.tolist():
-        n_in, ids = int(inputs[r]), hash_lists[r]
-        texts, token_ids = [], []
-        for k, h in enumerate(ids):
-            block = blocks.get(h)
-            if block is None:
-                units = block_units(h, MOONCAKE_BLOCK_TOKENS, tokenizer)
-                block = (vocab.render(units), units, vocab.ids(units))
-                blocks[h] = block
-            left = n_in - k * MOONCAKE_BLOCK_TOKENS
-            if left >= MOONCAKE_BLOCK_TOKENS:
-                texts.append(block[0])
-                token_ids.append(block[2])
-            else:
-                texts.append(vocab.render(block[1][:left]))
-                token_ids.append(block[2][:left])
-        body = {"prompt": "".join(texts), "max_tokens": int(outputs[r])}
-        if model is not None:
-            body = {"model": model, **body}
-        bodies.append(json.dumps(body, separators=(",", ":"), ensure_ascii=False))
-        all_ids = np.concatenate(token_ids) if token_ids else np.zeros(0, np.uint32)
-        hashes.append(block_hashes(all_ids, MOONCAKE_BLOCK_TOKENS))
-    n = len(bodies)
-    arrival_us = arrival_us[order]
-    frame = pl.DataFrame({
-        "request_id": [f"mooncake-{int(r):06d}" for r in order],
-        "api": ["completions"] * n,
-        "model": pl.Series([model] * n, dtype=pl.String),
-        "arrival_us": arrival_us - arrival_us[0],
-        "body": bodies,
-        "input_tokens": inputs[order],
-        "output_tokens": outputs[order],
-        "max_tokens": outputs[order],
-        "block_hashes": pl.Series(hashes, dtype=pl.List(pl.UInt64)),
-    })
-    meta = TraceMeta(t0_unix_us=0, source_format=SOURCE_FORMAT, tokenizer=tokenizer,
-                     block_size_tokens=MOONCAKE_BLOCK_TOKENS, hash_algo=HASH_ALGO,
-                     redaction_policy="synthetic")
-    return Trace(validate(frame, meta, source), meta)
+    def records() -> Iterator[TokenRecord]:
+        for line, obj in read_jsonl_rows(path):
+            try:
+                yield parser.record(line, obj)
+            except LineError as e:
+                bad.bad(line, e)
+
+    return write_token_trace(
+        records(), out, source=path.name, source_format=SOURCE_FORMAT, tokenizer=tokenizer,
+        block_size=block_size, synthesis=Synthesis(seed=seed, block_tokens=MOONCAKE_BLOCK_TOKENS),
+        bad=bad, limit=limit, progress=progress)

@@ -61,6 +61,12 @@ def _rate(x) -> str:
     return "-" if x is None else f"{x:.3g}"
 
 
+def _fidelity(verdict: dict | None) -> str:
+    if verdict is None:
+        return "-"
+    return "faithful" if verdict["faithful"] else "[red]unfaithful[/red]"
+
+
 def saturation_line(saturation: dict) -> str:
     """One line for a result's saturation (`SweepResult.to_json()["saturation"]`)."""
     if saturation["status"] == "saturated":
@@ -78,8 +84,9 @@ def print_stages(summary: dict) -> None:
 
     table = Table(title="replay stages (req/s requested, offered over the stage's window, achieved; "
                         "ms from the intended send time; lag = send lag)")
+    judged = any("fidelity" in s for s in summary["stages"])  # replay run / sweep --fidelity LIVE
     for col in ("requested", "offered", "achieved", "ok", "errors", "req/s", "tok/s", "TTFT p50/p99", "TPOT p50",
-                "ITL p50", "E2E p50/p99", "lag p99", "goodput", "valid"):
+                "ITL p50", "E2E p50/p99", "lag p99", "goodput", "valid") + (("fidelity",) if judged else ()):
         table.add_column(col, justify="right")
     for s in summary["stages"]:
         errors = ", ".join(f"{k} {v}" for k, v in s["errors"].items()) or "0"
@@ -99,6 +106,7 @@ def print_stages(summary: dict) -> None:
             _ms(s["send_lag_ms"]["p99"]),
             _num(s["goodput_rps"]),
             "yes" if s["valid"] else "[red]NO[/red]",
+            *((_fidelity(s.get("fidelity")),) if judged else ()),
         )
     console = Console()
     if not console.is_terminal:
@@ -110,4 +118,6 @@ def print_stages(summary: dict) -> None:
             console.print(f"invalid {at}: {s['invalid_reason']}", highlight=False)
         if s["cut_off"]:
             console.print(f"cut off {at}: {s['cut_off']} requests still open when the drain ended", highlight=False)
+        if s.get("fidelity") and not s["fidelity"]["faithful"]:
+            console.print(f"unfaithful {at}: {', '.join(s['fidelity']['failed'])}", highlight=False, markup=False)
     console.print(saturation_line(summary["saturation"]), highlight=False)

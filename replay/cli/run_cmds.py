@@ -68,6 +68,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help=f"runner I/O threads (default {d['worker_threads']})")
     p.add_argument("--out", type=Path, help="results folder (default results/<trace name>-<command>)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument("--fidelity", type=Path, metavar="LIVE",
+                   help="after the stages, judge each one against the live Trace LIVE (as `replay fidelity` does): "
+                        "a fidelity column in the table, a fidelity entry per stage in the summary, and "
+                        "fidelity.json / .md / .html in the results folder")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -178,10 +182,17 @@ def _out(args: argparse.Namespace, command: str) -> Path:
 
 
 class _Saver:
-    """Writes each stage's file and rewrites summary.json after every stage (crash safety)."""
+    """Writes each stage's rows as they come, its file when it ends, and rewrites summary.json
+    after every stage (crash safety: replay.results)."""
 
     def __init__(self, args: argparse.Namespace, out: Path) -> None:
         self.args, self.out, self.files = args, out, []
+        self.fidelity: list[dict] | None = None  # per stage, once --fidelity judged them
+
+    def rows(self, index: int, rate: float | None):
+        from replay.results import StageParts, stage_file
+
+        return StageParts(stage_file(self.out, index, rate))
 
     def __call__(self, result) -> None:
         from replay.results import stage_file, write_stage, write_summary
@@ -191,7 +202,45 @@ class _Saver:
         write_summary(self.out, self.summary(result))
 
     def summary(self, result) -> dict:
-        return result.to_json(trace=str(self.args.trace), files=list(self.files))
+        summary = result.to_json(trace=str(self.args.trace), files=list(self.files))
+        if self.fidelity is not None:
+            for stage, verdict in zip(summary["stages"], self.fidelity):
+                stage["fidelity"] = verdict
+        return summary
+
+
+def _check_live(args: argparse.Namespace, trace) -> None:
+    """--fidelity LIVE: readable, and holding every request of the trace to replay (the stages are
+    judged against the live rows they replayed): checked before any stage runs."""
+    if args.fidelity is None:
+        return
+    from replay.trace import read_trace
+
+    live = read_trace(args.fidelity, bodies=False)
+    missing = trace.df.select("request_id").join(live.df.select("request_id"), on="request_id", how="anti")
+    if missing.height:
+        raise ConfigError(f"--fidelity: {missing.height} of the {trace.df.height} requests of {args.trace} are not "
+                          f"in {args.fidelity} (first: {missing['request_id'][0]!r}): judge a replay against the "
+                          f"live trace it was made from")
+
+
+def _judge(args: argparse.Namespace, result, saver: _Saver) -> None:
+    """--fidelity: every stage written so far judged against LIVE; the report beside the stages,
+    a brief verdict per stage in summary.json."""
+    if args.fidelity is None or not saver.files:
+        return
+    from fidelity import compare_results
+    from fidelity.render import stage_summary, write_report
+    from replay.results import write_summary
+
+    if not args.json:
+        print(f"judging {len(saver.files)} stage(s) against {args.fidelity}...", file=sys.stderr)
+    report = compare_results(args.fidelity, saver.out)  # as `replay fidelity` judges it by default
+    paths = write_report(report, saver.out, html=True)
+    saver.fidelity = [stage_summary(s, str(args.fidelity)) for s in report.stages]
+    write_summary(saver.out, saver.summary(result))
+    if not args.json:
+        print(f"fidelity report: {', '.join(str(p) for p in paths)}", file=sys.stderr)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -205,10 +254,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(raw_text_warning(args.trace), file=sys.stderr)
     config = _config(args, args.rate, args.speedup)
     schedule(trace, config)  # bad --duration / --requests: before the engine starts
+    _check_live(args, trace)
     sim_config = _sim_config(args)
     saver = _Saver(args, _out(args, "run"))
     with _target(args, config, sim_config, args.json) as config, progress_bar(quiet=args.json) as bar:
-        stage = run_stage(trace, config, bar.stage(f"{config.rate or 'as recorded'} req/s"))
+        stage = run_stage(trace, config, bar.stage(f"{config.rate or 'as recorded'} req/s"),
+                          on_rows=saver.rows(0, config.rate))
     result = SweepResult.of(config, [config.rate], [stage])
     saver(result)
     return _report(args, result, saver)
@@ -230,6 +281,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     config = _config(args, None, None)
     if not isinstance(rates, AutoRates):
         check_stages(trace, config, rates)  # every stage's flags: before the engine starts
+    _check_live(args, trace)
     sim_config = _sim_config(args)
     saver = _Saver(args, _out(args, "sweep"))
     with _target(args, config, sim_config, args.json) as config, progress_bar(quiet=args.json) as bar:
@@ -241,7 +293,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 print("interrupted during the rate search", file=sys.stderr)
                 return 130
         result = sweep(trace, config, rates, queue_growth_s=growth_s,
-                       progress=lambda rate: bar.stage(f"{rate:g} req/s"), on_stage=saver,
+                       progress=lambda rate: bar.stage(f"{rate:g} req/s"), on_stage=saver, on_rows=saver.rows,
                        stop_after_saturation=args.stop_after_saturation)
     return _report(args, result, saver)
 
@@ -263,6 +315,8 @@ def _search_line(search) -> str:
 
 
 def _report(args: argparse.Namespace, result, saver: _Saver) -> int:
+    if not result.interrupted:
+        _judge(args, result, saver)
     summary = saver.summary(result)
     if args.json:
         print(json.dumps(summary, indent=2))

@@ -1,4 +1,5 @@
-"""`replay generate`, `replay import` and `replay inspect`: making and looking at Trace files."""
+"""`replay generate`, `import`, `export`, `sample`, `slice`, `redact` and `inspect`: making, converting,
+cutting and looking at Trace files."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from replay.cli.report import raw_text_warning
 
 __all__ = ["register"]
 
-SYNTHETIC_FORMATS = ("azure", "mooncake")
+SYNTHETIC_FORMATS = ("azure", "burstgpt", "vidur", "mooncake")  # capture.importers.TOKEN_FORMATS
 LOG_FORMATS = ("openai", "litellm", "langfuse")  # capture.importers.LOG_FORMATS (kept light here)
 IMPORT_FORMATS = SYNTHETIC_FORMATS + LOG_FORMATS
+EXPORT_FORMATS = ("mooncake", "aiperf", "openai")  # capture.exporters.EXPORT_FORMATS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,10 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="default", help="model name written in the bodies")
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("import", help="convert a public trace (Azure CSV, Mooncake JSONL) or a request log "
-                                      "(OpenAI, LiteLLM, Langfuse JSONL) to a Trace",
-                       description="Token-only traces get synthesized prompts whose token counts (and, for "
-                                   "Mooncake, whose prefix sharing) match the trace under a real tokenizer. "
+    p = sub.add_parser("import", help="convert a public trace (Azure, BurstGPT, vidur CSV; Mooncake / AIPerf "
+                                      "JSONL) or a request log (OpenAI, LiteLLM, Langfuse JSONL) to a Trace",
+                       description="Token-only traces are read in one streaming pass and stored without text: "
+                                   "the replay synthesizes each prompt, with the trace's token counts (and, for "
+                                   "Mooncake, its prefix sharing) under a real tokenizer; an AIPerf mooncake_trace row "
+                                   "with text_input or messages keeps its text. "
                                    "Request logs keep their real requests: tokens, block hashes and sessions "
                                    "come from the raw text, which is then redacted with the key from "
                                    "$REPLAY_REDACT_KEY or --key-file before anything is written (--no-redact "
@@ -49,12 +53,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--out", type=Path, required=True, help="Trace Parquet file to write")
     p.add_argument("--limit", type=int, help="import only the first N rows")
     p.add_argument("--tokenizer", default="gpt2", help="gpt2, qwen2 or a tokenizer.json path (default gpt2)")
-    p.add_argument("--block-size", type=int, help="tokens per hashed block (default 16; Mooncake: 512, fixed)")
-    p.add_argument("--seed", type=int, default=0, help="seed for synthesized text (azure) or the arrivals "
-                                                       "--rate draws (default 0)")
-    p.add_argument("--model", help="azure, mooncake: model name written in the bodies (default: none)")
+    p.add_argument("--block-size", type=int, help="tokens per hashed block (default 16; mooncake: 512)")
+    p.add_argument("--seed", type=int, default=0, help="seed for synthesized text (public traces) or the "
+                                                       "arrivals --rate draws (default 0)")
+    p.add_argument("--model", help="public traces: the model name of every request (default: the trace's, "
+                                   "else none)")
     p.add_argument("--skip-bad", action="store_true",
-                   help="logs: skip malformed lines (counted in the import report) instead of stopping")
+                   help="skip malformed lines (counted in the import report) instead of stopping at the first")
+    p.add_argument("--quiet", action="store_true", help="public traces: no progress bar")
     p.add_argument("--rate", type=float, help="openai: an OpenAI Batch input file has no times; space its "
                                               "requests as a Poisson process of R req/s")
     p.add_argument("--key-file", type=Path, help="logs: file holding the redaction key (default: "
@@ -80,6 +86,40 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="seconds one text's analysis may take before it is quarantined (default 60)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_redact)
+
+    p = sub.add_parser(
+        "export", help="write a Trace in another tool's format (Mooncake, AIPerf mooncake_trace, OpenAI log)",
+        description="mooncake: Mooncake JSON Lines with hash_ids at --block-size (ids numbered in order of "
+                    "first appearance; the partial last block gets one too). A reader must use the same "
+                    "block size: vLLM's timed_trace reader assumes 16 unless told, which turns 512-token "
+                    "ids into prompts 32x too short without a warning. aiperf: AIPerf's mooncake_trace with "
+                    "messages (the text is written out, synthesized where the trace stores none). openai: "
+                    "a request log as `replay import openai` reads it.")
+    p.add_argument("format", choices=EXPORT_FORMATS, help="the output format")
+    p.add_argument("trace", type=Path, help="the Trace Parquet file")
+    p.add_argument("-o", "--out", type=Path, required=True, help="the JSON Lines file to write")
+    p.add_argument("--block-size", type=int, help="mooncake: tokens per hash id (default 512, Mooncake's own)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("sample", help="keep a seeded share of a Trace's sessions, whole sessions at a time",
+                       description="Each session is kept or not by a seeded hash of its id, so all its turns "
+                                   "(and the prefix sharing between them) stay together; a request without a "
+                                   "session is a session of its own. Streams the file a row batch at a time.")
+    p.add_argument("trace", type=Path, help="the Trace Parquet file")
+    p.add_argument("-o", "--out", type=Path, required=True, help="the Trace to write")
+    p.add_argument("--sessions", type=float, required=True, help="share of sessions to keep, in (0, 1]")
+    p.add_argument("--seed", type=int, default=0, help="seed of the draw (default 0)")
+    p.set_defaults(func=cmd_sample)
+
+    p = sub.add_parser("slice", help="cut a time window out of a Trace",
+                       description="Keeps the requests arriving in [--from, --to) seconds from the trace's "
+                                   "start; time 0 of the new trace is --from. Streams the file.")
+    p.add_argument("trace", type=Path, help="the Trace Parquet file")
+    p.add_argument("-o", "--out", type=Path, required=True, help="the Trace to write")
+    p.add_argument("--from", dest="start", type=float, default=0.0, help="window start, s (default 0)")
+    p.add_argument("--to", dest="end", type=float, help="window end, s (default: the end of the trace)")
+    p.set_defaults(func=cmd_slice)
 
     p = sub.add_parser("inspect", help="summarize a Trace: rate, burstiness, lengths, sessions, prefix reuse")
     p.add_argument("trace", type=Path, help="a Trace Parquet file")
@@ -110,14 +150,15 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit: must be >= 1, got {args.limit}")
     if args.format in SYNTHETIC_FORMATS:
-        for flag, given in (("--skip-bad", args.skip_bad), ("--rate", args.rate is not None),
+        for flag, given in (("--rate", args.rate is not None),
                             ("--key-file", args.key_file is not None), ("--no-redact", args.no_redact)):
             if given:
                 raise ConfigError(f"{flag}: only for request logs ({', '.join(LOG_FORMATS)}); "
                                   f"{args.format} traces get synthesized text")
         return _import_synthetic(args)
     if args.model is not None:
-        raise ConfigError("--model: only for azure and mooncake (a log keeps the model each request named)")
+        raise ConfigError(f"--model: only for public traces ({', '.join(SYNTHETIC_FORMATS)}); a log keeps "
+                          "the model each request named")
     if args.no_redact and args.key_file is not None:
         raise ConfigError("--key-file: not with --no-redact")
     key = None
@@ -169,19 +210,80 @@ def cmd_redact(args: argparse.Namespace) -> int:
 
 
 def _import_synthetic(args: argparse.Namespace) -> int:
-    from capture.importers import import_azure, import_mooncake
+    from capture.importers import import_token_trace
+
+    kwargs = dict(tokenizer=args.tokenizer, seed=args.seed, limit=args.limit, model=args.model,
+                  skip_bad=args.skip_bad)
+    if args.block_size is not None:
+        kwargs["block_size"] = args.block_size
+    if args.quiet:
+        result = import_token_trace(args.format, args.path, args.out, **kwargs)
+    else:
+        from rich.progress import Progress
+
+        with Progress(transient=True) as bar:
+            task = bar.add_task(f"importing {args.path.name}", total=None)
+            result = import_token_trace(args.format, args.path, args.out,
+                                        progress=lambda rows: bar.update(task, completed=rows), **kwargs)
+    report = json.loads(result.meta.import_report)
+    if report.get("skipped_lines"):
+        print(f"skipped {report['skipped_lines']} malformed lines (first: "
+              f"{report['first_skipped'][0]['line']}: {report['first_skipped'][0]['reason']})")
+    print(f"wrote {result.path} ({result.rows} requests)")
+    if result.meta.raw_text:
+        print(raw_text_warning(result.path), file=sys.stderr)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from capture.exporters import export_trace
 
     from replay.errors import ConfigError
+    from replay.trace import read_trace
 
-    if args.format == "azure":
-        trace = import_azure(args.path, tokenizer=args.tokenizer, seed=args.seed, limit=args.limit,
-                             block_size=16 if args.block_size is None else args.block_size,
-                             model=args.model)
+    if args.block_size is not None and args.format != "mooncake":
+        raise ConfigError("--block-size: only for mooncake (the other formats carry text)")
+    trace = read_trace(args.trace, bodies=False)
+    kwargs = {} if args.block_size is None else {"block_size": args.block_size}
+    if args.quiet:
+        n = export_trace(args.format, trace, args.out, **kwargs)
     else:
-        if args.block_size is not None:
-            raise ConfigError("--block-size: Mooncake traces hash 512-token blocks (fixed)")
-        trace = import_mooncake(args.path, tokenizer=args.tokenizer, limit=args.limit, model=args.model)
-    _wrote(trace, trace.write(args.out))
+        from rich.progress import Progress
+
+        with Progress(transient=True) as bar:
+            task = bar.add_task(f"exporting {args.trace.name}", total=len(trace))
+            n = export_trace(args.format, trace, args.out,
+                             progress=lambda done: bar.update(task, completed=done), **kwargs)
+    print(f"wrote {args.out} ({n} requests)")
+    if args.format != "mooncake" and trace.meta.raw_text:
+        print(raw_text_warning(args.out), file=sys.stderr)
+    return 0
+
+
+def _rows_progress(label: str, work) -> int:
+    """Run ``work(progress)`` under a progress bar of rows read; return what it returns."""
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task(label, total=None)
+        return work(lambda done, total: bar.update(task, completed=done, total=total))
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    from replay.subsets import sample_sessions
+
+    n = _rows_progress("sampling", lambda progress: sample_sessions(
+        args.trace, args.out, args.sessions, seed=args.seed, progress=progress))
+    print(f"wrote {args.out} ({n} requests)")
+    return 0
+
+
+def cmd_slice(args: argparse.Namespace) -> int:
+    from replay.subsets import slice_window
+
+    n = _rows_progress("slicing", lambda progress: slice_window(
+        args.trace, args.out, args.start, args.end, progress=progress))
+    print(f"wrote {args.out} ({n} requests)")
     return 0
 
 
@@ -202,9 +304,16 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     table = Table(title=str(args.trace), show_header=False)
     table.add_column("field")
     table.add_column("value", justify="right")
+    series = summary.pop("rate_series")
     for key, value in summary.items():
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    from replay.inspect import sparkline
+
+    rps = series["rps"]
+    console.print(f"rate over time ({series['bin_s']:g} s bins, peak {max(rps, default=0):.3g} req/s):")
+    print(sparkline(rps))
     if summary.get("bucketed_timestamps"):
         print("warning: timestamps look bucketed (many requests share one time); replaying them "
               "verbatim makes synchronized bursts")

@@ -63,6 +63,42 @@ def test_run_writes_results_and_json(cli, small_trace, scripted, tmp_path):
     expected = trace.df.head(30)["max_tokens"].to_list()
     assert requests["output_chunks"].to_list() == expected
     assert requests["request_id"].to_list() == trace.df.head(30)["request_id"].to_list()
+    assert not list(out.glob("*.parts")), "the rows written as the stage went are gone once its file is"
+
+
+def test_a_run_killed_mid_stage_keeps_the_requests_that_had_finished(cli, scripted, tmp_path):
+    # 40 requests 100 ms apart, each answered at once; the CLI is SIGKILLed about 2.5 s in
+    server = scripted()
+    trace = trace_of_bodies([{"model": "m", "max_tokens": 3, "messages": [{"role": "user", "content": f"q{i}"}]}
+                             for i in range(40)], arrival_us=[i * 100_000 for i in range(40)])
+    path = tmp_path / "t.parquet"
+    trace.write(path)
+    out = tmp_path / "res"
+    err = tmp_path / "stderr.txt"
+    with err.open("w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "replay.cli.main", "run", str(path), "--url", server.url,
+                                 "--out", str(out), "--json"], stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        deadline = time.monotonic() + 60
+        while len(server.arrivals) < 25 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        killed_ns = time.time_ns()
+        proc.kill()
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert len(server.arrivals) >= 25, err.read_text()
+    stage = out / "stage00_asrecorded.parquet"
+    assert not stage.exists()
+    requests, summary = read_stage(stage)
+    assert summary == {"partial": True}
+    ids = requests["request_id"].to_list()
+    assert ids == [f"r{i}" for i in range(len(ids))], "whole rows, in request order, none twice"
+    assert set(requests["error"].to_list()) == {"none"}
+    # every request answered 1 s before the kill is on disk (the parts lag by ~0.5 s at most)
+    answered_early = {a.body["messages"][0]["content"] for a in server.arrivals if a.t_unix_ns < killed_ns - 1e9}
+    assert len(answered_early) >= 10
+    assert {f"q{i}" for i in range(len(ids))} >= answered_early
 
 
 def test_sweep_table_names_saturation(cli, scripted, tmp_path):
@@ -353,3 +389,27 @@ def test_an_invalid_stage_says_why():
     why = _invalid_reason(result, 2.5)
     assert why == ("send lag p99 2.50 ms over the 1 ms bound; the runner lost the CPU 7 times on its dispatcher "
                    "(nice priority) and 3 on its I/O threads")
+
+
+def test_a_token_only_import_is_replayed_with_synthesized_prompts(cli, scripted, tmp_path, gpt2):
+    # the stored trace has no text; the run builds each prompt, and the server receives exactly
+    # the recorded token counts, sharing blocks where the hash ids do
+    rows = [{"timestamp": 10 * i, "input_length": 600 + 50 * i, "output_length": 3,
+             "hash_ids": [5, 60 + i] if i % 2 else [5, 6]} for i in range(8)]
+    src = tmp_path / "m.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trace_path = tmp_path / "m.parquet"
+    done = cli("import", "mooncake", str(src), "-o", str(trace_path), "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert read_trace(trace_path).df["body"].is_null().all()
+    server = scripted()
+    done = cli("run", str(trace_path), "--url", server.url, "--rate", "40", "--out", str(tmp_path / "res"))
+    assert done.returncode == 0, done.stderr
+    prompts = [a.body["prompt"] for a in sorted(server.arrivals, key=lambda a: a.t_unix_ns)]
+    assert [len(gpt2.encode(p, add_special_tokens=False).ids) for p in prompts] == \
+        [r["input_length"] for r in rows]
+    assert all(a.body["max_tokens"] == 3 and a.body["stream"] for a in server.arrivals)
+    head = prompts[0][:2000]
+    assert all(p.startswith(head) for p in prompts)  # hash id 5 first everywhere
+    assert prompts[2].startswith(prompts[0])  # ids [5, 6] again, 100 tokens longer
+    assert not prompts[3].startswith(prompts[1][:len(prompts[1]) - 1])  # [5, 61] vs [5, 63]

@@ -3,6 +3,7 @@
 //! * `schedule` — arrival offsets (trace rescaling, Poisson, Gamma, constant), seeded.
 //! * `sse` / `openai` — incremental SSE framing and OpenAI-style chunk interpretation.
 //! * `record` — per-request timing records, assembled into columns.
+//! * `prefix_cache` — an offline LRU prefix-cache simulation over chained block hashes.
 //! * `run` (with `plan`, `client`, `conn`, `pool`, `warmup`, `exchange`, `response`, `dispatch`,
 //!   `threads`) — the open-loop HTTP/1.1 runner: warm-up, dispatch (open or causal), true send
 //!   stamps, drain and cut-off.
@@ -17,6 +18,7 @@ mod exchange;
 pub mod openai;
 mod plan;
 pub mod pool;
+pub mod prefix_cache;
 pub mod record;
 mod response;
 pub mod run;
@@ -29,7 +31,8 @@ pub use dispatch::Gate;
 pub use error::CoreError;
 pub use openai::{parse_openai_event, parse_openai_response, OpenAiEvent, Usage};
 pub use plan::{PlannedRequest, Schedule};
+pub use prefix_cache::{prefix_cache_hits, simulate as simulate_prefix_cache};
 pub use record::{ErrorKind, Recorder, Records, RequestRecord, RunStats, Switches};
-pub use run::{run, run_streamed, RunConfig, RunControl};
+pub use run::{run, run_streamed, RunConfig, RunControl, Sink, HAND_OVER_EVERY};
 pub use schedule::{arrival_offsets, Arrivals};
 pub use sse::{SseError, SseParser};

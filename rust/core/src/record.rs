@@ -2,9 +2,9 @@
 //! returns, the `ErrorKind` taxonomy, and the `Recorder` that assembles columns.
 //!
 //! Each request task fills its own `RequestRecord` (with its own chunk-time Vec) and hands it
-//! over whole; the `Recorder` slots it by request index, and `finish` lays the slots out as
-//! columns (one entry per request, index = request index) plus the chunk times of every request
-//! end to end (`chunk_offsets` says where each request's run starts).
+//! over whole; the `Recorder` lays the records out as columns in request order (plus the chunk
+//! times of every request end to end; `chunk_offsets` says where each request's run starts), and
+//! hands them over in batches as the requests before them are in.
 //! Times are ns since the run start; -1 means "never happened". Chunk times are kept compactly:
 //! u32 microseconds after the request's first token (4 bytes a chunk; 71 minutes at most).
 
@@ -153,11 +153,14 @@ impl RequestRecord {
     }
 }
 
-/// Columnar results of a run: one entry per request (index = request index), plus the chunk
-/// times of all requests end to end: request i's are `chunk_us[chunk_offsets[i]..chunk_offsets[i+1]]`,
-/// in arrival order.
+/// Columnar results of consecutive requests, `first` to `first + len() - 1` (a whole run, or
+/// one batch of it): one entry per request, plus their chunk times end to end: row r's are
+/// `chunk_us[chunk_offsets[r]..chunk_offsets[r+1]]`, in arrival order. The run-level fields
+/// (`start_unix_ns` to `stats`) are set on the records a run returns, not on its batches.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Records {
+    /// Request index of the first row.
+    pub first: usize,
     pub intended_ns: Vec<i64>,
     pub release_ns: Vec<i64>,
     pub conn_ns: Vec<i64>,
@@ -177,7 +180,7 @@ pub struct Records {
     pub output_chunks: Vec<i64>,
     /// Short one-line detail, empty when ok.
     pub error_detail: Vec<String>,
-    /// n + 1 entries (empty until `finish`).
+    /// len() + 1 entries.
     pub chunk_offsets: Vec<u64>,
     pub chunk_us: Vec<u32>,
     /// Wall clock (Unix epoch ns) at the run's t0.
@@ -227,109 +230,120 @@ impl Records {
     }
 }
 
-/// Collects `RequestRecord`s by index straight into columns (so a run holds each result once)
-/// and assembles `Records`. Chunk times go into one buffer in request order as records come in:
-/// a record that arrives ahead of an earlier request's waits (with its own chunk times) until
-/// the requests before it are in, so the buffer is never copied to be sorted. Requests finish
-/// roughly in the order they were sent, so few wait.
+/// Collects `RequestRecord`s into columns in request order, a batch at a time.
+///
+/// A record whose turn has come (every request before it is in) goes straight into the current
+/// batch; one that arrives ahead of an earlier request's waits whole until the requests before
+/// it are in. Requests finish roughly in the order they were sent, so few wait. `take_ready`
+/// hands the batch over (the run's sink writes it out as the stage goes), so a recorder holds only
+/// the rows not yet handed over and the records still waiting; `finish` lays out the rest,
+/// filling the requests that never came in.
 #[derive(Debug)]
 pub struct Recorder {
-    cols: Records,
-    /// Chunk times of each request (index + 1; entry 0 is 0), prefix-summed by `finish`.
-    lens: Vec<u64>,
-    /// Records in, ahead of `next`: their chunk times, until the requests before them are in.
-    waiting: std::collections::BTreeMap<usize, Vec<u32>>,
-    /// The first request whose chunk times are not in the buffer yet.
+    /// Each request's intended offset, ns from t0 (one per request: the run's size).
+    intended: Vec<i64>,
+    /// Rows `ready.first..next`, in request order.
+    ready: Records,
+    /// Records in, ahead of `next`.
+    waiting: std::collections::BTreeMap<usize, RequestRecord>,
+    /// The first request not yet in `ready` (nor handed over).
     next: usize,
-    filled: Vec<bool>,
     received: usize,
 }
 
+impl Records {
+    /// No rows; the next row will be request `first`.
+    fn empty_at(first: usize) -> Self {
+        Records {
+            first,
+            chunk_offsets: vec![0],
+            ..Records::default()
+        }
+    }
+
+    /// Append request `rec.index`'s row (it must be request `first + len()`).
+    fn push(&mut self, rec: RequestRecord, intended_ns: i64) {
+        debug_assert_eq!(rec.index, self.first + self.len());
+        self.intended_ns.push(intended_ns);
+        self.release_ns.push(rec.release_ns);
+        self.conn_ns.push(rec.conn_ns);
+        self.sent_ns.push(rec.sent_ns);
+        self.first_byte_ns.push(rec.first_byte_ns);
+        self.first_token_ns.push(rec.first_token_ns);
+        self.end_ns.push(rec.end_ns);
+        self.status.push(rec.status);
+        self.error_kind.push(rec.error_kind as u8);
+        self.prompt_tokens.push(rec.prompt_tokens);
+        self.completion_tokens.push(rec.completion_tokens);
+        self.cached_tokens.push(rec.cached_tokens);
+        self.output_chunks.push(rec.output_chunks);
+        self.error_detail.push(rec.error_detail);
+        self.chunk_us.extend_from_slice(&rec.chunk_us);
+        self.chunk_offsets.push(self.chunk_us.len() as u64);
+    }
+
+    /// Append `other`'s rows (which must start where these end).
+    pub fn append(&mut self, other: Records) {
+        assert_eq!(other.first, self.first + self.len(), "batches out of order");
+        let base = self.chunk_us.len() as u64;
+        if self.chunk_offsets.is_empty() {
+            self.chunk_offsets.push(0);
+        }
+        self.intended_ns.extend(other.intended_ns);
+        self.release_ns.extend(other.release_ns);
+        self.conn_ns.extend(other.conn_ns);
+        self.sent_ns.extend(other.sent_ns);
+        self.first_byte_ns.extend(other.first_byte_ns);
+        self.first_token_ns.extend(other.first_token_ns);
+        self.end_ns.extend(other.end_ns);
+        self.status.extend(other.status);
+        self.error_kind.extend(other.error_kind);
+        self.prompt_tokens.extend(other.prompt_tokens);
+        self.completion_tokens.extend(other.completion_tokens);
+        self.cached_tokens.extend(other.cached_tokens);
+        self.output_chunks.extend(other.output_chunks);
+        self.error_detail.extend(other.error_detail);
+        self.chunk_us.extend(other.chunk_us);
+        self.chunk_offsets
+            .extend(other.chunk_offsets.iter().skip(1).map(|o| o + base));
+    }
+}
+
 impl Recorder {
-    /// A recorder for `n` requests.
-    pub fn new(n: usize) -> Self {
-        let cols = Records {
-            intended_ns: Vec::new(),
-            release_ns: vec![-1; n],
-            conn_ns: vec![-1; n],
-            sent_ns: vec![-1; n],
-            first_byte_ns: vec![-1; n],
-            first_token_ns: vec![-1; n],
-            end_ns: vec![-1; n],
-            status: vec![0; n],
-            error_kind: vec![ErrorKind::None as u8; n],
-            prompt_tokens: vec![-1; n],
-            completion_tokens: vec![-1; n],
-            cached_tokens: vec![-1; n],
-            output_chunks: vec![0; n],
-            error_detail: vec![String::new(); n],
-            chunk_offsets: Vec::new(),
-            chunk_us: Vec::new(),
-            start_unix_ns: 0,
-            cancelled: false,
-            cut_off: false,
-            stats: RunStats::default(),
-        };
+    /// A recorder for one request per entry of `intended_ns` (their intended offsets).
+    pub fn new(intended_ns: Vec<i64>) -> Self {
         Recorder {
-            cols,
-            lens: vec![0; n + 1],
+            intended: intended_ns,
+            ready: Records::empty_at(0),
             waiting: std::collections::BTreeMap::new(),
             next: 0,
-            filled: vec![false; n],
             received: 0,
         }
     }
 
     /// Store a finished request. Returns false (and drops it) if its index is out of range or
-    /// already filled.
+    /// already stored.
     pub fn insert(&mut self, rec: RequestRecord) -> bool {
         let i = rec.index;
-        match self.filled.get_mut(i) {
-            Some(f @ false) => *f = true,
-            _ => return false,
+        if i >= self.intended.len() || i < self.next || self.waiting.contains_key(&i) {
+            return false;
         }
         self.received += 1;
-        let c = &mut self.cols;
-        c.release_ns[i] = rec.release_ns;
-        c.conn_ns[i] = rec.conn_ns;
-        c.sent_ns[i] = rec.sent_ns;
-        c.first_byte_ns[i] = rec.first_byte_ns;
-        c.first_token_ns[i] = rec.first_token_ns;
-        c.end_ns[i] = rec.end_ns;
-        c.status[i] = rec.status;
-        c.error_kind[i] = rec.error_kind as u8;
-        c.prompt_tokens[i] = rec.prompt_tokens;
-        c.completion_tokens[i] = rec.completion_tokens;
-        c.cached_tokens[i] = rec.cached_tokens;
-        c.output_chunks[i] = rec.output_chunks;
-        c.error_detail[i] = rec.error_detail;
-        self.lens[i + 1] = rec.chunk_us.len() as u64;
-        if i == self.next {
-            c.chunk_us.extend_from_slice(&rec.chunk_us);
+        if i != self.next {
+            self.waiting.insert(i, rec);
+            return true;
+        }
+        self.ready.push(rec, self.intended[i]);
+        self.next += 1;
+        while let Some(entry) = self.waiting.first_entry() {
+            if *entry.key() != self.next {
+                break;
+            }
+            let rec = entry.remove();
+            self.ready.push(rec, self.intended[self.next]);
             self.next += 1;
-            self.flush_waiting(false);
-        } else if !rec.chunk_us.is_empty() {
-            self.waiting.insert(i, rec.chunk_us);
         }
         true
-    }
-
-    /// Move the waiting chunk times that are next in request order into the buffer (`all`: every
-    /// one left, in order, skipping requests that never came in).
-    fn flush_waiting(&mut self, all: bool) {
-        while let Some(entry) = self.waiting.first_entry() {
-            let i = *entry.key();
-            if !all {
-                while self.next < i && self.filled[self.next] && self.lens[self.next + 1] == 0 {
-                    self.next += 1;
-                }
-                if i != self.next {
-                    break;
-                }
-            }
-            self.cols.chunk_us.extend_from_slice(&entry.remove());
-            self.next = i + 1;
-        }
     }
 
     /// How many requests have been stored.
@@ -337,34 +351,29 @@ impl Recorder {
         self.received
     }
 
-    /// Lay out the columns. Requests without a record were never sent: they get `missing`
-    /// (with `detail`) and -1 times. Chunk times still waiting go into the buffer in order.
-    pub fn finish(
-        mut self,
-        intended_ns: Vec<i64>,
-        start_unix_ns: i64,
-        missing: (ErrorKind, &str),
-    ) -> Records {
-        self.flush_waiting(true);
-        let mut out = self.cols;
-        let n = self.filled.len();
-        assert_eq!(
-            intended_ns.len(),
-            n,
-            "intended_ns must have one entry per request"
-        );
-        out.intended_ns = intended_ns;
-        out.start_unix_ns = start_unix_ns;
-        for (i, _) in self.filled.iter().enumerate().filter(|(_, f)| !**f) {
-            out.error_kind[i] = missing.0 as u8;
-            out.error_detail[i] = missing.1.to_string();
+    /// Hand over the rows ready so far (every request before them is in, so later ones go after
+    /// them); None when there are none.
+    pub fn take_ready(&mut self) -> Option<Records> {
+        if self.ready.is_empty() {
+            return None;
         }
-        let mut offsets = self.lens;
-        for i in 0..n {
-            offsets[i + 1] += offsets[i];
+        Some(std::mem::replace(&mut self.ready, Records::empty_at(self.next)))
+    }
+
+    /// The rows not handed over yet, to the last request. Requests without a record were never
+    /// sent: they get `missing` (with its detail) and -1 times.
+    pub fn finish(mut self, start_unix_ns: i64, missing: (ErrorKind, &str)) -> Records {
+        for i in self.next..self.intended.len() {
+            let rec = self.waiting.remove(&i).unwrap_or_else(|| {
+                let mut never = RequestRecord::new(i);
+                never.error_kind = missing.0;
+                never.error_detail = missing.1.to_string();
+                never
+            });
+            self.ready.push(rec, self.intended[i]);
         }
-        out.chunk_offsets = offsets;
-        out
+        self.ready.start_unix_ns = start_unix_ns;
+        self.ready
     }
 }
 
@@ -398,7 +407,7 @@ mod tests {
 
     #[test]
     fn assembles_columns_in_index_order() {
-        let mut rec = Recorder::new(3);
+        let mut rec = Recorder::new(vec![0, 10, 20]);
         // Finished out of order.
         assert!(rec.insert(done(2, 20, &[25_000, 27_000])));
         assert!(rec.insert(done(0, 0, &[5_000, 6_000, 9_000])));
@@ -410,7 +419,8 @@ mod tests {
         assert!(!rec.insert(done(1, 0, &[])), "duplicate index refused");
         assert!(!rec.insert(done(7, 0, &[])), "out of range refused");
         assert_eq!(rec.received(), 3);
-        let r = rec.finish(vec![0, 10, 20], 123, (ErrorKind::Other, "none missing"));
+        let r = rec.finish(123, (ErrorKind::Other, "none missing"));
+        assert_eq!(r.intended_ns, vec![0, 10, 20]);
         assert_eq!(r.len(), 3);
         assert_eq!(r.sent_ns, vec![0, 10, 20]);
         assert_eq!(r.first_token_ns, vec![5_000, -1, 25_000]);
@@ -431,18 +441,14 @@ mod tests {
 
     #[test]
     fn missing_rows_are_cancelled() {
-        let mut rec = Recorder::new(3);
+        let mut rec = Recorder::new(vec![0, 50, 90]);
         rec.insert(done(0, 0, &[4]));
         let mut inflight = RequestRecord::new(1);
         inflight.sent_ns = 50;
         inflight.token_chunk(60);
         inflight.fail(ErrorKind::Cancelled, "cancelled in flight");
         rec.insert(inflight);
-        let r = rec.finish(
-            vec![0, 50, 90],
-            0,
-            (ErrorKind::Cancelled, "not sent: run cancelled"),
-        );
+        let r = rec.finish(0, (ErrorKind::Cancelled, "not sent: run cancelled"));
         assert_eq!(
             r.error_kind,
             vec![0, ErrorKind::Cancelled as u8, ErrorKind::Cancelled as u8]
@@ -456,7 +462,7 @@ mod tests {
 
     #[test]
     fn chunk_times_are_microseconds_after_the_first_token() {
-        let mut rec = Recorder::new(2);
+        let mut rec = Recorder::new(vec![0, 0]);
         rec.insert(done(
             1,
             0,
@@ -467,7 +473,7 @@ mod tests {
         quiet.token_chunk(10);
         quiet.token_chunk(20);
         rec.insert(quiet);
-        let r = rec.finish(vec![0, 0], 0, (ErrorKind::Other, ""));
+        let r = rec.finish(0, (ErrorKind::Other, ""));
         assert_eq!(r.output_chunks, vec![2, 4]);
         assert_eq!(r.first_token_ns, vec![10, 7_000_000]);
         assert_eq!(
@@ -497,11 +503,11 @@ mod tests {
             .map(|k| (k * 7 + 3) % n)
             .filter(|&i| i != 13)
             .collect();
-        let mut rec = Recorder::new(n);
+        let mut rec = Recorder::new(vec![0; n]);
         for &i in &order {
             assert!(rec.insert(done(i, 0, &chunks(i))));
         }
-        let r = rec.finish(vec![0; n], 0, (ErrorKind::Cancelled, "never sent"));
+        let r = rec.finish(0, (ErrorKind::Cancelled, "never sent"));
         for i in 0..n {
             let got = &r.chunk_us[r.chunk_offsets[i] as usize..r.chunk_offsets[i + 1] as usize];
             let want: Vec<u32> = if i == 13 {
@@ -518,6 +524,40 @@ mod tests {
         assert_eq!(
             ErrorKind::from_u8(r.error_kind[13]),
             Some(ErrorKind::Cancelled)
+        );
+    }
+
+    /// Batches taken while records come in hold each request once, in request order, and
+    /// together equal the records of a recorder never asked for them.
+    #[test]
+    fn batches_hand_over_rows_in_request_order() {
+        let n = 30;
+        let order: Vec<usize> = (0..n).map(|k| (k * 11 + 5) % n).collect();
+        let intended: Vec<i64> = (0..n as i64).map(|i| i * 1000).collect();
+        let mut whole = Recorder::new(intended.clone());
+        let mut batched = Recorder::new(intended);
+        let mut out = Records::default();
+        let mut firsts = Vec::new();
+        for (k, &i) in order.iter().enumerate() {
+            let chunks: Vec<i64> = (0..(i % 3) as i64).map(|c| 5_000 + c * 1000).collect();
+            whole.insert(done(i, i as i64, &chunks));
+            batched.insert(done(i, i as i64, &chunks));
+            assert!(!batched.insert(done(i, 0, &[])), "a second record of {i} is refused");
+            if k % 4 == 3 {
+                if let Some(b) = batched.take_ready() {
+                    assert_eq!(b.chunk_offsets.len(), b.len() + 1);
+                    firsts.push((b.first, b.len()));
+                    out.append(b);
+                }
+            }
+        }
+        out.append(batched.finish(7, (ErrorKind::Other, "")));
+        assert!(firsts.len() >= 2, "rows were handed over before the end: {firsts:?}");
+        let w = whole.finish(7, (ErrorKind::Other, ""));
+        assert_eq!(out.first, 0);
+        assert_eq!(
+            (out.sent_ns, out.chunk_offsets, out.chunk_us, out.intended_ns),
+            (w.sent_ns, w.chunk_offsets, w.chunk_us, w.intended_ns)
         );
     }
 

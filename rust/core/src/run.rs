@@ -16,12 +16,12 @@ use bytes::Bytes;
 use tokio::sync::{watch, Semaphore};
 
 use crate::client::{build_headers, resolve, BaseUrl, Encoder, POOL_IDLE_TIMEOUT};
-use crate::dispatch::{dispatch, Scheduled, CANCEL_POLL, FIFO_SPIN_WINDOW, SPIN_WINDOW};
+use crate::dispatch::{dispatch, Dispatched, Scheduled, CANCEL_POLL, FIFO_SPIN_WINDOW, SPIN_WINDOW};
 use crate::error::CoreError;
 use crate::exchange::{launch, Shared, CANCELLED, CUT_OFF};
 use crate::plan::{validate, PlannedRequest, Schedule};
 use crate::pool::Pool;
-use crate::record::{ErrorKind, Recorder, Records, RunStats};
+use crate::record::{ErrorKind, Recorder, Records, RequestRecord, RunStats};
 use crate::threads;
 use crate::warmup::warm_up;
 
@@ -105,19 +105,121 @@ fn unix_now_ns() -> i64 {
 }
 
 /// Replay `requests` open-loop against `config.base_url` and return one record per request
-/// (`run_streamed` with the bodies already in memory).
+/// (`run_streamed` with the bodies already in memory and every record kept to the end).
 pub fn run(
     config: &RunConfig,
     requests: Vec<PlannedRequest>,
     control: Arc<RunControl>,
 ) -> Result<Records, CoreError> {
     let (schedule, bodies) = Schedule::of(requests);
-    run_streamed(config, schedule, bodies, control)
+    run_streamed(config, schedule, bodies, control, None)
+}
+
+/// Where a run hands its records over as it goes: called with consecutive batches, in request
+/// order, on a thread of the run's own (so it should be quick: e.g. send them down a channel).
+pub type Sink<'a> = &'a mut (dyn FnMut(Records) + Send);
+
+/// How often finished records are handed to the sink.
+pub const HAND_OVER_EVERY: Duration = Duration::from_millis(500);
+/// How often the records thread drains what the request tasks handed in: it wakes this often
+/// rather than once per record, to stay out of the dispatcher's way.
+const COLLECT_POLL: Duration = Duration::from_millis(5);
+
+/// The records thread: takes the request tasks' records into `recorder` until `collecting` is
+/// cleared (or every sender is gone), reports how many are in after each drain, and hands the
+/// ready rows to `sink` every `HAND_OVER_EVERY`.
+fn collect(
+    records: mpsc::Receiver<RequestRecord>,
+    mut recorder: Recorder,
+    mut sink: Option<Sink<'_>>,
+    counts: mpsc::Sender<usize>,
+    collecting: &AtomicBool,
+) -> Recorder {
+    let mut handed_over = Instant::now();
+    loop {
+        let last_round = !collecting.load(Ordering::Acquire);
+        let mut gone = false;
+        let before = recorder.received();
+        loop {
+            match records.try_recv() {
+                Ok(rec) => {
+                    recorder.insert(rec);
+                }
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    gone = true;
+                    break;
+                }
+            }
+        }
+        if recorder.received() != before {
+            let _ = counts.send(recorder.received());
+        }
+        if last_round || gone {
+            return recorder;
+        }
+        if let Some(sink) = sink.as_mut() {
+            if handed_over.elapsed() >= HAND_OVER_EVERY {
+                handed_over = Instant::now();
+                if let Some(batch) = recorder.take_ready() {
+                    sink(batch);
+                }
+            }
+        }
+        std::thread::sleep(COLLECT_POLL);
+    }
+}
+
+/// After the last send: wait until every dispatched request handed in its record, stopping the
+/// request tasks when the run is cancelled or the drain ends (then at most `STOP_GRACE` more).
+/// Returns (cancelled, cut off).
+fn wait_for_records(
+    dispatched: &Dispatched,
+    counts: &mpsc::Receiver<usize>,
+    control: &RunControl,
+    stop_tx: &watch::Sender<u8>,
+    drain_end: Option<Instant>,
+) -> (bool, bool) {
+    let mut stopped_at: Option<Instant> = None;
+    let mut cancelled = dispatched.cancelled;
+    let mut cut_off = dispatched.stopped;
+    let stop = |value: u8, at: &mut Option<Instant>| {
+        let _ = stop_tx.send(value);
+        at.get_or_insert_with(Instant::now);
+    };
+    if cancelled {
+        stop(CANCELLED, &mut stopped_at);
+    } else if cut_off {
+        stop(CUT_OFF, &mut stopped_at);
+    }
+    let mut received = 0;
+    while received < dispatched.count {
+        match counts.recv_timeout(CANCEL_POLL) {
+            Ok(c) => received = counts.try_iter().last().unwrap_or(c),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        if stopped_at.is_none() {
+            if control.cancel.load(Ordering::Relaxed) {
+                cancelled = true;
+                stop(CANCELLED, &mut stopped_at);
+            } else if drain_end.is_some_and(|d| Instant::now() >= d) {
+                cut_off = true;
+                stop(CUT_OFF, &mut stopped_at);
+            }
+        }
+        if stopped_at.is_some_and(|t| t.elapsed() > STOP_GRACE) {
+            break;
+        }
+    }
+    (cancelled, cut_off)
 }
 
 /// Replay the `schedule` open-loop against `config.base_url`, taking each request's body from
 /// `bodies` (in request order) only when it is due, so that a source that reads them a window
-/// ahead keeps memory bounded. Returns one record per request.
+/// ahead keeps memory bounded. With a `sink`, finished records are handed to it in request order
+/// as the run goes (see `Sink`), and the records returned are the rest (their `first` says where
+/// they start); without one, every request's record is returned.
 ///
 /// Blocks the calling thread (which becomes the dispatcher) until every request finished, the
 /// drain ended (then `cut_off` is true), or `control.cancel` was set and in-flight requests were
@@ -130,6 +232,7 @@ pub fn run_streamed(
     schedule: Schedule,
     bodies: impl IntoIterator<Item = Bytes>,
     control: Arc<RunControl>,
+    sink: Option<Sink<'_>>,
 ) -> Result<Records, CoreError> {
     validate(config, &schedule)?;
     let base = BaseUrl::parse(&config.base_url)?;
@@ -210,65 +313,43 @@ pub fn run_streamed(
     } else {
         SPIN_WINDOW
     };
-    let dispatched = dispatch(
-        t0,
-        spin,
-        items,
-        causal.then_some(&ends_rx),
-        stop_at_ns,
-        &control.cancel,
-        |index, release_ns, (path, body)| {
-            launch(
-                &shared,
-                &handle,
-                index,
-                release_ns,
-                &schedule.paths[path as usize],
-                body,
-            )
-        },
-    );
-    threads::restore_priority(priority);
-    let dispatcher_switches = threads::since(threads::switches(&dispatcher), dispatcher_before);
-
-    let mut recorder = Recorder::new(n);
-    let mut stopped_at: Option<Instant> = None;
-    let mut cancelled = dispatched.cancelled;
-    let mut cut_off = dispatched.stopped;
     let drain_end = stop_at_ns.map(|s| t0 + Duration::from_nanos(s.max(0) as u64));
-    let stop = |value: u8, at: &mut Option<Instant>| {
-        let _ = stop_tx.send(value);
-        at.get_or_insert_with(Instant::now);
-    };
-    if cancelled {
-        stop(CANCELLED, &mut stopped_at);
-    } else if cut_off {
-        stop(CUT_OFF, &mut stopped_at);
-    }
-    while recorder.received() < dispatched.count {
-        match records_rx.recv_timeout(CANCEL_POLL) {
-            Ok(rec) => {
-                recorder.insert(rec);
-                while let Ok(more) = records_rx.try_recv() {
-                    recorder.insert(more);
-                }
-            }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
-        }
-        if stopped_at.is_none() {
-            if control.cancel.load(Ordering::Relaxed) {
-                cancelled = true;
-                stop(CANCELLED, &mut stopped_at);
-            } else if drain_end.is_some_and(|d| Instant::now() >= d) {
-                cut_off = true;
-                stop(CUT_OFF, &mut stopped_at);
-            }
-        }
-        if stopped_at.is_some_and(|t| t.elapsed() > STOP_GRACE) {
-            break;
-        }
-    }
+    let (counts_tx, counts_rx) = mpsc::channel();
+    let collecting = AtomicBool::new(true);
+    let (dispatched, dispatcher_switches, recorder, stopped) = std::thread::scope(|scope| {
+        let collector = std::thread::Builder::new()
+            .name("replay-records".into())
+            .spawn_scoped(scope, || {
+                collect(records_rx, Recorder::new(intended), sink, counts_tx, &collecting)
+            })
+            .expect("cannot start the records thread");
+        let dispatched = dispatch(
+            t0,
+            spin,
+            items,
+            causal.then_some(&ends_rx),
+            stop_at_ns,
+            &control.cancel,
+            |index, release_ns, (path, body)| {
+                launch(
+                    &shared,
+                    &handle,
+                    index,
+                    release_ns,
+                    &schedule.paths[path as usize],
+                    body,
+                )
+            },
+        );
+        threads::restore_priority(priority);
+        let dispatcher_switches =
+            threads::since(threads::switches(&dispatcher), dispatcher_before);
+        let stopped = wait_for_records(&dispatched, &counts_rx, &control, &stop_tx, drain_end);
+        collecting.store(false, Ordering::Release);
+        let recorder = collector.join().expect("the records thread panicked");
+        (dispatched, dispatcher_switches, recorder, stopped)
+    });
+    let (cancelled, cut_off) = stopped;
     let worker_switches = workers.total();
     drop(shared);
     runtime.shutdown_timeout(Duration::from_millis(200));
@@ -284,7 +365,7 @@ pub fn run_streamed(
             "no record for this request (internal error)",
         )
     };
-    let mut records = recorder.finish(intended, start_unix_ns, missing);
+    let mut records = recorder.finish(start_unix_ns, missing);
     records.cancelled = cancelled;
     records.cut_off = cut_off && !cancelled;
     records.stats = RunStats {

@@ -186,6 +186,7 @@ fn bodies_are_taken_from_the_source_only_as_requests_come_due() {
         schedule,
         source,
         Arc::new(RunControl::default()),
+        None,
     )
     .unwrap();
     let pulls = pulls.lock().unwrap();
@@ -210,6 +211,61 @@ fn bodies_are_taken_from_the_source_only_as_requests_come_due() {
             "not sent: the request source ended early"
         );
         assert_eq!(r.sent_ns[i], -1);
+    }
+}
+
+#[test]
+fn records_are_handed_to_the_sink_in_request_order_as_the_run_goes() {
+    use replay_core::{run_streamed, Records, Schedule, HAND_OVER_EVERY};
+
+    let server = common::start();
+    // 16 requests over 1.5 s, three of them slow (held 2 s): rows behind a slow one wait for it.
+    let n = 16;
+    let slow = [2usize, 9, 10];
+    let paths = vec!["/sse?chunks=3".to_string(), "/slow?chunks=1".to_string()];
+    let schedule = Schedule {
+        path_index: (0..n).map(|i| u8::from(slow.contains(&i))).collect(),
+        paths,
+        offsets_ns: (0..n as i64).map(|i| i * 100_000_000).collect(),
+        after: Vec::new(),
+    };
+    let bodies = (0..n).map(|i| Bytes::from(format!("{{\"i\":{i}}}")));
+    let t0_guess = Instant::now();
+    let mut batches: Vec<(Duration, Records)> = Vec::new();
+    let mut sink = |b: Records| batches.push((t0_guess.elapsed(), b));
+    let rest = run_streamed(
+        &common::config(server.url()),
+        schedule,
+        bodies,
+        Arc::new(RunControl::default()),
+        Some(&mut sink),
+    )
+    .unwrap();
+    let ended = t0_guess.elapsed();
+    assert!(
+        batches.len() >= 2,
+        "{} batches for a run of {ended:?}",
+        batches.len()
+    );
+    // The first batch (requests 0 and 1, before the first slow one) came long before the end.
+    assert_eq!((batches[0].1.first, batches[0].1.len()), (0, 2));
+    assert!(batches[0].0 + HAND_OVER_EVERY < ended, "{:?} vs {ended:?}", batches[0].0);
+    let mut all = Records::default();
+    for (_, b) in batches {
+        assert_eq!(b.chunk_offsets.len(), b.len() + 1);
+        all.append(b);
+    }
+    all.append(rest);
+    assert_eq!(all.len(), n);
+    assert!(all.error_kind.iter().all(|&k| k == 0), "{:?}", all.error_detail);
+    assert_eq!(
+        all.intended_ns,
+        (0..n as i64).map(|i| i * 100_000_000).collect::<Vec<_>>()
+    );
+    for i in 0..n {
+        let chunks = all.chunk_offsets[i + 1] - all.chunk_offsets[i];
+        let want = if slow.contains(&i) { 1 } else { 3 };
+        assert_eq!((i, chunks), (i, want));
     }
 }
 

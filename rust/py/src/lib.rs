@@ -18,8 +18,9 @@ mod affinity;
 mod sim;
 
 use replay_core::{
-    arrival_offsets as core_arrival_offsets, run_streamed as core_run_streamed, Arrivals,
-    CoreError, ErrorKind, Gate, Records, RunConfig, RunControl, Schedule, Switches,
+    arrival_offsets as core_arrival_offsets, simulate_prefix_cache as core_simulate_prefix_cache,
+    run_streamed as core_run_streamed, Arrivals,
+    CoreError, ErrorKind, Gate, Records, RunConfig, RunControl, Schedule, Sink, Switches,
 };
 
 /// Raise the `replay.errors` class that matches a core error variant.
@@ -103,6 +104,41 @@ fn arrival_offsets<'py>(
     Ok(offsets.into_pyarray(py))
 }
 
+/// For each request, the leading blocks an LRU prefix cache of `capacity` blocks (0: unbounded)
+/// held when it arrived; request i's chained block hashes are `hashes[offsets[i]..offsets[i+1]]`
+/// (see `replay_core::prefix_cache`). With `times_s` (one per request), also each request's
+/// reuse time (NaN without a hit): returns (hits, reuse_s).
+#[pyfunction]
+#[pyo3(signature = (hashes, offsets, capacity, times_s=None))]
+fn prefix_cache_hits<'py>(
+    py: Python<'py>,
+    hashes: PyReadonlyArray1<'py, u64>,
+    offsets: PyReadonlyArray1<'py, u64>,
+    capacity: usize,
+    times_s: Option<PyReadonlyArray1<'py, f64>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (h, o) = (hashes.as_slice()?, offsets.as_slice()?);
+    if o.first().is_some_and(|&f| f != 0)
+        || o.windows(2).any(|w| w[0] > w[1])
+        || o.last().is_some_and(|&l| l as usize != h.len())
+    {
+        return Err(PyValueError::new_err(
+            "offsets must start at 0, not decrease and end at len(hashes)",
+        ));
+    }
+    let t = times_s.as_ref().map(|t| t.as_slice()).transpose()?;
+    if t.is_some_and(|t| t.len() + 1 != o.len()) {
+        return Err(PyValueError::new_err("times_s must have one entry per request"));
+    }
+    let (hits, reuse) = py.detach(|| core_simulate_prefix_cache(h, o, capacity, t));
+    if t.is_none() {
+        return Ok(hits.into_pyarray(py).into_any());
+    }
+    Ok((hits.into_pyarray(py), reuse.into_pyarray(py))
+        .into_pyobject(py)?
+        .into_any())
+}
+
 /// The error kind names, indexed by the codes in the `error_kind` column.
 #[pyfunction]
 fn error_kinds() -> Vec<&'static str> {
@@ -116,8 +152,10 @@ fn switches_dict<'py>(py: Python<'py>, s: Switches) -> PyResult<Bound<'py, PyDic
     Ok(d)
 }
 
-fn records_to_dict<'py>(py: Python<'py>, r: Records) -> PyResult<Bound<'py, PyDict>> {
+/// The per-request columns of `r` (rows `first`..), as numpy arrays.
+fn rows_to_dict<'py>(py: Python<'py>, r: Records) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
+    d.set_item("first", r.first)?;
     let mut detail_offsets: Vec<i64> = Vec::with_capacity(r.error_detail.len() + 1);
     let mut detail_bytes: Vec<u8> = Vec::new();
     detail_offsets.push(0);
@@ -142,20 +180,25 @@ fn records_to_dict<'py>(py: Python<'py>, r: Records) -> PyResult<Bound<'py, PyDi
     d.set_item("error_detail_bytes", PyBytes::new(py, &detail_bytes))?;
     d.set_item("chunk_offsets", r.chunk_offsets.into_pyarray(py))?;
     d.set_item("chunk_us", r.chunk_us.into_pyarray(py))?;
-    d.set_item("start_unix_ns", r.start_unix_ns)?;
-    d.set_item("cancelled", r.cancelled)?;
-    d.set_item("cut_off", r.cut_off)?;
+    Ok(d)
+}
+
+/// The rows of `r` and what the run as a whole did.
+fn records_to_dict<'py>(py: Python<'py>, mut r: Records) -> PyResult<Bound<'py, PyDict>> {
+    let run = std::mem::take(&mut r.stats);
+    let (start_unix_ns, cancelled, cut_off) = (r.start_unix_ns, r.cancelled, r.cut_off);
+    let d = rows_to_dict(py, r)?;
+    d.set_item("start_unix_ns", start_unix_ns)?;
+    d.set_item("cancelled", cancelled)?;
+    d.set_item("cut_off", cut_off)?;
     let stats = PyDict::new(py);
-    stats.set_item("warmup_ms", r.stats.warmup_ns as f64 / 1e6)?;
-    stats.set_item("warm_connections_wanted", r.stats.warm_wanted)?;
-    stats.set_item("warm_connections", r.stats.warm_opened)?;
-    stats.set_item("warm_detail", r.stats.warm_detail)?;
-    stats.set_item(
-        "dispatcher_switches",
-        switches_dict(py, r.stats.dispatcher)?,
-    )?;
-    stats.set_item("dispatcher_priority", r.stats.dispatcher_priority)?;
-    stats.set_item("worker_switches", switches_dict(py, r.stats.workers)?)?;
+    stats.set_item("warmup_ms", run.warmup_ns as f64 / 1e6)?;
+    stats.set_item("warm_connections_wanted", run.warm_wanted)?;
+    stats.set_item("warm_connections", run.warm_opened)?;
+    stats.set_item("warm_detail", run.warm_detail)?;
+    stats.set_item("dispatcher_switches", switches_dict(py, run.dispatcher)?)?;
+    stats.set_item("dispatcher_priority", run.dispatcher_priority)?;
+    stats.set_item("worker_switches", switches_dict(py, run.workers)?)?;
     d.set_item("runner", stats)?;
     Ok(d)
 }
@@ -247,6 +290,9 @@ fn start_feeder(
 /// follows (-1: none) and `think_ns[i]` the think time after it. Times in seconds: None keeps
 /// the core's default (`run_defaults()`), 0 means no limit.
 /// `progress(sent, completed, errors)` is called every `progress_interval_s` with the GIL held.
+/// With `results`, finished requests are handed over as the run goes: `results(rows)` is called
+/// with consecutive batches in request order (`rows["first"]` is the first one's index; the same
+/// columns as the returned dict, whose rows are then the rest).
 /// On Ctrl-C the run is cancelled, partial results are returned and `interrupted` is True.
 /// `cpus` pins the runner's threads (dispatcher and I/O workers) to those CPUs.
 #[pyfunction]
@@ -254,7 +300,7 @@ fn start_feeder(
     url, paths, path_index, offsets_ns, bodies, *, body_offsets=None, after=None, think_ns=None,
     headers=Vec::new(), timeout_s=None, stall_timeout_s=None, connect_timeout_s=None, drain_s=None,
     max_connections=None, warm_connections=0, chunk_times=true, worker_threads=None, progress=None,
-    progress_interval_s=0.2, cpus=Vec::new()
+    progress_interval_s=0.2, cpus=Vec::new(), results=None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn run<'py>(
@@ -279,6 +325,7 @@ fn run<'py>(
     progress: Option<Bound<'py, PyAny>>,
     progress_interval_s: f64,
     cpus: Vec<usize>,
+    results: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let offsets = offsets_ns.as_slice()?;
     let n = offsets.len();
@@ -354,13 +401,19 @@ fn run<'py>(
     };
     let (tx, rx) = mpsc::channel();
     let rx = Mutex::new(rx); // detach() needs a Sync closure
+    let (batch_tx, batches) = mpsc::channel::<Records>();
+    let streamed = results.is_some();
     let thread_control = Arc::clone(&control);
     std::thread::Builder::new()
         .name("replay-run".into())
         .spawn(move || {
+            let mut sink = move |batch: Records| {
+                let _ = batch_tx.send(batch);
+            };
+            let sink: Option<Sink<'_>> = if streamed { Some(&mut sink) } else { None };
             // The runtime's workers are created by this thread and inherit its CPU set.
             let outcome = match affinity::pin_current_thread(&cpus) {
-                Ok(()) => core_run_streamed(&config, schedule, source, thread_control),
+                Ok(()) => core_run_streamed(&config, schedule, source, thread_control, sink),
                 Err(e) => Err(CoreError::Config {
                     field: "cpus",
                     message: format!("cannot pin the runner to {cpus:?}: {e}"),
@@ -373,6 +426,19 @@ fn run<'py>(
     let interval = Duration::from_secs_f64(progress_interval_s.max(0.01));
     let mut interrupted = false;
     let mut callback_error: Option<PyErr> = None;
+    // Hand the batches that came in to `results`; an error there cancels the run.
+    let hand_over = |py: Python<'py>, callback_error: &mut Option<PyErr>| {
+        let Some(cb) = results.as_ref() else { return };
+        for batch in batches.try_iter() {
+            if callback_error.is_some() {
+                continue; // drained and dropped: the run is being cancelled
+            }
+            if let Err(e) = rows_to_dict(py, batch).and_then(|d| cb.call1((d,))) {
+                control.cancel.store(true, Ordering::SeqCst);
+                *callback_error = Some(e);
+            }
+        }
+    };
     let outcome = loop {
         match py.detach(|| rx.lock().expect("receiver").recv_timeout(interval)) {
             Ok(result) => break result,
@@ -388,6 +454,7 @@ fn run<'py>(
             interrupted = true;
             control.cancel.store(true, Ordering::SeqCst);
         }
+        hand_over(py, &mut callback_error);
         if let (Some(cb), None) = (progress.as_ref(), callback_error.as_ref()) {
             let args = (
                 control.sent.load(Ordering::Relaxed),
@@ -407,6 +474,7 @@ fn run<'py>(
             return Err(e);
         }
     }
+    hand_over(py, &mut callback_error); // the runner sent its last batches before its outcome
     if let Some(e) = callback_error {
         return Err(e);
     }
@@ -422,6 +490,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(arrival_offsets, m)?)?;
     m.add_function(wrap_pyfunction!(error_kinds, m)?)?;
     m.add_function(wrap_pyfunction!(run_defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(prefix_cache_hits, m)?)?;
     m.add_class::<sim::SimServer>()?;
     Ok(())
 }

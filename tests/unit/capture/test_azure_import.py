@@ -1,4 +1,4 @@
-"""Azure LLM inference CSV import: the shared trace and bad inputs."""
+"""Azure LLM inference CSV import: the shared trace, both timestamp forms, bad rows."""
 
 from __future__ import annotations
 
@@ -13,12 +13,20 @@ from capture.importers import import_azure
 from replay.blocks import block_hashes
 from replay.errors import TraceError
 from replay.inspect import summarize
+from replay.trace import read_trace
+
+
+def _bodies(trace) -> list[dict]:
+    return [json.loads(b) for batch in trace.body_batches(len(trace), 512, synthesize=True)
+            for b in batch]
 
 
 @pytest.fixture(scope="module")
-def azure(shared_traces):
+def azure(shared_traces, tmp_path_factory):
     path = shared_traces / "azure_llm_2023_conv.csv"
-    return path, import_azure(path), pl.read_csv(path)
+    out = tmp_path_factory.mktemp("azure") / "azure.parquet"
+    import_azure(path, out)
+    return path, read_trace(out), pl.read_csv(path)
 
 
 @pytest.mark.data
@@ -27,6 +35,7 @@ def test_full_shared_file(azure, gpt2):
     _, trace, raw = azure
     df = trace.df
     assert df.height == raw.height == 19_366
+    assert df["body"].is_null().all()  # no synthesized text is stored
     stamps = raw["TIMESTAMP"].str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="us")
     span_s = (stamps.max() - stamps.min()).total_seconds()
     s = summarize(trace)
@@ -38,15 +47,25 @@ def test_full_shared_file(azure, gpt2):
                                         * 1_000_000)
     assert df["input_tokens"].to_list() == raw["ContextTokens"].to_list()  # file is in time order
     assert df["request_id"].n_unique() == df.height
-    for i in np.linspace(0, df.height - 1, 12).astype(int).tolist():
-        body = json.loads(df["body"][i])
+    picked = set(np.linspace(0, df.height - 1, 12).astype(int).tolist())
+    for i, batch in enumerate(trace.body_batches(df.height, 1, synthesize=True)):
+        if i not in picked:
+            continue
+        body = json.loads(batch[0])
         assert body["max_tokens"] == raw["GeneratedTokens"][i]
         assert [m["role"] for m in body["messages"]] == ["user"]
         token_ids = gpt2.encode(body["messages"][0]["content"], add_special_tokens=False).ids
         assert len(token_ids) == raw["ContextTokens"][i]
         assert block_hashes(token_ids, 16) == df["block_hashes"][i].to_list()
-    assert df["body"].n_unique() == df.height
     assert s["prefix_reuse_share"] < 0.001
+    # counting-process burstiness, against counts made here from the CSV's own timestamps: whole
+    # 60 s windows from the first request (with the partial last window too, as the shared notes
+    # measured it, the index is 20.6; over whole windows 16.1); Poisson would give about 1
+    secs = ((stamps - stamps.min()).dt.total_microseconds() / 1e6).to_numpy()
+    whole = int(secs.max() // 60)
+    counts = np.bincount((secs // 60).astype(int))[:whole]
+    assert s["idc_60s"] == pytest.approx(counts.var() / counts.mean(), rel=1e-9)
+    assert s["idc_60s"] > 10 and s["idc_1s"] > 1
 
 
 def _csv(tmp_path, text: str, name: str = "a.csv"):
@@ -55,27 +74,34 @@ def _csv(tmp_path, text: str, name: str = "a.csv"):
     return path
 
 
-def test_mixed_timestamp_formats_and_unsorted_rows(tmp_path, gpt2):
+def _import(tmp_path, path, **kwargs):
+    out = tmp_path / "out.parquet"
+    import_azure(path, out, **kwargs)
+    return read_trace(out)
+
+
+def test_2023_and_2024_timestamp_forms_and_unsorted_rows(tmp_path, gpt2):
     path = _csv(tmp_path, "TIMESTAMP,ContextTokens,GeneratedTokens\n"
                           "2024-05-10 00:00:02.5+00:00,30,5\n"
                           "2024-05-10T00:00:01Z,20,4\n"
                           "2024-05-10 02:00:00.000001+02:00,10,3\n"
                           "2024-05-10 00:00:01.1234567,0,2\n")
-    trace = import_azure(path, seed=1)
+    trace = _import(tmp_path, path, seed=1)
     t0 = int(datetime(2024, 5, 10, 0, 0, 0, tzinfo=timezone.utc).timestamp() * 1_000_000)
     assert trace.meta.t0_unix_us == t0 + 1
     assert trace.df["arrival_us"].to_list() == [0, 999_999, 1_123_455, 2_499_999]
     assert trace.df["input_tokens"].to_list() == [10, 20, 0, 30]
     assert trace.df["request_id"].to_list() == ["azure-000002", "azure-000001", "azure-000003",
                                                 "azure-000000"]
-    for body, n in zip(trace.df["body"], trace.df["input_tokens"]):
-        content = json.loads(body)["messages"][0]["content"]
+    bodies = _bodies(trace)
+    for body, n, mt in zip(bodies, trace.df["input_tokens"], trace.df["max_tokens"]):
+        content = body["messages"][0]["content"]
         assert len(gpt2.encode(content, add_special_tokens=False).ids) == n
-    assert import_azure(path, seed=1).df.equals(trace.df)
-    assert not import_azure(path, seed=2).df["body"].equals(trace.df["body"])
-    assert import_azure(path, limit=2).df.height == 2
-    with_model = json.loads(import_azure(path, model="m").df["body"][0])
-    assert with_model["model"] == "m"
+        assert body["max_tokens"] == mt
+    assert _bodies(_import(tmp_path, path, seed=1)) == bodies  # deterministic per seed
+    assert _bodies(_import(tmp_path, path, seed=2)) != bodies
+    assert len(_import(tmp_path, path, limit=2)) == 2
+    assert _bodies(_import(tmp_path, path, model="m"))[0]["model"] == "m"
 
 
 @pytest.mark.parametrize(
@@ -85,27 +111,42 @@ def test_mixed_timestamp_formats_and_unsorted_rows(tmp_path, gpt2):
          "a.csv: column 'GeneratedTokens' missing (Azure LLM inference trace CSV)"),
         ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,3,4\n"
          "2023-11-16 18:15:47.68,x3,4\n",
-         "a.csv: line 3: column 'ContextTokens' has 'x3', expected an integer >= 0"),
+         "a.csv: line 3: 'x3' is not an integer >= 0 (field 'ContextTokens')"),
         ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,3,-4\n",
-         "a.csv: line 2: column 'GeneratedTokens' has '-4', expected an integer >= 0"),
+         "a.csv: line 2: '-4' is not an integer >= 0 (field 'GeneratedTokens')"),
         ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,3,4\n"
          "2023-13-16 18:15:46.68,3,4\n",
-         "a.csv: line 3: column 'TIMESTAMP' has '2023-13-16 18:15:46.68', "
-         "expected a time like '2023-11-16 18:15:46.6805900'"),
-        ("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,3,4\n",
-         "a.csv: line 2: column 'TIMESTAMP' has 'yesterday', "
-         "expected a time like '2023-11-16 18:15:46.6805900'"),
+         "a.csv: line 3: time '2023-13-16 18:15:46.68' is not epoch seconds or an ISO 8601 time "
+         "(field 'TIMESTAMP')"),
         ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,,4\n",
-         "a.csv: line 2: column 'ContextTokens' is empty"),
-        ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "a.csv: trace is empty"),
+         "a.csv: line 2: '' is not an integer >= 0 (field 'ContextTokens')"),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,3\n",
+         "a.csv: line 2: 2 fields, the header has 3"),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "a.csv: no requests imported (0 lines skipped "
+                                                      "as malformed)"),
     ],
 )
-def test_bad_input_names_file_line_and_column(tmp_path, text, expected):
+def test_bad_rows_name_file_line_and_field(tmp_path, text, expected):
     with pytest.raises(TraceError) as info:
-        import_azure(_csv(tmp_path, text))
+        _import(tmp_path, _csv(tmp_path, text))
     assert str(info.value) == expected
+    assert not (tmp_path / "out.parquet").exists()
+
+
+def test_skip_bad_counts_the_skipped_lines(tmp_path):
+    path = _csv(tmp_path, "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                          "2023-11-16 18:15:46.68,3,4\n"
+                          "2023-11-16 18:15:47.68,x3,4\n"
+                          "2023-11-16 18:15:48.68,5,6\n"
+                          "soon,5,6\n")
+    trace = _import(tmp_path, path, skip_bad=True)
+    assert trace.df["input_tokens"].to_list() == [3, 5]
+    report = json.loads(trace.meta.import_report)
+    assert report["skipped_lines"] == 2 and report["records_imported"] == 2
+    assert [s["line"] for s in report["first_skipped"]] == [3, 5]
+    assert "ContextTokens" in report["first_skipped"][0]["reason"]
 
 
 def test_missing_file(tmp_path):
     with pytest.raises(TraceError, match=r"^nope.csv: no such file$"):
-        import_azure(tmp_path / "nope.csv")
+        _import(tmp_path, tmp_path / "nope.csv")

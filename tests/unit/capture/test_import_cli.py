@@ -84,7 +84,6 @@ def test_flags_that_do_not_apply(jsonl, tmp_path, capsys, no_key):
     for argv, flag in [
         (["import", "azure", log, "-o", out, "--no-redact"], "--no-redact"),
         (["import", "mooncake", log, "-o", out, "--rate", "2"], "--rate"),
-        (["import", "azure", log, "-o", out, "--skip-bad"], "--skip-bad"),
         (["import", "openai", log, "-o", out, "--no-redact", "--model", "m"], "--model"),
         (["import", "openai", log, "-o", out, "--no-redact", "--key-file", log], "--key-file"),
         (["import", "openai", log, "-o", out, "--no-redact", "--rate", "2"], "--rate"),
@@ -114,7 +113,10 @@ def test_batch_import_from_the_cli(jsonl, tmp_path, capsys, no_key):
 def test_cli_formats_are_the_library_formats():
     from capture.importers import LOG_FORMATS
 
+    from capture.importers import TOKEN_FORMATS
+
     assert trace_cmds.LOG_FORMATS == LOG_FORMATS
+    assert set(trace_cmds.SYNTHETIC_FORMATS) == set(TOKEN_FORMATS)
 
 
 def test_public_traces_still_import(tmp_path, capsys):
@@ -128,4 +130,6 @@ def test_public_traces_still_import(tmp_path, capsys):
     assert trace.df["block_hashes"].list.len().to_list() == [5, 2]
     assert capsys.readouterr().err == ""
     assert main(["import", "mooncake", str(csv), "-o", str(out), "--block-size", "8"]) == 2
-    assert "512" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err == "error: a.csv: line 1: not valid JSON\n"  # one line naming file and line
+    assert read_trace(out).meta.block_size_tokens == 8  # the failed import left the old file

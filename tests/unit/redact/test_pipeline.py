@@ -202,3 +202,29 @@ def test_the_file_path_rejects_a_bad_input_row_and_writes_nothing(redacted, tmp_
     with pytest.raises(TraceError, match=r"bad\.parquet.*column 'body' is not a JSON object at row 20"):
         redact_file(tmp_path / "bad.parquet", tmp_path / "out.parquet", KEY, processes=1)
     assert list(tmp_path.iterdir()) == [tmp_path / "bad.parquet"]
+
+
+def test_null_bodies_stay_null_and_real_text_beside_them_is_redacted(tmp_path):
+    # an AIPerf mooncake_trace with token-only rows (null bodies, synthesized at replay) and
+    # one row of real text
+    from capture.importers import import_mooncake
+
+    src = tmp_path / "aiperf.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in [
+        {"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1, 2]},
+        {"timestamp": 5, "output_length": 4, "messages": [
+            {"role": "user", "content": "Write to jane.roe@example.com about the invoice."}]},
+        {"timestamp": 9, "input_length": 30, "output_length": 2},
+    ]) + "\n")
+    imported = tmp_path / "raw.parquet"
+    import_mooncake(src, imported)
+    out = tmp_path / "red.parquet"
+    report = redact_file(imported, out, KEY, processes=1)
+    assert report.written == 3 and report.quarantined == 0
+    before, after = read_trace(imported), read_trace(out)
+    assert after.df["body"].is_null().to_list() == [True, False, True]
+    assert "jane.roe@example.com" in before.df["body"][1]
+    assert "jane.roe@example.com" not in after.df["body"][1]
+    assert after.meta.synthesis == before.meta.synthesis
+    built = [b for batch in after.body_batches(3, 3, synthesize=True) for b in batch]
+    assert built[0] == [b for batch in before.body_batches(3, 3, synthesize=True) for b in batch][0]

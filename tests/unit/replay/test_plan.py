@@ -120,3 +120,25 @@ def test_bodies_are_made_a_window_at_a_time():
     assert all(b["model"] == "m" and b["stream"] and b["ignore_eos"] for b in bodies)
     assert [b["max_tokens"] for b in bodies] == [1, 2, 3, 4, 5]
     assert all(offsets.dtype == np.uint64 for _, offsets in windows)
+
+
+def test_null_bodies_are_synthesized_a_window_at_a_time(tmp_path, gpt2):
+    import json
+
+    from capture.importers import import_mooncake
+    from replay.prompts import block_text
+    from replay.trace import read_trace
+
+    src = tmp_path / "m.jsonl"
+    src.write_text("\n".join(json.dumps({"timestamp": i, "input_length": 600 + i, "output_length": 3 + i,
+                                         "hash_ids": [1, 100 + i]}) for i in range(5)) + "\n")
+    import_mooncake(src, tmp_path / "t.parquet")
+    trace = read_trace(tmp_path / "t.parquet", bodies=False)
+    plan = build_plan(trace, RunConfig(url=URL, requests=4), model="m")
+    windows = list(plan.body_windows(size=3))
+    assert [len(offsets) - 1 for _, offsets in windows] == [3, 1]
+    bodies = [json.loads(data[int(a):int(b)]) for data, offsets in windows for a, b in zip(offsets, offsets[1:])]
+    assert [b["max_tokens"] for b in bodies] == [3, 4, 5, 6]
+    assert all(b["model"] == "m" and b["stream"] and b["prompt"].startswith(block_text(1, 512))
+               for b in bodies)
+    assert [len(gpt2.encode(b["prompt"], add_special_tokens=False).ids) for b in bodies] == [600, 601, 602, 603]

@@ -198,7 +198,7 @@ def test_bodies_can_stay_in_the_file_and_come_in_batches(make_trace, tmp_path):
 
 
 @pytest.mark.parametrize("bad, message", [
-    (None, "column 'body' is null at row 8"),
+    (None, "column 'body' is null at row 8 \\(and the metadata has no 'synthesis' rule to build it\\)"),
     ("[1, 2]", "column 'body' is not a JSON object at row 8"),
 ])
 def test_a_bad_body_in_the_file_is_named_by_row(make_trace, tmp_path, bad, message):
@@ -212,19 +212,67 @@ def test_a_bad_body_in_the_file_is_named_by_row(make_trace, tmp_path, bad, messa
         read_trace(path, bodies=False)
 
 
+def test_a_version_1_file_reads_as_version_2(make_trace, tmp_path):
+    trace = make_trace(n=5)
+    v1 = trace.df.drop("hash_ids")  # version 1 had no hash_ids column
+    md = {**trace.meta.to_metadata(), VERSION_KEY: "1"}
+    md.pop("synthesis")
+    path = _write_raw(tmp_path / "v1.parquet", v1, md)
+    back = read_trace(path)
+    assert back.meta.schema_version == 2 and back.meta.synthesis == ""
+    assert back.df.equals(trace.df)
+    assert back.df["hash_ids"].is_null().all()
+
+
+def test_null_bodies_need_a_synthesis_rule_and_are_built_from_it(make_trace, tmp_path, gpt2):
+    import json
+
+    from replay.synth import Synthesis
+
+    trace = make_trace(n=4)
+    df = trace.df.with_columns(
+        body=pl.Series([None, trace.df["body"][1], None, None], dtype=pl.String),
+        hash_ids=pl.Series([None, None, [7] * 1, None], dtype=pl.List(pl.UInt64)),
+        input_tokens=pl.Series([20, trace.df["input_tokens"][1], 300, 0]),
+        block_hashes=pl.Series([[], [], [], []], dtype=pl.List(pl.UInt64)),
+    )
+    with pytest.raises(TraceError, match="column 'body' is null at row 0"):
+        validate(df, trace.meta, "t")
+    meta = TraceMeta(block_size_tokens=16, synthesis=Synthesis(seed=3, block_tokens=512).to_json())
+    path = Trace(validate(df, meta, "t"), meta).write(tmp_path / "t.parquet")
+    lazy = read_trace(path, bodies=False)
+    stored = [b for batch in lazy.body_batches(4, 3) for b in batch]
+    assert stored[0] is None and stored[1] == trace.df["body"][1]
+    built = [b for batch in lazy.body_batches(4, 3, synthesize=True) for b in batch]
+    assert built[1] == stored[1]
+    for row in (0, 2, 3):
+        body = json.loads(built[row])
+        text = body["messages"][0]["content"] if "messages" in body else body["prompt"]
+        assert len(gpt2.encode(text, add_special_tokens=False).ids) == df["input_tokens"][row]
+    assert built == [b for batch in read_trace(path).body_batches(4, 4, synthesize=True) for b in batch]
+    bad = df.with_columns(hash_ids=pl.Series([None, None, [7, 8], None], dtype=pl.List(pl.UInt64)))
+    with pytest.raises(TraceError, match=r"column 'hash_ids' has 2 ids at row 2, expected "
+                                         r"ceil\(input_tokens / 512\) = 1"):
+        validate(bad, meta, "t")
+    with pytest.raises(TraceError, match="metadata 'synthesis' is not a JSON object"):
+        validate(df, TraceMeta(synthesis="{"), "t")
+
+
 # -- schema 2 and capture folders ---------------------------------------------------------------
 
 
 def test_a_version_1_file_reads_as_version_2_with_the_live_columns_null(make_trace, tmp_path):
     df, md = _good(make_trace)
-    v1 = df.drop("ttfb_us", "chunk_us", "finish_reason", "outcome")
+    live = ("ttfb_us", "chunk_us", "finish_reason", "outcome")
+    v1 = df.drop("hash_ids", *live)  # version 1 had none of them
+    md = {k: v for k, v in md.items() if k != "synthesis"}
     path = _write_raw(tmp_path / "v1.parquet", v1, {**md, VERSION_KEY: "1"})
     back = read_trace(path)
     assert back.meta.schema_version == 2
     assert back.df.schema == pl.Schema(SCHEMA)
-    for name in ("ttfb_us", "chunk_us", "finish_reason", "outcome"):
+    for name in live:
         assert back.df[name].null_count() == back.df.height
-    assert back.df.drop("ttfb_us", "chunk_us", "finish_reason", "outcome").equals(v1)
+    assert back.df.drop("hash_ids", *live).equals(v1)
 
 
 def test_the_live_columns_round_trip_and_a_bad_outcome_is_named(make_trace, tmp_path):

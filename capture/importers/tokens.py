@@ -1,0 +1,265 @@
+"""Token-only traces into a Trace file, in one streaming pass with bounded memory.
+
+Owns :class:`TokenRecord` (one request of a public trace: times and token counts, maybe block
+ids or real text), :func:`read_csv_rows` / :func:`read_jsonl_rows` (numbered lines, for the
+format modules) and :func:`write_token_trace`, the one writer every token-only importer (Azure,
+BurstGPT, vidur, Mooncake) ends in.
+
+The writer takes records in file order and writes them a chunk (:data:`CHUNK_ROWS`) at a time as
+Parquet row groups through :class:`replay.trace.TraceWriter`, so memory holds one chunk, never
+the file. Each chunk is put in time order (stably); a record earlier than a row already written
+(a file out of time order by more than a chunk) stops the import with its line number. Rows
+without real text get a null body: the replay builds their text (:mod:`replay.synth`), and the
+writer stores only what that text hashes to (``block_hashes``), so nothing that can be
+regenerated is stored. A row with real text (AIPerf's ``text_input`` / ``messages``) keeps it as
+its body; its ``input_tokens`` and ``block_hashes`` come from that text under the tokenizer, as
+for request logs. Sessions: a record naming a session is that session's next turn (``turn``
+counts its earlier requests, ``parent_request_id`` is the latest of them).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from capture.importers.logs import BadLines, LineError
+from replay.blocks import HASH_ALGO
+from replay.errors import ConfigError, TraceError
+from replay.synth import Synthesis, Synthesizer
+from replay.trace import TraceMeta, TraceWriter, read_meta
+
+__all__ = ["CHUNK_ROWS", "TokenRecord", "read_csv_rows", "read_jsonl_rows", "write_token_trace",
+           "ImportResult"]
+
+# rows written per Parquet row group (and held in memory at once)
+CHUNK_ROWS = 65_536
+
+
+@dataclass(slots=True)
+class TokenRecord:
+    """One request of a token-only trace."""
+
+    line: int  # 1-based line of the file (for errors)
+    arrival_us: int  # absolute µs (any origin; the first arrival becomes t0)
+    input_tokens: int
+    output_tokens: int | None
+    request_id: str
+    api: str = "chat"
+    model: str | None = None
+    session_id: str | None = None
+    hash_ids: list[int] | None = None  # block ids (Mooncake), one per synthesis.block_tokens
+    body: dict | None = None  # real request text, where the source has it (stored as is)
+    max_tokens: int | None = None  # the limit to send (None: output_tokens)
+    status: int | None = None
+    e2e_us: int | None = None
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    path: Path
+    rows: int
+    meta: TraceMeta
+
+
+def read_csv_rows(path: Path, columns: tuple[str, ...], format_name: str,
+                  ) -> Iterator[tuple[int, dict[str, str] | LineError]]:
+    """``(line, {column: text})`` for each data row of a CSV file with a header (blank lines
+    skipped), or ``(line, LineError)`` for a row with the wrong number of fields; a missing
+    required column is an error naming the file."""
+    source = path.name
+    if not path.is_file():
+        raise TraceError(f"{source}: no such file")
+    try:
+        f = path.open("r", newline="", encoding="utf-8-sig")
+    except OSError as e:
+        raise TraceError(f"{source}: cannot read ({e.strerror or e})") from e
+    with f:
+        reader = csv.reader(f)
+        try:
+            header = next(reader, None)
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise TraceError(f"{source}: not a readable CSV ({e})") from None
+        if header is None:
+            raise TraceError(f"{source}: trace is empty")
+        header = [h.strip() for h in header]
+        for name in columns:
+            if name not in header:
+                raise TraceError(f"{source}: column '{name}' missing ({format_name})")
+        index = {h: i for i, h in enumerate(header)}
+        width = len(header)
+        while True:
+            try:
+                cells = next(reader)
+            except StopIteration:
+                return
+            except (csv.Error, UnicodeDecodeError) as e:
+                raise TraceError(f"{source}: line {reader.line_num}: not readable CSV ({e})") from None
+            if not cells or (len(cells) == 1 and not cells[0].strip()):
+                continue
+            if len(cells) != width:
+                yield reader.line_num, LineError(f"{len(cells)} fields, the header has {width}")
+                continue
+            yield reader.line_num, {name: cells[i] for name, i in index.items()}
+
+
+def read_jsonl_rows(path: Path) -> Iterator[tuple[int, object]]:
+    """``(line, parsed JSON or a LineError)`` for each non-blank line of a JSON Lines file."""
+    source = path.name
+    if not path.is_file():
+        raise TraceError(f"{source}: no such file")
+    try:
+        f = path.open("rb")
+    except OSError as e:
+        raise TraceError(f"{source}: cannot read ({e.strerror or e})") from e
+    loads = json.loads
+    with f:
+        for number, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                yield number, loads(raw)
+            except ValueError:
+                yield number, LineError("not valid JSON")
+
+
+def write_token_trace(
+    records: Iterable[TokenRecord],
+    out: str | Path,
+    *,
+    source: str,
+    source_format: str,
+    tokenizer: str = "gpt2",
+    block_size: int = 16,
+    synthesis: Synthesis | None = None,
+    bad: BadLines,
+    report: dict | None = None,
+    limit: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ImportResult:
+    """Write ``records`` (file order) to the Trace file ``out``, a chunk at a time (see the
+    module docstring); ``bad`` collects malformed lines, ``report`` adds to the import report.
+    ``progress(rows_written)`` is called after each chunk."""
+    if block_size <= 0:
+        raise ConfigError(f"--block-size: must be positive, got {block_size}")
+    if limit is not None and limit < 1:
+        raise ConfigError(f"--limit: must be >= 1, got {limit}")
+    synthesis = synthesis or Synthesis()
+    synth = Synthesizer(tokenizer, synthesis)
+    meta = TraceMeta(t0_unix_us=0, source_format=source_format, tokenizer=tokenizer,
+                     block_size_tokens=block_size, hash_algo=HASH_ALGO,
+                     redaction_policy="synthetic", synthesis=synthesis.to_json())
+    state = _State(synth, block_size, tokenizer)
+    out = Path(out)
+    chunk: list[TokenRecord] = []
+    taken = 0
+    with TraceWriter(out, meta) as writer:
+        for rec in records:
+            chunk.append(rec)
+            taken += 1
+            if len(chunk) >= CHUNK_ROWS:
+                writer.write(state.frame(chunk, source))
+                chunk = []
+                if progress is not None:
+                    progress(writer.rows)
+            if limit is not None and taken >= limit:
+                break
+        if chunk:
+            writer.write(state.frame(chunk, source))
+            if progress is not None:
+                progress(writer.rows)
+        if writer.rows == 0:
+            writer.abort()
+            raise TraceError(f"{source}: no requests imported ({bad.count} lines skipped as malformed)")
+        full_report = {"format": source_format, "records_imported": writer.rows, **bad.report(),
+                       "real_text_rows": state.real_text, "synthesized_rows": writer.rows - state.real_text,
+                       "sessions": len(state.sessions), **(report or {})}
+        final = TraceMeta(
+            t0_unix_us=state.t0 or 0, source_format=source_format, tokenizer=tokenizer,
+            block_size_tokens=block_size, hash_algo=HASH_ALGO,
+            redaction_policy="none" if state.real_text else "synthetic",
+            import_report=json.dumps(full_report, separators=(",", ":")),
+            synthesis=synthesis.to_json() if writer.rows > state.real_text else "",
+        )
+        writer.close(final)
+    meta, rows = read_meta(out)
+    return ImportResult(out, rows, meta)
+
+
+class _State:
+    """What the writer carries from chunk to chunk: t0, the last arrival, the sessions."""
+
+    def __init__(self, synth: Synthesizer, block_size: int, tokenizer: str) -> None:
+        self.synth = synth
+        self.block_size = block_size
+        self.tokenizer = tokenizer
+        self.t0: int | None = None
+        self.last: tuple[int, int] | None = None  # (arrival_us, line) of the last row written
+        self.sessions: dict[str, tuple[int, str]] = {}  # session -> (turns so far, last request)
+        self.real_text = 0
+        self._tok = None
+
+    def _text_ids(self, body: dict):
+        from replay.bodies import prompt_token_ids, text_slots
+        from replay.tokenizer import load_tokenizer
+
+        if self._tok is None:
+            self._tok = load_tokenizer(self.tokenizer)
+        return prompt_token_ids([s.text for s in text_slots(body)], self._tok)
+
+    def frame(self, chunk: list[TokenRecord], source: str) -> pl.DataFrame:
+        from replay.blocks import block_hashes
+
+        chunk.sort(key=lambda r: r.arrival_us)  # stable
+        first = chunk[0]
+        if self.last is not None and first.arrival_us < self.last[0]:
+            raise TraceError(
+                f"{source}: line {first.line}: time is earlier than line {self.last[1]}, already "
+                f"written (the file is out of time order by more than {CHUNK_ROWS} rows; sort it by time)")
+        if self.t0 is None:
+            self.t0 = first.arrival_us
+        t0 = self.t0
+        n = len(chunk)
+        sessions, parents, turns = [None] * n, [None] * n, [0] * n
+        bodies: list[str | None] = [None] * n
+        inputs, hashes = [0] * n, [None] * n
+        for i, r in enumerate(chunk):
+            if r.session_id is not None:
+                count, prev = self.sessions.get(r.session_id, (0, None))
+                sessions[i], parents[i], turns[i] = r.session_id, prev, count
+                self.sessions[r.session_id] = (count + 1, r.request_id)
+            if r.body is not None:
+                ids = self._text_ids(r.body)
+                inputs[i] = len(ids)
+                hashes[i] = block_hashes(ids, self.block_size)
+                bodies[i] = json.dumps(r.body, separators=(",", ":"), ensure_ascii=False)
+                self.real_text += 1
+            else:
+                inputs[i] = r.input_tokens
+                hashes[i] = self.synth.block_hashes(r.request_id, r.input_tokens, r.hash_ids,
+                                                    self.block_size)
+        self.last = (chunk[-1].arrival_us, chunk[-1].line)
+        outputs = [r.output_tokens for r in chunk]
+        limits = [r.output_tokens if r.max_tokens is None else r.max_tokens for r in chunk]
+        return pl.DataFrame({
+            "request_id": [r.request_id for r in chunk],
+            "session_id": pl.Series(sessions, dtype=pl.String),
+            "parent_request_id": pl.Series(parents, dtype=pl.String),
+            "turn": pl.Series(turns, dtype=pl.Int32),
+            "api": [r.api for r in chunk],
+            "model": pl.Series([r.model for r in chunk], dtype=pl.String),
+            "arrival_us": pl.Series([r.arrival_us - t0 for r in chunk], dtype=pl.Int64),
+            "body": pl.Series(bodies, dtype=pl.String),
+            "input_tokens": pl.Series(inputs, dtype=pl.Int64),
+            "output_tokens": pl.Series(outputs, dtype=pl.Int64),
+            "max_tokens": pl.Series(limits, dtype=pl.Int64),
+            "block_hashes": pl.Series(hashes, dtype=pl.List(pl.UInt64)),
+            "status": pl.Series([r.status for r in chunk], dtype=pl.Int64),
+            "e2e_us": pl.Series([r.e2e_us for r in chunk], dtype=pl.Int64),
+            "hash_ids": pl.Series([r.hash_ids if r.body is None else None for r in chunk],
+                                  dtype=pl.List(pl.UInt64)),
+        })

@@ -1,0 +1,613 @@
+"""Does a replay match live traffic? Metrics, thresholds from A/A, and verdicts in words.
+
+A *side* is one stream of requests as it was observed: the live trace (its arrival times, the
+lengths it recorded, what the live engine reported) or one replay stage (the times its requests
+were actually sent, the lengths the target engine reported). The same metric functions compare
+any two sides; :func:`compare_stage` compares a stage with the live rows it replayed, and
+:func:`drift` two traces.
+
+Thresholds. Each metric has a distance (0 = same). It passes when the distance is at most the
+larger of a fixed bound (:data:`FIXED_BOUNDS`) and ``AA_FACTOR`` (3) times the largest of the
+same distances between two random halves of the live side (whole sessions to each half, seeded)
+over ``AA_SPLITS`` (10) splits: a metric the live traffic itself does not pin down more tightly
+than that cannot fail a replay for it. (The largest, not the mean: a few long sessions carry
+much of a trace's tokens and reuse, so these distances have heavy tails.) On a live side of more than ``AA_MAX_REQUESTS`` (20,000)
+requests the halves are drawn from a sample of its sessions of about that size, which
+overstates the noise of a larger trace; there the fixed bounds, far above its noise, decide. Metrics
+whose inputs are missing (no engine-reported cached tokens live, no recorded latencies, too few
+windows) are reported as not applicable and do not count. Outcomes (TTFT / ITL / E2E) are
+reported but judged only with ``judge_outcomes=True``: they match live only when the target runs
+the live engine's config at the live rate.
+
+Time scales. A stage that replays the trace k times faster is compared at 1/k of the live
+windows: its counting windows are the live ones divided by the stage's compression
+(:func:`compression`), and its reuse and think times are multiplied by it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from fidelity import cache, stats
+
+__all__ = [
+    "AA_FACTOR",
+    "FIXED_BOUNDS",
+    "COUNT_WINDOWS_S",
+    "MIN_SAMPLES",
+    "Side",
+    "Metric",
+    "Verdict",
+    "live_side",
+    "replay_side",
+    "compression",
+    "compare_sides",
+]
+
+AA_FACTOR = 3.0
+AA_SPLITS = 10  # random half/half splits of live; the largest of their distances sets the bound
+AA_MAX_REQUESTS = 20_000  # the splits are drawn from a sample of live's sessions this large at most
+COUNT_WINDOWS_S = (1.0, 10.0, 60.0)
+MIN_WINDOWS = 10  # a count statistic needs at least this many windows on the live side
+MIN_SAMPLES = 50  # quantiles from fewer samples are flagged
+# A chat template adds tokens to every prompt (role markers, a few per message): a request whose
+# engine-counted prompt is between PER_REQUEST_SLACK fewer and TEMPLATE_MAX more tokens than
+# recorded agrees; the median of those differences is subtracted before comparing the marginals.
+TEMPLATE_MAX = 256
+PER_REQUEST_SLACK = 2
+
+# metric name -> fixed bound on its distance (the unit is the metric's: see Metric.kind)
+FIXED_BOUNDS: dict[str, float] = {
+    "input_tokens.ks": 0.05,
+    "input_tokens.wasserstein": 0.05,
+    **{f"{side}.p{q}": 0.05 for side in ("input_tokens", "output_tokens") for q in stats.QUANTILES},
+    "output_tokens.ks": 0.05,
+    "output_tokens.wasserstein": 0.05,
+    "lengths.spearman": 0.05,
+    "lengths.prompt_tokens_per_request": 0.02,
+    "lengths.output_vs_max_tokens": 0.02,
+    "cache.engine_hit_rate": 0.05,
+    "cache.offered_reuse": 0.02,
+    "cache.reuse_time.ks": 0.1,
+    "arrivals.interarrival_cv": 0.1,
+    "arrivals.dispersion": 0.15,
+    "arrivals.lag1_autocorrelation": 0.1,
+    "arrivals.peak_to_mean": 0.15,
+    "arrivals.rate_correlation": 0.1,
+    "arrivals.send_lag_p99_ms": 1.0,  # the runner's default --lag-bound-ms
+    "sessions.turns": 0.05,
+    "sessions.think_time.ks": 0.1,
+    "outcomes.ttft": 0.1,
+    "outcomes.itl": 0.1,
+    "outcomes.e2e": 0.1,
+}
+
+
+@dataclass(eq=False)
+class Side:
+    """One stream of requests, in the order they arrived / were sent. Its prefix-cache
+    simulations are run once each, when a metric first asks (:meth:`cache_share`, :meth:`reuse_s`)."""
+
+    name: str
+    times_s: np.ndarray  # arrival (live) or actual send (replay), seconds
+    input_tokens: np.ndarray  # as the side's engine counted them where known, else as recorded (NaN: unknown)
+    output_tokens: np.ndarray
+    recorded_input: np.ndarray  # the trace's input_tokens of these requests (the sim's denominators)
+    hashes: pl.Series  # list[u64] block hashes per request
+    block_size: int
+    sessions: np.ndarray  # session id per request (the request id where it has none)
+    think_s: np.ndarray  # gap from the previous turn's end to this turn (NaN: first turn or unknown)
+    engine_cached: np.ndarray | None = None  # engine-reported cached tokens (NaN: not reported)
+    engine_prompt: np.ndarray | None = None  # engine-reported prompt tokens, same rows
+    ttft_s: np.ndarray | None = None
+    e2e_s: np.ndarray | None = None
+    itl_s: np.ndarray | None = None
+    engine_prompt_all: np.ndarray | None = None  # the engine's prompt tokens of every completed request
+    time_scale: float = 1.0  # how many times faster than live this side ran
+    notes: tuple[str, ...] = ()
+    _memo: dict = field(default_factory=dict, init=False, repr=False)
+
+    @property
+    def n(self) -> int:
+        return len(self.times_s)
+
+    def _unbounded(self) -> tuple[np.ndarray, np.ndarray]:
+        if "unbounded" not in self._memo:
+            self._memo["unbounded"] = cache.simulate(self.hashes, 0, self.times_s)
+        return self._memo["unbounded"]
+
+    def cache_share(self, capacity: int) -> float | None:
+        """Share of the recorded prompt tokens a prefix cache of ``capacity`` blocks (0:
+        unbounded) would have served, in this side's order."""
+        total = float(np.nansum(self.recorded_input))
+        if total <= 0:
+            return None
+        if capacity not in self._memo:
+            hits = self._unbounded()[0] if capacity == 0 else cache.simulate(self.hashes, capacity)
+            self._memo[capacity] = float(hits.sum(dtype=np.int64)) * self.block_size / total
+        return self._memo[capacity]
+
+    def reuse_s(self) -> np.ndarray:
+        """Per request that hit an unbounded prefix cache, the time since its longest cached
+        prefix was last used, in live seconds."""
+        reuse = self._unbounded()[1]
+        return reuse[np.isfinite(reuse)] * self.time_scale
+
+    def take(self, mask: np.ndarray) -> Side:
+        """The requests where ``mask`` is True (for A/A halves)."""
+        def cut(a):
+            return None if a is None else a[mask]
+
+        return Side(
+            name=self.name, times_s=self.times_s[mask], input_tokens=self.input_tokens[mask],
+            output_tokens=self.output_tokens[mask], recorded_input=self.recorded_input[mask],
+            hashes=self.hashes.filter(pl.Series(mask)), block_size=self.block_size, sessions=self.sessions[mask],
+            think_s=self.think_s[mask], engine_cached=cut(self.engine_cached), engine_prompt=cut(self.engine_prompt),
+            ttft_s=cut(self.ttft_s), e2e_s=cut(self.e2e_s), itl_s=None, time_scale=self.time_scale, notes=self.notes,
+        )
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One comparison. ``distance`` is 0 when the sides agree; ``bound`` = max(fixed, AA_FACTOR x
+    ``aa``), ``aa`` the largest same distance between two random halves of live; ``passed`` is
+    None when the metric is not judged (not applicable, or reported only)."""
+
+    group: str
+    name: str
+    live: float | None
+    replay: float | None
+    distance: float | None
+    aa: float | None
+    bound: float | None
+    passed: bool | None
+    reason: str
+    flags: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    faithful: bool
+    reason: str
+    metrics: list[Metric] = field(default_factory=list)
+    diagnosis: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[Metric]:
+        return [m for m in self.metrics if m.passed is False]
+
+    def to_json(self) -> dict:
+        return {"faithful": self.faithful, "reason": self.reason, "diagnosis": self.diagnosis,
+                "metrics": [m.to_json() for m in self.metrics]}
+
+
+# --- sides --------------------------------------------------------------------------------------
+
+def _f64(s: pl.Series) -> np.ndarray:
+    return s.cast(pl.Float64).fill_null(np.nan).to_numpy()
+
+
+def _think_times(df: pl.DataFrame, start: str, end: str) -> np.ndarray:
+    """Per row: its ``start`` minus the previous turn's ``end`` in the same session (NaN for a
+    first turn or where either is missing). ``df`` in time order with a ``_session`` column."""
+    return _f64(df.select((pl.col(start) - pl.col(end).shift(1).over("_session")).alias("t"))["t"])
+
+
+def live_side(df: pl.DataFrame, block_size: int, name: str = "live") -> Side:
+    """The live trace's rows (any subset, sorted here by arrival) as a side."""
+    df = df.sort("arrival_us", maintain_order=True).with_columns(
+        _session=pl.col("session_id").fill_null(pl.col("request_id")),
+        _t=pl.col("arrival_us").cast(pl.Float64) / 1e6,
+    )
+    has = set(df.columns)
+    e2e = _f64(df["e2e_us"]) / 1e6 if "e2e_us" in has else None
+    if e2e is not None:
+        df = df.with_columns(_end=pl.col("_t") + pl.col("e2e_us").cast(pl.Float64) / 1e6)
+        think = _think_times(df, "_t", "_end")
+    else:
+        think = np.full(df.height, np.nan)
+    cached = _f64(df["cached_tokens"]) if "cached_tokens" in has else None
+    if cached is not None and np.isnan(cached).all():
+        cached = None
+    ttft = _f64(df["ttft_us"]) / 1e6 if "ttft_us" in has else None
+    recorded = _f64(df["input_tokens"])
+    return Side(
+        name=name, times_s=df["_t"].to_numpy(), input_tokens=recorded, output_tokens=_f64(df["output_tokens"]),
+        recorded_input=recorded, hashes=df["block_hashes"], block_size=block_size,
+        sessions=df["_session"].to_numpy(), think_s=think, engine_cached=cached,
+        engine_prompt=recorded if cached is not None else None,
+        ttft_s=None if ttft is None or np.isnan(ttft).all() else ttft,
+        e2e_s=None if e2e is None or np.isnan(e2e).all() else e2e,
+    )
+
+
+def compression(live: pl.DataFrame, stage: pl.DataFrame) -> float:
+    """How many times faster than live the stage ran its rows: the live arrival span of the rows
+    it replayed over the span of their intended send times (1 when either span is empty)."""
+    ids = stage["request_id"]
+    arrivals = live.filter(pl.col("request_id").is_in(ids.implode()))["arrival_us"]
+    live_span = (arrivals.max() - arrivals.min()) / 1e6 if arrivals.len() > 1 else 0.0
+    intended = stage["intended_ns"]
+    stage_span = (intended.max() - intended.min()) / 1e9 if intended.len() > 1 else 0.0
+    if not live_span or not stage_span:
+        return 1.0
+    return float(live_span / stage_span)
+
+
+def template_overhead(engine_prompt: np.ndarray, recorded: np.ndarray) -> int | None:
+    """The tokens the engine typically adds to a prompt (its chat template): the median of its
+    prompt tokens minus the recorded ones, when that is between 0 and :data:`TEMPLATE_MAX`; else
+    None (the engine counts prompts differently: another tokenizer, or other prompts)."""
+    diff = engine_prompt - recorded
+    diff = diff[np.isfinite(diff)]
+    if not len(diff):
+        return None
+    median = float(np.median(diff))
+    return int(round(median)) if 0 <= median <= TEMPLATE_MAX else None
+
+
+def replay_side(sent: pl.DataFrame, stage: pl.DataFrame, block_size: int, name: str = "replay") -> Side:
+    """One stage's sent requests, joined on request_id with the rows of the trace it replayed
+    (``sent``: their block hashes and recorded lengths, what the replay offered the engine)."""
+    cols = ["request_id", "block_hashes", "input_tokens", "output_tokens"]
+    df = stage.select(pl.exclude("input_tokens")).join(
+        sent.select(cols).rename({"input_tokens": "recorded_input", "output_tokens": "recorded_output"}),
+        on="request_id", how="inner",
+    )
+    df = df.filter(pl.col("sent_ns").is_not_null()).sort("sent_ns", maintain_order=True).with_columns(
+        _session=pl.col("session_id").fill_null(pl.col("request_id")),
+        _t=pl.col("sent_ns").cast(pl.Float64) / 1e9,
+        _end=pl.col("end_ns").cast(pl.Float64) / 1e9,
+    )
+    ok = (df["error"] == "none").to_numpy()
+    recorded = _f64(df["recorded_input"])
+    engine_prompt = np.where(ok, _f64(df["prompt_tokens"]), np.nan)
+    notes: list[str] = []
+    overhead = template_overhead(engine_prompt, recorded)
+    if np.isfinite(engine_prompt).any():
+        inputs = engine_prompt - (overhead or 0)
+        if overhead:
+            notes.append(f"the engine counted a median {overhead:+d} tokens more per prompt than recorded (its "
+                         f"chat template); subtracted before comparing lengths")
+        elif overhead is None:
+            notes.append("the engine's prompt tokens differ from the recorded ones by more than a chat template "
+                         "would add (another tokenizer than the trace's, or other prompts)")
+    else:
+        inputs = recorded
+        notes.append("the engine reported no prompt tokens: input lengths are the recorded ones of the requests sent")
+    outputs = np.where(ok, _f64(df["completion_tokens"].fill_null(df["output_chunks"])), np.nan)
+    cached = np.where(ok, _f64(df["cached_tokens"]), np.nan)
+    first_token = _f64(df["first_token_ns"]) / 1e9
+    itl = None
+    if "chunk_us" in df.columns:
+        done = df.filter(pl.col("error") == "none")
+        itl = (done.select(pl.col("chunk_us").cast(pl.List(pl.Int64)).list.diff(null_behavior="drop").alias("d"))
+               .explode("d")["d"].drop_nulls().to_numpy() / 1e6)
+    t = df["_t"].to_numpy()
+    return Side(
+        name=name, times_s=t, input_tokens=inputs, output_tokens=outputs, recorded_input=recorded,
+        hashes=df["block_hashes"], block_size=block_size, sessions=df["_session"].to_numpy(),
+        think_s=_think_times(df, "_t", "_end"),
+        engine_cached=None if np.isnan(cached).all() else cached,
+        engine_prompt=None if np.isnan(cached).all() else engine_prompt,
+        ttft_s=np.where(ok, first_token - t, np.nan), e2e_s=np.where(ok, df["_end"].to_numpy() - t, np.nan),
+        itl_s=itl, engine_prompt_all=engine_prompt, notes=tuple(notes),
+    )
+
+
+# --- metrics ------------------------------------------------------------------------------------
+
+# a metric: (live side, other side) -> (live value, other value, distance); the other side's
+# time_scale says how much faster it ran
+MetricFn = Callable[[Side, Side], tuple[float | None, float | None, float | None]]
+
+
+def _two_sample(distance: Callable[[np.ndarray, np.ndarray], float | None], get: Callable[[Side], np.ndarray]) -> MetricFn:
+    return lambda a, b: (None, None, distance(get(a), get(b)))
+
+
+def _quantile_error(get: Callable[[Side], np.ndarray], q: int) -> MetricFn:
+    def fn(a: Side, b: Side):
+        x, y = _clean_pct(get(a), q), _clean_pct(get(b), q)
+        return x, y, stats.relative_difference(x, y)
+    return fn
+
+
+def _clean_pct(values: np.ndarray, q: int) -> float | None:
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    return float(np.percentile(v, q)) if len(v) else None
+
+
+def _max_quantile_error(get: Callable[[Side], np.ndarray]) -> MetricFn:
+    def fn(a: Side, b: Side):
+        errors = [e for e in stats.quantile_errors(get(a), get(b)).values() if e is not None]
+        return None, None, (max(errors) if errors else None)
+    return fn
+
+
+def _scalar(value: Callable[[Side], float | None], relative: bool) -> MetricFn:
+    def fn(a: Side, b: Side):
+        x, y = value(a), value(b)
+        if x is None or y is None:
+            return x, y, None
+        return x, y, (stats.relative_difference(x, y) if relative else abs(y - x))
+    return fn
+
+
+def _spearman(s: Side) -> float | None:
+    return stats.spearman(s.input_tokens, s.output_tokens)
+
+
+def _engine_hit_rate(s: Side) -> float | None:
+    if s.engine_cached is None or s.engine_prompt is None:
+        return None
+    keep = np.isfinite(s.engine_cached) & np.isfinite(s.engine_prompt)
+    total = s.engine_prompt[keep].sum()
+    return float(s.engine_cached[keep].sum() / total) if total > 0 else None
+
+
+def _counts(s: Side, window_s: float) -> np.ndarray:
+    return stats.window_counts(s.times_s, window_s / s.time_scale)
+
+
+def _dispersion(window_s: float) -> Callable[[Side], float | None]:
+    return lambda s: stats.index_of_dispersion(_counts(s, window_s))
+
+
+def _turns(s: Side) -> float | None:
+    sessions = len(np.unique(s.sessions)) if s.n else 0
+    return s.n / sessions if sessions else None
+
+
+def _scaled(get: Callable[[Side], np.ndarray | None]) -> Callable[[Side], np.ndarray]:
+    """Times of a side in live seconds (multiplied by its time scale)."""
+    def fn(s: Side) -> np.ndarray:
+        v = get(s)
+        return np.zeros(0) if v is None else v * s.time_scale
+    return fn
+
+
+@dataclass(frozen=True)
+class _Spec:
+    group: str
+    name: str
+    fn: MetricFn
+    what: str  # the words for the reason
+    judged: bool = True
+    applicable: Callable[[Side, Side], str | None] = lambda a, b: None  # a reason it does not apply
+
+
+def _needs(attr: str, what: str) -> Callable[[Side, Side], str | None]:
+    def check(a: Side, b: Side) -> str | None:
+        for side in (a, b):
+            v = getattr(side, attr)
+            if v is None or not np.isfinite(np.asarray(v, dtype=np.float64)).any():
+                return f"{side.name} has no {what}"
+        return None
+    return check
+
+
+def _enough_windows(window_s: float) -> Callable[[Side, Side], str | None]:
+    def check(a: Side, b: Side) -> str | None:
+        windows = len(_counts(a, window_s))
+        return None if windows >= MIN_WINDOWS else f"{a.name} spans {windows} windows of {window_s:g} s (< {MIN_WINDOWS})"
+    return check
+
+
+def _specs(outcomes_judged: bool) -> list[_Spec]:
+    def lengths(side_attr: str) -> list[_Spec]:
+        get = lambda s: getattr(s, side_attr)  # noqa: E731
+        return [
+            _Spec("lengths", f"{side_attr}.ks", _two_sample(stats.ks_distance, get), f"{side_attr} distribution (KS D)"),
+            _Spec("lengths", f"{side_attr}.wasserstein", _two_sample(stats.wasserstein_over_median, get),
+                  f"{side_attr} distribution (Wasserstein / live median)"),
+        ] + [_Spec("lengths", f"{side_attr}.p{q}", _quantile_error(get, q), f"{side_attr} p{q} (relative error)")
+             for q in stats.QUANTILES]
+
+    specs = lengths("input_tokens") + lengths("output_tokens") + [
+        _Spec("lengths", "lengths.spearman", _scalar(_spearman, relative=False),
+              "input/output length rank correlation (Spearman, absolute difference)"),
+        _Spec("cache", "cache.engine_hit_rate", _scalar(_engine_hit_rate, relative=False),
+              "engine-reported cached / prompt tokens (absolute difference)",
+              applicable=_needs("engine_cached", "engine-reported cached tokens")),
+        _Spec("cache", "cache.reuse_time.ks", _two_sample(stats.ks_distance, Side.reuse_s),
+              "time since a request's longest cached prefix was last used (KS D, in live seconds)"),
+        _Spec("arrivals", "arrivals.interarrival_cv", _scalar(lambda s: stats.interarrival_cv(s.times_s), relative=True),
+              "interarrival CV (relative difference)"),
+    ]
+    for w in COUNT_WINDOWS_S:
+        specs.append(_Spec("arrivals", f"arrivals.dispersion_{w:g}s", _scalar(_dispersion(w), relative=True),
+                           f"index of dispersion of counts per {w:g} s live window (relative difference)",
+                           applicable=_enough_windows(w)))
+    specs += [
+        _Spec("arrivals", "arrivals.lag1_autocorrelation",
+              _scalar(lambda s: stats.lag1_autocorrelation(_counts(s, 1.0)), relative=False),
+              "lag-1 autocorrelation of per-second counts (absolute difference)", applicable=_enough_windows(1.0)),
+        _Spec("arrivals", "arrivals.peak_to_mean", _scalar(lambda s: stats.peak_to_mean(_counts(s, 1.0)), relative=True),
+              "peak-to-mean of per-second counts (relative difference)", applicable=_enough_windows(1.0)),
+        _Spec("arrivals", "arrivals.rate_correlation",
+              lambda a, b: (None, None, _one_minus(stats.rate_correlation(a.times_s, b.times_s))),
+              "rate over time (1 - correlation of counts over 50 slices of each run)"),
+        _Spec("sessions", "sessions.turns", _scalar(_turns, relative=True), "turns per session (relative difference)"),
+        _Spec("sessions", "sessions.think_time.ks", _two_sample(stats.ks_distance, _scaled(lambda s: s.think_s)),
+              "think time: previous turn's end to the next turn (KS D, live seconds)",
+              applicable=_needs("think_s", "think times (recorded durations)")),
+    ]
+    for what, attr in (("ttft", "ttft_s"), ("e2e", "e2e_s"), ("itl", "itl_s")):
+        specs.append(_Spec("outcomes", f"outcomes.{what}", _max_quantile_error(_scaled_none(attr)),
+                           f"{what.upper()} p50/p90/p99 (largest relative error)", judged=outcomes_judged,
+                           applicable=_needs(attr, f"recorded {what.upper()}")))
+    return specs
+
+
+def _scaled_none(attr: str) -> Callable[[Side], np.ndarray]:
+    return lambda s: np.zeros(0) if getattr(s, attr) is None else getattr(s, attr)
+
+
+def _one_minus(x: float | None) -> float | None:
+    return None if x is None else 1.0 - x
+
+
+def aa_halves(side: Side, seed: int = 0) -> tuple[Side, Side]:
+    """Two halves of ``side`` drawn at random, whole sessions to each (seeded)."""
+    codes = pl.Series(side.sessions).hash(seed).to_numpy()
+    first = (codes % 2) == 0
+    return side.take(first), side.take(~first)
+
+
+def aa_splits(side: Side, seed: int = 0) -> list[tuple[Side, Side]]:
+    """The A/A pairs of halves (``AA_SPLITS`` of them) of ``side``, or of a sample of its sessions
+    of about ``AA_MAX_REQUESTS`` requests."""
+    if side.n < 4:
+        return []
+    if side.n > AA_MAX_REQUESTS:
+        share = AA_MAX_REQUESTS / side.n
+        codes = pl.Series(side.sessions).hash(seed + 1_000_003).to_numpy()
+        side = side.take(codes < np.uint64(share * float(2 ** 64 - 1)))
+    return [aa_halves(side, seed + k) for k in range(AA_SPLITS)]
+
+
+def _judge(spec: _Spec, live: Side, other: Side, splits: list[tuple[Side, Side]]) -> Metric:
+    bound_fixed = FIXED_BOUNDS.get(spec.name, FIXED_BOUNDS.get(spec.name.rsplit("_", 1)[0], 0.1))
+    not_applicable = spec.applicable(live, other)
+    if not_applicable:
+        return Metric(spec.group, spec.name, None, None, None, None, None, None, f"not applicable: {not_applicable}")
+    x, y, d = spec.fn(live, other)
+    if d is None or (isinstance(d, float) and math.isnan(d)):
+        return Metric(spec.group, spec.name, x, y, None, None, None, None, f"not applicable: {spec.what} undefined")
+    aas = [spec.fn(*h)[2] for h in splits if spec.applicable(*h) is None]
+    aas = [a for a in aas if a is not None and not math.isnan(a)]
+    aa = float(np.max(aas)) if aas else None
+    bound = max(bound_fixed, AA_FACTOR * aa) if aa is not None else bound_fixed
+    flags: tuple[str, ...] = ()
+    if spec.group == "outcomes":
+        n = min(_count(getattr(live, _OUTCOME_ATTR[spec.name])), _count(getattr(other, _OUTCOME_ATTR[spec.name])))
+        if n < MIN_SAMPLES:
+            flags = (f"quantiles from {n} samples (< {MIN_SAMPLES})",)
+    if not spec.judged:
+        return Metric(spec.group, spec.name, x, y, d, aa, bound, None,
+                      f"reported, not judged: {spec.what} {d:.3g} (bound {bound:.3g})", flags)
+    passed = d <= bound
+    values = f" (live {x:.4g}, {other.name} {y:.4g})" if x is not None and y is not None else ""
+    word = "within" if passed else "over"
+    reason = f"{spec.what}: {d:.3g}{values}, {word} the bound {bound:.3g}"
+    return Metric(spec.group, spec.name, x, y, d, aa, bound, passed, reason, flags)
+
+
+_OUTCOME_ATTR = {"outcomes.ttft": "ttft_s", "outcomes.e2e": "e2e_s", "outcomes.itl": "itl_s"}
+
+
+def _count(a: np.ndarray | None) -> int:
+    return 0 if a is None else int(np.isfinite(np.asarray(a, dtype=np.float64)).sum())
+
+
+def _cache_sim_metrics(live: Side, other: Side, splits: list[tuple[Side, Side]]) -> list[Metric]:
+    """Offered reuse: the simulated prefix cache's hit share on each side, at each capacity."""
+    out = []
+    capacities = cache.capacities_for(live.hashes)
+    for label, capacity in capacities.items():
+        def share(s: Side, c: int = capacity) -> float | None:
+            return s.cache_share(c)
+
+        x, y = share(live), share(other)
+        name = f"cache.offered_reuse.{label}"
+        what = f"simulated prefix-cache hit share, {label.replace('_', ' ')}" + (
+            f" ({capacity} blocks)" if capacity else "")
+        if x is None or y is None:
+            out.append(Metric("cache", name, x, y, None, None, None, None, f"not applicable: no prompt tokens"))
+            continue
+        d = abs(y - x)
+        pairs = [(share(a), share(b)) for a, b in splits]
+        aas = [abs(hy - hx) for hx, hy in pairs if hx is not None and hy is not None]
+        aa = float(np.max(aas)) if aas else None
+        bound = max(FIXED_BOUNDS["cache.offered_reuse"], AA_FACTOR * aa) if aa is not None else FIXED_BOUNDS["cache.offered_reuse"]
+        passed = d <= bound
+        out.append(Metric("cache", name, x, y, d, aa, bound, passed,
+                          f"{what}: live {x:.3f}, {other.name} {y:.3f}, {'within' if passed else 'over'} the bound {bound:.3g}"))
+    return out
+
+
+def _cache_diagnosis(metrics: list[Metric], other: str) -> list[str]:
+    by = {m.name: m for m in metrics}
+    engine = by.get("cache.engine_hit_rate")
+    offered = by.get("cache.offered_reuse.unbounded")
+    out = []
+    if offered is not None and offered.passed is False:
+        out.append(f"cache hits: the {other} did not offer live's prefix reuse (simulated unbounded cache "
+                   f"{offered.replay:.3f} vs live {offered.live:.3f}): the workload side differs (prefix sharing "
+                   f"or arrival order)")
+    if engine is not None and engine.passed is False and engine.live is not None and engine.replay is not None:
+        side = "reproduced" if offered is not None and offered.passed else "not reproduced either"
+        if engine.replay < engine.live:
+            out.append(f"cache hits: the trace's own reuse is {side}, but the engine hit less than live "
+                       f"({engine.replay:.3f} vs {engine.live:.3f}): its prefix cache is smaller than live's, "
+                       f"or prefix caching is off")
+        else:
+            out.append(f"cache hits: the engine hit more than live ({engine.replay:.3f} vs {engine.live:.3f}): its "
+                       f"prefix cache is larger than live's, or live's was under more memory pressure")
+    return out
+
+
+def _per_request(stage: pl.DataFrame, other: Side) -> list[Metric]:
+    """When the replay sent the trace's own requests: each one's prompt tokens as the engine
+    counted them vs as recorded, its output tokens vs the max_tokens it asked for, and the
+    runner's own send lag (its p99 within the default lag bound)."""
+    out = []
+    prompt = other.engine_prompt_all
+    finite = np.isfinite(prompt) & np.isfinite(other.recorded_input)
+    if finite.any():
+        diff = prompt[finite] - other.recorded_input[finite]
+        off = (diff < -PER_REQUEST_SLACK) | (diff > TEMPLATE_MAX)
+        share = float(off.mean())
+        bound = FIXED_BOUNDS["lengths.prompt_tokens_per_request"]
+        out.append(Metric("lengths", "lengths.prompt_tokens_per_request", None, None, share, None, bound, share <= bound,
+                          f"{off.sum()} of {finite.sum()} completed requests' prompt tokens, as the engine counted "
+                          f"them, are not between {PER_REQUEST_SLACK} fewer and {TEMPLATE_MAX} more (a chat template) "
+                          f"than the ones sent (share {share:.3g}, bound {bound:g})"))
+    sent = stage.filter(pl.col("sent_ns").is_not_null() & pl.col("release_ns").is_not_null())
+    if sent.height:
+        lag_ms = float(np.percentile((sent["sent_ns"] - sent["release_ns"]).to_numpy(), 99)) / 1e6
+        bound = FIXED_BOUNDS["arrivals.send_lag_p99_ms"]
+        out.append(Metric("arrivals", "arrivals.send_lag_p99_ms", None, lag_ms, lag_ms, None, bound, lag_ms <= bound,
+                          f"the runner's own send lag p99: {lag_ms:.3g} ms ({'within' if lag_ms <= bound else 'over'} "
+                          f"{bound:g} ms): the requests left when they were due"))
+    done = stage.filter((pl.col("error") == "none") & pl.col("expected_output_tokens").is_not_null())
+    if done.height:
+        got = done["completion_tokens"].fill_null(done["output_chunks"])
+        short = int((got != done["expected_output_tokens"]).sum())
+        share = short / done.height
+        bound = FIXED_BOUNDS["lengths.output_vs_max_tokens"]
+        out.append(Metric("lengths", "lengths.output_vs_max_tokens", None, None, share, None, bound, share <= bound,
+                          f"{short} of {done.height} completed requests' output tokens differ from the max_tokens "
+                          f"they asked for (share {share:.3g}, bound {bound:g})"))
+    return out
+
+
+def compare_sides(live: Side, other: Side, *, judge_outcomes: bool = False, seed: int = 0,
+                  stage: pl.DataFrame | None = None, aa_from: Side | None = None) -> Verdict:
+    """Every metric between ``live`` and ``other``, judged against thresholds from the A/A halves
+    of ``aa_from`` (default: live); ``stage`` (the replay's rows) adds the per-request checks."""
+    splits = aa_splits(live if aa_from is None else aa_from, seed)
+    metrics = [_judge(spec, live, other, splits) for spec in _specs(judge_outcomes)]
+    metrics += _cache_sim_metrics(live, other, splits)
+    if stage is not None:
+        metrics += _per_request(stage, other)
+    order = {"lengths": 0, "cache": 1, "arrivals": 2, "sessions": 3, "outcomes": 4}
+    metrics.sort(key=lambda m: order[m.group])
+    failed = [m for m in metrics if m.passed is False]
+    if failed:
+        reason = "unfaithful: " + "; ".join(m.reason for m in failed)
+    else:
+        judged = sum(m.passed is True for m in metrics)
+        reason = f"faithful: all {judged} judged metrics within their bounds"
+    diagnosis = list(other.notes) + _cache_diagnosis(metrics, other.name)
+    return Verdict(faithful=not failed, reason=reason, metrics=metrics, diagnosis=diagnosis)

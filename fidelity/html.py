@@ -1,0 +1,111 @@
+"""A fidelity report as one self-contained HTML file: the verdict, each stage's metric table and
+diagnosis, and its plots embedded as base64 PNG (:mod:`fidelity.plots`).
+
+The page loads nothing from elsewhere (no scripts, fonts or style sheets: a browser opening it
+offline shows all of it), and every text that came from a trace or a results file (file names,
+reasons, diagnosis) is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import base64
+from html import escape
+
+from fidelity.compare import AA_FACTOR, AA_MAX_REQUESTS, AA_SPLITS, FIXED_BOUNDS
+from fidelity.judge import FidelityReport, StageFidelity
+from fidelity.plots import Plot, stage_plots, verdict_chart
+from fidelity.render import _num, _word, headline, note
+
+__all__ = ["html_report", "thresholds_note"]
+
+_STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em auto; max-width: 1280px;
+       padding: 0 1em; color: #212121; }
+.banner { padding: 0.8em 1.2em; border-radius: 6px; color: #fff; }
+.banner.ok { background: #2e7d32; } .banner.bad { background: #c62828; }
+.banner h1 { margin: 0; font-size: 1.6em; }
+code { background: #f3f3f3; padding: 0 0.25em; border-radius: 3px; word-break: break-all; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.8em 0; }
+th, td { border: 1px solid #ddd; padding: 0.25em 0.5em; text-align: left; vertical-align: top; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.pass td.word { color: #2e7d32; } tr.fail td.word { color: #c62828; font-weight: bold; }
+tr.fail { background: #fff3f3; } tr.na { color: #757575; }
+.stage { border-top: 2px solid #ddd; margin-top: 2em; }
+.stage h2 .word { font-size: 0.8em; padding: 0.1em 0.5em; border-radius: 4px; color: #fff; }
+.stage h2 .ok { background: #2e7d32; } .stage h2 .bad { background: #c62828; }
+figure { margin: 1em 0; } figcaption { font-size: 0.85em; color: #555; }
+img.plot { max-width: 100%; height: auto; border: 1px solid #eee; }
+.note { background: #f7f7f7; padding: 0.6em 1em; border-left: 4px solid #90a4ae; }
+"""
+
+
+def thresholds_note(kind: str = "fidelity") -> str:
+    """How a metric's bound is set, in words (plain text), as :mod:`fidelity.compare` sets it."""
+    other = "the replay" if kind == "fidelity" else "the new trace"
+    halves = ("two random halves of the live trace (whole sessions to each half, seeded)" if kind == "fidelity"
+              else "two random halves of both traces together (whole sessions to each half, seeded)")
+    return (f"Each metric is a distance between live and {other} (0 = the same). It passes when the distance is "
+            f"at most the larger of a fixed bound and {AA_FACTOR:g} times the largest of the same distances "
+            f"between {halves} over {AA_SPLITS} splits (the column A/A): a metric the live traffic itself does "
+            f"not pin down more tightly than that cannot fail. On more than {AA_MAX_REQUESTS:,} requests the "
+            f"halves come from a sample of sessions of about that size, and the fixed bounds decide. Metrics "
+            f"whose inputs are missing are not applicable and do not count; outcomes (TTFT / ITL / E2E) are "
+            f"judged only when asked (the target ran live's engine config at live's rate). Every time-based "
+            f"metric compares a stage at its own pace: counting windows are live's divided by the stage's "
+            f"compression, reuse and think times are multiplied by it.")
+
+
+def _img(plot: Plot) -> str:
+    data = base64.b64encode(plot.png).decode("ascii")
+    return (f'<figure><img class="plot" data-kind="{plot.kind}" alt="{escape(plot.title)}" '
+            f'src="data:image/png;base64,{data}"><figcaption><b>{escape(plot.title)}.</b> '
+            f"{escape(plot.caption)}</figcaption></figure>")
+
+
+def _row(m) -> str:
+    cls = {True: "pass", False: "fail", None: "na"}[m.passed]
+    cells = [f"<td>{escape(m.group)}</td>", f"<td>{escape(m.name)}</td>", f'<td class="word">{_word(m.passed)}</td>']
+    cells += [f'<td class="num">{_num(v)}</td>' for v in (m.distance, m.bound, m.aa, m.live, m.replay)]
+    cells.append(f"<td>{escape(note(m))}</td>")
+    return f'<tr class="{cls}" title="{escape(m.reason)}">{"".join(cells)}</tr>'
+
+
+def _stage(s: StageFidelity, plots: bool) -> str:
+    rate = "as recorded" if s.requested_rate is None else f"{s.requested_rate:g} req/s"
+    ok = s.verdict.faithful
+    word = f'<span class="word {"ok" if ok else "bad"}">{"faithful" if ok else "unfaithful"}</span>'
+    parts = [f'<section class="stage"><h2><code>{escape(s.file)}</code> {word}</h2>',
+             f"<p>{escape(rate)}, {s.compression:.3g}x live's pace, {s.sent} of {s.requests} requests sent</p>",
+             f"<p><b>{escape(s.verdict.reason)}</b></p>"]
+    if s.verdict.diagnosis:
+        parts.append('<ul class="diagnosis">' + "".join(f"<li>{escape(d)}</li>" for d in s.verdict.diagnosis)
+                     + "</ul>")
+    parts.append("<table><thead><tr><th>group</th><th>metric</th><th>verdict</th><th>distance</th><th>bound</th>"
+                 "<th>A/A</th><th>live</th><th>replay</th><th>note</th></tr></thead><tbody>"
+                 + "".join(_row(m) for m in s.verdict.metrics) + "</tbody></table>")
+    if plots:
+        parts += [_img(p) for p in stage_plots(s)]
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def html_report(report: FidelityReport, *, plots: bool = True) -> str:
+    """The whole report as one HTML page (``plots=False``: tables and text only)."""
+    title, verdict = headline(report)
+    good = report.faithful
+    bounds = "".join(f"<tr><td>{escape(name)}</td><td class=\"num\">{bound:g}</td></tr>"
+                     for name, bound in FIXED_BOUNDS.items())
+    body = [
+        f'<div class="banner {"ok" if good else "bad"}"><h1>{escape(title)}: {escape(verdict)}</h1></div>',
+        f"<p>live: <code>{escape(report.live)}</code><br>compared: <code>{escape(report.results)}</code><br>"
+        f"{sum(s.verdict.faithful for s in report.stages)} of {len(report.stages)} stages faithful</p>",
+    ]
+    if plots and len(report.stages) > 1:
+        body.append(_img(verdict_chart(report)))
+    body.append(f'<div class="note"><p><b>How thresholds are set.</b> {escape(thresholds_note(report.kind))}</p>'
+                f"<details><summary>fixed bounds</summary><table><tr><th>metric</th><th>fixed bound</th></tr>"
+                f"{bounds}</table></details></div>")
+    body += [_stage(s, plots) for s in report.stages]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{escape(title)}: {escape(verdict)}</title><style>{_STYLE}</style></head><body>\n"
+            + "\n".join(body) + "\n</body></html>\n")

@@ -1,0 +1,141 @@
+"""Fidelity of a results folder (one verdict per stage) and drift between two traces.
+
+``compare_results(LIVE, RESULTS)`` reads the live Trace and the stage files of a ``replay run`` or
+``replay sweep`` folder; each stage is judged against the live rows it replayed, at its own
+compression (:func:`fidelity.compare.compression`). ``drift(OLD, NEW)`` judges NEW as if it were a
+replay of OLD, at their own times: has live traffic moved away from the workload a config was
+tuned on?
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import polars as pl
+
+from fidelity.compare import Side, Verdict, compare_sides, compression, live_side, replay_side
+from replay.errors import ConfigError
+from replay.trace import Trace, read_trace
+
+__all__ = ["StageFidelity", "FidelityReport", "compare_stage", "compare_results", "drift"]
+
+
+@dataclass(frozen=True)
+class StageFidelity:
+    file: str
+    requested_rate: float | None
+    compression: float  # how many times faster than live the stage ran
+    requests: int  # rows of the stage
+    sent: int
+    verdict: Verdict
+    # the two sides compared (for plots; not in the JSON)
+    live_side: Side | None = field(default=None, repr=False, compare=False)
+    replay_side: Side | None = field(default=None, repr=False, compare=False)
+
+    def to_json(self) -> dict:
+        return {"file": self.file, "requested_rate": self.requested_rate, "compression": self.compression,
+                "requests": self.requests, "sent": self.sent, **self.verdict.to_json()}
+
+
+@dataclass(frozen=True)
+class FidelityReport:
+    """What ``replay fidelity`` prints and writes: one verdict per stage (or one, for drift)."""
+
+    live: str
+    results: str
+    stages: list[StageFidelity]
+    kind: str = "fidelity"  # or "drift"
+
+    @property
+    def faithful(self) -> bool:
+        return all(s.verdict.faithful for s in self.stages)
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "live": self.live, "results": self.results, "faithful": self.faithful,
+                "stages": [s.to_json() for s in self.stages]}
+
+
+def _tagged(df: pl.DataFrame, tag: str) -> pl.DataFrame:
+    """Request and session ids prefixed with ``tag`` (two traces' ids may coincide)."""
+    return df.with_columns(request_id=pl.lit(tag) + pl.col("request_id"),
+                           session_id=pl.lit(tag) + pl.col("session_id"))
+
+
+def _live(live: Trace | str | Path) -> tuple[Trace, str]:
+    if isinstance(live, Trace):
+        return live, "<trace>"
+    return read_trace(live, bodies=False), str(live)
+
+
+def compare_stage(live: Trace, stage: pl.DataFrame, *, sent: Trace | None = None, file: str = "<stage>",
+                  requested_rate: float | None = None, judge_outcomes: bool = False, seed: int = 0) -> StageFidelity:
+    """Judge one stage's per-request results against the live rows it replayed. ``sent`` is the
+    trace the stage replayed, when it is not ``live`` itself (a redacted or edited copy with the
+    same request ids): its block hashes and lengths are what the replay offered."""
+    sent = live if sent is None else sent
+    if stage.height == 0:
+        raise ConfigError(f"{file}: the stage has no requests")
+    for trace, what in ((live, "live trace"), (sent, "replayed trace")):
+        missing = stage.join(trace.df.select("request_id"), on="request_id", how="anti")
+        if missing.height:
+            raise ConfigError(f"{file}: {missing.height} requests are not in the {what} "
+                              f"(first: {missing['request_id'][0]!r}): was it replayed from another trace?")
+    rows = live.df.filter(pl.col("request_id").is_in(stage["request_id"].implode()))
+    block = live.meta.block_size_tokens
+    c = compression(live.df, stage)
+    ours = replace(replay_side(sent.df, stage, block), time_scale=c)
+    theirs = live_side(rows, block)
+    verdict = compare_sides(theirs, ours, judge_outcomes=judge_outcomes, seed=seed, stage=stage)
+    return StageFidelity(file=file, requested_rate=requested_rate, compression=c, requests=stage.height,
+                         sent=ours.n, verdict=verdict, live_side=theirs, replay_side=ours)
+
+
+def compare_results(live: Trace | str | Path, results: str | Path, *, judge_outcomes: bool = False,
+                    seed: int = 0) -> FidelityReport:
+    """Judge every stage of a results folder (``replay run`` / ``replay sweep`` output). The
+    trace the folder's summary names as replayed, when it is another file than ``live``, gives
+    what the replay offered (:func:`compare_stage`'s ``sent``)."""
+    from replay.results import read_stage
+
+    trace, live_name = _live(live)
+    folder = Path(results)
+    summary_path = folder / "summary.json"
+    if not summary_path.is_file():
+        raise ConfigError(f"{folder}: not a results folder (no summary.json)")
+    try:
+        summary = json.loads(summary_path.read_text())
+        files = summary["files"]
+        stage_summaries = summary.get("stages", [])
+    except (ValueError, KeyError) as e:
+        raise ConfigError(f"{summary_path}: not a results summary ({e})") from None
+    sent = None
+    replayed = summary.get("trace")
+    if replayed and Path(replayed).is_file() and (live_name == "<trace>" or Path(replayed).resolve() != Path(live_name).resolve()):
+        sent = read_trace(replayed, bodies=False)
+    stages = []
+    for i, name in enumerate(files):
+        df, _ = read_stage(folder / name)
+        rate = stage_summaries[i].get("requested_rate") if i < len(stage_summaries) else None
+        stages.append(compare_stage(trace, df, sent=sent, file=name, requested_rate=rate,
+                                    judge_outcomes=judge_outcomes, seed=seed))
+    return FidelityReport(live=live_name, results=str(folder), stages=stages)
+
+
+def drift(old: Trace | str | Path, new: Trace | str | Path, *, seed: int = 0) -> FidelityReport:
+    """Judge NEW against OLD with the same metrics (NEW's own arrival times and lengths). The
+    A/A halves are drawn from both traces' sessions together: two samples of one traffic differ
+    by about as much as random halves of their union do."""
+    old_trace, old_name = _live(old)
+    new_trace, new_name = _live(new)
+    if old_trace.meta.block_size_tokens != new_trace.meta.block_size_tokens:
+        raise ConfigError(f"{new_name}: block size {new_trace.meta.block_size_tokens} differs from {old_name}'s "
+                          f"{old_trace.meta.block_size_tokens}: the prefix metrics would not compare")
+    block = old_trace.meta.block_size_tokens
+    both = pl.concat([_tagged(old_trace.df, "old:"), _tagged(new_trace.df, "new:")], how="diagonal_relaxed")
+    old_side, new_side = live_side(old_trace.df, block, name="old"), live_side(new_trace.df, block, name="new")
+    verdict = compare_sides(old_side, new_side, seed=seed, aa_from=live_side(both, block, name="old+new"))
+    stage = StageFidelity(file=new_name, requested_rate=None, compression=1.0, requests=new_trace.df.height,
+                          sent=new_trace.df.height, verdict=verdict, live_side=old_side, replay_side=new_side)
+    return FidelityReport(live=old_name, results=new_name, stages=[stage], kind="drift")

@@ -1,0 +1,130 @@
+"""The statistics fidelity compares: distances between two samples, and the shape of a stream of
+arrival times. Everything is numpy over whole columns (no per-row Python loops), so a
+million-request trace costs seconds. The counting statistics (whole windows, index of
+dispersion, lag-1 autocorrelation, peak-to-mean) are ``replay inspect``'s own, re-exported.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from replay.inspect import index_of_dispersion, lag1_autocorrelation, peak_to_mean, window_counts
+
+__all__ = [
+    "QUANTILES",
+    "ks_distance",
+    "wasserstein_over_median",
+    "quantile_errors",
+    "spearman",
+    "window_counts",
+    "index_of_dispersion",
+    "lag1_autocorrelation",
+    "peak_to_mean",
+    "interarrival_cv",
+    "rate_correlation",
+    "relative_difference",
+]
+
+QUANTILES = (50, 90, 99)
+
+
+def _clean(x) -> np.ndarray:
+    a = np.asarray(x, dtype=np.float64)
+    return a[np.isfinite(a)]
+
+
+def ks_distance(a, b) -> float | None:
+    """Two-sample Kolmogorov-Smirnov statistic: the largest gap between the two empirical CDFs
+    (0 = same sample distribution, 1 = disjoint). None when either sample is empty."""
+    a, b = np.sort(_clean(a)), np.sort(_clean(b))
+    if not len(a) or not len(b):
+        return None
+    points = np.concatenate([a, b])
+    fa = np.searchsorted(a, points, side="right") / len(a)
+    fb = np.searchsorted(b, points, side="right") / len(b)
+    return float(np.max(np.abs(fa - fb)))
+
+
+def wasserstein_over_median(a, b) -> float | None:
+    """The 1-Wasserstein distance between the samples (the area between their CDFs, in the
+    values' unit), divided by the median of ``a`` (the reference), so it reads as a share of a
+    typical value. None when a sample is empty or ``a``'s median is 0."""
+    a, b = np.sort(_clean(a)), np.sort(_clean(b))
+    if not len(a) or not len(b):
+        return None
+    median = float(np.median(a))
+    if median == 0:
+        return None
+    points = np.concatenate([a, b])
+    points.sort()
+    widths = np.diff(points)
+    fa = np.searchsorted(a, points[:-1], side="right") / len(a)
+    fb = np.searchsorted(b, points[:-1], side="right") / len(b)
+    return float(np.sum(np.abs(fa - fb) * widths)) / abs(median)
+
+
+def quantile_errors(a, b, quantiles=QUANTILES) -> dict[str, float | None]:
+    """|q_b - q_a| / |q_a| at each quantile (``a`` is the reference); None where q_a is 0."""
+    a, b = _clean(a), _clean(b)
+    if not len(a) or not len(b):
+        return {f"p{q}": None for q in quantiles}
+    qa, qb = np.percentile(a, quantiles), np.percentile(b, quantiles)
+    return {f"p{q}": (float(abs(y - x) / abs(x)) if x != 0 else None) for q, x, y in zip(quantiles, qa, qb)}
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share the mean of their positions)."""
+    order = np.argsort(x, kind="stable")
+    sorted_x = x[order]
+    ranks = np.empty(len(x), dtype=np.float64)
+    starts = np.flatnonzero(np.concatenate([[True], sorted_x[1:] != sorted_x[:-1]]))
+    ends = np.concatenate([starts[1:], [len(x)]])
+    mean_rank = (starts + ends - 1) / 2.0
+    ranks[order] = np.repeat(mean_rank, ends - starts)
+    return ranks
+
+
+def spearman(x, y) -> float | None:
+    """Spearman's rank correlation of paired samples (None with fewer than 3 pairs or a constant side)."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    if len(x) < 3:
+        return None
+    rx, ry = _ranks(x), _ranks(y)
+    if rx.std() == 0 or ry.std() == 0:
+        return None
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def interarrival_cv(times_s) -> float | None:
+    """Coefficient of variation of the gaps between consecutive arrivals (1 for Poisson)."""
+    gaps = np.diff(np.sort(_clean(times_s)))
+    if len(gaps) < 2 or gaps.mean() == 0:
+        return None
+    return float(gaps.std() / gaps.mean())
+
+
+def rate_correlation(a_times_s, b_times_s, windows: int = 50) -> float | None:
+    """Pearson correlation of the two streams' counts over ``windows`` equal slices of each
+    stream's own span: does the rate rise and fall at the same points of the run?"""
+    def shape(t: np.ndarray) -> np.ndarray | None:
+        t = np.sort(_clean(t))
+        if len(t) < 2 or t[-1] == t[0]:
+            return None
+        index = np.minimum(((t - t[0]) / (t[-1] - t[0]) * windows).astype(np.int64), windows - 1)
+        return np.bincount(index, minlength=windows).astype(np.float64)
+
+    a, b = shape(np.asarray(a_times_s)), shape(np.asarray(b_times_s))
+    if a is None or b is None or a.std() == 0 or b.std() == 0:
+        return None
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+def relative_difference(reference: float | None, value: float | None) -> float | None:
+    """|value - reference| / |reference| (None when either is missing or the reference is 0)."""
+    if reference is None or value is None or reference == 0 or math.isnan(reference) or math.isnan(value):
+        return None
+    return abs(value - reference) / abs(reference)

@@ -1,0 +1,95 @@
+"""A campaign as a person reads it: Markdown and JSON files, and a table on the terminal.
+
+It shows the diagnosis, the noise floor, every experiment with its hypothesis and verdict, the
+path of accepted changes with each one's gain and noise band, and the final config as the
+engine's own flags.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from optimizer.campaign import CampaignResult
+
+__all__ = ["markdown", "print_result", "write_result"]
+
+
+def _flags(engine, config: dict[str, Any]) -> str:
+    from replay.targets.engine import config_args
+
+    import shlex
+
+    return shlex.join(config_args(engine.name, engine.knobs, config)) if engine is not None else json.dumps(config)
+
+
+def _esc(text: str) -> str:
+    for ch in "\\|`*_[]<>":
+        text = text.replace(ch, "\\" + ch)
+    return text.replace("\n", " ")
+
+
+def markdown(result: CampaignResult, engine=None, title: str = "Optimize") -> str:
+    lines = [f"# {title}", ""]
+    if result.diagnosis:
+        lines += [f"**Bottleneck: {result.diagnosis.bottleneck}** ({_esc(result.diagnosis.evidence)}); knobs tried "
+                  f"in the order {', '.join(result.diagnosis.order)}.", ""]
+    n = result.noise
+    lines += [f"Baseline `{_esc(_flags(engine, result.baseline)) or '(engine defaults)'}`: {n.median:.4g} "
+              f"(runs {', '.join(f'{v:.4g}' for v in n.values)}; spread {n.spread:.3g}, {n.relative:.1%}; a win must "
+              f"clear +{n.bar():.3g} and repeat on a fresh restart).", ""]
+    lines += ["## Accepted changes", ""]
+    if not result.accepted:
+        lines += ["None: no candidate beat the baseline beyond its noise and repeated.", ""]
+    for i, step in enumerate(result.accepted, 1):
+        v = step.verdict
+        gain = "-" if v.gain is None else f"{v.gain:+.1%}"
+        lines.append(f"{i}. {_esc(step.hypothesis.get('change', ''))}: gain {gain} ({_esc(v.reason)})")
+    best = _flags(engine, result.best)
+    lines += ["", f"Final config: `{_esc(best) or '(engine defaults)'}`", "",
+              f"Stopped: {_esc(result.stopped)}", "", "## Experiments", "",
+              "| # | change | verdict | value | gain | why | hypothesis |", "|---:|---|---|---:|---:|---|---|"]
+    for i, step in enumerate(result.steps, 1):
+        v = step.verdict
+        value = v.measurements[0].value if v.measurements and v.measurements[0].value is not None else None
+        lines.append(f"| {i} | {_esc(step.hypothesis.get('change', json.dumps(step.config)))} | {v.kind}"
+                     f"{' (ledger)' if step.reused else ''} | {'-' if value is None else f'{value:.4g}'} | "
+                     f"{'-' if v.gain is None else f'{v.gain:+.1%}'} | {_esc(v.reason)} | "
+                     f"{_esc(step.hypothesis.get('explanation', ''))} |")
+    return "\n".join(lines) + "\n"
+
+
+def print_result(result: CampaignResult, engine=None) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console()
+    if result.diagnosis:
+        console.print(f"bottleneck: {escape(result.diagnosis.bottleneck)} ({escape(result.diagnosis.evidence)})",
+                      highlight=False)
+    n = result.noise
+    console.print(f"baseline {n.median:.4g} ± {n.spread:.3g} ({n.relative:.1%}) over {len(n.values)} runs",
+                  highlight=False)
+    table = Table(title="experiments")
+    for col in ("#", "change", "verdict", "gain"):
+        table.add_column(col)
+    for i, step in enumerate(result.steps, 1):
+        v = step.verdict
+        table.add_row(str(i), escape(step.hypothesis.get("change", "")), v.kind + (" (ledger)" if step.reused else ""),
+                      "-" if v.gain is None else f"{v.gain:+.1%}")
+    console.print(table)
+    console.print(f"final config: {escape(_flags(engine, result.best)) or '(engine defaults)'}", highlight=False)
+    console.print(f"stopped: {escape(result.stopped)}", highlight=False)
+
+
+def write_result(result: CampaignResult, out: Path, engine=None) -> list[Path]:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "optimize.json", out / "optimize.md"]
+    data = result.to_json()
+    data["final_flags"] = _flags(engine, result.best)
+    paths[0].write_text(json.dumps(data, indent=2, default=str) + "\n")
+    paths[1].write_text(markdown(result, engine))
+    return paths

@@ -1,0 +1,70 @@
+"""`replay fidelity` and `replay drift`: does a replay (or today's traffic) match live traffic?"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "fidelity",
+        help="judge a replay against live traffic: token lengths, cache hits, arrivals, sessions",
+        description="Compare every stage of a `replay run` / `replay sweep` results folder with the live Trace "
+                    "it replayed (at the stage's own pace) and give a verdict per metric and per stage. A "
+                    "metric passes within the larger of a fixed bound and 3 times the largest of its distances "
+                    "between two random halves of the live trace (docs/fidelity.md). Exit 0 when every stage is "
+                    "faithful, 1 when one is not.",
+    )
+    p.add_argument("live", type=Path, help="the live Trace (captured or imported, with what live traffic observed)")
+    p.add_argument("results", type=Path, help="the results folder of replay run / replay sweep")
+    p.add_argument("--out", type=Path,
+                   help="write fidelity.json, fidelity.md and fidelity.html (plots embedded) here")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--judge-outcomes", action="store_true",
+                   help="judge TTFT / ITL / E2E too (when the target ran live's engine config at live's rate)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random A/A halves (default 0)")
+    p.set_defaults(func=cmd_fidelity)
+
+    p = sub.add_parser(
+        "drift",
+        help="has live traffic drifted from the workload a config was tuned on?",
+        description="Compare two Traces (OLD: the workload a config was tuned on, NEW: today's traffic) with the "
+                    "fidelity metrics. Exit 0 when NEW matches OLD, 1 when it drifted.",
+    )
+    p.add_argument("old", type=Path, help="the Trace the config was tuned on")
+    p.add_argument("new", type=Path, help="the recent Trace")
+    p.add_argument("--out", type=Path, help="write drift.json, drift.md and drift.html (plots embedded) here")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random A/A halves (default 0)")
+    p.set_defaults(func=cmd_drift)
+
+
+def _finish(args: argparse.Namespace, report) -> int:
+    from fidelity.render import print_report, write_report
+
+    if args.out:
+        paths = write_report(report, args.out, html=True)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print_report(report)
+        if args.out:
+            print(f"report: {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    return 0 if report.faithful else 1
+
+
+def cmd_fidelity(args: argparse.Namespace) -> int:
+    from fidelity import compare_results
+
+    return _finish(args, compare_results(args.live, args.results, judge_outcomes=args.judge_outcomes, seed=args.seed))
+
+
+def cmd_drift(args: argparse.Namespace) -> int:
+    from fidelity import drift
+
+    return _finish(args, drift(args.old, args.new, seed=args.seed))

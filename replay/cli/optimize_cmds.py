@@ -1,0 +1,176 @@
+"""`replay optimize`: tune an engine's knobs against a trace, trusting only wins beyond the noise."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from replay.config import RunConfig, Slo, parse_duration_s, parse_slo
+from replay.errors import ConfigError
+
+__all__ = ["register", "parse_budget"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "optimize",
+        help="tune an engine's config against a trace: noise floor, diagnosis, verdicts that repeat",
+        description="Measure the baseline config several times on fresh engine starts (its noise floor), name "
+                    "its bottleneck from the engine's metrics, then try configs from --space in the order the "
+                    "diagnosis suggests. A candidate is better only when it beats the baseline by 3 spreads + 1% "
+                    "and does it again on a fresh restart; every experiment, its hypothesis and verdict go to a "
+                    "SQLite ledger, so a campaign run again resumes. Exit 0 when it ran (whatever it found).",
+    )
+    p.add_argument("trace", type=Path, help="the workload (a Trace; it must replay faithfully, see --allow-unfaithful)")
+    p.add_argument("--engine", default="sim", choices=["sim", "llama-server", "vllm", "sglang"],
+                   help="the engine to start for every measurement (default sim, the embedded engine)")
+    p.add_argument("--model", help="llama-server: a GGUF file; vllm / sglang: a model folder")
+    p.add_argument("--sim-profile", default="a100-80g/llama-3-8b", help="sim: hardware + model profile")
+    p.add_argument("--sim-time-scale", type=float, default=1.0,
+                   help="sim: modelled time x this = wall time (0.1: ten times faster; default 1)")
+    p.add_argument("--space", type=Path, help="a TOML space file ([knobs.NAME] values = [...], [constraints] rules)")
+    p.add_argument("--knobs", default="max_num_seqs,max_num_batched_tokens,enable_prefix_caching",
+                   help="without --space: the knobs to tune, each over default values around the engine's default "
+                        "(default max_num_seqs,max_num_batched_tokens,enable_prefix_caching)")
+    p.add_argument("--baseline", default="{}", metavar="JSON",
+                   help="the starting config, e.g. '{\"max_num_seqs\": 2}' (default: the engine's defaults)")
+    p.add_argument("--objective", default="goodput", choices=["goodput", "throughput"],
+                   help="goodput (req/s meeting --slo, default) or throughput (req/s completed), at --rate")
+    p.add_argument("--rate", type=float, required=True, help="req/s each measurement offers")
+    limit = p.add_mutually_exclusive_group()
+    limit.add_argument("--duration", default=None, help="each measurement's window, e.g. 30s")
+    limit.add_argument("--requests", type=int, help="each measurement sends the first N requests")
+    p.add_argument("--slo", help="objectives for goodput, e.g. ttft=2s,tpot=100ms")
+    p.add_argument("--slo-attainment", type=float, default=0.9, help="share that must meet the SLO (default 0.9)")
+    p.add_argument("--gpus", type=int, default=1, help="GPUs the engine uses: the objective is divided by it")
+    p.add_argument("--budget", default="trials=20,time=2h",
+                   help="caps: trials=N, time=DURATION, gpu_hours=H (default trials=20,time=2h)")
+    p.add_argument("--search", default="coordinate", choices=["coordinate", "tpe", "random"],
+                   help="coordinate descent in the diagnosis's knob order (default), TPE (Optuna) or random")
+    p.add_argument("--repeats", type=int, default=4, help="baseline runs for the noise floor (default 4)")
+    p.add_argument("--seed", type=int, default=0, help="seed for TPE / random search (default 0)")
+    p.add_argument("--allow-lossy", action="store_true",
+                   help="let the space hold lossy knobs (KV / weight precision); their wins need a person's approval")
+    p.add_argument("--allow-unfaithful", action="store_true",
+                   help="tune even when a replay is not faithful to the trace (recorded in the results)")
+    p.add_argument("--lag-bound-ms", type=float, default=1.0, help="a stage over this send lag p99 is invalid")
+    p.add_argument("--ledger", type=Path, help="the SQLite ledger (default OUT/ledger.sqlite)")
+    p.add_argument("--out", type=Path, help="results folder (default results/<trace>-optimize)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_optimize)
+
+
+def parse_budget(text: str):
+    from optimizer import Budget
+
+    values: dict[str, float] = {}
+    for part in filter(None, (x.strip() for x in text.split(","))):
+        key, _, value = part.partition("=")
+        if key == "trials":
+            try:
+                values["trials"] = int(value)
+            except ValueError:
+                raise ConfigError(f"--budget: trials must be a whole number, got {value!r}") from None
+        elif key == "time":
+            values["time_s"] = parse_duration_s(value, "--budget time")
+        elif key == "gpu_hours":
+            try:
+                values["gpu_hours"] = float(value)
+            except ValueError:
+                raise ConfigError(f"--budget: gpu_hours must be a number, got {value!r}") from None
+        else:
+            raise ConfigError(f"--budget: '{part}' is not one of trials=N, time=DURATION, gpu_hours=H")
+    return Budget(**values)
+
+
+def _engine(args: argparse.Namespace):
+    from replay.targets.registry import engine_class
+
+    cls = engine_class(args.engine)
+    if args.engine == "sim":
+        return cls(profile=args.sim_profile, time_scale=args.sim_time_scale)
+    if not args.model:
+        raise ConfigError(f"--model: {args.engine} needs a model to serve")
+    return cls(model=args.model)
+
+
+def _version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    if name == "vllm":
+        from replay.targets.vllm_install import VLLM_VERSION
+        return VLLM_VERSION
+    if name == "llama-server":
+        from replay.llamacpp_sdist import SDIST_VERSION
+        return SDIST_VERSION
+    try:
+        return version("faithful-replay")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    from optimizer import Campaign, CampaignStopped, Objective, Space, measure_on_engine
+    from optimizer.campaign import workload_hash
+    from optimizer.report import print_result, write_result
+    from replay.inspect import prefix_reuse_share
+    from replay.trace import read_trace
+
+    trace = read_trace(args.trace)
+    engine = _engine(args)
+    try:
+        baseline = json.loads(args.baseline)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"--baseline: not JSON ({e.msg})") from None
+    if not isinstance(baseline, dict):
+        raise ConfigError("--baseline: expected a JSON object of knob: value")
+    baseline = engine.check(baseline)
+    if args.space:
+        space = Space.load(engine.name, engine.knobs, args.space, allow_lossy=args.allow_lossy)
+    else:
+        names = [n.strip() for n in args.knobs.split(",") if n.strip()]
+        space = Space.of(engine.name, engine.knobs, {n: None for n in names}, allow_lossy=args.allow_lossy)
+    slo = parse_slo(args.slo, args.slo_attainment) if args.slo else Slo(attainment=args.slo_attainment)
+    if args.objective == "goodput" and slo.empty:
+        raise ConfigError("--slo: the goodput objective needs SLOs (or use --objective throughput)")
+    run = RunConfig(url="http://127.0.0.1:0", rate=args.rate, slo=slo, lag_bound_ms=args.lag_bound_ms,
+                    duration_s=parse_duration_s(args.duration, "--duration") if args.duration else None,
+                    requests=args.requests)
+    objective = Objective(args.objective, gpus=args.gpus)
+    out = args.out or Path("results") / f"{args.trace.stem}-optimize"
+    identity = {"engine": engine.name, "version": _version(engine.name),
+                "model": str(args.model or args.sim_profile), "workload": workload_hash(trace),
+                "objective": args.objective, "rate": args.rate, "slo": args.slo or "", "gpus": args.gpus}
+    measure = measure_on_engine(engine, trace, run, objective, live=trace, allow_unfaithful=args.allow_unfaithful)
+    campaign = Campaign(space=space, measure=measure, ledger=args.ledger or out / "ledger.sqlite", identity=identity,
+                        baseline=baseline, repeats=args.repeats, budget=parse_budget(args.budget),
+                        searcher=args.search, seed=args.seed, gpus=args.gpus,
+                        offered_reuse=prefix_reuse_share(trace))
+    try:
+        if not args.json:
+            print(f"measuring the baseline {json.dumps(baseline)} {args.repeats} times on fresh {engine.name} starts",
+                  file=sys.stderr)
+        try:
+            campaign.start()
+        except CampaignStopped as e:
+            print(f"error: optimize: {e}", file=sys.stderr)
+            return 1
+        if not args.json:
+            d = campaign.diagnosis
+            print(f"bottleneck: {d.bottleneck} ({d.evidence})", file=sys.stderr)
+        result = campaign.run(progress=None if args.json else
+                              lambda step: print(f"  {step.hypothesis.get('change', '')}: {step.verdict.kind}",
+                                                 file=sys.stderr))
+    finally:
+        campaign.close()
+    if args.allow_unfaithful:
+        result.stopped += " (--allow-unfaithful: the fidelity gate was overridden)"
+    paths = write_result(result, out, engine)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2, default=str))
+    else:
+        print_result(result, engine)
+        print(f"report: {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    return 0

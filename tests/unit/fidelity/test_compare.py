@@ -1,0 +1,158 @@
+"""Verdicts on replays made up from a production-shaped live trace: a faithful replay at the
+live pace and 10x faster passes; each way of being unfaithful fails on its own metric."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from fidelity import AA_FACTOR, compare_stage, drift
+from fidelity.cache import hit_share
+from replay.generate import GenerateConfig, generate
+from replay.trace import Trace
+
+E2E_PER_TOKEN_S = 0.02
+
+
+@pytest.fixture(scope="module")
+def live() -> Trace:
+    """1,500 requests over ~100 s with bursts, sessions and shared system prompts; what the live
+    engine observed: E2E, and cached tokens as an unbounded prefix cache would give them."""
+    trace = generate(GenerateConfig(n_requests=1500, seed=5, rate=15.0, burst_cv=3.0, n_system_prompts=3,
+                                    system_prompt_tokens=64, turns_mean=3.0, think_time_mean_s=4.0,
+                                    user_tokens_p50=40, output_tokens_p50=20, max_user_tokens=400,
+                                    max_output_tokens=200, max_input_tokens=2000))
+    df = trace.df
+    from replay import _engine
+    lengths = df["block_hashes"].list.len().to_numpy().astype(np.uint64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.uint64)
+    flat = df["block_hashes"].explode().drop_nulls().to_numpy().astype(np.uint64)
+    hits = _engine.prefix_cache_hits(flat, offsets, 0).astype(np.int64) * trace.meta.block_size_tokens
+    df = df.with_columns(e2e_us=(pl.col("output_tokens") * E2E_PER_TOKEN_S * 1e6).cast(pl.Int64),
+                         cached_tokens=pl.Series(hits).cast(pl.Int32))
+    return Trace(df=df, meta=trace.meta)
+
+
+def stage_of(live: Trace, *, speedup: float = 1.0, sent_s: np.ndarray | None = None, prompt_scale: float = 1.0,
+             template: int = 9, cached: np.ndarray | None = None, seed: int = 0) -> pl.DataFrame:
+    """The results frame of a replay of every live row: sent at live's times / speedup (or
+    ``sent_s``), each answered in its live E2E / speedup, the engine counting ``template`` more
+    prompt tokens (and ``prompt_scale`` of the recorded ones)."""
+    df = live.df
+    rng = np.random.default_rng(seed)
+    arrival = df["arrival_us"].to_numpy() / 1e6
+    intended = (arrival - arrival[0]) / speedup
+    sent = intended + rng.uniform(0, 2e-4, len(df)) if sent_s is None else sent_s
+    e2e = df["e2e_us"].to_numpy() / 1e6 / speedup
+    prompt = np.round(df["input_tokens"].to_numpy() * prompt_scale).astype(np.int64) + template
+    cached = df["cached_tokens"].to_numpy() if cached is None else cached
+    out = df["output_tokens"].to_numpy()
+    ns = lambda s: (np.asarray(s) * 1e9).astype(np.int64)  # noqa: E731
+    return pl.DataFrame({
+        "request_id": df["request_id"], "session_id": df["session_id"], "api": df["api"],
+        "input_tokens": df["input_tokens"], "expected_output_tokens": df["max_tokens"].fill_null(df["output_tokens"]),
+        "intended_ns": ns(intended), "release_ns": ns(intended), "conn_ns": np.zeros(len(df), dtype=np.int64),
+        "sent_ns": ns(sent), "first_byte_ns": ns(sent + 0.01), "first_token_ns": ns(sent + 0.02),
+        "end_ns": ns(sent + e2e), "status": np.full(len(df), 200, dtype=np.int32), "error": ["none"] * len(df),
+        "error_detail": [""] * len(df), "prompt_tokens": prompt, "completion_tokens": out,
+        "cached_tokens": cached, "output_chunks": out,
+    })
+
+
+def unshared(df: pl.DataFrame) -> pl.Series:
+    """Every request's block hashes made its own (hashed with its row number): no prefix is shared."""
+    rows = df.with_row_index("_i").select("_i", "block_hashes").explode("block_hashes")
+    rows = rows.with_columns(h=pl.when(pl.col("block_hashes").is_not_null())
+                             .then(pl.struct("_i", "block_hashes").hash(7)))
+    return rows.group_by("_i", maintain_order=True).agg(pl.col("h").drop_nulls())["h"].alias("block_hashes")
+
+
+def failed(result) -> set[str]:
+    return {m.name for m in result.verdict.failed}
+
+
+@pytest.mark.parametrize("speedup", [1.0, 10.0])
+def test_a_faithful_replay_passes_at_the_live_pace_and_10x_faster(live, speedup):
+    result = compare_stage(live, stage_of(live, speedup=speedup))
+    assert result.verdict.faithful, result.verdict.reason
+    assert result.compression == pytest.approx(speedup, rel=1e-3)
+    judged = {m.name for m in result.verdict.metrics if m.passed is not None}
+    # every group is judged, the 60 s counts too (100 s of live traffic: not enough windows)
+    for name in ("input_tokens.ks", "cache.engine_hit_rate", "cache.offered_reuse.unbounded",
+                 "arrivals.dispersion_1s", "arrivals.dispersion_10s", "sessions.think_time.ks",
+                 "lengths.prompt_tokens_per_request"):
+        assert name in judged, name
+    assert any("+9 tokens" in d for d in result.verdict.diagnosis)
+
+
+def test_poisson_arrivals_fail_on_burstiness(live):
+    arrival = live.df["arrival_us"].to_numpy() / 1e6
+    rng = np.random.default_rng(3)
+    poisson = np.cumsum(rng.exponential((arrival[-1] - arrival[0]) / len(arrival), len(arrival)))
+    result = compare_stage(live, stage_of(live, sent_s=poisson - poisson[0]))
+    bad = failed(result)
+    assert {"arrivals.interarrival_cv", "arrivals.dispersion_1s"} <= bad, result.verdict.reason
+    assert all(name.startswith(("arrivals.", "sessions.", "cache.reuse")) for name in bad), bad
+
+
+def test_shortened_prompts_fail_on_lengths(live):
+    result = compare_stage(live, stage_of(live, prompt_scale=0.5))
+    bad = failed(result)
+    assert {"input_tokens.ks", "input_tokens.p50", "lengths.prompt_tokens_per_request"} <= bad, bad
+    # the same cached tokens over half the prompt tokens is also a higher hit rate
+    assert all(name.startswith(("input_tokens", "lengths.", "cache.engine")) for name in bad), bad
+
+
+def test_destroyed_prefix_sharing_fails_on_the_offered_reuse(live):
+    # the replayed trace: the same requests, every block hash made unique (no shared prefix)
+    sent = Trace(df=live.df.with_columns(block_hashes=unshared(live.df)), meta=live.meta)
+    cached = np.zeros(live.df.height, dtype=np.int64)  # an engine finds nothing to reuse
+    result = compare_stage(live, stage_of(live, cached=cached), sent=sent)
+    bad = failed(result)
+    assert {"cache.offered_reuse.unbounded", "cache.engine_hit_rate"} <= bad, bad
+    assert any("workload side" in d for d in result.verdict.diagnosis), result.verdict.diagnosis
+
+
+def test_an_engine_without_prefix_caching_fails_on_the_engine_side(live):
+    result = compare_stage(live, stage_of(live, cached=np.zeros(live.df.height, dtype=np.int64)))
+    assert failed(result) == {"cache.engine_hit_rate"}, result.verdict.reason
+    diagnosis = " ".join(result.verdict.diagnosis)
+    assert "reuse is reproduced, but the engine hit less" in diagnosis and "prefix caching is off" in diagnosis
+
+
+def test_thresholds_come_from_the_live_trace_s_own_halves(live):
+    result = compare_stage(live, stage_of(live))
+    by = {m.name: m for m in result.verdict.metrics}
+    ks = by["input_tokens.ks"]
+    assert ks.aa is not None and ks.aa > 0
+    assert ks.bound == pytest.approx(max(0.05, AA_FACTOR * ks.aa))
+
+
+def test_a_stage_of_another_trace_is_one_clear_error(live):
+    from replay.errors import ConfigError
+
+    other = stage_of(live).with_columns(request_id=pl.lit("x") + pl.col("request_id"))
+    with pytest.raises(ConfigError, match="not in the live trace"):
+        compare_stage(live, other, file="s.parquet")
+
+
+def test_drift_flags_growing_prompts_and_not_two_random_halves(live):
+    df = live.df
+    half = df.height // 2
+    old = Trace(df=df.head(half), meta=live.meta)
+    grown = df.tail(df.height - half).with_columns(input_tokens=pl.col("input_tokens") * 2)
+    new = Trace(df=grown, meta=live.meta)
+    report = drift(old, new)
+    assert not report.faithful
+    assert "input_tokens.ks" in failed(report.stages[0])
+    picks = (df["session_id"].fill_null(df["request_id"]).hash(11) % 2 == 0)
+    a, b = Trace(df=df.filter(picks), meta=live.meta), Trace(df=df.filter(~picks), meta=live.meta)
+    same = drift(a, b, seed=1)
+    assert same.faithful, same.stages[0].verdict.reason
+
+
+def test_the_simulated_cache_sees_shared_system_prompts(live):
+    share = hit_share(live.df["block_hashes"], live.df["input_tokens"], live.meta.block_size_tokens)
+    assert share > 0.3
+    assert hit_share(unshared(live.df), live.df["input_tokens"], live.meta.block_size_tokens) == 0

@@ -1,0 +1,58 @@
+"""The statistics fidelity stands on, against values worked out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fidelity import stats
+
+
+def test_ks_distance_is_zero_for_one_sample_and_one_for_disjoint_ones():
+    a = np.arange(100)
+    assert stats.ks_distance(a, a) == 0
+    assert stats.ks_distance(a, a + 1000) == 1
+    # [1,2,3,4] vs [3,4,5,6]: at 2 the CDFs are 0.5 and 0
+    assert stats.ks_distance([1, 2, 3, 4], [3, 4, 5, 6]) == pytest.approx(0.5)
+    assert stats.ks_distance([], [1]) is None
+
+
+def test_wasserstein_over_median_is_the_shift_over_the_median():
+    a = np.arange(1, 101, dtype=float)  # median 50.5
+    assert stats.wasserstein_over_median(a, a + 5) == pytest.approx(5 / 50.5)
+    assert stats.wasserstein_over_median(a, a) == 0
+
+
+def test_quantile_errors_and_spearman():
+    a = np.arange(1, 1001, dtype=float)
+    errors = stats.quantile_errors(a, a * 1.1)
+    assert errors["p50"] == pytest.approx(0.1) and errors["p99"] == pytest.approx(0.1)
+    x = np.arange(50, dtype=float)
+    assert stats.spearman(x, x ** 3) == pytest.approx(1.0)
+    assert stats.spearman(x, -x) == pytest.approx(-1.0)
+    assert stats.spearman(x, np.ones(50)) is None
+    # ties share their mean rank: [1,1,2] ranks [0.5,0.5,2] correlate perfectly with [0,0,1]
+    assert stats.spearman([1, 1, 2], [0, 0, 1]) == pytest.approx(1.0)
+
+
+def test_count_statistics_tell_a_poisson_stream_from_a_bursty_one():
+    rng = np.random.default_rng(1)
+    poisson = np.cumsum(rng.exponential(0.1, 20_000))
+    # bursts: 10 s on, 10 s off, their size rising and falling slowly over the run
+    bursty = np.concatenate([k * 20 + np.sort(rng.uniform(0, 10, int(200 + 150 * np.sin(k / 8))))
+                             for k in range(100)])
+    c_p, c_b = stats.window_counts(poisson, 1.0), stats.window_counts(bursty, 1.0)
+    assert stats.index_of_dispersion(c_p) == pytest.approx(1.0, abs=0.1)
+    assert stats.index_of_dispersion(c_b) > 5
+    assert stats.interarrival_cv(poisson) == pytest.approx(1.0, abs=0.05)
+    assert stats.interarrival_cv(bursty) > 1.5
+    assert abs(stats.lag1_autocorrelation(c_p)) < 0.05
+    assert stats.lag1_autocorrelation(c_b) > 0.6  # 10 busy seconds, then 10 quiet ones
+    assert stats.peak_to_mean(c_b) > stats.peak_to_mean(c_p)
+    # the same stream sped up 10x has the same shape over the run
+    assert stats.rate_correlation(bursty, bursty / 10) == pytest.approx(1.0)
+    assert stats.rate_correlation(bursty, poisson) < 0.3
+
+
+def test_window_counts_are_whole_windows_empty_ones_included():
+    assert stats.window_counts(np.array([0.0, 0.5, 3.2, 4.0]), 1.0).tolist() == [2, 0, 0, 1]

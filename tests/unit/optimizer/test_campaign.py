@@ -1,0 +1,186 @@
+"""The campaign's protocol on measurement functions whose truth is known: identical configs are
+not judged better, a known optimum is found in fewer evaluations than the grid, failures are
+verdicts not crashes, and a killed campaign resumes from its ledger."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from optimizer import Budget, Campaign, CampaignStopped, Measurement, NoiseFloor, Space, judge
+from optimizer.verdict import REPEATS
+from optimizer.space import config_key
+from replay.errors import ConfigError
+from replay.sim import KNOBS
+
+SEQS = [2, 4, 8, 16, 32, 64]
+TOKENS = [512, 1024, 2048, 4096]
+
+
+def space() -> Space:
+    return Space.of("sim", KNOBS, {"max_num_seqs": SEQS, "max_num_batched_tokens": TOKENS,
+                                   "enable_prefix_caching": [False, True]},
+                    constraints=["max_num_batched_tokens >= max_num_seqs"])
+
+
+def surface(config) -> float:
+    """A response surface with one optimum: seqs 16, tokens 2048, caching on (value 100)."""
+    s = SEQS.index(config.get("max_num_seqs", 2))
+    t = TOKENS.index(config.get("max_num_batched_tokens", 512))
+    return 100 - 6 * abs(s - 3) ** 1.5 - 4 * abs(t - 2) - (0 if config.get("enable_prefix_caching", True) else 15)
+
+
+def noisy(rel_sd: float, seed: int, calls: list | None = None):
+    rng = random.Random(seed)
+
+    def measure(config) -> Measurement:
+        if calls is not None:
+            calls.append(config_key(config))
+        return Measurement(surface(config) * (1 + rng.gauss(0, rel_sd)))
+    return measure
+
+
+BASE = {"max_num_seqs": 2, "max_num_batched_tokens": 512, "enable_prefix_caching": True}
+
+
+def campaign(tmp_path, measure, **kw) -> Campaign:
+    kw.setdefault("budget", Budget(trials=40))
+    return Campaign(space=space(), measure=measure, ledger=tmp_path / "ledger.sqlite",
+                    identity={"engine": "sim", "workload": "w"}, baseline=BASE, **kw)
+
+
+def test_an_identical_candidate_is_almost_never_judged_better():
+    # 4,000 A/A comparisons with 5% run-to-run noise: a baseline floor of REPEATS runs, the
+    # candidate measured from the same distribution, confirmed on a "restart" when it clears the bar
+    rng = random.Random(0)
+    better = 0
+    trials = 4000
+    for _ in range(trials):
+        draw = lambda: Measurement(100 * (1 + rng.gauss(0, 0.05)))  # noqa: E731
+        floor = NoiseFloor(tuple(draw().value for _ in range(REPEATS)))
+        if floor.too_noisy:
+            continue
+        better += judge(floor, draw(), draw).kind == "better"
+    assert better / trials <= 0.01, better
+
+
+def test_the_verdict_rule():
+    floor = NoiseFloor((100.0, 101.0, 99.0, 100.0))  # median 100, MAD 0.5, SD 0.816: bar 3 x 0.816 + 1 = 3.45
+    assert floor.spread == pytest.approx(0.8165, abs=1e-4)
+    assert judge(floor, Measurement(103.0)).kind == "same"
+    assert judge(floor, Measurement(97.0)).kind == "worse"
+    assert judge(floor, Measurement(110.0), lambda: Measurement(111.0)).kind == "better"
+    unrepeated = judge(floor, Measurement(110.0), lambda: Measurement(101.0))
+    assert unrepeated.kind == "same" and "did not repeat" in unrepeated.reason
+    assert judge(floor, Measurement(None, "the engine failed to start: boom")).kind == "invalid"
+
+
+@pytest.mark.parametrize("search", ["coordinate", "tpe"])
+def test_a_known_optimum_is_found_in_fewer_evaluations_than_the_grid(tmp_path, search):
+    grid = list(space().grid())
+    best = max(surface({**BASE, **c}) for c in grid)
+    calls: list[str] = []
+    c = campaign(tmp_path, noisy(0.005, seed=1, calls=calls), searcher=search, budget=Budget(trials=25))
+    result = c.run()
+    assert surface(result.best) >= 0.97 * best, (result.best, result.stopped)
+    assert len(set(calls)) < 0.6 * len(grid), len(set(calls))
+    for step in result.accepted:
+        assert step.verdict.kind == "better" and len(step.verdict.measurements) == 2  # confirmed on a restart
+        assert step.hypothesis["change"] and step.hypothesis["falsified_by"]
+
+
+def test_a_failed_baseline_stops_with_one_clear_line(tmp_path):
+    c = campaign(tmp_path, lambda config: Measurement(None, "the engine failed to start: port in use"))
+    with pytest.raises(CampaignStopped) as info:
+        c.run()
+    assert "baseline" in str(info.value) and "port in use" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_an_unstable_environment_stops_the_campaign(tmp_path):
+    values = iter([100.0, 40.0, 160.0, 100.0])
+    c = campaign(tmp_path, lambda config: Measurement(next(values)))
+    with pytest.raises(CampaignStopped, match="too unstable"):
+        c.start()
+
+
+def test_failed_configs_are_verdicts_and_never_proposed_again(tmp_path):
+    calls: list[str] = []
+    inner = noisy(0.01, seed=2)
+
+    def measure(config):
+        calls.append(config_key(config))
+        if config.get("max_num_seqs") == 64:
+            return Measurement(None, "the engine failed to start: out of memory")
+        return inner(config)
+
+    result = campaign(tmp_path, measure, searcher="tpe", budget=Budget(trials=30)).run()
+    failed = [s for s in result.steps if s.verdict.kind == "invalid"]
+    assert failed, "the search reached the failing knob value"
+    keys = [config_key(s.config) for s in result.steps if not s.reused]
+    assert len(keys) == len(set(keys)), "no config was judged twice"
+
+
+def test_a_killed_campaign_resumes_from_its_ledger(tmp_path):
+    calls: list[str] = []
+    measure = noisy(0.005, seed=3, calls=calls)
+
+    class Killed(Exception):
+        pass
+
+    def dies_after(n):
+        def m(config):
+            if len(calls) >= n:
+                raise Killed
+            return measure(config)
+        return m
+
+    with pytest.raises(Killed):
+        campaign(tmp_path, dies_after(12)).run()
+    from optimizer.ledger import Ledger
+
+    with Ledger(tmp_path / "ledger.sqlite", {"engine": "sim", "workload": "w", "hardware": __import__("platform").machine()}) as ledger:
+        judged = {config_key(e.config) for e in ledger.entries(role="candidate") if e.verdict}
+        rows = len(ledger.entries())
+    assert judged and rows == 12, "every measurement made before the kill is in the ledger"
+    before = len(calls)
+    resumed = campaign(tmp_path, measure).run()
+    again = calls[before:]
+    assert config_key(BASE) not in again, "the baseline's noise floor came from the ledger"
+    assert not judged & set(again), "no judged config was measured again"
+    assert {config_key(s.config) for s in resumed.steps if s.reused} == judged
+    fresh = campaign(tmp_path / "other", noisy(0.005, seed=3)).run()
+    assert surface(resumed.best) == surface(fresh.best)
+
+
+def test_space_files_lossy_knobs_and_constraints(tmp_path):
+    path = tmp_path / "space.toml"
+    path.write_text('[knobs.max_num_seqs]\nvalues = [4, 8]\n[knobs.enable_prefix_caching]\n'
+                    '[constraints]\nrules = ["max_num_seqs >= 8"]\n')
+    s = Space.load("sim", KNOBS, path)
+    assert s.dimension("enable_prefix_caching").values == (False, True)
+    assert [c["max_num_seqs"] for c in s.grid()] == [8, 8]
+    with pytest.raises(ConfigError, match="lossy"):
+        Space.of("sim", KNOBS, {"kv_cache_dtype": ["auto", "fp8"]})
+    assert Space.of("sim", KNOBS, {"kv_cache_dtype": ["auto", "fp8"]}, allow_lossy=True).size() == 2
+    with pytest.raises(ConfigError, match="unknown knob 'max_seqs'"):
+        Space.of("sim", KNOBS, {"max_seqs": [1]})
+    path.write_text("[knobs.max_num_seqs]\nvalues = 3\n")
+    with pytest.raises(ConfigError, match="must be a list"):
+        Space.load("sim", KNOBS, path)
+
+
+def test_the_diagnosis_names_the_bottleneck_and_orders_the_knobs():
+    from optimizer.diagnosis import diagnose
+
+    names = ["max_num_batched_tokens", "enable_prefix_caching", "max_num_seqs"]
+    capped = diagnose({"running": 8, "waiting": 30, "kv_usage": 0.3}, {"preemptions": 0}, {"max_num_seqs": 8}, 256, names)
+    assert capped.bottleneck == "batch-capped" and capped.order[0] == "max_num_seqs"
+    assert "max-num-seqs (8) reached" in capped.evidence
+    kv = diagnose({"running": 40, "waiting": 5, "kv_usage": 0.97}, {"preemptions": 12}, {}, 256, names)
+    assert kv.bottleneck == "KV-bound" and "12 preemptions" in kv.evidence
+    cold = diagnose({"running": 2, "waiting": 0, "kv_usage": 0.1}, {"prefix_cache_queries": 100,
+                    "prefix_cache_hits": 0}, {"enable_prefix_caching": False}, 256, names, offered_reuse=0.6)
+    assert cold.bottleneck == "cache-cold" and cold.order[0] == "enable_prefix_caching"
+    idle = diagnose({"running": 2, "waiting": 0, "kv_usage": 0.1}, {}, {}, 256, names)
+    assert idle.bottleneck == "not saturated" and idle.order == names
