@@ -10,8 +10,8 @@ redaction; only the redacted row leaves it).
   ``replay import openai`` (:class:`capture.importers.logs.SessionLinker`), applied as requests
   end (a conversation's next turn arrives after its previous answer ended, so it is linked in
   time).
-- ``--sample P`` keeps a session when a hash of its id falls below P: every request of a session
-  is kept or none is.
+- ``--sample P`` keeps a session by the rule ``replay sample --sessions P --seed 0`` uses
+  (:func:`replay.subsets.session_kept`): every request of a session is kept or none is.
 - ``input_tokens`` and ``block_hashes`` are those of the raw prompt texts
   (:func:`replay.bodies.text_slots`, :func:`replay.bodies.prompt_token_ids`) under the trace's
   tokenizer, computed before redaction: the trace keeps the live prefix sharing. Each text is
@@ -34,8 +34,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-__all__ = ["Exchange", "Answer", "parse_response", "RowBuilder", "sampled", "API_OF_PATH",
-           "TOKEN_CACHE_TOKENS"]
+__all__ = ["Exchange", "Answer", "parse_response", "RowBuilder", "API_OF_PATH",
+           "TOKEN_CACHE_TOKENS", "SAMPLE_SEED"]
+
+# --sample P keeps the sessions `replay sample --sessions P --seed SAMPLE_SEED` keeps
+SAMPLE_SEED = 0
 
 # token ids of recent prompt texts kept (4 bytes each): the most-recently used texts
 TOKEN_CACHE_TOKENS = 20_000_000
@@ -175,15 +178,6 @@ def parse_response(ex: Exchange) -> Answer:
     return ans
 
 
-def sampled(session_id: str, share: float) -> bool:
-    """Whether the session ``session_id`` is in a ``share`` (0..1) of sessions: a hash of its id
-    below ``share``, so every request of a session gets the same answer."""
-    if share >= 1.0:
-        return True
-    h = hashlib.blake2b(session_id.encode(), digest_size=8).digest()
-    return int.from_bytes(h, "little") / 2.0**64 < share
-
-
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
@@ -242,6 +236,7 @@ class RowBuilder:
         kept."""
         from replay.bodies import text_slots
         from replay.blocks import block_hashes
+        from replay.subsets import session_kept
 
         kept: list[tuple[Exchange, dict, Any, str, str | None, int]] = []
         for ex in exchanges:
@@ -256,7 +251,7 @@ class RowBuilder:
             ans = parse_response(ex)
             sid, parent, turn = self.linker.add(ex.request_id, ex.api, body, ans.text,
                                                 ex.session_header)
-            if not sampled(sid, self.sample):
+            if self.sample < 1.0 and not session_kept(sid, self.sample, SAMPLE_SEED):
                 self.counts["not_sampled"] += 1
                 continue
             kept.append((ex, body, ans, sid, parent, turn))

@@ -89,3 +89,22 @@ def test_a_restart_must_agree_with_the_folder(tmp_path):
     assert again["t0_unix_us"] == first["t0_unix_us"] > 0
     with pytest.raises(ConfigError, match="redaction_policy='redacted', this run 'none'"):
         open_folder(tmp_path / "cap", {**settings, "redaction_policy": "none", "redaction_key": ""})
+
+
+def test_sample_and_slice_read_a_capture_folder_in_arrival_order(tmp_path):
+    from replay.subsets import sample_sessions, slice_window
+
+    folder = tmp_path / "cap"
+    folder.mkdir()
+    spool = Spool(folder, META, BASE, 1)
+    spool.append_rows(_rows(["b", "d"], [20, 40]))
+    spool.sync()
+    spool.roll()
+    spool.append_rows(_rows(["a", "c"], [10, 30]))  # arrived earlier, ended later
+    spool.close()
+    assert sample_sessions(folder, tmp_path / "all.parquet", 1.0) == 4
+    assert read_trace(tmp_path / "all.parquet").df["request_id"].to_list() == ["a", "b", "c", "d"]
+    assert slice_window(folder, tmp_path / "w.parquet", 15e-6, 35e-6) == 2
+    window = read_trace(tmp_path / "w.parquet").df
+    assert window["request_id"].to_list() == ["b", "c"]
+    assert window["body"].to_list() == [json.dumps({"messages": [], "n": i}) for i in ("b", "c")]
