@@ -480,6 +480,15 @@ def redact_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], key: R
     src, dst = Path(src), Path(dst)
     meta, total = read_meta(src)
     _check_input(meta, src.name)
+    if src.is_dir():
+        # a capture folder taken with --no-redact: its segments overlap in arrival, so it is read
+        # whole (in arrival order) and redacted in memory
+        trace, report = redact_trace(read_trace(src), key, processes=processes, timeout_s=timeout_s,
+                                     extra_recognizers=extra_recognizers)
+        trace.write(dst)
+        if progress is not None:
+            progress(total, total)
+        return report
     started = time.perf_counter()
     seen: tuple[set, set] = (set(), set())
     with Redactor(key, meta.tokenizer, processes=processes, timeout_s=timeout_s,

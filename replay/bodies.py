@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Slot", "text_slots", "replace_texts", "prompt_token_ids", "message_texts"]
+__all__ = ["Slot", "text_slots", "replace_texts", "prompt_token_ids", "text_token_ids",
+           "message_texts"]
 
 
 @dataclass(frozen=True)
@@ -115,5 +116,11 @@ def prompt_token_ids(texts: Sequence[str], tokenizer: Any) -> np.ndarray:
     """
     if not texts:
         return np.zeros(0, np.uint32)
+    return np.concatenate(text_token_ids(texts, tokenizer))
+
+
+def text_token_ids(texts: Sequence[str], tokenizer: Any) -> list[np.ndarray]:
+    """Each text's token ids on its own (no special tokens): :func:`prompt_token_ids` is their
+    concatenation, so a caller may cache them per text."""
     encoded = tokenizer.encode_batch(list(texts), add_special_tokens=False)
-    return np.concatenate([np.asarray(e.ids, dtype=np.uint32) for e in encoded])
+    return [np.asarray(e.ids, dtype=np.uint32) for e in encoded]

@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
 
 from replay.errors import ConfigError, TraceError
-from replay.trace import TraceWriter, read_meta, validate
+from replay.trace import TraceWriter, read_meta, read_trace, validate
 
 __all__ = ["sample_sessions", "slice_window", "session_kept"]
 
@@ -42,19 +42,37 @@ def session_kept(session: str, fraction: float, seed: int) -> bool:
     return int.from_bytes(digest, "little") / 2**64 < fraction
 
 
+def _row_batches(src: Path, meta) -> Iterator[pl.DataFrame]:
+    """The trace's rows in order, validated, a batch at a time: a file's row groups, or a capture
+    folder's rows in arrival order (read without their bodies, which are merged in a batch at a
+    time: :meth:`replay.trace.Trace.body_batches`)."""
+    import pyarrow.parquet as pq
+
+    if src.is_dir():
+        trace = read_trace(src, bodies=False)
+        n = len(trace)
+        for start, bodies in zip(range(0, n, _BATCH_ROWS), trace.body_batches(n, _BATCH_ROWS)):
+            rows = trace.df.slice(start, len(bodies)).with_columns(
+                pl.Series("body", bodies, dtype=pl.String))
+            yield validate(rows, meta, f"{src.name} (row batch from row {start})")
+        return
+    done = 0
+    with pq.ParquetFile(src, buffer_size=1 << 20, pre_buffer=False) as f:
+        for batch in f.iter_batches(batch_size=_BATCH_ROWS):
+            rows = validate(pl.from_arrow(batch), meta, f"{src.name} (row batch from row {done})")
+            done += rows.height
+            yield rows
+
+
 def _copy(src: str | os.PathLike[str], out: str | os.PathLike[str],
           keep: Callable[[pl.DataFrame], pl.DataFrame], meta_change: dict | None = None,
           progress: Callable[[int, int], None] | None = None) -> int:
-    import pyarrow.parquet as pq
-
     src, out = Path(src), Path(out)
     meta, total = read_meta(src)
     new_meta = replace(meta, **(meta_change or {}))
     done = 0
-    with TraceWriter(out, new_meta) as writer, \
-            pq.ParquetFile(src, buffer_size=1 << 20, pre_buffer=False) as f:
-        for batch in f.iter_batches(batch_size=_BATCH_ROWS):
-            rows = validate(pl.from_arrow(batch), meta, f"{src.name} (row batch from row {done})")
+    with TraceWriter(out, new_meta) as writer:
+        for rows in _row_batches(src, meta):
             done += rows.height
             kept = keep(rows)
             if kept.height:

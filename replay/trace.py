@@ -16,6 +16,17 @@ text is synthesized, so it is not stored. The metadata's ``synthesis`` names the
 ``body_batches(..., synthesize=True)`` builds such bodies as it yields them (:mod:`replay.synth`).
 Schema 2 added the null body, the ``hash_ids`` column and the ``synthesis`` metadata; a version 1
 file reads as a version 2 trace with every body present.
+
+A capture folder (``replay capture --out DIR``: Parquet segments ``segment-*.parquet``, one per
+roll of the recorder's spool) is one Trace: :func:`read_trace` and :func:`read_meta` accept the
+folder, concatenate its segments and sort the rows by arrival (a segment holds the requests that
+*ended* in its window, so neighbouring segments overlap in arrival time). With ``bodies=False``
+the bodies stay in the segments and :meth:`Trace.body_batches` merges them in arrival order,
+holding only the segments the current batch reaches into.
+
+Schema 2 also added what a live stream showed, for captured traffic (nullable; null elsewhere
+and in version-1 files): ``ttfb_us``, ``chunk_us``, ``finish_reason``, ``outcome``, and the
+``capture_report`` metadata.
 """
 
 from __future__ import annotations
@@ -23,8 +34,9 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -45,11 +57,17 @@ __all__ = [
     "validate",
     "read_meta",
     "read_trace",
+    "SEGMENT_GLOB",
+    "OUTCOMES",
 ]
 
 SCHEMA_VERSION = 2
 # versions this build reads (a version 1 file is a version 2 trace whose bodies are all present)
 READ_VERSIONS = (1, 2)
+# a capture folder's Parquet segments (written by capture.spool)
+SEGMENT_GLOB = "segment-*.parquet"
+# how a captured request ended (column 'outcome')
+OUTCOMES = frozenset({"completed", "upstream_error", "client_disconnected", "timeout"})
 VERSION_KEY = "faithful_replay.schema_version"
 APIS = frozenset({"chat", "completions"})
 
@@ -72,6 +90,11 @@ SCHEMA: dict[str, pl.DataType] = {
     "e2e_us": pl.Int64(),
     # the answer live traffic got (redacted like the body), where the source recorded it
     "response": pl.String(),
+    # schema 2: what a live stream showed (captured traffic; null elsewhere)
+    "ttfb_us": pl.Int64(),                 # arrival -> the response's first byte
+    "chunk_us": pl.List(pl.UInt32()),      # each streamed chunk's arrival, µs after the first token
+    "finish_reason": pl.String(),
+    "outcome": pl.String(),                # one of OUTCOMES
     # a null body built from blocks (Mooncake): the source's id of each block of
     # ``synthesis.block_tokens`` prompt tokens, the partial last block included (replay.synth)
     "hash_ids": pl.List(pl.UInt64()),
@@ -85,11 +108,12 @@ NOT_NULL_COLUMNS: tuple[str, ...] = (
 )
 _NON_NEGATIVE = (
     "turn", "arrival_us", "input_tokens", "output_tokens", "max_tokens", "cached_tokens",
-    "ttft_us", "e2e_us",
+    "ttft_us", "e2e_us", "ttfb_us",
 )
 
 
-_OPTIONAL_META = frozenset({"redaction_key", "redaction_report", "import_report", "synthesis"})
+_OPTIONAL_META = frozenset({"redaction_key", "redaction_report", "import_report", "synthesis",
+                            "capture_report"})
 
 
 @dataclass(frozen=True)
@@ -112,6 +136,9 @@ class TraceMeta:
     # how null bodies are built (a JSON object, replay.synth.Synthesis; "" when every body is
     # stored)
     synthesis: str = ""
+    # a capture (schema 2): JSON object of what the recording proxy saw, dropped and sampled
+    # (a capture folder's is the sum over its segments)
+    capture_report: str = ""
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -143,7 +170,7 @@ class TraceMeta:
             if raw is None and f.name in _OPTIONAL_META:
                 continue
             if raw is None:
-                raise TraceError(f"{source}: metadata '{f.name}' missing (schema {SCHEMA_VERSION})")
+                raise TraceError(f"{source}: metadata '{f.name}' missing (schema {version})")
             if f.type == "int":
                 try:
                     values[f.name] = int(raw)
@@ -165,8 +192,11 @@ class Trace:
 
     df: pl.DataFrame
     meta: TraceMeta
-    # where the bodies are when ``df`` has no 'body' column (read with bodies=False)
+    # where the bodies are when ``df`` has no 'body' column (read with bodies=False): a trace
+    # file, or a capture folder (then ``body_index`` is its segments and, for each row, the
+    # segment and the row in it that holds the body)
     body_file: Path | None = None
+    body_index: tuple[tuple[Path, ...], Any, Any] | None = None
 
     def __len__(self) -> int:
         return self.df.height
@@ -193,6 +223,9 @@ class Trace:
             bodies = self.df.get_column("body")
             for start in range(0, n, size):
                 yield bodies.slice(start, min(size, n - start)).to_list()
+            return
+        if self.body_index is not None:
+            yield from _segment_body_batches(self.body_index, n, size)
             return
         left = n
         with _open_parquet(self.body_file) as f:
@@ -394,6 +427,13 @@ def _check_values(df: pl.DataFrame, source: str, synthesis: bool = False) -> Non
     row = _first_row(ids.is_duplicated())
     if row is not None:
         raise TraceError(f"{source}: column 'request_id' has duplicate {ids[row]!r} at row {row}")
+    outcome = df.get_column("outcome")
+    row = _first_row(~outcome.is_in(sorted(OUTCOMES)) & outcome.is_not_null())
+    if row is not None:
+        raise TraceError(
+            f"{source}: column 'outcome' is {outcome[row]!r} at row {row}, "
+            f"expected one of {', '.join(sorted(OUTCOMES))}"
+        )
     row = _first_row(~df.get_column("api").is_in(sorted(APIS)))
     if row is not None:
         raise TraceError(
@@ -452,10 +492,79 @@ def check_bodies(path: Path, source: str, synthesis: bool = False) -> None:
 
 
 def read_meta(path: str | os.PathLike[str]) -> tuple[TraceMeta, int]:
-    """The metadata and the row count of the trace file at ``path``, from its Parquet footer
-    (the rows are not read)."""
-    meta, footer = _read_footer(Path(path))
+    """The metadata and the row count of the trace at ``path`` (a file, or a capture folder),
+    from the Parquet footers (the rows are not read)."""
+    path = Path(path)
+    if path.is_dir():
+        segments = _segments(path)
+        footers = [_read_footer(p) for p in segments]
+        return _folder_meta(path, segments, [m for m, _ in footers]), sum(f.num_rows for _, f in footers)
+    meta, footer = _read_footer(path)
     return meta, footer.num_rows
+
+
+def _segments(folder: Path) -> list[Path]:
+    segments = sorted(folder.glob(SEGMENT_GLOB))
+    if not segments:
+        raise TraceError(f"{folder.name}: a folder with no trace segments ({SEGMENT_GLOB}); "
+                         "a capture writes its first segment within seconds of its first request")
+    return segments
+
+
+def _sum_reports(reports: list[dict]) -> dict:
+    out: dict = {}
+    for rep in reports:
+        for k, v in rep.items():
+            if isinstance(v, dict):
+                out[k] = _sum_reports([out.get(k, {}), v])
+            elif isinstance(v, int) and not isinstance(v, bool):
+                out[k] = out.get(k, 0) + v
+            else:
+                out.setdefault(k, v)
+    return out
+
+
+def _folder_meta(folder: Path, segments: list[Path], metas: list[TraceMeta]) -> TraceMeta:
+    """One metadata for a capture folder: its segments must agree on everything but the
+    reports; the capture reports' counts (integers) are summed (their other fields are the first
+    segment's), the last segment's redaction report is kept."""
+    first = metas[0]
+    for seg, m in zip(segments[1:], metas[1:]):
+        for name in ("t0_unix_us", "tokenizer", "block_size_tokens", "hash_algo",
+                     "redaction_policy", "redaction_key"):
+            if getattr(m, name) != getattr(first, name):
+                raise TraceError(f"{folder.name}/{seg.name}: metadata '{name}' is "
+                                 f"{getattr(m, name)!r}, the folder's first segment has "
+                                 f"{getattr(first, name)!r}")
+    reports = [json.loads(m.capture_report) for m in metas if m.capture_report]
+    return replace(first, redaction_report=metas[-1].redaction_report,
+                   capture_report=json.dumps(_sum_reports(reports), separators=(",", ":"))
+                   if reports else "")
+
+
+def _segment_body_batches(index, n: int, size: int) -> Iterator[list[str]]:
+    """The bodies of the first ``n`` rows of a capture folder read without them, in the folder's
+    (arrival) order: each segment's bodies are loaded when a row first needs one and dropped once
+    its last row is served (segments overlap only near their edges, so few are held at once)."""
+    import numpy as np
+
+    paths, seg, row = index
+    seg = np.asarray(seg)[:n]
+    row = np.asarray(row)[:n]
+    left = np.bincount(seg, minlength=len(paths))
+    held: dict[int, list[str]] = {}
+    for start in range(0, n, size):
+        out = []
+        for s, r in zip(seg[start:start + size].tolist(), row[start:start + size].tolist()):
+            bodies = held.get(s)
+            if bodies is None:
+                with _open_parquet(paths[s]) as f:
+                    bodies = held[s] = f.read(columns=["body"]).column(0).to_pylist()
+            out.append(bodies[r])
+            left[s] -= 1
+            if left[s] == 0:
+                del held[s]
+        yield out
 
 
 def _read_footer(path: Path):
@@ -479,6 +588,8 @@ def read_trace(path: str | os.PathLike[str], bodies: bool = True) -> Trace:
     """Read and validate the trace at ``path``. With ``bodies=False`` the bodies stay in the file
     (checked a row batch at a time) and :meth:`Trace.body_batches` reads them when needed."""
     path = Path(path)
+    if path.is_dir():
+        return _read_folder(path, bodies)
     source = path.name
     meta, footer = _read_footer(path)
     schema = footer.schema.to_arrow_schema()
@@ -494,3 +605,22 @@ def read_trace(path: str | os.PathLike[str], bodies: bool = True) -> Trace:
     df = validate(df, meta, source, bodies=False)
     check_bodies(path, source, synthesis=bool(meta.synthesis))
     return Trace(df, meta, body_file=path)
+
+
+def _read_folder(folder: Path, bodies: bool) -> Trace:
+    """A capture folder as one Trace (see the module docstring)."""
+    import numpy as np
+
+    segments = _segments(folder)
+    parts = [read_trace(p, bodies=bodies) for p in segments]
+    meta = _folder_meta(folder, segments, [t.meta for t in parts])
+    df = pl.concat([t.df for t in parts])
+    seg = np.repeat(np.arange(len(parts)), [len(t) for t in parts])
+    row = np.concatenate([np.arange(len(t)) for t in parts])
+    order = np.argsort(df.get_column("arrival_us").to_numpy(), kind="stable")
+    df = df[order]
+    source = folder.name
+    if bodies:
+        return Trace(validate(df, meta, source), meta)
+    return Trace(validate(df, meta, source, bodies=False), meta, body_file=folder,
+                 body_index=(tuple(segments), seg[order], row[order]))

@@ -78,6 +78,7 @@ __all__ = [
     "LineError",
     "BadLines",
     "NotARequest",
+    "SessionLinker",
     "read_records",
     "build_trace",
     "import_log",
@@ -423,65 +424,119 @@ def _is_assistant(message: Any) -> bool:
     return isinstance(message, dict) and message.get("role") == "assistant"
 
 
-def assign_sessions(records: Sequence[LogRecord]) -> tuple[list[str], list[str | None], list[int], dict]:
-    """``(session_id, parent_request_id, turn)`` per record (records in arrival order) by the
-    rule in the module docstring, and counts of how the sessions were found."""
-    n = len(records)
-    sessions: list[str] = [""] * n
-    parents: list[str | None] = [None] * n
-    turns: list[int] = [0] * n
-    last_of_session: dict[str, int] = {}
-    turns_in_session: dict[str, int] = defaultdict(int)
-    # key -> earlier requests (indices) it continues: after their answer, or (no answer) after
-    # any assistant message
-    answered: dict[bytes, list[int]] = defaultdict(list)
-    unanswered: dict[bytes, list[int]] = defaultdict(list)
-    has_child: set[int] = set()
-    shared = Counter(r.group_id for r in records if r.session_id is None and r.group_id is not None)
-    linked = in_log_sessions = 0
-    for i, rec in enumerate(records):
-        log_session = rec.session_id
-        if log_session is None and shared[rec.group_id] >= 2:
-            log_session = rec.group_id
-        messages = rec.body.get("messages") if rec.api == "chat" else None
+class SessionLinker:
+    """The session rule of the module docstring, applied one request at a time (requests in
+    arrival order, each with its recorded answer): :func:`assign_sessions` runs it over a log,
+    the recording proxy (``capture.record``) over live traffic as requests end.
+
+    ``max_requests`` bounds the memory of a long-running linker: the oldest requests are
+    forgotten (a conversation continuing one of them starts a new session).
+    """
+
+    def __init__(self, max_requests: int | None = None) -> None:
+        self.max_requests = max_requests
+        self._n = 0
+        self._info: dict[int, tuple[str, str, int]] = {}  # index -> (request id, session, turn)
+        self._keys: dict[int, tuple[dict, bytes]] = {}    # index -> where it is registered
+        self._last_of_session: dict[str, int] = {}
+        self._turns_in_session: dict[str, int] = defaultdict(int)
+        # key -> earlier requests (indices) it continues: after their answer, or (no answer)
+        # after any assistant message
+        self._answered: dict[bytes, list[int]] = defaultdict(list)
+        self._unanswered: dict[bytes, list[int]] = defaultdict(list)
+        self._has_child: set[int] = set()
+        self.linked = 0
+        self.in_log_sessions = 0
+
+    def add(self, request_id: str, api: str, body: dict, response: str | None,
+            log_session: str | None = None) -> tuple[str, str | None, int]:
+        """``(session_id, parent_request_id, turn)`` of this request; it is then known as a
+        conversation later requests may continue."""
+        i = self._n
+        self._n += 1
+        messages = body.get("messages") if api == "chat" else None
         prefix: list[bytes] = []
         if isinstance(messages, list):
             h = _ROOT
             for m in messages:
                 h = _chain(h, _message_key(m))
                 prefix.append(h)
+        parent_id: str | None = None
         if log_session is not None:
-            in_log_sessions += 1
+            self.in_log_sessions += 1
             sid = log_session
-            prev = last_of_session.get(sid)
-            sessions[i] = sid
+            prev = self._last_of_session.get(sid)
             if prev is not None:
-                parents[i] = records[prev].request_id
-                has_child.add(prev)
-            turns[i] = turns_in_session[sid]
+                parent_id = self._info[prev][0]
+                self._has_child.add(prev)
+            turn = self._turns_in_session[sid]
         else:
-            parent = _continued(prefix, messages, answered, unanswered, has_child)
+            parent = _continued(prefix, messages, self._answered, self._unanswered,
+                                self._has_child)
             if parent is None:
-                sessions[i] = rec.request_id
+                sid, turn = request_id, 0
             else:
-                linked += 1
-                sessions[i] = sessions[parent]
-                parents[i] = records[parent].request_id
-                turns[i] = turns[parent] + 1
-                has_child.add(parent)
-        turns_in_session[sessions[i]] += 1
-        last_of_session[sessions[i]] = i
+                self.linked += 1
+                parent_id, sid, parent_turn = self._info[parent]
+                turn = parent_turn + 1
+                self._has_child.add(parent)
+        self._turns_in_session[sid] += 1
+        self._last_of_session[sid] = i
+        self._info[i] = (request_id, sid, turn)
         if prefix:
             full = prefix[-1]
-            if rec.response:
-                key = _chain(full, _message_key({"role": "assistant", "content": rec.response}))
-                answered[key].append(i)
+            if response:
+                key = _chain(full, _message_key({"role": "assistant", "content": response}))
+                self._answered[key].append(i)
+                self._keys[i] = (self._answered, key)
             else:
-                unanswered[full].append(i)
+                self._unanswered[full].append(i)
+                self._keys[i] = (self._unanswered, full)
+        if self.max_requests is not None and len(self._info) > self.max_requests:
+            self._forget(i - self.max_requests)
+        return sid, parent_id, turn
+
+    def _forget(self, i: int) -> None:
+        info = self._info.pop(i, None)
+        if info is None:
+            return
+        where = self._keys.pop(i, None)
+        if where is not None:
+            table, key = where
+            table[key].remove(i)
+            if not table[key]:
+                del table[key]
+        self._has_child.discard(i)
+        sid = info[1]
+        if self._last_of_session.get(sid) == i:
+            del self._last_of_session[sid]
+            self._turns_in_session.pop(sid, None)
+
+    @property
+    def sessions(self) -> int:
+        return len(self._turns_in_session)
+
+
+def assign_sessions(records: Sequence[LogRecord]) -> tuple[list[str], list[str | None], list[int], dict]:
+    """``(session_id, parent_request_id, turn)`` per record (records in arrival order) by the
+    rule in the module docstring, and counts of how the sessions were found."""
+    linker = SessionLinker()
+    shared = Counter(r.group_id for r in records if r.session_id is None and r.group_id is not None)
+    sessions: list[str] = []
+    parents: list[str | None] = []
+    turns: list[int] = []
+    for rec in records:
+        log_session = rec.session_id
+        if log_session is None and shared[rec.group_id] >= 2:
+            log_session = rec.group_id
+        sid, parent, turn = linker.add(rec.request_id, rec.api, rec.body, rec.response, log_session)
+        sessions.append(sid)
+        parents.append(parent)
+        turns.append(turn)
     stats = {
-        "sessions": len(turns_in_session),
-        "requests_in_log_sessions": in_log_sessions,
-        "turns_linked_by_conversation": linked,
+        "sessions": linker.sessions,
+        "requests_in_log_sessions": linker.in_log_sessions,
+        "turns_linked_by_conversation": linker.linked,
     }
     return sessions, parents, turns, stats
 

@@ -256,3 +256,74 @@ def test_null_bodies_need_a_synthesis_rule_and_are_built_from_it(make_trace, tmp
         validate(bad, meta, "t")
     with pytest.raises(TraceError, match="metadata 'synthesis' is not a JSON object"):
         validate(df, TraceMeta(synthesis="{"), "t")
+
+
+# -- schema 2 and capture folders ---------------------------------------------------------------
+
+
+def test_a_version_1_file_reads_as_version_2_with_the_live_columns_null(make_trace, tmp_path):
+    df, md = _good(make_trace)
+    live = ("ttfb_us", "chunk_us", "finish_reason", "outcome")
+    v1 = df.drop("hash_ids", *live)  # version 1 had none of them
+    md = {k: v for k, v in md.items() if k != "synthesis"}
+    path = _write_raw(tmp_path / "v1.parquet", v1, {**md, VERSION_KEY: "1"})
+    back = read_trace(path)
+    assert back.meta.schema_version == 2
+    assert back.df.schema == pl.Schema(SCHEMA)
+    for name in live:
+        assert back.df[name].null_count() == back.df.height
+    assert back.df.drop("hash_ids", *live).equals(v1)
+
+
+def test_the_live_columns_round_trip_and_a_bad_outcome_is_named(make_trace, tmp_path):
+    trace = make_trace(n=2, ttfb_us=pl.Series([5, None]),
+                       chunk_us=pl.Series([[0, 7, 9], None], dtype=pl.List(pl.UInt32)),
+                       finish_reason=pl.Series(["stop", None]),
+                       outcome=pl.Series(["completed", "client_disconnected"]))
+    back = read_trace(trace.write(tmp_path / "t.parquet"))
+    assert back.df["chunk_us"].to_list() == [[0, 7, 9], None]
+    assert back.df["outcome"].to_list() == ["completed", "client_disconnected"]
+    df, md = _good(make_trace)
+    bad = _write_raw(tmp_path / "x.parquet", df.with_columns(outcome=pl.lit("exploded")), md)
+    assert _read_error(bad).startswith("x.parquet: column 'outcome' is 'exploded' at row 0")
+
+
+def _segment(make_trace, folder: Path, n: int, arrivals: list[int], ids: list[str], **meta) -> None:
+    trace = make_trace(n=len(arrivals), arrival_us=pl.Series(arrivals, dtype=pl.Int64),
+                       request_id=pl.Series(ids), body=pl.Series([f'{{"prompt":"{i}"}}' for i in ids]),
+                       meta=TraceMeta(t0_unix_us=1, source_format="capture", **meta))
+    trace.write(folder / f"segment-{n:06d}.parquet")
+
+
+def test_a_capture_folder_is_one_trace_in_arrival_order_with_or_without_bodies(make_trace, tmp_path):
+    # segments hold the requests that ENDED in their window: their arrivals overlap
+    _segment(make_trace, tmp_path, 1, [0, 30, 50], ["a", "d", "f"],
+             capture_report='{"upstream":"u","sample":0.5,"recorded":3,"dropped_queue_full":1}')
+    _segment(make_trace, tmp_path, 2, [10, 20, 40, 60], ["b", "c", "e", "g"],
+             capture_report='{"upstream":"u","sample":0.5,"recorded":4,"dropped_queue_full":2}')
+    (tmp_path / "capture.json").write_text("{}")
+    whole = read_trace(tmp_path)
+    assert whole.df["request_id"].to_list() == list("abcdefg")
+    assert whole.df["body"].to_list() == [f'{{"prompt":"{c}"}}' for c in "abcdefg"]
+    import json
+
+    report = json.loads(whole.meta.capture_report)
+    assert report == {"upstream": "u", "sample": 0.5, "recorded": 7, "dropped_queue_full": 3}
+    lean = read_trace(tmp_path, bodies=False)
+    assert "body" not in lean.df.columns
+    batches = list(lean.body_batches(6, 4))
+    assert [len(b) for b in batches] == [4, 2]
+    assert sum(batches, []) == whole.df["body"].to_list()[:6]
+    from replay.trace import read_meta
+
+    meta, rows = read_meta(tmp_path)
+    assert rows == 7 and json.loads(meta.capture_report)["recorded"] == 7
+
+
+def test_a_capture_folder_whose_segments_disagree_or_that_is_empty_is_named(make_trace, tmp_path):
+    with pytest.raises(TraceError, match=r"^[^/]+: a folder with no trace segments"):
+        read_trace(tmp_path)
+    _segment(make_trace, tmp_path, 1, [0], ["a"], tokenizer="gpt2")
+    _segment(make_trace, tmp_path, 2, [5], ["b"], tokenizer="qwen2")
+    with pytest.raises(TraceError, match="segment-000002.parquet: metadata 'tokenizer' is 'qwen2'"):
+        read_trace(tmp_path)

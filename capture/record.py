@@ -1,0 +1,311 @@
+"""What the recording proxy saw of one request, and how it becomes a Trace row.
+
+Owns :class:`Exchange` (the raw observation, made on the request path and handed to the recorder
+process; never stored), :func:`parse_response` (the answer's text, usage, finish reason and each
+token-bearing chunk's time, from the bytes the upstream sent) and :class:`RowBuilder` (in the
+recorder process: sessions, sampling, token counts and block hashes from the RAW text, then
+redaction; only the redacted row leaves it).
+
+- Sessions: the session header's value when the request had one, else the conversation rule of
+  ``replay import openai`` (:class:`capture.importers.logs.SessionLinker`), applied as requests
+  end (a conversation's next turn arrives after its previous answer ended, so it is linked in
+  time).
+- ``--sample P`` keeps a session by the rule ``replay sample --sessions P --seed 0`` uses
+  (:func:`replay.subsets.session_kept`): every request of a session is kept or none is.
+- ``input_tokens`` and ``block_hashes`` are those of the raw prompt texts
+  (:func:`replay.bodies.text_slots`, :func:`replay.bodies.prompt_token_ids`) under the trace's
+  tokenizer, computed before redaction: the trace keeps the live prefix sharing. Each text is
+  encoded on its own, so the ids of a text seen before (a system prompt, a conversation's
+  history, repeated every turn) come from a bounded cache (:data:`TOKEN_CACHE_TOKENS`).
+- Redaction (:class:`redact.pipeline.Redactor`: Presidio in worker processes) rewrites the body's
+  prompt texts and the answer; a request whose text cannot be analysed is dropped (counted),
+  never written raw.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+__all__ = ["Exchange", "Answer", "parse_response", "RowBuilder", "API_OF_PATH",
+           "TOKEN_CACHE_TOKENS", "SAMPLE_SEED"]
+
+# --sample P keeps the sessions `replay sample --sessions P --seed SAMPLE_SEED` keeps
+SAMPLE_SEED = 0
+
+# token ids of recent prompt texts kept (4 bytes each): the most-recently used texts
+TOKEN_CACHE_TOKENS = 20_000_000
+
+# the endpoints whose requests are recorded (the Trace's ``api``)
+API_OF_PATH = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+
+
+@dataclass
+class Exchange:
+    """One proxied request as the proxy saw it (raw: it lives only in memory and in the queue to
+    the recorder process)."""
+
+    request_id: str
+    api: str
+    arrival_unix_us: int
+    body: bytes                  # the request body as the client sent it
+    session_header: str | None   # the session header's value, if the request had one
+    stream: bool = False
+    status: int | None = None
+    ttfb_us: int | None = None   # arrival -> first byte of the upstream's response
+    end_us: int | None = None    # arrival -> the last byte (or the failure)
+    outcome: str = "completed"
+    # the upstream's response as it came: (µs after arrival, bytes) per read
+    chunks: list[tuple[int, bytes]] = field(default_factory=list)
+    content_encoding: str | None = None
+
+
+@dataclass
+class Answer:
+    """What the upstream's response held."""
+
+    text: str | None = None
+    usage: dict | None = None
+    finish_reason: str | None = None
+    first_token_us: int | None = None     # µs after arrival
+    chunk_us: list[int] | None = None     # token-bearing chunks, µs after the first token
+
+
+def _choice_text(choice: dict, stream: bool) -> str | None:
+    if stream:
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            content = delta.get("content")
+            if isinstance(content, str):
+                return content
+            return None
+    else:
+        message = choice.get("message")
+        if isinstance(message, dict):
+            content = message.get("content")
+            return content if isinstance(content, str) else None
+    text = choice.get("text")
+    return text if isinstance(text, str) else None
+
+
+def _sse_events(chunks: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+    """The ``data:`` payloads of an SSE stream, each with the time of the read that ended it."""
+    out: list[tuple[int, bytes]] = []
+    pending = b""
+    for t, data in chunks:
+        pending += data
+        while True:
+            cut = None
+            for sep in (b"\n\n", b"\r\n\r\n"):
+                at = pending.find(sep)
+                if at >= 0 and (cut is None or at < cut[0]):
+                    cut = (at, len(sep))
+            if cut is None:
+                break
+            event, pending = pending[:cut[0]], pending[cut[0] + cut[1]:]
+            payload = b"\n".join(line[5:].lstrip(b" ") for line in event.splitlines()
+                                 if line.startswith(b"data:"))
+            if payload:
+                out.append((t, payload))
+    return out
+
+
+def _decoded(ex: Exchange) -> bytes:
+    body = b"".join(c for _, c in ex.chunks)
+    enc = (ex.content_encoding or "").lower()
+    if enc in ("gzip", "deflate"):
+        try:
+            return zlib.decompress(body, 47 if enc == "gzip" else zlib.MAX_WBITS)
+        except zlib.error:
+            return b""
+    return body
+
+
+def parse_response(ex: Exchange) -> Answer:
+    """The answer in ``ex``'s response: an SSE stream of chunks, or one JSON object. A response
+    that is neither (an error page, a cut stream's tail) yields what could be read."""
+    ans = Answer()
+    if ex.stream:
+        parts: list[str] = []
+        times: list[int] = []
+        for t, payload in _sse_events(ex.chunks):
+            if payload.strip() == b"[DONE]":
+                continue
+            try:
+                obj = json.loads(payload)
+            except ValueError:
+                continue
+            if not isinstance(obj, dict):
+                continue
+            if isinstance(obj.get("usage"), dict):
+                ans.usage = obj["usage"]
+            got_token = False
+            for choice in obj.get("choices") or []:
+                if not isinstance(choice, dict):
+                    continue
+                text = _choice_text(choice, True)
+                if text:
+                    parts.append(text)
+                    got_token = True
+                if choice.get("finish_reason"):
+                    ans.finish_reason = choice["finish_reason"]
+            if got_token:
+                times.append(t)
+        ans.text = "".join(parts) if parts else None
+        if times:
+            ans.first_token_us = times[0]
+            ans.chunk_us = [t - times[0] for t in times]
+        return ans
+    try:
+        obj = json.loads(_decoded(ex))
+    except ValueError:
+        return ans
+    if not isinstance(obj, dict):
+        return ans
+    if isinstance(obj.get("usage"), dict):
+        ans.usage = obj["usage"]
+    choices = obj.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        ans.text = _choice_text(choices[0], False)
+        ans.finish_reason = choices[0].get("finish_reason")
+    return ans
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+class RowBuilder:
+    """Turns exchanges into Trace rows (runs in the recorder process; see the module docstring).
+
+    ``redactor`` is a :class:`redact.pipeline.Redactor`, or None to keep raw text
+    (``--no-redact``). ``counts`` collects what was recorded, not sampled and dropped, by reason.
+    """
+
+    def __init__(self, t0_unix_us: int, *, tokenizer: str, block_size: int, sample: float,
+                 redactor: Any | None, max_sessions_requests: int = 200_000):
+        from capture.importers.logs import SessionLinker
+        from replay.tokenizer import load_tokenizer
+
+        self.t0 = t0_unix_us
+        self.tok = load_tokenizer(tokenizer)
+        self.block_size = block_size
+        self.sample = sample
+        self.redactor = redactor
+        self.linker = SessionLinker(max_requests=max_sessions_requests)
+        self.counts: Counter = Counter()
+        self._seen: tuple[set, set] = (set(), set())
+        self._ids: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self._ids_tokens = 0
+
+    def _token_ids(self, bodies_texts: list[list[str]]) -> list[np.ndarray]:
+        """:func:`replay.bodies.prompt_token_ids` of each request's texts; each text's ids are
+        cached, and the texts not in the cache are encoded in one batch."""
+        from replay.bodies import prompt_token_ids, text_token_ids
+
+        keys = [[hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+                 for t in texts] for texts in bodies_texts]
+        missing: dict[bytes, str] = {}
+        for texts, ks in zip(bodies_texts, keys):
+            for t, k in zip(texts, ks):
+                if k not in self._ids and k not in missing:
+                    missing[k] = t
+        if missing:
+            for k, ids in zip(missing, text_token_ids(list(missing.values()), self.tok)):
+                self._ids[k] = ids
+                self._ids_tokens += len(ids)
+        out = []
+        for ks in keys:
+            for k in ks:
+                self._ids.move_to_end(k)
+            out.append(np.concatenate([self._ids[k] for k in ks]) if ks
+                       else prompt_token_ids([], self.tok))
+        while self._ids_tokens > TOKEN_CACHE_TOKENS and len(self._ids) > 1:
+            self._ids_tokens -= len(self._ids.popitem(last=False)[1])
+        return out
+
+    def build(self, exchanges: list[Exchange]) -> pl.DataFrame | None:
+        """The rows of ``exchanges`` (redacted unless there is no redactor), or None when none is
+        kept."""
+        from replay.bodies import text_slots
+        from replay.blocks import block_hashes
+        from replay.subsets import session_kept
+
+        kept: list[tuple[Exchange, dict, Any, str, str | None, int]] = []
+        for ex in exchanges:
+            self.counts["requests"] += 1
+            try:
+                body = json.loads(ex.body)
+                if not isinstance(body, dict):
+                    raise ValueError("not an object")
+            except ValueError:
+                self.counts["not_json"] += 1
+                continue
+            ans = parse_response(ex)
+            sid, parent, turn = self.linker.add(ex.request_id, ex.api, body, ans.text,
+                                                ex.session_header)
+            if self.sample < 1.0 and not session_kept(sid, self.sample, SAMPLE_SEED):
+                self.counts["not_sampled"] += 1
+                continue
+            kept.append((ex, body, ans, sid, parent, turn))
+        token_ids = self._token_ids([[s.text for s in text_slots(body)] for _, body, *_ in kept])
+        rows: list[dict] = []
+        for (ex, body, ans, sid, parent, turn), ids in zip(kept, token_ids):
+            usage = ans.usage or {}
+            details = usage.get("prompt_tokens_details")
+            out_tokens = _int_or_none(usage.get("completion_tokens"))
+            if out_tokens is None and ans.text is not None:
+                out_tokens = len(self.tok.encode(ans.text, add_special_tokens=False).ids)
+            limit = next((body[k] for k in ("max_completion_tokens", "max_tokens")
+                          if _int_or_none(body.get(k)) is not None), None)
+            model = body.get("model")
+            rows.append({
+                "request_id": ex.request_id,
+                "session_id": sid,
+                "parent_request_id": parent,
+                "turn": turn,
+                "api": ex.api,
+                "model": model if isinstance(model, str) else None,
+                "arrival_us": max(0, ex.arrival_unix_us - self.t0),
+                "body": ex.body.decode("utf-8", "replace"),
+                "input_tokens": len(ids),
+                "output_tokens": out_tokens,
+                "max_tokens": limit if limit is not None else out_tokens,
+                "block_hashes": block_hashes(np.asarray(ids), self.block_size),
+                "cached_tokens": _int_or_none(details.get("cached_tokens"))
+                if isinstance(details, dict) else None,
+                "status": ex.status,
+                # a non-streamed answer shows no first token, only its end (e2e_us)
+                "ttft_us": ans.first_token_us,
+                "e2e_us": ex.end_us,
+                "response": ans.text,
+                "ttfb_us": ex.ttfb_us,
+                "chunk_us": ans.chunk_us,
+                "finish_reason": ans.finish_reason if isinstance(ans.finish_reason, str) else None,
+                "outcome": ex.outcome,
+            })
+        if not rows:
+            return None
+        df = pl.DataFrame(rows, schema=_ROW_SCHEMA)
+        if self.redactor is not None:
+            before = df.height
+            df = self.redactor.redact_frame(df, self.block_size, self._seen)
+            self.counts["dropped_redaction_failed"] += before - df.height
+        self.counts["recorded"] += df.height
+        return df if df.height else None
+
+
+def _row_schema() -> dict[str, pl.DataType]:
+    from replay.trace import SCHEMA
+
+    return dict(SCHEMA)
+
+
+_ROW_SCHEMA = _row_schema()

@@ -1,0 +1,167 @@
+"""The recorder process of ``replay capture``, and the capture's configuration.
+
+Owns :class:`CaptureConfig`, :data:`COUNTERS` and :func:`run_recorder`. The proxy
+(:mod:`capture.proxy`) hands ended exchanges to :func:`run_recorder` over a bounded queue; the
+recorder builds the rows (:class:`capture.record.RowBuilder`: sessions, sampling, raw-text tokens
+and hashes, redaction in worker processes), appends them to the spool, fsyncs after each small
+batch and rolls the spool into Parquet segments (:mod:`capture.spool`). It runs at a lower CPU
+priority than the proxy, holds the folder's lock for its whole life, and stops when the proxy
+sends its end marker or dies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue as queue_mod
+import signal
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CaptureConfig", "COUNTERS", "run_recorder", "RECORDER_NICE", "LOCK_FILE"]
+
+# the shared counters (one writer each: the proxy writes the first, the recorder the others)
+COUNTERS = ("dropped_queue_full", "recorded", "dropped_redaction_failed", "dropped_recorder_error",
+            "not_sampled", "segments_written", "requests_recorder_saw")
+
+
+@dataclass
+class CaptureConfig:
+    """What ``replay capture`` runs with (see ``replay capture --help``)."""
+
+    upstream: str
+    out: Path
+    host: str = "127.0.0.1"
+    port: int = 8080
+    sample: float = 1.0
+    session_header: str = "X-Session-Id"
+    tokenizer: str = "gpt2"
+    block_size: int = 16
+    key: Any = None                 # a redact.key.RedactionKey; None: --no-redact
+    redact_processes: int = 1
+    redact_timeout_s: float = 60.0
+    queue_size: int = 10_000        # exchanges waiting for the recorder before drops begin
+    batch_size: int = 256           # exchanges the recorder takes at once (then fsync)
+    # exchanges are handed to the recorder in lists of up to this many, at least every
+    # capture.proxy.HAND_OFF_S (one queue put per list, not per request: less work on the request path)
+    hand_off: int = 32
+    segment_rows: int = 100_000
+    segment_seconds: float = 60.0
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 600.0   # no byte from the upstream for this long: timeout
+    metrics_path: str = "/metrics"
+    extra_recognizers: tuple = field(default_factory=tuple)  # library use: more Presidio recognizers
+
+    def settings(self) -> dict:
+        """What the capture folder records (and a restart must agree with)."""
+        return {
+            "upstream": self.upstream, "sample": self.sample, "tokenizer": self.tokenizer,
+            "block_size_tokens": self.block_size,
+            "redaction_policy": "redacted" if self.key is not None else "none",
+            "redaction_key": self.key.fingerprint if self.key is not None else "",
+            "session_header": self.session_header,
+        }
+
+
+# the recorder's CPU priority below the proxy's (nice increment)
+RECORDER_NICE = 10
+
+
+# held (flock) by the recorder writing into a capture folder: one capture a folder
+LOCK_FILE = ".lock"
+
+
+def run_recorder(cfg: CaptureConfig, info: dict, q: Any, shared: Any, ready: Any) -> None:
+    """Record exchanges from ``q`` until a None arrives or the proxy is gone (runs in its own
+    process)."""
+    # the proxy decides when the recorder stops (Ctrl-C and a service manager's SIGTERM reach the
+    # whole process group: the recorder and its redaction workers, which inherit this, finish the
+    # work the proxy hands them first); it stops on its own if the proxy dies
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # traffic first: the recorder and its redaction workers (which inherit it) yield the CPU to
+    # the proxy
+    os.nice(RECORDER_NICE)
+    from capture.record import Exchange, RowBuilder
+    from capture.spool import SOURCE_FORMAT, Spool, recover
+    from replay.trace import TraceMeta
+
+    parent = os.getppid()
+    import fcntl
+
+    lock = open(cfg.out / LOCK_FILE, "a")  # noqa: SIM115 (held for the recorder's whole life)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        ready.put({"error": f"--out {cfg.out}: another capture is recording into this folder"})
+        return
+    redactor = None
+    if cfg.key is not None:
+        from redact.pipeline import Redactor
+
+        redactor = Redactor(cfg.key, cfg.tokenizer, processes=cfg.redact_processes,
+                            timeout_s=cfg.redact_timeout_s, extra_recognizers=cfg.extra_recognizers)
+        redactor._get_pool()  # the workers load Presidio before the proxy says it is ready
+    meta = TraceMeta(t0_unix_us=info["t0_unix_us"], source_format=SOURCE_FORMAT,
+                     tokenizer=cfg.tokenizer, block_size_tokens=cfg.block_size,
+                     redaction_policy=info["redaction_policy"],
+                     redaction_key=info["redaction_key"])
+    base = {"upstream": cfg.upstream, "sample": cfg.sample, "no_redact": cfg.key is None}
+    number, carry, recovered = recover(cfg.out, meta, base)
+    spool = Spool(cfg.out, meta, base, number, carry, redaction_report=None if redactor is None else (
+        lambda: json.dumps(redactor.report.to_dict(), separators=(",", ":"))))
+    builder = RowBuilder(info["t0_unix_us"], tokenizer=cfg.tokenizer, block_size=cfg.block_size,
+                         sample=cfg.sample, redactor=redactor)
+    idx = {name: i for i, name in enumerate(COUNTERS)}
+    reported: Counter = Counter()
+    seen_queue_drops = 0
+    last_roll = time.monotonic()
+    ready.put({"recovered_rows": recovered})
+    stop = False
+    while not stop:
+        batch: list[Exchange] = []
+        try:
+            item = q.get(timeout=0.2)
+            while item is not None:
+                batch.extend(item)
+                if len(batch) >= cfg.batch_size:
+                    break
+                item = q.get_nowait()
+            stop = item is None
+        except queue_mod.Empty:
+            pass
+        if os.getppid() != parent:  # the proxy died: keep what is here and stop
+            stop = True
+        if batch:
+            try:
+                df = builder.build(batch)
+                if df is not None:
+                    spool.append_rows(df)
+            except Exception as e:  # noqa: BLE001 (never raw, never fatal: count and go on)
+                builder.counts["dropped_recorder_error"] += len(batch)
+                print(f"capture: recorder: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        queue_drops = shared[idx["dropped_queue_full"]]
+        delta = Counter({k: v - reported[k] for k, v in builder.counts.items() if v != reported[k]})
+        if queue_drops != seen_queue_drops:
+            delta["dropped_queue_full"] = queue_drops - seen_queue_drops
+            seen_queue_drops = queue_drops
+        if delta or batch:
+            spool.append_counts(delta)
+            spool.sync()
+            reported.update({k: v for k, v in delta.items() if k != "dropped_queue_full"})
+        for name in ("recorded", "dropped_redaction_failed", "dropped_recorder_error", "not_sampled"):
+            shared[idx[name]] = builder.counts[name]
+        shared[idx["requests_recorder_saw"]] = builder.counts["requests"]
+        if spool.rows and (spool.rows >= cfg.segment_rows
+                           or time.monotonic() - last_roll >= cfg.segment_seconds):
+            spool.roll()
+            last_roll = time.monotonic()
+            shared[idx["segments_written"]] = spool.segments_written
+    spool.close()
+    shared[idx["segments_written"]] = spool.segments_written
+    if redactor is not None:
+        redactor.close()

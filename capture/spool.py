@@ -1,0 +1,212 @@
+"""A capture folder: the append-only spool of recorded rows and its Parquet segments.
+
+Owns :class:`Spool`, :func:`open_folder` and :func:`recover`.
+
+Layout of ``DIR`` (``replay capture --out DIR``):
+
+- ``capture.json``: what every segment shares (``t0_unix_us``, tokenizer, block size, the
+  redaction policy and key fingerprint, the upstream, the sample share), written at the first
+  start; a restart into the same folder must agree with it.
+- ``spool-NNNNNN.jsonl``: rows already redacted (never raw unless ``--no-redact``), one JSON
+  object a line, appended and fsynced in small batches; ``{"counts": {...}}`` lines carry what
+  was dropped or not sampled since the previous line of counts.
+- ``segment-NNNNNN.parquet``: spool NNNNNN rolled into a Trace file (rows sorted by arrival),
+  written beside it and renamed into place (:class:`replay.trace.TraceWriter`); the spool is
+  deleted only after the rename. The folder reads as one Trace (:func:`replay.trace.read_trace`).
+
+Recovery (every start, :func:`recover`): a spool whose segment exists is deleted (the crash came
+between the rename and the delete); any other spool is rolled into its segment, a torn last line
+(the crash came mid-write) ignored; a spool with counts but no rows hands its counts on to the
+next spool. Hidden temporary files of an unfinished roll are removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import polars as pl
+
+from replay.errors import ConfigError, TraceError
+from replay.trace import SCHEMA, TraceMeta, TraceWriter
+
+__all__ = ["Spool", "open_folder", "recover", "CAPTURE_FILE", "SOURCE_FORMAT"]
+
+CAPTURE_FILE = "capture.json"
+SOURCE_FORMAT = "capture"
+_SPOOL = re.compile(r"^spool-(\d{6,})\.jsonl$")
+_SEGMENT = re.compile(r"^segment-(\d{6,})\.parquet$")
+# the capture.json fields a restart must agree with
+_FIXED = ("tokenizer", "block_size_tokens", "redaction_policy", "redaction_key")
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def open_folder(folder: Path, settings: dict) -> dict:
+    """Create ``folder`` (or reopen it) and return its ``capture.json`` (``settings`` plus
+    ``t0_unix_us``, kept from the first start); a restart whose settings differ is a
+    :class:`ConfigError` naming the field."""
+    import time
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / CAPTURE_FILE
+    if path.exists():
+        try:
+            saved = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{path}: unreadable ({e})") from None
+        for name in _FIXED:
+            if saved.get(name) != settings.get(name):
+                raise ConfigError(f"--out {folder}: this capture folder has {name}="
+                                  f"{saved.get(name)!r}, this run {settings.get(name)!r} "
+                                  "(use a new folder)")
+        return {**settings, "t0_unix_us": saved["t0_unix_us"]}
+    info = {**settings, "t0_unix_us": time.time_ns() // 1000}
+    tmp = path.with_name(f".{CAPTURE_FILE}.tmp")
+    tmp.write_text(json.dumps(info, indent=1))
+    os.replace(tmp, path)
+    _fsync_dir(folder)
+    return info
+
+
+def _numbered(folder: Path, pattern: re.Pattern) -> dict[int, Path]:
+    out = {}
+    for p in folder.iterdir():
+        m = pattern.match(p.name)
+        if m:
+            out[int(m.group(1))] = p
+    return out
+
+
+def _read_spool(path: Path) -> tuple[list[dict], Counter]:
+    rows: list[dict] = []
+    counts: Counter = Counter()
+    with path.open("rb") as f:
+        lines = f.read().split(b"\n")
+    for n, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            if n == len(lines) - 1:  # the torn last line of a crash mid-write
+                break
+            raise TraceError(f"{path.name}: line {n + 1}: not valid JSON") from None
+        if "counts" in obj:
+            counts.update(obj["counts"])
+        else:
+            rows.append(obj)
+    return rows, counts
+
+
+def _write_segment(path: Path, rows: list[dict], meta: TraceMeta, counts: Counter,
+                   report_base: dict) -> None:
+    df = pl.DataFrame(rows, schema=SCHEMA).sort("arrival_us", maintain_order=True)
+    report = {**report_base, **{k: int(v) for k, v in sorted(counts.items())}}
+    with TraceWriter(path, meta) as writer:
+        writer.write(df)
+        writer.close(replace(meta, capture_report=json.dumps(report, separators=(",", ":"))))
+
+
+def recover(folder: Path, meta: TraceMeta, report_base: dict) -> tuple[int, Counter, int]:
+    """Roll what a crash left in ``folder`` (see the module docstring). Returns the next spool
+    number, the counts to carry into it, and the rows recovered."""
+    for p in folder.glob(".segment-*.tmp"):
+        p.unlink(missing_ok=True)
+    segments = _numbered(folder, _SEGMENT)
+    spools = _numbered(folder, _SPOOL)
+    carry: Counter = Counter()
+    recovered = 0
+    for n, path in sorted(spools.items()):
+        if n not in segments:
+            rows, counts = _read_spool(path)
+            counts.update(carry)
+            carry = Counter()
+            if rows:
+                _write_segment(folder / f"segment-{n:06d}.parquet", rows, meta, counts, report_base)
+                recovered += len(rows)
+            else:
+                carry = counts
+        path.unlink()
+    _fsync_dir(folder)
+    last = max([*segments, *spools], default=0)
+    return last + 1, carry, recovered
+
+
+class Spool:
+    """The append-only spool of one capture run: :meth:`append` rows and counts, :meth:`sync`
+    (flush + fsync) after each small batch, :meth:`roll` into a segment when due."""
+
+    def __init__(self, folder: Path, meta: TraceMeta, report_base: dict, number: int,
+                 carry: Counter | None = None, redaction_report=None):
+        self.folder = folder
+        self.meta = meta
+        # () -> the redaction report so far (JSON), written in each segment's metadata
+        self.redaction_report = redaction_report
+        self.report_base = report_base
+        self.number = number
+        self.rows = 0
+        self.segments_written = 0
+        self._counts: Counter = Counter(carry or {})
+        self._open()
+
+    def _open(self) -> None:
+        self.path = self.folder / f"spool-{self.number:06d}.jsonl"
+        self._f = self.path.open("ab")
+        _fsync_dir(self.folder)
+        if self._counts:
+            self.append_counts(self._counts)
+
+    def append_rows(self, df: pl.DataFrame) -> None:
+        """Append ``df``'s rows (already redacted) as JSON lines (not yet durable: :meth:`sync`)."""
+        if df.height:
+            self._f.write(df.write_ndjson().encode())
+            self.rows += df.height
+
+    def append_counts(self, counts: Counter) -> None:
+        if counts:
+            self._f.write(json.dumps({"counts": dict(counts)}).encode() + b"\n")
+
+    def sync(self) -> None:
+        self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def roll(self) -> Path | None:
+        """Turn the spool into its segment (nothing when it has no rows yet) and start the next."""
+        if self.rows == 0:
+            return None
+        self.sync()
+        self._f.close()
+        rows, counts = _read_spool(self.path)
+        seg = self.folder / f"segment-{self.number:06d}.parquet"
+        meta = self.meta
+        if self.redaction_report is not None:
+            meta = replace(meta, redaction_report=self.redaction_report())
+        _write_segment(seg, rows, meta, counts, self.report_base)
+        self.path.unlink()
+        _fsync_dir(self.folder)
+        self.segments_written += 1
+        self.number += 1
+        self.rows = 0
+        self._counts = Counter()
+        self._open()
+        return seg
+
+    def close(self) -> None:
+        """Roll what is left; remove an empty spool (its counts go into the last segment's
+        neighbour at the next start: they stay in the spool then)."""
+        self.roll()
+        self.sync()
+        self._f.close()
+        if self.path.stat().st_size == 0:
+            self.path.unlink()

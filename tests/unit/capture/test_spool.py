@@ -1,0 +1,110 @@
+"""capture.spool: the append-only spool, its segments, and recovery after a crash."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import polars as pl
+import pytest
+
+from capture.spool import Spool, open_folder, recover
+from replay.errors import ConfigError
+from replay.trace import SCHEMA, TraceMeta, read_trace
+
+META = TraceMeta(t0_unix_us=10, source_format="capture", redaction_policy="none")
+BASE = {"upstream": "http://u", "sample": 1.0}
+
+
+def _rows(ids, arrivals):
+    return pl.DataFrame({
+        "request_id": ids, "api": ["chat"] * len(ids), "arrival_us": arrivals,
+        "body": [json.dumps({"messages": [], "n": i}) for i in ids],
+        "input_tokens": [1] * len(ids), "outcome": ["completed"] * len(ids),
+        "chunk_us": [[0, 5]] * len(ids), "turn": [0] * len(ids),
+        "block_hashes": [[7]] * len(ids),
+    }).pipe(lambda df: df.with_columns([pl.lit(None, SCHEMA[c]).alias(c)
+                                        for c in SCHEMA if c not in df.columns])).select(list(SCHEMA))
+
+
+def test_rolled_segments_read_as_one_trace_with_the_counts(tmp_path):
+    spool = Spool(tmp_path, META, BASE, 1)
+    spool.append_rows(_rows(["b", "a"], [20, 10]))
+    spool.append_counts(Counter(dropped_queue_full=2))
+    spool.sync()
+    assert spool.roll().name == "segment-000001.parquet"
+    spool.append_rows(_rows(["c"], [15]))  # arrived before b ended: segments overlap in arrival
+    spool.append_counts(Counter(dropped_queue_full=1, not_sampled=4))
+    spool.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["segment-000001.parquet",
+                                                         "segment-000002.parquet"]
+    trace = read_trace(tmp_path)
+    assert trace.df["request_id"].to_list() == ["a", "c", "b"]
+    assert trace.df["chunk_us"].to_list() == [[0, 5]] * 3
+    assert json.loads(trace.meta.capture_report) == {"upstream": "http://u", "sample": 1.0,
+                                                     "dropped_queue_full": 3, "not_sampled": 4}
+
+
+def test_recovery_rolls_a_crashed_spool_ignoring_its_torn_last_line(tmp_path):
+    spool = Spool(tmp_path, META, BASE, 3)
+    spool.append_rows(_rows(["a", "b"], [1, 2]))
+    spool.append_counts(Counter(dropped_redaction_failed=1))
+    spool.sync()
+    spool._f.write(b'{"request_id":"c","api":"ch')  # the crash came mid-write
+    spool._f.close()  # the process is gone: nothing rolled, nothing more written
+    number, carry, recovered = recover(tmp_path, META, BASE)
+    assert (number, carry, recovered) == (4, Counter(), 2)
+    assert [p.name for p in tmp_path.iterdir()] == ["segment-000003.parquet"]
+    trace = read_trace(tmp_path)
+    assert trace.df["request_id"].to_list() == ["a", "b"]
+    assert json.loads(trace.meta.capture_report)["dropped_redaction_failed"] == 1
+
+
+def test_recovery_never_duplicates_and_carries_counts_of_a_spool_without_rows(tmp_path):
+    spool = Spool(tmp_path, META, BASE, 1)
+    spool.append_rows(_rows(["a"], [1]))
+    spool.sync()
+    spool.roll()
+    # a crash between the segment's rename and the spool's delete: make the spool reappear
+    (tmp_path / "spool-000001.jsonl").write_bytes(_rows(["a"], [1]).write_ndjson().encode())
+    spool.append_counts(Counter(dropped_queue_full=5))  # spool 2: counts only
+    spool.sync()
+    spool._f.close()  # the crash
+    (tmp_path / ".segment-000009.parquet.123.tmp").write_bytes(b"half a file")
+    number, carry, recovered = recover(tmp_path, META, BASE)
+    assert (number, carry, recovered) == (3, Counter(dropped_queue_full=5), 0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["segment-000001.parquet"]
+    assert read_trace(tmp_path).df["request_id"].to_list() == ["a"]
+    nxt = Spool(tmp_path, META, BASE, number, carry)
+    nxt.append_rows(_rows(["b"], [2]))
+    nxt.close()
+    assert json.loads(read_trace(tmp_path).meta.capture_report)["dropped_queue_full"] == 5
+
+
+def test_a_restart_must_agree_with_the_folder(tmp_path):
+    settings = {"tokenizer": "gpt2", "block_size_tokens": 16, "redaction_policy": "redacted",
+                "redaction_key": "abc"}
+    first = open_folder(tmp_path / "cap", settings)
+    again = open_folder(tmp_path / "cap", settings)
+    assert again["t0_unix_us"] == first["t0_unix_us"] > 0
+    with pytest.raises(ConfigError, match="redaction_policy='redacted', this run 'none'"):
+        open_folder(tmp_path / "cap", {**settings, "redaction_policy": "none", "redaction_key": ""})
+
+
+def test_sample_and_slice_read_a_capture_folder_in_arrival_order(tmp_path):
+    from replay.subsets import sample_sessions, slice_window
+
+    folder = tmp_path / "cap"
+    folder.mkdir()
+    spool = Spool(folder, META, BASE, 1)
+    spool.append_rows(_rows(["b", "d"], [20, 40]))
+    spool.sync()
+    spool.roll()
+    spool.append_rows(_rows(["a", "c"], [10, 30]))  # arrived earlier, ended later
+    spool.close()
+    assert sample_sessions(folder, tmp_path / "all.parquet", 1.0) == 4
+    assert read_trace(tmp_path / "all.parquet").df["request_id"].to_list() == ["a", "b", "c", "d"]
+    assert slice_window(folder, tmp_path / "w.parquet", 15e-6, 35e-6) == 2
+    window = read_trace(tmp_path / "w.parquet").df
+    assert window["request_id"].to_list() == ["b", "c"]
+    assert window["body"].to_list() == [json.dumps({"messages": [], "n": i}) for i in ("b", "c")]
