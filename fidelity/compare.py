@@ -523,7 +523,7 @@ def _cache_sim_metrics(live: Side, other: Side, splits: list[tuple[Side, Side]])
         what = f"simulated prefix-cache hit share, {label.replace('_', ' ')}" + (
             f" ({capacity} blocks)" if capacity else "")
         if x is None or y is None:
-            out.append(Metric("cache", name, x, y, None, None, None, None, f"not applicable: no prompt tokens"))
+            out.append(Metric("cache", name, x, y, None, None, None, None, "not applicable: no prompt tokens"))
             continue
         d = abs(y - x)
         pairs = [(share(a), share(b)) for a, b in splits]

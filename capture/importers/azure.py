@@ -19,7 +19,7 @@ from capture.importers.logs import BadLines, LineError, parse_time_us
 from capture.importers.tokens import (
     ImportResult,
     TokenRecord,
-    read_csv_rows,
+    csv_records,
     write_token_trace,
 )
 from replay.synth import Synthesis
@@ -63,9 +63,7 @@ def csv_seconds(cells: dict[str, str], name: str) -> float:
     return value
 
 
-def parse_azure_row(line: int, cells: dict[str, str] | LineError, row: int, model: str | None) -> TokenRecord:
-    if isinstance(cells, LineError):
-        raise cells
+def parse_azure_row(line: int, cells: dict[str, str], row: int, model: str | None) -> TokenRecord:
     stamp = cells["TIMESTAMP"].strip()
     if not stamp:
         raise LineError("is empty", "TIMESTAMP")
@@ -81,15 +79,8 @@ def parse_azure_row(line: int, cells: dict[str, str] | LineError, row: int, mode
 
 
 def _records(path: Path, bad: BadLines, model: str | None) -> Iterator[TokenRecord]:
-    row = 0
-    for line, cells in read_csv_rows(path, AZURE_COLUMNS, "Azure LLM inference trace CSV"):
-        try:
-            rec = parse_azure_row(line, cells, row, model)
-        except LineError as e:
-            bad.bad(line, e)
-            continue
-        row += 1
-        yield rec
+    parse = lambda line, cells, row: parse_azure_row(line, cells, row, model)  # noqa: E731
+    return (rec for _, rec in csv_records(path, AZURE_COLUMNS, "Azure LLM inference trace CSV", parse, bad))
 
 
 def import_azure(

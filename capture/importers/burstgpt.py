@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from capture.importers.azure import csv_count, csv_seconds
-from capture.importers.logs import BadLines, LineError
-from capture.importers.tokens import ImportResult, TokenRecord, read_csv_rows, write_token_trace
+from capture.importers.logs import BadLines
+from capture.importers.tokens import ImportResult, TokenRecord, csv_records, write_token_trace
 from replay.synth import Synthesis
 
 __all__ = ["BURSTGPT_COLUMNS", "import_burstgpt"]
@@ -29,9 +29,7 @@ BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
 SOURCE_FORMAT = "burstgpt-csv"
 
 
-def _record(line: int, cells: dict[str, str] | LineError, row: int, model: str | None) -> TokenRecord:
-    if isinstance(cells, LineError):
-        raise cells
+def _record(line: int, cells: dict[str, str], row: int, model: str | None) -> TokenRecord:
     output = csv_count(cells, "Response tokens")
     session = cells.get("Session ID", "").strip() or None
     elapsed = cells.get("Elapsed time", "").strip()
@@ -68,14 +66,8 @@ def import_burstgpt(
     counts: Counter = Counter()
 
     def records() -> Iterator[TokenRecord]:
-        row = 0
-        for line, cells in read_csv_rows(path, BURSTGPT_COLUMNS, "BurstGPT CSV"):
-            try:
-                rec = _record(line, cells, row, model)
-            except LineError as e:
-                bad.bad(line, e)
-                continue
-            row += 1
+        parse = lambda line, cells, row: _record(line, cells, row, model)  # noqa: E731
+        for cells, rec in csv_records(path, BURSTGPT_COLUMNS, "BurstGPT CSV", parse, bad):
             counts["failed_requests"] += rec.status == 500
             counts[f"log_type:{cells.get('Log Type', '').strip() or 'none'}"] += 1
             yield rec

@@ -107,6 +107,25 @@ def read_csv_rows(path: Path, columns: tuple[str, ...], format_name: str,
             yield reader.line_num, {name: cells[i] for name, i in index.items()}
 
 
+def csv_records(path: Path, columns: tuple[str, ...], format_name: str,
+                parse: Callable[[int, dict[str, str], int], TokenRecord], bad: BadLines,
+                ) -> Iterator[tuple[dict[str, str], TokenRecord]]:
+    """Each good row's cells and its record, ``parse(line, cells, row)`` (``row`` counts the good
+    rows from 0). A row with the wrong number of fields, or one ``parse`` refuses with a
+    LineError, goes to ``bad`` (an error, or skipped and counted with ``--skip-bad``)."""
+    row = 0
+    for line, cells in read_csv_rows(path, columns, format_name):
+        try:
+            if isinstance(cells, LineError):
+                raise cells
+            rec = parse(line, cells, row)
+        except LineError as e:
+            bad.bad(line, e)
+            continue
+        row += 1
+        yield cells, rec
+
+
 def read_jsonl_rows(path: Path) -> Iterator[tuple[int, object]]:
     """``(line, parsed JSON or a LineError)`` for each non-blank line of a JSON Lines file."""
     source = path.name

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from capture.importers.azure import csv_count, csv_seconds
-from capture.importers.logs import BadLines, LineError
-from capture.importers.tokens import ImportResult, TokenRecord, read_csv_rows, write_token_trace
+from capture.importers.logs import BadLines
+from capture.importers.tokens import ImportResult, TokenRecord, csv_records, write_token_trace
 from replay.synth import Synthesis
 
 __all__ = ["VIDUR_COLUMNS", "import_vidur"]
@@ -39,23 +39,16 @@ def import_vidur(
     path = Path(path)
     bad = BadLines(path.name, skip_bad)
 
+    def parse(line: int, cells: dict[str, str], row: int) -> TokenRecord:
+        return TokenRecord(
+            line=line,
+            arrival_us=round(csv_seconds(cells, "arrived_at") * 1_000_000),
+            input_tokens=csv_count(cells, "num_prefill_tokens"),
+            output_tokens=csv_count(cells, "num_decode_tokens"),
+            request_id=f"vidur-{row:07d}", api="chat", model=model)
+
     def records() -> Iterator[TokenRecord]:
-        row = 0
-        for line, cells in read_csv_rows(path, VIDUR_COLUMNS, "vidur / splitwise CSV"):
-            try:
-                if isinstance(cells, LineError):
-                    raise cells
-                rec = TokenRecord(
-                    line=line,
-                    arrival_us=round(csv_seconds(cells, "arrived_at") * 1_000_000),
-                    input_tokens=csv_count(cells, "num_prefill_tokens"),
-                    output_tokens=csv_count(cells, "num_decode_tokens"),
-                    request_id=f"vidur-{row:07d}", api="chat", model=model)
-            except LineError as e:
-                bad.bad(line, e)
-                continue
-            row += 1
-            yield rec
+        return (rec for _, rec in csv_records(path, VIDUR_COLUMNS, "vidur / splitwise CSV", parse, bad))
 
     return write_token_trace(
         records(), out, source=path.name, source_format=SOURCE_FORMAT, tokenizer=tokenizer,
