@@ -102,7 +102,7 @@ def main() -> int:
          "--sim-config", f'{{"time_scale": {TIME_SCALE}}}', "--fidelity", str(trace), "--out", str(sweep))
     step("4. the fidelity report", "fidelity", str(trace), str(sweep), "--out", str(OUT / "fidelity"))
     step("5. a short tuning campaign, from a deliberately small max_num_seqs",
-         "optimize", str(trace), "--engine", "sim", "--sim-time-scale", TIME_SCALE, "--rate", "4", "--requests", "40",
+         "optimize", str(trace), "--engine", "sim", "--sim-time-scale", TIME_SCALE, "--rate", "16", "--requests", "40",
          "--slo", "ttft=1s", "--baseline", '{"max_num_seqs": 1}', "--knobs", "max_num_seqs", "--repeats", "2",
          "--budget", "trials=2", "--lag-bound-ms", "5", "--out", str(OUT / "optimize"))
     print(f"\nartifacts in {OUT}:\n"
