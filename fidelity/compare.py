@@ -581,6 +581,13 @@ def _per_request(stage: pl.DataFrame, other: Side, lag_bound_ms: float | None = 
         out.append(Metric("arrivals", "arrivals.send_lag_p99_ms", None, lag_ms, lag_ms, None, bound, lag_ms <= bound,
                           f"the runner's own send lag p99: {lag_ms:.3g} ms ({'within' if lag_ms <= bound else 'over'} "
                           f"{bound:g} ms): the requests left when they were due"))
+    held = sent.filter(pl.col("release_ns") > pl.col("intended_ns"))
+    if held.height:  # causal sessions: turns held back until the previous turn ended (+ think time)
+        slip = (held["release_ns"] - held["intended_ns"]).to_numpy() / 1e6
+        p50, p99 = (float(np.percentile(slip, q)) for q in (50, 99))
+        out.append(Metric("sessions", "sessions.slip_ms", None, p99, None, None, None, None,
+                          f"reported, not judged: {held.height} turns waited for the previous turn past their "
+                          f"schedule, slip p50 {p50:.3g} ms, p99 {p99:.3g} ms (kept out of the send lag)"))
     done = stage.filter((pl.col("error") == "none") & pl.col("expected_output_tokens").is_not_null())
     if done.height:
         got = done["completion_tokens"].fill_null(done["output_chunks"])

@@ -156,3 +156,15 @@ def test_the_simulated_cache_sees_shared_system_prompts(live):
     share = hit_share(live.df["block_hashes"], live.df["input_tokens"], live.meta.block_size_tokens)
     assert share > 0.3
     assert hit_share(unshared(live.df), live.df["input_tokens"], live.meta.block_size_tokens) == 0
+
+
+def test_causal_slip_is_reported_not_judged(live):
+    stage = stage_of(live)
+    held = stage.with_columns(release_ns=pl.col("intended_ns") + pl.when(pl.col("request_id").str.ends_with("1"))
+                              .then(250_000_000).otherwise(0))
+    held = held.with_columns(sent_ns=pl.col("release_ns") + 50_000)
+    result = compare_stage(live, held)
+    slip = {m.name: m for m in result.verdict.metrics}["sessions.slip_ms"]
+    assert slip.passed is None and slip.replay == pytest.approx(250.0)
+    lag = {m.name: m for m in result.verdict.metrics}["arrivals.send_lag_p99_ms"]
+    assert lag.passed and lag.replay == pytest.approx(0.05), "slip is kept out of the send lag"
