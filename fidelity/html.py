@@ -16,9 +16,9 @@ from fidelity.judge import FidelityReport, StageFidelity
 from fidelity.plots import Plot, stage_plots, verdict_chart
 from fidelity.render import _num, _word, headline, note
 
-__all__ = ["html_report", "thresholds_note"]
+__all__ = ["html_report", "thresholds_note", "STYLE_CSS", "figure_html"]
 
-_STYLE = """
+STYLE_CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em auto; max-width: 1280px;
        padding: 0 1em; color: #212121; }
 .banner { padding: 0.8em 1.2em; border-radius: 6px; color: #fff; }
@@ -55,7 +55,7 @@ def thresholds_note(kind: str = "fidelity") -> str:
             f"compression, reuse and think times are multiplied by it.")
 
 
-def _img(plot: Plot) -> str:
+def figure_html(plot: Plot) -> str:
     data = base64.b64encode(plot.png).decode("ascii")
     return (f'<figure><img class="plot" data-kind="{plot.kind}" alt="{escape(plot.title)}" '
             f'src="data:image/png;base64,{data}"><figcaption><b>{escape(plot.title)}.</b> '
@@ -84,7 +84,7 @@ def _stage(s: StageFidelity, plots: bool) -> str:
                  "<th>A/A</th><th>live</th><th>replay</th><th>note</th></tr></thead><tbody>"
                  + "".join(_row(m) for m in s.verdict.metrics) + "</tbody></table>")
     if plots:
-        parts += [_img(p) for p in stage_plots(s)]
+        parts += [figure_html(p) for p in stage_plots(s)]
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -101,11 +101,11 @@ def html_report(report: FidelityReport, *, plots: bool = True) -> str:
         f"{sum(s.verdict.faithful for s in report.stages)} of {len(report.stages)} stages faithful</p>",
     ]
     if plots and len(report.stages) > 1:
-        body.append(_img(verdict_chart(report)))
+        body.append(figure_html(verdict_chart(report)))
     body.append(f'<div class="note"><p><b>How thresholds are set.</b> {escape(thresholds_note(report.kind))}</p>'
                 f"<details><summary>fixed bounds</summary><table><tr><th>metric</th><th>fixed bound</th></tr>"
                 f"{bounds}</table></details></div>")
     body += [_stage(s, plots) for s in report.stages]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{escape(title)}: {escape(verdict)}</title><style>{_STYLE}</style></head><body>\n"
+            f"<title>{escape(title)}: {escape(verdict)}</title><style>{STYLE_CSS}</style></head><body>\n"
             + "\n".join(body) + "\n</body></html>\n")

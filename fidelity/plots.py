@@ -22,7 +22,7 @@ from fidelity.compare import Side, Verdict
 from fidelity.judge import FidelityReport, StageFidelity
 
 __all__ = ["MAX_POINTS", "QQ_POINTS", "GROUPS", "Plot", "ecdf_points", 
-           "counts_over_time", "stage_plots", "verdict_chart", "group_verdicts"]
+           "counts_over_time", "stage_plots", "verdict_chart", "group_verdicts", "new_figure", "png_of", "literal"]
 
 MAX_POINTS = 20_000
 QQ_POINTS = 199
@@ -79,19 +79,19 @@ def group_verdicts(verdict: Verdict) -> dict[str, tuple[bool | None, int, int]]:
 
 # --- drawing ------------------------------------------------------------------------------------
 
-def _text(s: str) -> str:
+def literal(s: str) -> str:
     """``s`` as literal matplotlib text (a ``$`` would start mathtext)."""
     return s.replace("\\", "\\\\").replace("$", r"\$")
 
 
-def _figure(ncols: int, nrows: int = 1, width: float = 4.0, height: float = 3.0):
+def new_figure(ncols: int, nrows: int = 1, width: float = 4.0, height: float = 3.0):
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width * ncols, height * nrows), dpi=DPI, layout="constrained")
     return fig, list(fig.subplots(nrows, ncols, squeeze=False).ravel())
 
 
-def _png(fig) -> bytes:
+def png_of(fig) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
@@ -101,7 +101,7 @@ def _png(fig) -> bytes:
 
 
 def _empty(ax, what: str) -> None:
-    ax.text(0.5, 0.5, _text(what), ha="center", va="center", transform=ax.transAxes, color="#666666")
+    ax.text(0.5, 0.5, literal(what), ha="center", va="center", transform=ax.transAxes, color="#666666")
     ax.set_xticks([])
     ax.set_yticks([])
 
@@ -139,15 +139,15 @@ def _legend(ax) -> None:
 def cdf_plot(live: Side, replay: Side) -> Plot:
     rows = _series(live, replay)
     ncols = 3
-    fig, axes = _figure(ncols, max(1, math.ceil(len(rows) / ncols)))
+    fig, axes = new_figure(ncols, max(1, math.ceil(len(rows) / ncols)))
     for ax, (label, unit, a, b) in zip(axes, rows):
         for side, values, color in ((live, a, LIVE), (replay, b, REPLAY)):
             if len(values):
                 x, y = ecdf_points(values)
                 ax.step(x, y, where="post", color=color, linestyle=STYLE[color],
-                        label=_text(f"{side.name} (n={len(values):,})"))
+                        label=literal(f"{side.name} (n={len(values):,})"))
         _log_if_wide(ax, a, b)
-        ax.set_xlabel(_text(f"{label} ({unit})"))
+        ax.set_xlabel(literal(f"{label} ({unit})"))
         ax.set_ylabel("CDF")
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
@@ -156,11 +156,11 @@ def cdf_plot(live: Side, replay: Side) -> Plot:
         ax.set_visible(False)
     names = ", ".join(r[0] for r in rows)
     return Plot("cdf", "Distributions (CDF)", f"Empirical CDFs of {names}; times in live seconds are the "
-                f"replay's multiplied by its pace ({replay.time_scale:.3g}x).", _png(fig))
+                f"replay's multiplied by its pace ({replay.time_scale:.3g}x).", png_of(fig))
 
 
 def qq_plot(live: Side, replay: Side) -> Plot:
-    fig, axes = _figure(2, width=3.6, height=3.4)
+    fig, axes = new_figure(2, width=3.6, height=3.4)
     p = np.linspace(0.005, 0.995, QQ_POINTS)
     for ax, label, attr in zip(axes, ("input tokens", "output tokens"), ("input_tokens", "output_tokens")):
         a, b = _clean(getattr(live, attr)), _clean(getattr(replay, attr))
@@ -171,13 +171,13 @@ def qq_plot(live: Side, replay: Side) -> Plot:
         ax.plot(qa, qb, ".", color=REPLAY, markersize=3)
         lo, hi = min(qa.min(), qb.min()), max(qa.max(), qb.max())
         ax.plot([lo, hi], [lo, hi], color="#555555", linewidth=0.8, label="y = x")
-        ax.set_xlabel(_text(f"{live.name} {label}"))
-        ax.set_ylabel(_text(f"{replay.name} {label}"))
-        ax.set_title(_text(label), fontsize="medium")
+        ax.set_xlabel(literal(f"{live.name} {label}"))
+        ax.set_ylabel(literal(f"{replay.name} {label}"))
+        ax.set_title(literal(label), fontsize="medium")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
     return Plot("qq", "QQ plots of lengths", f"{QQ_POINTS} quantiles (0.5% to 99.5%) of the replay against live's; "
-                "points on the diagonal mean the same distribution.", _png(fig))
+                "points on the diagonal mean the same distribution.", png_of(fig))
 
 
 def counts_over_time(live: Side, replay: Side, bins: int = COUNT_BINS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -195,20 +195,20 @@ def counts_over_time(live: Side, replay: Side, bins: int = COUNT_BINS) -> tuple[
 
 
 def counts_plot(live: Side, replay: Side) -> Plot:
-    fig, (ax,) = _figure(1, width=8.0, height=3.0)
+    fig, (ax,) = new_figure(1, width=8.0, height=3.0)
     edges, a, b = counts_over_time(live, replay)
     window = float(edges[1] - edges[0]) if len(edges) > 1 else 0.0
     if not len(edges):
         _empty(ax, "fewer than two distinct send times")
     else:
         for side, counts, color in ((live, a, LIVE), (replay, b, REPLAY)):
-            ax.step(edges[:-1], counts, where="post", color=color, linestyle=STYLE[color], label=_text(side.name))
+            ax.step(edges[:-1], counts, where="post", color=color, linestyle=STYLE[color], label=literal(side.name))
         ax.set_xlabel("seconds on live's time axis")
         ax.set_ylabel(f"requests per {window:.3g} s")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
     return Plot("counts", "Counts over time", f"Requests per {window:.3g} s window of live time: live's arrivals and "
-                f"the replay's sends, its times multiplied by its pace ({replay.time_scale:.3g}x).", _png(fig))
+                f"the replay's sends, its times multiplied by its pace ({replay.time_scale:.3g}x).", png_of(fig))
 
 
 def _metric_value(verdict: Verdict | None, name: str, attr: str) -> float | None:
@@ -221,7 +221,7 @@ def _metric_value(verdict: Verdict | None, name: str, attr: str) -> float | None
 
 
 def cache_plot(live: Side, replay: Side, verdict: Verdict | None = None) -> Plot:
-    fig, (ax,) = _figure(1, width=6.0, height=3.4)
+    fig, (ax,) = new_figure(1, width=6.0, height=3.4)
     named = cache.capacities_for(live.hashes, (*LRU_SHARES, 1.0))
     distinct = named.pop("lru_1")  # all of live's distinct blocks (at least 1)
     if not int(live.hashes.list.len().fill_null(0).sum()):
@@ -231,16 +231,16 @@ def cache_plot(live: Side, replay: Side, verdict: Verdict | None = None) -> Plot
         for side, color in ((live, LIVE), (replay, REPLAY)):
             shares = [side.cache_share(c) for c in capacities]
             if all(s is not None for s in shares):
-                ax.plot(capacities, shares, "o-", color=color, label=_text(f"{side.name}: LRU simulation"))
+                ax.plot(capacities, shares, "o-", color=color, label=literal(f"{side.name}: LRU simulation"))
             unbounded = side.cache_share(0)
             if unbounded is not None:
                 ax.axhline(unbounded, color=color, linestyle="--", linewidth=1,
-                           label=_text(f"{side.name}: unbounded simulation"))
+                           label=literal(f"{side.name}: unbounded simulation"))
         for attr, side, color in (("live", live, LIVE), ("replay", replay, REPLAY)):
             engine = _metric_value(verdict, "cache.engine_hit_rate", attr)
             if engine is not None:
                 ax.axhline(engine, color=color, linestyle=":", linewidth=2,
-                           label=_text(f"{side.name}: engine-reported"))
+                           label=literal(f"{side.name}: engine-reported"))
         ax.set_xscale("log")
         ax.set_xlabel(f"LRU capacity (blocks; live has {distinct:,} distinct)")
         ax.set_ylabel("share of prompt tokens hit")
@@ -249,7 +249,7 @@ def cache_plot(live: Side, replay: Side, verdict: Verdict | None = None) -> Plot
         ax.legend(fontsize="small", loc="lower right")
     return Plot("cache", "Cache-hit curves", "Simulated prefix-cache hit share of the prompt tokens against the LRU "
                 "capacity (from the block hashes, in the order each side sent them), the unbounded cache (dashed) "
-                "and the hit rate the engines reported (dotted), where known.", _png(fig))
+                "and the hit rate the engines reported (dotted), where known.", png_of(fig))
 
 
 def survival_plot(live: Side, replay: Side) -> Plot | None:
@@ -258,20 +258,20 @@ def survival_plot(live: Side, replay: Side) -> Plot | None:
     rows = [r for r in rows if len(r[1]) or len(r[2])]
     if not rows:
         return None
-    fig, axes = _figure(len(rows), width=4.0, height=3.0)
+    fig, axes = new_figure(len(rows), width=4.0, height=3.0)
     for ax, (label, a, b) in zip(axes, rows):
         for side, values, color in ((live, a, LIVE), (replay, b, REPLAY)):
             if len(values):
                 x, f = ecdf_points(values)
                 keep = f < 1
                 ax.step(x[keep], 1 - f[keep], where="post", color=color, linestyle=STYLE[color],
-                        label=_text(f"{side.name} (n={len(values):,})"))
+                        label=literal(f"{side.name} (n={len(values):,})"))
         ax.set_yscale("log")
         ax.set_xlabel(f"{label} (s)")
         ax.set_ylabel("P(X > x)")
         ax.grid(alpha=0.3)
         _legend(ax)
-    return Plot("survival", "Survival curves", "The share of requests slower than x (log scale: the tail).", _png(fig))
+    return Plot("survival", "Survival curves", "The share of requests slower than x (log scale: the tail).", png_of(fig))
 
 
 def stage_plots(stage: StageFidelity) -> list[Plot]:
@@ -295,7 +295,7 @@ def verdict_chart(report: FidelityReport) -> Plot:
     from matplotlib.colors import ListedColormap
 
     n = len(report.stages)
-    fig, (ax,) = _figure(1, width=2.0 + 1.3 * len(GROUPS), height=0.9 + 0.45 * n)
+    fig, (ax,) = new_figure(1, width=2.0 + 1.3 * len(GROUPS), height=0.9 + 0.45 * n)
     grid = np.zeros((n, len(GROUPS)))
     for i, s in enumerate(report.stages):
         for j, (group, (passed, failed, judged)) in enumerate(group_verdicts(s.verdict).items()):
@@ -304,8 +304,8 @@ def verdict_chart(report: FidelityReport) -> Plot:
             ax.text(j, i, word, ha="center", va="center", fontsize="small")
     ax.imshow(grid, cmap=ListedColormap([PASS, FAIL, NA]), vmin=0, vmax=2, aspect="auto")
     ax.set_xticks(range(len(GROUPS)), GROUPS)
-    ax.set_yticks(range(n), [_text(_stage_label(s)) for s in report.stages])
+    ax.set_yticks(range(n), [literal(_stage_label(s)) for s in report.stages])
     ax.tick_params(length=0)
     ax.xaxis.tick_top()
     return Plot("verdicts", "Verdicts per stage", "Each stage's verdict per metric group: pass, FAIL (failed of judged "
-                "metrics), or n/a when no metric of the group applied.", _png(fig))
+                "metrics), or n/a when no metric of the group applied.", png_of(fig))

@@ -13,10 +13,11 @@ from typing import Any
 
 from optimizer.campaign import CampaignResult
 
-__all__ = ["markdown", "print_result", "write_result"]
+__all__ = ["markdown", "print_result", "write_result", "flags"]
 
 
-def _flags(engine, config: dict[str, Any]) -> str:
+def flags(engine, config: dict[str, Any]) -> str:
+    """A config as the engine's own command-line flags (JSON without an engine)."""
     from replay.targets.engine import config_args
 
     import shlex
@@ -36,7 +37,7 @@ def markdown(result: CampaignResult, engine=None, title: str = "Optimize") -> st
         lines += [f"**Bottleneck: {result.diagnosis.bottleneck}** ({_esc(result.diagnosis.evidence)}); knobs tried "
                   f"in the order {', '.join(result.diagnosis.order)}.", ""]
     n = result.noise
-    lines += [f"Baseline `{_esc(_flags(engine, result.baseline)) or '(engine defaults)'}`: {n.median:.4g} "
+    lines += [f"Baseline `{_esc(flags(engine, result.baseline)) or '(engine defaults)'}`: {n.median:.4g} "
               f"(runs {', '.join(f'{v:.4g}' for v in n.values)}; spread {n.spread:.3g}, {n.relative:.1%}; a win must "
               f"clear +{n.bar():.3g} and repeat on a fresh restart).", ""]
     lines += ["## Accepted changes", ""]
@@ -46,7 +47,7 @@ def markdown(result: CampaignResult, engine=None, title: str = "Optimize") -> st
         v = step.verdict
         gain = "-" if v.gain is None else f"{v.gain:+.1%}"
         lines.append(f"{i}. {_esc(step.hypothesis.get('change', ''))}: gain {gain} ({_esc(v.reason)})")
-    best = _flags(engine, result.best)
+    best = flags(engine, result.best)
     lines += ["", f"Final config: `{_esc(best) or '(engine defaults)'}`", "",
               f"Stopped: {_esc(result.stopped)}", "", "## Experiments", "",
               "| # | change | verdict | value | gain | why | hypothesis |", "|---:|---|---|---:|---:|---|---|"]
@@ -80,16 +81,19 @@ def print_result(result: CampaignResult, engine=None) -> None:
         table.add_row(str(i), escape(step.hypothesis.get("change", "")), v.kind + (" (ledger)" if step.reused else ""),
                       "-" if v.gain is None else f"{v.gain:+.1%}")
     console.print(table)
-    console.print(f"final config: {escape(_flags(engine, result.best)) or '(engine defaults)'}", highlight=False)
+    console.print(f"final config: {escape(flags(engine, result.best)) or '(engine defaults)'}", highlight=False)
     console.print(f"stopped: {escape(result.stopped)}", highlight=False)
 
 
 def write_result(result: CampaignResult, out: Path, engine=None) -> list[Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "optimize.json", out / "optimize.md"]
+    from optimizer.html import html_report
+
+    paths = [out / "optimize.json", out / "optimize.md", out / "optimize.html"]
     data = result.to_json()
-    data["final_flags"] = _flags(engine, result.best)
+    data["final_flags"] = flags(engine, result.best)
     paths[0].write_text(json.dumps(data, indent=2, default=str) + "\n")
     paths[1].write_text(markdown(result, engine))
+    paths[2].write_text(html_report(result, engine), encoding="utf-8")
     return paths

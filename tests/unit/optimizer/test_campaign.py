@@ -198,3 +198,27 @@ def test_output_equivalence_tolerates_one_late_near_tie_only():
     assert "from token 2" in compare(ref, early, words)
     two_late = ["a b c d e f g h X Y", "k l m n o p q r X", ref[2]]
     assert "2 requests" in compare(ref, two_late, words)
+
+
+def test_the_report_pages_show_the_search_and_escape_the_campaign_s_texts(tmp_path):
+    from optimizer import Proposal
+    from optimizer.report import write_result
+    from tests.browser import find_chromium, load_page
+    from tests.integration.real_engines import require
+
+    c = campaign(tmp_path, noisy(0.005, seed=4), budget=Budget(trials=4))
+    c.start()
+    hostile = "<img src=x onerror=console.error(1)> & co"
+    c.tell(Proposal({**BASE, "max_num_seqs": 16}, {"explanation": hostile, "change": "seqs 2 -> 16",
+                                                     "prediction": "up", "falsified_by": "flat"}))
+    result = c.run()
+    c.close()
+    paths = write_result(result, tmp_path / "report")
+    page = paths[2].read_text()
+    assert page.count('data-kind="search"') == 1 and hostile not in page and "&lt;img src=x" in page
+    assert "seqs 2 -&gt; 16" in page and "Final config" in page
+    browser = require(find_chromium(), "chromium", "apt-get update && apt-get install -y --no-install-recommends chromium")
+    loaded = load_page(str(browser), paths[2])
+    assert not loaded.console_errors and not loaded.exceptions and not loaded.log_errors, loaded
+    assert [i["kind"] for i in loaded.images] == ["search"] and loaded.images[0]["width"] > 0
+    assert hostile in loaded.text
