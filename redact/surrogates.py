@@ -59,7 +59,19 @@ _KEY_PREFIX = re.compile(
 )
 _PEM_LINE = re.compile(r"^-----(?:BEGIN|END) [A-Z0-9 ]+-----$")
 _LETTERS = re.compile(r"[^\W\d_]+")
+_DIGITS = "0123456789"
+_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_LOWER = "abcdefghijklmnopqrstuvwxyz"
 _RUNS = re.compile(r"[^\W\d_]+|\d+|[\W_]+")
+
+
+def _random_letters(run: str, rng: random.Random) -> str:
+    """Random letters in place of ``run``'s: upper case for upper, lower for lower; other letters
+    (accented, other scripts) kept."""
+    n = len(run)
+    upper, lower = rng.choices(_UPPER, k=n), rng.choices(_LOWER, k=n)
+    return "".join(u if c.isupper() else lo if c.islower() else c
+                   for c, u, lo in zip(run, upper, lower))
 
 
 def _case_of(word: str) -> str:
@@ -101,6 +113,9 @@ class Surrogates:
         self._cache: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._ntok_cache: dict[str, int] = {}
         self.exceptions: Counter[str] = Counter()  # entity -> values whose token count changed
+        # while a surrogate is made: its pieces matched so far, and whether one found no match
+        self._matched: dict[tuple[str, str | None, bool], str] = {}
+        self._missed = False
 
     def ntok(self, text: str) -> int:
         n = self._ntok_cache.get(text)
@@ -136,17 +151,23 @@ class Surrogates:
         """A piece of the same kind and token count (up to TRIES tries)."""
         if not any(c.isalnum() for c in piece):  # punctuation and spaces are kept
             return piece
+        done = self._matched.get((piece, pool, first))
+        if done is not None:
+            return done
         # a word's choice must not depend on where it stands (so "Smith" maps alike alone and
-        # in "John Smith"): words are matched bare and after a space, whatever their position
-        first = first or pool is not None
-        target = self._count(piece.lstrip(" "), first)
+        # in "John Smith"): words are matched bare and after a space, whatever their position;
+        # other pieces are counted as they stand, with the space the pre-tokenizer leaves in
+        # front of them (" 919" is not "919" in tokens), and the first also after a space
+        strip = pool is not None
+        first = first or strip
+        target = self._count(piece.lstrip(" ") if strip else piece, first)
         orders: dict[str, list[str]] = {}  # letter run -> the pool words to try, in order
         candidate = piece
         for attempt in range(TRIES):
             out = []
             for run in _RUNS.findall(piece):
                 if run.isdigit():
-                    out.append("".join(rng.choice("0123456789") for _ in run))
+                    out.append("".join(rng.choices(_DIGITS, k=len(run))))
                 elif _LETTERS.fullmatch(run):
                     if pool is not None and (len(run) <= 2 or run.lower() in KEPT_WORDS):
                         out.append(run)  # initials, state codes, "Street", "Suite": no one's name
@@ -163,15 +184,14 @@ class Surrogates:
                         # mnemonic runs (a bank code like WEST) are few tokens: a word of its length
                         out.append(_apply_case(rng.choice(self._by_length[len(run)]), _case_of(run)))
                     else:
-                        out.append("".join(
-                            rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") if c.isupper()
-                            else rng.choice("abcdefghijklmnopqrstuvwxyz") if c.islower() else c
-                            for c in run))
+                        out.append(_random_letters(run, rng))
                 else:
                     out.append(run)
             candidate = "".join(out)
-            if self._count(candidate.lstrip(" "), first) == target:
+            if self._count(candidate.lstrip(" ") if strip else candidate, first) == target:
+                self._matched[(piece, pool, first)] = candidate
                 return candidate
+        self._missed = True
         return candidate
 
     def _shape(self, value: str, pool: str | None, rng: random.Random) -> str:
@@ -190,12 +210,21 @@ class Surrogates:
         rng = self._rng(entity, value)
         want = self._count(value, True)
         out = value
-        for _ in range(_WHOLE_TRIES):
+        # pieces matched in one round are kept in the next (only the missed ones are tried again);
+        # a round whose pieces all matched but whose whole did not starts the next afresh
+        self._matched = {}
+        for attempt in range(_WHOLE_TRIES):
+            self._missed = False
             out = make(self, value, rng)
+            if self._missed and attempt < _WHOLE_TRIES - 1:
+                continue  # a piece is off: try it again before counting the whole (long) value
             if self._count(out, True) == want:
                 break
+            if not self._missed:
+                self._matched.clear()
         else:
             self.exceptions[entity] += 1
+        self._matched = {}
         self._cache[(entity, value)] = out
         if len(self._cache) > CACHE_VALUES:
             self._cache.popitem(last=False)
