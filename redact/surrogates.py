@@ -110,7 +110,7 @@ class Surrogates:
             self._by_length.setdefault(len(word), []).append(word)
         # (entity, value) -> surrogate, least recently used first; a surrogate is a function of
         # the key and the value, so the bound costs recomputation, never consistency
-        self._cache: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str], tuple[str, bool]] = OrderedDict()
         self._ntok_cache: dict[str, int] = {}
         self.exceptions: Counter[str] = Counter()  # entity -> values whose token count changed
         # while a surrogate is made: its pieces matched so far, and whether one found no match
@@ -202,20 +202,26 @@ class Surrogates:
 
     def surrogate(self, entity: str, value: str) -> str:
         """The surrogate of ``value``, an ``entity``; the same for the same (entity, value)."""
+        return self.make(entity, value)[0]
+
+    def make(self, entity: str, value: str) -> tuple[str, bool]:
+        """The surrogate of ``value``, an ``entity``, and whether its token count differs from
+        the value's (a token exception)."""
         cached = self._cache.get((entity, value))
         if cached is not None:
             self._cache.move_to_end((entity, value))
             return cached
-        make = _MAKERS.get(entity, Surrogates._generic)
+        maker = _MAKERS.get(entity, Surrogates._generic)
         rng = self._rng(entity, value)
         want = self._count(value, True)
         out = value
         # pieces matched in one round are kept in the next (only the missed ones are tried again);
         # a round whose pieces all matched but whose whole did not starts the next afresh
         self._matched = {}
+        off = False
         for attempt in range(_WHOLE_TRIES):
             self._missed = False
-            out = make(self, value, rng)
+            out = maker(self, value, rng)
             if self._missed and attempt < _WHOLE_TRIES - 1:
                 continue  # a piece is off: try it again before counting the whole (long) value
             if self._count(out, True) == want:
@@ -224,11 +230,12 @@ class Surrogates:
                 self._matched.clear()
         else:
             self.exceptions[entity] += 1
+            off = True
         self._matched = {}
-        self._cache[(entity, value)] = out
+        self._cache[(entity, value)] = (out, off)
         if len(self._cache) > CACHE_VALUES:
             self._cache.popitem(last=False)
-        return out
+        return out, off
 
     def _generic(self, value: str, rng: random.Random) -> str:
         return self._shape(value, None, rng)
