@@ -143,6 +143,12 @@ class Surrogates:
         words = self.pools[pool]
         return self._rng(pool, letters.lower()).sample(words, TRIES)
 
+    def _count_once(self, piece: str, first: bool) -> tuple[int, int]:
+        """:meth:`_count` of a string that will not be counted again (not cached)."""
+        enc = self.tok.encode
+        return (len(enc(piece, add_special_tokens=False).ids),
+                len(enc(" " + piece, add_special_tokens=False).ids) if first else 0)
+
     def _count(self, piece: str, first: bool) -> tuple[int, int]:
         # a value's first piece may follow a space in the text, where BPE can merge differently
         return (self.ntok(piece), self.ntok(" " + piece) if first else 0)
@@ -162,13 +168,17 @@ class Surrogates:
         first = first or strip
         target = self._count(piece.lstrip(" ") if strip else piece, first)
         orders: dict[str, list[str]] = {}  # letter run -> the pool words to try, in order
+        runs = [(run, run.isdigit(), _LETTERS.fullmatch(run) is not None)
+                for run in _RUNS.findall(piece)]
+        # random candidates are counted without the cache (they never come again)
+        count = self._count if strip else self._count_once
         candidate = piece
         for attempt in range(TRIES):
             out = []
-            for run in _RUNS.findall(piece):
-                if run.isdigit():
+            for run, digits, letters in runs:
+                if digits:
                     out.append("".join(rng.choices(_DIGITS, k=len(run))))
-                elif _LETTERS.fullmatch(run):
+                elif letters:
                     if pool is not None and (len(run) <= 2 or run.lower() in KEPT_WORDS):
                         out.append(run)  # initials, state codes, "Street", "Suite": no one's name
                     elif pool is not None:
@@ -188,7 +198,7 @@ class Surrogates:
                 else:
                     out.append(run)
             candidate = "".join(out)
-            if self._count(candidate.lstrip(" ") if strip else candidate, first) == target:
+            if count(candidate.lstrip(" ") if strip else candidate, first) == target:
                 self._matched[(piece, pool, first)] = candidate
                 return candidate
         self._missed = True
