@@ -6,7 +6,9 @@ the mapping is cached per trace).
 
 How a surrogate is made: the value is cut into the tokenizer's pre-tokenizer pieces (the units
 BPE never merges across) and each piece is replaced by one of the same kind with the same token
-count, tried up to :data:`TRIES` times:
+count, tried up to :data:`TRIES` times. A piece is counted as it stands in the value, with the
+space the pre-tokenizer leaves in front of it (" 919" is not "919" in tokens); a name's word bare
+and after a space, so that its choice does not depend on where it stands. The pieces:
 
 - letters: for PERSON and LOCATION a real first or last name, for the parts of an email address
   a name or an English word, with the original's capitalization, chosen by an HMAC of the
@@ -21,8 +23,13 @@ count, tried up to :data:`TRIES` times:
 Then the type's format is restored: a card number's Luhn digit, an IBAN's check digits, IPv4
 octets within 0-255, an SSN's valid area, a key's known prefix (``sk-proj-``, ``ghp_``,
 ``AKIA``...), a JWT's header, a PEM block's BEGIN / END lines and an email's top-level domain are
-kept, and so is a public mail provider's whole domain (:data:`PUBLIC_MAIL_DOMAINS`). The whole surrogate's token count is checked (in its own right and after a space); when no
-try of :data:`_WHOLE_TRIES` matches, the last one is used and counted in :attr:`Surrogates.exceptions`.
+kept, and so is a public mail provider's whole domain (:data:`PUBLIC_MAIL_DOMAINS`).
+
+The whole surrogate's token count is checked (in its own right and after a space) once every
+piece matched. A round in which a piece found no match tries again only the pieces that missed
+(those that matched are kept); a round whose pieces all matched but whose whole did not starts
+afresh. When none of :data:`_WHOLE_TRIES` rounds matches, the last one is used and counted in
+:attr:`Surrogates.exceptions` (and :meth:`Surrogates.make` says so).
 """
 
 from __future__ import annotations
