@@ -1,6 +1,8 @@
 """Redacting a trace: each distinct text analysed once, in worker processes, failing closed.
 
-Owns :class:`Redactor`, :class:`RedactionReport`, :func:`redact_trace` and :func:`redact_file`.
+Owns :class:`Redactor`, :class:`RedactionReport`, :class:`RowAccount`, :class:`Accounts`,
+:func:`redact_trace` and :func:`redact_file` (:mod:`redact.ray_data` runs the same Redactor on a
+Ray cluster).
 
 - What is redacted: every prompt string of each body (:func:`replay.bodies.text_slots`: message
   contents and content parts, tool descriptions, tool-call arguments, a completions prompt) and
@@ -19,6 +21,10 @@ Owns :class:`Redactor`, :class:`RedactionReport`, :func:`redact_trace` and :func
   that holds it is quarantined (counted, kept out of the output).
 - The input token counts and block hashes stay those of the raw text (the trace keeps the live
   lengths and prefix sharing); the report says how far the redacted text moved from them.
+- Two steps per row batch: :meth:`Redactor.redact_rows` redacts the rows and gives each a
+  :class:`RowAccount`; :meth:`Accounts.add` keeps the report from the accounts, in trace order,
+  and returns the rows to write. Wherever the first step ran (here, or in a Ray actor), the
+  report is the same.
 """
 
 from __future__ import annotations
