@@ -79,9 +79,18 @@ def _ray():
 
 
 def _cause(e: BaseException) -> BaseException:
-    """The error an actor raised, out of Ray's wrapping (our own errors keep their one line)."""
-    cause = getattr(e, "cause", None)
-    return cause if isinstance(cause, ReplayError) else e
+    """Our own error that an actor raised (a bad input row...), out of Ray's wrapping, with its
+    one line; any other error as Ray gives it. Ray Data's wrapper reaches this process without
+    the original exception, only its remote traceback: the error is found by its line there."""
+    import re
+
+    import replay.errors
+
+    m = re.search(r"^replay\.errors\.(\w+): (.+)$", str(e), re.MULTILINE)
+    cls = getattr(replay.errors, m.group(1), None) if m else None
+    if isinstance(cls, type) and issubclass(cls, ReplayError):
+        return cls(m.group(2))
+    return e
 
 
 def redact_file_ray(src: str | os.PathLike[str], dst: str | os.PathLike[str], key: RedactionKey, *,
@@ -121,8 +130,9 @@ def redact_file_ray(src: str | os.PathLike[str], dst: str | os.PathLike[str], ke
         blocks = max(1, -(-total // batch_rows))
         ds = ray.data.read_parquet(str(src), num_cpus=0, override_num_blocks=blocks).map_batches(
             _RedactBatches, batch_size=batch_rows, batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=actor_cpus, fn_constructor_args=(key.secret, meta.to_metadata(), src.name, timeout_s,
-                                             tuple(extra_recognizers)))
+            compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=actor_cpus,
+            fn_constructor_args=(key.secret, meta.to_metadata(), src.name, timeout_s,
+                                 tuple(extra_recognizers)))
         with TraceWriter(dst, meta) as writer:
             done = 0
             try:

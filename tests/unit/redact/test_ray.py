@@ -106,3 +106,21 @@ def test_cli_ray_flag(cluster, raw_file, tmp_path, monkeypatch, capsys):
     assert out.meta.redaction_key == KEY.fingerprint
     assert main(["redact", str(raw_file), "-o", str(tmp_path / "p.parquet"), "--actors", "2"]) == 2
     assert "--actors: only with --ray" in capsys.readouterr().err
+
+
+def test_a_bad_input_row_is_an_error_naming_the_file_and_nothing_is_written(cluster, raw_file,
+                                                                             tmp_path):
+    import polars as pl
+    import pyarrow.parquet as pq
+
+    from replay.errors import TraceError
+
+    raw = read_trace(raw_file)
+    bodies = raw.df["body"].to_list()
+    bodies[5] = "not json"
+    table = raw.df.with_columns(pl.Series("body", bodies)).to_arrow()
+    table = table.replace_schema_metadata({k.encode(): v.encode() for k, v in raw.meta.to_metadata().items()})
+    pq.write_table(table, tmp_path / "bad.parquet")
+    with pytest.raises(TraceError, match=r"bad\.parquet.*column 'body' is not a JSON object"):
+        redact_file_ray(tmp_path / "bad.parquet", tmp_path / "out.parquet", KEY, actors=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.parquet"]
