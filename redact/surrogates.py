@@ -122,6 +122,7 @@ class Surrogates:
         self.exceptions: Counter[str] = Counter()  # entity -> values whose token count changed
         # while a surrogate is made: its pieces matched so far, and whether one found no match
         self._matched: dict[tuple[str, str | None, bool], str] = {}
+        self._cut: dict[str, list[str]] = {}  # string -> its pre-tokenizer pieces
         self._missed = False
 
     def ntok(self, text: str) -> int:
@@ -136,11 +137,15 @@ class Surrogates:
         return random.Random(self.key.digest(label, value))
 
     def _pieces(self, value: str) -> list[str]:
+        got = self._cut.get(value)  # while a surrogate is made, each round cuts the same strings
+        if got is not None:
+            return got
         pre = self.tok.pre_tokenizer
         if pre is None:
             return [value]
         cuts = [start for _, (start, _) in pre.pre_tokenize_str(value)] + [len(value)]
-        return [value[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
+        got = self._cut[value] = [value[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
+        return got
 
     # -- pieces ----------------------------------------------------------------------------------
 
@@ -162,11 +167,11 @@ class Surrogates:
 
     def _piece(self, piece: str, pool: str | None, rng: random.Random, first: bool) -> str:
         """A piece of the same kind and token count (up to TRIES tries)."""
-        if not any(c.isalnum() for c in piece):  # punctuation and spaces are kept
-            return piece
         done = self._matched.get((piece, pool, first))
         if done is not None:
             return done
+        if not any(c.isalnum() for c in piece):  # punctuation and spaces are kept
+            return piece
         # a word's choice must not depend on where it stands (so "Smith" maps alike alone and
         # in "John Smith"): words are matched bare and after a space, whatever their position;
         # other pieces are counted as they stand, with the space the pre-tokenizer leaves in
@@ -235,6 +240,7 @@ class Surrogates:
         # pieces matched in one round are kept in the next (only the missed ones are tried again);
         # a round whose pieces all matched but whose whole did not starts the next afresh
         self._matched = {}
+        self._cut = {}
         off = False
         for attempt in range(_WHOLE_TRIES):
             self._missed = False
@@ -249,6 +255,7 @@ class Surrogates:
             self.exceptions[entity] += 1
             off = True
         self._matched = {}
+        self._cut = {}
         self._cache[(entity, value)] = (out, off)
         if len(self._cache) > CACHE_VALUES:
             self._cache.popitem(last=False)
