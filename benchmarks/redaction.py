@@ -311,7 +311,7 @@ def print_report(shape: dict, rows: dict, agree: dict | None, args: argparse.Nam
     a, b = rows.get("naive", {}), rows.get("pipeline", {})
     if "requests_per_s" in a and "requests_per_s" in b:
         ratio = b["requests_per_s"] / a["requests_per_s"]
-        print(f"\nratio (b)/(a), requests/s: {ratio:.1f}x (target >= {TARGET_RATIO:g}x: "
+        print(f"\nratio (b)/(a), requests/s: {ratio:.2f}x (target >= {TARGET_RATIO:g}x: "
               f"{'met' if ratio >= TARGET_RATIO else 'NOT met'})")
     if "report" in b:
         rep = b["report"]
