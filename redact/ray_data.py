@@ -106,6 +106,9 @@ def redact_file_ray(src: str | os.PathLike[str], dst: str | os.PathLike[str], ke
     src, dst = Path(src), Path(dst)
     meta, total = read_meta(src)
     _check_input(meta, src.name)
+    if src.is_dir():
+        raise ConfigError(f"--ray: {src.name} is a capture folder, whose segments overlap in "
+                          "arrival; redact it without --ray (it is read whole)")
     if actors is not None and actors < 1:
         raise ConfigError(f"--actors: must be >= 1, got {actors}")
     ray = _ray()
