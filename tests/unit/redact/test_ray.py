@@ -124,3 +124,24 @@ def test_a_bad_input_row_is_an_error_naming_the_file_and_nothing_is_written(clus
     with pytest.raises(TraceError, match=r"bad\.parquet.*column 'body' is not a JSON object"):
         redact_file_ray(tmp_path / "bad.parquet", tmp_path / "out.parquet", KEY, actors=1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.parquet"]
+
+
+def test_null_bodies_stay_null_on_ray_too(cluster, tmp_path):
+    # token-only rows (null bodies, synthesized at replay) beside one row of real text
+    from capture.importers import import_mooncake
+
+    src = tmp_path / "aiperf.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in [
+        {"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1, 2]},
+        {"timestamp": 5, "output_length": 4, "messages": [
+            {"role": "user", "content": "Write to jane.roe@example.com about the invoice."}]},
+        {"timestamp": 9, "input_length": 30, "output_length": 2},
+    ]) + "\n")
+    import_mooncake(src, tmp_path / "raw.parquet")
+    local = redact_file(tmp_path / "raw.parquet", tmp_path / "local.parquet", KEY, processes=1)
+    on_ray = redact_file_ray(tmp_path / "raw.parquet", tmp_path / "ray.parquet", KEY, actors=1)
+    a, b = read_trace(tmp_path / "local.parquet"), read_trace(tmp_path / "ray.parquet")
+    assert b.df["body"].is_null().to_list() == [True, False, True]
+    assert "jane.roe@example.com" not in b.df["body"][1] and a.df.equals(b.df)
+    assert _without_seconds(local.to_dict()) == _without_seconds(on_ray.to_dict())
+    assert on_ray.written == 3 and on_ray.prefix_checked_requests == 1
