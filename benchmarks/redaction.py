@@ -32,7 +32,9 @@ sample) and compares the (entity, start, end) sets of the naive full-pipeline an
 filters, overlap resolution and name propagation (``redact.analyzer.found_spans``); it prints
 the share of texts with identical sets, the count of each type on both sides, and a few differing examples.
 
-Not a pass/fail test: it prints a table and the ratio (b)/(a) in requests/s (target >= 20).
+Not a pass/fail test: it prints a table and the ratio (b)/(a) in requests/s (target >= 20), with
+the machine's 1-minute load average before and after each pipeline (other work on the machine
+slows (b), which needs every CPU, more than (a)).
 Progress goes to stderr. ``--json`` prints one JSON object instead of the tables.
 
 usage: PYTHONPATH=<checkout> python benchmarks/redaction.py [--sessions 250] [--turns-mean 6]
@@ -263,6 +265,7 @@ def run_child(kind: str, args: argparse.Namespace) -> dict:
             cmd += ["--processes", str(args.processes)]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+        load_before = os.getloadavg()[0]
         t = time.perf_counter()
         try:
             proc = subprocess.run(cmd, env=env, timeout=args.timeout_s)
@@ -272,6 +275,7 @@ def run_child(kind: str, args: argparse.Namespace) -> dict:
             return {"failed": f"exit status {proc.returncode}"}
         res = json.loads(out.read_text())
         res["process_s"] = time.perf_counter() - t
+        res["load"] = (load_before, os.getloadavg()[0])
         return res
 
 
@@ -293,20 +297,21 @@ def print_report(shape: dict, rows: dict, agree: dict | None, args: argparse.Nam
           f"{shape['distinct_texts']} distinct ({shape['distinct_with_answers']} with the answers), "
           f"{shape['text_bytes'] / 1e6:.2f} MB of message text")
     print("\n| pipeline | processes | requests | wall s | requests/s | MB/s | setup s (untimed) "
-          "| peak RSS main MiB | peak RSS worker MiB |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| peak RSS main MiB | peak RSS worker MiB | load before, after |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     names = {"naive": "(a) naive Presidio loop, all spaCy pipes", "pipeline": "(b) redact_trace"}
     for kind, r in rows.items():
         if "failed" in r:
-            print(f"| {names[kind]} | failed: {r['failed']} |" + " |" * 7)
+            print(f"| {names[kind]} | failed: {r['failed']} |" + " |" * 8)
             continue
         print(f"| {names[kind]} | {r['processes']} | {r['requests']} | {r['wall_s']:.1f} "
               f"| {r['requests_per_s']:.1f} | {r['mb_per_s']:.3f} | {r['setup_s']:.1f} "
-              f"| {r['peak_main_mib']:.0f} | {fmt(r['peak_worker_mib'], '.0f')} |")
+              f"| {r['peak_main_mib']:.0f} | {fmt(r['peak_worker_mib'], '.0f')} "
+              f"| {r['load'][0]:.2f}, {r['load'][1]:.2f} |")
     a, b = rows.get("naive", {}), rows.get("pipeline", {})
     if "requests_per_s" in a and "requests_per_s" in b:
         ratio = b["requests_per_s"] / a["requests_per_s"]
-        print(f"\nratio (b)/(a), requests/s: {ratio:.1f}x (target >= {TARGET_RATIO:g}x: "
+        print(f"\nratio (b)/(a), requests/s: {ratio:.2f}x (target >= {TARGET_RATIO:g}x: "
               f"{'met' if ratio >= TARGET_RATIO else 'NOT met'})")
     if "report" in b:
         rep = b["report"]

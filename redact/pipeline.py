@@ -1,6 +1,8 @@
 """Redacting a trace: each distinct text analysed once, in worker processes, failing closed.
 
-Owns :class:`Redactor`, :class:`RedactionReport`, :func:`redact_trace` and :func:`redact_file`.
+Owns :class:`Redactor`, :class:`RedactionReport`, :class:`RowAccount`, :class:`Accounts`,
+:func:`redact_trace` and :func:`redact_file` (:mod:`redact.ray_data` runs the same Redactor on a
+Ray cluster).
 
 - What is redacted: every prompt string of each body (:func:`replay.bodies.text_slots`: message
   contents and content parts, tool descriptions, tool-call arguments, a completions prompt) and
@@ -19,6 +21,10 @@ Owns :class:`Redactor`, :class:`RedactionReport`, :func:`redact_trace` and :func
   that holds it is quarantined (counted, kept out of the output).
 - The input token counts and block hashes stay those of the raw text (the trace keeps the live
   lengths and prefix sharing); the report says how far the redacted text moved from them.
+- Two steps per row batch: :meth:`Redactor.redact_rows` redacts the rows and gives each a
+  :class:`RowAccount`; :meth:`Accounts.add` keeps the report from the accounts, in trace order,
+  and returns the rows to write. Wherever the first step ran (here, or in a Ray actor), the
+  report is the same.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from replay.trace import Trace, TraceWriter, read_trace
 
 __all__ = [
     "CACHE_CHARS", "CHUNK_TEXTS", "PREFIX_CHECK_REQUESTS", "ROW_BATCH", "DEFAULT_TIMEOUT_S",
-    "RedactionReport", "Redactor", "redact_trace", "redact_file",
+    "Accounts", "RedactionReport", "Redactor", "RowAccount", "redact_trace", "redact_file",
 ]
 
 CACHE_CHARS = 200_000_000
@@ -190,9 +196,102 @@ def default_processes() -> int:
 
 @dataclass
 class _Entry:
-    text: str           # the redacted text
-    ids: np.ndarray     # its token ids
-    delta: int          # tokens(redacted) - tokens(raw)
+    """One distinct text's redaction (or why it has none)."""
+
+    digest: bytes       # blake2b-128 of the raw text
+    chars: int          # characters of the raw text
+    failed: str | None  # why its analysis failed (then the text is never written)
+    text: str = ""      # the redacted text
+    ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint32))  # its token ids
+    delta: int = 0      # tokens(redacted) - tokens(raw)
+    entities: tuple[str, ...] = ()                 # the type of each span replaced
+    off: tuple[tuple[str, bytes], ...] = ()        # (type, keyed digest) of surrogates off in length
+
+    def info(self) -> tuple[bytes, int, tuple[str, ...], tuple[tuple[str, bytes], ...]]:
+        return self.digest, self.chars, self.entities, self.off
+
+
+@dataclass
+class RowAccount:
+    """What the report needs of one redacted row (it travels with the row from a Ray actor)."""
+
+    reason: str | None          # why the row is quarantined (None: it is written)
+    delta: int                  # tokens(redacted prompt) - tokens(raw prompt)
+    red_hashes: list[int] | None  # block hashes of the redacted prompt (None: a null body)
+    raw_hashes: list[int] | None  # of the raw prompt, when the row has none stored
+    texts: list[tuple[bytes, int, tuple[str, ...], tuple[tuple[str, bytes], ...]]]  # _Entry.info()
+
+
+class Accounts:
+    """The report of a redaction, kept from each row's :class:`RowAccount` in trace order, so it
+    is the same whether the rows were redacted in this process or by Ray actors.
+
+    - A text counts as analysed (with its characters, entities and token exceptions) when it is
+      not among the distinct texts met in the last ``cache_chars`` characters of distinct text:
+      the texts the local cache still holds.
+    - A token exception counts once per distinct (type, value), by a keyed digest of it.
+    - Prefix sharing is measured over the first :data:`PREFIX_CHECK_REQUESTS` rows written.
+    """
+
+    def __init__(self, cache_chars: int = CACHE_CHARS):
+        self.report = RedactionReport()
+        self.cache_chars = cache_chars
+        self._texts: OrderedDict[bytes, int] = OrderedDict()
+        self._chars = 0
+        self._off: set[bytes] = set()
+        self._seen: tuple[set, set] = (set(), set())
+
+    def _text(self, digest: bytes, chars: int, entities: tuple[str, ...],
+              off: tuple[tuple[str, bytes], ...]) -> None:
+        rep = self.report
+        rep.texts += 1
+        if digest in self._texts:
+            self._texts.move_to_end(digest)
+            return
+        self._texts[digest] = chars
+        self._chars += chars
+        while self._chars > self.cache_chars and len(self._texts) > 1:
+            self._chars -= self._texts.popitem(last=False)[1]
+        rep.analysed += 1
+        rep.chars_analysed += chars
+        rep.entities.update(entities)
+        for entity, d in off:
+            if d not in self._off:
+                self._off.add(d)
+                rep.token_exceptions[entity] += 1
+
+    def add(self, df: pl.DataFrame, accounts: Sequence[RowAccount]) -> pl.DataFrame:
+        """Count the rows of ``df`` (redacted, with their accounts); returns those to write."""
+        rep = self.report
+        stored = df.get_column("block_hashes").to_list() if "block_hashes" in df.columns else None
+        keep: list[int] = []
+        raw_hashes, red_hashes = [], []
+        for row, acc in enumerate(accounts):
+            for info in acc.texts:
+                self._text(*info)
+            rep.requests += 1
+            if acc.reason is not None:
+                rep.quarantined += 1
+                rep.quarantine_reasons[acc.reason.split(":", 1)[0]] += 1
+                continue
+            keep.append(row)
+            rep.written += 1
+            if acc.red_hashes is None:  # a null body (synthesized text): no prompt to measure
+                continue
+            rep.token_delta[acc.delta] += 1
+            if rep.prefix_checked_requests < PREFIX_CHECK_REQUESTS:
+                rep.prefix_checked_requests += 1
+                raw_hashes.append(acc.raw_hashes if acc.raw_hashes is not None else stored[row])
+                red_hashes.append(acc.red_hashes)
+        raw_hits = prefix_hits(raw_hashes, self._seen[0])
+        red_hits = prefix_hits(red_hashes, self._seen[1])
+        rep.shared_blocks_raw += sum(raw_hits)
+        rep.shared_blocks_kept += sum(min(a, b) for a, b in zip(raw_hits, red_hits))
+        return df[keep]
+
+    def finish(self, started: float) -> RedactionReport:
+        self.report.seconds = time.perf_counter() - started
+        return self.report
 
 
 class Redactor:
@@ -216,10 +315,9 @@ class Redactor:
         self.timeout_s = timeout_s
         self._init_args = (tuple(entities), threshold, tuple(extra_recognizers))
         self._pool: ProcessPoolExecutor | None = None
-        self._cache: OrderedDict[bytes, _Entry | str] = OrderedDict()
+        self._cache: OrderedDict[bytes, _Entry] = OrderedDict()
         self._cache_chars = 0
         self.cache_chars = cache_chars
-        self.report = RedactionReport()
 
     def __enter__(self) -> Redactor:
         return self
@@ -306,26 +404,31 @@ class Redactor:
                     settle(i, r)
         return results
 
-    def _apply(self, text: str, spans: list[tuple[str, int, int]]) -> str:
-        out, at = [], 0
+    def _apply(self, text: str, spans: list[tuple[str, int, int]]
+               ) -> tuple[str, tuple[str, ...], tuple[tuple[str, bytes], ...]]:
+        """``text`` with its spans replaced, the type of each, and the surrogates off in length."""
+        out, at, off = [], 0, []
         for entity, start, end in spans:
+            value = text[start:end]
+            surrogate, is_off = self.surrogates.make(entity, value)
             out.append(text[at:start])
-            out.append(self.surrogates.surrogate(entity, text[start:end]))
-            self.report.entities[entity] += 1
+            out.append(surrogate)
+            if is_off:
+                off.append((entity, self.key.digest("token exception\x00" + entity, value)))
             at = end
         out.append(text[at:])
-        return "".join(out)
+        return "".join(out), tuple(e for e, _, _ in spans), tuple(off)
 
-    def _remember(self, digest: bytes, entry: _Entry | str) -> None:
-        self._cache[digest] = entry
-        self._cache_chars += len(entry.text) if isinstance(entry, _Entry) else 0
+    def _remember(self, entry: _Entry) -> None:
+        self._cache[entry.digest] = entry
+        self._cache_chars += entry.chars
         while self._cache_chars > self.cache_chars and len(self._cache) > 1:
             _, old = self._cache.popitem(last=False)
-            self._cache_chars -= len(old.text) if isinstance(old, _Entry) else 0
+            self._cache_chars -= old.chars
 
-    def redact_texts(self, texts: Sequence[str]) -> dict[str, _Entry | str]:
-        """Each distinct text of ``texts`` -> its redaction (an entry), or why it failed (a str)."""
-        out: dict[str, _Entry | str] = {}
+    def redact_texts(self, texts: Sequence[str]) -> dict[str, _Entry]:
+        """Each distinct text of ``texts`` -> its redaction, or why it failed (``failed``)."""
+        out: dict[str, _Entry] = {}
         todo: dict[bytes, str] = {}
         for text in texts:
             if text in out:
@@ -337,18 +440,17 @@ class Redactor:
                 out[text] = hit
             elif d not in todo:
                 todo[d] = text
-        self.report.texts += len(texts)
         if not todo:
             return out
         digests, fresh = list(todo.keys()), list(todo.values())
-        self.report.analysed += len(fresh)
-        self.report.chars_analysed += sum(len(t) for t in fresh)
         redacted = list(fresh)
+        applied: dict[int, tuple[tuple[str, ...], tuple[tuple[str, bytes], ...]]] = {}
 
         def apply(i: int, f: list[tuple[str, int, int]] | str) -> None:
             # surrogates are made here, in this process, while the workers analyse later chunks
             if isinstance(f, list) and f:
-                redacted[i] = self._apply(fresh[i], f)
+                redacted[i], *rest = self._apply(fresh[i], f)
+                applied[i] = tuple(rest)
 
         found = self._analyze(fresh, apply)
         ids = self.tok.encode_batch(redacted, add_special_tokens=False)
@@ -357,72 +459,61 @@ class Redactor:
             [fresh[i] for i in changed], add_special_tokens=False))))
         for i, (d, text) in enumerate(zip(digests, fresh)):
             if isinstance(found[i], str):
-                entry: _Entry | str = found[i]
+                entry = _Entry(d, len(text), found[i])
             else:
                 red_ids = np.asarray(ids[i].ids, dtype=np.uint32)
-                entry = _Entry(redacted[i], red_ids, len(red_ids) - raw_len.get(i, len(red_ids)))
-            self._remember(d, entry)
+                entities, off = applied.get(i, ((), ()))
+                entry = _Entry(d, len(text), None, redacted[i], red_ids,
+                               len(red_ids) - raw_len.get(i, len(red_ids)), entities, off)
+            self._remember(entry)
             out[text] = entry
         return out
 
     # -- rows -------------------------------------------------------------------------------------
 
-    def redact_frame(self, df: pl.DataFrame, block_size: int, seen: tuple[set, set]) -> pl.DataFrame:
-        """The rows of ``df`` redacted (body, response); quarantined rows are left out."""
+    def redact_rows(self, df: pl.DataFrame, block_size: int) -> tuple[pl.DataFrame, list[RowAccount]]:
+        """``df`` with its bodies and responses redacted, and each row's account. A quarantined
+        row keeps no text: its body and response are null (:meth:`Accounts.add` leaves it out)."""
         bodies_raw = df.get_column("body").to_list()
         # a null body is synthesized text (replay.synth): nothing to redact, it stays null
         bodies = [json.loads(b) if b is not None else None for b in bodies_raw]
         slots = [text_slots(b) if b is not None else [] for b in bodies]
         responses = (df.get_column("response").to_list() if "response" in df.columns
                      else [None] * df.height)
-        texts = [s.text for row in slots for s in row] + [r for r in responses if r]
-        done = self.redact_texts(texts)
-        keep, new_bodies, new_responses = [], [], []
-        raw_hashes, red_hashes = [], []
+        done = self.redact_texts([s.text for row in slots for s in row] + [r for r in responses if r])
         stored = df.get_column("block_hashes").to_list() if "block_hashes" in df.columns else None
-        rep = self.report
+        new_bodies: list[str | None] = []
+        new_responses: list[str | None] = []
+        accounts: list[RowAccount] = []
         for row, (body, row_slots, response) in enumerate(zip(bodies, slots, responses)):
-            rep.requests += 1
             entries = [done[s.text] for s in row_slots]
             resp = done[response] if response else None
-            bad = next((e for e in (*entries, resp) if isinstance(e, str)), None)
+            texts = [e.info() for e in (*entries, resp) if e is not None]
+            bad = next((e.failed for e in (*entries, resp) if e is not None and e.failed), None)
             if bad is not None:
-                rep.quarantined += 1
-                rep.quarantine_reasons[bad.split(":", 1)[0]] += 1
+                new_bodies.append(None)
+                new_responses.append(None)
+                accounts.append(RowAccount(bad, 0, [], None, texts))
                 continue
-            keep.append(row)
             if body is not None and any(e.text != s.text for e, s in zip(entries, row_slots)):
                 new_bodies.append(json.dumps(replace_texts(body, row_slots, [e.text for e in entries]),
                                              separators=(",", ":"), ensure_ascii=False))
             else:
                 new_bodies.append(bodies_raw[row])
             new_responses.append(resp.text if resp is not None else response)
-            rep.written += 1
-            if body is None:
+            if body is None:  # no prompt text: not in the token delta or the prefix check
+                accounts.append(RowAccount(None, 0, None, None, texts))
                 continue
-            rep.token_delta[sum(e.delta for e in entries)] += 1
-            if rep.prefix_checked_requests < PREFIX_CHECK_REQUESTS:
-                rep.prefix_checked_requests += 1
-                ids = (np.concatenate([e.ids for e in entries]) if entries
-                       else np.zeros(0, np.uint32))
-                red = block_hashes(ids, block_size)
-                raw = (stored[row] if stored is not None and stored[row] else block_hashes(
-                    prompt_token_ids([s.text for s in row_slots], self.tok), block_size))
-                raw_hashes.append(raw)
-                red_hashes.append(red)
-        raw_hits = prefix_hits(raw_hashes, seen[0])
-        red_hits = prefix_hits(red_hashes, seen[1])
-        rep.shared_blocks_raw += sum(raw_hits)
-        rep.shared_blocks_kept += sum(min(a, b) for a, b in zip(raw_hits, red_hits))
-        out = df[keep].with_columns(pl.Series("body", new_bodies, dtype=pl.String))
+            ids = np.concatenate([e.ids for e in entries]) if entries else np.zeros(0, np.uint32)
+            raw = None
+            if stored is None or not stored[row]:
+                raw = block_hashes(prompt_token_ids([s.text for s in row_slots], self.tok), block_size)
+            accounts.append(RowAccount(None, sum(e.delta for e in entries),
+                                       block_hashes(ids, block_size), raw, texts))
+        out = df.with_columns(pl.Series("body", new_bodies, dtype=pl.String))
         if "response" in df.columns:
             out = out.with_columns(pl.Series("response", new_responses, dtype=pl.String))
-        return out
-
-    def finish(self, started: float) -> RedactionReport:
-        self.report.seconds = time.perf_counter() - started
-        self.report.token_exceptions = Counter(self.surrogates.exceptions)
-        return self.report
+        return out, accounts
 
 
 def _redacted_meta(meta, key: RedactionKey, report: RedactionReport):
@@ -453,12 +544,12 @@ def redact_trace(trace: Trace, key: RedactionKey, *, processes: int | None = Non
         trace = read_trace(trace.body_file)
     _check_input(trace.meta, "trace")
     started = time.perf_counter()
-    seen: tuple[set, set] = (set(), set())
+    accounts = Accounts()
     with Redactor(key, trace.meta.tokenizer, processes=processes, timeout_s=timeout_s,
                   extra_recognizers=extra_recognizers) as r:
-        parts = [r.redact_frame(f, trace.meta.block_size_tokens, seen)
+        parts = [accounts.add(*r.redact_rows(f, trace.meta.block_size_tokens))
                  for f in _frames(trace, ROW_BATCH)]
-        report = r.finish(started)
+        report = accounts.finish(started)
     if report.written == 0:
         raise RedactionError(f"redaction: all {report.requests} requests quarantined "
                              f"({dict(report.quarantine_reasons)}); nothing written")
@@ -490,7 +581,7 @@ def redact_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], key: R
             progress(total, total)
         return report
     started = time.perf_counter()
-    seen: tuple[set, set] = (set(), set())
+    accounts = Accounts()
     with Redactor(key, meta.tokenizer, processes=processes, timeout_s=timeout_s,
                   extra_recognizers=extra_recognizers) as r, \
             TraceWriter(dst, meta) as writer, \
@@ -499,12 +590,12 @@ def redact_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], key: R
         for batch in f.iter_batches(batch_size=ROW_BATCH):
             rows = validate(pl.from_arrow(batch), meta, f"{src.name} (row batch from row {row})")
             row += rows.height
-            out = r.redact_frame(rows, meta.block_size_tokens, seen)
+            out = accounts.add(*r.redact_rows(rows, meta.block_size_tokens))
             if out.height:
                 writer.write(out)
             if progress is not None:
                 progress(row, total)
-        report = r.finish(started)
+        report = accounts.finish(started)
         if report.written == 0:
             writer.abort()
             raise RedactionError(f"{src.name}: all {report.requests} requests quarantined "

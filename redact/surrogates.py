@@ -6,7 +6,9 @@ the mapping is cached per trace).
 
 How a surrogate is made: the value is cut into the tokenizer's pre-tokenizer pieces (the units
 BPE never merges across) and each piece is replaced by one of the same kind with the same token
-count, tried up to :data:`TRIES` times:
+count, tried up to :data:`TRIES` times. A piece is counted as it stands in the value, with the
+space the pre-tokenizer leaves in front of it (" 919" is not "919" in tokens); a name's word bare
+and after a space, so that its choice does not depend on where it stands. The pieces:
 
 - letters: for PERSON and LOCATION a real first or last name, for the parts of an email address
   a name or an English word, with the original's capitalization, chosen by an HMAC of the
@@ -21,8 +23,13 @@ count, tried up to :data:`TRIES` times:
 Then the type's format is restored: a card number's Luhn digit, an IBAN's check digits, IPv4
 octets within 0-255, an SSN's valid area, a key's known prefix (``sk-proj-``, ``ghp_``,
 ``AKIA``...), a JWT's header, a PEM block's BEGIN / END lines and an email's top-level domain are
-kept, and so is a public mail provider's whole domain (:data:`PUBLIC_MAIL_DOMAINS`). The whole surrogate's token count is checked (in its own right and after a space); when no
-try of :data:`_WHOLE_TRIES` matches, the last one is used and counted in :attr:`Surrogates.exceptions`.
+kept, and so is a public mail provider's whole domain (:data:`PUBLIC_MAIL_DOMAINS`).
+
+The whole surrogate's token count is checked (in its own right and after a space) once every
+piece matched. A round in which a piece found no match tries again only the pieces that missed
+(those that matched are kept); a round whose pieces all matched but whose whole did not starts
+afresh. When none of :data:`_WHOLE_TRIES` rounds matches, the last one is used and counted in
+:attr:`Surrogates.exceptions` (and :meth:`Surrogates.make` says so).
 """
 
 from __future__ import annotations
@@ -59,7 +66,19 @@ _KEY_PREFIX = re.compile(
 )
 _PEM_LINE = re.compile(r"^-----(?:BEGIN|END) [A-Z0-9 ]+-----$")
 _LETTERS = re.compile(r"[^\W\d_]+")
+_DIGITS = "0123456789"
+_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_LOWER = "abcdefghijklmnopqrstuvwxyz"
 _RUNS = re.compile(r"[^\W\d_]+|\d+|[\W_]+")
+
+
+def _random_letters(run: str, rng: random.Random) -> str:
+    """Random letters in place of ``run``'s: upper case for upper, lower for lower; other letters
+    (accented, other scripts) kept."""
+    n = len(run)
+    upper, lower = rng.choices(_UPPER, k=n), rng.choices(_LOWER, k=n)
+    return "".join(u if c.isupper() else lo if c.islower() else c
+                   for c, u, lo in zip(run, upper, lower))
 
 
 def _case_of(word: str) -> str:
@@ -98,9 +117,13 @@ class Surrogates:
             self._by_length.setdefault(len(word), []).append(word)
         # (entity, value) -> surrogate, least recently used first; a surrogate is a function of
         # the key and the value, so the bound costs recomputation, never consistency
-        self._cache: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str], tuple[str, bool]] = OrderedDict()
         self._ntok_cache: dict[str, int] = {}
         self.exceptions: Counter[str] = Counter()  # entity -> values whose token count changed
+        # while a surrogate is made: its pieces matched so far, and whether one found no match
+        self._matched: dict[tuple[str, str | None, bool], str] = {}
+        self._cut: dict[str, list[str]] = {}  # string -> its pre-tokenizer pieces
+        self._missed = False
 
     def ntok(self, text: str) -> int:
         n = self._ntok_cache.get(text)
@@ -114,11 +137,15 @@ class Surrogates:
         return random.Random(self.key.digest(label, value))
 
     def _pieces(self, value: str) -> list[str]:
+        got = self._cut.get(value)  # while a surrogate is made, each round cuts the same strings
+        if got is not None:
+            return got
         pre = self.tok.pre_tokenizer
         if pre is None:
             return [value]
         cuts = [start for _, (start, _) in pre.pre_tokenize_str(value)] + [len(value)]
-        return [value[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
+        got = self._cut[value] = [value[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
+        return got
 
     # -- pieces ----------------------------------------------------------------------------------
 
@@ -128,26 +155,42 @@ class Surrogates:
         words = self.pools[pool]
         return self._rng(pool, letters.lower()).sample(words, TRIES)
 
+    def _count_once(self, piece: str, first: bool) -> tuple[int, int]:
+        """:meth:`_count` of a string that will not be counted again (not cached)."""
+        enc = self.tok.encode
+        return (len(enc(piece, add_special_tokens=False).ids),
+                len(enc(" " + piece, add_special_tokens=False).ids) if first else 0)
+
     def _count(self, piece: str, first: bool) -> tuple[int, int]:
         # a value's first piece may follow a space in the text, where BPE can merge differently
         return (self.ntok(piece), self.ntok(" " + piece) if first else 0)
 
     def _piece(self, piece: str, pool: str | None, rng: random.Random, first: bool) -> str:
         """A piece of the same kind and token count (up to TRIES tries)."""
+        done = self._matched.get((piece, pool, first))
+        if done is not None:
+            return done
         if not any(c.isalnum() for c in piece):  # punctuation and spaces are kept
             return piece
         # a word's choice must not depend on where it stands (so "Smith" maps alike alone and
-        # in "John Smith"): words are matched bare and after a space, whatever their position
-        first = first or pool is not None
-        target = self._count(piece.lstrip(" "), first)
+        # in "John Smith"): words are matched bare and after a space, whatever their position;
+        # other pieces are counted as they stand, with the space the pre-tokenizer leaves in
+        # front of them (" 919" is not "919" in tokens), and the first also after a space
+        strip = pool is not None
+        first = first or strip
+        target = self._count(piece.lstrip(" ") if strip else piece, first)
         orders: dict[str, list[str]] = {}  # letter run -> the pool words to try, in order
+        runs = [(run, run.isdigit(), _LETTERS.fullmatch(run) is not None)
+                for run in _RUNS.findall(piece)]
+        # random candidates are counted without the cache (they never come again)
+        count = self._count if strip else self._count_once
         candidate = piece
         for attempt in range(TRIES):
             out = []
-            for run in _RUNS.findall(piece):
-                if run.isdigit():
-                    out.append("".join(rng.choice("0123456789") for _ in run))
-                elif _LETTERS.fullmatch(run):
+            for run, digits, letters in runs:
+                if digits:
+                    out.append("".join(rng.choices(_DIGITS, k=len(run))))
+                elif letters:
                     if pool is not None and (len(run) <= 2 or run.lower() in KEPT_WORDS):
                         out.append(run)  # initials, state codes, "Street", "Suite": no one's name
                     elif pool is not None:
@@ -163,15 +206,14 @@ class Surrogates:
                         # mnemonic runs (a bank code like WEST) are few tokens: a word of its length
                         out.append(_apply_case(rng.choice(self._by_length[len(run)]), _case_of(run)))
                     else:
-                        out.append("".join(
-                            rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") if c.isupper()
-                            else rng.choice("abcdefghijklmnopqrstuvwxyz") if c.islower() else c
-                            for c in run))
+                        out.append(_random_letters(run, rng))
                 else:
                     out.append(run)
             candidate = "".join(out)
-            if self._count(candidate.lstrip(" "), first) == target:
+            if count(candidate.lstrip(" ") if strip else candidate, first) == target:
+                self._matched[(piece, pool, first)] = candidate
                 return candidate
+        self._missed = True
         return candidate
 
     def _shape(self, value: str, pool: str | None, rng: random.Random) -> str:
@@ -182,24 +224,42 @@ class Surrogates:
 
     def surrogate(self, entity: str, value: str) -> str:
         """The surrogate of ``value``, an ``entity``; the same for the same (entity, value)."""
+        return self.make(entity, value)[0]
+
+    def make(self, entity: str, value: str) -> tuple[str, bool]:
+        """The surrogate of ``value``, an ``entity``, and whether its token count differs from
+        the value's (a token exception)."""
         cached = self._cache.get((entity, value))
         if cached is not None:
             self._cache.move_to_end((entity, value))
             return cached
-        make = _MAKERS.get(entity, Surrogates._generic)
+        maker = _MAKERS.get(entity, Surrogates._generic)
         rng = self._rng(entity, value)
         want = self._count(value, True)
         out = value
-        for _ in range(_WHOLE_TRIES):
-            out = make(self, value, rng)
+        # pieces matched in one round are kept in the next (only the missed ones are tried again);
+        # a round whose pieces all matched but whose whole did not starts the next afresh
+        self._matched = {}
+        self._cut = {}
+        off = False
+        for attempt in range(_WHOLE_TRIES):
+            self._missed = False
+            out = maker(self, value, rng)
+            if self._missed and attempt < _WHOLE_TRIES - 1:
+                continue  # a piece is off: try it again before counting the whole (long) value
             if self._count(out, True) == want:
                 break
+            if not self._missed:
+                self._matched.clear()
         else:
             self.exceptions[entity] += 1
-        self._cache[(entity, value)] = out
+            off = True
+        self._matched = {}
+        self._cut = {}
+        self._cache[(entity, value)] = (out, off)
         if len(self._cache) > CACHE_VALUES:
             self._cache.popitem(last=False)
-        return out
+        return out, off
 
     def _generic(self, value: str, rng: random.Random) -> str:
         return self._shape(value, None, rng)

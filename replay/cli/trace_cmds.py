@@ -84,6 +84,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--processes", type=int, help="analyser worker processes (default: the CPUs, at most 8)")
     p.add_argument("--timeout", type=float, default=60.0,
                    help="seconds one text's analysis may take before it is quarantined (default 60)")
+    p.add_argument("--ray", action="store_true",
+                   help="redact on a Ray cluster (Ray Data: read Parquet, map_batches over actors, "
+                        "the rows written here in order; same output as without): the one "
+                        "RAY_ADDRESS names, else one started on this machine (pip install "
+                        "'faithful-replay[ray]')")
+    p.add_argument("--actors", type=int,
+                   help="with --ray: redacting actors, each with one analysis process (default: "
+                        "the cluster's CPUs)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_redact)
 
@@ -191,19 +199,29 @@ def cmd_redact(args: argparse.Namespace) -> int:
         raise ConfigError(f"--processes: must be >= 1, got {args.processes}")
     if args.timeout <= 0:
         raise ConfigError(f"--timeout: must be > 0, got {args.timeout}")
+    if args.ray and args.processes is not None:
+        raise ConfigError("--processes: not with --ray (use --actors)")
+    if not args.ray and args.actors is not None:
+        raise ConfigError("--actors: only with --ray")
     key = load_key(args.key_file)
+    if args.ray:
+        from redact.ray_data import redact_file_ray
+
+        def run(progress):
+            return redact_file_ray(args.trace, args.out, key, actors=args.actors,
+                                   timeout_s=args.timeout, progress=progress)
+    else:
+        def run(progress):
+            return redact_file(args.trace, args.out, key, processes=args.processes,
+                               timeout_s=args.timeout, progress=progress)
     if args.quiet:
-        report = redact_file(args.trace, args.out, key, processes=args.processes,
-                             timeout_s=args.timeout)
+        report = run(None)
     else:
         from rich.progress import Progress
 
         with Progress(transient=True) as bar:
             task = bar.add_task("redacting", total=None)
-            report = redact_file(args.trace, args.out, key, processes=args.processes,
-                                 timeout_s=args.timeout,
-                                 progress=lambda done, total: bar.update(task, completed=done,
-                                                                         total=total))
+            report = run(lambda done, total: bar.update(task, completed=done, total=total))
     print(report.summary())
     print(f"wrote {args.out} ({report.written} requests)")
     return 0

@@ -1,0 +1,102 @@
+"""Where redaction's time goes: its parts, each timed apart on the benchmark corpus.
+
+The breakdown behind docs/redaction.md's Speed section (benchmarks/redaction.py times the whole
+pipeline against a naive loop). On the distinct texts of ``redact.corpus.make_corpus(250,
+seed=0)`` (prompts and answers), in this one process:
+
+* ``ner``: spaCy's NER (the only pipe :class:`redact.analyzer.TextAnalyzer` runs), ``nlp.pipe``;
+* ``recognizers``: Presidio's recognizers and our post-processing (``TextAnalyzer.analyze`` on
+  the NER's output), and within it the phone recognizer two ways, side by side: on the whole
+  text (as Presidio runs it) and on the text with the other patterns' spans blanked (as
+  ``TextAnalyzer`` runs it), with the number of texts whose phone spans differ, and of those
+  whose final spans (all types, overlaps resolved: what is replaced) differ;
+* ``surrogates``: :meth:`redact.surrogates.Surrogates.make` once for each distinct labelled value
+  of the corpus, per entity type, with the token exceptions (values whose surrogate is off in
+  token count).
+
+Seconds are wall time in one process; peak RSS (MiB) is printed at the end. Not a pass/fail test.
+
+usage: PYTHONPATH=<checkout> python benchmarks/redaction_parts.py [--sessions 250] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from collections import defaultdict
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sessions", type=int, default=250)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    from presidio_analyzer.predefined_recognizers import PhoneRecognizer
+
+    from redact.analyzer import TextAnalyzer, build_analyzer, found_spans
+    from redact.corpus import make_corpus
+    from redact.key import RedactionKey
+    from redact.surrogates import Surrogates
+    from replay.bodies import text_slots
+    from replay.tokenizer import load_tokenizer
+
+    corpus = make_corpus(args.sessions, seed=args.seed)
+    texts = list(dict.fromkeys([s.text for b in corpus.requests for s in text_slots(b)]
+                               + [r for r in corpus.responses if r]))
+    print(f"{len(texts)} distinct texts (prompts and answers), {sum(map(len, texts)) / 1e6:.2f} M chars")
+
+    analyzer = TextAnalyzer()
+    t = time.perf_counter()
+    artifacts = [a for _, a in analyzer.analyzer.nlp_engine.process_batch(texts, language="en",
+                                                                           batch_size=32)]
+    print(f"ner: {time.perf_counter() - t:.2f} s")
+    t = time.perf_counter()
+    for text, art in zip(texts, artifacts):
+        analyzer.analyze(text, art)
+    print(f"recognizers and post-processing (phone blanked): {time.perf_counter() - t:.2f} s")
+
+    phone = PhoneRecognizer()
+    presidio = build_analyzer()  # the phone recognizer among the others, as Presidio runs it
+    whole_s = blanked_s = 0.0
+    differ = final_differ = 0
+    for text, art in zip(texts, artifacts):
+        before = found_spans(presidio.analyze(text=text, language="en", entities=analyzer.entities,
+                                              score_threshold=analyzer.threshold, nlp_artifacts=art),
+                             text)
+        final_differ += before != analyzer.analyze(text, art)
+        others = analyzer.analyzer.analyze(text=text, language="en", entities=analyzer.entities,
+                                           score_threshold=analyzer.threshold, nlp_artifacts=art)
+        t = time.perf_counter()
+        whole = {(r.start, r.end) for r in phone.analyze(text, ["PHONE_NUMBER"], art)}
+        whole_s += time.perf_counter() - t
+        t = time.perf_counter()
+        blanked = {(r.start, r.end) for r in analyzer._phones(text, others, art)}
+        blanked_s += time.perf_counter() - t
+        differ += whole != blanked
+    print(f"phone recognizer: whole text {whole_s:.2f} s, other spans blanked {blanked_s:.2f} s "
+          f"({differ} texts with other phone spans, before overlaps are resolved; "
+          f"{final_differ} with other final spans of any type)")
+
+    values = defaultdict(set)
+    for labels in corpus.labels.values():
+        for span in labels.spans:
+            values[span.entity].add(span.value)
+    tok = load_tokenizer("gpt2")
+    sur = Surrogates(RedactionKey(b"redaction-benchmark-key-0123456789abcdef"), tok)
+    print("\n| entity | values | seconds | ms a value | token exceptions |\n|---|---:|---:|---:|---:|")
+    total = 0.0
+    for entity, vs in sorted(values.items()):
+        t = time.perf_counter()
+        off = sum(sur.make(entity, v)[1] for v in sorted(vs))
+        dt = time.perf_counter() - t
+        total += dt
+        print(f"| {entity} | {len(vs)} | {dt:.3f} | {dt / len(vs) * 1e3:.2f} | {off} |")
+    print(f"surrogates: {total:.2f} s, {sum(sur.exceptions.values())} token exceptions")
+    print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
