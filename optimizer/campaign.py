@@ -23,13 +23,14 @@ import hashlib
 import json
 import platform
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from optimizer.diagnosis import Diagnosis, diagnose
 from optimizer.ledger import Ledger
+from optimizer.pool import Pool, SerialPool
 from optimizer.search import SEARCHERS, Proposal, Searcher
 from optimizer.space import Space, config_key
 from optimizer.verdict import MAX_NOISE, REPEATS, Measurement, NoiseFloor, Verdict, judge
@@ -37,7 +38,7 @@ from replay.config import RunConfig
 from replay.errors import ReplayError
 from replay.trace import Trace
 
-__all__ = ["Objective", "Budget", "Campaign", "CampaignResult", "CampaignStopped", "Step", "workload_hash"]
+__all__ = ["Objective", "Budget", "Campaign", "EngineMeasure", "CampaignResult", "CampaignStopped", "Step", "workload_hash"]
 
 MAX_FAILED_SHARE = 0.1
 BISECT_STEPS = 3
@@ -74,6 +75,7 @@ class Budget:
     trials: int = 20  # candidate configs judged
     time_s: float = 2 * 3600.0
     gpu_hours: float | None = None  # measurements x their wall time x GPUs
+    gpus: int | None = None  # GPUs busy at once: caps the parallel measurements at gpus // the engine's
 
     def left(self, trials: int, started: float, gpu_s: float) -> str | None:
         """Why the budget is spent, or None."""
@@ -128,37 +130,64 @@ def workload_hash(trace: Trace) -> str:
 
 def measure_on_engine(engine, trace: Trace, run: RunConfig, objective: Objective, *,
                       live: Trace | None = None, allow_unfaithful: bool = False,
-                      baseline: Mapping[str, Any] | None = None, check_outputs: bool = True,
-                      ) -> Callable[[Mapping[str, Any]], Measurement]:
-    """The measurement of a config on a real (or the embedded) engine: start it with the config,
-    replay one stage of ``trace`` with ``run`` (its url is replaced) while sampling the engine's
-    metrics, stop it. With ``live``, the stage must also pass the fidelity gate against it
-    (``fidelity.compare_stage``), unless ``allow_unfaithful`` (then the failed verdict is recorded
-    in the details). With ``check_outputs``, a config that differs from ``baseline`` in lossless
-    knobs only must answer a greedy sample as the baseline did (:mod:`optimizer.outputs`)."""
-    from optimizer import outputs
-    from optimizer.diagnosis import MetricSampler
-    from replay.runner import run_stage
-    from replay.sweep import MAX_FAILED_SHARE as failed_share
+                      baseline: Mapping[str, Any] | None = None, check_outputs: bool = True) -> EngineMeasure:
+    """The measurement of a config on a real (or the embedded) engine (:class:`EngineMeasure`)."""
+    return EngineMeasure(engine, trace, run, objective, live=live, allow_unfaithful=allow_unfaithful,
+                         baseline=baseline, check_outputs=check_outputs)
 
-    def one_stage(running, rate: float | None):
-        return run_stage(trace, dataclasses.replace(run, url=running.url, rate=rate))
 
-    def passes(stage) -> bool:
-        s = stage.summary
-        return bool(s["valid"] and not s["cancelled"] and s["slo_pass"] is not False
-                    and (s["sent"] - s["completed"]) <= failed_share * max(s["sent"], 1))
+class EngineMeasure:
+    """``measure(config)``: start the engine with the config, replay one stage of ``trace`` with
+    ``run`` (its url is replaced) while sampling the engine's metrics, stop it. With ``live``,
+    the stage must also pass the fidelity gate against it (``fidelity.compare_stage``), unless
+    ``allow_unfaithful`` (then the failed verdict is recorded in the details). With
+    ``check_outputs``, a config that differs from ``baseline`` in lossless knobs only must answer
+    a greedy sample as the baseline did (:mod:`optimizer.outputs`): a measurement of the baseline
+    itself returns its answers in ``details["answers"]``, and :meth:`adopt` makes them the
+    reference (the campaign calls it, so a measure that ran elsewhere, on a Ray node, or an
+    earlier run's ledger entry, provides them too).
 
-    def search_rate(running) -> tuple[Any, float, list[dict]]:
+    It holds no engine between calls and pickles (for :class:`optimizer.pool.RayPool`)."""
+
+    def __init__(self, engine, trace: Trace, run: RunConfig, objective: Objective, *,
+                 live: Trace | None = None, allow_unfaithful: bool = False,
+                 baseline: Mapping[str, Any] | None = None, check_outputs: bool = True) -> None:
+        self.engine = engine
+        self.trace = trace
+        self.run = run
+        self.objective = objective
+        self.live = live
+        self.allow_unfaithful = allow_unfaithful
+        self.baseline = dict(baseline or {})
+        self.check_outputs = check_outputs
+        self.reference: list[str] | None = None  # the baseline's greedy answers
+
+    def adopt(self, measurement: Measurement) -> None:
+        """Take a baseline measurement's answers as the reference, if there is none yet."""
+        answers = measurement.details.get("answers")
+        if self.reference is None and answers is not None:
+            self.reference = list(answers)
+
+    def _stage(self, running, rate: float | None):
+        from replay.runner import run_stage
+
+        return run_stage(self.trace, dataclasses.replace(self.run, url=running.url, rate=rate))
+
+    def _search_rate(self, running) -> tuple[Any, float, list[dict]]:
         """The highest passing rate: (its stage, the rate, every probe)."""
+        from replay.sweep import MAX_FAILED_SHARE as failed_share
+
         probes: list[dict] = []
 
         def probe(rate: float):
-            stage = one_stage(running, rate)
-            probes.append({"rate": rate, "passed": passes(stage), "goodput_rps": stage.summary["goodput_rps"]})
-            return stage, probes[-1]["passed"]
+            stage = self._stage(running, rate)
+            s = stage.summary
+            passed = bool(s["valid"] and not s["cancelled"] and s["slo_pass"] is not False
+                          and (s["sent"] - s["completed"]) <= failed_share * max(s["sent"], 1))
+            probes.append({"rate": rate, "passed": passed, "goodput_rps": s["goodput_rps"]})
+            return stage, passed
 
-        rate = float(run.rate or 1.0)
+        rate = float(self.run.rate or 1.0)
         stage, ok = probe(rate)
         good, bad, best_stage = (rate, None, stage) if ok else (None, rate, None)
         for _ in range(MAX_DOUBLINGS):
@@ -179,34 +208,41 @@ def measure_on_engine(engine, trace: Trace, run: RunConfig, objective: Objective
                 bad = mid
         return best_stage or stage, good or 0.0, probes
 
-    base = dict(baseline or {})
-    knobs = {k.name: k for k in engine.knobs}
-    reference: list[str] = []
-
-    def sample_answers(running) -> list[str]:
+    def _answers(self, running) -> list[str]:
+        from optimizer import outputs
         from replay.runner import resolve_model
 
+        trace = self.trace
         bodies = [json.loads(b) for batch in trace.body_batches(min(outputs.SAMPLE, trace.df.height),
                                                                 outputs.SAMPLE, synthesize=True) for b in batch]
         bodies = [b for b in bodies if "messages" in b]
-        model = resolve_model(trace, dataclasses.replace(run, url=running.url))
+        model = resolve_model(trace, dataclasses.replace(self.run, url=running.url))
         return outputs.greedy_answers(running.url, bodies, model)
 
-    def output_change(running, config: Mapping[str, Any]) -> str | None:
-        changed = [k for k in set(config) | set(base) if config.get(k) != base.get(k)]
-        if not check_outputs or any(not knobs[k].lossless for k in changed if k in knobs):
-            return None  # lossy changes are judged by a person, not by equal outputs
-        if not changed:
-            if not reference:
-                reference.extend(sample_answers(running))
-            return None
-        if not reference:
-            return None  # no baseline answers yet (a campaign measures its baseline first)
-        return outputs.compare(reference, sample_answers(running), outputs.encoder(trace.meta.tokenizer))
+    def _outputs(self, running, config: Mapping[str, Any]) -> tuple[list[str] | None, str | None]:
+        """(the baseline's answers when ``config`` is the baseline, why the outputs changed)."""
+        from optimizer import outputs
 
-    def measure(config: Mapping[str, Any]) -> Measurement:
+        if not self.check_outputs:
+            return None, None
+        knobs = {k.name: k for k in self.engine.knobs}
+        changed = [k for k in set(config) | set(self.baseline) if config.get(k) != self.baseline.get(k)]
+        if not changed:
+            answers = self._answers(running)
+            if self.reference is None:
+                self.reference = answers
+            return answers, None
+        if any(not knobs[k].lossless for k in changed if k in knobs) or self.reference is None:
+            return None, None  # lossy changes are judged by a person; no baseline answers yet
+        return None, outputs.compare(self.reference, self._answers(running), outputs.encoder(self.trace.meta.tokenizer))
+
+    def __call__(self, config: Mapping[str, Any]) -> Measurement:
+        from optimizer.diagnosis import MetricSampler
+        from replay.sweep import MAX_FAILED_SHARE as failed_share
+
+        objective, run = self.objective, self.run
         try:
-            running = engine.launch(dict(config))
+            running = self.engine.launch(dict(config))
         except ReplayError as e:
             return Measurement(None, f"the engine failed to start: {e}")
         probes: list[dict] = []
@@ -214,10 +250,10 @@ def measure_on_engine(engine, trace: Trace, run: RunConfig, objective: Objective
             try:
                 with MetricSampler(running) as sampler:
                     if objective.kind == "max_rate":
-                        stage, best_rate, probes = search_rate(running)
+                        stage, best_rate, probes = self._search_rate(running)
                     else:
-                        stage = one_stage(running, run.rate)
-                changed = output_change(running, config)
+                        stage = self._stage(running, run.rate)
+                answers, changed = self._outputs(running, config)
             except ReplayError as e:
                 return Measurement(None, f"the replay failed: {e}")
             metrics = running.metrics()
@@ -231,6 +267,8 @@ def measure_on_engine(engine, trace: Trace, run: RunConfig, objective: Objective
             "peaks": sampler.peaks,
             "counters": {k: v for k, v in metrics.items() if "{" not in k and ":" not in k},
         }
+        if answers is not None:
+            details["answers"] = answers
         if objective.kind == "max_rate":
             details["probes"] = probes
             if not any(p["passed"] for p in probes):
@@ -242,31 +280,30 @@ def measure_on_engine(engine, trace: Trace, run: RunConfig, objective: Objective
             return Measurement(None, f"the runner fell behind: {s['invalid_reason']}", details)
         if s["sent"] and failed > failed_share * s["sent"]:
             return Measurement(None, f"{failed} of {s['sent']} requests failed: {s['errors']}", details)
-        if live is not None:
+        if self.live is not None:
             from fidelity import compare_stage
 
-            verdict = compare_stage(live, stage.requests, sent=trace, lag_bound_ms=run.lag_bound_ms).verdict
+            verdict = compare_stage(self.live, stage.requests, sent=self.trace, lag_bound_ms=run.lag_bound_ms).verdict
             details["fidelity"] = verdict.reason
             if not verdict.faithful:
-                if not allow_unfaithful:
+                if not self.allow_unfaithful:
                     return Measurement(None, f"the fidelity gate failed: {verdict.reason}", details)
                 details["fidelity_overridden"] = True
         value = best_rate / objective.gpus if objective.kind == "max_rate" else objective.value(s)
         return Measurement(value, None, details)
 
-    return measure
-
 
 class Campaign:
     """One tuning campaign. ``measure(config) -> Measurement`` is how a config is measured (see
     :func:`measure_on_engine`); ``identity`` keys its ledger rows (engine, version, hardware,
-    workload, objective)."""
+    workload, objective). ``pool`` is where measurements run (:mod:`optimizer.pool`): with more
+    than one slot, :meth:`run` judges that many proposals a round, each on its own engine."""
 
     def __init__(self, *, space: Space, measure: Callable[[Mapping[str, Any]], Measurement],
                  ledger: str | Path, identity: Mapping[str, Any], baseline: Mapping[str, Any] | None = None,
                  repeats: int = REPEATS, budget: Budget = Budget(), searcher: str | Searcher = "coordinate",
                  order: list[str] | None = None, seed: int = 0, gpus: int = 1,
-                 offered_reuse: float | None = None) -> None:
+                 offered_reuse: float | None = None, pool: Pool | None = None) -> None:
         if repeats < 2:
             from replay.errors import ConfigError
             raise ConfigError("--repeats: the noise floor needs at least 2 baseline runs")
@@ -279,6 +316,7 @@ class Campaign:
         self.gpus = gpus
         self.seed = seed
         self.offered_reuse = offered_reuse
+        self.pool = pool or SerialPool()
         self.diagnosis: Diagnosis | None = None
         self._searcher_spec = searcher
         self._order = order
@@ -288,12 +326,23 @@ class Campaign:
         self._gpu_s = 0.0
         self._started = time.monotonic()
 
+    @property
+    def slots(self) -> int:
+        """Measurements run at once: the pool's slots, within the budget's concurrent GPUs."""
+        slots = self.pool.slots
+        if self.budget.gpus is not None:
+            slots = min(slots, self.budget.gpus // self.gpus)
+        return max(1, slots)
+
     # -- measuring ---------------------------------------------------------------------------------
-    def _timed(self, config: Mapping[str, Any]) -> tuple[Measurement, float]:
-        t = time.time()
-        m = self._measure(config)
-        self._gpu_s += (time.time() - t) * self.gpus
-        return m, t
+    def _measure_many(self, configs: list[Mapping[str, Any]]) -> list[tuple[Measurement, dict[str, float]]]:
+        """Measure ``configs``, ``slots`` at a time: (measurement, when it started and finished) each."""
+        out: list[tuple[Measurement, dict[str, float]]] = []
+        for start in range(0, len(configs), self.slots):
+            for t in self.pool.map(self._measure, configs[start:start + self.slots]):
+                self._gpu_s += t.seconds * self.gpus
+                out.append((t.measurement, {"started": t.started, "finished": t.started + t.seconds}))
+        return out
 
     def _floor_of(self, config: Mapping[str, Any], role: str, extra: list[Measurement] = ()) -> NoiseFloor:
         """The noise floor of ``config``: its ``role`` measurements in the ledger (and ``extra``),
@@ -302,13 +351,17 @@ class Campaign:
         if any(m.invalid for m in done):
             bad = next(m for m in done if m.invalid)
             raise CampaignStopped(f"the baseline {config_key(config)} is invalid: {bad.invalid}")
+        for m, t in self._measure_many([config] * max(0, self.repeats - len(done))):
+            self.ledger.record(config, role, m, **t)
+            done.append(m)
+        bad = next((m for m in done if m.invalid), None)
+        if bad is not None:
+            raise CampaignStopped(f"the baseline {config_key(config)} is invalid: {bad.invalid}")
         values = [m.value for m in done]
-        while len(values) < self.repeats:
-            m, t = self._timed(config)
-            self.ledger.record(config, role, m, started=t)
-            if m.invalid:
-                raise CampaignStopped(f"the baseline {config_key(config)} is invalid: {m.invalid}")
-            values.append(m.value)
+        adopt = getattr(self._measure, "adopt", None)
+        if adopt is not None and role == "baseline":
+            for m in done:
+                adopt(m)
         floor = NoiseFloor(tuple(values))
         if floor.too_noisy:
             raise CampaignStopped(f"the environment is too unstable to decide: the baseline's runs "
@@ -334,48 +387,63 @@ class Campaign:
         """Measure ``config`` and judge it against the current baseline (the best so far). A config
         judged before (in this run or an earlier one) is not measured again. A "better" becomes the
         baseline, with the noise floor of its own runs."""
+        return self.evaluate_many([Proposal(dict(config), dict(hypothesis or {}))])[0]
+
+    def evaluate_many(self, proposals: Sequence[Proposal]) -> list[Verdict]:
+        """Judge ``proposals`` as one round, against the baseline in force when it starts: their
+        first measurements run at once (the pool's slots), then the confirmations of those that
+        cleared the bar. Of the round's confirmed wins, the one with the highest first measurement
+        becomes the baseline; the others keep their "better" (over the round's baseline)."""
         self.start()
-        config = dict(config)
-        hypothesis = dict(hypothesis or {})
-        previous = self.ledger.judged(config)
-        if previous is not None:
-            m, b = previous.measurement, self.result.best_noise.median
-            gain = (m.value - b) / b if m.value is not None and b else None
-            confirms = tuple(e.measurement for e in self.ledger.entries(config, "confirm"))[:1]
-            verdict = Verdict(previous.verdict or "invalid", f"(from the ledger) {previous.reason}", gain,
-                              measurements=(m, *confirms) if previous.verdict == "better" else (m,))
-            step = Step(config, hypothesis, verdict, reused=True)
-            self.result.steps.append(step)
-            if verdict.kind == "better":  # a resumed campaign continues from where it had got to
-                self._accept(step, previous.measurement)
-            return verdict
-        if not self.space.allows(config):
-            verdict = Verdict("invalid", "the space's constraints forbid this config")
-            self.ledger.record(config, "candidate", Measurement(None, verdict.reason), hypothesis=hypothesis,
-                               verdict="invalid", reason=verdict.reason)
-            self.result.steps.append(Step(config, hypothesis, verdict))
-            return verdict
-        first, t = self._timed(config)
-        row = self.ledger.record(config, "candidate", first, hypothesis=hypothesis, started=t)
+        noise = self.result.best_noise
+        verdicts: list[Verdict | None] = [None] * len(proposals)
+        reused: set[int] = set()
+        fresh: list[int] = []
+        twins: dict[str, int] = {}  # config key -> the first proposal of it in this round
+        for i, p in enumerate(proposals):
+            previous = self.ledger.judged(p.config)
+            if previous is not None:
+                m, b = previous.measurement, noise.median
+                gain = (m.value - b) / b if m.value is not None and b else None
+                confirms = tuple(e.measurement for e in self.ledger.entries(p.config, "confirm"))[:1]
+                verdicts[i] = Verdict(previous.verdict or "invalid", f"(from the ledger) {previous.reason}", gain,
+                                      measurements=(m, *confirms) if previous.verdict == "better" else (m,))
+                reused.add(i)
+            elif not self.space.allows(p.config):
+                verdicts[i] = Verdict("invalid", "the space's constraints forbid this config")
+                self.ledger.record(p.config, "candidate", Measurement(None, verdicts[i].reason),
+                                   hypothesis=p.hypothesis, verdict="invalid", reason=verdicts[i].reason)
+            elif config_key(p.config) in twins:
+                reused.add(i)  # proposed twice in one round: measured once, judged once
+            else:
+                twins[config_key(p.config)] = i
+                fresh.append(i)
+        firsts = dict(zip(fresh, self._measure_many([proposals[i].config for i in fresh])))
+        rows = {i: self.ledger.record(proposals[i].config, "candidate", m, hypothesis=proposals[i].hypothesis,
+                                      **t) for i, (m, t) in firsts.items()}
+        to_confirm = [i for i in fresh if judge(noise, firsts[i][0]).kind == "better"]
+        seconds = dict(zip(to_confirm, self._measure_many([proposals[i].config for i in to_confirm])))
+        for i, (m, t) in seconds.items():
+            self.ledger.record(proposals[i].config, "confirm", m, hypothesis=proposals[i].hypothesis, **t)
+        for i in fresh:
+            verdicts[i] = judge(noise, firsts[i][0], lambda i=i: seconds[i][0])
+            self.ledger.set_verdict(rows[i], verdicts[i].kind, verdicts[i].reason)
+        for i, p in enumerate(proposals):
+            if verdicts[i] is None:
+                verdicts[i] = verdicts[twins[config_key(p.config)]]
+        steps = [Step(dict(p.config), dict(p.hypothesis), v, reused=i in reused)
+                 for i, (p, v) in enumerate(zip(proposals, verdicts))]
+        self.result.steps.extend(steps)
+        wins = [s for s in steps if s.verdict.kind == "better" and s.verdict.measurements[0].value > noise.median]
+        if wins:
+            self._accept(max(wins, key=lambda s: s.verdict.measurements[0].value))
+        return verdicts
 
-        def confirm() -> Measurement:
-            m, t2 = self._timed(config)
-            self.ledger.record(config, "confirm", m, hypothesis=hypothesis, started=t2)
-            return m
-
-        verdict = judge(self.result.best_noise, first, confirm)
-        self.ledger.set_verdict(row, verdict.kind, verdict.reason)
-        step = Step(config, hypothesis, verdict)
-        self.result.steps.append(step)
-        if verdict.kind == "better":
-            self._accept(step, first)
-        return verdict
-
-    def _accept(self, step: Step, first: Measurement) -> None:
+    def _accept(self, step: Step) -> None:
         """``step``'s config becomes the baseline, with the noise floor of its own runs."""
         self.result.accepted.append(step)
         self.result.best = dict(step.config)
-        self.result.best_noise = self._floor_of(step.config, "confirm", extra=[first])
+        self.result.best_noise = self._floor_of(step.config, "confirm", extra=[step.verdict.measurements[0]])
 
     # -- driving -----------------------------------------------------------------------------------
     def searcher(self) -> Searcher:
@@ -394,7 +462,8 @@ class Campaign:
         return cls(self.space, start, seed=self.seed)
 
     def run(self, searcher: Searcher | None = None, progress: Callable[[Step], None] | None = None) -> CampaignResult:
-        """Baseline, then the searcher's proposals until it has none or the budget is spent."""
+        """Baseline, then rounds of the searcher's proposals (``slots`` a round) until it has none
+        or the budget is spent."""
         self.start()
         searcher = searcher or self.searcher()
         if hasattr(searcher, "known"):
@@ -405,15 +474,22 @@ class Campaign:
             if why:
                 self.result.stopped = why
                 break
-            proposal = searcher.ask()
-            if proposal is None:
+            batch: list[Proposal] = []
+            while len(batch) < min(self.slots, self.budget.trials - judged):
+                proposal = searcher.ask()
+                if proposal is None:
+                    break
+                batch.append(proposal)
+            if not batch:
                 self.result.stopped = "the searcher has nothing left to try"
                 break
-            verdict = self.evaluate(proposal.config, proposal.hypothesis)
-            value = verdict.measurements[0].value if verdict.measurements else None
-            searcher.tell(proposal, verdict.kind, value)
+            before = len(self.result.steps)
+            for proposal, verdict in zip(batch, self.evaluate_many(batch)):
+                value = verdict.measurements[0].value if verdict.measurements else None
+                searcher.tell(proposal, verdict.kind, value)
             if progress is not None:
-                progress(self.result.steps[-1])
+                for step in self.result.steps[before:]:
+                    progress(step)
         return self.result
 
     # ask / tell for outside loops ------------------------------------------------------------------
@@ -437,3 +513,4 @@ class Campaign:
 
     def close(self) -> None:
         self.ledger.close()
+        self.pool.close()

@@ -74,14 +74,14 @@ class Ledger:
 
     def record(self, config: Mapping[str, Any], role: str, measurement: Measurement, *,
                hypothesis: Mapping[str, Any] | None = None, verdict: str | None = None,
-               reason: str | None = None, started: float | None = None) -> int:
+               reason: str | None = None, started: float | None = None, finished: float | None = None) -> int:
         now = time.time()
         cur = self._db.execute(
             "INSERT INTO experiments (campaign, config, role, hypothesis, value, invalid, details, verdict, reason, "
             "started, finished) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (self.campaign, config_key(config), role, json.dumps(hypothesis) if hypothesis else None,
              measurement.value, measurement.invalid, json.dumps(measurement.details, default=str), verdict, reason,
-             started or now, now))
+             started or now, finished or now))
         self._db.commit()
         return int(cur.lastrowid)
 

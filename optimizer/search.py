@@ -53,6 +53,11 @@ def hypothesis(base: Mapping[str, Any], config: Mapping[str, Any], explanation: 
 
 
 class CoordinateDescent:
+    """Proposals asked before the earlier ones are told (a campaign's parallel round) go further
+    along the same knob and direction; a proposal carries its (knob, direction) line, and only a
+    told result on the current line moves the search on. A "better" becomes the incumbent only
+    when its value beats the incumbent's (``known`` holds the values told)."""
+
     def __init__(self, space: Space, start: Mapping[str, Any], order: list[str] | None = None,
                  explanation: str = "the knob may be what limits the objective") -> None:
         self.space = space
@@ -60,15 +65,15 @@ class CoordinateDescent:
         self.order = order or space.names
         self.explanation = explanation
         self.tried: set[str] = {config_key(self.incumbent)}
+        self.known: dict[str, float | None] = {}
         self._knob = 0  # index into order
         self._direction = 1  # +1 up, -1 down
         self._since_win = 0  # knobs visited since the last win
-        self._pending: Proposal | None = None
 
     def _neighbour(self, name: str, direction: int) -> dict[str, Any] | None:
         values = self.space.dimension(name).values
         current = self.incumbent.get(name)
-        i = values.index(current) if current in values else (len(values) // 2 if direction > 0 else len(values) // 2)
+        i = values.index(current) if current in values else len(values) // 2
         j = i + direction if current in values else i
         while 0 <= j < len(values):
             config = {**self.incumbent, name: values[j]}
@@ -77,33 +82,40 @@ class CoordinateDescent:
             j += direction
         return None
 
-    def ask(self) -> Proposal | None:
-        while self._since_win < len(self.order):
-            name = self.order[self._knob]
-            config = self._neighbour(name, self._direction)
-            if config is not None:
-                self.tried.add(config_key(config))
-                self._pending = Proposal(config, hypothesis(self.incumbent, config, self.explanation))
-                return self._pending
-            if self._direction > 0:
-                self._direction = -1
-                continue
-            self._direction = 1
-            self._knob = (self._knob + 1) % len(self.order)
-            self._since_win += 1
-        return None
-
-    def tell(self, proposal: Proposal, verdict: str, value: float | None) -> None:
-        self.tried.add(config_key(proposal.config))
-        if verdict == "better":
-            self.incumbent = dict(proposal.config)
-            self._since_win = 0  # keep going the same way on the same knob
-        elif self._direction > 0:
+    def _next_line(self) -> None:
+        if self._direction > 0:
             self._direction = -1
         else:
             self._direction = 1
             self._knob = (self._knob + 1) % len(self.order)
             self._since_win += 1
+
+    def ask(self) -> Proposal | None:
+        while self._since_win < len(self.order):
+            config = self._neighbour(self.order[self._knob], self._direction)
+            if config is not None:
+                self.tried.add(config_key(config))
+                return Proposal(config, hypothesis(self.incumbent, config, self.explanation),
+                                token=(self._knob, self._direction))
+            self._next_line()
+        return None
+
+    def tell(self, proposal: Proposal, verdict: str, value: float | None) -> None:
+        key = config_key(proposal.config)
+        self.tried.add(key)
+        self.known[key] = None if verdict == "invalid" else value
+        line = proposal.token or (self._knob, self._direction)
+        best = self.known.get(config_key(self.incumbent))
+        if verdict == "better" and value is not None and (best is None or value > best):
+            name = self.order[line[0]]
+            values = self.space.dimension(name).values
+            old, new = self.incumbent.get(name), proposal.config.get(name)
+            up = old not in values or new not in values or values.index(new) > values.index(old)
+            self.incumbent = dict(proposal.config)
+            self._knob, self._direction = line[0], 1 if up else -1  # keep going the same way
+            self._since_win = 0
+        elif line == (self._knob, self._direction):
+            self._next_line()
 
 
 class RandomSearch:

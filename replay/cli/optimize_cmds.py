@@ -49,7 +49,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--slo-attainment", type=float, default=0.9, help="share that must meet the SLO (default 0.9)")
     p.add_argument("--gpus", type=int, default=1, help="GPUs the engine uses: the objective is divided by it")
     p.add_argument("--budget", default="trials=20,time=2h",
-                   help="caps: trials=N, time=DURATION, gpu_hours=H (default trials=20,time=2h)")
+                   help="caps: trials=N, time=DURATION, gpu_hours=H, gpus=G (GPUs busy at once: parallel "
+                        "measurements x --gpus) (default trials=20,time=2h)")
+    p.add_argument("--parallel", type=int, default=1, metavar="N",
+                   help="measure N configs at once, each on its own engine instance (a round of N proposals; "
+                        "on one machine they share its CPUs / GPUs) (default 1)")
+    p.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
+                   help="run the measurements as Ray tasks (each asking for --gpus GPUs) on the cluster at ADDRESS "
+                        "(default: RAY_ADDRESS, or a new one on this machine); --parallel caps how many at once; "
+                        "every node needs the engine and model")
     p.add_argument("--search", default="coordinate", choices=["coordinate", "tpe", "random"],
                    help="coordinate descent in the diagnosis's knob order (default), TPE (Optuna) or random")
     p.add_argument("--repeats", type=int, default=4, help="baseline runs for the noise floor (default 4)")
@@ -83,8 +91,13 @@ def parse_budget(text: str):
                 values["gpu_hours"] = float(value)
             except ValueError:
                 raise ConfigError(f"--budget: gpu_hours must be a number, got {value!r}") from None
+        elif key == "gpus":
+            try:
+                values["gpus"] = int(value)
+            except ValueError:
+                raise ConfigError(f"--budget: gpus must be a whole number, got {value!r}") from None
         else:
-            raise ConfigError(f"--budget: '{part}' is not one of trials=N, time=DURATION, gpu_hours=H")
+            raise ConfigError(f"--budget: '{part}' is not one of trials=N, time=DURATION, gpu_hours=H, gpus=G")
     return Budget(**values)
 
 
@@ -115,7 +128,8 @@ def _version(name: str) -> str:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from optimizer import Campaign, CampaignStopped, Objective, Space, measure_on_engine
+    from optimizer import (Campaign, CampaignStopped, LocalPool, Objective, RayPool, SerialPool, Space,
+                           measure_on_engine)
     from optimizer.campaign import workload_hash
     from optimizer.report import print_result, write_result
     from replay.inspect import prefix_reuse_share
@@ -148,14 +162,24 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                 "objective": args.objective, "rate": args.rate, "slo": args.slo or "", "gpus": args.gpus}
     measure = measure_on_engine(engine, trace, run, objective, live=trace, allow_unfaithful=args.allow_unfaithful,
                                 baseline=baseline)
+    budget = parse_budget(args.budget)
+    if args.parallel < 1:
+        raise ConfigError(f"--parallel: needs at least 1, got {args.parallel}")
+    if budget.gpus is not None and budget.gpus < args.gpus:
+        raise ConfigError(f"--budget: gpus={budget.gpus} is fewer than one engine's --gpus {args.gpus}")
+    if args.ray:
+        pool = RayPool(args.parallel, address=None if args.ray == "auto" else args.ray,
+                       gpus=args.gpus if args.engine != "sim" else 0)
+    else:
+        pool = LocalPool(args.parallel) if args.parallel > 1 else SerialPool()
     campaign = Campaign(space=space, measure=measure, ledger=args.ledger or out / "ledger.sqlite", identity=identity,
-                        baseline=baseline, repeats=args.repeats, budget=parse_budget(args.budget),
+                        baseline=baseline, repeats=args.repeats, budget=budget,
                         searcher=args.search, seed=args.seed, gpus=args.gpus,
-                        offered_reuse=prefix_reuse_share(trace))
+                        offered_reuse=prefix_reuse_share(trace), pool=pool)
     try:
         if not args.json:
-            print(f"measuring the baseline {json.dumps(baseline)} {args.repeats} times on fresh {engine.name} starts",
-                  file=sys.stderr)
+            print(f"measuring the baseline {json.dumps(baseline)} {args.repeats} times on fresh {engine.name} starts"
+                  f"{f', {campaign.slots} at a time' if campaign.slots > 1 else ''}", file=sys.stderr)
         try:
             campaign.start()
         except CampaignStopped as e:

@@ -59,6 +59,31 @@ def test_a_poor_baseline_is_beaten_failures_are_verdicts_and_the_campaign_resume
     assert sqlite3.connect(out / "ledger.sqlite").execute("SELECT COUNT(*) FROM experiments").fetchone()[0] == rows
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("where", [["--parallel", "2"], ["--parallel", "2", "--ray"]], ids=["local", "ray"])
+def test_parallel_trials_on_several_engine_instances(workload, tmp_path, where):
+    """Two embedded engines at a time, as threads here or as tasks on a Ray cluster this starts on
+    the machine: the baseline's repeats and each round's proposals overlap in time, and the
+    campaign finds what the serial one does."""
+    if "--ray" in where:
+        pytest.importorskip("ray")
+    space = tmp_path / "space.toml"
+    space.write_text(SPACE)
+    out = tmp_path / "out"
+    done = run_cli("optimize", str(workload), "--engine", "sim", "--sim-time-scale", "0.1", "--rate", "20",
+                   "--requests", "40", "--space", str(space), "--baseline", '{"max_num_seqs": 2}',
+                   "--objective", "throughput", "--repeats", "2", "--budget", "trials=4", "--out", str(out),
+                   "--json", *where, timeout=600)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["best"]["max_num_seqs"] == 16, result["steps"]
+    rows = sqlite3.connect(out / "ledger.sqlite").execute(
+        "SELECT role, started, finished FROM experiments WHERE role = 'baseline' ORDER BY id").fetchall()
+    assert len(rows) == 2
+    (_, s1, f1), (_, s2, f2) = rows
+    assert max(s1, s2) < min(f1, f2), "the baseline's two runs overlapped"
+
+
 def test_a_bad_flag_is_one_line_before_any_engine_starts(workload, tmp_path):
     done = run_cli("optimize", str(workload), "--rate", "5", "--knobs", "max_seqs", "--out", str(tmp_path / "o"))
     assert done.returncode == 2
