@@ -201,7 +201,12 @@ class RowBuilder:
         self.redactor = redactor
         self.linker = SessionLinker(max_requests=max_sessions_requests)
         self.counts: Counter = Counter()
-        self._seen: tuple[set, set] = (set(), set())
+        # the redaction report, kept from each row's account (redact.pipeline.Accounts)
+        self.accounts = None
+        if redactor is not None:
+            from redact.pipeline import Accounts
+
+            self.accounts = Accounts()
         self._ids: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._ids_tokens = 0
 
@@ -296,7 +301,7 @@ class RowBuilder:
         df = pl.DataFrame(rows, schema=_ROW_SCHEMA)
         if self.redactor is not None:
             before = df.height
-            df = self.redactor.redact_frame(df, self.block_size, self._seen)
+            df = self.accounts.add(*self.redactor.redact_rows(df, self.block_size))
             self.counts["dropped_redaction_failed"] += before - df.height
         self.counts["recorded"] += df.height
         return df if df.height else None

@@ -112,10 +112,10 @@ def run_recorder(cfg: CaptureConfig, info: dict, q: Any, shared: Any, ready: Any
                      redaction_key=info["redaction_key"])
     base = {"upstream": cfg.upstream, "sample": cfg.sample, "no_redact": cfg.key is None}
     number, carry, recovered = recover(cfg.out, meta, base)
-    spool = Spool(cfg.out, meta, base, number, carry, redaction_report=None if redactor is None else (
-        lambda: json.dumps(redactor.report.to_dict(), separators=(",", ":"))))
     builder = RowBuilder(info["t0_unix_us"], tokenizer=cfg.tokenizer, block_size=cfg.block_size,
                          sample=cfg.sample, redactor=redactor)
+    spool = Spool(cfg.out, meta, base, number, carry, redaction_report=None if redactor is None else (
+        lambda: json.dumps(builder.accounts.report.to_dict(), separators=(",", ":"))))
     idx = {name: i for i, name in enumerate(COUNTERS)}
     reported: Counter = Counter()
     seen_queue_drops = 0

@@ -516,6 +516,18 @@ class Redactor:
         return out, accounts
 
 
+def finish_output(writer, accounts: Accounts, started: float, src: Path, meta, key: RedactionKey) -> RedactionReport:
+    """Close the redacted trace with its report in the metadata; a trace that lost every request
+    to the quarantine is not written at all."""
+    report = accounts.finish(started)
+    if report.written == 0:
+        writer.abort()
+        raise RedactionError(f"{src.name}: all {report.requests} requests quarantined "
+                             f"({dict(report.quarantine_reasons)}); nothing written")
+    writer.close(_redacted_meta(meta, key, report))
+    return report
+
+
 def _redacted_meta(meta, key: RedactionKey, report: RedactionReport):
     return replace(meta, redaction_policy=POLICY, redaction_key=key.fingerprint,
                    redaction_report=json.dumps(report.to_dict(), separators=(",", ":")))
@@ -595,10 +607,5 @@ def redact_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], key: R
                 writer.write(out)
             if progress is not None:
                 progress(row, total)
-        report = accounts.finish(started)
-        if report.written == 0:
-            writer.abort()
-            raise RedactionError(f"{src.name}: all {report.requests} requests quarantined "
-                                 f"({dict(report.quarantine_reasons)}); nothing written")
-        writer.close(_redacted_meta(meta, key, report))
+        report = finish_output(writer, accounts, started, src, meta, key)
     return report

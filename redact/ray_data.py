@@ -34,9 +34,9 @@ import polars as pl
 
 from redact.key import RedactionKey
 from redact.pipeline import (
-    DEFAULT_TIMEOUT_S, ROW_BATCH, Accounts, RedactionReport, Redactor, _check_input, _redacted_meta,
+    DEFAULT_TIMEOUT_S, ROW_BATCH, Accounts, RedactionReport, Redactor, _check_input, finish_output,
 )
-from replay.errors import ConfigError, RedactionError, ReplayError
+from replay.errors import ConfigError, ReplayError
 
 __all__ = ["ACCOUNT_COLUMN", "redact_file_ray"]
 
@@ -150,12 +150,7 @@ def redact_file_ray(src: str | os.PathLike[str], dst: str | os.PathLike[str], ke
                         progress(done, total)
             except ray.exceptions.RayError as e:
                 raise _cause(e) from None
-            report = accounts.finish(started)
-            if report.written == 0:
-                writer.abort()
-                raise RedactionError(f"{src.name}: all {report.requests} requests quarantined "
-                                     f"({dict(report.quarantine_reasons)}); nothing written")
-            writer.close(_redacted_meta(meta, key, report))
+            report = finish_output(writer, accounts, started, src, meta, key)
         return report
     finally:
         if started_here:
