@@ -143,8 +143,8 @@ def main() -> None:
           f"({near / len(grid):.0%}) within {WITHIN:.0%} of the optimum; median |run1 - run2| / mean {noise:.1%}")
 
     seeds = [int(s) for s in args.seeds.split(",")]
-    print(f"\n| searcher | seeds reaching 3% | evaluations to 3%: median (worst) | share of the grid | "
-          f"measurements to 3%: median | evaluations in all: median | final / optimum: worst |")
+    print("\n| searcher | seeds reaching 3% | evaluations to 3%: median (worst) | share of the grid | "
+          "measurements to 3%: median | evaluations in all: median | final / optimum: worst |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     t1 = time.monotonic()
     for searcher in ("coordinate", "tpe", "random"):
