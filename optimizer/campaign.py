@@ -23,7 +23,7 @@ import hashlib
 import json
 import platform
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -335,14 +335,14 @@ class Campaign:
         return max(1, slots)
 
     # -- measuring ---------------------------------------------------------------------------------
-    def _measure_many(self, configs: list[Mapping[str, Any]]) -> list[tuple[Measurement, dict[str, float]]]:
-        """Measure ``configs``, ``slots`` at a time: (measurement, when it started and finished) each."""
-        out: list[tuple[Measurement, dict[str, float]]] = []
+    def _measure_many(self, configs: list[Mapping[str, Any]]) -> Iterator[tuple[Measurement, dict[str, float]]]:
+        """Measure ``configs``, ``slots`` at a time: (measurement, when it started and finished)
+        each, yielded as each group of ``slots`` ends, so the caller puts them in the ledger before
+        the next group starts."""
         for start in range(0, len(configs), self.slots):
             for t in self.pool.map(self._measure, configs[start:start + self.slots]):
                 self._gpu_s += t.seconds * self.gpus
-                out.append((t.measurement, {"started": t.started, "finished": t.started + t.seconds}))
-        return out
+                yield t.measurement, {"started": t.started, "finished": t.started + t.seconds}
 
     def _floor_of(self, config: Mapping[str, Any], role: str, extra: list[Measurement] = ()) -> NoiseFloor:
         """The noise floor of ``config``: its ``role`` measurements in the ledger (and ``extra``),
@@ -353,10 +353,9 @@ class Campaign:
             raise CampaignStopped(f"the baseline {config_key(config)} is invalid: {bad.invalid}")
         for m, t in self._measure_many([config] * max(0, self.repeats - len(done))):
             self.ledger.record(config, role, m, **t)
+            if m.invalid:  # no more runs of a config that fails
+                raise CampaignStopped(f"the baseline {config_key(config)} is invalid: {m.invalid}")
             done.append(m)
-        bad = next((m for m in done if m.invalid), None)
-        if bad is not None:
-            raise CampaignStopped(f"the baseline {config_key(config)} is invalid: {bad.invalid}")
         values = [m.value for m in done]
         adopt = getattr(self._measure, "adopt", None)
         if adopt is not None and role == "baseline":
@@ -418,15 +417,18 @@ class Campaign:
             else:
                 twins[config_key(p.config)] = i
                 fresh.append(i)
-        firsts = dict(zip(fresh, self._measure_many([proposals[i].config for i in fresh])))
-        rows = {i: self.ledger.record(proposals[i].config, "candidate", m, hypothesis=proposals[i].hypothesis,
-                                      **t) for i, (m, t) in firsts.items()}
-        to_confirm = [i for i in fresh if judge(noise, firsts[i][0]).kind == "better"]
-        seconds = dict(zip(to_confirm, self._measure_many([proposals[i].config for i in to_confirm])))
-        for i, (m, t) in seconds.items():
+        firsts: dict[int, Measurement] = {}
+        rows: dict[int, int] = {}
+        for i, (m, t) in zip(fresh, self._measure_many([proposals[i].config for i in fresh])):
+            firsts[i] = m
+            rows[i] = self.ledger.record(proposals[i].config, "candidate", m, hypothesis=proposals[i].hypothesis, **t)
+        to_confirm = [i for i in fresh if judge(noise, firsts[i]).kind == "better"]
+        seconds: dict[int, Measurement] = {}
+        for i, (m, t) in zip(to_confirm, self._measure_many([proposals[i].config for i in to_confirm])):
+            seconds[i] = m
             self.ledger.record(proposals[i].config, "confirm", m, hypothesis=proposals[i].hypothesis, **t)
         for i in fresh:
-            verdicts[i] = judge(noise, firsts[i][0], lambda i=i: seconds[i][0])
+            verdicts[i] = judge(noise, firsts[i], lambda i=i: seconds[i])
             self.ledger.set_verdict(rows[i], verdicts[i].kind, verdicts[i].reason)
         for i, p in enumerate(proposals):
             if verdicts[i] is None:

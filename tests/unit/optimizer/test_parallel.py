@@ -122,3 +122,17 @@ def test_measurements_as_ray_tasks(tmp_path):
         assert ray.is_initialized()  # the pool leaves a Ray it did not start running
     finally:
         ray.shutdown()
+
+
+def test_each_measurement_is_in_the_ledger_before_the_next_one_starts(tmp_path):
+    seen: list[int] = []
+    inner = noisy(0.005, seed=5)
+
+    def measure(config):
+        seen.append(len(c.ledger.entries()))
+        return inner(config)
+
+    c = campaign(tmp_path, measure, budget=Budget(trials=3))
+    c.run()
+    c.close()
+    assert seen == list(range(len(seen))), seen  # a crash loses at most the measurement in flight
