@@ -88,7 +88,7 @@ def diagnose(peaks: Mapping[str, float], counters: Mapping[str, float], config: 
     preemptions = counters.get("preemptions", 0.0) or 0.0
     cap = config.get("max_num_seqs", max_num_seqs_default)
     queries, hits = counters.get("prefix_cache_queries"), counters.get("prefix_cache_hits")
-    kv_text = "unknown" if kv is None else f"{kv:.0%}"
+    kv_text = "unknown (not in the engine's metrics)" if kv is None else f"{kv:.0%}"
     if preemptions > 0 or (kv is not None and kv >= KV_FULL):
         return Diagnosis("KV-bound", f"{preemptions:.0f} preemptions, KV usage peaked at {kv_text}",
                          _ordered(["enable_prefix_caching", "max_num_seqs", "max_num_batched_tokens",
@@ -99,7 +99,7 @@ def diagnose(peaks: Mapping[str, float], counters: Mapping[str, float], config: 
                          _ordered(["max_num_seqs", "max_num_batched_tokens"], names))
     if waiting > 0 and (not cap or running < cap) and (kv is None or kv < KV_FULL):
         return Diagnosis("prefill-bound", f"up to {waiting:.0f} requests waited while the batch peaked at "
-                                          f"{running:.0f} of {cap or '?'} and KV usage at {kv_text}",
+                                          f"{running:.0f}{f' of {cap}' if cap else ''} and KV usage at {kv_text}",
                          _ordered(["max_num_batched_tokens", "max_num_seqs", "enable_prefix_caching"], names))
     caching = config.get("enable_prefix_caching", True)
     hit_rate = (hits / queries) if queries else None
