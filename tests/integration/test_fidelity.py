@@ -44,7 +44,7 @@ def test_a_public_trace_replayed_at_its_pace_and_10x_faster_is_faithful(shared_t
     live = read_trace(import_azure(shared_traces / "azure_llm_2023_conv.csv", tmp_path / "azure.parquet", limit=70).path)
     stage = run_stage(live, RunConfig(url=sim.url, speedup=speedup, lag_bound_ms=5, timeout_s=60))
     assert set(stage.requests["error"].to_list()) == {"none"}
-    result = compare_stage(live, stage.requests)
+    result = compare_stage(live, stage.requests, lag_bound_ms=5)
     assert result.compression == pytest.approx(speedup, rel=0.01)
     assert result.verdict.faithful, result.verdict.reason
     judged = {m.name for m in result.verdict.metrics if m.passed is not None}
@@ -59,7 +59,7 @@ def test_poisson_arrivals_of_a_bursty_trace_fail_on_burstiness(sim):
     offered = (live.df.height - 1) / ((live.df["arrival_us"].max() - live.df["arrival_us"].min()) / 1e6)
     stage = run_stage(live, RunConfig(url=sim.url, rate=offered, arrivals=Arrivals(kind="poisson", seed=1),
                                       lag_bound_ms=5))
-    result = compare_stage(live, stage.requests)
+    result = compare_stage(live, stage.requests, lag_bound_ms=5)
     failed = {m.name for m in result.verdict.failed}
     assert "arrivals.interarrival_cv" in failed, result.verdict.reason
     assert not any(name.startswith(("input_tokens", "output_tokens", "cache.offered")) for name in failed), failed
@@ -74,12 +74,12 @@ def test_an_engine_without_prefix_caching_fails_on_the_engine_side_of_cache_hits
     live = observed(trace, run_stage(trace, config).requests)  # "live": an engine that caches prefixes
     assert live.df["cached_tokens"].sum() > 0
 
-    again = compare_stage(live, run_stage(trace, config).requests)
+    again = compare_stage(live, run_stage(trace, config).requests, lag_bound_ms=5)
     assert again.verdict.faithful, again.verdict.reason
 
     with start_sim(time_scale=0.01, enable_prefix_caching=False) as no_cache:
         stage = run_stage(trace, RunConfig(url=no_cache.url, speedup=1.0, lag_bound_ms=5))
-    result = compare_stage(live, stage.requests)
+    result = compare_stage(live, stage.requests, lag_bound_ms=5)
     assert {m.name for m in result.verdict.failed} == {"cache.engine_hit_rate"}, result.verdict.reason
     assert any("prefix caching is off" in d for d in result.verdict.diagnosis), result.verdict.diagnosis
     assert np.all(stage.requests["cached_tokens"].fill_null(0).to_numpy() == 0)
