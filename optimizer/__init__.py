@@ -7,8 +7,8 @@ random), the SQLite ledger, and the pools measurements run in (one at a time, se
 instances here, Ray tasks). See :mod:`optimizer.verdict` for the rule behind a verdict.
 """
 
-from optimizer.campaign import (Budget, Campaign, CampaignResult, CampaignStopped, EngineMeasure, Objective,
-                                measure_on_engine)
+from optimizer.campaign import Budget, Campaign, CampaignResult, CampaignStopped, Objective
+from optimizer.measure import EngineMeasure, measure_on_engine
 from optimizer.pool import LocalPool, RayPool, SerialPool
 from optimizer.search import SEARCHERS, CoordinateDescent, Proposal, RandomSearch, TPE
 from optimizer.space import Space

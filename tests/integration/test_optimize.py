@@ -120,7 +120,7 @@ class _Scripted:
 
 
 def test_the_max_rate_objective_finds_where_the_slo_breaks(scripted):
-    from optimizer.campaign import Objective, measure_on_engine
+    from optimizer import Objective, measure_on_engine
     from replay.config import RunConfig, Slo
     from tests.integration.conftest import trace_of_bodies
 
@@ -142,7 +142,7 @@ def test_the_max_rate_objective_finds_where_the_slo_breaks(scripted):
 
 @pytest.mark.slow
 def test_a_lossless_knob_that_changes_the_answers_is_invalid(workload):
-    from optimizer.campaign import Objective, measure_on_engine
+    from optimizer import Objective, measure_on_engine
     from replay.config import RunConfig
     from replay.targets import SimEngine
     from replay.trace import read_trace

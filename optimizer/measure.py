@@ -1,0 +1,192 @@
+"""How a config is measured on a real (or the embedded) engine: a fresh start, one replay stage
+(or, for the ``max_rate`` objective, a rate search on that start), the engine's metrics, the
+fidelity gate and the output check. See :class:`EngineMeasure`.
+
+Measurements are invalid, never numbers, when the engine failed to start, more than
+``replay.sweep.MAX_FAILED_SHARE`` (10%) of the requests sent failed, the runner's send lag went
+over its bound, the stage was cancelled, the fidelity gate failed, or the outputs changed under a
+lossless knob.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from optimizer.campaign import Objective
+from optimizer.verdict import Measurement
+from replay.config import RunConfig
+from replay.errors import ReplayError
+from replay.trace import Trace
+
+__all__ = ["EngineMeasure", "measure_on_engine", "BISECT_STEPS", "MAX_DOUBLINGS"]
+
+BISECT_STEPS = 3
+MAX_DOUBLINGS = 6
+
+
+def measure_on_engine(engine, trace: Trace, run: RunConfig, objective: Objective, *,
+                      live: Trace | None = None, allow_unfaithful: bool = False,
+                      baseline: Mapping[str, Any] | None = None, check_outputs: bool = True) -> EngineMeasure:
+    """The measurement of a config on a real (or the embedded) engine (:class:`EngineMeasure`)."""
+    return EngineMeasure(engine, trace, run, objective, live=live, allow_unfaithful=allow_unfaithful,
+                         baseline=baseline, check_outputs=check_outputs)
+
+
+class EngineMeasure:
+    """``measure(config)``: start the engine with the config, replay one stage of ``trace`` with
+    ``run`` (its url is replaced) while sampling the engine's metrics, stop it. With ``live``,
+    the stage must also pass the fidelity gate against it (``fidelity.compare_stage``), unless
+    ``allow_unfaithful`` (then the failed verdict is recorded in the details). With
+    ``check_outputs``, a config that differs from ``baseline`` in lossless knobs only must answer
+    a greedy sample as the baseline did (:mod:`optimizer.outputs`): a measurement of the baseline
+    itself returns its answers in ``details["answers"]``, and :meth:`adopt` makes them the
+    reference (the campaign calls it, so a measure that ran elsewhere, on a Ray node, or an
+    earlier run's ledger entry, provides them too).
+
+    It holds no engine between calls and pickles (for :class:`optimizer.pool.RayPool`)."""
+
+    def __init__(self, engine, trace: Trace, run: RunConfig, objective: Objective, *,
+                 live: Trace | None = None, allow_unfaithful: bool = False,
+                 baseline: Mapping[str, Any] | None = None, check_outputs: bool = True) -> None:
+        self.engine = engine
+        self.trace = trace
+        self.run = run
+        self.objective = objective
+        self.live = live
+        self.allow_unfaithful = allow_unfaithful
+        self.baseline = dict(baseline or {})
+        self.check_outputs = check_outputs
+        self.reference: list[str] | None = None  # the baseline's greedy answers
+
+    def adopt(self, measurement: Measurement) -> None:
+        """Take a baseline measurement's answers as the reference, if there is none yet."""
+        answers = measurement.details.get("answers")
+        if self.reference is None and answers is not None:
+            self.reference = list(answers)
+
+    def _stage(self, running, rate: float | None):
+        from replay.runner import run_stage
+
+        return run_stage(self.trace, dataclasses.replace(self.run, url=running.url, rate=rate))
+
+    def _search_rate(self, running) -> tuple[Any, float, list[dict]]:
+        """The highest passing rate: (its stage, the rate, every probe)."""
+        from replay.sweep import MAX_FAILED_SHARE as failed_share
+
+        probes: list[dict] = []
+
+        def probe(rate: float):
+            stage = self._stage(running, rate)
+            s = stage.summary
+            passed = bool(s["valid"] and not s["cancelled"] and s["slo_pass"] is not False
+                          and (s["sent"] - s["completed"]) <= failed_share * max(s["sent"], 1))
+            probes.append({"rate": rate, "passed": passed, "goodput_rps": s["goodput_rps"]})
+            return stage, passed
+
+        rate = float(self.run.rate or 1.0)
+        stage, ok = probe(rate)
+        good, bad, best_stage = (rate, None, stage) if ok else (None, rate, None)
+        for _ in range(MAX_DOUBLINGS):
+            if good is not None and bad is not None:
+                break
+            rate = rate * 2 if ok else rate / 2
+            stage, ok = probe(rate)
+            if ok:
+                good, best_stage = rate, stage
+            else:
+                bad = rate
+        for _ in range(BISECT_STEPS if good is not None and bad is not None else 0):
+            mid = (good + bad) / 2
+            stage, ok = probe(mid)
+            if ok:
+                good, best_stage = mid, stage
+            else:
+                bad = mid
+        return best_stage or stage, good or 0.0, probes
+
+    def _answers(self, running) -> list[str]:
+        from optimizer import outputs
+        from replay.runner import resolve_model
+
+        trace = self.trace
+        bodies = [json.loads(b) for batch in trace.body_batches(min(outputs.SAMPLE, trace.df.height),
+                                                                outputs.SAMPLE, synthesize=True) for b in batch]
+        bodies = [b for b in bodies if "messages" in b]
+        model = resolve_model(trace, dataclasses.replace(self.run, url=running.url))
+        return outputs.greedy_answers(running.url, bodies, model)
+
+    def _outputs(self, running, config: Mapping[str, Any]) -> tuple[list[str] | None, str | None]:
+        """(the baseline's answers when ``config`` is the baseline, why the outputs changed)."""
+        from optimizer import outputs
+
+        if not self.check_outputs:
+            return None, None
+        knobs = {k.name: k for k in self.engine.knobs}
+        changed = [k for k in set(config) | set(self.baseline) if config.get(k) != self.baseline.get(k)]
+        if not changed:
+            answers = self._answers(running)
+            if self.reference is None:
+                self.reference = answers
+            return answers, None
+        if any(not knobs[k].lossless for k in changed if k in knobs) or self.reference is None:
+            return None, None  # lossy changes are judged by a person; no baseline answers yet
+        return None, outputs.compare(self.reference, self._answers(running), outputs.encoder(self.trace.meta.tokenizer))
+
+    def __call__(self, config: Mapping[str, Any]) -> Measurement:
+        from optimizer.diagnosis import MetricSampler
+        from replay.sweep import MAX_FAILED_SHARE as failed_share
+
+        objective, run = self.objective, self.run
+        try:
+            running = self.engine.launch(dict(config))
+        except ReplayError as e:
+            return Measurement(None, f"the engine failed to start: {e}")
+        probes: list[dict] = []
+        with running:
+            try:
+                with MetricSampler(running) as sampler:
+                    if objective.kind == "max_rate":
+                        stage, best_rate, probes = self._search_rate(running)
+                    else:
+                        stage = self._stage(running, run.rate)
+                answers, changed = self._outputs(running, config)
+            except ReplayError as e:
+                return Measurement(None, f"the replay failed: {e}")
+            metrics = running.metrics()
+        if changed:
+            return Measurement(None, f"outputs changed under a lossless knob: {changed}")
+        s = stage.summary
+        details: dict[str, Any] = {
+            "summary": {k: s[k] for k in ("offered_rate", "sent", "completed", "errors", "throughput_rps",
+                                          "goodput_rps", "send_lag_ms", "valid", "ttft_ms", "tpot_ms",
+                                          "cache_hit_rate")},
+            "peaks": sampler.peaks,
+            "counters": {k: v for k, v in metrics.items() if "{" not in k and ":" not in k},
+        }
+        if answers is not None:
+            details["answers"] = answers
+        if objective.kind == "max_rate":
+            details["probes"] = probes
+            if not any(p["passed"] for p in probes):
+                return Measurement(0.0, None, details)  # no rate tried met the SLOs: a value, not a failure
+        failed = s["sent"] - s["completed"]
+        if s["cancelled"]:
+            return Measurement(None, "the stage was cancelled", details)
+        if not s["valid"]:
+            return Measurement(None, f"the runner fell behind: {s['invalid_reason']}", details)
+        if s["sent"] and failed > failed_share * s["sent"]:
+            return Measurement(None, f"{failed} of {s['sent']} requests failed: {s['errors']}", details)
+        if self.live is not None:
+            from fidelity import compare_stage
+
+            verdict = compare_stage(self.live, stage.requests, sent=self.trace, lag_bound_ms=run.lag_bound_ms).verdict
+            details["fidelity"] = verdict.reason
+            if not verdict.faithful:
+                if not self.allow_unfaithful:
+                    return Measurement(None, f"the fidelity gate failed: {verdict.reason}", details)
+                details["fidelity_overridden"] = True
+        value = best_rate / objective.gpus if objective.kind == "max_rate" else objective.value(s)
+        return Measurement(value, None, details)
