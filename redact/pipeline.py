@@ -8,6 +8,10 @@ Ray cluster).
   contents and content parts, tool descriptions, tool-call arguments, a completions prompt) and
   the recorded ``response``. Roles, structure and sampling parameters are untouched; a body with
   nothing found keeps its exact bytes.
+- A body's identifier fields (:data:`ID_FIELDS`: the end user's id, the prompt-cache routing key)
+  and every string value of its ``metadata`` are not prompt text (they add no tokens) but name
+  people and accounts: each becomes ``"id-"`` and 24 hex digits of its keyed HMAC, so equal values
+  stay equal across the trace and nothing raw is stored.
 - Each text is analysed on its own and cached by its content hash (blake2b-128), so a system
   prompt or an earlier turn repeated in later requests is analysed once and redacted identically,
   and two requests that shared a prefix before share it after. The work grows with the unique
@@ -53,8 +57,8 @@ from replay.errors import RedactionError, TraceError
 from replay.trace import Trace, TraceWriter, read_trace
 
 __all__ = [
-    "CACHE_CHARS", "CHUNK_TEXTS", "PREFIX_CHECK_REQUESTS", "ROW_BATCH", "DEFAULT_TIMEOUT_S",
-    "Accounts", "RedactionReport", "Redactor", "RowAccount", "redact_trace", "redact_file",
+    "CACHE_CHARS", "CHUNK_TEXTS", "PREFIX_CHECK_REQUESTS", "ROW_BATCH", "DEFAULT_TIMEOUT_S", "ID_FIELDS",
+    "Accounts", "RedactionReport", "Redactor", "RowAccount", "pseudonymize_ids", "redact_trace", "redact_file",
 ]
 
 CACHE_CHARS = 200_000_000
@@ -67,6 +71,31 @@ START_TIMEOUT_S = 180.0
 # block of every request twice is the slowest part of a large trace)
 PREFIX_CHECK_REQUESTS = 50_000
 POLICY = "redacted"
+
+
+# body fields that identify a person or an account (OpenAI's request fields), pseudonymized
+ID_FIELDS = ("user", "safety_identifier", "prompt_cache_key")
+
+
+def pseudonymize_ids(body: dict, key: RedactionKey) -> bool:
+    """Replace ``body``'s identifier fields and ``metadata`` string values, in place, with keyed
+    pseudonyms (see the module docstring); True when anything changed."""
+    def pseudonym(field_name: str, value: str) -> str:
+        return "id-" + key.digest("ID:" + field_name, value).hex()[:24]
+
+    changed = False
+    for name in ID_FIELDS:
+        value = body.get(name)
+        if isinstance(value, str) and value:
+            body[name] = pseudonym(name, value)
+            changed = True
+    metadata = body.get("metadata")
+    if isinstance(metadata, dict):
+        for name, value in metadata.items():
+            if isinstance(value, str) and value:
+                metadata[name] = pseudonym("metadata", value)
+                changed = True
+    return changed
 
 
 def _digest(text: str) -> bytes:
@@ -495,7 +524,8 @@ class Redactor:
                 new_responses.append(None)
                 accounts.append(RowAccount(bad, 0, [], None, texts))
                 continue
-            if body is not None and any(e.text != s.text for e, s in zip(entries, row_slots)):
+            texts_changed = body is not None and any(e.text != s.text for e, s in zip(entries, row_slots))
+            if body is not None and (pseudonymize_ids(body, self.key) or texts_changed):
                 new_bodies.append(json.dumps(replace_texts(body, row_slots, [e.text for e in entries]),
                                              separators=(",", ":"), ensure_ascii=False))
             else:

@@ -228,3 +228,32 @@ def test_null_bodies_stay_null_and_real_text_beside_them_is_redacted(tmp_path):
     assert after.meta.synthesis == before.meta.synthesis
     built = [b for batch in after.body_batches(3, 3, synthesize=True) for b in batch]
     assert built[0] == [b for batch in before.body_batches(3, 3, synthesize=True) for b in batch][0]
+
+
+def test_identifier_fields_and_metadata_values_are_pseudonymized(tmp_path):
+    bodies = [
+        {"model": "m", "user": "alice@corp.example", "metadata": {"customer": "Acme Bank", "tier": 2},
+         "messages": [{"role": "user", "content": "Hello there."}], "temperature": 0.3},
+        {"model": "m", "user": "alice@corp.example", "prompt_cache_key": "tenant-42",
+         "metadata": {"customer": "Acme Bank"}, "messages": [{"role": "user", "content": "Hello again."}]},
+        {"model": "m", "safety_identifier": "bob-7781", "user": "bob@corp.example",
+         "messages": [{"role": "user", "content": "Hi."}]},
+    ]
+    records = [LogRecord(arrival_us=1_700_000_000_000_000 + i * 1_000_000, api="chat", model="m",
+                         body=b, request_id=f"r{i}") for i, b in enumerate(bodies)]
+    out, report = redact_trace(build_trace(records, source="ids", source_format="openai-jsonl"), KEY,
+                               processes=1)
+    assert report.quarantined == 0
+    text = "\n".join(out.df["body"].to_list())
+    for raw in ("alice@corp.example", "bob@corp.example", "Acme Bank", "tenant-42", "bob-7781"):
+        assert raw not in text
+    a, b, c = (json.loads(x) for x in out.df["body"].to_list())
+    assert a["user"] == b["user"] != c["user"] and a["user"].startswith("id-")
+    assert a["metadata"]["customer"] == b["metadata"]["customer"] != a["user"]
+    assert a["metadata"]["tier"] == 2 and a["temperature"] == 0.3  # not strings: untouched
+    assert b["prompt_cache_key"].startswith("id-") and c["safety_identifier"].startswith("id-")
+    assert [m["content"] for m in a["messages"]] == ["Hello there."]  # nothing found: same text
+    # the same values under another key get other pseudonyms
+    other, _ = redact_trace(build_trace(records, source="ids", source_format="openai-jsonl"),
+                            RedactionKey(b"another-key-0123456789abcdef"), processes=1)
+    assert json.loads(other.df["body"][0])["user"] != a["user"]
