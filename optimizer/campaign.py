@@ -10,6 +10,16 @@ The objective (:class:`Objective`): goodput (requests per second meeting the SLO
 at a fixed offered rate, or the highest rate meeting them, divided by the GPUs the config uses.
 How a config is measured on an engine, and when a measurement is invalid: :mod:`optimizer.measure`.
 
+The baseline is measured again between candidates (every :data:`RECHECK_EVERY` candidate
+measurements, and beside every confirmation of a win; in a parallel round, in one of the
+round's slots, beside the candidates), and a confirmation is judged against the floor that
+holds the baseline's run beside it: a win must beat a baseline measured at the same time. Each
+recheck joins the baseline's noise floor, so a bench that drifts (an engine that settles at
+another level, a neighbour that starts or stops) widens the bar instead of making later
+candidates look better or worse than they are, and a drift past ``K`` spreads is reported
+(``CampaignResult.rechecks``). A baseline that drifts so far that its floor spreads over
+``MAX_NOISE`` stops the campaign, as an unstable start does.
+
 What is measured goes to the ledger as it is measured: a campaign run again with the same
 engine, hardware, workload and objective reuses its baseline noise floor and never measures a
 judged config again (a failed one is a dead end).
@@ -30,13 +40,15 @@ from optimizer.ledger import Ledger
 from optimizer.pool import Pool, SerialPool
 from optimizer.search import SEARCHERS, Proposal, Searcher
 from optimizer.space import Space, config_key
-from optimizer.verdict import MAX_NOISE, REPEATS, Measurement, NoiseFloor, Verdict, judge
+from optimizer.verdict import K, MAX_NOISE, REPEATS, Measurement, NoiseFloor, Verdict, judge
 from replay.errors import ReplayError
 from replay.trace import Trace
 
-__all__ = ["Objective", "Budget", "Campaign", "CampaignResult", "CampaignStopped", "Step", "workload_hash"]
+__all__ = ["Objective", "Budget", "Campaign", "CampaignResult", "CampaignStopped", "Step", "workload_hash",
+           "RECHECK_EVERY"]
 
-
+# candidate measurements between two measurements of the baseline (0: never measured again)
+RECHECK_EVERY = 4
 
 class CampaignStopped(ReplayError):
     """The campaign cannot go on (a failed baseline, an environment too noisy to decide)."""
@@ -103,9 +115,12 @@ class CampaignResult:
     best_noise: NoiseFloor | None = None
     diagnosis: Diagnosis | None = None
     stopped: str = ""
+    # the baseline measured again between candidates: config, value, the floor's median before
+    # it, and whether it landed more than K spreads from that median
+    rechecks: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"baseline": self.baseline, "noise": self.noise.to_json(),
+        return {"baseline": self.baseline, "noise": self.noise.to_json(), "rechecks": self.rechecks,
                 "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
                 "steps": [s.to_json() for s in self.steps],
                 "accepted": [s.to_json() for s in self.accepted], "best": self.best,
@@ -131,7 +146,8 @@ class Campaign:
                  ledger: str | Path, identity: Mapping[str, Any], baseline: Mapping[str, Any] | None = None,
                  repeats: int = REPEATS, budget: Budget = Budget(), searcher: str | Searcher = "coordinate",
                  order: list[str] | None = None, seed: int = 0, gpus: int = 1,
-                 offered_reuse: float | None = None, pool: Pool | None = None) -> None:
+                 offered_reuse: float | None = None, pool: Pool | None = None,
+                 recheck_every: int = RECHECK_EVERY) -> None:
         if repeats < 2:
             from replay.errors import ConfigError
             raise ConfigError("--repeats: the noise floor needs at least 2 baseline runs")
@@ -145,6 +161,11 @@ class Campaign:
         self.seed = seed
         self.offered_reuse = offered_reuse
         self.pool = pool or SerialPool()
+        if recheck_every < 0:
+            from replay.errors import ConfigError
+            raise ConfigError(f"--recheck-every: {recheck_every} is negative (0: never measure the baseline again)")
+        self.recheck_every = recheck_every
+        self._since_recheck = 0  # candidate measurements since the baseline was last measured
         self.diagnosis: Diagnosis | None = None
         self._searcher_spec = searcher
         self._order = order
@@ -163,23 +184,55 @@ class Campaign:
         return max(1, slots)
 
     # -- measuring ---------------------------------------------------------------------------------
-    def _measure_many(self, configs: list[Mapping[str, Any]]) -> Iterator[tuple[Measurement, dict[str, float]]]:
+    def _measure_many(self, configs: list[Mapping[str, Any]],
+                      candidates: bool = True) -> Iterator[tuple[Measurement, dict[str, float]]]:
         """Measure ``configs``, ``slots`` at a time: (measurement, when it started and finished)
         each, yielded as each group of ``slots`` ends, so the caller puts them in the ledger before
-        the next group starts."""
-        for start in range(0, len(configs), self.slots):
-            for t in self.pool.map(self._measure, configs[start:start + self.slots]):
+        the next group starts. Between ``candidates``, when a recheck of the baseline is due, it
+        takes one slot of the next group (or a group of its own, with one slot)."""
+        i = 0
+        while i < len(configs):
+            recheck = candidates and bool(self.recheck_every) and self._since_recheck >= self.recheck_every
+            group = [self.result.best] if recheck else []
+            take = self.slots - len(group)
+            group += configs[i:i + take]
+            i += take
+            for k, t in enumerate(self.pool.map(self._measure, group)):
                 self._gpu_s += t.seconds * self.gpus
-                yield t.measurement, {"started": t.started, "finished": t.started + t.seconds}
+                times = {"started": t.started, "finished": t.started + t.seconds}
+                if recheck and k == 0:
+                    self._recheck(t.measurement, times)
+                    continue
+                self._since_recheck += candidates
+                yield t.measurement, times
+
+    def _recheck(self, m: Measurement, times: dict[str, float]) -> None:
+        """The baseline measured again: into the ledger and its noise floor (see the module
+        docstring)."""
+        config = self.result.best
+        self.ledger.record(config, "recheck", m, **times)
+        self._since_recheck = 0
+        if m.invalid:
+            raise CampaignStopped(f"the baseline {config_key(config)} turned invalid when measured again: {m.invalid}")
+        before = self.result.best_noise
+        drifted = abs(m.value - before.median) > K * before.spread
+        self.result.rechecks.append({"config": dict(config), "value": m.value, "median": before.median,
+                                     "drifted": drifted})
+        floor = NoiseFloor(before.values + (m.value,))
+        if floor.too_noisy:
+            raise CampaignStopped(f"the environment is too unstable to decide: the baseline, measured again, gave "
+                                  f"{m.value:.4g} against a median of {before.median:.4g}; its runs now spread "
+                                  f"{floor.relative:.0%} of their median (more than {MAX_NOISE:.0%})")
+        self.result.best_noise = floor
 
     def _floor_of(self, config: Mapping[str, Any], role: str, extra: list[Measurement] = ()) -> NoiseFloor:
-        """The noise floor of ``config``: its ``role`` measurements in the ledger (and ``extra``),
-        topped up to ``repeats`` valid runs, each on a fresh engine start."""
-        done = [e.measurement for e in self.ledger.entries(config, role)] + list(extra)
+        """The noise floor of ``config``: its ``role`` and recheck measurements in the ledger (and
+        ``extra``), topped up to ``repeats`` valid runs, each on a fresh engine start."""
+        done = [e.measurement for r in (role, "recheck") for e in self.ledger.entries(config, r)] + list(extra)
         if any(m.invalid for m in done):
             bad = next(m for m in done if m.invalid)
             raise CampaignStopped(f"the baseline {config_key(config)} is invalid: {bad.invalid}")
-        for m, t in self._measure_many([config] * max(0, self.repeats - len(done))):
+        for m, t in self._measure_many([config] * max(0, self.repeats - len(done)), candidates=False):
             self.ledger.record(config, role, m, **t)
             if m.invalid:  # no more runs of a config that fails
                 raise CampaignStopped(f"the baseline {config_key(config)} is invalid: {m.invalid}")
@@ -251,12 +304,14 @@ class Campaign:
             firsts[i] = m
             rows[i] = self.ledger.record(proposals[i].config, "candidate", m, hypothesis=proposals[i].hypothesis, **t)
         to_confirm = [i for i in fresh if judge(noise, firsts[i]).kind == "better"]
+        if to_confirm and self.recheck_every:
+            self._since_recheck = self.recheck_every  # the baseline is measured beside the confirmations
         seconds: dict[int, Measurement] = {}
         for i, (m, t) in zip(to_confirm, self._measure_many([proposals[i].config for i in to_confirm])):
             seconds[i] = m
             self.ledger.record(proposals[i].config, "confirm", m, hypothesis=proposals[i].hypothesis, **t)
         for i in fresh:
-            verdicts[i] = judge(noise, firsts[i], lambda i=i: seconds[i])
+            verdicts[i] = judge(noise, firsts[i], lambda i=i: seconds[i], confirm_noise=self.result.best_noise)
             self.ledger.set_verdict(rows[i], verdicts[i].kind, verdicts[i].reason)
         for i, p in enumerate(proposals):
             if verdicts[i] is None:
@@ -274,6 +329,7 @@ class Campaign:
         self.result.accepted.append(step)
         self.result.best = dict(step.config)
         self.result.best_noise = self._floor_of(step.config, "confirm", extra=[step.verdict.measurements[0]])
+        self._since_recheck = 0
 
     # -- driving -----------------------------------------------------------------------------------
     def searcher(self) -> Searcher:

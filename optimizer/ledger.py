@@ -27,7 +27,7 @@ CREATE TABLE IF NOT EXISTS experiments (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     campaign TEXT NOT NULL,          -- identity: engine, version, hardware, workload, objective (JSON)
     config TEXT NOT NULL,            -- canonical JSON of the config
-    role TEXT NOT NULL,              -- baseline | candidate | confirm
+    role TEXT NOT NULL,              -- baseline | candidate | confirm | recheck
     hypothesis TEXT,                 -- JSON: explanation, change, prediction, falsified_by
     value REAL,                      -- the objective, NULL when invalid
     invalid TEXT,                    -- why the measurement cannot be trusted

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.campaign import CampaignResult
+from optimizer.verdict import K
 
-__all__ = ["markdown", "print_result", "write_result", "flags"]
+__all__ = ["markdown", "print_result", "write_result", "flags", "rechecks_line"]
 
 
 def flags(engine, config: dict[str, Any]) -> str:
@@ -40,6 +41,8 @@ def markdown(result: CampaignResult, engine=None, title: str = "Optimize") -> st
     lines += [f"Baseline `{_esc(flags(engine, result.baseline)) or '(engine defaults)'}`: {n.median:.4g} "
               f"(runs {', '.join(f'{v:.4g}' for v in n.values)}; spread {n.spread:.3g}, {n.relative:.1%}; a win must "
               f"clear +{n.bar():.3g} and repeat on a fresh restart).", ""]
+    if result.rechecks:
+        lines += [_esc(rechecks_line(result)), ""]
     lines += ["## Accepted changes", ""]
     if not result.accepted:
         lines += ["None: no candidate beat the baseline beyond its noise and repeated.", ""]
@@ -61,6 +64,18 @@ def markdown(result: CampaignResult, engine=None, title: str = "Optimize") -> st
     return "\n".join(lines) + "\n"
 
 
+def rechecks_line(result: CampaignResult) -> str:
+    """What the baseline's measurements between candidates showed."""
+    r = result.rechecks
+    drifted = [c for c in r if c["drifted"]]
+    line = (f"The baseline was measured again {len(r)} time(s) between candidates: "
+            + ", ".join(f"{c['value']:.4g}" for c in r))
+    if drifted:
+        return line + (f"; {len(drifted)} landed more than {K:g} spreads from the median before them (drift), "
+                       "and widened the noise floor.")
+    return line + "; none drifted beyond the noise."
+
+
 def print_result(result: CampaignResult, engine=None) -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -73,6 +88,8 @@ def print_result(result: CampaignResult, engine=None) -> None:
     n = result.noise
     console.print(f"baseline {n.median:.4g} ± {n.spread:.3g} ({n.relative:.1%}) over {len(n.values)} runs",
                   highlight=False)
+    if result.rechecks:
+        console.print(escape(rechecks_line(result)), highlight=False)
     table = Table(title="experiments")
     for col in ("#", "change", "verdict", "gain"):
         table.add_column(col)

@@ -8,7 +8,9 @@ deviation and a floor of 0.5% of the median bound it from below. A candidate mea
 against the baseline median ``b`` (higher is better):
 
 - **better** when ``c - b > K * s + MIN_GAIN * b`` and a second measurement, on a freshly
-  restarted engine, clears the same bar (a win that does not repeat is **same**);
+  restarted engine, clears the same bar (a win that does not repeat is **same**); in a campaign
+  the second one's bar is that of the floor with a run of the baseline measured beside it
+  (:mod:`optimizer.campaign`, rechecks);
 - **worse** when ``c - b < -K * s``;
 - **same** otherwise;
 - **invalid** when the measurement itself is not to be trusted (the engine failed to start,
@@ -99,9 +101,11 @@ class Verdict:
                 "measurements": [m.to_json() for m in self.measurements]}
 
 
-def judge(noise: NoiseFloor, first: Measurement, confirm=None) -> Verdict:
+def judge(noise: NoiseFloor, first: Measurement, confirm=None, confirm_noise: NoiseFloor | None = None) -> Verdict:
     """The verdict on a candidate from its ``first`` measurement; ``confirm()`` (a fresh-restart
-    measurement) is called only when the first clears the bar."""
+    measurement) is called only when the first clears the bar, and must clear the bar of
+    ``confirm_noise`` (default ``noise``): the campaign passes the floor that holds a run of the
+    baseline measured beside the confirmation."""
     if first.invalid:
         return Verdict("invalid", first.invalid, measurements=(first,))
     b = noise.median
@@ -116,7 +120,11 @@ def judge(noise: NoiseFloor, first: Measurement, confirm=None) -> Verdict:
     second = confirm()
     if second.invalid:
         return Verdict("invalid", f"the confirmation run: {second.invalid}", gain, (first, second))
-    if second.value - b <= noise.bar():
+    again = confirm_noise or noise
+    if again is not noise:
+        band += (f"; at the confirmation, with the baseline measured beside it: {again.median:.4g} ± "
+                 f"{again.spread:.3g} (bar +{again.bar():.3g})")
+    if second.value - again.median <= again.bar():
         return Verdict("same", f"{first.value:.4g} over {band}, but the fresh-restart confirmation gave "
                                f"{second.value:.4g}: the win did not repeat", gain, (first, second))
     return Verdict("better", f"{first.value:.4g} and {second.value:.4g} (fresh restart) over {band}", gain,

@@ -61,6 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--search", default="coordinate", choices=["coordinate", "tpe", "random"],
                    help="coordinate descent in the diagnosis's knob order (default), TPE (Optuna) or random")
     p.add_argument("--repeats", type=int, default=4, help="baseline runs for the noise floor (default 4)")
+    p.add_argument("--recheck-every", type=int, metavar="N",
+                   help="measure the baseline again after every N candidate measurements, beside them, so that "
+                        "drift widens the noise floor (default: optimizer.campaign.RECHECK_EVERY, 4; 0: never)")
     p.add_argument("--seed", type=int, default=0, help="seed for TPE / random search (default 0)")
     p.add_argument("--allow-lossy", action="store_true",
                    help="let the space hold lossy knobs (KV / weight precision); their wins need a person's approval")
@@ -130,7 +133,7 @@ def _version(name: str) -> str:
 def cmd_optimize(args: argparse.Namespace) -> int:
     from optimizer import (Campaign, CampaignStopped, LocalPool, Objective, RayPool, SerialPool, Space,
                            measure_on_engine)
-    from optimizer.campaign import workload_hash
+    from optimizer.campaign import RECHECK_EVERY, workload_hash
     from optimizer.report import print_result, write_result
     from replay.inspect import prefix_reuse_share
     from replay.trace import read_trace
@@ -175,7 +178,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     campaign = Campaign(space=space, measure=measure, ledger=args.ledger or out / "ledger.sqlite", identity=identity,
                         baseline=baseline, repeats=args.repeats, budget=budget,
                         searcher=args.search, seed=args.seed, gpus=args.gpus,
-                        offered_reuse=prefix_reuse_share(trace), pool=pool)
+                        offered_reuse=prefix_reuse_share(trace), pool=pool,
+                        recheck_every=RECHECK_EVERY if args.recheck_every is None else args.recheck_every)
     try:
         if not args.json:
             print(f"measuring the baseline {json.dumps(baseline)} {args.repeats} times on fresh {engine.name} starts"

@@ -68,6 +68,15 @@ pub(crate) fn validate(config: &RunConfig, schedule: &Schedule) -> Result<(), Co
     if config.max_connections == 0 {
         return Err(CoreError::config("max_connections", "must be at least 1"));
     }
+    if !config.cpus.is_empty() {
+        let usable = crate::threads::current_cpus();
+        if let Some(cpu) = config.cpus.iter().find(|c| !usable.contains(c)) {
+            return Err(CoreError::config(
+                "cpus",
+                format!("cpu {cpu} is not one this thread may run on ({usable:?})"),
+            ));
+        }
+    }
     let n = schedule.len();
     if n > u32::MAX as usize {
         return Err(CoreError::config(

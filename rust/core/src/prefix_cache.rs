@@ -65,7 +65,9 @@ impl Lru {
 
     /// When the block was last touched, if held.
     fn touched(&self, hash: u64) -> Option<f64> {
-        self.index.get(&hash).map(|&i| self.nodes[i as usize].touched)
+        self.index
+            .get(&hash)
+            .map(|&i| self.nodes[i as usize].touched)
     }
 
     fn unlink(&mut self, i: u32) {
@@ -218,7 +220,9 @@ mod tests {
         let mut offsets = vec![0u64];
         let mut x: u64 = 7;
         for _ in 0..500 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let prefix = (x >> 60) % 5; // one of 5 shared prefixes
             let len = 1 + (x >> 33) % 6;
             for b in 0..len {
@@ -231,7 +235,10 @@ mod tests {
             let hits = prefix_cache_hits(&hashes, &offsets, cap);
             for (i, (&h, w)) in hits.iter().zip(offsets.windows(2)).enumerate() {
                 assert!(h as u64 <= w[1] - w[0]);
-                assert!(h >= last[i], "capacity {cap}: request {i} hit less than with less room");
+                assert!(
+                    h >= last[i],
+                    "capacity {cap}: request {i} hit less than with less room"
+                );
             }
             last = hits;
         }

@@ -357,7 +357,10 @@ impl Recorder {
         if self.ready.is_empty() {
             return None;
         }
-        Some(std::mem::replace(&mut self.ready, Records::empty_at(self.next)))
+        Some(std::mem::replace(
+            &mut self.ready,
+            Records::empty_at(self.next),
+        ))
     }
 
     /// The rows not handed over yet, to the last request. Requests without a record were never
@@ -542,7 +545,10 @@ mod tests {
             let chunks: Vec<i64> = (0..(i % 3) as i64).map(|c| 5_000 + c * 1000).collect();
             whole.insert(done(i, i as i64, &chunks));
             batched.insert(done(i, i as i64, &chunks));
-            assert!(!batched.insert(done(i, 0, &[])), "a second record of {i} is refused");
+            assert!(
+                !batched.insert(done(i, 0, &[])),
+                "a second record of {i} is refused"
+            );
             if k % 4 == 3 {
                 if let Some(b) = batched.take_ready() {
                     assert_eq!(b.chunk_offsets.len(), b.len() + 1);
@@ -552,11 +558,19 @@ mod tests {
             }
         }
         out.append(batched.finish(7, (ErrorKind::Other, "")));
-        assert!(firsts.len() >= 2, "rows were handed over before the end: {firsts:?}");
+        assert!(
+            firsts.len() >= 2,
+            "rows were handed over before the end: {firsts:?}"
+        );
         let w = whole.finish(7, (ErrorKind::Other, ""));
         assert_eq!(out.first, 0);
         assert_eq!(
-            (out.sent_ns, out.chunk_offsets, out.chunk_us, out.intended_ns),
+            (
+                out.sent_ns,
+                out.chunk_offsets,
+                out.chunk_us,
+                out.intended_ns
+            ),
             (w.sent_ns, w.chunk_offsets, w.chunk_us, w.intended_ns)
         );
     }

@@ -16,7 +16,9 @@ use bytes::Bytes;
 use tokio::sync::{watch, Semaphore};
 
 use crate::client::{build_headers, resolve, BaseUrl, Encoder, POOL_IDLE_TIMEOUT};
-use crate::dispatch::{dispatch, Dispatched, Scheduled, CANCEL_POLL, FIFO_SPIN_WINDOW, SPIN_WINDOW};
+use crate::dispatch::{
+    dispatch, Dispatched, Scheduled, CANCEL_POLL, FIFO_SPIN_WINDOW, SPIN_WINDOW,
+};
 use crate::error::CoreError;
 use crate::exchange::{launch, Shared, CANCELLED, CUT_OFF};
 use crate::plan::{validate, PlannedRequest, Schedule};
@@ -55,6 +57,12 @@ pub struct RunConfig {
     pub keep_chunks: bool,
     /// Tokio worker threads.
     pub worker_threads: usize,
+    /// CPUs for the I/O workers (empty: not pinned), e.g. the ones an engine in the same
+    /// process does not use. The dispatcher keeps the calling thread's CPU set: it sleeps
+    /// between sends, and given two CPUs or more it runs real-time and preempts whatever holds
+    /// one the moment a send is due (`threads::raise_priority`); pinned to a single CPU it
+    /// could only be niced, and lost that CPU to the runner's own threads.
+    pub cpus: Vec<usize>,
 }
 
 impl Default for RunConfig {
@@ -70,6 +78,7 @@ impl Default for RunConfig {
             warm_connections: 0,
             keep_chunks: true,
             worker_threads: 1,
+            cpus: Vec::new(),
         }
     }
 }
@@ -243,10 +252,15 @@ pub fn run_streamed(
 
     let workers = Arc::new(threads::Workers::default());
     let registry = workers.clone();
+    let io_cpus = config.cpus.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.worker_threads)
         .thread_name("replay-worker")
-        .on_thread_start(move || registry.register_current())
+        .on_thread_start(move || {
+            // validate() checked that the caller may use these CPUs
+            let _ = threads::pin_current_thread(&io_cpus);
+            registry.register_current()
+        })
         .enable_all()
         .build()
         .map_err(|e| CoreError::Runtime {
@@ -320,7 +334,13 @@ pub fn run_streamed(
         let collector = std::thread::Builder::new()
             .name("replay-records".into())
             .spawn_scoped(scope, || {
-                collect(records_rx, Recorder::new(intended), sink, counts_tx, &collecting)
+                collect(
+                    records_rx,
+                    Recorder::new(intended),
+                    sink,
+                    counts_tx,
+                    &collecting,
+                )
             })
             .expect("cannot start the records thread");
         let dispatched = dispatch(
@@ -342,8 +362,7 @@ pub fn run_streamed(
             },
         );
         threads::restore_priority(priority);
-        let dispatcher_switches =
-            threads::since(threads::switches(&dispatcher), dispatcher_before);
+        let dispatcher_switches = threads::since(threads::switches(&dispatcher), dispatcher_before);
         let stopped = wait_for_records(&dispatched, &counts_rx, &control, &stop_tx, drain_end);
         collecting.store(false, Ordering::Release);
         let recorder = collector.join().expect("the records thread panicked");

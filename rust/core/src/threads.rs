@@ -5,7 +5,11 @@
 //! `/proc/<pid>/task/<tid>/status`. A thread notes its own path when it starts
 //! (`/proc/thread-self` points at it), and anyone can read it later, even after the thread has
 //! gone idle. Elsewhere every count is zero.
+//!
+//! Also where the runner's threads run: the dispatcher's priority (`raise_priority`) and the
+//! CPUs of the I/O threads (`pin_current_thread`).
 
+use std::io;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -42,6 +46,60 @@ pub fn since(now: Switches, before: Switches) -> Switches {
     Switches {
         voluntary: now.voluntary.saturating_sub(before.voluntary),
         involuntary: now.involuntary.saturating_sub(before.involuntary),
+    }
+}
+
+/// The CPUs the calling thread may run on (empty where that is unknown, or not Linux).
+pub fn current_cpus() -> Vec<usize> {
+    #[cfg(target_os = "linux")]
+    // SAFETY: a zeroed cpu_set_t is the empty set, which sched_getaffinity fills; CPU_ISSET is
+    // asked only about indexes below CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+    #[cfg(not(target_os = "linux"))]
+    Vec::new()
+}
+
+/// Restrict the calling thread to `cpus` (an empty list leaves it as it is). Threads inherit
+/// the CPU set of the thread that creates them.
+pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
+    if cpus.is_empty() {
+        return Ok(());
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: cpu_set_t is plain data, zeroed is the empty set; CPU_SET is given indexes
+        // below CPU_SETSIZE (checked); pid 0 is the calling thread.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            for &cpu in cpus {
+                if cpu >= libc::CPU_SETSIZE as usize {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("cpu {cpu} is out of range"),
+                    ));
+                }
+                libc::CPU_SET(cpu, &mut set);
+            }
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "pinning threads to CPUs is only done on Linux",
+        ))
     }
 }
 

@@ -249,7 +249,11 @@ fn records_are_handed_to_the_sink_in_request_order_as_the_run_goes() {
     );
     // The first batch (requests 0 and 1, before the first slow one) came long before the end.
     assert_eq!((batches[0].1.first, batches[0].1.len()), (0, 2));
-    assert!(batches[0].0 + HAND_OVER_EVERY < ended, "{:?} vs {ended:?}", batches[0].0);
+    assert!(
+        batches[0].0 + HAND_OVER_EVERY < ended,
+        "{:?} vs {ended:?}",
+        batches[0].0
+    );
     let mut all = Records::default();
     for (_, b) in batches {
         assert_eq!(b.chunk_offsets.len(), b.len() + 1);
@@ -257,7 +261,11 @@ fn records_are_handed_to_the_sink_in_request_order_as_the_run_goes() {
     }
     all.append(rest);
     assert_eq!(all.len(), n);
-    assert!(all.error_kind.iter().all(|&k| k == 0), "{:?}", all.error_detail);
+    assert!(
+        all.error_kind.iter().all(|&k| k == 0),
+        "{:?}",
+        all.error_detail
+    );
     assert_eq!(
         all.intended_ns,
         (0..n as i64).map(|i| i * 100_000_000).collect::<Vec<_>>()

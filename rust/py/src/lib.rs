@@ -14,13 +14,12 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-mod affinity;
 mod sim;
 
 use replay_core::{
-    arrival_offsets as core_arrival_offsets, simulate_prefix_cache as core_simulate_prefix_cache,
-    run_streamed as core_run_streamed, Arrivals,
-    CoreError, ErrorKind, Gate, Records, RunConfig, RunControl, Schedule, Sink, Switches,
+    arrival_offsets as core_arrival_offsets, run_streamed as core_run_streamed,
+    simulate_prefix_cache as core_simulate_prefix_cache, Arrivals, CoreError, ErrorKind, Gate,
+    Records, RunConfig, RunControl, Schedule, Sink, Switches,
 };
 
 /// Raise the `replay.errors` class that matches a core error variant.
@@ -128,7 +127,9 @@ fn prefix_cache_hits<'py>(
     }
     let t = times_s.as_ref().map(|t| t.as_slice()).transpose()?;
     if t.is_some_and(|t| t.len() + 1 != o.len()) {
-        return Err(PyValueError::new_err("times_s must have one entry per request"));
+        return Err(PyValueError::new_err(
+            "times_s must have one entry per request",
+        ));
     }
     let (hits, reuse) = py.detach(|| core_simulate_prefix_cache(h, o, capacity, t));
     if t.is_none() {
@@ -294,7 +295,8 @@ fn start_feeder(
 /// with consecutive batches in request order (`rows["first"]` is the first one's index; the same
 /// columns as the returned dict, whose rows are then the rest).
 /// On Ctrl-C the run is cancelled, partial results are returned and `interrupted` is True.
-/// `cpus` pins the runner's threads (dispatcher and I/O workers) to those CPUs.
+/// `cpus` pins the runner's I/O workers to those CPUs; the dispatcher keeps the caller's CPU set
+/// (see `RunConfig::cpus`).
 #[pyfunction]
 #[pyo3(signature = (
     url, paths, path_index, offsets_ns, bodies, *, body_offsets=None, after=None, think_ns=None,
@@ -398,6 +400,7 @@ fn run<'py>(
         warm_connections,
         keep_chunks: chunk_times,
         worker_threads: worker_threads.unwrap_or(d.worker_threads),
+        cpus,
     };
     let (tx, rx) = mpsc::channel();
     let rx = Mutex::new(rx); // detach() needs a Sync closure
@@ -411,14 +414,7 @@ fn run<'py>(
                 let _ = batch_tx.send(batch);
             };
             let sink: Option<Sink<'_>> = if streamed { Some(&mut sink) } else { None };
-            // The runtime's workers are created by this thread and inherit its CPU set.
-            let outcome = match affinity::pin_current_thread(&cpus) {
-                Ok(()) => core_run_streamed(&config, schedule, source, thread_control, sink),
-                Err(e) => Err(CoreError::Config {
-                    field: "cpus",
-                    message: format!("cannot pin the runner to {cpus:?}: {e}"),
-                }),
-            };
+            let outcome = core_run_streamed(&config, schedule, source, thread_control, sink);
             let _ = tx.send(outcome);
         })
         .map_err(|e| PyValueError::new_err(format!("cannot start the runner thread: {e}")))?;

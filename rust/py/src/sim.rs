@@ -8,7 +8,6 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-use crate::affinity;
 use replay_sim::{serve, EngineConfig, ServerHandle, SimError};
 
 fn sim_err(py: Python<'_>, err: SimError) -> PyErr {
@@ -62,9 +61,11 @@ impl SimServer {
         let started = py.detach(|| {
             std::thread::scope(|s| {
                 s.spawn(|| {
-                    affinity::pin_current_thread(&cpus).map_err(|e| SimError::Config {
-                        flag: "cpus".into(),
-                        message: format!("cannot pin the engine to {cpus:?}: {e}"),
+                    replay_core::threads::pin_current_thread(&cpus).map_err(|e| {
+                        SimError::Config {
+                            flag: "cpus".into(),
+                            message: format!("cannot pin the engine to {cpus:?}: {e}"),
+                        }
                     })?;
                     serve(&cfg)
                 })

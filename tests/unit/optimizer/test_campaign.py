@@ -9,6 +9,7 @@ import random
 import pytest
 
 from optimizer import Budget, Campaign, CampaignStopped, Measurement, NoiseFloor, Space, judge
+from optimizer.campaign import RECHECK_EVERY
 from optimizer.verdict import REPEATS
 from optimizer.space import config_key
 from replay.errors import ConfigError
@@ -142,12 +143,18 @@ def test_a_killed_campaign_resumes_from_its_ledger(tmp_path):
     with Ledger(tmp_path / "ledger.sqlite", {"engine": "sim", "workload": "w", "hardware": __import__("platform").machine()}) as ledger:
         judged = {config_key(e.config) for e in ledger.entries(role="candidate") if e.verdict}
         rows = len(ledger.entries())
+        candidate_rows = len(ledger.entries(role="candidate"))
     assert judged and rows == 12, "every measurement made before the kill is in the ledger"
     before = len(calls)
     resumed = campaign(tmp_path, measure).run()
     again = calls[before:]
-    assert config_key(BASE) not in again, "the baseline's noise floor came from the ledger"
-    assert not judged & set(again), "no judged config was measured again"
+    # the floor came from the ledger: the baseline is measured again only as a recheck, after
+    # RECHECK_EVERY candidates
+    assert config_key(BASE) not in again[:RECHECK_EVERY], "the baseline's noise floor came from the ledger"
+    with Ledger(tmp_path / "ledger.sqlite", {"engine": "sim", "workload": "w", "hardware": __import__("platform").machine()}) as ledger:
+        trials_again = {config_key(e.config) for e in ledger.entries(role="candidate")[candidate_rows:]}
+    # (an accepted config is measured again only for its floor and as a recheck)
+    assert not judged & trials_again, "no judged config was tried again"
     assert {config_key(s.config) for s in resumed.steps if s.reused} == judged
     fresh = campaign(tmp_path / "other", noisy(0.005, seed=3)).run()
     assert surface(resumed.best) == surface(fresh.best)
@@ -222,3 +229,64 @@ def test_the_report_pages_show_the_search_and_escape_the_campaign_s_texts(tmp_pa
     assert not loaded.console_errors and not loaded.exceptions and not loaded.log_errors, loaded
     assert [i["kind"] for i in loaded.images] == ["search"] and loaded.images[0]["width"] > 0
     assert hostile in loaded.text
+
+
+def stepping(calls: list, at: int):
+    """Every config measures the same, 100, until the bench steps up 10% at measurement ``at``
+    (an engine settling at another level, a neighbour going quiet)."""
+    def measure(config) -> Measurement:
+        calls.append(config_key(config))
+        return Measurement(110.0 if len(calls) > at else 100.0)
+    return measure
+
+
+def test_a_baseline_measured_beside_the_confirmation_keeps_drift_from_passing_as_a_win(tmp_path):
+    # the bench steps up at the 7th measurement: the 3rd candidate (measurement 7) lands 10% high
+    at = REPEATS + 2
+    calls: list[str] = []
+    blind = campaign(tmp_path / "blind", stepping(calls, at), recheck_every=0, budget=Budget(trials=12)).run()
+    assert blind.accepted, "without rechecks the step passes for a confirmed win"
+    assert not blind.rechecks
+    calls = []
+    c = campaign(tmp_path / "checked", stepping(calls, at), budget=Budget(trials=12))
+    result = c.run()
+    assert not result.accepted
+    first = result.rechecks[0]
+    assert first["value"] == 110.0 and first["drifted"]  # measured beside the confirmation
+    step = next(s for s in result.steps if s.verdict.measurements and s.verdict.measurements[0].value == 110.0)
+    assert step.verdict.kind == "same" and "did not repeat" in step.verdict.reason
+    assert "measured beside it" in step.verdict.reason
+    base = config_key(BASE)
+    assert calls[:REPEATS] == [base] * REPEATS
+    assert calls[at + 1] == base  # the recheck went first, then the confirmation
+    # every recheck is in the ledger and in the floor later candidates were judged against
+    assert [e.measurement.value for e in c.ledger.entries(BASE, "recheck")] == [r["value"] for r in result.rechecks]
+    assert result.best_noise.values[REPEATS:] == tuple(r["value"] for r in result.rechecks)
+    c.close()
+
+
+def test_the_baseline_is_measured_again_every_recheck_every_candidates(tmp_path):
+    calls: list[str] = []
+    result = campaign(tmp_path, lambda config: (calls.append(config_key(config)), Measurement(100.0))[1],
+                      searcher="random", budget=Budget(trials=11)).run()
+    base = config_key(BASE)
+    later = calls[REPEATS:]
+    assert [i for i, k in enumerate(later) if k == base] == [4, 9]  # after 4 candidates each
+    assert len(result.rechecks) == 2 and not any(r["drifted"] for r in result.rechecks)
+
+
+def test_a_steady_bench_rechecks_without_drift_and_finds_the_same_optimum(tmp_path):
+    calls: list[str] = []
+    result = campaign(tmp_path, noisy(0.005, seed=1, calls=calls), budget=Budget(trials=25)).run()
+    assert result.rechecks and not any(r["drifted"] for r in result.rechecks)
+    grid = list(space().grid())
+    assert surface(result.best) >= 0.97 * max(surface({**BASE, **c}) for c in grid)
+    # the current best, not the first baseline, is what a recheck measures once a change is accepted
+    if result.accepted:
+        last = result.rechecks[-1]["config"]
+        assert last in [BASE] + [s.config for s in result.accepted]
+
+
+def test_a_negative_recheck_interval_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="--recheck-every"):
+        campaign(tmp_path, noisy(0.01, seed=0), recheck_every=-1)
