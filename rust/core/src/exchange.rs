@@ -173,7 +173,7 @@ pub(crate) fn launch(
 }
 
 /// Resolves once the run's stop signal is raised, with its value.
-async fn stopped(rx: &mut watch::Receiver<u8>) -> u8 {
+pub(crate) async fn stopped(rx: &mut watch::Receiver<u8>) -> u8 {
     let value = rx.wait_for(|s| *s != RUNNING).await.map(|s| *s);
     match value {
         Ok(s) => s,

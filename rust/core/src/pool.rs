@@ -51,6 +51,30 @@ impl Pool {
         None
     }
 
+    /// Take out the idle connections that have been idle for `age` or more, or that the server
+    /// closed: the warm-keeper (`warmup::keep_warm`) replaces them before the pool's idle timeout
+    /// would drop them on a request's path.
+    pub fn take_stale(&self, age: Duration) -> Vec<Conn> {
+        let now = Instant::now();
+        let mut idle = self.idle.lock().expect("pool lock");
+        let mut stale = Vec::new();
+        let mut kept = VecDeque::with_capacity(idle.len());
+        for (conn, since) in idle.drain(..) {
+            if now.duration_since(since) >= age || !conn.looks_alive() {
+                stale.push(conn);
+            } else {
+                kept.push_back((conn, since));
+            }
+        }
+        *idle = kept;
+        stale
+    }
+
+    /// Idle connections held now.
+    pub fn idle_len(&self) -> usize {
+        self.idle.lock().expect("pool lock").len()
+    }
+
     /// Keep `conn` for reuse (dropped when the pool is full).
     pub fn put(&self, conn: Conn) {
         let now = Instant::now();

@@ -25,7 +25,7 @@ use crate::plan::{validate, PlannedRequest, Schedule};
 use crate::pool::Pool;
 use crate::record::{ErrorKind, Recorder, Records, RequestRecord, RunStats};
 use crate::threads;
-use crate::warmup::warm_up;
+use crate::warmup::{keep_warm, warm_up};
 
 /// After a stop (cancel or end of drain), how long to wait for in-flight tasks to hand in their
 /// records.
@@ -313,6 +313,10 @@ pub fn run_streamed(
     shared.t0 = t0;
     let shared = Arc::new(shared);
     let handle = runtime.handle().clone();
+    if warm_opened > 0 {
+        let slots = config.max_connections.min(Semaphore::MAX_PERMITS);
+        runtime.spawn(keep_warm(shared.clone(), warm_opened, slots));
+    }
     let last_offset = intended.last().copied().unwrap_or(0);
     let stop_at_ns =
         (config.drain_ns > 0).then(|| last_offset.saturating_add(config.drain_ns as i64));

@@ -1,13 +1,53 @@
 //! The warm-up before t0: keep-alive connections opened one after another, each checked by one
-//! `GET /v1/models` answered in full, and put in the pool for the first requests.
+//! `GET /v1/models` answered in full, and put in the pool for the first requests. During the
+//! run, `keep_warm` keeps that many open across quiet spells.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::HeaderMap;
 
-use crate::client::{BaseUrl, Encoder};
+use crate::client::{BaseUrl, Encoder, POOL_IDLE_TIMEOUT};
 use crate::conn::{Body, Conn};
-use crate::exchange::Shared;
+use crate::exchange::{stopped, Shared};
+
+/// How often the warm-keeper looks at the pool.
+const KEEP_EVERY: Duration = Duration::from_millis(250);
+/// Idle connections this old are replaced by fresh ones, well before the pool's idle timeout
+/// (`POOL_IDLE_TIMEOUT`) would drop them.
+const REFRESH_AFTER: Duration = Duration::from_secs(3);
+const _: () =
+    assert!(REFRESH_AFTER.as_millis() + KEEP_EVERY.as_millis() < POOL_IDLE_TIMEOUT.as_millis());
+
+/// Keep `count` connections open for the rest of the run (the ones warm-up opened): every
+/// `KEEP_EVERY`, idle connections older than `REFRESH_AFTER` or closed by the server are
+/// dropped, and the pool is topped up to `count` less the requests in flight with new
+/// connections, opened here, off any request's path. Without it a request due after a quiet
+/// spell longer than the idle timeout (a trace's gap, or a first request seconds after t0)
+/// found the pool empty and paid for a connect in its send lag. Ends with the run's stop signal
+/// or its runtime.
+pub(crate) async fn keep_warm(shared: Arc<Shared>, count: usize, slots: usize) {
+    let mut tick = tokio::time::interval(KEEP_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut stop_rx = shared.stop_rx.clone();
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stopped(&mut stop_rx) => return,
+        }
+        drop(shared.pool.take_stale(REFRESH_AFTER));
+        let in_flight = slots.saturating_sub(shared.permits.available_permits());
+        let missing = count
+            .saturating_sub(in_flight)
+            .saturating_sub(shared.pool.idle_len());
+        for _ in 0..missing {
+            match Conn::connect(&shared.addrs, shared.connect_timeout).await {
+                Ok(conn) => shared.pool.put(conn),
+                Err(_) => break, // the server is not taking connections now: try again next tick
+            }
+        }
+    }
+}
 
 /// How long a warm-up connection may take to answer its `GET /v1/models`. A server that does
 /// not answer a new connection that fast is queueing it (e.g. a thread-per-connection server

@@ -48,6 +48,40 @@ fn warm_connections_are_opened_before_t0_and_carry_the_first_requests() {
 }
 
 #[test]
+fn warm_connections_are_kept_open_across_a_quiet_spell() {
+    // The second request is due 4.5 s after the first: longer than the pool keeps an idle
+    // connection (4 s). The warm-keeper replaces the warm connection while it idles, so the
+    // request finds one open instead of connecting on its own path.
+    let server = common::start();
+    let reqs = vec![
+        common::planned("/sse?chunks=1", 0, 0),
+        common::planned("/sse?chunks=1", 1, 4_500_000_000),
+    ];
+    let cfg = RunConfig {
+        warm_connections: 1,
+        ..common::config(server.url())
+    };
+    let r = run(&cfg, reqs, Arc::new(RunControl::default())).unwrap();
+    assert!(r.error_kind.iter().all(|&k| k == 0), "{:?}", r.error_detail);
+    let arrivals = server.arrivals.lock().unwrap();
+    let second = arrivals
+        .iter()
+        .find(|a| a.path != "/v1/models" && common::index_of(&a.body) == 1)
+        .unwrap();
+    let accepted_at = server.accepted_at.lock().unwrap();
+    assert!(accepted_at.len() >= 2, "the expiring connection was replaced");
+    // Every connection was open well before the request came: the replacement was opened about
+    // 3 s into the run (1.5 s before the request); a connect on the request's own path would be
+    // accepted just before it arrives.
+    assert!(
+        accepted_at
+            .iter()
+            .all(|&t| t + Duration::from_millis(500) < second.at),
+        "a connection was opened for the request itself"
+    );
+}
+
+#[test]
 fn warm_up_stops_where_the_server_stops_answering_and_the_drain_cuts_off() {
     let addr = common::start_silent();
     let reqs: Vec<_> = (0..3)

@@ -5,7 +5,7 @@
 //! `/status500`, `/status404`, `/malformed`, `/close_early` (no response), `/close_mid`, `/stall_mid`, `/slow_headers`,
 //! `/json`, `/error_event`, `/no_done`, `/spaced` (20 ms between chunks), `/queued` (headers at
 //! once, then 600 ms before the first of 3 tokens, as a request waiting in an engine's queue),
-//! `GET /v1/models` (a small JSON list). It counts the connections it accepted.
+//! `GET /v1/models` (a small JSON list). It counts the connections it accepted, and notes when.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -53,6 +53,7 @@ pub struct TestServer {
     pub addr: SocketAddr,
     pub arrivals: Arc<Mutex<Vec<Arrival>>>,
     pub accepted: Arc<AtomicUsize>,
+    pub accepted_at: Arc<Mutex<Vec<Instant>>>,
 }
 
 impl TestServer {
@@ -68,6 +69,8 @@ pub fn start() -> TestServer {
     let arr = arrivals.clone();
     let accepted = Arc::new(AtomicUsize::new(0));
     let acc = accepted.clone();
+    let accepted_at = Arc::new(Mutex::new(Vec::new()));
+    let acc_at = accepted_at.clone();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -80,6 +83,7 @@ pub fn start() -> TestServer {
             loop {
                 let (sock, _) = listener.accept().await.unwrap();
                 acc.fetch_add(1, Ordering::SeqCst);
+                acc_at.lock().unwrap().push(Instant::now());
                 sock.set_nodelay(true).unwrap();
                 tokio::spawn(serve_conn(sock, arr.clone()));
             }
@@ -89,6 +93,7 @@ pub fn start() -> TestServer {
         addr: rx.recv().unwrap(),
         arrivals,
         accepted,
+        accepted_at,
     }
 }
 
