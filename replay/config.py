@@ -99,7 +99,7 @@ class RunConfig:
     connect_timeout_s: float = RUNNER_DEFAULTS["connect_timeout_s"]
     drain_s: float = RUNNER_DEFAULTS["drain_s"]  # wait after the last scheduled send; 0 = no limit
     max_connections: int = RUNNER_DEFAULTS["max_connections"]
-    warm_connections: int | None = None  # opened before t0; None = Little's law from the plan
+    warm_connections: int | None = None  # opened before t0; None = the plan's peak in flight (replay.runner.warm_connections)
     chunk_times: bool = True  # keep every chunk's arrival time (False: only count chunks)
     worker_threads: int = RUNNER_DEFAULTS["worker_threads"]
     cpus: tuple[int, ...] = ()  # pin the runner's I/O threads to these CPUs (() = no pinning; the dispatcher keeps the process's); see replay.sim.split_cpus

@@ -6,18 +6,17 @@ plus the trace's own columns that later analysis needs. Nothing per request cros
 a Python object: numpy columns and one string buffer come back, in batches of consecutive
 requests as the stage goes, and become polars DataFrames.
 
-Before t0 the runner opens keep-alive connections sized by Little's law (the plan's rate times
-the expected response time, :data:`WARM_CAP` at most; see :func:`warm_connections`), each
-checked by one ``GET /v1/models``; the warm-up and the runner's own thread statistics come back
-as ``StageResult.runner``.
+Before t0 the runner opens keep-alive connections, as many as the schedule has requests in
+flight at its peak if each takes its expected response time (:data:`WARM_CAP` at most; see
+:func:`warm_connections`), each checked by one ``GET /v1/models``, and keeps them open while
+it runs; the warm-up and the runner's own thread statistics come back as
+``StageResult.runner``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import math
 
 import numpy as np
 import polars as pl
@@ -119,22 +118,25 @@ def _results_frame(plan: Plan, raw: dict) -> pl.DataFrame:
 
 
 def warm_connections(plan: Plan, config: RunConfig) -> int:
-    """Connections to open before t0: ``config.warm_connections``, or by Little's law the plan's
-    mean rate times the expected response time (the trace's recorded ``e2e_us`` where it has
-    them, else 0.25 s + 30 ms per expected output token), at least 1, at most :data:`WARM_CAP`
-    and ``max_connections``."""
+    """Connections to open before t0: ``config.warm_connections``, or the most requests the
+    schedule has in flight at once if each takes its expected response time (its recorded
+    ``e2e_us``, else 0.25 s + 30 ms per expected output token), at least 1, at most
+    :data:`WARM_CAP` and ``max_connections``. That is Little's law (rate x response time) where
+    the arrivals are even, and a burst's size where they are not: with only the mean, a bursty
+    stage's second request in a burst connected on its own path."""
     if config.warm_connections is not None:
         return config.warm_connections
-    rate = plan.offered_rate
-    if math.isnan(rate):
+    if plan.n == 0:
         return 1
-    e2e = plan.rows["e2e_us"].drop_nulls()
-    if e2e.len():
-        expected_s = float(e2e.mean()) / 1e6
-    else:
-        tokens = plan.rows["max_tokens"].fill_null(plan.rows["output_tokens"]).fill_null(0)
-        expected_s = _EXPECTED_TTFT_S + _EXPECTED_TPOT_S * float(tokens.mean() or 0)
-    return int(min(WARM_CAP, config.max_connections, max(1, math.ceil(rate * expected_s))))
+    tokens = plan.rows["max_tokens"].fill_null(plan.rows["output_tokens"]).fill_null(0).to_numpy()
+    expected_s = _EXPECTED_TTFT_S + _EXPECTED_TPOT_S * tokens.astype(np.float64)
+    recorded = plan.rows["e2e_us"].to_numpy(allow_copy=True).astype(np.float64) / 1e6
+    expected_s = np.where(np.isnan(recorded), expected_s, recorded)
+    starts = np.sort(plan.offsets_ns)
+    ends = np.sort(plan.offsets_ns + (expected_s * 1e9).astype(np.int64))
+    # in flight just after each start: the starts so far less the requests already ended
+    in_flight = np.arange(1, len(starts) + 1) - np.searchsorted(ends, starts, side="right")
+    return int(min(WARM_CAP, config.max_connections, max(1, int(in_flight.max()))))
 
 
 def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None,

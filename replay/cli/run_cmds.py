@@ -58,8 +58,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help=f"how long a stage waits after its last scheduled send; requests still open then are "
                         f"cut off and miss the SLO (default {d['drain_s']:g}s, 0 = no limit)")
     p.add_argument("--warm-connections", type=int,
-                   help="keep-alive connections opened before t0 (default: the plan's rate x expected response "
-                        "time, at most 64)")
+                   help="keep-alive connections opened before t0 and kept open while the stage runs (default: "
+                        "the most requests the schedule has in flight at once, each taking its recorded or "
+                        "expected response time; at most 64)")
     p.add_argument("--chunk-times", default="all", choices=["all", "none"],
                    help="keep every chunk's arrival time (all, default: 4 bytes a chunk) or only count chunks")
     p.add_argument("--max-connections", type=int, default=d["max_connections"],
