@@ -50,6 +50,7 @@ __all__ = ["Objective", "Budget", "Campaign", "CampaignResult", "CampaignStopped
 # candidate measurements between two measurements of the baseline (0: never measured again)
 RECHECK_EVERY = 4
 
+
 class CampaignStopped(ReplayError):
     """The campaign cannot go on (a failed baseline, an environment too noisy to decide)."""
 
