@@ -151,8 +151,9 @@ def split_cpus(engine_threads: int = 1) -> tuple[tuple[int, ...], tuple[int, ...
     its CPU burst (tokenizing a long prompt, planning a step: a few ms) while the runner's next
     send waits behind it, even with another core idle. On a 2-core machine that made send lag p99
     2.7-6.8 ms; with the engine and the runner on their own cores it was 0.3-1.5 ms. The
-    engine gets the last ``engine_threads`` usable CPUs (at most all but one), the runner the
-    rest. Returns ``((), ())`` (no pinning) with fewer than 2 usable CPUs or no affinity support.
+    engine gets the last ``engine_threads`` usable CPUs (at most all but one), the runner's I/O
+    workers the rest (its dispatcher keeps every CPU: see ``RunConfig.cpus``). Returns
+    ``((), ())`` (no pinning) with fewer than 2 usable CPUs or no affinity support.
     """
     if not hasattr(os, "sched_getaffinity"):
         return (), ()
