@@ -59,7 +59,7 @@ def search_plot(result: CampaignResult) -> Plot:
 
 
 def html_report(result: CampaignResult, engine=None) -> str:
-    from optimizer.report import flags
+    from optimizer.report import flags, rechecks_line
 
     ok = bool(result.accepted)
     title = "Optimize: " + (f"{len(result.accepted)} change(s) accepted" if ok else "no change beat the noise")
@@ -72,6 +72,8 @@ def html_report(result: CampaignResult, engine=None) -> str:
     parts.append(f"<p>Baseline <code>{escape(flags(engine, result.baseline) or '(engine defaults)')}</code>: "
                  f"{n.median:.4g} over {len(n.values)} runs on fresh starts (spread {n.spread:.3g}, "
                  f"{n.relative:.1%}); a win had to clear +{n.bar():.3g} and repeat on a fresh restart.</p>")
+    if result.rechecks:
+        parts.append(f"<p>{escape(rechecks_line(result))}</p>")
     parts.append("<h2>Accepted changes</h2><ol>" + "".join(
         f"<li>{escape(s.hypothesis.get('change', ''))}: gain "
         f"{'-' if s.verdict.gain is None else f'{s.verdict.gain:+.1%}'} ({escape(s.verdict.reason)})</li>"

@@ -263,6 +263,12 @@ def test_a_baseline_measured_beside_the_confirmation_keeps_drift_from_passing_as
     assert [e.measurement.value for e in c.ledger.entries(BASE, "recheck")] == [r["value"] for r in result.rechecks]
     assert result.best_noise.values[REPEATS:] == tuple(r["value"] for r in result.rechecks)
     c.close()
+    # the reports say so
+    from optimizer.report import write_result
+
+    for path in write_result(result, tmp_path / "report")[1:]:  # optimize.md, optimize.html
+        text = path.read_text()
+        assert "measured again" in text and "(drift)" in text, path
 
 
 def test_the_baseline_is_measured_again_every_recheck_every_candidates(tmp_path):
