@@ -124,8 +124,8 @@ def _version(name: str) -> str:
     if name == "llama-server":
         from replay.llamacpp_sdist import SDIST_VERSION
         return SDIST_VERSION
-    try:
-        return version("faithful-replay")
+    try:  # the embedded engine is this package's; another engine is its own package
+        return version("faithful-replay" if name == "sim" else name)
     except PackageNotFoundError:
         return "unknown"
 

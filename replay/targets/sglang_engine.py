@@ -72,9 +72,9 @@ SGLANG_METRICS: MetricSpec = {
 
 @dataclasses.dataclass
 class SGLang(ProcessEngine):
-    """SGLang serving ``model_path`` (a folder or hub id) with ``python`` (default: this one)."""
+    """SGLang serving ``model`` (a folder or hub id) with ``python`` (default: this one)."""
 
-    model_path: str | Path
+    model: str | Path
     python: str | Path = sys.executable
     served_model_name: str | None = None
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -87,7 +87,7 @@ class SGLang(ProcessEngine):
     metric_spec: ClassVar[MetricSpec] = SGLANG_METRICS
 
     def command(self, config: Mapping[str, Any], port: int) -> list[str]:
-        cmd = [str(self.python), "-m", "sglang.launch_server", "--model-path", str(self.model_path),
+        cmd = [str(self.python), "-m", "sglang.launch_server", "--model-path", str(self.model),
                "--host", "127.0.0.1", "--port", str(port), "--enable-metrics", "--enable-cache-report"]
         if self.served_model_name:
             cmd += ["--served-model-name", self.served_model_name]

@@ -19,7 +19,7 @@ LOSSY = {"kv_cache_dtype", "cache_type_k", "cache_type_v", "dtype"}
 
 def _engines():
     return [SimEngine(), LlamaServer(model="m.gguf", binary="/opt/llama-server"),
-            Vllm(model="/models/tiny", python="/venv/bin/python"), SGLang(model_path="/models/tiny", python="py")]
+            Vllm(model="/models/tiny", python="/venv/bin/python"), SGLang(model="/models/tiny", python="py")]
 
 
 @pytest.mark.parametrize("engine", _engines(), ids=lambda e: e.name)
@@ -102,7 +102,7 @@ def test_vllm_environment_keeps_caches_in_the_scratch_folder(tmp_path):
 
 
 def test_sglang_command_line():
-    engine = SGLang(model_path="Qwen/Qwen2.5-0.5B-Instruct", python="/usr/bin/python3")
+    engine = SGLang(model="Qwen/Qwen2.5-0.5B-Instruct", python="/usr/bin/python3")
     config = engine.check({"max_running_requests": 64, "chunked_prefill_size": 4096, "mem_fraction_static": 0.85,
                            "schedule_policy": "lpm", "disable_radix_cache": True, "kv_cache_dtype": "fp8_e5m2"})
     assert engine.command(config, 30000) == [
@@ -144,7 +144,7 @@ def _fixture(name: str):
 
 
 def test_sglang_metrics_map_onto_the_common_names():
-    m = SGLang(model_path="x").common_metrics(_fixture("sglang.txt"))
+    m = SGLang(model="x").common_metrics(_fixture("sglang.txt"))
     assert m["running"] == 12 and m["waiting"] == 3
     assert m["kv_usage"] == 0.37
     assert m["prefix_cache_hit_rate"] == 0.6123046875          # SGLang's own gauge wins
@@ -160,7 +160,7 @@ def test_sglang_metrics_map_onto_the_common_names():
 
 
 def test_sglang_metrics_add_data_parallel_ranks_and_average_ratios():
-    m = SGLang(model_path="x").common_metrics(_fixture("sglang_dp2.txt"))
+    m = SGLang(model="x").common_metrics(_fixture("sglang_dp2.txt"))
     assert m["running"] == 12 and m["waiting"] == 1 and m["gen_throughput"] == 2000
     assert m["kv_usage"] == pytest.approx(0.3) and m["prefix_cache_hit_rate"] == pytest.approx(0.375)
     assert "preemptions" not in m
@@ -183,3 +183,17 @@ def test_llamacpp_metrics_from_a_real_scrape():
     assert m["prefix_cache_hits"] == m["cached_prompt_tokens"] == 614
     assert m["prompt_tokens"] == m["prefix_cache_queries"] == 322 + 614
     assert m["prefix_cache_hit_rate"] == pytest.approx(614 / 936)
+
+
+@pytest.mark.parametrize("name", ["llama-server", "vllm", "sglang"])
+def test_replay_optimize_builds_each_engine_from_its_flags(name):
+    # `replay optimize --engine NAME --model M` makes the engine that serves M (sglang's used to
+    # be a TypeError), and keys the ledger by that engine's own version
+    from replay.cli.main import build_parser
+    from replay.cli.optimize_cmds import _engine, _version
+
+    args = build_parser().parse_args(["optimize", "t.parquet", "--engine", name, "--model", "/models/m",
+                                      "--rate", "1"])
+    engine = _engine(args)
+    assert engine.name == name and str(engine.model) == "/models/m"
+    assert _version(name) != _version("sim")  # not this package's version
