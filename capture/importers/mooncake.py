@@ -43,8 +43,9 @@ def _ms(value, field: str) -> float:
 
 
 class _Parser:
-    def __init__(self, model: str | None) -> None:
+    def __init__(self, model: str | None, hash_block: int) -> None:
         self.model = model
+        self.hash_block = hash_block
         self.row = 0
         self.session_last: dict[str, int] = {}  # session -> arrival µs of its latest turn
 
@@ -88,10 +89,11 @@ class _Parser:
                 if not isinstance(ids, list) or not all(
                         isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 64 for v in ids):
                     raise LineError("is not a list of integers >= 0", "hash_ids")
-                want = -(-n_in // MOONCAKE_BLOCK_TOKENS)
+                want = -(-n_in // self.hash_block)
                 if len(ids) != want:
                     raise LineError(f"has {len(ids)} ids, expected ceil(input_length / "
-                                    f"{MOONCAKE_BLOCK_TOKENS}) = {want}", "hash_ids")
+                                    f"{self.hash_block}) = {want} (a file written at another block "
+                                    f"size needs --hash-block)", "hash_ids")
                 hash_ids = ids
         else:
             if self.model is not None:
@@ -116,17 +118,23 @@ def import_mooncake(
     seed: int = 0,
     limit: int | None = None,
     block_size: int = MOONCAKE_BLOCK_TOKENS,
+    hash_block: int = MOONCAKE_BLOCK_TOKENS,
     model: str | None = None,
     skip_bad: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> ImportResult:
     """Import a Mooncake (or AIPerf ``mooncake_trace``) JSON Lines file into the Trace file
     ``out`` (``limit``: the first N rows). ``block_hashes`` are in blocks of ``block_size``
-    (default 512, Mooncake's own); ``seed`` seeds the texts of rows without ``hash_ids``;
+    (default 512, Mooncake's own); ``hash_block`` is the file's tokens per hash id (default 512,
+    Mooncake's; ``replay export mooncake --block-size N`` writes N), and the text synthesized for
+    one id has that many tokens; ``seed`` seeds the texts of rows without ``hash_ids``;
     ``model``, when given, is the model column (and so each body's)."""
     path = Path(path)
+    if hash_block < 1:
+        from replay.errors import ConfigError
+        raise ConfigError(f"--hash-block: {hash_block} tokens per hash id; need at least 1")
     bad = BadLines(path.name, skip_bad)
-    parser = _Parser(model)
+    parser = _Parser(model, hash_block)
 
     def records() -> Iterator[TokenRecord]:
         for line, obj in read_jsonl_rows(path):
@@ -137,5 +145,5 @@ def import_mooncake(
 
     return write_token_trace(
         records(), out, source=path.name, source_format=SOURCE_FORMAT, tokenizer=tokenizer,
-        block_size=block_size, synthesis=Synthesis(seed=seed, block_tokens=MOONCAKE_BLOCK_TOKENS),
+        block_size=block_size, synthesis=Synthesis(seed=seed, block_tokens=hash_block),
         bad=bad, limit=limit, progress=progress)

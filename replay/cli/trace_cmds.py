@@ -54,6 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, help="import only the first N rows")
     p.add_argument("--tokenizer", default="gpt2", help="gpt2, qwen2 or a tokenizer.json path (default gpt2)")
     p.add_argument("--block-size", type=int, help="tokens per hashed block (default 16; mooncake: 512)")
+    p.add_argument("--hash-block", type=int,
+                   help="mooncake: tokens per hash id in the file (default 512, Mooncake's own; a file from "
+                        "`replay export mooncake --block-size N` has N)")
     p.add_argument("--seed", type=int, default=0, help="seed for synthesized text (public traces) or the "
                                                        "arrivals --rate draws (default 0)")
     p.add_argument("--model", help="public traces: the model name of every request (default: the trace's, "
@@ -157,6 +160,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit: must be >= 1, got {args.limit}")
+    if args.hash_block is not None and args.format != "mooncake":
+        raise ConfigError("--hash-block: only for mooncake (the other formats have no hash ids)")
     if args.format in SYNTHETIC_FORMATS:
         for flag, given in (("--rate", args.rate is not None),
                             ("--key-file", args.key_file is not None), ("--no-redact", args.no_redact)):
@@ -234,6 +239,8 @@ def _import_synthetic(args: argparse.Namespace) -> int:
                   skip_bad=args.skip_bad)
     if args.block_size is not None:
         kwargs["block_size"] = args.block_size
+    if args.hash_block is not None:
+        kwargs["hash_block"] = args.hash_block
     if args.quiet:
         result = import_token_trace(args.format, args.path, args.out, **kwargs)
     else:

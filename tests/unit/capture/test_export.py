@@ -68,6 +68,20 @@ def test_mooncake_block_size_is_the_readers_too(mooncake_trace, tmp_path):
     # the trap: 512-token ids read as 16-token blocks make prompts 32x too short
     ids512 = MOONCAKE_ROWS[0]["hash_ids"]
     assert len(ids512) * 16 < MOONCAKE_ROWS[0]["input_length"] / 20
+    # read back at the block size it was written at: the same lengths and the same sharing
+    import_mooncake(out, tmp_path / "again.parquet", hash_block=16)
+    first, again = read_trace(mooncake_trace), read_trace(tmp_path / "again.parquet")
+    for col in ("arrival_us", "input_tokens", "output_tokens"):
+        assert again.df[col].to_list() == first.df[col].to_list()
+    assert prefix_hits(again.df["block_hashes"].to_list()) == prefix_hits(first.df["block_hashes"].to_list())
+    # at Mooncake's default (512 tokens an id) the file is refused, naming the flag
+    from replay.cli.main import main
+
+    assert main(["import", "mooncake", str(out), "-o", str(tmp_path / "x.parquet"), "--quiet"]) != 0
+    assert main(["import", "mooncake", str(out), "-o", str(tmp_path / "y.parquet"), "--quiet",
+                 "--hash-block", "16"]) == 0
+    assert read_trace(tmp_path / "y.parquet").df["input_tokens"].to_list() == first.df["input_tokens"].to_list()
+    assert main(["import", "azure", str(out), "-o", str(tmp_path / "z.parquet"), "--hash-block", "16"]) == 2
 
 
 def test_aiperf_round_trip_keeps_text_lengths_and_sharing(mooncake_trace, tmp_path, gpt2):
