@@ -165,7 +165,8 @@ def test_aiperf_variant_text_messages_sessions_and_delay(tmp_path, gpt2):
         ([_row(0, 10, 1, [1]), {"timestamp": 1, "input_length": 10, "hash_ids": [2]}],
          "m.jsonl: line 2: is missing (field 'output_length')"),
         ([_row(0, 10, 1, [1]), _row(1, 1100, 1, [1, 2])],
-         "m.jsonl: line 2: has 2 ids, expected ceil(input_length / 512) = 3 (field 'hash_ids')"),
+         "m.jsonl: line 2: has 2 ids, expected ceil(input_length / 512) = 3 (a file written at another "
+         "block size needs --hash-block) (field 'hash_ids')"),
         ([_row(0, 10, 1, [1]), _row(1, -5, 1, [])],
          "m.jsonl: line 2: -5 is not a count >= 0 (field 'input_length')"),
         ([_row(0, 10, 1, [1]), '{"timestamp": 1, "input_length": 10,'],
