@@ -18,7 +18,8 @@ runs).
   rows (:class:`capture.record.RowBuilder`: sessions, sampling, raw-text tokens and hashes,
   redaction in worker processes), appends them to the spool and fsyncs after each small batch,
   and rolls the spool into Parquet segments (:mod:`capture.spool`). If it falls behind or dies,
-  traffic is untouched; records are dropped and counted.
+  traffic is untouched; records are dropped and counted (those lost with a recorder that died,
+  by the proxy, which leaves their count in the folder when it stops).
 - Faults. Upstream unreachable or reset before its headers: 502; no headers within the
   timeout: 504; a failure mid-body cuts the client's connection (as the upstream's would have
   been cut). Each is recorded with its outcome (``upstream_error``, ``timeout``); a client that
@@ -77,6 +78,9 @@ class CaptureProxy:
         self.recovered_rows = 0
         self._pending: list[Exchange] = []
         self._flush: asyncio.TimerHandle | None = None
+        self._handed = 0             # exchanges put on the queue to the recorder
+        self._recorder_gone = False  # the recorder process has ended (see _recorder_ended)
+        self._lost = 0               # records the proxy counted dropped_recorder_error
 
     # recorder ------------------------------------------------------------------------------------
 
@@ -130,10 +134,28 @@ class CaptureProxy:
         batch, self._pending = self._pending, []
         if not batch:
             return
+        if self._recorder_gone:
+            self._count_lost(len(batch))
+            return
         try:
             self._queue.put_nowait(batch)
+            self._handed += len(batch)
         except queue_mod.Full:
             self._shared[0] += len(batch)
+
+    def _count_lost(self, n: int) -> None:
+        if n > 0:
+            self._shared[COUNTERS.index("dropped_recorder_error")] += n
+            self._lost += n
+
+    def _recorder_ended(self) -> None:
+        """The recorder process has ended (it was stopped, or it died): what it was handed and
+        never reported on is lost, and so is every record from now on. The proxy counts them as
+        ``dropped_recorder_error`` (the recorder, their writer until now, writes no more) and,
+        at :meth:`stop`, leaves them in the folder for the next start's trace."""
+        asyncio.get_running_loop().remove_reader(self._proc.sentinel)
+        self._recorder_gone = True
+        self._count_lost(self._handed - self.counters()["requests_recorder_saw"])
 
     # http ----------------------------------------------------------------------------------------
 
@@ -141,7 +163,9 @@ class CaptureProxy:
         import aiohttp
         from aiohttp import web
 
-        await asyncio.get_running_loop().run_in_executor(None, self._start_recorder)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._start_recorder)
+        loop.add_reader(self._proc.sentinel, self._recorder_ended)
         timeout = aiohttp.ClientTimeout(total=None, connect=self.cfg.connect_timeout_s,
                                         sock_read=self.cfg.read_timeout_s)
         self._session = aiohttp.ClientSession(
@@ -181,6 +205,28 @@ class CaptureProxy:
                 if self._proc.is_alive():
                     self._proc.kill()
             await asyncio.get_running_loop().run_in_executor(None, finish)
+            if not self._recorder_gone:
+                self._recorder_ended()
+            if self._lost:
+                self._leave_lost_counts()
+
+    def _leave_lost_counts(self) -> None:
+        """Write the records lost with the recorder into the folder (a spool of counts that the
+        next start carries into its trace), unless another capture holds the folder now."""
+        import fcntl
+        import sys
+
+        from capture.recorder import LOCK_FILE
+        from capture.spool import write_counts
+
+        with open(self.cfg.out / LOCK_FILE, "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(f"capture: {self._lost} records lost with the recorder are not in "
+                      f"{self.cfg.out} (another capture holds it)", file=sys.stderr, flush=True)
+                return
+            write_counts(self.cfg.out, {"dropped_recorder_error": self._lost})
 
     def _metrics(self) -> bytes:
         from prometheus_client import CollectorRegistry, generate_latest

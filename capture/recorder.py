@@ -119,6 +119,7 @@ def run_recorder(cfg: CaptureConfig, info: dict, q: Any, shared: Any, ready: Any
     idx = {name: i for i, name in enumerate(COUNTERS)}
     reported: Counter = Counter()
     seen_queue_drops = 0
+    saw = 0  # exchanges taken off the queue (each is recorded, dropped or not sampled)
     last_roll = time.monotonic()
     ready.put({"recovered_rows": recovered})
     stop = False
@@ -137,6 +138,7 @@ def run_recorder(cfg: CaptureConfig, info: dict, q: Any, shared: Any, ready: Any
         if os.getppid() != parent:  # the proxy died: keep what is here and stop
             stop = True
         if batch:
+            saw += len(batch)
             try:
                 df = builder.build(batch)
                 if df is not None:
@@ -155,7 +157,7 @@ def run_recorder(cfg: CaptureConfig, info: dict, q: Any, shared: Any, ready: Any
             reported.update({k: v for k, v in delta.items() if k != "dropped_queue_full"})
         for name in ("recorded", "dropped_redaction_failed", "dropped_recorder_error", "not_sampled"):
             shared[idx[name]] = builder.counts[name]
-        shared[idx["requests_recorder_saw"]] = builder.counts["requests"]
+        shared[idx["requests_recorder_saw"]] = saw
         if spool.rows and (spool.rows >= cfg.segment_rows
                            or time.monotonic() - last_roll >= cfg.segment_seconds):
             spool.roll()

@@ -1,6 +1,6 @@
 """A capture folder: the append-only spool of recorded rows and its Parquet segments.
 
-Owns :class:`Spool`, :func:`open_folder` and :func:`recover`.
+Owns :class:`Spool`, :func:`open_folder`, :func:`recover` and :func:`write_counts`.
 
 Layout of ``DIR`` (``replay capture --out DIR``):
 
@@ -34,7 +34,7 @@ import polars as pl
 from replay.errors import ConfigError, TraceError
 from replay.trace import SCHEMA, TraceMeta, TraceWriter
 
-__all__ = ["Spool", "open_folder", "recover", "CAPTURE_FILE", "SOURCE_FORMAT"]
+__all__ = ["Spool", "open_folder", "recover", "write_counts", "CAPTURE_FILE", "SOURCE_FORMAT"]
 
 CAPTURE_FILE = "capture.json"
 SOURCE_FORMAT = "capture"
@@ -141,6 +141,20 @@ def recover(folder: Path, meta: TraceMeta, report_base: dict) -> tuple[int, Coun
     _fsync_dir(folder)
     last = max([*segments, *spools], default=0)
     return last + 1, carry, recovered
+
+
+def write_counts(folder: Path, counts: dict) -> Path:
+    """A spool holding only ``counts``, numbered after every spool and segment in ``folder``: what
+    was dropped when no recorder was there to write it (the proxy's records lost with a recorder
+    that died). The next start's :func:`recover` carries the counts into its trace."""
+    numbers = [*_numbered(folder, _SEGMENT), *_numbered(folder, _SPOOL)]
+    path = folder / f"spool-{max(numbers, default=0) + 1:06d}.jsonl"
+    with path.open("xb") as f:  # a crash mid-write leaves a torn line: ignored, as any
+        f.write(json.dumps({"counts": counts}).encode() + b"\n")
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync_dir(folder)
+    return path
 
 
 class Spool:

@@ -8,6 +8,8 @@ Each request's JSON body may carry `"x_fault"` to pick its behaviour:
   stall         one chunk, then silence for `stall_s` seconds
   no_done       chunks and usage, then the stream ends without [DONE]
   json          a non-streamed JSON completion
+  close_before_headers / reset_before_headers   the connection is closed (FIN) / reset (RST)
+                before any byte of the response
 `concurrency` bounds the responses in progress (the rest queue), which makes a server that saturates.
 The server-wide `headers_delay_s` holds every response before its headers (a stalled server), and
 `chunk_delay_s` spaces the chunks. With `api_key` set, every endpoint but /health answers 401
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -75,6 +79,12 @@ class ScriptedServer:
 
     async def _respond(self, request: web.Request, body: dict) -> web.StreamResponse:
         fault = body.get("x_fault", "ok")
+        if fault in ("close_before_headers", "reset_before_headers"):
+            if fault == "reset_before_headers":  # linger 0: close sends RST
+                request.transport.get_extra_info("socket").setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            request.transport.close()
+            raise asyncio.CancelledError  # no response: the connection is gone
         if self.headers_delay_s:
             await asyncio.sleep(self.headers_delay_s)
         if fault.startswith("http"):

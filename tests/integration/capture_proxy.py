@@ -99,5 +99,18 @@ def capture(upstream: str, out: Path, *flags: str, redact: bool = True):
 
 
 def stored_bytes(folder: Path) -> bytes:
-    """Every byte of every file in the capture folder."""
-    return b"".join(p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file())
+    """Every byte of every file in the capture folder, and the decoded rows and metadata of its
+    Parquet segments (compressed on disk: their raw bytes would not show a stored value)."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    out = []
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            out.append(p.read_bytes())
+            if p.suffix == ".parquet":
+                table = pq.read_table(p)
+                out.append(json.dumps(table.to_pylist(), default=str, ensure_ascii=False).encode())
+                out.extend(k + b"=" + v for k, v in (table.schema.metadata or {}).items())
+    return b"\n".join(out)
