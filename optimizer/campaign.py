@@ -6,6 +6,13 @@ replay stage of the workload) and judges it against the baseline (:mod:`optimize
 the campaign continues from. ``ask()`` / ``tell()`` let an outside loop (an agent) propose the
 configs; ``run()`` drives a built-in searcher (:mod:`optimizer.search`) until the budget ends.
 
+Lossy wins wait for a person: a config that sets a lossy knob (``Knob.lossless`` False: KV or
+weight precision, in a space only with ``allow_lossy``) differently from the baseline it is
+judged against is judged and confirmed on a fresh restart like any other, but a "better" on it is
+never adopted as the baseline. Its step lists those knobs (``Step.needs_approval``), the result
+lists it in ``CampaignResult.awaiting_approval``, the reports show it as needing a person's
+approval, and the searcher is told "same", so the search goes on from the lossless baseline.
+
 The objective (:class:`Objective`): goodput (requests per second meeting the SLOs) or throughput
 at a fixed offered rate, or the highest rate meeting them, divided by the GPUs the config uses.
 How a config is measured on an engine, and when a measurement is invalid: :mod:`optimizer.measure`.
@@ -28,15 +35,14 @@ judged config again (a failed one is a dead end).
 from __future__ import annotations
 
 import hashlib
-import platform
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from optimizer.diagnosis import Diagnosis, diagnose
-from optimizer.ledger import Ledger
+from optimizer.diagnosis import Diagnosis, diagnose, diagnose_sweep
+from optimizer.ledger import Ledger, hardware_id
 from optimizer.pool import Pool, SerialPool
 from optimizer.search import SEARCHERS, Proposal, Searcher
 from optimizer.space import Space, config_key
@@ -100,10 +106,12 @@ class Step:
     hypothesis: dict[str, str]
     verdict: Verdict
     reused: bool = False  # judged by an earlier run of the campaign (from the ledger)
+    # a win that changes these lossy knobs: not adopted, it waits for a person's approval
+    needs_approval: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return {"config": self.config, "hypothesis": self.hypothesis, "verdict": self.verdict.to_json(),
-                "reused": self.reused}
+                "reused": self.reused, "needs_approval": list(self.needs_approval)}
 
 
 @dataclass
@@ -112,6 +120,7 @@ class CampaignResult:
     noise: NoiseFloor
     steps: list[Step] = field(default_factory=list)
     accepted: list[Step] = field(default_factory=list)  # the path of accepted changes
+    awaiting_approval: list[Step] = field(default_factory=list)  # lossy wins, not adopted (module docstring)
     best: dict[str, Any] = field(default_factory=dict)
     best_noise: NoiseFloor | None = None
     diagnosis: Diagnosis | None = None
@@ -119,13 +128,18 @@ class CampaignResult:
     # the baseline measured again between candidates: config, value, the floor's median before
     # it, and whether it landed more than K spreads from that median
     rechecks: list[dict[str, Any]] = field(default_factory=list)
+    # measurements kept although their replay failed the fidelity gate (``allow_unfaithful``),
+    # earlier runs of the campaign included (from the ledger)
+    fidelity_overridden: int = 0
 
     def to_json(self) -> dict:
         return {"baseline": self.baseline, "noise": self.noise.to_json(), "rechecks": self.rechecks,
                 "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
                 "steps": [s.to_json() for s in self.steps],
-                "accepted": [s.to_json() for s in self.accepted], "best": self.best,
-                "best_noise": self.best_noise.to_json() if self.best_noise else None, "stopped": self.stopped}
+                "accepted": [s.to_json() for s in self.accepted],
+                "awaiting_approval": [s.to_json() for s in self.awaiting_approval], "best": self.best,
+                "best_noise": self.best_noise.to_json() if self.best_noise else None, "stopped": self.stopped,
+                "fidelity_overridden": self.fidelity_overridden}
 
 
 def workload_hash(trace: Trace) -> str:
@@ -140,8 +154,9 @@ def workload_hash(trace: Trace) -> str:
 class Campaign:
     """One tuning campaign. ``measure(config) -> Measurement`` is how a config is measured (see
     :func:`optimizer.measure.measure_on_engine`); ``identity`` keys its ledger rows (engine, version, hardware,
-    workload, objective). ``pool`` is where measurements run (:mod:`optimizer.pool`): with more
-    than one slot, :meth:`run` judges that many proposals a round, each on its own engine."""
+    workload, objective; the hardware is :func:`optimizer.ledger.hardware_id` unless it names one).
+    ``pool`` is where measurements run (:mod:`optimizer.pool`): with more than one slot,
+    :meth:`run` judges that many proposals a round, each on its own engine."""
 
     def __init__(self, *, space: Space, measure: Callable[[Mapping[str, Any]], Measurement],
                  ledger: str | Path, identity: Mapping[str, Any], baseline: Mapping[str, Any] | None = None,
@@ -154,7 +169,7 @@ class Campaign:
             raise ConfigError("--repeats: the noise floor needs at least 2 baseline runs")
         self.space = space
         self._measure = measure
-        self.ledger = Ledger(ledger, {**identity, "hardware": identity.get("hardware", platform.machine())})
+        self.ledger = Ledger(ledger, {**identity, "hardware": identity.get("hardware") or hardware_id()})
         self.baseline = dict(baseline or {})
         self.repeats = repeats
         self.budget = budget
@@ -200,6 +215,8 @@ class Campaign:
             i += take
             for k, t in enumerate(self.pool.map(self._measure, group)):
                 self._gpu_s += t.seconds * self.gpus
+                if self.result is not None:
+                    self.result.fidelity_overridden += bool(t.measurement.details.get("fidelity_overridden"))
                 times = {"started": t.started, "finished": t.started + t.seconds}
                 if recheck and k == 0:
                     self._recheck(t.measurement, times)
@@ -251,18 +268,44 @@ class Campaign:
         return floor
 
     def start(self) -> NoiseFloor:
-        """Measure (or read back) the baseline's noise floor, and diagnose its bottleneck from the
-        engine metrics of its first run."""
+        """Measure (or read back) the baseline's noise floor, then diagnose its bottleneck: from
+        the measure's diagnostic sweep of the baseline when it has one (``measure.diagnose(config)``,
+        :meth:`optimizer.measure.EngineMeasure.diagnose`; run once, in the ledger as the role
+        "diagnosis", so a resumed campaign reads it back), else from the engine metrics of the
+        baseline's first run."""
         if self.noise is None:
             self.noise = self._floor_of(self.baseline, "baseline")
-            first = self.ledger.entries(self.baseline, "baseline")[0].measurement.details
             knobs = {d.name: d.knob for d in self.space.dimensions}
             default_seqs = knobs["max_num_seqs"].default if "max_num_seqs" in knobs else None
-            self.diagnosis = diagnose(first.get("peaks", {}), first.get("counters", {}), self.baseline,
-                                      default_seqs, self.space.names, self.offered_reuse)
+            args = (self.baseline, default_seqs, self.space.names, self.offered_reuse)
+            sweep = self._sweep()
+            if sweep:
+                self.diagnosis = diagnose_sweep(sweep, *args)
+            else:
+                first = self.ledger.entries(self.baseline, "baseline")[0].measurement.details
+                self.diagnosis = diagnose(first.get("peaks", {}), first.get("counters", {}), *args,
+                                          rate=(first.get("summary") or {}).get("offered_rate"))
+            overridden = sum(bool(e.measurement.details.get("fidelity_overridden")) for e in self.ledger.entries())
             self.result = CampaignResult(baseline=dict(self.baseline), noise=self.noise, best=dict(self.baseline),
-                                         best_noise=self.noise, diagnosis=self.diagnosis)
+                                         best_noise=self.noise, diagnosis=self.diagnosis,
+                                         fidelity_overridden=overridden)
         return self.noise
+
+    def _sweep(self) -> list[dict]:
+        """The stages of the baseline's diagnostic sweep: from the ledger, or run now (in the pool,
+        its time counted against the budget) when the measure has one; [] when it has none or the
+        sweep ran no stage."""
+        done = self.ledger.entries(self.baseline, "diagnosis")
+        if done:
+            return done[-1].measurement.details.get("sweep") or []
+        sweep = getattr(self._measure, "diagnose", None)
+        if sweep is None:
+            return []
+        t = self.pool.map(sweep, [self.baseline])[0]
+        self._gpu_s += t.seconds * self.gpus
+        self.ledger.record(self.baseline, "diagnosis", t.measurement, started=t.started,
+                           finished=t.started + t.seconds)
+        return t.measurement.details.get("sweep") or []
 
     def evaluate(self, config: Mapping[str, Any], hypothesis: Mapping[str, str] | None = None) -> Verdict:
         """Measure ``config`` and judge it against the current baseline (the best so far). A config
@@ -274,9 +317,11 @@ class Campaign:
         """Judge ``proposals`` as one round, against the baseline in force when it starts: their
         first measurements run at once (the pool's slots), then the confirmations of those that
         cleared the bar. Of the round's confirmed wins, the one with the highest first measurement
-        becomes the baseline; the others keep their "better" (over the round's baseline)."""
+        becomes the baseline; the others keep their "better" (over the round's baseline). A win
+        that changes a lossy knob is not adopted: it waits for a person's approval."""
         self.start()
         noise = self.result.best_noise
+        base = self.result.best
         verdicts: list[Verdict | None] = [None] * len(proposals)
         reused: set[int] = set()
         fresh: list[int] = []
@@ -317,19 +362,24 @@ class Campaign:
         for i, p in enumerate(proposals):
             if verdicts[i] is None:
                 verdicts[i] = verdicts[twins[config_key(p.config)]]
-        steps = [Step(dict(p.config), dict(p.hypothesis), v, reused=i in reused)
+        steps = [Step(dict(p.config), dict(p.hypothesis), v, reused=i in reused,
+                      needs_approval=tuple(self.space.lossy_changes(base, p.config)) if v.kind == "better" else ())
                  for i, (p, v) in enumerate(zip(proposals, verdicts))]
         self.result.steps.extend(steps)
-        wins = [s for s in steps if s.verdict.kind == "better" and s.verdict.measurements[0].value > noise.median]
+        self.result.awaiting_approval.extend(s for s in steps if s.needs_approval)
+        wins = [s for s in steps if s.verdict.kind == "better" and not s.needs_approval
+                and s.verdict.measurements[0].value > noise.median]
         if wins:
             self._accept(max(wins, key=lambda s: s.verdict.measurements[0].value))
         return verdicts
 
     def _accept(self, step: Step) -> None:
-        """``step``'s config becomes the baseline, with the noise floor of its own runs."""
+        """``step``'s config becomes the baseline, with the noise floor of its own runs (measured
+        first: a floor that stops the campaign leaves the baseline as it was)."""
+        floor = self._floor_of(step.config, "confirm", extra=[step.verdict.measurements[0]])
         self.result.accepted.append(step)
         self.result.best = dict(step.config)
-        self.result.best_noise = self._floor_of(step.config, "confirm", extra=[step.verdict.measurements[0]])
+        self.result.best_noise = floor
         self._since_recheck = 0
 
     # -- driving -----------------------------------------------------------------------------------
@@ -350,11 +400,21 @@ class Campaign:
 
     def run(self, searcher: Searcher | None = None, progress: Callable[[Step], None] | None = None) -> CampaignResult:
         """Baseline, then rounds of the searcher's proposals (``slots`` a round) until it has none
-        or the budget is spent."""
+        or the budget is spent. A :class:`CampaignStopped` after the start (a recheck, a new
+        baseline's floor) is raised with ``result.stopped`` set to its reason and ``result``
+        holding what was judged before it."""
         self.start()
         searcher = searcher or self.searcher()
         if hasattr(searcher, "known"):
             searcher.known[config_key(self.result.best)] = self.result.best_noise.median
+        try:
+            self._rounds(searcher, progress)
+        except CampaignStopped as e:
+            self.result.stopped = str(e)
+            raise
+        return self.result
+
+    def _rounds(self, searcher: Searcher, progress: Callable[[Step], None] | None) -> None:
         while True:
             judged = sum(not s.reused for s in self.result.steps)
             why = self.budget.left(judged, self._started, self._gpu_s)
@@ -371,13 +431,12 @@ class Campaign:
                 self.result.stopped = "the searcher has nothing left to try"
                 break
             before = len(self.result.steps)
-            for proposal, verdict in zip(batch, self.evaluate_many(batch)):
-                value = verdict.measurements[0].value if verdict.measurements else None
-                searcher.tell(proposal, verdict.kind, value)
+            self.evaluate_many(batch)
+            for proposal, step in zip(batch, self.result.steps[before:]):
+                _tell(searcher, proposal, step)
             if progress is not None:
                 for step in self.result.steps[before:]:
                     progress(step)
-        return self.result
 
     # ask / tell for outside loops ------------------------------------------------------------------
     def ask(self) -> Proposal | None:
@@ -394,10 +453,17 @@ class Campaign:
         config and hypothesis) and tell the built-in searcher what came of it."""
         verdict = self.evaluate(proposal.config, proposal.hypothesis)
         if self._search is not None:
-            value = verdict.measurements[0].value if verdict.measurements else None
-            self._search.tell(proposal, verdict.kind, value)
+            _tell(self._search, proposal, self.result.steps[-1])
         return verdict
 
     def close(self) -> None:
         self.ledger.close()
         self.pool.close()
+
+
+def _tell(searcher: Searcher, proposal: Proposal, step: Step) -> None:
+    """Tell ``searcher`` what came of ``proposal``; a win awaiting approval as "same" (with its
+    value), since the campaign does not continue from it."""
+    v = step.verdict
+    value = v.measurements[0].value if v.measurements else None
+    searcher.tell(proposal, "same" if step.needs_approval else v.kind, value)

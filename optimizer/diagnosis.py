@@ -1,9 +1,17 @@
 """Bottleneck first: what limits the baseline, from the engine's own metrics during its replay.
 
-While a measurement's stage runs, the engine's ``/metrics`` is read every ``SAMPLE_S`` (running
-and waiting requests, KV-cache usage; :class:`MetricSampler`); with the counters at the end
-(preemptions, prefix-cache queries and hits) they name the bottleneck with its evidence, and the
-order in which the knobs are worth trying:
+While a stage runs, the engine's ``/metrics`` is read every ``SAMPLE_S`` (running and waiting
+requests, KV-cache usage; :class:`MetricSampler`); with the counters over the stage
+(preemptions, prefix-cache queries and hits, and where the engine reports them the time requests
+spent in prefill and in decode) they name the bottleneck with its evidence and the offered rate it
+was seen at, and the order in which the knobs are worth trying.
+
+The **diagnostic sweep** (:meth:`optimizer.measure.EngineMeasure.diagnose`, run once per
+campaign on the baseline): on one engine start, one stage at each of ``SWEEP_FACTORS`` (0.5, 1, 2)
+x the run's rate (with no rate, x its speedup), each with the run's own requests or duration,
+sampled stage by stage. :func:`diagnose_sweep` takes the diagnosis at the lowest rate where a
+bottleneck shows, else "not saturated" at the highest, and keeps every rate's evidence. A
+measure without a sweep is diagnosed from one stage (:func:`diagnose`). The bottlenecks:
 
 - **KV-bound**: requests were preempted, or KV usage reached ``KV_FULL`` (90%): memory for KV
   blocks limits the batch. Try prefix caching (reuse saves blocks), then fewer sequences or a
@@ -16,6 +24,12 @@ order in which the knobs are worth trying:
 - **cache-cold**: the prefix cache hit under ``COLD_HIT`` (10%) of its queries (or is off) while
   the workload offers reuse: try prefix caching first.
 - otherwise **not saturated**: the engine kept up at this rate; knobs in the space's order.
+
+Every evidence line ends with the share of the requests' running time (in the engine, queueing
+left out) that went to prefill, from vLLM's ``request_prefill_time_seconds`` and
+``request_decode_time_seconds`` histograms (the embedded engine exports them too) or llama.cpp's
+``prompt_seconds_total`` and ``tokens_predicted_seconds_total``; an engine that reports neither
+(SGLang) is said not to. It is evidence, not a rule: it does not change the bottleneck named.
 """
 
 from __future__ import annotations
@@ -25,12 +39,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["SAMPLE_S", "MetricSampler", "Diagnosis", "diagnose"]
+__all__ = ["SAMPLE_S", "SWEEP_FACTORS", "COUNTERS", "MetricSampler", "Diagnosis", "diagnose", "diagnose_sweep",
+           "counter_deltas", "phase_split"]
 
 SAMPLE_S = 0.5
 KV_FULL = 0.9
 KV_ROOM = 0.5
 COLD_HIT = 0.1
+# the diagnostic sweep's rates, as multiples of the run's rate
+SWEEP_FACTORS = (0.5, 1.0, 2.0)
+# the engine's counters (common names, replay.targets.engine.COMMON_METRICS) a sweep stage
+# reports over its own span: the difference between the scrapes before and after it
+COUNTERS = ("preemptions", "prefix_cache_queries", "prefix_cache_hits", "prompt_tokens", "generation_tokens",
+            "requests_finished", "prefill_time_s", "prefill_requests", "decode_time_s", "decode_requests")
 
 
 class MetricSampler:
@@ -65,14 +86,52 @@ class MetricSampler:
         self._thread.join(timeout=5)
 
 
+def counter_deltas(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """The :data:`COUNTERS` ``after`` reports, less what they were ``before`` (a stage's own)."""
+    return {k: float(after[k]) - float(before.get(k, 0.0)) for k in COUNTERS if k in after}
+
+
 @dataclass(frozen=True)
 class Diagnosis:
     bottleneck: str
     evidence: str
     order: list[str] = field(default_factory=list)
+    rate: float | None = None  # the offered rate (req/s) it was seen at, when known
+    # the diagnostic sweep, one entry per rate: rate, factor, peaks, counters, goodput_rps,
+    # throughput_rps, sent, completed, valid, and the bottleneck and evidence at that rate
+    sweep: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"bottleneck": self.bottleneck, "evidence": self.evidence, "order": self.order}
+        return {"bottleneck": self.bottleneck, "evidence": self.evidence, "order": self.order, "rate": self.rate,
+                "sweep": self.sweep}
+
+    def sweep_lines(self) -> list[str]:
+        """One line per rate of the sweep, for the reports."""
+        return [f"{_rate(s['rate'])}: {s['bottleneck']}, goodput {_num(s.get('goodput_rps'))} req/s, throughput "
+                f"{_num(s.get('throughput_rps'))} req/s{'' if s.get('valid', True) else ' (the runner fell behind)'}"
+                f" ({s['evidence']})" for s in self.sweep]
+
+
+def _rate(rate: float | None) -> str:
+    return "at the trace's own rate" if rate is None else f"at {rate:.3g} req/s"
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def phase_split(counters: Mapping[str, float]) -> str:
+    """How the requests' running time split between prefill and decode, or that the engine does
+    not report it."""
+    prefill, decode = counters.get("prefill_time_s"), counters.get("decode_time_s")
+    if prefill is None or decode is None:
+        return "prefill vs decode time not reported by the engine"
+    if prefill + decode <= 0:
+        return "no prefill or decode time reported"
+    n = counters.get("prefill_requests")
+    over = f" over {n:.0f} requests" if n else ""
+    return (f"prefill took {prefill / (prefill + decode):.0%} of the requests' running time (prefill {prefill:.3g} s, "
+            f"decode {decode:.3g} s{over})")
 
 
 def _ordered(preferred: list[str], names: list[str]) -> list[str]:
@@ -80,9 +139,33 @@ def _ordered(preferred: list[str], names: list[str]) -> list[str]:
 
 
 def diagnose(peaks: Mapping[str, float], counters: Mapping[str, float], config: Mapping[str, Any],
-             max_num_seqs_default: int | None, names: list[str], offered_reuse: float | None = None) -> Diagnosis:
-    """The bottleneck of one measurement (its gauge peaks and end counters), and the order to try
-    ``names`` in."""
+             max_num_seqs_default: int | None, names: list[str], offered_reuse: float | None = None,
+             rate: float | None = None) -> Diagnosis:
+    """The bottleneck of one stage (its gauge peaks and counters) offered at ``rate`` req/s, and
+    the order to try ``names`` in."""
+    found = _bottleneck(peaks, counters, config, max_num_seqs_default, names, offered_reuse)
+    at = "" if rate is None else f"{_rate(rate)}: "
+    return Diagnosis(found.bottleneck, f"{at}{found.evidence}; {phase_split(counters)}", found.order, rate)
+
+
+def diagnose_sweep(sweep: list[Mapping[str, Any]], config: Mapping[str, Any], max_num_seqs_default: int | None,
+                   names: list[str], offered_reuse: float | None = None) -> Diagnosis:
+    """The diagnosis of a sweep's stages (in rising rate: each with its rate, peaks and counters):
+    the one at the lowest rate where a bottleneck shows, else "not saturated" at the highest;
+    every rate's own, in ``sweep``."""
+    if not sweep:
+        raise ValueError("diagnose_sweep: no stages")
+    found = [diagnose(s.get("peaks", {}), s.get("counters", {}), config, max_num_seqs_default, names, offered_reuse)
+             for s in sweep]
+    per_rate = [{**s, "bottleneck": d.bottleneck, "evidence": d.evidence} for s, d in zip(sweep, found)]
+    i = next((i for i, d in enumerate(found) if d.bottleneck != "not saturated"), len(found) - 1)
+    pick = diagnose(sweep[i].get("peaks", {}), sweep[i].get("counters", {}), config, max_num_seqs_default, names,
+                    offered_reuse, rate=sweep[i].get("rate"))
+    return Diagnosis(pick.bottleneck, pick.evidence, pick.order, pick.rate, per_rate)
+
+
+def _bottleneck(peaks: Mapping[str, float], counters: Mapping[str, float], config: Mapping[str, Any],
+                max_num_seqs_default: int | None, names: list[str], offered_reuse: float | None) -> Diagnosis:
     running, waiting = peaks.get("running", 0.0), peaks.get("waiting", 0.0)
     kv = peaks.get("kv_usage")
     preemptions = counters.get("preemptions", 0.0) or 0.0

@@ -1,6 +1,7 @@
 """A campaign as one self-contained HTML page, in the fidelity report's style: the diagnosis, the
 noise floor, the path of accepted changes with each gain and noise band, the final config as the
-engine's flags, every experiment with its hypothesis and verdict, and a plot of the search.
+engine's flags, the wins on lossy knobs that need a person's approval, every experiment with its
+hypothesis and verdict, and a plot of the search.
 
 The plot: each experiment's measured objective in order (first measurement; a confirmation run
 beside it), coloured by verdict, over the band a win had to clear (the baseline of the moment:
@@ -38,7 +39,7 @@ def search_plot(result: CampaignResult) -> Plot:
             if m.value is not None:
                 ax.scatter([i + 0.2], [m.value], color=COLOURS.get(v.kind, "#000"), marker="D", s=18, zorder=3)
         spans.append((i - 0.5, median, bar))
-        if v.kind == "better" and first is not None:
+        if v.kind == "better" and not step.needs_approval and first is not None:
             median = first if len(v.measurements) < 2 or v.measurements[1].value is None else \
                 (first + v.measurements[1].value) / 2
     if spans:
@@ -59,15 +60,20 @@ def search_plot(result: CampaignResult) -> Plot:
 
 
 def html_report(result: CampaignResult, engine=None) -> str:
-    from optimizer.report import flags, rechecks_line
+    from optimizer.report import approval_line, flags, rechecks_line, verdict_text
 
     ok = bool(result.accepted)
     title = "Optimize: " + (f"{len(result.accepted)} change(s) accepted" if ok else "no change beat the noise")
+    if result.awaiting_approval:
+        title += f"; {len(result.awaiting_approval)} lossy win(s) need a person's approval"
     parts = [f'<div class="banner {"ok" if ok else "bad"}"><h1>{escape(title)}</h1></div>']
     if result.diagnosis:
         parts.append(f"<p><b>Bottleneck: {escape(result.diagnosis.bottleneck)}</b> "
                      f"({escape(result.diagnosis.evidence)}); knobs tried in the order "
                      f"{escape(', '.join(result.diagnosis.order))}.</p>")
+        if result.diagnosis.sweep:
+            parts.append("<p>The baseline's diagnostic sweep, one engine start:</p><ul>"
+                         + "".join(f"<li>{escape(line)}</li>" for line in result.diagnosis.sweep_lines()) + "</ul>")
     n = result.noise
     parts.append(f"<p>Baseline <code>{escape(flags(engine, result.baseline) or '(engine defaults)')}</code>: "
                  f"{n.median:.4g} over {len(n.values)} runs on fresh starts (spread {n.spread:.3g}, "
@@ -78,6 +84,10 @@ def html_report(result: CampaignResult, engine=None) -> str:
         f"<li>{escape(s.hypothesis.get('change', ''))}: gain "
         f"{'-' if s.verdict.gain is None else f'{s.verdict.gain:+.1%}'} ({escape(s.verdict.reason)})</li>"
         for s in result.accepted) + "</ol>" if result.accepted else "<h2>Accepted changes</h2><p>None.</p>")
+    if result.awaiting_approval:
+        parts.append("<h2>Needs a person's approval</h2><p>Wins that change lossy knobs (what the model computes); "
+                     "the campaign did not adopt them.</p><ul>" + "".join(
+                         f"<li>{escape(approval_line(s, engine))}</li>" for s in result.awaiting_approval) + "</ul>")
     parts.append(f"<p>Final config: <code>{escape(flags(engine, result.best) or '(engine defaults)')}</code>. "
                  f"Stopped: {escape(result.stopped)}.</p>")
     parts.append(figure_html(search_plot(result)))
@@ -86,7 +96,7 @@ def html_report(result: CampaignResult, engine=None) -> str:
         v = s.verdict
         value = v.measurements[0].value if v.measurements and v.measurements[0].value is not None else None
         rows.append(f"<tr><td class=\"num\">{i}</td><td>{escape(s.hypothesis.get('change', ''))}</td>"
-                    f"<td>{escape(v.kind)}{' (ledger)' if s.reused else ''}</td>"
+                    f"<td>{escape(verdict_text(s))}</td>"
                     f"<td class=\"num\">{'-' if value is None else f'{value:.4g}'}</td>"
                     f"<td class=\"num\">{'-' if v.gain is None else f'{v.gain:+.1%}'}</td>"
                     f"<td>{escape(v.reason)}</td><td>{escape(s.hypothesis.get('explanation', ''))}; predicted: "

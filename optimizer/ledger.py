@@ -1,7 +1,9 @@
 """The experiment ledger: every measurement a campaign made, failures included, in SQLite.
 
 Rows are keyed by the campaign's identity (engine and its version, hardware, workload hash,
-objective) and the config's canonical text (:func:`optimizer.space.config_key`). A campaign run
+objective) and the config's canonical text (:func:`optimizer.space.config_key`). The hardware
+is :func:`hardware_id` unless the identity names it: the machine type, the CPU model, the logical
+CPU count and the GPUs ``nvidia-smi`` lists, so a ledger moved to other hardware measures again. A campaign run
 again with the same identity finds what it measured before: a config already measured is not run
 again, a config that failed is a dead end, and the baseline's noise floor is reused. Each row is
 committed as soon as it is measured, so a killed campaign loses at most the experiment in flight.
@@ -10,24 +12,32 @@ committed as soon as it is measured, so a killed campaign loses at most the expe
 from __future__ import annotations
 
 import json
+import os
+import platform
+import shutil
 import sqlite3
+import subprocess
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from optimizer.space import config_key
 from optimizer.verdict import Measurement
 
-__all__ = ["Ledger", "Entry", "SCHEMA"]
+__all__ = ["Ledger", "Entry", "SCHEMA", "hardware_id", "NVIDIA_SMI_TIMEOUT_S"]
+
+NVIDIA_SMI_TIMEOUT_S = 10.0
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS experiments (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     campaign TEXT NOT NULL,          -- identity: engine, version, hardware, workload, objective (JSON)
     config TEXT NOT NULL,            -- canonical JSON of the config
-    role TEXT NOT NULL,              -- baseline | candidate | confirm | recheck
+    role TEXT NOT NULL,              -- baseline | candidate | confirm | recheck | diagnosis
     hypothesis TEXT,                 -- JSON: explanation, change, prediction, falsified_by
     value REAL,                      -- the objective, NULL when invalid
     invalid TEXT,                    -- why the measurement cannot be trusted
@@ -39,6 +49,40 @@ CREATE TABLE IF NOT EXISTS experiments (
 );
 CREATE INDEX IF NOT EXISTS by_config ON experiments (campaign, config);
 """
+
+
+def _cpu_model() -> str:
+    """/proc/cpuinfo's first "model name", else ``platform.processor()``."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return " ".join(value.split())
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _gpus() -> str:
+    """The GPUs ``nvidia-smi`` names (``NVIDIA H200 x2``), or "none" when it is absent or fails."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return "none"
+    try:
+        done = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
+                              timeout=NVIDIA_SMI_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return "none"
+    names = Counter(line.strip() for line in done.stdout.splitlines() if line.strip()) if done.returncode == 0 \
+        else Counter()
+    return ", ".join(f"{name} x{n}" if n > 1 else name for name, n in names.items()) or "none"
+
+
+@lru_cache(maxsize=1)
+def hardware_id() -> str:
+    """This machine as a ledger key: machine type, CPU model, logical CPUs, GPUs, e.g.
+    ``x86_64; AMD EPYC 7B13; 2 CPUs; GPUs: none``."""
+    return f"{platform.machine()}; {_cpu_model()}; {os.cpu_count() or 0} CPUs; GPUs: {_gpus()}"
 
 
 @dataclass(frozen=True)

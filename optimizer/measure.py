@@ -1,6 +1,7 @@
 """How a config is measured on a real (or the embedded) engine: a fresh start, one replay stage
 (or, for the ``max_rate`` objective, a rate search on that start), the engine's metrics, the
-fidelity gate and the output check. See :class:`EngineMeasure`.
+fidelity gate and the output check. See :class:`EngineMeasure`. Its :meth:`EngineMeasure.diagnose`
+is the baseline's diagnostic sweep (:mod:`optimizer.diagnosis`).
 
 Measurements are invalid, never numbers, when the engine failed to start, more than
 ``replay.sweep.MAX_FAILED_SHARE`` (10%) of the requests sent failed, the runner's send lag went
@@ -66,6 +67,42 @@ class EngineMeasure:
         answers = measurement.details.get("answers")
         if self.reference is None and answers is not None:
             self.reference = list(answers)
+
+    def diagnose(self, config: Mapping[str, Any]) -> Measurement:
+        """The diagnostic sweep of ``config`` (:mod:`optimizer.diagnosis`): on one start of the
+        engine, a stage at each of ``SWEEP_FACTORS`` x the run's rate (with no rate: x its
+        speedup), each with the run's requests or duration and its own metric sampler. It has no
+        value: ``details["sweep"]`` holds one entry per rate (rate, factor, peaks, the counters over
+        the stage, goodput, throughput, sent, completed, valid). Invalid when the engine failed to
+        start or a stage failed; the stages run before it are kept."""
+        from optimizer.diagnosis import SWEEP_FACTORS
+
+        try:
+            running = self.engine.launch(dict(config))
+        except ReplayError as e:
+            return Measurement(None, f"the engine failed to start: {e}", {"sweep": []})
+        stages: list[dict] = []
+        with running:
+            for factor in SWEEP_FACTORS:
+                try:
+                    stages.append(self._sweep_stage(running, factor))
+                except ReplayError as e:
+                    return Measurement(None, f"the replay failed at {factor:g} x the rate: {e}", {"sweep": stages})
+        return Measurement(None, None, {"sweep": stages})
+
+    def _sweep_stage(self, running, factor: float) -> dict:
+        from optimizer.diagnosis import MetricSampler, counter_deltas
+        from replay.runner import run_stage
+
+        rate = self.run.rate * factor if self.run.rate else None
+        speedup = None if rate else (self.run.speedup or 1.0) * factor
+        before = running.metrics()
+        with MetricSampler(running) as sampler:
+            stage = run_stage(self.trace, dataclasses.replace(self.run, url=running.url, rate=rate, speedup=speedup))
+        s = stage.summary
+        return {"rate": rate if rate else s["offered_rate"], "factor": factor, "peaks": sampler.peaks,
+                "counters": counter_deltas(before, running.metrics()),
+                **{k: s[k] for k in ("goodput_rps", "throughput_rps", "sent", "completed", "valid")}}
 
     def _stage(self, running, rate: float | None):
         from replay.runner import run_stage

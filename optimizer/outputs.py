@@ -1,10 +1,12 @@
 """Output equivalence: a lossless knob must not change what the model answers.
 
 A sample of the workload's requests (the first ``SAMPLE`` chat bodies) is sent to the engine
-greedily (temperature 0, ``TOKENS`` new tokens, not streamed) once on the baseline and
-once on each candidate whose changes are all lossless; the answers are compared token by token
-(tokenized with the trace's tokenizer; words, split on white space, for a trace whose tokenizer
-is not one this package can load). Greedy decoding can flip at a near-tie (two tokens
+greedily (temperature 0, the fixed ``seed`` ``SEED`` (0), ``TOKENS`` new tokens, not streamed)
+once on the baseline and once on each candidate whose changes are all lossless. The seed pins
+whatever sampling an engine still does at temperature 0 (the embedded engine, llama-server and
+vLLM read a request's ``seed``). The answers are compared token by token (tokenized with the
+trace's tokenizer; words, split on white space, for a trace whose tokenizer is not one this
+package can load). Greedy decoding can flip at a near-tie (two tokens
 within rounding of each other, which batch size and kernel choice move), after which the texts
 differ for good. The tolerance for that: a request agrees when its tokens are the same, or first
 differ at position ``NEAR_TIE_AFTER`` (8) or later; at most ``NEAR_TIE_REQUESTS`` (1) request of
@@ -20,10 +22,12 @@ from collections.abc import Callable, Sequence
 
 from replay.errors import TargetError
 
-__all__ = ["SAMPLE", "TOKENS", "NEAR_TIE_AFTER", "NEAR_TIE_REQUESTS", "greedy_answers", "compare", "encoder"]
+__all__ = ["SAMPLE", "TOKENS", "SEED", "NEAR_TIE_AFTER", "NEAR_TIE_REQUESTS", "greedy_answers", "compare",
+           "encoder"]
 
 SAMPLE = 8
 TOKENS = 16
+SEED = 0
 NEAR_TIE_AFTER = 8
 NEAR_TIE_REQUESTS = 1
 
@@ -32,7 +36,8 @@ def greedy_answers(url: str, bodies: Sequence[dict], model: str | None, timeout_
     """The engine's greedy answer to each chat body (its messages; everything else replaced)."""
     out = []
     for body in bodies:
-        request = {"messages": body["messages"], "max_tokens": TOKENS, "temperature": 0, "stream": False}
+        request = {"messages": body["messages"], "max_tokens": TOKENS, "temperature": 0, "seed": SEED,
+                   "stream": False}
         if model or body.get("model"):
             request["model"] = model or body.get("model")
         req = urllib.request.Request(f"{url.rstrip('/')}/v1/chat/completions", data=json.dumps(request).encode(),

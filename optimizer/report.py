@@ -1,8 +1,9 @@
 """A campaign as a person reads it: Markdown and JSON files, and a table on the terminal.
 
 It shows the diagnosis, the noise floor, every experiment with its hypothesis and verdict, the
-path of accepted changes with each one's gain and noise band, and the final config as the
-engine's own flags.
+path of accepted changes with each one's gain and noise band, the wins on lossy knobs that need
+a person's approval (never adopted by the campaign), and the final config as the engine's own
+flags.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from optimizer.campaign import CampaignResult
+from optimizer.campaign import CampaignResult, Step
 from optimizer.verdict import K
 
-__all__ = ["markdown", "print_result", "write_result", "flags", "rechecks_line"]
+__all__ = ["markdown", "print_result", "write_result", "flags", "rechecks_line", "approval_line", "verdict_text"]
 
 
 def flags(engine, config: dict[str, Any]) -> str:
@@ -37,6 +38,9 @@ def markdown(result: CampaignResult, engine=None, title: str = "Optimize") -> st
     if result.diagnosis:
         lines += [f"**Bottleneck: {result.diagnosis.bottleneck}** ({_esc(result.diagnosis.evidence)}); knobs tried "
                   f"in the order {', '.join(result.diagnosis.order)}.", ""]
+        if result.diagnosis.sweep:
+            lines += ["The baseline's diagnostic sweep, one engine start:", ""]
+            lines += [f"- {_esc(line)}" for line in result.diagnosis.sweep_lines()] + [""]
     n = result.noise
     lines += [f"Baseline `{_esc(flags(engine, result.baseline)) or '(engine defaults)'}`: {n.median:.4g} "
               f"(runs {', '.join(f'{v:.4g}' for v in n.values)}; spread {n.spread:.3g}, {n.relative:.1%}; a win must "
@@ -50,6 +54,10 @@ def markdown(result: CampaignResult, engine=None, title: str = "Optimize") -> st
         v = step.verdict
         gain = "-" if v.gain is None else f"{v.gain:+.1%}"
         lines.append(f"{i}. {_esc(step.hypothesis.get('change', ''))}: gain {gain} ({_esc(v.reason)})")
+    if result.awaiting_approval:
+        lines += ["", "## Needs a person's approval", "",
+                  "Wins that change lossy knobs (what the model computes); the campaign did not adopt them.", ""]
+        lines += [f"- {_esc(approval_line(step, engine))}" for step in result.awaiting_approval]
     best = flags(engine, result.best)
     lines += ["", f"Final config: `{_esc(best) or '(engine defaults)'}`", "",
               f"Stopped: {_esc(result.stopped)}", "", "## Experiments", "",
@@ -57,11 +65,26 @@ def markdown(result: CampaignResult, engine=None, title: str = "Optimize") -> st
     for i, step in enumerate(result.steps, 1):
         v = step.verdict
         value = v.measurements[0].value if v.measurements and v.measurements[0].value is not None else None
-        lines.append(f"| {i} | {_esc(step.hypothesis.get('change', json.dumps(step.config)))} | {v.kind}"
-                     f"{' (ledger)' if step.reused else ''} | {'-' if value is None else f'{value:.4g}'} | "
+        lines.append(f"| {i} | {_esc(step.hypothesis.get('change', json.dumps(step.config)))} | "
+                     f"{verdict_text(step)} | {'-' if value is None else f'{value:.4g}'} | "
                      f"{'-' if v.gain is None else f'{v.gain:+.1%}'} | {_esc(v.reason)} | "
                      f"{_esc(step.hypothesis.get('explanation', ''))} |")
     return "\n".join(lines) + "\n"
+
+
+def verdict_text(step: Step) -> str:
+    """The verdict as the tables show it: marked when it came from the ledger or needs approval."""
+    return (step.verdict.kind + (" (needs a person's approval)" if step.needs_approval else "")
+            + (" (ledger)" if step.reused else ""))
+
+
+def approval_line(step: Step, engine=None) -> str:
+    """A lossy win: its change, its gain, the lossy knobs, that a person must approve it, its flags."""
+    v = step.verdict
+    gain = "-" if v.gain is None else f"{v.gain:+.1%}"
+    return (f"{step.hypothesis.get('change') or json.dumps(step.config)}: gain {gain}, confirmed on a fresh "
+            f"restart; lossy knob(s) {', '.join(step.needs_approval)}: needs a person's approval "
+            f"(config: {flags(engine, step.config) or '(engine defaults)'})")
 
 
 def rechecks_line(result: CampaignResult) -> str:
@@ -85,6 +108,8 @@ def print_result(result: CampaignResult, engine=None) -> None:
     if result.diagnosis:
         console.print(f"bottleneck: {escape(result.diagnosis.bottleneck)} ({escape(result.diagnosis.evidence)})",
                       highlight=False)
+        for line in result.diagnosis.sweep_lines():
+            console.print(f"  {escape(line)}", highlight=False)
     n = result.noise
     console.print(f"baseline {n.median:.4g} ± {n.spread:.3g} ({n.relative:.1%}) over {len(n.values)} runs",
                   highlight=False)
@@ -95,9 +120,11 @@ def print_result(result: CampaignResult, engine=None) -> None:
         table.add_column(col)
     for i, step in enumerate(result.steps, 1):
         v = step.verdict
-        table.add_row(str(i), escape(step.hypothesis.get("change", "")), v.kind + (" (ledger)" if step.reused else ""),
+        table.add_row(str(i), escape(step.hypothesis.get("change", "")), escape(verdict_text(step)),
                       "-" if v.gain is None else f"{v.gain:+.1%}")
     console.print(table)
+    for step in result.awaiting_approval:
+        console.print(escape(approval_line(step, engine)), highlight=False)
     console.print(f"final config: {escape(flags(engine, result.best)) or '(engine defaults)'}", highlight=False)
     console.print(f"stopped: {escape(result.stopped)}", highlight=False)
 

@@ -177,5 +177,7 @@ class Space:
         yield from rec(0, {})
 
     def lossy_changes(self, base: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
-        """The lossy knobs ``config`` sets differently from ``base``."""
-        return [d.name for d in self.dimensions if not d.knob.lossless and config.get(d.name) != base.get(d.name)]
+        """The lossy knobs ``config`` sets differently from ``base`` (a knob either leaves out is at
+        the engine's default)."""
+        return [d.name for d in self.dimensions if not d.knob.lossless
+                and config.get(d.name, d.knob.default) != base.get(d.name, d.knob.default)]

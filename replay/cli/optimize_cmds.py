@@ -10,7 +10,9 @@ from pathlib import Path
 from replay.config import RunConfig, Slo, parse_duration_s, parse_slo
 from replay.errors import ConfigError
 
-__all__ = ["register", "parse_budget"]
+__all__ = ["register", "parse_budget", "ENGINE_CHOICES"]
+
+ENGINE_CHOICES = ["sim", "llama-server", "vllm", "sglang", "llama.cpp"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,14 +20,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "optimize",
         help="tune an engine's config against a trace: noise floor, diagnosis, verdicts that repeat",
         description="Measure the baseline config several times on fresh engine starts (its noise floor), name "
-                    "its bottleneck from the engine's metrics, then try configs from --space in the order the "
+                    "its bottleneck from the engine's metrics over a sweep (0.5, 1 and 2 x --rate on one start), then "
+                    "try configs from --space in the order the "
                     "diagnosis suggests. A candidate is better only when it beats the baseline by 3 spreads + 1% "
                     "and does it again on a fresh restart; every experiment, its hypothesis and verdict go to a "
-                    "SQLite ledger, so a campaign run again resumes. Exit 0 when it ran (whatever it found).",
+                    "SQLite ledger, so a campaign run again resumes. Exit 0 when it ran (whatever it found); 1 "
+                    "when it stopped (a failed or too noisy baseline; after the start, the report of what was "
+                    "judged until then is written).",
     )
     p.add_argument("trace", type=Path, help="the workload (a Trace; it must replay faithfully, see --allow-unfaithful)")
-    p.add_argument("--engine", default="sim", choices=["sim", "llama-server", "vllm", "sglang"],
-                   help="the engine to start for every measurement (default sim, the embedded engine)")
+    # replay.targets.registry's ENGINES and ALIASES (not imported here: the CLI starts without the adapters)
+    p.add_argument("--engine", default="sim", choices=ENGINE_CHOICES,
+                   help="the engine to start for every measurement: sim (the embedded engine, default), "
+                        "llama-server (also called llama.cpp), vllm or sglang")
     p.add_argument("--model", help="llama-server: a GGUF file; vllm / sglang: a model folder")
     p.add_argument("--sim-profile", default="a100-80g/llama-3-8b", help="sim: hardware + model profile")
     p.add_argument("--sim-time-scale", type=float, default=1.0,
@@ -108,10 +115,10 @@ def _engine(args: argparse.Namespace):
     from replay.targets.registry import engine_class
 
     cls = engine_class(args.engine)
-    if args.engine == "sim":
+    if cls.name == "sim":
         return cls(profile=args.sim_profile, time_scale=args.sim_time_scale)
     if not args.model:
-        raise ConfigError(f"--model: {args.engine} needs a model to serve")
+        raise ConfigError(f"--model: {cls.name} needs a model to serve")
     return cls(model=args.model)
 
 
@@ -134,7 +141,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from optimizer import (Campaign, CampaignStopped, LocalPool, Objective, RayPool, SerialPool, Space,
                            measure_on_engine)
     from optimizer.campaign import RECHECK_EVERY, workload_hash
-    from optimizer.report import print_result, write_result
+    from optimizer.report import print_result, verdict_text, write_result
     from replay.inspect import prefix_reuse_share
     from replay.trace import read_trace
 
@@ -172,7 +179,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         raise ConfigError(f"--budget: gpus={budget.gpus} is fewer than one engine's --gpus {args.gpus}")
     if args.ray:
         pool = RayPool(args.parallel, address=None if args.ray == "auto" else args.ray,
-                       gpus=args.gpus if args.engine != "sim" else 0)
+                       gpus=args.gpus if engine.name != "sim" else 0)
     else:
         pool = LocalPool(args.parallel) if args.parallel > 1 else SerialPool()
     campaign = Campaign(space=space, measure=measure, ledger=args.ledger or out / "ledger.sqlite", identity=identity,
@@ -192,17 +199,26 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         if not args.json:
             d = campaign.diagnosis
             print(f"bottleneck: {d.bottleneck} ({d.evidence})", file=sys.stderr)
-        result = campaign.run(progress=None if args.json else
-                              lambda step: print(f"  {step.hypothesis.get('change', '')}: {step.verdict.kind}",
-                                                 file=sys.stderr))
+        try:
+            result, stop = campaign.run(progress=None if args.json else
+                                        lambda step: print(f"  {step.hypothesis.get('change', '')}: "
+                                                           f"{verdict_text(step)}", file=sys.stderr)), None
+        except CampaignStopped as e:  # result.stopped says why; the report shows what was judged
+            result, stop = campaign.result, e
     finally:
         campaign.close()
     if args.allow_unfaithful:
-        result.stopped += " (--allow-unfaithful: the fidelity gate was overridden)"
+        n = result.fidelity_overridden
+        result.stopped += (f" (--allow-unfaithful: {n} measurement{'s' * (n != 1)} failed the fidelity gate and "
+                           f"{'were' if n != 1 else 'was'} kept)" if n else
+                           " (--allow-unfaithful: every measurement passed the fidelity gate)")
     paths = write_result(result, out, engine)
     if args.json:
         print(json.dumps(result.to_json(), indent=2, default=str))
     else:
         print_result(result, engine)
         print(f"report: {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    if stop is not None:
+        print(f"error: optimize: {stop}", file=sys.stderr)
+        return 1
     return 0

@@ -40,6 +40,10 @@ COMMON_METRICS: dict[str, str] = {
     "cached_prompt_tokens": "prompt tokens served from cache (counter)",
     "requests_finished": "requests finished (counter)",
     "gen_throughput": "the engine's own generation throughput gauge, tok/s",
+    "prefill_time_s": "seconds requests spent in prefill, from scheduled to first token, summed (counter)",
+    "prefill_requests": "requests whose prefill time is counted (counter)",
+    "decode_time_s": "seconds requests spent in decode, from first to last token, summed (counter)",
+    "decode_requests": "requests whose decode time is counted (counter)",
 }
 
 

@@ -61,6 +61,8 @@ LLAMACPP_METRICS: MetricSpec = {
     "prompt_tokens": (("llamacpp:prompt_tokens",), "sum"),
     "generation_tokens": (("llamacpp:tokens_predicted",), "sum"),
     "cached_prompt_tokens": (("llamacpp:prompt_tokens_cached",), "sum"),
+    "prefill_time_s": (("llamacpp:prompt_seconds",), "sum"),  # prompt processing time (counter)
+    "decode_time_s": (("llamacpp:tokens_predicted_seconds",), "sum"),  # generation time (counter)
 }
 
 

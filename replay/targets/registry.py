@@ -1,4 +1,5 @@
-"""The engines the suite knows by name: ``sim``, ``llama-server``, ``vllm``, ``sglang``."""
+"""The engines the suite knows by name: ``sim``, ``llama-server``, ``vllm``, ``sglang``, and the
+other names they go by (:data:`ALIASES`: ``llama.cpp`` is llama-server)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from replay.targets.sglang_engine import SGLang
 from replay.targets.sim_engine import SimEngine
 from replay.targets.vllm_engine import Vllm
 
-__all__ = ["ENGINES", "engine_class"]
+__all__ = ["ENGINES", "ALIASES", "engine_class"]
 
 ENGINES: dict[str, type[ProcessEngine]] = {
     SimEngine.name: SimEngine,
@@ -18,10 +19,14 @@ ENGINES: dict[str, type[ProcessEngine]] = {
     SGLang.name: SGLang,
 }
 
+# other names of an engine -> its name in ENGINES
+ALIASES: dict[str, str] = {"llama.cpp": LlamaServer.name}
+
 
 def engine_class(name: str) -> type[ProcessEngine]:
-    """The adapter class called ``name``, or a ConfigError listing the known ones."""
+    """The adapter class called ``name`` (or one of its :data:`ALIASES`), or a ConfigError listing
+    the known ones."""
     try:
-        return ENGINES[name]
+        return ENGINES[ALIASES.get(name, name)]
     except KeyError:
-        raise ConfigError(f"--engine: '{name}' unknown (one of {', '.join(ENGINES)})") from None
+        raise ConfigError(f"--engine: '{name}' unknown (one of {', '.join([*ENGINES, *ALIASES])})") from None

@@ -75,6 +75,10 @@ VLLM_METRICS: MetricSpec = {
     "generation_tokens": (("vllm:generation_tokens",), "sum"),
     "cached_prompt_tokens": (("vllm:prompt_tokens_cached",), "sum"),
     "requests_finished": (("vllm:request_success",), "sum"),
+    "prefill_time_s": (("vllm:request_prefill_time_seconds_sum",), "sum"),
+    "prefill_requests": (("vllm:request_prefill_time_seconds_count",), "sum"),
+    "decode_time_s": (("vllm:request_decode_time_seconds_sum",), "sum"),
+    "decode_requests": (("vllm:request_decode_time_seconds_count",), "sum"),
 }
 
 

@@ -5,6 +5,7 @@ from its ledger without measuring anything twice."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 
@@ -147,19 +148,19 @@ def test_a_lossless_knob_that_changes_the_answers_is_invalid(workload):
     from replay.targets import SimEngine
     from replay.trace import read_trace
 
-    from replay.targets.engine import Knob
+    class MisclassifiedSim(SimEngine):
+        """The embedded engine with its KV-cache precision knob claiming to be lossless (it is not:
+        fp8 writes other answers), as a misclassified knob of a real engine would. (The sampling
+        seed cannot serve here: the greedy sample sends a fixed seed of its own.)"""
 
-    class SeededSim(SimEngine):
-        """The embedded engine with its text seed as a knob that claims to be lossless (it is not:
-        another seed writes other answers), as a misclassified knob of a real engine would."""
-
-        knobs = SimEngine.knobs + (Knob("seed", "--seed", "int", default=0, range=(0, 2**31 - 1)),)
+        knobs = tuple(dataclasses.replace(k, lossless=True) if k.name == "kv_cache_dtype" else k
+                      for k in SimEngine.knobs)
 
     trace = read_trace(workload)
-    engine = SeededSim(time_scale=0.05)
+    engine = MisclassifiedSim(time_scale=0.05)
     run = RunConfig(url="http://127.0.0.1:0", rate=10, requests=10, lag_bound_ms=20)
     measure = measure_on_engine(engine, trace, run, Objective("throughput"), baseline={"max_num_seqs": 4})
     assert measure({"max_num_seqs": 4}).invalid is None  # the baseline: its greedy answers are the reference
     assert measure({"max_num_seqs": 16}).invalid is None  # batching does not change the embedded engine's answers
-    changed = measure({"max_num_seqs": 4, "seed": 7})  # another sampling seed does
+    changed = measure({"max_num_seqs": 4, "kv_cache_dtype": "fp8"})  # KV precision does
     assert changed.invalid and changed.invalid.startswith("outputs changed under a lossless knob"), changed.invalid

@@ -69,7 +69,10 @@ fn warm_connections_are_kept_open_across_a_quiet_spell() {
         .find(|a| a.path != "/v1/models" && common::index_of(&a.body) == 1)
         .unwrap();
     let accepted_at = server.accepted_at.lock().unwrap();
-    assert!(accepted_at.len() >= 2, "the expiring connection was replaced");
+    assert!(
+        accepted_at.len() >= 2,
+        "the expiring connection was replaced"
+    );
     // Every connection was open well before the request came: the replacement was opened about
     // 3 s into the run (1.5 s before the request); a connect on the request's own path would be
     // accepted just before it arrives.

@@ -83,7 +83,8 @@ struct Outlet {
     /// Unsent text (streams) or all text so far (whole answers).
     text: String,
     arrived: Instant,
-    scheduled: bool,
+    /// When the scheduler first took it (its prefill starts).
+    scheduled: Option<Instant>,
     first: Option<Instant>,
     last: Option<Instant>,
 }
@@ -210,7 +211,7 @@ impl Engine {
             pending: Vec::new(),
             text: String::new(),
             arrived: sub.arrived,
-            scheduled: false,
+            scheduled: None,
             first: None,
             last: None,
         });
@@ -271,8 +272,8 @@ impl Engine {
         let mut m = self.metrics.lock().expect("metrics");
         for &id in ids {
             if let Some(o) = self.outlets[id as usize].as_mut() {
-                if !o.scheduled {
-                    o.scheduled = true;
+                if o.scheduled.is_none() {
+                    o.scheduled = Some(now);
                     m.queue.observe((now - o.arrived).as_secs_f64());
                 }
             }
@@ -293,6 +294,9 @@ impl Engine {
             m.generation_tokens += new.len() as u64;
             if out.first.is_none() {
                 m.ttft.observe((now - out.arrived).as_secs_f64());
+                if let Some(at) = out.scheduled {
+                    m.prefill.observe((now - at).as_secs_f64());
+                }
                 m.prompt_tokens += seq.prompt_len as u64;
                 m.prompt_tokens_cached += seq.cached_tokens.unwrap_or(0) as u64;
             } else if let Some(last) = out.last {
@@ -370,6 +374,9 @@ impl Engine {
         m.finished(finish.as_str());
         if finish != FinishReason::Abort {
             m.e2e.observe((now - out.arrived).as_secs_f64());
+            if let Some(first) = out.first {
+                m.decode.observe((now - first).as_secs_f64());
+            }
         }
         if let Sink::Whole { tx } = out.sink {
             let _ = tx.send(Answer {

@@ -85,6 +85,9 @@ pub struct Metrics {
     pub itl: Histogram,
     pub e2e: Histogram,
     pub queue: Histogram,
+    /// From scheduled to first token, and from first to last token (vLLM's phases).
+    pub prefill: Histogram,
+    pub decode: Histogram,
     pub steps: u64,
 }
 
@@ -105,6 +108,8 @@ impl Metrics {
             itl: Histogram::new(ITL_BUCKETS),
             e2e: Histogram::new(E2E_BUCKETS),
             queue: Histogram::new(E2E_BUCKETS),
+            prefill: Histogram::new(E2E_BUCKETS),
+            decode: Histogram::new(E2E_BUCKETS),
             steps: 0,
         }
     }
@@ -246,6 +251,16 @@ impl Metrics {
                 "Histogram of time spent in WAITING phase for request.",
                 &self.queue,
             ),
+            (
+                "request_prefill_time_seconds",
+                "Histogram of time spent in PREFILL phase for request.",
+                &self.prefill,
+            ),
+            (
+                "request_decode_time_seconds",
+                "Histogram of time spent in DECODE phase for request.",
+                &self.decode,
+            ),
         ];
         for (name, help, h) in hists {
             histogram(&mut out, name, help, &labels, h);
@@ -354,6 +369,8 @@ mod tests {
             "vllm:time_to_first_token_seconds_count{engine=\"0\",model_name=\"sim\"} 3.0",
             "vllm:inter_token_latency_seconds_count{",
             "vllm:e2e_request_latency_seconds_sum{",
+            "vllm:request_prefill_time_seconds_count{",
+            "vllm:request_decode_time_seconds_sum{",
             "num_gpu_blocks=\"100\"",
         ] {
             assert!(text.contains(needle), "missing {needle}\n{text}");

@@ -138,9 +138,9 @@ def test_a_killed_campaign_resumes_from_its_ledger(tmp_path):
 
     with pytest.raises(Killed):
         campaign(tmp_path, dies_after(12)).run()
-    from optimizer.ledger import Ledger
+    from optimizer.ledger import Ledger, hardware_id
 
-    with Ledger(tmp_path / "ledger.sqlite", {"engine": "sim", "workload": "w", "hardware": __import__("platform").machine()}) as ledger:
+    with Ledger(tmp_path / "ledger.sqlite", {"engine": "sim", "workload": "w", "hardware": hardware_id()}) as ledger:
         judged = {config_key(e.config) for e in ledger.entries(role="candidate") if e.verdict}
         rows = len(ledger.entries())
         candidate_rows = len(ledger.entries(role="candidate"))
@@ -151,7 +151,7 @@ def test_a_killed_campaign_resumes_from_its_ledger(tmp_path):
     # the floor came from the ledger: the baseline is measured again only as a recheck, after
     # RECHECK_EVERY candidates
     assert config_key(BASE) not in again[:RECHECK_EVERY], "the baseline's noise floor came from the ledger"
-    with Ledger(tmp_path / "ledger.sqlite", {"engine": "sim", "workload": "w", "hardware": __import__("platform").machine()}) as ledger:
+    with Ledger(tmp_path / "ledger.sqlite", {"engine": "sim", "workload": "w", "hardware": hardware_id()}) as ledger:
         trials_again = {config_key(e.config) for e in ledger.entries(role="candidate")[candidate_rows:]}
     # (an accepted config is measured again only for its floor and as a recheck)
     assert not judged & trials_again, "no judged config was tried again"

@@ -34,7 +34,7 @@ def test_list_json_describes_one_engine(capsys):
 def test_list_unknown_engine_is_a_one_line_error(capsys):
     assert main(["engines", "list", "--engine", "tgi"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "error: --engine: 'tgi' unknown (one of sim, llama-server, vllm, sglang)")
+        "error: --engine: 'tgi' unknown (one of sim, llama-server, vllm, sglang, llama.cpp)")
 
 
 def test_tiny_model_writes_a_hf_folder(tmp_path, capsys):

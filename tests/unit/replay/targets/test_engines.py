@@ -173,6 +173,9 @@ def test_vllm_metrics_from_a_real_scrape():
     assert m["prefix_cache_hit_rate"] == pytest.approx(384 / 822)
     assert m["prompt_tokens"] == 822 and m["generation_tokens"] == 16
     assert m["cached_prompt_tokens"] == 384 and m["requests_finished"] == 2 and m["preemptions"] == 0
+    # the prefill / decode histograms' sums and counts (the optimizer's diagnosis splits the time)
+    assert m["prefill_time_s"] == pytest.approx(0.04666076500006966) and m["prefill_requests"] == 2
+    assert m["decode_time_s"] == pytest.approx(0.10399444799941193) and m["decode_requests"] == 2
     assert SimEngine().common_metrics(_fixture("vllm.txt")) == m        # the simulator speaks vLLM's names
 
 
@@ -183,6 +186,8 @@ def test_llamacpp_metrics_from_a_real_scrape():
     assert m["prefix_cache_hits"] == m["cached_prompt_tokens"] == 614
     assert m["prompt_tokens"] == m["prefix_cache_queries"] == 322 + 614
     assert m["prefix_cache_hit_rate"] == pytest.approx(614 / 936)
+    # prompt processing and generation time: prefill and decode, with no request counts
+    assert m["prefill_time_s"] == 0.01838 and m["decode_time_s"] == 0.051703 and "prefill_requests" not in m
 
 
 @pytest.mark.parametrize("name", ["llama-server", "vllm", "sglang"])
