@@ -1,4 +1,4 @@
-"""Importer of Langfuse generations exported as JSON Lines into a Trace.
+"""Importer of Langfuse generations exported as JSON Lines into a Trace file.
 
 Owns :func:`import_langfuse` and :func:`parse_langfuse_line`. One observation a line, as the
 public API returns it (camelCase: ``traceId``, ``startTime``, ``completionStartTime``,
@@ -26,7 +26,8 @@ strings for unset fields). Both spellings are read
 - TTFT is ``completionStartTime - startTime``, E2E ``endTime - startTime``; the status is 500
   for ``level`` ERROR, else 200.
 
-The rest is :func:`capture.importers.logs.build_trace`.
+The rest (two streaming passes, tokens, hashes, sessions, the report) is
+:mod:`capture.importers.logs`.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from capture.importers.logs import (
     LineError,
@@ -43,14 +45,16 @@ from capture.importers.logs import (
     NotARequest,
     Usage,
     answer_text,
-    build_trace,
     count,
     duration_us,
     opt_str,
     parse_time_us,
-    read_records,
+    scan_log,
+    write_log_trace,
 )
-from replay.trace import Trace
+
+if TYPE_CHECKING:
+    from capture.importers.tokens import ImportResult
 
 __all__ = ["import_langfuse", "parse_langfuse_line"]
 
@@ -200,15 +204,18 @@ def parse_langfuse_line(obj: dict) -> LogRecord:
 
 def import_langfuse(
     path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
     *,
     tokenizer: str = "gpt2",
     block_size: int = 16,
     skip_bad: bool = False,
     limit: int | None = None,
-) -> Trace:
-    """Read a JSON Lines export of Langfuse observations (generations) into a Trace of raw text."""
-    path = Path(path)
-    records, report = read_records(path, parse_langfuse_line, skip_bad=skip_bad, limit=limit)
-    report.setdefault("non_generation_observations", 0)
-    return build_trace(records, source=path.name, source_format=SOURCE_FORMAT,
-                       tokenizer=tokenizer, block_size=block_size, report=report)
+    key: Any | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ImportResult:
+    """Import a JSON Lines export of Langfuse observations (generations) into the Trace file
+    ``out`` (raw text unless ``key`` is given: :func:`capture.importers.logs.write_log_trace`)."""
+    index = scan_log(Path(path), parse_langfuse_line, skip_bad=skip_bad, limit=limit)
+    index.report.setdefault("non_generation_observations", 0)
+    return write_log_trace(index, parse_langfuse_line, out, source_format=SOURCE_FORMAT,
+                           tokenizer=tokenizer, block_size=block_size, key=key, progress=progress)

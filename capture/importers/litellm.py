@@ -1,4 +1,4 @@
-"""Importer of LiteLLM's StandardLoggingPayload, one JSON object a line, into a Trace.
+"""Importer of LiteLLM's StandardLoggingPayload, one JSON object a line, into a Trace file.
 
 Owns :func:`import_litellm` and :func:`parse_litellm_line`. The payload is what LiteLLM hands
 every logging callback for each successful and failed call
@@ -26,14 +26,16 @@ every logging callback for each successful and failed call
   ``litellm_trace_id`` / ``litellm_session_id``).
 
 A ``cache_hit`` call was answered by LiteLLM's own cache, not an engine; it is imported like the
-others. The rest is :func:`capture.importers.logs.build_trace`.
+others. The rest (two streaming passes, tokens, hashes, sessions, the report) is
+:mod:`capture.importers.logs`.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from capture.importers.logs import (
     LineError,
@@ -41,7 +43,6 @@ from capture.importers.logs import (
     NotARequest,
     Usage,
     answer_text,
-    build_trace,
     content_text,
     count,
     duration_us,
@@ -49,9 +50,12 @@ from capture.importers.logs import (
     openai_usage,
     opt_str,
     parse_time_us,
-    read_records,
+    scan_log,
+    write_log_trace,
 )
-from replay.trace import Trace
+
+if TYPE_CHECKING:
+    from capture.importers.tokens import ImportResult
 
 __all__ = ["import_litellm", "parse_litellm_line"]
 
@@ -186,14 +190,17 @@ def parse_litellm_line(obj: dict) -> LogRecord:
 
 def import_litellm(
     path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
     *,
     tokenizer: str = "gpt2",
     block_size: int = 16,
     skip_bad: bool = False,
     limit: int | None = None,
-) -> Trace:
-    """Read a JSON Lines file of LiteLLM StandardLoggingPayloads into a Trace of raw text."""
-    path = Path(path)
-    records, report = read_records(path, parse_litellm_line, skip_bad=skip_bad, limit=limit)
-    return build_trace(records, source=path.name, source_format=SOURCE_FORMAT,
-                       tokenizer=tokenizer, block_size=block_size, report=report)
+    key: Any | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ImportResult:
+    """Import a JSON Lines file of LiteLLM StandardLoggingPayloads into the Trace file ``out``
+    (raw text unless ``key`` is given: :func:`capture.importers.logs.write_log_trace`)."""
+    index = scan_log(Path(path), parse_litellm_line, skip_bad=skip_bad, limit=limit)
+    return write_log_trace(index, parse_litellm_line, out, source_format=SOURCE_FORMAT,
+                           tokenizer=tokenizer, block_size=block_size, key=key, progress=progress)

@@ -1,10 +1,23 @@
-"""Request logs into a Trace: the common record, the line reader and the one record->Trace builder.
+"""Request logs into a Trace file: the common record, the two reading passes and the one
+record->row builder.
 
 Owns :class:`Usage`, :class:`LogRecord`, :class:`LineError`, :class:`BadLines`, :class:`NotARequest`,
-:func:`read_records`, :func:`build_trace`, :func:`import_log` and the small field readers the
+:class:`LogIndex`, :func:`scan_log`, :class:`SessionLinker`, :class:`TokenCache`,
+:func:`write_log_trace`, :func:`build_trace`, :func:`import_log` and the small field readers the
 format modules share (:func:`parse_time_us`, :func:`answer_text`, ...). Each format module
 (``openai_log``, ``litellm``, ``langfuse``) turns one JSON line into one :class:`LogRecord`;
 everything after that is here, the same for every format.
+
+Streaming, in bounded memory (a log may hold millions of requests, each repeating its
+conversation's history): the first pass (:func:`scan_log`) parses every line and keeps of each
+request only its line, the byte offset of the line and its arrival (a :class:`LogIndex`), plus
+how many requests share each group id. The second (:func:`write_log_trace`) reads the requests
+again in arrival order (a file already in arrival order straight through, otherwise each line
+where it starts), builds their rows and writes them a chunk at a time (:data:`CHUNK_ROWS` rows
+or :data:`CHUNK_CHARS` characters of bodies and answers) as Parquet row groups. What lasts
+across chunks: the index, the request ids, the :class:`SessionLinker`'s few numbers a request
+and a :class:`TokenCache` of at most :data:`TOKEN_CACHE_BYTES`. :func:`build_trace` builds the
+same rows from records in memory.
 
 Reading: JSON Lines; lines are numbered from 1, blank ones counted but skipped. A malformed line raises a
 one-line :class:`~replay.errors.TraceError` ``FILE: line N: <what> (field 'x')``; with
@@ -12,10 +25,10 @@ one-line :class:`~replay.errors.TraceError` ``FILE: line N: <what> (field 'x')``
 that is not a request (a Langfuse span, a LiteLLM embedding call) is skipped and counted by
 kind. A request id seen on an earlier line is a malformed line. An empty result is an error.
 
-Building (:func:`build_trace`):
+Building (:func:`write_log_trace`, :func:`build_trace`):
 
-- Rows in arrival order (stable); ``t0_unix_us`` is the first arrival, ``arrival_us`` counts
-  from it.
+- Rows in arrival order (stable: equal arrivals keep file order); ``t0_unix_us`` is the first
+  arrival, ``arrival_us`` counts from it.
 - Tokens and hashes from the real text under the trace's tokenizer: ``input_tokens`` is the
   number of :func:`replay.bodies.prompt_token_ids` of the texts of
   :func:`replay.bodies.text_slots` (the one rule for a body's prompt text), ``block_hashes`` are
@@ -45,9 +58,13 @@ Building (:func:`build_trace`):
   begins a new session whose id is its own request id (turn 0). Two conversations that only
   share a system prompt (or any prefix that is not a whole earlier request plus an assistant
   message) never merge.
-- Metadata: ``redaction_policy="none"`` (raw text: the caller redacts), ``import_report`` a
-  JSON object: lines read, records imported, skipped lines (count and the first few with
-  line numbers and reasons), lines that were not requests by kind, and how sessions were found.
+- Metadata: ``redaction_policy="none"`` (raw text), ``import_report`` a JSON object: lines
+  read, records imported, skipped lines (count and the first few with line numbers and
+  reasons), lines that were not requests by kind, and how sessions were found.
+- Redaction: given a key, :func:`write_log_trace` redacts each chunk
+  (:class:`redact.pipeline.Redactor`) before it is written, so no raw text reaches the disk;
+  tokens and hashes stay those of the raw text, and the metadata is what ``replay redact``
+  writes.
 """
 
 from __future__ import annotations
@@ -58,18 +75,23 @@ import json
 import math
 import os
 import re
-from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+import time
+from array import array
+from collections import Counter, OrderedDict, defaultdict
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
 from replay.blocks import HASH_ALGO, block_hashes
 from replay.errors import ConfigError, TraceError
-from replay.trace import APIS, Trace, TraceMeta, validate
+from replay.trace import APIS, Trace, TraceMeta, TraceWriter, read_meta, validate
+
+if TYPE_CHECKING:
+    from capture.importers.tokens import ImportResult
 
 __all__ = [
     "LOG_FORMATS",
@@ -78,8 +100,11 @@ __all__ = [
     "LineError",
     "BadLines",
     "NotARequest",
+    "LogIndex",
     "SessionLinker",
-    "read_records",
+    "TokenCache",
+    "scan_log",
+    "write_log_trace",
     "build_trace",
     "import_log",
     "parse_time_us",
@@ -90,6 +115,14 @@ __all__ = [
 LOG_FORMATS = ("openai", "litellm", "langfuse")
 # skipped lines whose line number and reason the import report keeps
 REPORT_FIRST_SKIPPED = 5
+# a chunk of rows (one Parquet row group, what memory holds of the rows) ends at this many rows
+# or this many characters of bodies and answers, whichever comes first
+CHUNK_ROWS = 8192
+CHUNK_CHARS = 64 << 20
+# the token ids of distinct texts kept for reuse (ids and entries, bytes), and what an entry
+# costs besides its ids (its key, the array's header, the cache's links)
+TOKEN_CACHE_BYTES = 64 << 20
+TOKEN_CACHE_ENTRY_BYTES = 256
 
 
 @dataclass(frozen=True)
@@ -119,7 +152,7 @@ class LogRecord:
     ttft_us: int | None = None
     e2e_us: int | None = None
     status: int | None = None  # HTTP status
-    line: int = 0  # 1-based line number in the file (set by read_records)
+    line: int = 0  # 1-based line number in the file (set by scan_log)
 
 
 class LineError(Exception):
@@ -320,47 +353,95 @@ def api_of_body(body: Any, field: str = "body") -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# reading
+# reading: the first pass (where each request is, when it arrived), the second (the requests
+# again, in arrival order)
 
 
-def read_records(
+@dataclass(frozen=True)
+class LogIndex:
+    """What the first pass over a log keeps of each request, in file order: its line, the byte
+    offset of that line and its arrival (µs since the Unix epoch; 0 where the line has no time),
+    so that the second pass can read the requests again in arrival order. Also the group ids
+    that two requests or more share (the sessions they make) and the reading half of the import
+    report. A few numbers a request, never its text."""
+
+    path: Path
+    lines: np.ndarray     # int64, 1-based line numbers
+    offsets: np.ndarray   # int64, where those lines start
+    arrivals: np.ndarray  # int64
+    untimed: int | None   # the first request's line that has no time (None: all have one)
+    shared_groups: frozenset[str]
+    report: dict
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def timed(self, arrivals: np.ndarray) -> LogIndex:
+        """This index with the requests' arrivals (file order) given, for a file without times."""
+        return replace(self, arrivals=np.asarray(arrivals, dtype=np.int64), untimed=None)
+
+    def records(self, parse_line: Callable[[dict], LogRecord]) -> Iterator[LogRecord]:
+        """Each request parsed again, in arrival order (stable: equal arrivals in file order),
+        with its arrival from the index. A file in arrival order (the common case) is read
+        straight through; otherwise each line is read where it starts."""
+        source = self.path.name
+        if self.untimed is not None:
+            raise TraceError(f"{source}: line {self.untimed}: no arrival time")
+        order = np.argsort(self.arrivals, kind="stable")
+        try:
+            f = self.path.open("rb")
+        except OSError as e:
+            raise TraceError(f"{source}: cannot read ({e.strerror or e})") from e
+        with f:
+            for start in range(0, len(order), CHUNK_ROWS):  # Python ints a block at a time
+                part = order[start:start + CHUNK_ROWS]
+                for line, offset, arrival in zip(self.lines[part].tolist(),
+                                                 self.offsets[part].tolist(),
+                                                 self.arrivals[part].tolist()):
+                    f.seek(offset)  # in arrival order: within the read buffer, no system call
+                    try:
+                        record = _parsed(f.readline(), parse_line, line)
+                    except (LineError, NotARequest):
+                        raise TraceError(f"{source}: line {line}: changed while it was "
+                                         "imported") from None
+                    yield replace(record, arrival_us=arrival)
+
+
+def scan_log(
     path: Path,
     parse_line: Callable[[dict], LogRecord],
     *,
     skip_bad: bool = False,
     limit: int | None = None,
-) -> tuple[list[LogRecord], dict]:
-    """Parse each non-blank line of ``path`` with ``parse_line``; return the records (file
-    order, ``line`` and a missing ``request_id`` filled in) and the reading half of the import
-    report. See the module docstring for malformed lines and lines that are not requests."""
+) -> LogIndex:
+    """The first pass: parse each non-blank line of ``path`` with ``parse_line`` (the first
+    ``limit`` requests) and index the requests. See the module docstring for malformed lines
+    and lines that are not requests."""
     source = path.name
     if not path.is_file():
         raise TraceError(f"{source}: no such file")
-    records: list[LogRecord] = []
+    lines, offsets, arrivals = array("q"), array("q"), array("q")
+    untimed: int | None = None
+    groups: Counter = Counter()
     seen: dict[str, int] = {}
     not_requests: dict[str, int] = defaultdict(int)
     bad = BadLines(source, skip_bad)
     lines_read = 0
+    offset = 0
     try:
         f = path.open("rb")
     except OSError as e:
         raise TraceError(f"{source}: cannot read ({e.strerror or e})") from e
     with f:
         for number, raw in enumerate(f, start=1):
-            if limit is not None and len(records) >= limit:
+            start, offset = offset, offset + len(raw)
+            if limit is not None and len(lines) >= limit:
                 break
             if not raw.strip():
                 continue
             lines_read += 1
             try:
-                try:
-                    obj = json.loads(raw)
-                except ValueError:
-                    raise LineError("not valid JSON") from None
-                if not isinstance(obj, dict):
-                    raise LineError("not a JSON object")
-                record = parse_line(obj)
-                record = _checked(record, number)
+                record = _parsed(raw, parse_line, number)
                 if record.request_id in seen:
                     raise LineError(f"request id {record.request_id!r} repeats line "
                                     f"{seen[record.request_id]}", "request id")
@@ -371,19 +452,38 @@ def read_records(
                 not_requests[e.kind] += 1
                 continue
             seen[record.request_id] = number
-            records.append(record)
+            lines.append(number)
+            offsets.append(start)
+            if record.arrival_us is None and untimed is None:
+                untimed = number
+            arrivals.append(record.arrival_us or 0)
+            group = _group_of(record)
+            if group is not None:
+                groups[group] += 1
     report = {
         "lines_read": lines_read,
-        "records_imported": len(records),
+        "records_imported": len(lines),
         **bad.report(),
         **dict(sorted(not_requests.items())),
     }
-    if not records:
+    if not lines:
         raise TraceError(f"{source}: no requests imported ({lines_read} lines read, "
                          f"{bad.count} skipped as malformed"
                          + "".join(f", {n} {kind.replace('_', ' ')}"
                                    for kind, n in sorted(not_requests.items())) + ")")
-    return records, report
+    return LogIndex(path, np.frombuffer(lines, np.int64), np.frombuffer(offsets, np.int64),
+                    np.frombuffer(arrivals, np.int64), untimed, _shared(groups), report)
+
+
+def _parsed(raw: bytes, parse_line: Callable[[dict], LogRecord], line: int) -> LogRecord:
+    """The record of one line (``line`` and a missing ``request_id`` filled in)."""
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        raise LineError("not valid JSON") from None
+    if not isinstance(obj, dict):
+        raise LineError("not a JSON object")
+    return _checked(parse_line(obj), line)
 
 
 def _checked(record: LogRecord, line: int) -> LogRecord:
@@ -397,6 +497,16 @@ def _checked(record: LogRecord, line: int) -> LogRecord:
             raise LineError("is negative", name)
     request_id = record.request_id if record.request_id else f"line-{line}"
     return replace(record, line=line, request_id=request_id)
+
+
+def _group_of(record: LogRecord) -> str | None:
+    """The group id that may name ``record``'s session (none where the log names one)."""
+    return record.group_id if record.session_id is None else None
+
+
+def _shared(groups: Counter) -> frozenset[str]:
+    """The group ids at least two requests share: a group id seen once is no evidence."""
+    return frozenset(g for g, n in groups.items() if n >= 2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -426,7 +536,7 @@ def _is_assistant(message: Any) -> bool:
 
 class SessionLinker:
     """The session rule of the module docstring, applied one request at a time (requests in
-    arrival order, each with its recorded answer): :func:`assign_sessions` runs it over a log,
+    arrival order, each with its recorded answer): the log importer runs it over a log,
     the recording proxy (``capture.record``) over live traffic as requests end.
 
     ``max_requests`` bounds the memory of a long-running linker: the oldest requests are
@@ -484,14 +594,14 @@ class SessionLinker:
         self._last_of_session[sid] = i
         self._info[i] = (request_id, sid, turn)
         if prefix:
-            full = prefix[-1]
             if response:
-                key = _chain(full, _message_key({"role": "assistant", "content": response}))
-                self._answered[key].append(i)
-                self._keys[i] = (self._answered, key)
+                table = self._answered
+                key = _chain(prefix[-1], _message_key({"role": "assistant", "content": response}))
             else:
-                self._unanswered[full].append(i)
-                self._keys[i] = (self._unanswered, full)
+                table, key = self._unanswered, prefix[-1]
+            table[key].append(i)
+            if self.max_requests is not None:  # kept only to forget it again
+                self._keys[i] = (table, key)
         if self.max_requests is not None and len(self._info) > self.max_requests:
             self._forget(i - self.max_requests)
         return sid, parent_id, turn
@@ -517,30 +627,6 @@ class SessionLinker:
         return len(self._turns_in_session)
 
 
-def assign_sessions(records: Sequence[LogRecord]) -> tuple[list[str], list[str | None], list[int], dict]:
-    """``(session_id, parent_request_id, turn)`` per record (records in arrival order) by the
-    rule in the module docstring, and counts of how the sessions were found."""
-    linker = SessionLinker()
-    shared = Counter(r.group_id for r in records if r.session_id is None and r.group_id is not None)
-    sessions: list[str] = []
-    parents: list[str | None] = []
-    turns: list[int] = []
-    for rec in records:
-        log_session = rec.session_id
-        if log_session is None and shared[rec.group_id] >= 2:
-            log_session = rec.group_id
-        sid, parent, turn = linker.add(rec.request_id, rec.api, rec.body, rec.response, log_session)
-        sessions.append(sid)
-        parents.append(parent)
-        turns.append(turn)
-    stats = {
-        "sessions": linker.sessions,
-        "requests_in_log_sessions": linker.in_log_sessions,
-        "turns_linked_by_conversation": linker.linked,
-    }
-    return sessions, parents, turns, stats
-
-
 def _continued(prefix: list[bytes], messages: Any, answered: dict, unanswered: dict,
                has_child: set[int]) -> int | None:
     """The earlier request this chat request continues (longest match), or None."""
@@ -556,8 +642,51 @@ def _continued(prefix: list[bytes], messages: Any, answered: dict, unanswered: d
     return None
 
 
+
+
 # ---------------------------------------------------------------------------------------------
 # building
+
+
+class TokenCache:
+    """Token ids of texts, each encoded on its own (:func:`replay.bodies.text_token_ids`), kept
+    while they are reused: a conversation repeats its history every turn, so each distinct text
+    is encoded about once. Least recently used first out, within ``max_bytes`` (the ids plus
+    :data:`TOKEN_CACHE_ENTRY_BYTES` an entry), whatever the size of the log."""
+
+    def __init__(self, tokenizer: Any, max_bytes: int = TOKEN_CACHE_BYTES) -> None:
+        self.tok = tokenizer
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._ids: OrderedDict[bytes, np.ndarray] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def prompt_ids(self, texts: Sequence[str]) -> np.ndarray:
+        """:func:`replay.bodies.prompt_token_ids` of ``texts`` (the texts not cached are encoded
+        in one batch)."""
+        from replay.bodies import text_token_ids
+
+        if not texts:
+            return np.zeros(0, np.uint32)
+        keys = [hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+                for t in texts]
+        missing = {k: t for k, t in zip(keys, texts) if k not in self._ids}
+        new = dict(zip(missing, text_token_ids(list(missing.values()), self.tok))) if missing else {}
+        parts = []
+        for k in keys:
+            ids = new.get(k)
+            if ids is None:
+                ids = self._ids[k]
+                self._ids.move_to_end(k)
+            parts.append(ids)
+        for k, ids in new.items():
+            self._ids[k] = ids
+            self.bytes += ids.nbytes + TOKEN_CACHE_ENTRY_BYTES
+        while self.bytes > self.max_bytes and self._ids:
+            self.bytes -= self._ids.popitem(last=False)[1].nbytes + TOKEN_CACHE_ENTRY_BYTES
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _body_max_tokens(body: dict) -> int | None:
@@ -566,6 +695,90 @@ def _body_max_tokens(body: dict) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value
     return None
+
+
+def _check_block_size(block_size: int) -> None:
+    if block_size <= 0:
+        raise ConfigError(f"--block-size: must be positive, got {block_size}")
+
+
+class _Rows:
+    """Trace rows of records taken in arrival order, by the rules of the module docstring, held
+    until :meth:`frame` takes them (a chunk). What lasts from chunk to chunk: the sessions
+    (:class:`SessionLinker`), the token cache and ``t0``."""
+
+    def __init__(self, tokenizer: str, block_size: int, shared_groups: frozenset[str]) -> None:
+        from replay.tokenizer import load_tokenizer
+
+        self.tokenizer = tokenizer
+        self.block_size = block_size
+        self.shared_groups = shared_groups
+        self.tokens = TokenCache(load_tokenizer(tokenizer))
+        self.linker = SessionLinker()
+        self.t0: int | None = None
+        self.chars = 0  # body and answer characters held
+        self._cols: dict[str, list] = defaultdict(list)
+
+    def __len__(self) -> int:
+        return len(self._cols["request_id"])
+
+    def add(self, rec: LogRecord) -> None:
+        from replay.bodies import text_slots
+
+        log_session = rec.session_id
+        if log_session is None and rec.group_id in self.shared_groups:
+            log_session = rec.group_id
+        sid, parent, turn = self.linker.add(rec.request_id, rec.api, rec.body, rec.response,
+                                            log_session)
+        if self.t0 is None:
+            self.t0 = rec.arrival_us
+        ids = self.tokens.prompt_ids([s.text for s in text_slots(rec.body)])
+        out = rec.usage.completion_tokens if rec.usage is not None else None
+        if out is None and rec.response is not None:
+            out = len(self.tokens.prompt_ids([rec.response]))
+        limit = _body_max_tokens(rec.body)
+        body = json.dumps(rec.body, separators=(",", ":"), ensure_ascii=False)
+        self.chars += len(body) + len(rec.response or "")
+        for name, value in (
+            ("request_id", rec.request_id), ("session_id", sid), ("parent_request_id", parent),
+            ("turn", turn), ("api", rec.api), ("model", rec.model),
+            ("arrival_us", rec.arrival_us - self.t0), ("body", body), ("input_tokens", len(ids)),
+            ("output_tokens", out), ("max_tokens", limit if limit is not None else out),
+            ("block_hashes", block_hashes(ids, self.block_size)),
+            ("cached_tokens", rec.usage.cached_tokens if rec.usage else None),
+            ("status", rec.status), ("ttft_us", rec.ttft_us), ("e2e_us", rec.e2e_us),
+            ("response", rec.response),
+        ):
+            self._cols[name].append(value)
+
+    def full(self) -> bool:
+        return len(self) >= CHUNK_ROWS or self.chars >= CHUNK_CHARS
+
+    def frame(self) -> pl.DataFrame:
+        """The rows added since the last call."""
+        cols, self._cols, self.chars = self._cols, defaultdict(list), 0
+        return pl.DataFrame({name: pl.Series(cols[name], dtype=dtype)
+                             for name, dtype in _ROW_TYPES.items()})
+
+    def meta(self, source_format: str, report: dict | None) -> TraceMeta:
+        """The metadata, once every row was added: the import report ends with the sessions."""
+        full_report = {"format": source_format, **(report or {}),
+                       "sessions": self.linker.sessions,
+                       "requests_in_log_sessions": self.linker.in_log_sessions,
+                       "turns_linked_by_conversation": self.linker.linked}
+        return TraceMeta(t0_unix_us=self.t0 or 0, source_format=source_format,
+                         tokenizer=self.tokenizer, block_size_tokens=self.block_size,
+                         hash_algo=HASH_ALGO, redaction_policy="none",
+                         import_report=json.dumps(full_report, separators=(",", ":")))
+
+
+_ROW_TYPES = {
+    "request_id": pl.String, "session_id": pl.String, "parent_request_id": pl.String,
+    "turn": pl.Int32, "api": pl.String, "model": pl.String, "arrival_us": pl.Int64,
+    "body": pl.String, "input_tokens": pl.Int64, "output_tokens": pl.Int64,
+    "max_tokens": pl.Int64, "block_hashes": pl.List(pl.UInt64), "cached_tokens": pl.Int64,
+    "status": pl.Int64, "ttft_us": pl.Int64, "e2e_us": pl.Int64, "response": pl.String,
+}
 
 
 def build_trace(
@@ -577,75 +790,125 @@ def build_trace(
     block_size: int = 16,
     report: dict | None = None,
 ) -> Trace:
-    """The Trace of ``records`` (every ``arrival_us`` set) by the rules in the module docstring."""
-    from replay.bodies import prompt_token_ids, text_slots
-    from replay.tokenizer import load_tokenizer
-
-    if block_size <= 0:
-        raise ConfigError(f"--block-size: must be positive, got {block_size}")
+    """The Trace of ``records`` (every ``arrival_us`` set) in memory, by the rules in the module
+    docstring: the same rows a log of them imports to (:func:`write_log_trace`)."""
+    _check_block_size(block_size)
     if not records:
         raise TraceError(f"{source}: no requests imported")
     missing = [r.line for r in records if r.arrival_us is None]
     if missing:
         raise TraceError(f"{source}: line {missing[0]}: no arrival time")
-    tok = load_tokenizer(tokenizer)
-    order = sorted(range(len(records)), key=lambda i: records[i].arrival_us)
-    rows = [records[i] for i in order]
-    sessions, parents, turns, session_stats = assign_sessions(rows)
+    groups = Counter(g for g in map(_group_of, records) if g is not None)
+    rows = _Rows(tokenizer, block_size, _shared(groups))
+    for i in sorted(range(len(records)), key=lambda i: records[i].arrival_us):
+        rows.add(records[i])
+    meta = rows.meta(source_format, report)
+    return Trace(validate(rows.frame(), meta, source), meta)
 
-    # prompt_token_ids encodes each text on its own and concatenates, so each distinct text (a
-    # conversation repeats its history every turn) is encoded once
-    encoded: dict[str, np.ndarray] = {}
 
-    def token_ids(texts: list[str]) -> np.ndarray:
-        for t in texts:
-            if t not in encoded:
-                encoded[t] = prompt_token_ids([t], tok)
-        return np.concatenate([encoded[t] for t in texts]) if texts else prompt_token_ids([], tok)
+class _Output:
+    """The Trace file being written, a frame at a time: as it is, or (with a redaction key)
+    redacted first, :data:`redact.pipeline.ROW_BATCH` rows at a time
+    (:class:`redact.pipeline.Redactor`; quarantined rows are left out), so no raw text is
+    written. Removed again on an error."""
 
-    t0 = rows[0].arrival_us
-    bodies, inputs, hashes, outputs, max_tokens = [], [], [], [], []
-    for rec in rows:
-        ids = token_ids([s.text for s in text_slots(rec.body)])
-        inputs.append(len(ids))
-        hashes.append(block_hashes(ids, block_size))
-        out = rec.usage.completion_tokens if rec.usage is not None else None
-        if out is None and rec.response is not None:
-            out = len(tok.encode(rec.response, add_special_tokens=False).ids)
-        outputs.append(out)
-        limit = _body_max_tokens(rec.body)
-        max_tokens.append(limit if limit is not None else out)
-        bodies.append(json.dumps(rec.body, separators=(",", ":"), ensure_ascii=False))
-    frame = pl.DataFrame({
-        "request_id": [r.request_id for r in rows],
-        "session_id": pl.Series(sessions, dtype=pl.String),
-        "parent_request_id": pl.Series(parents, dtype=pl.String),
-        "turn": pl.Series(turns, dtype=pl.Int32),
-        "api": [r.api for r in rows],
-        "model": pl.Series([r.model for r in rows], dtype=pl.String),
-        "arrival_us": pl.Series([r.arrival_us - t0 for r in rows], dtype=pl.Int64),
-        "body": bodies,
-        "input_tokens": pl.Series(inputs, dtype=pl.Int64),
-        "output_tokens": pl.Series(outputs, dtype=pl.Int64),
-        "max_tokens": pl.Series(max_tokens, dtype=pl.Int64),
-        "block_hashes": pl.Series(hashes, dtype=pl.List(pl.UInt64)),
-        "cached_tokens": pl.Series([r.usage.cached_tokens if r.usage else None for r in rows],
-                                   dtype=pl.Int64),
-        "status": pl.Series([r.status for r in rows], dtype=pl.Int64),
-        "ttft_us": pl.Series([r.ttft_us for r in rows], dtype=pl.Int64),
-        "e2e_us": pl.Series([r.e2e_us for r in rows], dtype=pl.Int64),
-        "response": pl.Series([r.response for r in rows], dtype=pl.String),
-    })
-    full_report = {"format": source_format, **(report or {}), **session_stats}
-    meta = TraceMeta(t0_unix_us=t0, source_format=source_format, tokenizer=tokenizer,
-                     block_size_tokens=block_size, hash_algo=HASH_ALGO, redaction_policy="none",
-                     import_report=json.dumps(full_report, separators=(",", ":")))
-    return Trace(validate(frame, meta, source), meta)
+    def __init__(self, out: Path, meta: TraceMeta, key: Any | None) -> None:
+        self.writer = TraceWriter(out, meta)
+        self.key = key
+        self.redactor = None
+        if key is not None:
+            from redact.pipeline import Accounts, Redactor
+
+            self.redactor = Redactor(key, meta.tokenizer)
+            self.accounts = Accounts()
+            self.started = time.perf_counter()
+
+    def __enter__(self) -> _Output:
+        return self
+
+    def __exit__(self, kind, value, tb) -> None:
+        try:
+            if kind is not None:
+                self.writer.abort()
+        finally:
+            if self.redactor is not None:
+                self.redactor.close()
+
+    @property
+    def rows(self) -> int:
+        return self.writer.rows
+
+    def write(self, df: pl.DataFrame) -> None:
+        if self.redactor is None:
+            self.writer.write(df)
+            return
+        from redact.pipeline import ROW_BATCH
+
+        block_size = self.writer.meta.block_size_tokens
+        for start in range(0, df.height, ROW_BATCH):
+            part = self.accounts.add(*self.redactor.redact_rows(df.slice(start, ROW_BATCH),
+                                                                block_size))
+            if part.height:
+                self.writer.write(part)
+
+    def close(self, meta: TraceMeta) -> Any | None:
+        """Finish the file with ``meta`` (and the redaction's); the redaction report, if any."""
+        if self.redactor is None:
+            self.writer.close(meta)
+            return None
+        from redact.pipeline import finish_output
+
+        return finish_output(self.writer, self.accounts, self.started, self.writer.path, meta,
+                             self.key)
+
+
+def write_log_trace(
+    index: LogIndex,
+    parse_line: Callable[[dict], LogRecord],
+    out: str | os.PathLike[str],
+    *,
+    source_format: str,
+    tokenizer: str = "gpt2",
+    block_size: int = 16,
+    key: Any | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ImportResult:
+    """The second pass: read the requests of ``index`` again in arrival order and write their
+    rows to the Trace file ``out``, a chunk (:data:`CHUNK_ROWS` rows or :data:`CHUNK_CHARS`
+    characters of bodies and answers, whichever comes first) at a time, each redacted first
+    with ``key`` (a :class:`redact.key.RedactionKey`) where one is given.
+    ``progress(rows_read)`` is called after each chunk."""
+    from capture.importers.tokens import ImportResult
+
+    _check_block_size(block_size)
+    out = Path(out)
+    rows = _Rows(tokenizer, block_size, index.shared_groups)
+    start = TraceMeta(source_format=source_format, tokenizer=tokenizer,
+                      block_size_tokens=block_size, hash_algo=HASH_ALGO, redaction_policy="none")
+    done = 0
+    with _Output(out, start, key) as output:
+        def flush() -> None:
+            nonlocal done
+            done += len(rows)
+            output.write(rows.frame())
+            if progress is not None:
+                progress(done)
+
+        for rec in index.records(parse_line):
+            rows.add(rec)
+            if rows.full():
+                flush()
+        if len(rows):
+            flush()
+        redaction = output.close(rows.meta(source_format, index.report))
+    meta, n = read_meta(out)
+    return ImportResult(out, n, meta, redaction)
 
 
 def import_log(
     format: str,
     path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
     *,
     tokenizer: str = "gpt2",
     block_size: int = 16,
@@ -653,20 +916,26 @@ def import_log(
     rate: float | None = None,
     seed: int = 0,
     limit: int | None = None,
-) -> Trace:
-    """Import a request log of ``format`` ("openai", "litellm" or "langfuse") into a Trace of
-    raw text (``redaction_policy="none"``: redact it before sharing it).
+    key: Any | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ImportResult:
+    """Import a request log of ``format`` ("openai", "litellm" or "langfuse") into the Trace
+    file ``out``, in two streaming passes (see the module docstring). Without ``key`` (a
+    :class:`redact.key.RedactionKey`) the text is raw (``redaction_policy="none"``: redact it
+    before sharing it); with one, each chunk is redacted before it is written.
 
     ``rate`` (req/s) and ``seed`` space an OpenAI Batch input file's requests as a seeded
     Poisson process (it has no times); ``limit`` keeps the first N requests of the file.
     """
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit: must be >= 1, got {limit}")
-    common = dict(tokenizer=tokenizer, block_size=block_size, skip_bad=skip_bad, limit=limit)
+    _check_block_size(block_size)
+    common = dict(tokenizer=tokenizer, block_size=block_size, skip_bad=skip_bad, limit=limit,
+                  key=key, progress=progress)
     if format == "openai":
         from capture.importers.openai_log import import_openai
 
-        return import_openai(path, rate=rate, seed=seed, **common)
+        return import_openai(path, out, rate=rate, seed=seed, **common)
     if format not in LOG_FORMATS:
         raise ConfigError(f"log format '{format}' unknown (known: {', '.join(LOG_FORMATS)})")
     if rate is not None:
@@ -675,7 +944,7 @@ def import_log(
     if format == "litellm":
         from capture.importers.litellm import import_litellm
 
-        return import_litellm(path, **common)
+        return import_litellm(path, out, **common)
     from capture.importers.langfuse import import_langfuse
 
-    return import_langfuse(path, **common)
+    return import_langfuse(path, out, **common)

@@ -1,4 +1,4 @@
-"""Importer of OpenAI request logs and OpenAI Batch input files (JSON Lines) into a Trace.
+"""Importer of OpenAI request logs and OpenAI Batch input files (JSON Lines) into a Trace file.
 
 Owns :func:`import_openai` and :func:`parse_openai_line`. Two kinds of line, one kind per file:
 
@@ -14,17 +14,19 @@ Owns :func:`import_openai` and :func:`parse_openai_line`. Two kinds of line, one
 - An OpenAI Batch input line: ``custom_id`` (the request id), ``method`` (``POST``), ``url``
   (``/v1/chat/completions`` or ``/v1/completions``: the api) and ``body``. Such a file has no
   times: ``rate`` (req/s) spaces its requests, in file order, as a Poisson process seeded by
-  ``seed``, the first at 0; importing one without ``rate`` is an error.
+  ``seed``, the first at 0 (drawn once the first pass has counted them); importing one without
+  ``rate`` is an error.
 
-The rest (tokens, hashes, sessions, the report) is :func:`capture.importers.logs.build_trace`.
+The rest (two streaming passes, tokens, hashes, sessions, the report) is
+:mod:`capture.importers.logs`.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import replace
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,16 +35,18 @@ from capture.importers.logs import (
     LogRecord,
     answer_text,
     api_of_body,
-    build_trace,
     http_status,
     ms_to_us,
     openai_usage,
     opt_str,
     parse_time_us,
-    read_records,
+    scan_log,
+    write_log_trace,
 )
 from replay.errors import ConfigError
-from replay.trace import Trace
+
+if TYPE_CHECKING:
+    from capture.importers.tokens import ImportResult
 
 __all__ = ["BATCH_URLS", "import_openai", "parse_openai_line"]
 
@@ -124,6 +128,7 @@ def parse_openai_line(obj: dict) -> LogRecord:
 
 def import_openai(
     path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
     *,
     tokenizer: str = "gpt2",
     block_size: int = 16,
@@ -131,9 +136,12 @@ def import_openai(
     rate: float | None = None,
     seed: int = 0,
     limit: int | None = None,
-) -> Trace:
-    """Read an OpenAI request log or an OpenAI Batch input file (see the module docstring)
-    into a Trace of raw text."""
+    key: Any | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ImportResult:
+    """Import an OpenAI request log or an OpenAI Batch input file (see the module docstring)
+    into the Trace file ``out`` (raw text unless ``key`` is given:
+    :func:`capture.importers.logs.write_log_trace`)."""
     path = Path(path)
     source = path.name
     if rate is not None and not (np.isfinite(rate) and rate > 0):
@@ -157,15 +165,14 @@ def import_openai(
             raise LineError("a request log line in an OpenAI Batch input file", "custom_id")
         return record
 
-    records, report = read_records(path, parse, skip_bad=skip_bad, limit=limit)
+    index = scan_log(path, parse, skip_bad=skip_bad, limit=limit)
     batch = kind[0]
     if batch:
         rng = np.random.default_rng(seed)
-        gaps_s = rng.exponential(1.0 / rate, size=len(records) - 1)
-        times_us = np.rint(np.concatenate([[0.0], np.cumsum(gaps_s)]) * 1e6).astype(np.int64)
-        records = [replace(r, arrival_us=int(t)) for r, t in zip(records, times_us.tolist())]
-        report["rate"] = rate
-        report["seed"] = seed
-    return build_trace(records, source=source,
-                       source_format=BATCH_SOURCE_FORMAT if batch else SOURCE_FORMAT,
-                       tokenizer=tokenizer, block_size=block_size, report=report)
+        gaps_s = rng.exponential(1.0 / rate, size=len(index) - 1)
+        index = index.timed(np.rint(np.concatenate([[0.0], np.cumsum(gaps_s)]) * 1e6))
+        index.report["rate"] = rate
+        index.report["seed"] = seed
+    return write_log_trace(index, parse, out,
+                           source_format=BATCH_SOURCE_FORMAT if batch else SOURCE_FORMAT,
+                           tokenizer=tokenizer, block_size=block_size, key=key, progress=progress)

@@ -24,6 +24,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -64,6 +65,7 @@ class ImportResult:
     path: Path
     rows: int
     meta: TraceMeta
+    redaction: Any = None  # the RedactionReport of a log redacted as it was imported
 
 
 def read_csv_rows(path: Path, columns: tuple[str, ...], format_name: str,

@@ -44,10 +44,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "the replay synthesizes each prompt, with the trace's token counts (and, for "
                                    "Mooncake, its prefix sharing) under a real tokenizer; an AIPerf mooncake_trace row "
                                    "with text_input or messages keeps its text. "
-                                   "Request logs keep their real requests: tokens, block hashes and sessions "
-                                   "come from the raw text, which is then redacted with the key from "
-                                   "$REPLAY_REDACT_KEY or --key-file before anything is written (--no-redact "
-                                   "writes the raw text).")
+                                   "Request logs keep their real requests, read in two streaming passes "
+                                   "(where each request is and when it arrived; then the requests in "
+                                   "arrival order, a chunk at a time): tokens, block hashes and sessions "
+                                   "come from the raw text, which is redacted with the key from "
+                                   "$REPLAY_REDACT_KEY or --key-file before anything is written "
+                                   "(--no-redact writes the raw text).")
     p.add_argument("format", choices=IMPORT_FORMATS, help="the input format")
     p.add_argument("path", type=Path, help="the input file")
     p.add_argument("-o", "--out", type=Path, required=True, help="Trace Parquet file to write")
@@ -63,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "else none)")
     p.add_argument("--skip-bad", action="store_true",
                    help="skip malformed lines (counted in the import report) instead of stopping at the first")
-    p.add_argument("--quiet", action="store_true", help="public traces: no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--rate", type=float, help="openai: an OpenAI Batch input file has no times; space its "
                                               "requests as a Poisson process of R req/s")
     p.add_argument("--key-file", type=Path, help="logs: file holding the redaction key (default: "
@@ -133,7 +135,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_slice)
 
     p = sub.add_parser("inspect", help="summarize a Trace: rate, burstiness, lengths, sessions, prefix reuse")
-    p.add_argument("trace", type=Path, help="a Trace Parquet file")
+    p.add_argument("trace", type=Path, help="a Trace: a Parquet file or a `replay capture` folder")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_inspect)
 
@@ -181,18 +183,10 @@ def cmd_import(args: argparse.Namespace) -> int:
         key = load_key(args.key_file)  # before reading the input: no key, no work
     from capture.importers import import_log
 
-    trace = import_log(args.format, args.path, tokenizer=args.tokenizer,
-                       block_size=16 if args.block_size is None else args.block_size,
-                       skip_bad=args.skip_bad, rate=args.rate, seed=args.seed, limit=args.limit)
-    if key is not None:
-        from redact import redact_trace
-
-        trace, report = redact_trace(trace, key)
-        print(report.summary())
-    _wrote(trace, trace.write(args.out))
-    if key is None:
-        print(raw_text_warning(args.out), file=sys.stderr)
-    return 0
+    return _import(args, lambda progress: import_log(
+        args.format, args.path, args.out, tokenizer=args.tokenizer,
+        block_size=16 if args.block_size is None else args.block_size, skip_bad=args.skip_bad,
+        rate=args.rate, seed=args.seed, limit=args.limit, key=key, progress=progress))
 
 
 def cmd_redact(args: argparse.Namespace) -> int:
@@ -241,19 +235,27 @@ def _import_synthetic(args: argparse.Namespace) -> int:
         kwargs["block_size"] = args.block_size
     if args.hash_block is not None:
         kwargs["hash_block"] = args.hash_block
+    return _import(args, lambda progress: import_token_trace(args.format, args.path, args.out,
+                                                             progress=progress, **kwargs))
+
+
+def _import(args: argparse.Namespace, work) -> int:
+    """Run ``work(progress)`` (an import into ``args.out``, returning its ImportResult) under a
+    progress bar of rows (unless --quiet) and say what it did."""
     if args.quiet:
-        result = import_token_trace(args.format, args.path, args.out, **kwargs)
+        result = work(None)
     else:
         from rich.progress import Progress
 
         with Progress(transient=True) as bar:
             task = bar.add_task(f"importing {args.path.name}", total=None)
-            result = import_token_trace(args.format, args.path, args.out,
-                                        progress=lambda rows: bar.update(task, completed=rows), **kwargs)
+            result = work(lambda rows: bar.update(task, completed=rows))
     report = json.loads(result.meta.import_report)
     if report.get("skipped_lines"):
         print(f"skipped {report['skipped_lines']} malformed lines (first: "
               f"{report['first_skipped'][0]['line']}: {report['first_skipped'][0]['reason']})")
+    if result.redaction is not None:
+        print(result.redaction.summary())
     print(f"wrote {result.path} ({result.rows} requests)")
     if result.meta.raw_text:
         print(raw_text_warning(result.path), file=sys.stderr)

@@ -21,3 +21,20 @@ def jsonl(tmp_path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+@pytest.fixture
+def imported(tmp_path) -> Callable[..., object]:
+    """``imported(importer, *args, **kw)``: run a streaming importer (``import_log``,
+    ``import_openai``, ...) into a new Trace file under tmp_path and read that file back."""
+    from itertools import count
+
+    from replay.trace import read_trace
+
+    numbers = count()
+
+    def run(importer, *args, **kw):
+        out = tmp_path / f"imported-{next(numbers)}.parquet"
+        return read_trace(importer(*args, out, **kw).path)
+
+    return run

@@ -121,11 +121,11 @@ LOG = [
 
 
 def test_openai_round_trip(tmp_path):
-    first = import_openai(_jsonl(tmp_path / "log.jsonl", LOG))
-    path = first.write(tmp_path / "t.parquet")
+    path = import_openai(_jsonl(tmp_path / "log.jsonl", LOG), tmp_path / "t.parquet").path
+    first = read_trace(path)
     out = tmp_path / "back.jsonl"
     export_trace("openai", path, out)
-    again = import_openai(out)
+    again = read_trace(import_openai(out, tmp_path / "back.parquet").path)
     for col in ("request_id", "session_id", "parent_request_id", "turn", "api", "model", "arrival_us",
                 "body", "input_tokens", "output_tokens", "max_tokens", "block_hashes", "cached_tokens",
                 "status", "ttft_us", "e2e_us", "response"):
@@ -136,7 +136,7 @@ def test_openai_round_trip(tmp_path):
 def test_openai_export_of_a_token_only_trace_writes_the_synthesized_text(mooncake_trace, tmp_path, gpt2):
     out = tmp_path / "log.jsonl"
     export_trace("openai", mooncake_trace, out)
-    again = import_openai(out, block_size=512)
+    again = read_trace(import_openai(out, tmp_path / "back.parquet", block_size=512).path)
     first = read_trace(mooncake_trace)
     assert again.df["input_tokens"].to_list() == first.df["input_tokens"].to_list()
     assert again.df["block_hashes"].to_list() == first.df["block_hashes"].to_list()

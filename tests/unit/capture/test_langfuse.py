@@ -89,7 +89,7 @@ def _rows(trace) -> dict[str, dict]:
     return {r["request_id"]: r for r in trace.df.iter_rows(named=True)}
 
 
-def test_api_shape_fields_and_non_generations(jsonl):
+def test_api_shape_fields_and_non_generations(jsonl, imported):
     lines = [
         {"id": "span-1", "traceId": "trace-1", "type": "SPAN", "name": "retrieve",
          "startTime": "2024-06-01T10:00:00.000Z", "input": {"query": "roses"}},
@@ -100,7 +100,7 @@ def test_api_shape_fields_and_non_generations(jsonl):
                         modelParameters={"max_tokens": 10}, usageDetails=None, usage=None,
                         completionStartTime=None, level="ERROR", statusMessage="upstream 502"),
     ]
-    trace = import_langfuse(jsonl(lines))
+    trace = imported(import_langfuse, jsonl(lines))
     rows = _rows(trace)
     assert trace.meta.source_format == "langfuse-jsonl"
     assert trace.df["request_id"].to_list() == ["gen-1", "gen-2"]
@@ -122,7 +122,7 @@ def test_api_shape_fields_and_non_generations(jsonl):
                                                                         500, None)
 
 
-def test_blob_export_shape(jsonl):
+def test_blob_export_shape(jsonl, imported):
     follow_up = [*MESSAGES, {"role": "assistant", "content": ANSWER},
                  {"role": "user", "content": "And hydrangeas?"}]
     lines = [
@@ -135,7 +135,7 @@ def test_blob_export_shape(jsonl):
         _blob_row("3", "2024-06-01 11:00:00.000000", trace_id="run-9", output="{\"answer\": 1}"),
         _blob_row("4", "2024-06-01 11:00:10.000000", trace_id="run-9", input="Plain prompt text"),
     ]
-    trace = import_log("langfuse", jsonl(lines))
+    trace = imported(import_log, "langfuse", jsonl(lines))
     rows = _rows(trace)
     assert trace.meta.t0_unix_us == 1_717_236_000_000_000  # 2024-06-01T10:00:00Z
     o1, o2 = rows["obs-1"], rows["obs-2"]
@@ -153,7 +153,7 @@ def test_blob_export_shape(jsonl):
     assert json.loads(rows["obs-4"]["body"])["prompt"] == "Plain prompt text"
 
 
-def test_bad_lines(jsonl):
+def test_bad_lines(jsonl, imported):
     good = _api_generation("ok", "2024-06-01T10:00:00.000Z")
     cases = [
         (_api_generation("x", "2024-06-01T10:00:00.000Z", startTime=None), "line 2: is missing (field 'startTime')"),
@@ -167,8 +167,8 @@ def test_bad_lines(jsonl):
     ]
     for bad, message in cases:
         with pytest.raises(TraceError) as e:
-            import_langfuse(jsonl([good, bad]))
+            imported(import_langfuse, jsonl([good, bad]))
         assert str(e.value) == f"log.jsonl: {message}"
     with pytest.raises(TraceError, match=r"no requests imported \(1 lines read, 0 skipped as malformed, "
                                          r"1 non generation observations\)"):
-        import_langfuse(jsonl([{"id": "s", "type": "SPAN", "startTime": "2024-06-01T10:00:00Z"}]))
+        imported(import_langfuse, jsonl([{"id": "s", "type": "SPAN", "startTime": "2024-06-01T10:00:00Z"}]))

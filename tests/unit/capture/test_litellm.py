@@ -72,7 +72,7 @@ def _rows(trace) -> dict[str, dict]:
     return {r["request_id"]: r for r in trace.df.iter_rows(named=True)}
 
 
-def test_fields(jsonl):
+def test_fields(jsonl, imported):
     lines = [
         _payload("1", 0.0),
         # a failed call with an HTTP error code, and one whose code is not HTTP
@@ -91,7 +91,7 @@ def test_fields(jsonl):
                            "choices": [{"index": 0, "text": " at dawn."}]},
                  completion_tokens=3),
     ]
-    trace = import_log("litellm", jsonl(lines))
+    trace = imported(import_log, "litellm", jsonl(lines))
     rows = _rows(trace)
     assert trace.meta.source_format == "litellm-jsonl"
     assert trace.meta.t0_unix_us == round(START * 1e6)
@@ -117,7 +117,7 @@ def test_fields(jsonl):
     assert report["other_call_types"] == 1 and report["records_imported"] == 4
 
 
-def test_sessions(jsonl):
+def test_sessions(jsonl, imported):
     follow_up = [*MESSAGES, {"role": "assistant", "content": ANSWER},
                  {"role": "user", "content": "And back on Sunday?"}]
     lines = [
@@ -132,7 +132,7 @@ def test_sessions(jsonl):
         _payload("c1", 3.0, trace_id="shared", messages=[{"role": "user", "content": "z"}]),
         _payload("c2", 4.0, trace_id="shared", messages=[{"role": "user", "content": "w"}]),
     ]
-    rows = _rows(import_litellm(jsonl(lines)))
+    rows = _rows(imported(import_litellm, jsonl(lines)))
     a1, a2 = rows["call-a1"], rows["call-a2"]
     assert (a1["session_id"], a1["turn"]) == ("call-a1", 0)
     assert (a2["session_id"], a2["parent_request_id"], a2["turn"]) == ("call-a1", "call-a1", 1)
@@ -142,7 +142,7 @@ def test_sessions(jsonl):
     assert rows["call-c2"]["turn"] == 1
 
 
-def test_bad_lines(jsonl):
+def test_bad_lines(jsonl, imported):
     cases = [
         (_payload("x", 1.0, startTime=None), "line 2: is missing (field 'startTime')"),
         (_payload("x", 1.0, endTime=START - 5), "line 2: is before the request's start time (field 'endTime')"),
@@ -152,7 +152,7 @@ def test_bad_lines(jsonl):
     ]
     for bad, message in cases:
         with pytest.raises(TraceError) as e:
-            import_litellm(jsonl([_payload("ok", 0.0), bad]))
+            imported(import_litellm, jsonl([_payload("ok", 0.0), bad]))
         assert str(e.value) == f"log.jsonl: {message}"
-    trace = import_litellm(jsonl([_payload("ok", 0.0), *(c[0] for c in cases)]), skip_bad=True)
+    trace = imported(import_litellm, jsonl([_payload("ok", 0.0), *(c[0] for c in cases)]), skip_bad=True)
     assert len(trace) == 1 and json.loads(trace.meta.import_report)["skipped_lines"] == len(cases)

@@ -4,7 +4,9 @@ by id and by conversation, malformed lines, --skip-bad, the import report, times
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from capture.importers import LogRecord, Usage, build_trace, import_log
@@ -12,6 +14,7 @@ from capture.importers.logs import LineError, parse_time_us
 from replay.blocks import block_hashes
 from replay.bodies import prompt_token_ids, text_slots
 from replay.errors import ConfigError, TraceError
+from replay.trace import read_trace
 
 T0 = 1_715_299_200_000_000  # 2024-05-10T00:00:00Z in µs
 SYSTEM = {"role": "system", "content": "You are a helpful assistant for a bakery."}
@@ -178,10 +181,10 @@ def test_sessions_from_the_log_and_group_ids():
     assert trace.meta.t0_unix_us == T0 + 1_000_000
 
 
-def test_equal_arrivals_keep_file_order(jsonl):
+def test_equal_arrivals_keep_file_order(jsonl, imported):
     lines = [{"timestamp": 100.0, "request_id": f"r{i}", "body": {"prompt": f"p{i}"}}
              for i in (3, 1, 2)]
-    trace = import_log("openai", jsonl(lines))
+    trace = imported(import_log, "openai", jsonl(lines))
     assert trace.df["request_id"].to_list() == ["r3", "r1", "r2"]
 
 
@@ -190,7 +193,7 @@ def _good(i: int, t: float = 0.0) -> dict:
             "body": {"model": "m", "messages": [{"role": "user", "content": f"question {i}"}]}}
 
 
-def test_malformed_lines_name_file_line_and_field(jsonl):
+def test_malformed_lines_name_file_line_and_field(jsonl, imported):
     cases = [
         ("{not json", "line 3: not valid JSON"),
         ("[1, 2]", "line 3: not a JSON object"),
@@ -207,15 +210,15 @@ def test_malformed_lines_name_file_line_and_field(jsonl):
     for bad, message in cases:
         path = jsonl([_good(0), "", bad, _good(1)])  # the blank line 2 is skipped, not a row
         with pytest.raises(TraceError) as e:
-            import_log("openai", path)
+            imported(import_log, "openai", path)
         assert str(e.value) == f"log.jsonl: {message}"
         assert "\n" not in str(e.value)
 
 
-def test_skip_bad_counts_and_reports(jsonl):
+def test_skip_bad_counts_and_reports(jsonl, imported):
     lines = [_good(0), "{oops", _good(1), {"timestamp": 1, "body": {"model": "m"}}, "", _good(2),
              "null", "[]", "7", "{", "{}", _good(3)]
-    trace = import_log("openai", jsonl(lines), skip_bad=True)
+    trace = imported(import_log, "openai", jsonl(lines), skip_bad=True)
     assert trace.df["request_id"].to_list() == ["r0", "r1", "r2", "r3"]
     report = json.loads(trace.meta.import_report)
     assert report["lines_read"] == 11  # the blank line is not read as a line
@@ -231,26 +234,26 @@ def test_skip_bad_counts_and_reports(jsonl):
     assert report["format"] == "openai-jsonl"
 
 
-def test_empty_or_all_bad_is_an_error(jsonl, tmp_path):
+def test_empty_or_all_bad_is_an_error(jsonl, tmp_path, imported):
     with pytest.raises(TraceError, match=r"^log\.jsonl: no requests imported \(0 lines read"):
-        import_log("openai", jsonl(["", "  "]))
+        imported(import_log, "openai", jsonl(["", "  "]))
     with pytest.raises(TraceError, match=r"^log\.jsonl: no requests imported \(2 lines read, 2 skipped"):
-        import_log("openai", jsonl(["{", "["]), skip_bad=True)
+        imported(import_log, "openai", jsonl(["{", "["]), skip_bad=True)
     with pytest.raises(TraceError, match=r"^nope\.jsonl: no such file$"):
-        import_log("openai", tmp_path / "nope.jsonl")
+        imported(import_log, "openai", tmp_path / "nope.jsonl")
 
 
-def test_limit_and_bad_arguments(jsonl):
+def test_limit_and_bad_arguments(jsonl, imported):
     path = jsonl([_good(i) for i in range(5)])
-    assert import_log("openai", path, limit=2).df["request_id"].to_list() == ["r0", "r1"]
+    assert imported(import_log, "openai", path, limit=2).df["request_id"].to_list() == ["r0", "r1"]
     with pytest.raises(ConfigError, match="--limit"):
-        import_log("openai", path, limit=0)
+        imported(import_log, "openai", path, limit=0)
     with pytest.raises(ConfigError, match="--block-size"):
-        import_log("openai", path, block_size=0)
+        imported(import_log, "openai", path, block_size=0)
     with pytest.raises(ConfigError, match="unknown"):
-        import_log("helicone", path)
+        imported(import_log, "helicone", path)
     with pytest.raises(ConfigError, match="--rate: only for OpenAI Batch"):
-        import_log("litellm", path, rate=2.0)
+        imported(import_log, "litellm", path, rate=2.0)
 
 
 @pytest.mark.parametrize("value, expected_s", [
@@ -273,3 +276,157 @@ def test_bad_times(value):
     with pytest.raises(LineError) as e:
         parse_time_us(value, "startTime")
     assert e.value.field == "startTime"
+
+
+# -- streaming: two passes, chunks, a bounded token cache -------------------------------------
+
+
+def _conversations(n_sessions: int = 6, turns: int = 4) -> list[dict]:
+    """OpenAI log lines of interleaved multi-turn chats (no session ids: linked by conversation),
+    in arrival order; each answer is recorded, so each turn continues the one before."""
+    lines = []
+    for s in range(n_sessions):
+        messages = [SYSTEM]
+        for k in range(turns):
+            messages = [*messages, {"role": "user", "content": f"session {s} question {k}: rye or spelt?"}]
+            answer = f"Session {s} answer {k}: " + "spelt " * (k + s)
+            lines.append({"timestamp": 1_715_299_200 + 10 * k + 0.5 * s, "request_id": f"s{s}t{k}",
+                          "body": {"model": "m", "messages": messages},
+                          "response": {"choices": [{"message": {"role": "assistant", "content": answer}}]}})
+            messages = [*messages, {"role": "assistant", "content": answer}]
+    return sorted(lines, key=lambda line: line["timestamp"])
+
+
+def _same(a, b) -> None:
+    assert a.df.equals(b.df)
+    assert a.meta == b.meta
+
+
+def test_an_out_of_order_log_imports_in_arrival_order_with_the_same_sessions(jsonl, imported):
+    lines = _conversations()
+    in_order = imported(import_log, "openai", jsonl(lines, "sorted.jsonl"))
+    shuffled = [lines[i] for i in (7, 0, 23, 3, 12, 1, 22, 2, 9, 4, 5, 6, 8, 10, 11, 13, 14, 15, 16,
+                                   17, 18, 19, 20, 21)]
+    assert sorted(shuffled, key=lambda line: line["request_id"]) == \
+        sorted(lines, key=lambda line: line["request_id"])
+    trace = imported(import_log, "openai", jsonl(["", *shuffled, ""], "shuffled.jsonl"))
+    assert trace.df["request_id"].to_list() == [line["request_id"] for line in lines]
+    rows = _rows(trace)
+    for s in range(6):
+        assert [rows[f"s{s}t{k}"]["session_id"] for k in range(4)] == [f"s{s}t0"] * 4
+        assert [rows[f"s{s}t{k}"]["parent_request_id"] for k in range(4)] == \
+            [None, f"s{s}t0", f"s{s}t1", f"s{s}t2"]
+    # each row is its own line, read again where it starts
+    for line in lines:
+        assert json.loads(rows[line["request_id"]]["body"]) == line["body"]
+    # the same trace as the file in order, but for the lines read
+    assert trace.df.equals(in_order.df)
+    report, in_order_report = (json.loads(t.meta.import_report) for t in (trace, in_order))
+    assert report == in_order_report and report["turns_linked_by_conversation"] == 18
+
+
+def test_a_log_of_many_chunks_gives_the_one_chunk_trace(jsonl, imported, tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    from capture.importers import logs
+
+    path = jsonl([*_conversations(), {"timestamp": 1_715_299_201, "request_id": "alone",
+                                      "body": {"prompt": "a loaf"}}])
+    whole = imported(import_log, "openai", path)
+    monkeypatch.setattr(logs, "CHUNK_ROWS", 5)
+    out = tmp_path / "chunks.parquet"
+    result = import_log("openai", path, out)
+    assert result.rows == 25 and pq.ParquetFile(out).num_row_groups == 5
+    _same(read_trace(out), whole)
+    # the text bound cuts chunks too
+    monkeypatch.setattr(logs, "CHUNK_ROWS", 10_000)
+    monkeypatch.setattr(logs, "CHUNK_CHARS", 1)  # each row's body is more
+    import_log("openai", path, out)
+    assert pq.ParquetFile(out).num_row_groups == 25
+    _same(read_trace(out), whole)
+
+
+def test_the_token_cache_stays_within_its_bound(gpt2, jsonl, imported, monkeypatch):
+    from capture.importers import logs
+
+    cache = logs.TokenCache(gpt2, max_bytes=4_000)
+    texts = [f"text number {i} " + "rye " * (i % 23) for i in range(60)]
+    for i in range(300):
+        chosen = [texts[(i * 7) % 60], texts[i % 60], SYSTEM["content"], texts[(i * 13) % 60]]
+        assert np.array_equal(cache.prompt_ids(chosen), prompt_token_ids(chosen, gpt2))
+        assert 0 < cache.bytes <= cache.max_bytes
+        assert cache.bytes == sum(ids.nbytes + logs.TOKEN_CACHE_ENTRY_BYTES for ids in cache._ids.values())
+    assert 0 < len(cache) < 60  # it forgot some texts
+    one = logs.TokenCache(gpt2, max_bytes=1)  # no text fits: nothing kept, the ids all the same
+    assert np.array_equal(one.prompt_ids(texts[:3]), prompt_token_ids(texts[:3], gpt2))
+    assert len(one) == 0 and one.bytes == 0
+    assert len(cache.prompt_ids([])) == 0
+    # an import with a tiny cache: the same trace
+    path = jsonl(_conversations())
+    whole = imported(import_log, "openai", path)
+    monkeypatch.setattr(logs, "TOKEN_CACHE_BYTES", 600)
+    _same(imported(import_log, "openai", path), whole)
+
+
+def test_a_redacting_import_writes_what_redacting_the_raw_import_writes(jsonl, tmp_path, monkeypatch):
+    pytest.importorskip("presidio_analyzer")
+    import redact.pipeline
+    from capture.importers import logs
+    from redact import RedactionKey, redact_file
+
+    monkeypatch.setattr(redact.pipeline, "default_processes", lambda: 1)
+    key = RedactionKey(b"log-stream-test-key-0123456789")
+    pii = [{"timestamp": 1_715_299_200 + i, "request_id": f"p{i}", "body": {"model": "m", "messages": [
+        {"role": "user", "content": f"I am Ada Lovelace, mail me at ada{i}@example.com or call "
+                                    f"+44 20 7946 09{i:02d}."}]}} for i in range(5)]
+    path = jsonl(sorted([*_conversations(3, 3), *pii], key=lambda line: line["timestamp"]))
+    raw = import_log("openai", path, tmp_path / "raw.parquet").path
+    two_steps = redact_file(raw, tmp_path / "two-steps.parquet", key, processes=1)
+    monkeypatch.setattr(logs, "CHUNK_ROWS", 3)
+    monkeypatch.setattr(redact.pipeline, "ROW_BATCH", 2)
+    result = import_log("openai", path, tmp_path / "one-step.parquet", key=key)
+    got, want = read_trace(result.path), read_trace(tmp_path / "two-steps.parquet")
+    assert got.df.equals(want.df) and result.rows == len(want) == 14
+    assert replace(got.meta, redaction_report="") == replace(want.meta, redaction_report="")
+    assert got.meta.redaction_policy == "redacted" and got.meta.redaction_key == key.fingerprint
+    bodies = "".join(got.df["body"].to_list())
+    assert "Ada Lovelace" not in bodies and not any(f"ada{i}@" in bodies for i in range(5))
+    # the same report but for the time it took
+    report, expected = result.redaction.to_dict(), two_steps.to_dict()
+    assert report.pop("seconds") >= 0 and expected.pop("seconds") >= 0
+    assert report == expected and report["entities"]
+
+
+def test_a_bounded_linker_forgets_its_oldest_requests():
+    from capture.importers.logs import SessionLinker
+
+    def opening(who):
+        return {"messages": [{"role": "user", "content": f"hi from {who}"}]}
+
+    def follow_up(who):
+        return {"messages": [*opening(who)["messages"], {"role": "assistant", "content": "hello"},
+                             {"role": "user", "content": "bye"}]}
+
+    linker = SessionLinker(max_requests=2)
+    for who in ("a", "b", "c"):
+        assert linker.add(who, "chat", opening(who), "hello") == (who, None, 0)
+    assert linker.add("c2", "chat", follow_up("c"), None) == ("c", "c", 1)
+    assert linker.add("a2", "chat", follow_up("a"), None) == ("a2", None, 0)  # a is forgotten
+    unbounded = SessionLinker()
+    for who in ("a", "b", "c"):
+        unbounded.add(who, "chat", opening(who), "hello")
+    assert unbounded.add("a2", "chat", follow_up("a"), None) == ("a", "a", 1)
+
+
+def test_a_line_that_changed_between_the_passes_stops_the_import(jsonl, tmp_path):
+    from capture.importers.logs import scan_log, write_log_trace
+    from capture.importers.openai_log import parse_openai_line
+
+    path = jsonl([_good(0), _good(1), _good(2)])
+    index = scan_log(path, parse_openai_line)
+    assert len(index) == 3 and index.lines.tolist() == [1, 2, 3]
+    jsonl([_good(0), "{}", _good(2)])  # the same file, rewritten
+    out = tmp_path / "t.parquet"
+    with pytest.raises(TraceError, match=r"^log\.jsonl: line 2: changed while it was imported$"):
+        write_log_trace(index, parse_openai_line, out, source_format="openai-jsonl")
+    assert not out.exists() and not list(tmp_path.glob(".t.parquet*"))

@@ -56,7 +56,7 @@ def _rows(trace) -> dict[str, dict]:
     return {r["request_id"]: r for r in trace.df.iter_rows(named=True)}
 
 
-def test_log_fields(jsonl):
+def test_log_fields(jsonl, imported):
     lines = [
         {"timestamp": "2024-05-10T00:00:01.5Z", "request_id": "req-1", "session_id": "user-7",
          "body": CHAT_BODY, "response": CHAT_RESPONSE, "ttft_ms": 120.5, "latency_ms": 830,
@@ -70,7 +70,7 @@ def test_log_fields(jsonl):
          "body": {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hi"}]},
          "usage": {"prompt_tokens": 8, "completion_tokens": 0}, "status": 429},
     ]
-    trace = import_openai(jsonl(lines))
+    trace = imported(import_openai, jsonl(lines))
     rows = _rows(trace)
     assert trace.df["request_id"].to_list() == ["req-3", "req-1", "cmpl-xyz789"]
     assert trace.meta.t0_unix_us == 1_715_299_200_250_000
@@ -96,10 +96,10 @@ def test_log_fields(jsonl):
     assert report["records_imported"] == 3 and report["requests_in_log_sessions"] == 2
 
 
-def test_a_plain_text_response_is_the_answer(jsonl, gpt2):
+def test_a_plain_text_response_is_the_answer(jsonl, gpt2, imported):
     line = {"timestamp": 5, "body": {"messages": [{"role": "user", "content": "Say hi"}]},
             "response": "Hi there, friend"}
-    row = import_openai(jsonl([line])).df.row(0, named=True)
+    row = imported(import_openai, jsonl([line])).df.row(0, named=True)
     assert row["response"] == "Hi there, friend"
     assert row["output_tokens"] == len(gpt2.encode("Hi there, friend", add_special_tokens=False).ids)
     assert row["model"] is None and row["status"] is None
@@ -112,9 +112,9 @@ def _batch(n: int, url: str = "/v1/chat/completions") -> list[dict]:
             for i in range(n)]
 
 
-def test_batch_file_with_rate_gives_seeded_poisson_arrivals(jsonl):
+def test_batch_file_with_rate_gives_seeded_poisson_arrivals(jsonl, imported):
     path = jsonl(_batch(400))
-    trace = import_openai(path, rate=20.0, seed=3)
+    trace = imported(import_openai, path, rate=20.0, seed=3)
     df = trace.df
     assert trace.meta.source_format == "openai-batch" and trace.meta.t0_unix_us == 0
     assert df["request_id"].to_list() == [f"request-{i}" for i in range(400)]  # file order kept
@@ -127,29 +127,30 @@ def test_batch_file_with_rate_gives_seeded_poisson_arrivals(jsonl):
     assert np.std(gaps) / np.mean(gaps) == pytest.approx(1.0, abs=0.15)
     report = json.loads(trace.meta.import_report)
     assert report["rate"] == 20.0 and report["seed"] == 3
-    assert import_openai(path, rate=20.0, seed=3).df["arrival_us"].equals(df["arrival_us"])
-    assert not import_openai(path, rate=20.0, seed=4).df["arrival_us"].equals(df["arrival_us"])
+    assert imported(import_openai, path, rate=20.0, seed=3).df["arrival_us"].equals(df["arrival_us"])
+    assert not imported(import_openai, path, rate=20.0, seed=4).df["arrival_us"].equals(df["arrival_us"])
     # twice the rate, the same draws: half the span
-    fast = import_openai(path, rate=40.0, seed=3).df["arrival_us"].to_numpy()
+    fast = imported(import_openai, path, rate=40.0, seed=3).df["arrival_us"].to_numpy()
     assert np.abs(fast - arrival / 2).max() <= 1
     # a completions batch
     completions = [{"custom_id": "c0", "method": "POST", "url": "/v1/completions",
                     "body": {"model": "m", "prompt": "Hello"}}]
-    assert import_openai(jsonl(completions, "c.jsonl"), rate=1.0).df["api"].to_list() == ["completions"]
+    trace = imported(import_openai, jsonl(completions, "c.jsonl"), rate=1.0)
+    assert trace.df["api"].to_list() == ["completions"]
 
 
-def test_batch_file_without_rate_is_an_error(jsonl):
+def test_batch_file_without_rate_is_an_error(jsonl, imported):
     with pytest.raises(ConfigError) as e:
-        import_openai(jsonl(_batch(3)))
+        imported(import_openai, jsonl(_batch(3)))
     assert "--rate" in str(e.value) and "\n" not in str(e.value)
     timed = [{"timestamp": 1, "body": {"prompt": "p"}}]
     with pytest.raises(ConfigError, match="--rate: only for OpenAI Batch input files"):
-        import_openai(jsonl(timed), rate=2.0)
+        imported(import_openai, jsonl(timed), rate=2.0)
     with pytest.raises(ConfigError, match="--rate: must be a number > 0"):
-        import_openai(jsonl(_batch(3)), rate=0.0)
+        imported(import_openai, jsonl(_batch(3)), rate=0.0)
 
 
-def test_bad_batch_lines(jsonl):
+def test_bad_batch_lines(jsonl, imported):
     cases = [
         ({**_batch(1)[0], "custom_id": "x", "url": "/v1/embeddings"},
          "line 2: '/v1/embeddings' is not one of /v1/chat/completions, /v1/completions (field 'url')"),
@@ -161,9 +162,9 @@ def test_bad_batch_lines(jsonl):
     ]
     for bad, message in cases:
         with pytest.raises(TraceError) as e:
-            import_openai(jsonl([_batch(1)[0], bad]), rate=1.0)
+            imported(import_openai, jsonl([_batch(1)[0], bad]), rate=1.0)
         assert str(e.value) == f"log.jsonl: {message}"
     with pytest.raises(TraceError, match=r"line 2: an OpenAI Batch line in a request log \(field 'custom_id'\)"):
-        import_openai(jsonl([{"timestamp": 3, "body": {"prompt": "p"}}, _batch(1)[0]]))
-    trace = import_openai(jsonl([*_batch(2), cases[0][0]]), rate=1.0, skip_bad=True)
+        imported(import_openai, jsonl([{"timestamp": 3, "body": {"prompt": "p"}}, _batch(1)[0]]))
+    trace = imported(import_openai, jsonl([*_batch(2), cases[0][0]]), rate=1.0, skip_bad=True)
     assert len(trace) == 2 and json.loads(trace.meta.import_report)["skipped_lines"] == 1
