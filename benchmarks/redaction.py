@@ -165,7 +165,8 @@ def child_naive(args: argparse.Namespace) -> dict:
 
 def build_input_trace(corpus):
     """The corpus as a Trace, as the log importers make one (token counts, block hashes, answers)."""
-    from capture.importers.logs import LogRecord, build_trace
+    from capture.importers.logs import build_trace
+    from capture.importers.records import LogRecord
 
     records = [LogRecord(arrival_us=T0_UNIX_US + int(round(float(a) * 1e6)), api="chat",
                          model=body.get("model"), body=body, request_id=f"req-{i}",

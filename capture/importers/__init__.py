@@ -4,9 +4,10 @@ from capture.importers.azure import import_azure
 from capture.importers.burstgpt import import_burstgpt
 from capture.importers.langfuse import import_langfuse
 from capture.importers.litellm import import_litellm
-from capture.importers.logs import LOG_FORMATS, LogRecord, Usage, build_trace, import_log
+from capture.importers.logs import LOG_FORMATS, build_trace, import_log
 from capture.importers.mooncake import import_mooncake
 from capture.importers.openai_log import import_openai
+from capture.importers.records import LogRecord, Usage
 from capture.importers.tokens import ImportResult
 from capture.importers.vidur import import_vidur
 

@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from capture.importers.logs import BadLines, LineError, parse_time_us
+from capture.importers.records import BadLines, LineError, parse_time_us
 from capture.importers.tokens import (
     ImportResult,
     TokenRecord,

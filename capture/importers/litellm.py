@@ -37,7 +37,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from capture.importers.logs import (
+from capture.importers.logs import scan_log, write_log_trace
+from capture.importers.records import (
     LineError,
     LogRecord,
     NotARequest,
@@ -50,8 +51,6 @@ from capture.importers.logs import (
     openai_usage,
     opt_str,
     parse_time_us,
-    scan_log,
-    write_log_trace,
 )
 
 if TYPE_CHECKING:

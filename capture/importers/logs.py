@@ -1,11 +1,8 @@
-"""Request logs into a Trace file: the common record, the two reading passes and the one
-record->row builder.
+"""Request logs into a Trace file: the two reading passes and the one record->row builder.
 
-Owns :class:`Usage`, :class:`LogRecord`, :class:`LineError`, :class:`BadLines`, :class:`NotARequest`,
-:class:`LogIndex`, :func:`scan_log`, :class:`SessionLinker`, :class:`TokenCache`,
-:func:`write_log_trace`, :func:`build_trace`, :func:`import_log` and the small field readers the
-format modules share (:func:`parse_time_us`, :func:`answer_text`, ...). Each format module
-(``openai_log``, ``litellm``, ``langfuse``) turns one JSON line into one :class:`LogRecord`;
+Owns :class:`LogIndex`, :func:`scan_log`, :class:`TokenCache`, :func:`write_log_trace`,
+:func:`build_trace` and :func:`import_log`. Each format module (``openai_log``, ``litellm``,
+``langfuse``) turns one JSON line into one :class:`capture.importers.records.LogRecord`;
 everything after that is here, the same for every format.
 
 Streaming, in bounded memory (a log may hold millions of requests, each repeating its
@@ -37,27 +34,7 @@ Building (:func:`write_log_trace`, :func:`build_trace`):
   ``max_completion_tokens`` or ``max_tokens``, else ``output_tokens``. ``response`` is the
   recorded answer text as logged; bodies are stored as compact JSON, exactly as logged
   (``stream`` included where the log has it).
-- Sessions. A request whose log names a session (``session_id``; else a group id such as
-  LiteLLM's or Langfuse's trace id, when at least two requests of the file share it: a group id
-  seen once is no evidence, LiteLLM makes a fresh one per call) is in that session: its turn is
-  the number of earlier requests of that session and its parent is the latest of them.
-  Without one, the conversation decides. Each chat request's messages are normalized (each
-  message is its role and :func:`replay.bodies.message_texts`) and hashed as a chain, one hash
-  per prefix, so finding the earlier request a conversation continues costs one dictionary
-  look-up per message (O(total messages), never pairwise). A chat request continues earlier
-  request P when its messages start with
-
-  1. P's messages followed by P's answer (an assistant message whose text is P's recorded
-     response text), or, where P has no recorded answer,
-  2. P's messages followed by any assistant message,
-
-  possibly followed by further messages. The longest such match wins (rule 1 before rule 2 at
-  the same length); among earlier requests with the very same match, the latest one with no
-  next turn yet, else the latest. The request then joins P's session as P's next turn
-  (``parent_request_id`` = P, ``turn`` = P's turn + 1). A request that continues nothing known
-  begins a new session whose id is its own request id (turn 0). Two conversations that only
-  share a system prompt (or any prefix that is not a whole earlier request plus an assistant
-  message) never merge.
+- Sessions: the rule of :mod:`capture.importers.sessions` (:class:`SessionLinker`).
 - Metadata: ``redaction_policy="none"`` (raw text), ``import_report`` a JSON object: lines
   read, records imported, skipped lines (count and the first few with line numbers and
   reasons), lines that were not requests by kind, and how sessions were found.
@@ -69,12 +46,9 @@ Building (:func:`write_log_trace`, :func:`build_trace`):
 
 from __future__ import annotations
 
-import calendar
 import hashlib
 import json
-import math
 import os
-import re
 import time
 from array import array
 from collections import Counter, OrderedDict, defaultdict
@@ -86,6 +60,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
+from capture.importers.records import BadLines, LineError, LogRecord, NotARequest
+from capture.importers.sessions import SessionLinker
 from replay.blocks import HASH_ALGO, block_hashes
 from replay.errors import ConfigError, TraceError
 from replay.trace import APIS, Trace, TraceMeta, TraceWriter, read_meta, validate
@@ -93,28 +69,10 @@ from replay.trace import APIS, Trace, TraceMeta, TraceWriter, read_meta, validat
 if TYPE_CHECKING:
     from capture.importers.tokens import ImportResult
 
-__all__ = [
-    "LOG_FORMATS",
-    "Usage",
-    "LogRecord",
-    "LineError",
-    "BadLines",
-    "NotARequest",
-    "LogIndex",
-    "SessionLinker",
-    "TokenCache",
-    "scan_log",
-    "write_log_trace",
-    "build_trace",
-    "import_log",
-    "parse_time_us",
-    "answer_text",
-]
+__all__ = ["LOG_FORMATS", "LogIndex", "TokenCache", "scan_log", "write_log_trace", "build_trace", "import_log"]
 
 # the log formats :func:`import_log` reads (as the CLI spells them)
 LOG_FORMATS = ("openai", "litellm", "langfuse")
-# skipped lines whose line number and reason the import report keeps
-REPORT_FIRST_SKIPPED = 5
 # a chunk of rows (one Parquet row group, what memory holds of the rows) ends at this many rows
 # or this many characters of bodies and answers, whichever comes first
 CHUNK_ROWS = 8192
@@ -123,233 +81,6 @@ CHUNK_CHARS = 64 << 20
 # costs besides its ids (its key, the array's header, the cache's links)
 TOKEN_CACHE_BYTES = 64 << 20
 TOKEN_CACHE_ENTRY_BYTES = 256
-
-
-@dataclass(frozen=True)
-class Usage:
-    """Token counts a log recorded for one request (each may be unknown)."""
-
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cached_tokens: int | None = None
-
-
-@dataclass(frozen=True)
-class LogRecord:
-    """One request of a log, whatever the format (the one common record)."""
-
-    arrival_us: int | None  # absolute, µs since the Unix epoch (None: an OpenAI Batch line, no time)
-    api: str  # "chat" or "completions"
-    model: str | None
-    body: dict  # the request exactly as sent
-    request_id: str | None = None  # None: derived from the line number
-    session_id: str | None = None  # the log's own session id, where it has one
-    # a weaker grouping id (LiteLLM's trace_id, Langfuse's trace id): the session where no
-    # session_id says otherwise and at least two records share it
-    group_id: str | None = None
-    response: str | None = None  # the answer's text, where the log recorded it
-    usage: Usage | None = None
-    ttft_us: int | None = None
-    e2e_us: int | None = None
-    status: int | None = None  # HTTP status
-    line: int = 0  # 1-based line number in the file (set by scan_log)
-
-
-class LineError(Exception):
-    """A malformed line: what is wrong, and the field at fault."""
-
-    def __init__(self, what: str, field: str | None = None) -> None:
-        super().__init__(what)
-        self.what = what
-        self.field = field
-
-    def describe(self) -> str:
-        return f"{self.what} (field '{self.field}')" if self.field else self.what
-
-
-class BadLines:
-    """Where malformed lines go: the first one stops the import with ``FILE: line N: <what>
-    (field 'x')``, or with ``skip_bad`` each is skipped and counted (the first few kept with
-    their line numbers and reasons) for the import report. Every line importer uses this."""
-
-    def __init__(self, source: str, skip_bad: bool) -> None:
-        self.source = source
-        self.skip_bad = skip_bad
-        self.count = 0
-        self.first: list[dict] = []
-
-    def bad(self, line: int, error: LineError) -> None:
-        """Raise :class:`~replay.errors.TraceError` for ``line``, or (skip_bad) count it."""
-        if not self.skip_bad:
-            raise TraceError(f"{self.source}: line {line}: {error.describe()}") from None
-        self.count += 1
-        if len(self.first) < REPORT_FIRST_SKIPPED:
-            self.first.append({"line": line, "reason": error.describe()})
-
-    def report(self) -> dict:
-        return {"skipped_lines": self.count, "first_skipped": list(self.first)}
-
-
-class NotARequest(Exception):
-    """A well-formed line that is not a replayable request; counted under ``kind``."""
-
-    def __init__(self, kind: str) -> None:
-        super().__init__(kind)
-        self.kind = kind
-
-
-# ---------------------------------------------------------------------------------------------
-# field readers shared by the format modules
-
-_ISO = re.compile(
-    r"^\s*(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d+))?)?)?\s*"
-    r"(Z|z|UTC|[+-]\d{2}(?::?\d{2})?)?\s*$"
-)
-
-
-def parse_time_us(value: Any, field: str) -> int:
-    """µs since the Unix epoch of ``value``: epoch seconds (a number) or an ISO 8601 string
-    (``2024-05-10T12:00:01.5Z``, ``2024-05-10 12:00:01.500000``; no zone means UTC)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if not math.isfinite(value) or value < 0:
-            raise LineError(f"time {value!r} is not a time", field)
-        return round(value * 1_000_000)
-    if isinstance(value, str):
-        m = _ISO.match(value)
-        if m:
-            year, month, day, hh, mm, ss, frac, zone = m.groups()
-            try:
-                secs = calendar.timegm((int(year), int(month), int(day), int(hh or 0),
-                                        int(mm or 0), int(ss or 0), 0, 0, 0))
-                valid = (1 <= int(month) <= 12 and 1 <= int(day) <= 31 and int(hh or 0) < 24
-                         and int(mm or 0) < 60 and int(ss or 0) < 61)
-            except (ValueError, OverflowError):
-                valid = False
-            if valid:
-                us = int((frac or "0")[:6].ljust(6, "0"))
-                offset = 0
-                if zone and zone[0] in "+-":
-                    digits = zone[1:].replace(":", "")
-                    offset = int(digits[:2]) * 3600 + int(digits[2:4] or 0) * 60
-                    offset = -offset if zone[0] == "-" else offset
-                return (secs - offset) * 1_000_000 + us
-    raise LineError(f"time {value!r} is not epoch seconds or an ISO 8601 time", field)
-
-
-def duration_us(start_us: int | None, end_us: int | None, field: str) -> int | None:
-    """``end - start`` (None when either is unknown); a negative one is a malformed line."""
-    if start_us is None or end_us is None:
-        return None
-    if end_us < start_us:
-        raise LineError("is before the request's start time", field)
-    return end_us - start_us
-
-
-def ms_to_us(value: Any, field: str) -> int | None:
-    """A duration in milliseconds (a number >= 0, or null) in µs."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < 0:
-        raise LineError(f"{value!r} is not a duration in ms >= 0", field)
-    return round(value * 1000)
-
-
-def count(value: Any, field: str) -> int | None:
-    """A token count (an integer >= 0, or null)."""
-    if value is None:
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise LineError(f"{value!r} is not a count >= 0", field)
-    return value
-
-
-def opt_str(value: Any, field: str) -> str | None:
-    """An optional string (an empty string counts as absent, as exports write unset fields)."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    if not isinstance(value, str):
-        raise LineError(f"{value!r} is not a string", field)
-    return value
-
-
-def http_status(value: Any, field: str) -> int | None:
-    """An HTTP status code (an integer, or a string of digits, 100..599)."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
-    if isinstance(value, bool) or not isinstance(value, int) or not 100 <= value <= 599:
-        raise LineError(f"{value!r} is not an HTTP status", field)
-    return value
-
-
-def content_text(content: Any) -> str | None:
-    """The text of a message's ``content``: a string, or the joined ``text`` of its parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
-        return "".join(parts) if parts else None
-    return None
-
-
-def answer_text(response: Any) -> str | None:
-    """The answer's text in a logged response: a ``chat.completion`` / ``text_completion``
-    object (its first choice's ``message.content`` or ``text``), a message dict, a list of
-    them (the first), or a plain string. None where there is no text (e.g. only tool calls)."""
-    if isinstance(response, str):
-        return response
-    if isinstance(response, list):
-        return answer_text(response[0]) if response else None
-    if not isinstance(response, dict):
-        return None
-    choices = response.get("choices")
-    if isinstance(choices, list):
-        if not choices or not isinstance(choices[0], dict):
-            return None
-        first = choices[0]
-        if isinstance(first.get("message"), dict):
-            return content_text(first["message"].get("content"))
-        if isinstance(first.get("text"), str):
-            return first["text"]
-        return None
-    if "content" in response:
-        return content_text(response.get("content"))
-    if isinstance(response.get("text"), str):
-        return response["text"]
-    return None
-
-
-def openai_usage(usage: Any, field: str) -> Usage | None:
-    """An OpenAI ``usage`` object (``prompt_tokens``, ``completion_tokens``,
-    ``prompt_tokens_details.cached_tokens``) as :class:`Usage`."""
-    if usage is None:
-        return None
-    if not isinstance(usage, dict):
-        raise LineError("is not an object", field)
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    return Usage(
-        prompt_tokens=count(usage.get("prompt_tokens"), f"{field}.prompt_tokens"),
-        completion_tokens=count(usage.get("completion_tokens"), f"{field}.completion_tokens"),
-        cached_tokens=count(cached, f"{field}.prompt_tokens_details.cached_tokens"),
-    )
-
-
-def api_of_body(body: Any, field: str = "body") -> str:
-    """``chat`` for a body with ``messages`` (a list), ``completions`` for one with ``prompt``."""
-    if not isinstance(body, dict):
-        raise LineError("is not a JSON object", field)
-    if isinstance(body.get("messages"), list):
-        return "chat"
-    if isinstance(body.get("prompt"), (str, list)):
-        return "completions"
-    raise LineError("has neither 'messages' (a list) nor 'prompt'", field)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -507,141 +238,6 @@ def _group_of(record: LogRecord) -> str | None:
 def _shared(groups: Counter) -> frozenset[str]:
     """The group ids at least two requests share: a group id seen once is no evidence."""
     return frozenset(g for g, n in groups.items() if n >= 2)
-
-
-# ---------------------------------------------------------------------------------------------
-# sessions
-
-
-def _message_key(message: Any) -> bytes:
-    from replay.bodies import message_texts
-
-    role = message.get("role") if isinstance(message, dict) else None
-    return json.dumps([role, message_texts(message)], ensure_ascii=False,
-                      separators=(",", ":")).encode()
-
-
-def _chain(parent: bytes, message_key: bytes) -> bytes:
-    h = hashlib.blake2b(parent, digest_size=16)
-    h.update(message_key)
-    return h.digest()
-
-
-_ROOT = bytes(16)
-
-
-def _is_assistant(message: Any) -> bool:
-    return isinstance(message, dict) and message.get("role") == "assistant"
-
-
-class SessionLinker:
-    """The session rule of the module docstring, applied one request at a time (requests in
-    arrival order, each with its recorded answer): the log importer runs it over a log,
-    the recording proxy (``capture.record``) over live traffic as requests end.
-
-    ``max_requests`` bounds the memory of a long-running linker: the oldest requests are
-    forgotten (a conversation continuing one of them starts a new session).
-    """
-
-    def __init__(self, max_requests: int | None = None) -> None:
-        self.max_requests = max_requests
-        self._n = 0
-        self._info: dict[int, tuple[str, str, int]] = {}  # index -> (request id, session, turn)
-        self._keys: dict[int, tuple[dict, bytes]] = {}    # index -> where it is registered
-        self._last_of_session: dict[str, int] = {}
-        self._turns_in_session: dict[str, int] = defaultdict(int)
-        # key -> earlier requests (indices) it continues: after their answer, or (no answer)
-        # after any assistant message
-        self._answered: dict[bytes, list[int]] = defaultdict(list)
-        self._unanswered: dict[bytes, list[int]] = defaultdict(list)
-        self._has_child: set[int] = set()
-        self.linked = 0
-        self.in_log_sessions = 0
-
-    def add(self, request_id: str, api: str, body: dict, response: str | None,
-            log_session: str | None = None) -> tuple[str, str | None, int]:
-        """``(session_id, parent_request_id, turn)`` of this request; it is then known as a
-        conversation later requests may continue."""
-        i = self._n
-        self._n += 1
-        messages = body.get("messages") if api == "chat" else None
-        prefix: list[bytes] = []
-        if isinstance(messages, list):
-            h = _ROOT
-            for m in messages:
-                h = _chain(h, _message_key(m))
-                prefix.append(h)
-        parent_id: str | None = None
-        if log_session is not None:
-            self.in_log_sessions += 1
-            sid = log_session
-            prev = self._last_of_session.get(sid)
-            if prev is not None:
-                parent_id = self._info[prev][0]
-                self._has_child.add(prev)
-            turn = self._turns_in_session[sid]
-        else:
-            parent = _continued(prefix, messages, self._answered, self._unanswered,
-                                self._has_child)
-            if parent is None:
-                sid, turn = request_id, 0
-            else:
-                self.linked += 1
-                parent_id, sid, parent_turn = self._info[parent]
-                turn = parent_turn + 1
-                self._has_child.add(parent)
-        self._turns_in_session[sid] += 1
-        self._last_of_session[sid] = i
-        self._info[i] = (request_id, sid, turn)
-        if prefix:
-            if response:
-                table = self._answered
-                key = _chain(prefix[-1], _message_key({"role": "assistant", "content": response}))
-            else:
-                table, key = self._unanswered, prefix[-1]
-            table[key].append(i)
-            if self.max_requests is not None:  # kept only to forget it again
-                self._keys[i] = (table, key)
-        if self.max_requests is not None and len(self._info) > self.max_requests:
-            self._forget(i - self.max_requests)
-        return sid, parent_id, turn
-
-    def _forget(self, i: int) -> None:
-        info = self._info.pop(i, None)
-        if info is None:
-            return
-        where = self._keys.pop(i, None)
-        if where is not None:
-            table, key = where
-            table[key].remove(i)
-            if not table[key]:
-                del table[key]
-        self._has_child.discard(i)
-        sid = info[1]
-        if self._last_of_session.get(sid) == i:
-            del self._last_of_session[sid]
-            self._turns_in_session.pop(sid, None)
-
-    @property
-    def sessions(self) -> int:
-        return len(self._turns_in_session)
-
-
-def _continued(prefix: list[bytes], messages: Any, answered: dict, unanswered: dict,
-               has_child: set[int]) -> int | None:
-    """The earlier request this chat request continues (longest match), or None."""
-    for k in range(len(prefix), 0, -1):  # k messages matched, the last an assistant message
-        candidates = answered.get(prefix[k - 1])
-        if not candidates and k >= 2 and _is_assistant(messages[k - 1]):
-            candidates = unanswered.get(prefix[k - 2])
-        if candidates:
-            for j in reversed(candidates):
-                if j not in has_child:
-                    return j
-            return candidates[-1]
-    return None
-
-
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from capture.importers.logs import BadLines, LineError, count
+from capture.importers.records import BadLines, LineError, count
 from capture.importers.tokens import ImportResult, TokenRecord, read_jsonl_rows, write_token_trace
 from replay.synth import Synthesis
 

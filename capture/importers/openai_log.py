@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from capture.importers.logs import (
+from capture.importers.logs import scan_log, write_log_trace
+from capture.importers.records import (
     LineError,
     LogRecord,
     answer_text,
@@ -40,8 +41,6 @@ from capture.importers.logs import (
     openai_usage,
     opt_str,
     parse_time_us,
-    scan_log,
-    write_log_trace,
 )
 from replay.errors import ConfigError
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import polars as pl
 
-from capture.importers.logs import BadLines, LineError
+from capture.importers.records import BadLines, LineError
 from replay.blocks import HASH_ALGO
 from replay.errors import ConfigError, TraceError
 from replay.synth import Synthesis, Synthesizer

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from capture.importers.azure import csv_count, csv_seconds
-from capture.importers.logs import BadLines
+from capture.importers.records import BadLines
 from capture.importers.tokens import ImportResult, TokenRecord, csv_records, write_token_trace
 from replay.synth import Synthesis
 

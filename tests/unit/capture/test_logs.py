@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from capture.importers import LogRecord, Usage, build_trace, import_log
-from capture.importers.logs import LineError, parse_time_us
+from capture.importers.records import LineError, parse_time_us
 from replay.blocks import block_hashes
 from replay.bodies import prompt_token_ids, text_slots
 from replay.errors import ConfigError, TraceError
@@ -398,7 +398,7 @@ def test_a_redacting_import_writes_what_redacting_the_raw_import_writes(jsonl, t
 
 
 def test_a_bounded_linker_forgets_its_oldest_requests():
-    from capture.importers.logs import SessionLinker
+    from capture.importers.sessions import SessionLinker
 
     def opening(who):
         return {"messages": [{"role": "user", "content": f"hi from {who}"}]}

@@ -9,7 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from capture.importers.logs import LogRecord, build_trace
+from capture.importers.logs import build_trace
+from capture.importers.records import LogRecord
 from capture.proxy import _without_usage_events
 from capture.record import SAMPLE_SEED, Exchange, RowBuilder, parse_response
 

@@ -11,7 +11,8 @@ import pytest
 
 pytest.importorskip("faker")
 
-from capture.importers.logs import LogRecord, build_trace  # noqa: E402
+from capture.importers.logs import build_trace
+from capture.importers.records import LogRecord  # noqa: E402
 from presidio_analyzer import EntityRecognizer  # noqa: E402
 from redact import RedactionKey, redact_file, redact_trace  # noqa: E402
 from redact.corpus import make_corpus  # noqa: E402
