@@ -22,7 +22,9 @@ roll of the recorder's spool) is one Trace: :func:`read_trace` and :func:`read_m
 folder, concatenate its segments and sort the rows by arrival (a segment holds the requests that
 *ended* in its window, so neighbouring segments overlap in arrival time). With ``bodies=False``
 the bodies stay in the segments and :meth:`Trace.body_batches` merges them in arrival order,
-holding only the segments the current batch reaches into.
+holding only the segments the current batch reaches into. A folder with no segment is not a
+trace (a trace has rows); the error names the counts its spools hold, so a capture that recorded
+nothing (every record failed redaction, or its recorder died first) still says what it dropped.
 
 Schema 2 also added what a live stream showed, for captured traffic (nullable; null elsewhere
 and in version-1 files): ``ttfb_us``, ``chunk_us``, ``finish_reason``, ``outcome``, and the
@@ -64,8 +66,9 @@ __all__ = [
 SCHEMA_VERSION = 2
 # versions this build reads (a version 1 file is a version 2 trace whose bodies are all present)
 READ_VERSIONS = (1, 2)
-# a capture folder's Parquet segments (written by capture.spool)
+# a capture folder's Parquet segments, and its spools not yet rolled (written by capture.spool)
 SEGMENT_GLOB = "segment-*.parquet"
+SPOOL_GLOB = "spool-*.jsonl"
 # how a captured request ended (column 'outcome')
 OUTCOMES = frozenset({"completed", "upstream_error", "client_disconnected", "timeout"})
 VERSION_KEY = "faithful_replay.schema_version"
@@ -506,9 +509,38 @@ def read_meta(path: str | os.PathLike[str]) -> tuple[TraceMeta, int]:
 def _segments(folder: Path) -> list[Path]:
     segments = sorted(folder.glob(SEGMENT_GLOB))
     if not segments:
+        counts = _spooled_counts(folder)
+        said = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()) if v)
+        if said and not counts.get("recorded"):
+            raise TraceError(f"{folder.name}: a capture folder with no trace segments "
+                             f"({SEGMENT_GLOB}): no request was recorded; its spool counts {said}")
         raise TraceError(f"{folder.name}: a folder with no trace segments ({SEGMENT_GLOB}); "
-                         "a capture writes its first segment within seconds of its first request")
+                         "a capture writes its first segment within seconds of its first request"
+                         + (f" (its spool counts {said})" if said else ""))
     return segments
+
+
+def _spooled_counts(folder: Path) -> dict[str, int]:
+    """The counts in a capture folder's spools not yet rolled (their ``{"counts": {...}}`` lines,
+    written by :mod:`capture.spool`): what a capture dropped when it wrote no segment (every
+    record failed redaction, or the recorder died first). Read only to say so in an error: a line
+    that does not parse is passed over."""
+    counts: dict[str, int] = {}
+    for path in sorted(folder.glob(SPOOL_GLOB)):
+        try:
+            lines = path.read_bytes().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            got = obj.get("counts") if isinstance(obj, dict) else None
+            for k, v in (got.items() if isinstance(got, dict) else ()):
+                if isinstance(v, int) and not isinstance(v, bool):
+                    counts[k] = counts.get(k, 0) + v
+    return counts
 
 
 def _sum_reports(reports: list[dict]) -> dict:

@@ -119,6 +119,8 @@ def test_when_redaction_raises_clients_get_their_answers_and_the_drops_are_count
     assert not list(out.glob("segment-*.parquet"))  # nothing to write, never the raw text
     stored = stored_bytes(out)
     assert POISON.encode() not in stored and EMAIL.encode() not in stored
+    # the folder is no trace, and reading it says what was dropped
+    _says_nothing_was_recorded(out, f"dropped_redaction_failed={len(bodies)}")
 
     # a restart into the folder: some fail, some do not; the trace's metadata counts every drop
     mixed = [_chat(f"clean {i}") for i in range(2)] + [_chat(f"{POISON} again")]
@@ -166,6 +168,42 @@ def test_when_the_recorder_dies_traffic_flows_and_the_drops_are_counted(scripted
     assert sorted(json.loads(b)["messages"][0]["content"] for b in trace.df["body"]) == \
         ["after the restart", "before 0", "before 1", "before 2"]
     assert json.loads(trace.meta.capture_report)["dropped_recorder_error"] == lost
+
+
+def test_a_recorder_that_dies_before_writing_leaves_a_folder_that_names_the_drops(scripted, tmp_path):
+    upstream = scripted()
+    out = tmp_path / "cap"
+    cfg = CaptureConfig(upstream=upstream.url, out=out, port=0, key=None, hand_off=1)
+
+    async def scenario(proxy, http):
+        proxy._proc.kill()  # kill -9 before a single request
+        await asyncio.get_running_loop().run_in_executor(None, proxy._proc.join, 30)
+        return [await _post(http, proxy.url, _chat(f"lost {i}")) for i in range(3)]
+
+    assert [status for status, _ in _run(cfg, scenario)] == [200] * 3
+    assert not list(out.glob("segment-*.parquet"))
+    _says_nothing_was_recorded(out, "dropped_recorder_error=3")
+
+
+def _says_nothing_was_recorded(out, counts: str) -> None:
+    """``replay inspect`` and ``replay run`` of the capture folder ``out`` (no segment) fail with
+    one line naming what its spools counted."""
+    import contextlib
+    import io
+
+    from replay.cli.main import main
+    from replay.errors import TraceError
+
+    said = f"{out.name}: a capture folder with no trace segments (segment-*.parquet): no request " \
+           f"was recorded; its spool counts "
+    with pytest.raises(TraceError) as e:
+        read_trace(out)
+    assert str(e.value).startswith(said) and counts in str(e.value)
+    for argv in (["inspect", str(out)], ["run", str(out), "--url", "http://127.0.0.1:9"]):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            assert main(argv) == 2
+        assert err.getvalue() == f"error: {e.value}\n"
 
 
 # -- what is never stored, and what the session header sets ---------------------------------------

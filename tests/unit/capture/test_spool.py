@@ -108,3 +108,39 @@ def test_sample_and_slice_read_a_capture_folder_in_arrival_order(tmp_path):
     window = read_trace(tmp_path / "w.parquet").df
     assert window["request_id"].to_list() == ["b", "c"]
     assert window["body"].to_list() == [json.dumps({"messages": [], "n": i}) for i in ("b", "c")]
+
+
+def test_a_folder_that_recorded_nothing_names_what_its_spools_dropped(tmp_path):
+    from capture.spool import write_counts
+    from replay.errors import TraceError
+    from replay.trace import read_meta
+
+    # every record failed redaction: the recorder stops with counts and no rows
+    spool = Spool(tmp_path, META, BASE, 1)
+    spool.append_counts(Counter(requests=4, dropped_redaction_failed=4))
+    spool.sync()
+    spool.close()
+    # then a recorder died before writing anything: the proxy leaves its count
+    write_counts(tmp_path, {"dropped_recorder_error": 2})
+    assert sorted(p.name for p in tmp_path.glob("segment-*")) == []
+    said = ("no request was recorded; its spool counts dropped_recorder_error=2, "
+            "dropped_redaction_failed=4, requests=4$")
+    for read in (read_trace, read_meta):
+        with pytest.raises(TraceError, match=f"^{tmp_path.name}: a capture folder with no trace "
+                                             rf"segments \(segment-\*.parquet\): {said}"):
+            read(tmp_path)
+
+
+def test_a_folder_before_its_first_roll_says_a_segment_comes(tmp_path):
+    from replay.errors import TraceError
+
+    with pytest.raises(TraceError, match=r"within seconds of its first request$"):
+        read_trace(tmp_path)
+    spool = Spool(tmp_path, META, BASE, 1)
+    spool.append_rows(_rows(["a"], [1]))
+    spool.append_counts(Counter(recorded=1, not_sampled=2))
+    spool.sync()
+    with pytest.raises(TraceError, match=r"first request \(its spool counts not_sampled=2, "
+                                         r"recorded=1\)$"):
+        read_trace(tmp_path)
+    spool._f.close()
