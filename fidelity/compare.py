@@ -1,8 +1,8 @@
 """Does a replay match live traffic? Metrics, thresholds from A/A, and verdicts in words.
 
-A *side* is one stream of requests as it was observed: the live trace (its arrival times, the
-lengths it recorded, what the live engine reported) or one replay stage (the times its requests
-were actually sent, the lengths the target engine reported). The same metric functions compare
+A *side* (:mod:`fidelity.sides`) is one stream of requests as it was observed: the live trace
+(its arrival times, the lengths it recorded, what the live engine reported) or one replay stage
+(the times its requests were actually sent, the lengths the target engine reported). The same metric functions compare
 any two sides; :func:`compare_stage` compares a stage with the live rows it replayed, and
 :func:`drift` two traces.
 
@@ -34,18 +34,15 @@ import numpy as np
 import polars as pl
 
 from fidelity import cache, stats
+from fidelity.sides import PER_REQUEST_SLACK, TEMPLATE_MAX, Side
 
 __all__ = [
     "AA_FACTOR",
     "FIXED_BOUNDS",
     "COUNT_WINDOWS_S",
     "MIN_SAMPLES",
-    "Side",
     "Metric",
     "Verdict",
-    "live_side",
-    "replay_side",
-    "compression",
     "compare_sides",
 ]
 
@@ -55,11 +52,6 @@ AA_MAX_REQUESTS = 20_000  # the splits are drawn from a sample of live's session
 COUNT_WINDOWS_S = (1.0, 10.0, 60.0)
 MIN_WINDOWS = 10  # a count statistic needs at least this many windows on the live side
 MIN_SAMPLES = 50  # quantiles from fewer samples are flagged
-# A chat template adds tokens to every prompt (role markers, a few per message): a request whose
-# engine-counted prompt is between PER_REQUEST_SLACK fewer and TEMPLATE_MAX more tokens than
-# recorded agrees; the median of those differences is subtracted before comparing the marginals.
-TEMPLATE_MAX = 256
-PER_REQUEST_SLACK = 2
 
 # metric name -> fixed bound on its distance (the unit is the metric's: see Metric.kind)
 FIXED_BOUNDS: dict[str, float] = {
@@ -86,70 +78,6 @@ FIXED_BOUNDS: dict[str, float] = {
     "outcomes.itl": 0.1,
     "outcomes.e2e": 0.1,
 }
-
-
-@dataclass(eq=False)
-class Side:
-    """One stream of requests, in the order they arrived / were sent. Its prefix-cache
-    simulations are run once each, when a metric first asks (:meth:`cache_share`, :meth:`reuse_s`)."""
-
-    name: str
-    times_s: np.ndarray  # arrival (live) or actual send (replay), seconds
-    input_tokens: np.ndarray  # as the side's engine counted them where known, else as recorded (NaN: unknown)
-    output_tokens: np.ndarray
-    recorded_input: np.ndarray  # the trace's input_tokens of these requests (the sim's denominators)
-    hashes: pl.Series  # list[u64] block hashes per request
-    block_size: int
-    sessions: np.ndarray  # session id per request (the request id where it has none)
-    think_s: np.ndarray  # gap from the previous turn's end to this turn (NaN: first turn or unknown)
-    engine_cached: np.ndarray | None = None  # engine-reported cached tokens (NaN: not reported)
-    engine_prompt: np.ndarray | None = None  # engine-reported prompt tokens, same rows
-    ttft_s: np.ndarray | None = None
-    e2e_s: np.ndarray | None = None
-    itl_s: np.ndarray | None = None
-    engine_prompt_all: np.ndarray | None = None  # the engine's prompt tokens of every completed request
-    time_scale: float = 1.0  # how many times faster than live this side ran
-    notes: tuple[str, ...] = ()
-    _memo: dict = field(default_factory=dict, init=False, repr=False)
-
-    @property
-    def n(self) -> int:
-        return len(self.times_s)
-
-    def _unbounded(self) -> tuple[np.ndarray, np.ndarray]:
-        if "unbounded" not in self._memo:
-            self._memo["unbounded"] = cache.simulate(self.hashes, 0, self.times_s)
-        return self._memo["unbounded"]
-
-    def cache_share(self, capacity: int) -> float | None:
-        """Share of the recorded prompt tokens a prefix cache of ``capacity`` blocks (0:
-        unbounded) would have served, in this side's order."""
-        total = float(np.nansum(self.recorded_input))
-        if total <= 0:
-            return None
-        if capacity not in self._memo:
-            hits = self._unbounded()[0] if capacity == 0 else cache.simulate(self.hashes, capacity)
-            self._memo[capacity] = float(hits.sum(dtype=np.int64)) * self.block_size / total
-        return self._memo[capacity]
-
-    def reuse_s(self) -> np.ndarray:
-        """Per request that hit an unbounded prefix cache, the time since its longest cached
-        prefix was last used, in live seconds."""
-        reuse = self._unbounded()[1]
-        return reuse[np.isfinite(reuse)] * self.time_scale
-
-    def take(self, mask: np.ndarray) -> Side:
-        """The requests where ``mask`` is True (for A/A halves)."""
-        def cut(a):
-            return None if a is None else a[mask]
-
-        return Side(
-            name=self.name, times_s=self.times_s[mask], input_tokens=self.input_tokens[mask],
-            output_tokens=self.output_tokens[mask], recorded_input=self.recorded_input[mask],
-            hashes=self.hashes.filter(pl.Series(mask)), block_size=self.block_size, sessions=self.sessions[mask],
-            think_s=self.think_s[mask], engine_cached=cut(self.engine_cached), engine_prompt=cut(self.engine_prompt),
-            ttft_s=cut(self.ttft_s), e2e_s=cut(self.e2e_s), itl_s=None, time_scale=self.time_scale, notes=self.notes,
-        )
 
 
 @dataclass(frozen=True)
@@ -187,120 +115,6 @@ class Verdict:
     def to_json(self) -> dict:
         return {"faithful": self.faithful, "reason": self.reason, "diagnosis": self.diagnosis,
                 "metrics": [m.to_json() for m in self.metrics]}
-
-
-# --- sides --------------------------------------------------------------------------------------
-
-def _f64(s: pl.Series) -> np.ndarray:
-    return s.cast(pl.Float64).fill_null(np.nan).to_numpy()
-
-
-def _think_times(df: pl.DataFrame, start: str, end: str) -> np.ndarray:
-    """Per row: its ``start`` minus the previous turn's ``end`` in the same session (NaN for a
-    first turn or where either is missing). ``df`` in time order with a ``_session`` column."""
-    return _f64(df.select((pl.col(start) - pl.col(end).shift(1).over("_session")).alias("t"))["t"])
-
-
-def live_side(df: pl.DataFrame, block_size: int, name: str = "live") -> Side:
-    """The live trace's rows (any subset, sorted here by arrival) as a side."""
-    df = df.sort("arrival_us", maintain_order=True).with_columns(
-        _session=pl.col("session_id").fill_null(pl.col("request_id")),
-        _t=pl.col("arrival_us").cast(pl.Float64) / 1e6,
-    )
-    has = set(df.columns)
-    e2e = _f64(df["e2e_us"]) / 1e6 if "e2e_us" in has else None
-    if e2e is not None:
-        df = df.with_columns(_end=pl.col("_t") + pl.col("e2e_us").cast(pl.Float64) / 1e6)
-        think = _think_times(df, "_t", "_end")
-    else:
-        think = np.full(df.height, np.nan)
-    cached = _f64(df["cached_tokens"]) if "cached_tokens" in has else None
-    if cached is not None and np.isnan(cached).all():
-        cached = None
-    ttft = _f64(df["ttft_us"]) / 1e6 if "ttft_us" in has else None
-    recorded = _f64(df["input_tokens"])
-    return Side(
-        name=name, times_s=df["_t"].to_numpy(), input_tokens=recorded, output_tokens=_f64(df["output_tokens"]),
-        recorded_input=recorded, hashes=df["block_hashes"], block_size=block_size,
-        sessions=df["_session"].to_numpy(), think_s=think, engine_cached=cached,
-        engine_prompt=recorded if cached is not None else None,
-        ttft_s=None if ttft is None or np.isnan(ttft).all() else ttft,
-        e2e_s=None if e2e is None or np.isnan(e2e).all() else e2e,
-    )
-
-
-def compression(live: pl.DataFrame, stage: pl.DataFrame) -> float:
-    """How many times faster than live the stage ran its rows: the live arrival span of the rows
-    it replayed over the span of their intended send times (1 when either span is empty)."""
-    ids = stage["request_id"]
-    arrivals = live.filter(pl.col("request_id").is_in(ids.implode()))["arrival_us"]
-    live_span = (arrivals.max() - arrivals.min()) / 1e6 if arrivals.len() > 1 else 0.0
-    intended = stage["intended_ns"]
-    stage_span = (intended.max() - intended.min()) / 1e9 if intended.len() > 1 else 0.0
-    if not live_span or not stage_span:
-        return 1.0
-    return float(live_span / stage_span)
-
-
-def template_overhead(engine_prompt: np.ndarray, recorded: np.ndarray) -> int | None:
-    """The tokens the engine typically adds to a prompt (its chat template): the median of its
-    prompt tokens minus the recorded ones, when that is between 0 and :data:`TEMPLATE_MAX`; else
-    None (the engine counts prompts differently: another tokenizer, or other prompts)."""
-    diff = engine_prompt - recorded
-    diff = diff[np.isfinite(diff)]
-    if not len(diff):
-        return None
-    median = float(np.median(diff))
-    return int(round(median)) if 0 <= median <= TEMPLATE_MAX else None
-
-
-def replay_side(sent: pl.DataFrame, stage: pl.DataFrame, block_size: int, name: str = "replay") -> Side:
-    """One stage's sent requests, joined on request_id with the rows of the trace it replayed
-    (``sent``: their block hashes and recorded lengths, what the replay offered the engine)."""
-    cols = ["request_id", "block_hashes", "input_tokens", "output_tokens"]
-    df = stage.select(pl.exclude("input_tokens")).join(
-        sent.select(cols).rename({"input_tokens": "recorded_input", "output_tokens": "recorded_output"}),
-        on="request_id", how="inner",
-    )
-    df = df.filter(pl.col("sent_ns").is_not_null()).sort("sent_ns", maintain_order=True).with_columns(
-        _session=pl.col("session_id").fill_null(pl.col("request_id")),
-        _t=pl.col("sent_ns").cast(pl.Float64) / 1e9,
-        _end=pl.col("end_ns").cast(pl.Float64) / 1e9,
-    )
-    ok = (df["error"] == "none").to_numpy()
-    recorded = _f64(df["recorded_input"])
-    engine_prompt = np.where(ok, _f64(df["prompt_tokens"]), np.nan)
-    notes: list[str] = []
-    overhead = template_overhead(engine_prompt, recorded)
-    if np.isfinite(engine_prompt).any():
-        inputs = engine_prompt - (overhead or 0)
-        if overhead:
-            notes.append(f"the engine counted a median {overhead:+d} tokens more per prompt than recorded (its "
-                         f"chat template); subtracted before comparing lengths")
-        elif overhead is None:
-            notes.append("the engine's prompt tokens differ from the recorded ones by more than a chat template "
-                         "would add (another tokenizer than the trace's, or other prompts)")
-    else:
-        inputs = recorded
-        notes.append("the engine reported no prompt tokens: input lengths are the recorded ones of the requests sent")
-    outputs = np.where(ok, _f64(df["completion_tokens"].fill_null(df["output_chunks"])), np.nan)
-    cached = np.where(ok, _f64(df["cached_tokens"]), np.nan)
-    first_token = _f64(df["first_token_ns"]) / 1e9
-    itl = None
-    if "chunk_us" in df.columns:
-        done = df.filter(pl.col("error") == "none")
-        itl = (done.select(pl.col("chunk_us").cast(pl.List(pl.Int64)).list.diff(null_behavior="drop").alias("d"))
-               .explode("d")["d"].drop_nulls().to_numpy() / 1e6)
-    t = df["_t"].to_numpy()
-    return Side(
-        name=name, times_s=t, input_tokens=inputs, output_tokens=outputs, recorded_input=recorded,
-        hashes=df["block_hashes"], block_size=block_size, sessions=df["_session"].to_numpy(),
-        think_s=_think_times(df, "_t", "_end"),
-        engine_cached=None if np.isnan(cached).all() else cached,
-        engine_prompt=None if np.isnan(cached).all() else engine_prompt,
-        ttft_s=np.where(ok, first_token - t, np.nan), e2e_s=np.where(ok, df["_end"].to_numpy() - t, np.nan),
-        itl_s=itl, engine_prompt_all=engine_prompt, notes=tuple(notes),
-    )
 
 
 # --- metrics ------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 ``compare_results(LIVE, RESULTS)`` reads the live Trace and the stage files of a ``replay run`` or
 ``replay sweep`` folder; each stage is judged against the live rows it replayed, at its own
-compression (:func:`fidelity.compare.compression`). ``drift(OLD, NEW)`` judges NEW as if it were a
+compression (:func:`fidelity.sides.compression`). ``drift(OLD, NEW)`` judges NEW as if it were a
 replay of OLD, at their own times: has live traffic moved away from the workload a config was
 tuned on?
 """
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import polars as pl
 
-from fidelity.compare import Side, Verdict, compare_sides, compression, live_side, replay_side
+from fidelity.compare import Verdict, compare_sides
+from fidelity.sides import Side, compression, live_side, replay_side
 from replay.errors import ConfigError
 from replay.trace import Trace, read_trace
 

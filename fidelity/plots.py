@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fidelity import cache
-from fidelity.compare import Side, Verdict
+from fidelity.compare import Verdict
+from fidelity.sides import Side
 from fidelity.judge import FidelityReport, StageFidelity
 
 __all__ = ["MAX_POINTS", "QQ_POINTS", "GROUPS", "Plot", "ecdf_points", 
