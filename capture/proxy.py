@@ -258,6 +258,10 @@ class CaptureProxy:
                 yield CounterMetricFamily("replay_capture_segments",
                                           "Parquet segments written.",
                                           value=c.get("segments_written", 0))
+                yield CounterMetricFamily("replay_capture_segment_roll_failures",
+                                          "Rolls of the spool into a segment that failed (the rows "
+                                          "stay in the spool and roll later).",
+                                          value=c.get("segment_roll_failed", 0))
                 try:
                     depth = proxy._queue.qsize()
                 except (NotImplementedError, AttributeError):

@@ -4,9 +4,11 @@ Owns :class:`CaptureConfig`, :data:`COUNTERS` and :func:`run_recorder`. The prox
 (:mod:`capture.proxy`) hands ended exchanges to :func:`run_recorder` over a bounded queue; the
 recorder builds the rows (:class:`capture.record.RowBuilder`: sessions, sampling, raw-text tokens
 and hashes, redaction in worker processes), appends them to the spool, fsyncs after each small
-batch and rolls the spool into Parquet segments (:mod:`capture.spool`). It runs at a lower CPU
-priority than the proxy, holds the folder's lock for its whole life, and stops when the proxy
-sends its end marker or dies.
+batch and rolls the spool into Parquet segments (:mod:`capture.spool`). A roll that fails (disk
+full, an unwritable folder) is counted (``segment_roll_failed``) and tried again a
+``segment_seconds`` later, the rows kept in the spool meanwhile. It runs at a lower CPU priority
+than the proxy, holds the folder's lock for its whole life, and stops when the proxy sends its
+end marker or dies.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from typing import Any
 __all__ = ["CaptureConfig", "COUNTERS", "run_recorder", "RECORDER_NICE", "LOCK_FILE"]
 
 # the shared counters (one writer each: the proxy writes the first, the recorder the others)
+# (segment_roll_failed: rolls of the spool into a segment that failed; their rows stay in the
+# spool, rolled at a later roll or recovered at the next start: nothing is lost)
 COUNTERS = ("dropped_queue_full", "recorded", "dropped_redaction_failed", "dropped_recorder_error",
-            "not_sampled", "segments_written", "requests_recorder_saw")
+            "not_sampled", "segments_written", "requests_recorder_saw", "segment_roll_failed")
 
 
 @dataclass
@@ -121,6 +125,38 @@ def run_recorder(cfg: CaptureConfig, info: dict, q: Any, shared: Any, ready: Any
     seen_queue_drops = 0
     saw = 0  # exchanges taken off the queue (each is recorded, dropped or not sampled)
     last_roll = time.monotonic()
+    rolled = True  # the last roll succeeded (or none was tried yet)
+
+    def report(force: bool) -> None:
+        """Append the counts changed since the last report to the spool (fsynced; ``force``:
+        fsync even when none changed) and publish the counters to the proxy."""
+        nonlocal seen_queue_drops
+        queue_drops = shared[idx["dropped_queue_full"]]
+        delta = Counter({k: v - reported[k] for k, v in builder.counts.items() if v != reported[k]})
+        if queue_drops != seen_queue_drops:
+            delta["dropped_queue_full"] = queue_drops - seen_queue_drops
+            seen_queue_drops = queue_drops
+        if delta or force:
+            spool.append_counts(delta)
+            spool.sync()
+            reported.update({k: v for k, v in delta.items() if k != "dropped_queue_full"})
+        for name in ("recorded", "dropped_redaction_failed", "dropped_recorder_error", "not_sampled",
+                     "segment_roll_failed"):
+            shared[idx[name]] = builder.counts[name]
+        shared[idx["requests_recorder_saw"]] = saw
+        shared[idx["segments_written"]] = spool.segments_written
+
+    def roll() -> bool:
+        """Roll the spool; a failure is counted and leaves the rows in the spool."""
+        try:
+            spool.roll()
+            return True
+        except Exception as e:  # noqa: BLE001 (never fatal: the rows stay in the spool)
+            builder.counts["segment_roll_failed"] += 1
+            print(f"capture: recorder: rolling {spool.path.name} failed (its rows are kept in it "
+                  f"and rolled later): {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            return False
+
     ready.put({"recovered_rows": recovered})
     stop = False
     while not stop:
@@ -146,24 +182,18 @@ def run_recorder(cfg: CaptureConfig, info: dict, q: Any, shared: Any, ready: Any
             except Exception as e:  # noqa: BLE001 (never raw, never fatal: count and go on)
                 builder.counts["dropped_recorder_error"] += len(batch)
                 print(f"capture: recorder: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        queue_drops = shared[idx["dropped_queue_full"]]
-        delta = Counter({k: v - reported[k] for k, v in builder.counts.items() if v != reported[k]})
-        if queue_drops != seen_queue_drops:
-            delta["dropped_queue_full"] = queue_drops - seen_queue_drops
-            seen_queue_drops = queue_drops
-        if delta or batch:
-            spool.append_counts(delta)
-            spool.sync()
-            reported.update({k: v for k, v in delta.items() if k != "dropped_queue_full"})
-        for name in ("recorded", "dropped_redaction_failed", "dropped_recorder_error", "not_sampled"):
-            shared[idx[name]] = builder.counts[name]
-        shared[idx["requests_recorder_saw"]] = saw
-        if spool.rows and (spool.rows >= cfg.segment_rows
-                           or time.monotonic() - last_roll >= cfg.segment_seconds):
-            spool.roll()
+        report(force=bool(batch))
+        # a roll is due after segment_seconds or segment_rows; one that failed is tried again
+        # segment_seconds later, however many rows wait
+        since = time.monotonic() - last_roll
+        if spool.rows and (since >= cfg.segment_seconds or (rolled and spool.rows >= cfg.segment_rows)):
+            rolled = roll()
             last_roll = time.monotonic()
-            shared[idx["segments_written"]] = spool.segments_written
-    spool.close()
-    shared[idx["segments_written"]] = spool.segments_written
+            report(force=False)
+    # the last roll; if it fails, the rows and the count of the failure stay in the spool, and
+    # the next start recovers them
+    roll()
+    report(force=False)
+    spool.close(roll=False)
     if redactor is not None:
         redactor.close()

@@ -196,30 +196,37 @@ class Spool:
         os.fsync(self._f.fileno())
 
     def roll(self) -> Path | None:
-        """Turn the spool into its segment (nothing when it has no rows yet) and start the next."""
+        """Turn the spool into its segment (nothing when it has no rows yet) and start the next.
+        A roll that fails (disk full, an unwritable folder) raises and changes nothing: the spool
+        stays open with its rows, to be rolled again (or recovered at the next start)."""
         if self.rows == 0:
             return None
         self.sync()
-        self._f.close()
         rows, counts = _read_spool(self.path)
         seg = self.folder / f"segment-{self.number:06d}.parquet"
         meta = self.meta
         if self.redaction_report is not None:
             meta = replace(meta, redaction_report=self.redaction_report())
         _write_segment(seg, rows, meta, counts, self.report_base)
-        self.path.unlink()
-        _fsync_dir(self.folder)
+        # the segment holds the spool's rows now (a crash from here on: recover deletes the spool)
+        self._f.close()
         self.segments_written += 1
         self.number += 1
         self.rows = 0
         self._counts = Counter()
-        self._open()
+        try:
+            self.path.unlink()
+            _fsync_dir(self.folder)
+        finally:
+            self._open()
         return seg
 
-    def close(self) -> None:
-        """Roll what is left; remove an empty spool (its counts go into the last segment's
+    def close(self, roll: bool = True) -> None:
+        """Roll what is left (unless ``roll`` is False: the rows stay in the spool for the next
+        start's recovery); remove an empty spool (its counts go into the last segment's
         neighbour at the next start: they stay in the spool then)."""
-        self.roll()
+        if roll:
+            self.roll()
         self.sync()
         self._f.close()
         if self.path.stat().st_size == 0:

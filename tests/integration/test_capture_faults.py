@@ -185,6 +185,52 @@ def test_a_recorder_that_dies_before_writing_leaves_a_folder_that_names_the_drop
     _says_nothing_was_recorded(out, "dropped_recorder_error=3")
 
 
+def test_a_roll_that_fails_is_counted_and_tried_again_and_loses_nothing(scripted, tmp_path):
+    upstream = scripted()
+    out = tmp_path / "cap"
+    cfg = CaptureConfig(upstream=upstream.url, out=out, port=0, key=None, hand_off=1,
+                        segment_seconds=0.2)
+    ran = {}
+
+    async def scenario(proxy, http):
+        ran["proxy"] = proxy
+        # a folder where the first segment must go: its rename fails (EISDIR, root included)
+        (out / "segment-000001.parquet").mkdir()
+        first = [await _post(http, proxy.url, _chat(f"first {i}")) for i in range(3)]
+        await _until(proxy, "segment_roll_failed", 2)  # tried, and tried again
+        metrics = await _metrics(http, proxy.url)
+        spooled = (out / "spool-000001.jsonl").read_text()
+        (out / "segment-000001.parquet").rmdir()
+        await _until(proxy, "segments_written", 1)
+        # the next one fails up to the stop: its rows stay in the spool for the next start
+        (out / "segment-000002.parquet").mkdir()
+        failed = proxy.counters()["segment_roll_failed"]
+        second = [await _post(http, proxy.url, _chat(f"second {i}")) for i in range(2)]
+        await _until(proxy, "segment_roll_failed", failed + 1)
+        return first + second, metrics, spooled
+
+    answers, metrics, spooled = _run(cfg, scenario)
+    assert [status for status, _ in answers] == [200] * 5
+    assert "replay_capture_recorder_up 1.0" in metrics
+    prefix = "replay_capture_segment_roll_failures_total "
+    assert float(next(x for x in metrics.splitlines() if x.startswith(prefix))[len(prefix):]) >= 2
+    assert sum('"request_id"' in line for line in spooled.splitlines()) == 3
+    counts = ran["proxy"].counters()
+    assert counts["recorded"] == 5 and counts["segments_written"] == 1
+    assert read_trace(out / "segment-000001.parquet").df.height == 3
+    (out / "segment-000002.parquet").rmdir()
+    assert (out / "spool-000002.jsonl").exists()
+
+    recovered = _run(cfg, lambda proxy, http: asyncio.sleep(0, proxy.recovered_rows))
+    assert recovered == 2
+    trace = read_trace(out)
+    assert sorted(json.loads(b)["messages"][0]["content"] for b in trace.df["body"]) == \
+        ["first 0", "first 1", "first 2", "second 0", "second 1"]
+    report = json.loads(trace.meta.capture_report)
+    assert report["segment_roll_failed"] == counts["segment_roll_failed"] >= 3
+    assert report["recorded"] == 5
+
+
 def _says_nothing_was_recorded(out, counts: str) -> None:
     """``replay inspect`` and ``replay run`` of the capture folder ``out`` (no segment) fail with
     one line naming what its spools counted."""

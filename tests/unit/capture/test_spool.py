@@ -144,3 +144,21 @@ def test_a_folder_before_its_first_roll_says_a_segment_comes(tmp_path):
                                          r"recorded=1\)$"):
         read_trace(tmp_path)
     spool._f.close()
+
+
+def test_a_roll_that_fails_changes_nothing_and_the_next_one_takes_every_row(tmp_path):
+    from replay.errors import TraceError
+
+    spool = Spool(tmp_path, META, BASE, 1)
+    spool.append_rows(_rows(["a"], [1]))
+    (tmp_path / "segment-000001.parquet").mkdir()  # the segment's rename fails, root included
+    with pytest.raises(TraceError, match="segment-000001.parquet: cannot write"):
+        spool.roll()
+    assert (spool.number, spool.rows, spool.segments_written) == (1, 1, 0)
+    assert not list(tmp_path.glob(".segment-*"))  # its temporary file is gone
+    spool.append_rows(_rows(["b"], [2]))  # the spool is still open
+    (tmp_path / "segment-000001.parquet").rmdir()
+    assert spool.roll().name == "segment-000001.parquet"
+    spool.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["segment-000001.parquet"]
+    assert read_trace(tmp_path).df["request_id"].to_list() == ["a", "b"]
