@@ -7,7 +7,8 @@ analysing each distinct text once and failing closed (:mod:`redact.pipeline`). T
 """
 
 from redact.key import KEY_ENV, RedactionKey, load_key
-from redact.pipeline import RedactionReport, Redactor, redact_file, redact_trace
+from redact.pipeline import Redactor, redact_file, redact_trace
+from redact.report import RedactionReport
 
 __all__ = ["KEY_ENV", "RedactionKey", "RedactionReport", "Redactor", "load_key", "redact_file",
            "redact_trace"]

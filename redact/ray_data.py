@@ -7,7 +7,7 @@ a text whose analysis raises or hangs quarantines its rows), and this process wr
 they come back, in input order, into one Trace file, atomically.
 
 The output is the local path's: a surrogate depends only on the key, the type and the value, so
-every actor makes the same one; each row carries a :class:`redact.pipeline.RowAccount` (its
+every actor makes the same one; each row carries a :class:`redact.report.RowAccount` (its
 quarantine reason, token delta, block hashes, the digests, entity types and token exceptions of
 its texts) from which this process keeps the report with the same :class:`redact.pipeline.Accounts`
 the local path uses, in trace order. Only the time spent differs, and the Parquet row groups
@@ -33,9 +33,8 @@ from typing import Any
 import polars as pl
 
 from redact.key import RedactionKey
-from redact.pipeline import (
-    DEFAULT_TIMEOUT_S, ROW_BATCH, Accounts, RedactionReport, Redactor, _check_input, finish_output,
-)
+from redact.pipeline import DEFAULT_TIMEOUT_S, ROW_BATCH, Redactor, _check_input, finish_output
+from redact.report import Accounts, RedactionReport
 from replay.errors import ConfigError, ReplayError
 
 __all__ = ["ACCOUNT_COLUMN", "redact_file_ray"]

@@ -262,27 +262,35 @@ class TokenCache:
     def prompt_ids(self, texts: Sequence[str]) -> np.ndarray:
         """:func:`replay.bodies.prompt_token_ids` of ``texts`` (the texts not cached are encoded
         in one batch)."""
+        return self.prompts_ids([texts])[0]
+
+    def prompts_ids(self, prompts: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """:meth:`prompt_ids` of each prompt's texts, the texts of all of them not cached
+        encoded in one batch (the recorder's batch of requests)."""
         from replay.bodies import text_token_ids
 
-        if not texts:
-            return np.zeros(0, np.uint32)
-        keys = [hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-                for t in texts]
-        missing = {k: t for k, t in zip(keys, texts) if k not in self._ids}
+        keys = [[hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+                 for t in texts] for texts in prompts]
+        missing = {k: t for texts, ks in zip(prompts, keys) for k, t in zip(ks, texts)
+                   if k not in self._ids}
         new = dict(zip(missing, text_token_ids(list(missing.values()), self.tok))) if missing else {}
-        parts = []
-        for k in keys:
-            ids = new.get(k)
-            if ids is None:
-                ids = self._ids[k]
-                self._ids.move_to_end(k)
-            parts.append(ids)
+        out = []
+        for ks in keys:
+            parts = []
+            for k in ks:
+                ids = new.get(k)
+                if ids is None:
+                    ids = self._ids[k]
+                    self._ids.move_to_end(k)
+                parts.append(ids)
+            out.append(np.zeros(0, np.uint32) if not parts
+                       else parts[0] if len(parts) == 1 else np.concatenate(parts))
         for k, ids in new.items():
             self._ids[k] = ids
             self.bytes += ids.nbytes + TOKEN_CACHE_ENTRY_BYTES
         while self.bytes > self.max_bytes and self._ids:
             self.bytes -= self._ids.popitem(last=False)[1].nbytes + TOKEN_CACHE_ENTRY_BYTES
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return out
 
 
 def _body_max_tokens(body: dict) -> int | None:
@@ -413,7 +421,8 @@ class _Output:
         self.key = key
         self.redactor = None
         if key is not None:
-            from redact.pipeline import Accounts, Redactor
+            from redact.pipeline import Redactor
+            from redact.report import Accounts
 
             self.redactor = Redactor(key, meta.tokenizer)
             self.accounts = Accounts()
