@@ -16,7 +16,9 @@ redaction; only the redacted row leaves it).
   (:func:`replay.bodies.text_slots`, :func:`replay.bodies.prompt_token_ids`) under the trace's
   tokenizer, computed before redaction: the trace keeps the live prefix sharing. Each text is
   encoded on its own, so the ids of a text seen before (a system prompt, a conversation's
-  history, repeated every turn) come from a bounded cache (:data:`TOKEN_CACHE_TOKENS`).
+  history, repeated every turn) come from a bounded cache
+  (:class:`capture.importers.logs.TokenCache`, the one ``replay import openai`` uses, here of at
+  most :data:`TOKEN_CACHE_BYTES`).
 - Redaction (:class:`redact.pipeline.Redactor`: Presidio in worker processes) rewrites the body's
   prompt texts and the answer; a request whose text cannot be analysed is dropped (counted),
   never written raw.
@@ -24,10 +26,9 @@ redaction; only the redacted row leaves it).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import zlib
-from collections import Counter, OrderedDict
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,13 +36,14 @@ import numpy as np
 import polars as pl
 
 __all__ = ["Exchange", "Answer", "parse_response", "RowBuilder", "API_OF_PATH",
-           "TOKEN_CACHE_TOKENS", "SAMPLE_SEED"]
+           "TOKEN_CACHE_BYTES", "SAMPLE_SEED"]
 
 # --sample P keeps the sessions `replay sample --sessions P --seed SAMPLE_SEED` keeps
 SAMPLE_SEED = 0
 
-# token ids of recent prompt texts kept (4 bytes each): the most-recently used texts
-TOKEN_CACHE_TOKENS = 20_000_000
+# the recorder's token cache: the ids of the most recently used prompt texts, at most this many
+# bytes of ids and entries (about 20 million tokens at 4 bytes each)
+TOKEN_CACHE_BYTES = 80 << 20
 
 # the endpoints whose requests are recorded (the Trace's ``api``)
 API_OF_PATH = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
@@ -191,6 +193,7 @@ class RowBuilder:
 
     def __init__(self, t0_unix_us: int, *, tokenizer: str, block_size: int, sample: float,
                  redactor: Any | None, max_sessions_requests: int = 200_000):
+        from capture.importers.logs import TokenCache
         from capture.importers.sessions import SessionLinker
         from replay.tokenizer import load_tokenizer
 
@@ -207,34 +210,7 @@ class RowBuilder:
             from redact.pipeline import Accounts
 
             self.accounts = Accounts()
-        self._ids: OrderedDict[bytes, np.ndarray] = OrderedDict()
-        self._ids_tokens = 0
-
-    def _token_ids(self, bodies_texts: list[list[str]]) -> list[np.ndarray]:
-        """:func:`replay.bodies.prompt_token_ids` of each request's texts; each text's ids are
-        cached, and the texts not in the cache are encoded in one batch."""
-        from replay.bodies import prompt_token_ids, text_token_ids
-
-        keys = [[hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-                 for t in texts] for texts in bodies_texts]
-        missing: dict[bytes, str] = {}
-        for texts, ks in zip(bodies_texts, keys):
-            for t, k in zip(texts, ks):
-                if k not in self._ids and k not in missing:
-                    missing[k] = t
-        if missing:
-            for k, ids in zip(missing, text_token_ids(list(missing.values()), self.tok)):
-                self._ids[k] = ids
-                self._ids_tokens += len(ids)
-        out = []
-        for ks in keys:
-            for k in ks:
-                self._ids.move_to_end(k)
-            out.append(np.concatenate([self._ids[k] for k in ks]) if ks
-                       else prompt_token_ids([], self.tok))
-        while self._ids_tokens > TOKEN_CACHE_TOKENS and len(self._ids) > 1:
-            self._ids_tokens -= len(self._ids.popitem(last=False)[1])
-        return out
+        self.tokens = TokenCache(self.tok, max_bytes=TOKEN_CACHE_BYTES)
 
     def build(self, exchanges: list[Exchange]) -> pl.DataFrame | None:
         """The rows of ``exchanges`` (redacted unless there is no redactor), or None when none is
@@ -260,7 +236,8 @@ class RowBuilder:
                 self.counts["not_sampled"] += 1
                 continue
             kept.append((ex, body, ans, sid, parent, turn))
-        token_ids = self._token_ids([[s.text for s in text_slots(body)] for _, body, *_ in kept])
+        token_ids = self.tokens.prompts_ids([[s.text for s in text_slots(body)]
+                                             for _, body, *_ in kept])
         rows: list[dict] = []
         for (ex, body, ans, sid, parent, turn), ids in zip(kept, token_ids):
             usage = ans.usage or {}

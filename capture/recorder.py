@@ -186,7 +186,8 @@ def run_recorder(cfg: CaptureConfig, info: dict, q: Any, shared: Any, ready: Any
         # a roll is due after segment_seconds or segment_rows; one that failed is tried again
         # segment_seconds later, however many rows wait
         since = time.monotonic() - last_roll
-        if spool.rows and (since >= cfg.segment_seconds or (rolled and spool.rows >= cfg.segment_rows)):
+        if spool.rows and (since >= cfg.segment_seconds
+                           or (rolled and spool.rows >= cfg.segment_rows)):
             rolled = roll()
             last_roll = time.monotonic()
             report(force=False)

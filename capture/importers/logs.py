@@ -248,7 +248,9 @@ class TokenCache:
     """Token ids of texts, each encoded on its own (:func:`replay.bodies.text_token_ids`), kept
     while they are reused: a conversation repeats its history every turn, so each distinct text
     is encoded about once. Least recently used first out, within ``max_bytes`` (the ids plus
-    :data:`TOKEN_CACHE_ENTRY_BYTES` an entry), whatever the size of the log."""
+    :data:`TOKEN_CACHE_ENTRY_BYTES` an entry), whatever the size of the log. The capture
+    recorder (:class:`capture.record.RowBuilder`) keeps its own, of
+    :data:`capture.record.TOKEN_CACHE_BYTES`."""
 
     def __init__(self, tokenizer: Any, max_bytes: int = TOKEN_CACHE_BYTES) -> None:
         self.tok = tokenizer

@@ -108,6 +108,23 @@ def test_rows_count_tokens_and_hash_blocks_like_import_and_link_turns():
     assert builder.counts["recorded"] == 5
 
 
+def test_the_recorders_token_cache_gives_each_prompts_ids_within_its_bound():
+    from capture.record import TOKEN_CACHE_BYTES
+    from replay.bodies import prompt_token_ids
+
+    builder = RowBuilder(0, tokenizer="gpt2", block_size=16, sample=1.0, redactor=None)
+    assert builder.tokens.max_bytes == TOKEN_CACHE_BYTES
+    builder.tokens.max_bytes = 3_000  # a few texts fit
+    texts = [f"turn {i}: " + "a longer history line " * (i % 9) for i in range(40)]
+    # a batch of requests: texts repeated within a prompt and across prompts, an empty prompt
+    prompts = [[texts[i % 40], texts[(i * 7) % 40], texts[i % 40]] for i in range(50)] + [[]]
+    for _ in range(3):
+        got = builder.tokens.prompts_ids(prompts)
+        for texts_of, ids in zip(prompts, got):
+            assert np.array_equal(ids, prompt_token_ids(texts_of, builder.tok))
+        assert 0 < builder.tokens.bytes <= 3_000 and 0 < len(builder.tokens) < 40
+
+
 def test_a_body_that_is_not_json_is_counted_not_recorded():
     builder = RowBuilder(0, tokenizer="gpt2", block_size=16, sample=1.0, redactor=None)
     ex = Exchange("x", "chat", 0, b"{not json", None, status=400)
