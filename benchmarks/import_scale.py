@@ -1,16 +1,25 @@
-"""Does importing a public trace scale? Rows/s, peak RSS and bytes a row, ours against the old path.
+"""Does importing a trace scale? Rows/s, peak RSS and bytes a row, ours against the old path.
 
 Issue [5] "Scale": importing 1,000,000 Azure-like rows and 100,000 Mooncake-like rows must peak at
 <= 1.5 GB, and the Mooncake-like Trace must be at least 20x smaller a row than the old importer's
 (which stored every synthesized prompt: 277 MB for the 12,031-row Mooncake conversation trace).
+A request log (every body's text, its history repeated each turn) must import in bounded memory
+too.
 
-Inputs, made in a temporary directory (never in the repository) from the shared public traces:
+Inputs, made in a temporary directory (never in the repository), from the shared public traces
+but the request log, which is generated:
 
 * Azure-like: ``azure_llm_2023_conv.csv`` repeated until N rows (default 1,000,000), each copy's
   timestamps shifted by the file's span plus one second, so the file stays in time order.
 * Mooncake-like: ``mooncake_synthetic.jsonl`` repeated until N rows (default 100,000), each copy's
   timestamps shifted likewise and its hash ids offset past the previous copy's (a longer trace of
   the same shape, not copies sharing one cache).
+* OpenAI request log: N requests (default 200,000; ``--log-requests``) generated from ``--seed``
+  (:func:`make_openai_log`): multi-turn chats of 1-8 turns, each starting with one of a few
+  system prompts, each request's body repeating its conversation's history and its line holding
+  the recorded answer (a ``chat.completion`` object with usage), the texts of realistic lengths
+  (about 3.9 KB a line; the script prints the file's size). Requests in time order: the
+  conversations start as a Poisson process and a turn follows its answer after a think time.
 
 Each import runs in a fresh subprocess; the parent reaps it with ``wait4`` and takes its peak RSS
 (``ru_maxrss``) and wall time, and kills it if its RSS passes ``--max-rss-gb`` (default 8, lowered
@@ -25,12 +34,20 @@ to 70% of the memory available now). Rows:
   ``ours`` run at the same sizes beside it for the ratio.
 * ``polars``: ``pl.read_csv`` / ``pl.read_ndjson`` of the same input and nothing else: the floor
   of just reading the file into memory, as a peer.
+* ``ours`` of the log: ``capture.importers.import_log("openai", ...)`` (two streaming passes, raw
+  text: no key, so no redaction). Its peer: ``json``, one ``json.loads`` of every line and nothing
+  else (the importer parses each line twice); the old in-memory log importer is not run (its
+  figures are in the commit that replaced it). Besides the table it prints the log's size and
+  MB/s.
 
 Not a pass/fail test: it prints a table (markdown) and the ratios. Progress goes to stderr.
 
 usage: PYTHONPATH=<checkout> python benchmarks/import_scale.py [--azure-rows 1000000]
            [--mooncake-rows 100000] [--old-azure-rows 50000] [--old-mooncake-rows 5000]
-           [--old-ref 6dc1cb0] [--no-old] [--max-rss-gb 8] [--data DIR]
+           [--old-ref 6dc1cb0] [--no-old] [--log-requests 200000] [--seed 0]
+           [--max-rss-gb 8] [--data DIR]
+
+(``--log-requests 0`` leaves the request log out.)
 """
 
 from __future__ import annotations
@@ -38,6 +55,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -56,7 +74,23 @@ CHILD = {
     "old-mooncake": "from capture.importers import import_mooncake\nimport_mooncake(SRC).write(OUT)",
     "polars-azure": "import polars as pl\nprint(pl.read_csv(SRC, infer_schema=False).height, file=sys.stderr)",
     "polars-mooncake": "import polars as pl\nprint(pl.read_ndjson(SRC).height, file=sys.stderr)",
+    "ours-openai": "from capture.importers import import_log\nimport_log('openai', SRC, OUT)",
+    "json-openai": "import json\nwith open(SRC, 'rb') as f:\n    print(sum(1 for line in f if json.loads(line)), "
+                   "file=sys.stderr)",
 }
+
+# the request log's words and shapes (make_openai_log)
+WORDS = ("the a of to and in is for on that with as it be are this by from or at an not can we "
+         "you your our have has will would should could use using used make data model request "
+         "server cache token tokens prompt latency memory batch queue time first last each every "
+         "value file line table column row result results test tests check error errors config "
+         "option setting engine replay trace capture session answer question example case number "
+         "small large fast slow better worse more less before after because when while which "
+         "what how why where then than also only just still again here there about into over "
+         "under between during function method class module python rust code write read run "
+         "start stop open close send receive return call report measure compare explain").split()
+SYSTEM_PROMPT_CHARS = (400, 800, 1200, 2000)  # a few system prompts, shared by every conversation
+LOG_T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
 def make_azure(src: Path, dst: Path, rows: int) -> None:
@@ -98,6 +132,73 @@ def make_mooncake(src: Path, dst: Path, rows: int) -> None:
                                     "hash_ids": [h + copy * top for h in r["hash_ids"]]}) + "\n")
             written += min(len(lines), rows - written)
             copy += 1
+
+
+def _text(rng: random.Random, chars: int) -> str:
+    """Sentences of common words, about ``chars`` characters long."""
+    out: list[str] = []
+    size = 0
+    while size < chars:
+        words = rng.choices(WORDS, k=rng.randint(6, 20))
+        sentence = " ".join(words).capitalize() + rng.choice(".....?!:")
+        out.append(sentence)
+        size += len(sentence) + 1
+    return " ".join(out)
+
+
+def _chars(rng: random.Random, median: float, lo: int, hi: int) -> int:
+    return int(min(hi, max(lo, rng.lognormvariate(0, 0.8) * median)))
+
+
+def make_openai_log(dst: Path, requests: int, seed: int) -> None:
+    """An OpenAI request log of ``requests`` lines (see the module docstring), from ``seed``."""
+    rng = random.Random(seed)
+    systems = [_text(rng, n) for n in SYSTEM_PROMPT_CHARS]
+    # (time, conversation, turn) of every request; conversations start 20 a second
+    events, t, conv, left = [], 0.0, 0, requests
+    turns_of = []
+    while left > 0:
+        t += rng.expovariate(20.0)
+        turns = min(left, rng.randint(1, 8))
+        at = t
+        for k in range(turns):
+            events.append((at, conv, k))
+            at += rng.uniform(2.0, 8.0) + rng.expovariate(1 / 20.0)  # the answer, then thinking
+        turns_of.append(turns)
+        left -= turns
+        conv += 1
+    events.sort()
+    active: dict[int, tuple[str, list[tuple[str, str]]]] = {}
+    with dst.open("w") as f:
+        for i, (at, c, k) in enumerate(events):
+            if k == 0:
+                crng = random.Random(seed * 1_000_003 + c)
+                system = systems[crng.choices(range(len(systems)), weights=(4, 3, 2, 1))[0]]
+                active[c] = (system, [(_text(crng, _chars(crng, 150, 20, 3000)),
+                                       _text(crng, _chars(crng, 320, 20, 4000)))
+                                      for _ in range(turns_of[c])])
+            system, qa = active[c]
+            messages = [{"role": "system", "content": system}]
+            for q, a in qa[:k]:
+                messages += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+            messages.append({"role": "user", "content": qa[k][0]})
+            answer = qa[k][1]
+            prompt_tokens = sum(len(m["content"]) for m in messages) // 4
+            completion_tokens = len(answer) // 4
+            f.write(json.dumps({
+                "request_id": f"req-{i:08d}", "timestamp": round(LOG_T0 + at, 6),
+                "body": {"model": "gpt-4o-mini", "messages": messages, "max_tokens": 1024,
+                         "temperature": 0.7},
+                "response": {"id": f"chatcmpl-{i:08d}", "object": "chat.completion",
+                             "created": int(LOG_T0 + at), "model": "gpt-4o-mini",
+                             "choices": [{"index": 0, "finish_reason": "stop",
+                                          "message": {"role": "assistant", "content": answer}}],
+                             "usage": {"prompt_tokens": prompt_tokens,
+                                       "completion_tokens": completion_tokens,
+                                       "total_tokens": prompt_tokens + completion_tokens}},
+            }) + "\n")
+            if k == turns_of[c] - 1:
+                del active[c]
 
 
 def head(src: Path, dst: Path, rows: int, header: bool) -> None:
@@ -158,6 +259,9 @@ def main() -> int:
     ap.add_argument("--old-mooncake-rows", type=int, default=5_000)
     ap.add_argument("--old-ref", default="6dc1cb0")
     ap.add_argument("--no-old", action="store_true")
+    ap.add_argument("--log-requests", type=int, default=200_000,
+                    help="requests in the generated OpenAI request log (0: no log)")
+    ap.add_argument("--seed", type=int, default=0, help="the request log's seed")
     ap.add_argument("--max-rss-gb", type=float, default=8.0)
     ap.add_argument("--data", type=Path, default=DATA)
     args = ap.parse_args()
@@ -175,6 +279,10 @@ def main() -> int:
         old_dir = None
         plan = [("ours", "azure", args.azure_rows), ("polars", "azure", args.azure_rows),
                 ("ours", "mooncake", args.mooncake_rows), ("polars", "mooncake", args.mooncake_rows)]
+        if args.log_requests > 0:
+            inputs["openai", args.log_requests] = tmp / "openai.jsonl"
+            make_openai_log(inputs["openai", args.log_requests], args.log_requests, args.seed)
+            plan += [("ours", "openai", args.log_requests), ("json", "openai", args.log_requests)]
         if not args.no_old:
             old_dir = tmp / "old"
             old_dir.mkdir()
@@ -217,6 +325,14 @@ def main() -> int:
             print(f"{fmt} at {n:,} rows: ours peak {ours['peak_mb']:.0f} MB (target <= 1536), "
                   f"{ours['peak_mb'] / peer['peak_mb']:.2f}x the polars read's; wall "
                   f"{ours['wall_s'] / peer['wall_s']:.1f}x")
+        if args.log_requests > 0:
+            n = args.log_requests
+            size = inputs["openai", n].stat().st_size
+            ours, peer = by[("ours", "openai", n)], by[("json", "openai", n)]
+            print(f"openai log at {n:,} requests: {size / 1e6:,.0f} MB ({size / n:,.0f} bytes a "
+                  f"request); ours {n / ours['wall_s']:,.0f} rows/s ({size / 1e6 / ours['wall_s']:.1f} "
+                  f"MB/s), peak {ours['peak_mb']:.0f} MB; wall {ours['wall_s'] / peer['wall_s']:.1f}x "
+                  f"one json.loads of every line")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
