@@ -204,10 +204,10 @@ class RowBuilder:
         self.redactor = redactor
         self.linker = SessionLinker(max_requests=max_sessions_requests)
         self.counts: Counter = Counter()
-        # the redaction report, kept from each row's account (redact.pipeline.Accounts)
+        # the redaction report, kept from each row's account (redact.report.Accounts)
         self.accounts = None
         if redactor is not None:
-            from redact.pipeline import Accounts
+            from redact.report import Accounts
 
             self.accounts = Accounts()
         self.tokens = TokenCache(self.tok, max_bytes=TOKEN_CACHE_BYTES)
