@@ -9,7 +9,7 @@ they come back, in input order, into one Trace file, atomically.
 The output is the local path's: a surrogate depends only on the key, the type and the value, so
 every actor makes the same one; each row carries a :class:`redact.report.RowAccount` (its
 quarantine reason, token delta, block hashes, the digests, entity types and token exceptions of
-its texts) from which this process keeps the report with the same :class:`redact.pipeline.Accounts`
+its texts) from which this process keeps the report with the same :class:`redact.report.Accounts`
 the local path uses, in trace order. Only the time spent differs, and the Parquet row groups
 (one per batch that comes back).
 

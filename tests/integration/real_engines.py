@@ -21,9 +21,9 @@ from replay.targets.process import RunningEngine
 from replay.trace import Trace
 from tests.integration.conftest import trace_of_bodies
 
-# says it is up, sleeps argv[1] seconds, SIGKILLs pid argv[2], prints when (ns since the epoch)
+# says it is up, sleeps argv[1] seconds, SIGKILLs process group argv[2], prints when (ns since the epoch)
 _KILLER = ("import os, signal, sys, time; print('up', flush=True); time.sleep(float(sys.argv[1])); "
-           "t = time.time_ns(); os.kill(int(sys.argv[2]), signal.SIGKILL); print(t, flush=True)")
+           "t = time.time_ns(); os.killpg(int(sys.argv[2]), signal.SIGKILL); print(t, flush=True)")
 NETWORK_ERRORS = {"reset", "connect_refused", "connect", "malformed_sse", "other"}
 
 
@@ -56,14 +56,18 @@ def shared_prefix_trace(system_tokens: int, n: int = 6, gap_ms: int = 500, max_t
 
 def replay_through_a_crash(running: RunningEngine, *, n: int = 10, gap_ms: int = 250,
                            kill_after_s: float = 1.0, max_tokens: int = 300):
-    """Replay long requests and SIGKILL the engine's server process ``kill_after_s`` into the
-    call (two warm connections keep the runner's own start-up short). Returns the requests and
-    when the kill came, in ns on the run's clock (from its t0).
+    """Replay long requests and SIGKILL the engine, every process of it at once, ``kill_after_s``
+    into the call (two warm connections keep the runner's own start-up short). Returns the
+    requests and when the kill came, in ns on the run's clock (from its t0).
 
     ``ignore_eos`` makes every answer ``max_tokens`` long, so the run cannot end before the kill
     when the model happens to stop early (it once did, on CI: every answer ended by 1.75 s).
 
-    Only the process that listens is killed, as a crash would; ``stop()`` then ends its helpers.
+    The whole process group goes (the engine leads its own, ``start_new_session``), not only the
+    process that listens: vLLM binds its socket before it forks its engine core, so the core holds
+    the listening socket too. With only the API server killed, the kernel kept accepting into the
+    backlog until the core noticed and exited, and those connections were then reset (on CI every
+    request due after the kill ended ``reset``, not ``connect_refused``).
     """
     bodies = [{"model": "m", "max_tokens": max_tokens, "ignore_eos": True,
                "messages": [{"role": "user", "content": text_of_tokens(20, seed=200 + i)}]}

@@ -1,7 +1,9 @@
 """A short tuning campaign on the real vLLM (CPU build, tiny model): from a deliberately poor
 baseline (max-num-seqs 2 under concurrent load), coordinate descent over max-num-seqs,
 max-num-batched-tokens and prefix caching finds a better config, and the win repeats on a fresh
-restart. Each measurement starts vLLM afresh (~30 s here), so the campaign is kept small."""
+restart. Each measurement starts vLLM afresh (~30 s here), so the campaign is kept small; the
+baseline still gets three runs, since with two one slow run on a noisy machine spreads the floor
+past MAX_NOISE (on CI once: 3.99 and 5.87 req/s, 28%) and the campaign rightly stops."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ from replay.targets.tiny_models import tiny_hf_path
 from replay.targets.vllm_install import vllm_python
 from tests.integration.real_engines import require
 
-pytestmark = [pytest.mark.engine, pytest.mark.slow]
+# each measurement starts vLLM afresh: 3 baseline runs, the diagnostic sweep, 2 candidates, a
+# confirmation and a recheck took 410 s here, past the suite's 300 s default
+pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def test_a_campaign_beats_a_poor_baseline_and_the_win_repeats(tmp_path):
@@ -34,7 +38,7 @@ def test_a_campaign_beats_a_poor_baseline_and_the_win_repeats(tmp_path):
     campaign = Campaign(space=space, measure=measure_on_engine(engine, trace, run, Objective("throughput"),
                                                                live=trace, baseline={"max_num_seqs": 2}),
                         ledger=tmp_path / "ledger.sqlite", identity={"engine": "vllm", "test": "poor-baseline"},
-                        baseline={"max_num_seqs": 2}, repeats=2, budget=Budget(trials=2))
+                        baseline={"max_num_seqs": 2}, repeats=3, budget=Budget(trials=2))
     try:
         result = campaign.run()
     finally:
