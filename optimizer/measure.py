@@ -38,11 +38,14 @@ def measure_on_engine(engine, trace: Trace, run: RunConfig, objective: Objective
 
 class EngineMeasure:
     """``measure(config)``: start the engine with the config, replay one stage of ``trace`` with
-    ``run`` (its url is replaced) while sampling the engine's metrics, stop it. With ``live``,
+    ``run`` (its url is replaced) while sampling the engine's metrics (``details["peaks"]``, and
+    the stage's own ``COUNTERS`` in ``details["counters"]``), stop it. With ``live``,
     the stage must also pass the fidelity gate against it (``fidelity.compare_stage``), unless
     ``allow_unfaithful`` (then the failed verdict is recorded in the details). With
     ``check_outputs``, a config that differs from ``baseline`` in lossless knobs only must answer
-    a greedy sample as the baseline did (:mod:`optimizer.outputs`): a measurement of the baseline
+    a greedy sample as the baseline did (:mod:`optimizer.outputs`; sent to the freshly started
+    engine before the stage, so every start answers from the same state; a config whose answers
+    changed is invalid and its stage is not run): a measurement of the baseline
     itself returns its answers in ``details["answers"]``, and :meth:`adopt` makes them the
     reference (the campaign calls it, so a measure that ran elsewhere, on a Ray node, or an
     earlier run's ledger entry, provides them too).
@@ -181,27 +184,33 @@ class EngineMeasure:
             running = self.engine.launch(dict(config))
         except ReplayError as e:
             return Measurement(None, f"the engine failed to start: {e}")
+        from optimizer.diagnosis import counter_deltas
+
         probes: list[dict] = []
         with running:
             try:
+                # the greedy sample first, on the fresh engine: answered after the stage, they
+                # depended on what the engine still held from it (llama-server: the same config
+                # answered differently at token 6), so they could not be compared across starts
+                answers, changed = self._outputs(running, config)
+                if changed:
+                    return Measurement(None, f"outputs changed under a lossless knob: {changed}")
+                before = running.metrics()
                 with MetricSampler(running) as sampler:
                     if objective.kind == "max_rate":
                         stage, best_rate, probes = self._search_rate(running)
                     else:
                         stage = self._stage(running, run.rate)
-                answers, changed = self._outputs(running, config)
             except ReplayError as e:
                 return Measurement(None, f"the replay failed: {e}")
-            metrics = running.metrics()
-        if changed:
-            return Measurement(None, f"outputs changed under a lossless knob: {changed}")
+            counters = counter_deltas(before, running.metrics())
         s = stage.summary
         details: dict[str, Any] = {
             "summary": {k: s[k] for k in ("offered_rate", "sent", "completed", "errors", "throughput_rps",
                                           "goodput_rps", "send_lag_ms", "valid", "ttft_ms", "tpot_ms",
                                           "cache_hit_rate")},
             "peaks": sampler.peaks,
-            "counters": {k: v for k, v in metrics.items() if "{" not in k and ":" not in k},
+            "counters": counters,
         }
         if answers is not None:
             details["answers"] = answers

@@ -11,6 +11,12 @@ within rounding of each other, which batch size and kernel choice move), after w
 differ for good. The tolerance for that: a request agrees when its tokens are the same, or first
 differ at position ``NEAR_TIE_AFTER`` (8) or later; at most ``NEAR_TIE_REQUESTS`` (1) request of
 the sample may differ that way. Any earlier difference, or more late ones, is a changed output.
+
+The sample goes to a freshly started engine before the measured stage (``EngineMeasure``), so
+every start answers from the same state: asked after the stage, llama-server answered the same
+config differently from token 6, by what its slots still held. Each sample request's first
+message starts with ``MARK``, so the sample shares no cached prefix with the workload and leaves
+no cache hits behind for the stage.
 """
 
 from __future__ import annotations
@@ -22,21 +28,36 @@ from collections.abc import Callable, Sequence
 
 from replay.errors import TargetError
 
-__all__ = ["SAMPLE", "TOKENS", "SEED", "NEAR_TIE_AFTER", "NEAR_TIE_REQUESTS", "greedy_answers", "compare",
-           "encoder"]
+__all__ = ["SAMPLE", "TOKENS", "SEED", "NEAR_TIE_AFTER", "NEAR_TIE_REQUESTS", "MARK", "greedy_answers", "marked",
+           "compare", "encoder"]
 
 SAMPLE = 8
 TOKENS = 16
 SEED = 0
 NEAR_TIE_AFTER = 8
 NEAR_TIE_REQUESTS = 1
+MARK = "Greedy sample.\n"
+
+
+def marked(messages: Sequence[dict]) -> list[dict]:
+    """``messages`` with ``MARK`` before the first message's text."""
+    if not messages:
+        return list(messages)
+    first = dict(messages[0])
+    content = first.get("content")
+    if isinstance(content, list):  # content parts
+        first["content"] = [{"type": "text", "text": MARK}, *content]
+    else:
+        first["content"] = MARK + (content or "")
+    return [first, *messages[1:]]
 
 
 def greedy_answers(url: str, bodies: Sequence[dict], model: str | None, timeout_s: float = 60.0) -> list[str]:
-    """The engine's greedy answer to each chat body (its messages; everything else replaced)."""
+    """The engine's greedy answer to each chat body (its messages, :func:`marked`; everything else
+    replaced)."""
     out = []
     for body in bodies:
-        request = {"messages": body["messages"], "max_tokens": TOKENS, "temperature": 0, "seed": SEED,
+        request = {"messages": marked(body["messages"]), "max_tokens": TOKENS, "temperature": 0, "seed": SEED,
                    "stream": False}
         if model or body.get("model"):
             request["model"] = model or body.get("model")

@@ -6,6 +6,8 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
+
 from optimizer import outputs
 
 
@@ -45,7 +47,19 @@ def test_greedy_requests_send_temperature_0_and_a_fixed_seed():
         # the body's own sampling settings are replaced: greedy, the module's seed, every time
         assert b["temperature"] == 0 and b["seed"] == outputs.SEED == 0 and b["stream"] is False
         assert b["max_tokens"] == outputs.TOKENS and b["model"] == "m"
-        assert b["messages"] == [{"role": "user", "content": f"q{i}"}]
+        # marked, so the sample shares no cached prefix with the workload
+        assert b["messages"] == [{"role": "user", "content": f"{outputs.MARK}q{i}"}]
+    assert bodies[0]["messages"][0]["content"] == "q0"  # the caller's bodies are left as they were
+
+
+def test_the_mark_goes_before_the_first_message_only():
+    parts = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "data:,"}}]
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": parts}]
+    assert outputs.marked(messages) == [{"role": "system", "content": outputs.MARK + "sys"},
+                                        {"role": "user", "content": parts}]
+    assert outputs.marked([{"role": "user", "content": parts}])[0]["content"] == [
+        {"type": "text", "text": outputs.MARK}, *parts]
+    assert outputs.marked([{"role": "assistant", "content": None}])[0]["content"] == outputs.MARK
 
 
 def test_the_embedded_engine_takes_the_seed_and_answers_the_same_twice():
@@ -56,3 +70,20 @@ def test_the_embedded_engine_takes_the_seed_and_answers_the_same_twice():
         first = outputs.greedy_answers(running.url, bodies, "sim")
         second = outputs.greedy_answers(running.url, bodies, "sim")
     assert first == second and first[0]
+
+
+@pytest.mark.slow
+def test_the_sample_is_answered_before_the_stage_and_kept_out_of_its_counters():
+    from optimizer import Objective, measure_on_engine
+    from replay.config import RunConfig
+    from replay.generate import GenerateConfig, generate
+    from replay.targets import SimEngine
+
+    trace = generate(GenerateConfig(n_requests=30, seed=1, rate=10))
+    run = RunConfig(url="http://127.0.0.1:0", rate=8, requests=16, lag_bound_ms=50)
+    measure = measure_on_engine(SimEngine(time_scale=0.05), trace, run, Objective("throughput"),
+                                baseline={"max_num_seqs": 4})
+    m = measure({"max_num_seqs": 4})
+    assert m.invalid is None and len(m.details["answers"]) == outputs.SAMPLE
+    # the engine finished 16 + SAMPLE requests; the measurement's counters are the stage's 16
+    assert m.details["summary"]["completed"] == m.details["counters"]["requests_finished"] == 16
