@@ -176,7 +176,7 @@ class EngineMeasure:
         return None, outputs.compare(self.reference, self._answers(running), outputs.encoder(self.trace.meta.tokenizer))
 
     def __call__(self, config: Mapping[str, Any]) -> Measurement:
-        from optimizer.diagnosis import MetricSampler
+        from optimizer.diagnosis import MetricSampler, counter_deltas
         from replay.sweep import MAX_FAILED_SHARE as failed_share
 
         objective, run = self.objective, self.run
@@ -184,8 +184,6 @@ class EngineMeasure:
             running = self.engine.launch(dict(config))
         except ReplayError as e:
             return Measurement(None, f"the engine failed to start: {e}")
-        from optimizer.diagnosis import counter_deltas
-
         probes: list[dict] = []
         with running:
             try:
