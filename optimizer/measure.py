@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from optimizer.campaign import Objective
@@ -93,18 +93,26 @@ class EngineMeasure:
                     return Measurement(None, f"the replay failed at {factor:g} x the rate: {e}", {"sweep": stages})
         return Measurement(None, None, {"sweep": stages})
 
-    def _sweep_stage(self, running, factor: float) -> dict:
+    @staticmethod
+    def _observed(running, replay: Callable[[], Any]) -> tuple[Any, dict[str, float], dict[str, float]]:
+        """``replay()`` while the engine's metrics are sampled: (what it returned, the peaks, the
+        engine's ``COUNTERS`` over it alone)."""
         from optimizer.diagnosis import MetricSampler, counter_deltas
+
+        before = running.metrics()
+        with MetricSampler(running) as sampler:
+            result = replay()
+        return result, sampler.peaks, counter_deltas(before, running.metrics())
+
+    def _sweep_stage(self, running, factor: float) -> dict:
         from replay.runner import run_stage
 
         rate = self.run.rate * factor if self.run.rate else None
         speedup = None if rate else (self.run.speedup or 1.0) * factor
-        before = running.metrics()
-        with MetricSampler(running) as sampler:
-            stage = run_stage(self.trace, dataclasses.replace(self.run, url=running.url, rate=rate, speedup=speedup))
+        stage, peaks, counters = self._observed(running, lambda: run_stage(
+            self.trace, dataclasses.replace(self.run, url=running.url, rate=rate, speedup=speedup)))
         s = stage.summary
-        return {"rate": rate if rate else s["offered_rate"], "factor": factor, "peaks": sampler.peaks,
-                "counters": counter_deltas(before, running.metrics()),
+        return {"rate": rate if rate else s["offered_rate"], "factor": factor, "peaks": peaks, "counters": counters,
                 **{k: s[k] for k in ("goodput_rps", "throughput_rps", "sent", "completed", "valid")}}
 
     def _stage(self, running, rate: float | None):
@@ -176,7 +184,6 @@ class EngineMeasure:
         return None, outputs.compare(self.reference, self._answers(running), outputs.encoder(self.trace.meta.tokenizer))
 
     def __call__(self, config: Mapping[str, Any]) -> Measurement:
-        from optimizer.diagnosis import MetricSampler, counter_deltas
         from replay.sweep import MAX_FAILED_SHARE as failed_share
 
         objective, run = self.objective, self.run
@@ -187,27 +194,23 @@ class EngineMeasure:
         probes: list[dict] = []
         with running:
             try:
-                # the greedy sample first, on the fresh engine: answered after the stage, they
-                # depended on what the engine still held from it (llama-server: the same config
-                # answered differently at token 6), so they could not be compared across starts
+                # the greedy sample first, on the fresh engine (why: optimizer.outputs)
                 answers, changed = self._outputs(running, config)
                 if changed:
                     return Measurement(None, f"outputs changed under a lossless knob: {changed}")
-                before = running.metrics()
-                with MetricSampler(running) as sampler:
-                    if objective.kind == "max_rate":
-                        stage, best_rate, probes = self._search_rate(running)
-                    else:
-                        stage = self._stage(running, run.rate)
+                if objective.kind == "max_rate":
+                    (stage, best_rate, probes), peaks, counters = self._observed(
+                        running, lambda: self._search_rate(running))
+                else:
+                    stage, peaks, counters = self._observed(running, lambda: self._stage(running, run.rate))
             except ReplayError as e:
                 return Measurement(None, f"the replay failed: {e}")
-            counters = counter_deltas(before, running.metrics())
         s = stage.summary
         details: dict[str, Any] = {
             "summary": {k: s[k] for k in ("offered_rate", "sent", "completed", "errors", "throughput_rps",
                                           "goodput_rps", "send_lag_ms", "valid", "ttft_ms", "tpot_ms",
                                           "cache_hit_rate")},
-            "peaks": sampler.peaks,
+            "peaks": peaks,
             "counters": counters,
         }
         if answers is not None:
