@@ -25,7 +25,8 @@ recheck joins the baseline's noise floor, so a bench that drifts (an engine that
 another level, a neighbour that starts or stops) widens the bar instead of making later
 candidates look better or worse than they are, and a drift past ``K`` spreads is reported
 (``CampaignResult.rechecks``). A baseline that drifts so far that its floor spreads over
-``MAX_NOISE`` stops the campaign, as an unstable start does.
+``max_noise`` (:data:`optimizer.verdict.MAX_NOISE` unless the caller sets it) stops the campaign,
+as an unstable start does.
 
 What is measured goes to the ledger as it is measured: a campaign run again with the same
 engine, hardware, workload and objective reuses its baseline noise floor and never measures a
@@ -163,7 +164,7 @@ class Campaign:
                  repeats: int = REPEATS, budget: Budget = Budget(), searcher: str | Searcher = "coordinate",
                  order: list[str] | None = None, seed: int = 0, gpus: int = 1,
                  offered_reuse: float | None = None, pool: Pool | None = None,
-                 recheck_every: int = RECHECK_EVERY) -> None:
+                 recheck_every: int = RECHECK_EVERY, max_noise: float = MAX_NOISE) -> None:
         if repeats < 2:
             from replay.errors import ConfigError
             raise ConfigError("--repeats: the noise floor needs at least 2 baseline runs")
@@ -181,6 +182,10 @@ class Campaign:
             from replay.errors import ConfigError
             raise ConfigError(f"--recheck-every: {recheck_every} is negative (0: never measure the baseline again)")
         self.recheck_every = recheck_every
+        if not max_noise > 0:
+            from replay.errors import ConfigError
+            raise ConfigError(f"--max-noise: {max_noise} must be above 0 (the baseline's spread, a share of its median)")
+        self.max_noise = max_noise
         self._since_recheck = 0  # candidate measurements since the baseline was last measured
         self.diagnosis: Diagnosis | None = None
         self._searcher_spec = searcher
@@ -237,10 +242,10 @@ class Campaign:
         self.result.rechecks.append({"config": dict(config), "value": m.value, "median": before.median,
                                      "drifted": drifted})
         floor = NoiseFloor(before.values + (m.value,))
-        if floor.too_noisy:
+        if floor.too_noisy(self.max_noise):
             raise CampaignStopped(f"the environment is too unstable to decide: the baseline, measured again, gave "
                                   f"{m.value:.4g} against a median of {before.median:.4g}; its runs now spread "
-                                  f"{floor.relative:.0%} of their median (more than {MAX_NOISE:.0%})")
+                                  f"{floor.relative:.0%} of their median (more than {self.max_noise:.0%})")
         self.result.best_noise = floor
 
     def _floor_of(self, config: Mapping[str, Any], role: str, extra: list[Measurement] = ()) -> NoiseFloor:
@@ -261,10 +266,10 @@ class Campaign:
             for m in done:
                 adopt(m)
         floor = NoiseFloor(tuple(values))
-        if floor.too_noisy:
+        if floor.too_noisy(self.max_noise):
             raise CampaignStopped(f"the environment is too unstable to decide: the baseline's runs "
                                   f"{[round(v, 4) for v in values]} spread {floor.relative:.0%} of their median "
-                                  f"(more than {MAX_NOISE:.0%})")
+                                  f"(more than {self.max_noise:.0%})")
         return floor
 
     def start(self) -> NoiseFloor:

@@ -21,8 +21,8 @@ With ``K = 3`` and ``MIN_GAIN`` 1%, a candidate identical to the baseline is jud
 when two independent measurements each land more than three standard deviations and 1% high:
 with 5% run-to-run noise that happened in 0.45% of 20,000 simulated A/A comparisons, and
 tests/unit/optimizer measures it again. The smallest win it can see is about ``3 s + 1%``.
-A campaign whose baseline spread is over ``MAX_NOISE`` of its median stops: the environment is
-too unstable to decide anything.
+A campaign whose baseline spread is over ``MAX_NOISE`` (the campaign's ``max_noise``, 25% by default)
+of its median stops: the environment is too unstable to decide anything.
 """
 
 from __future__ import annotations
@@ -76,9 +76,9 @@ class NoiseFloor:
     def relative(self) -> float:
         return self.spread / abs(self.median) if self.median else float("inf")
 
-    @property
-    def too_noisy(self) -> bool:
-        return self.relative > MAX_NOISE
+    def too_noisy(self, limit: float = MAX_NOISE) -> bool:
+        """Whether the runs spread more than ``limit`` of their median."""
+        return self.relative > limit
 
     def bar(self) -> float:
         """How far above the median a candidate must land to count as a win."""

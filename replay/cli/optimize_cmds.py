@@ -71,6 +71,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--recheck-every", type=int, metavar="N",
                    help="measure the baseline again after every N candidate measurements, beside them, so that "
                         "drift widens the noise floor (default: optimizer.campaign.RECHECK_EVERY, 4; 0: never)")
+    p.add_argument("--max-noise", type=float, metavar="SHARE",
+                   help="stop when the baseline's runs spread more than this share of their median: the bench is "
+                        "too unstable to decide (default: optimizer.verdict.MAX_NOISE, 0.25)")
     p.add_argument("--seed", type=int, default=0, help="seed for TPE / random search (default 0)")
     p.add_argument("--allow-lossy", action="store_true",
                    help="let the space hold lossy knobs (KV / weight precision); their wins need a person's approval")
@@ -141,6 +144,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from optimizer import (Campaign, CampaignStopped, LocalPool, Objective, RayPool, SerialPool, Space,
                            measure_on_engine)
     from optimizer.campaign import RECHECK_EVERY, workload_hash
+    from optimizer.verdict import MAX_NOISE
     from optimizer.report import print_result, verdict_text, write_result
     from replay.inspect import prefix_reuse_share
     from replay.trace import read_trace
@@ -186,7 +190,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                         baseline=baseline, repeats=args.repeats, budget=budget,
                         searcher=args.search, seed=args.seed, gpus=args.gpus,
                         offered_reuse=prefix_reuse_share(trace), pool=pool,
-                        recheck_every=RECHECK_EVERY if args.recheck_every is None else args.recheck_every)
+                        recheck_every=RECHECK_EVERY if args.recheck_every is None else args.recheck_every,
+                        max_noise=MAX_NOISE if args.max_noise is None else args.max_noise)
     try:
         if not args.json:
             print(f"measuring the baseline {json.dumps(baseline)} {args.repeats} times on fresh {engine.name} starts"

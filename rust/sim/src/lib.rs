@@ -158,6 +158,9 @@ pub fn serve_with(resolved: Resolved, vocab: Arc<Vocab>) -> Result<ServerHandle,
             .unwrap_or(0),
     });
     let (shutdown_tx, shutdown_rx) = oneshot::channel();
+    // the server thread says when it is serving (named, its listener registered with the
+    // runtime), so that a caller who gets the handle finds the thread there and accepting
+    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<Result<(), String>>(1);
     let thread = std::thread::Builder::new()
         .name("replay-sim".into())
         .spawn(move || {
@@ -165,17 +168,31 @@ pub fn serve_with(resolved: Resolved, vocab: Arc<Vocab>) -> Result<ServerHandle,
                 let listener = match tokio::net::TcpListener::from_std(listener) {
                     Ok(l) => l,
                     Err(e) => {
-                        eprintln!("replay-sim: cannot use the listening socket: {e}");
+                        let _ = ready_tx.send(Err(format!("cannot use the listening socket: {e}")));
                         return;
                     }
                 };
                 tokio::spawn(engine.run());
+                let _ = ready_tx.send(Ok(()));
                 accept_loop(listener, state, shutdown_rx).await;
             });
         })
         .map_err(|e| SimError::Runtime {
             message: e.to_string(),
         })?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(message)) => {
+            let _ = thread.join();
+            return Err(SimError::Runtime { message });
+        }
+        Err(_) => {
+            let _ = thread.join();
+            return Err(SimError::Runtime {
+                message: "the server thread ended before it served".into(),
+            });
+        }
+    }
     Ok(ServerHandle {
         addr: local,
         resolved,

@@ -60,7 +60,7 @@ def test_an_identical_candidate_is_almost_never_judged_better():
     for _ in range(trials):
         draw = lambda: Measurement(100 * (1 + rng.gauss(0, 0.05)))  # noqa: E731
         floor = NoiseFloor(tuple(draw().value for _ in range(REPEATS)))
-        if floor.too_noisy:
+        if floor.too_noisy():
             continue
         better += judge(floor, draw(), draw).kind == "better"
     assert better / trials <= 0.01, better
