@@ -6,10 +6,8 @@ seed=0)`` (prompts and answers), in this one process:
 
 * ``ner``: spaCy's NER (the only pipe :class:`redact.analyzer.TextAnalyzer` runs), ``nlp.pipe``;
 * ``recognizers``: Presidio's recognizers and our post-processing (``TextAnalyzer.analyze`` on
-  the NER's output), and within it the phone recognizer two ways, side by side: on the whole
-  text (as Presidio runs it) and on the text with the other patterns' spans blanked (as
-  ``TextAnalyzer`` runs it), with the number of texts whose phone spans differ, and of those
-  whose final spans (all types, overlaps resolved: what is replaced) differ;
+  the NER's output), and within it each shape recognizer (:mod:`redact.shapes`: email, phone,
+  card, IBAN, IP) on its own;
 * ``surrogates``: :meth:`redact.surrogates.Surrogates.make` once for each distinct labelled value
   of the corpus, per entity type, with the token exceptions (values whose surrogate is off in
   token count).
@@ -34,9 +32,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    from presidio_analyzer.predefined_recognizers import PhoneRecognizer
-
-    from redact.analyzer import TextAnalyzer, build_analyzer, found_spans
+    from redact.analyzer import TextAnalyzer
     from redact.corpus import make_corpus
     from redact.key import RedactionKey
     from redact.surrogates import Surrogates
@@ -56,29 +52,14 @@ def main() -> None:
     t = time.perf_counter()
     for text, art in zip(texts, artifacts):
         analyzer.analyze(text, art)
-    print(f"recognizers and post-processing (phone blanked): {time.perf_counter() - t:.2f} s")
+    print(f"recognizers and post-processing: {time.perf_counter() - t:.2f} s")
 
-    phone = PhoneRecognizer()
-    presidio = build_analyzer()  # the phone recognizer among the others, as Presidio runs it
-    whole_s = blanked_s = 0.0
-    differ = final_differ = 0
-    for text, art in zip(texts, artifacts):
-        before = found_spans(presidio.analyze(text=text, language="en", entities=analyzer.entities,
-                                              score_threshold=analyzer.threshold, nlp_artifacts=art),
-                             text)
-        final_differ += before != analyzer.analyze(text, art)
-        others = analyzer.analyzer.analyze(text=text, language="en", entities=analyzer.entities,
-                                           score_threshold=analyzer.threshold, nlp_artifacts=art)
+    shapes = [r for r in analyzer.analyzer.registry.recognizers if r.name.endswith("_shape")]
+    for recognizer in shapes:
         t = time.perf_counter()
-        whole = {(r.start, r.end) for r in phone.analyze(text, ["PHONE_NUMBER"], art)}
-        whole_s += time.perf_counter() - t
-        t = time.perf_counter()
-        blanked = {(r.start, r.end) for r in analyzer._phones(text, others, art)}
-        blanked_s += time.perf_counter() - t
-        differ += whole != blanked
-    print(f"phone recognizer: whole text {whole_s:.2f} s, other spans blanked {blanked_s:.2f} s "
-          f"({differ} texts with other phone spans, before overlaps are resolved; "
-          f"{final_differ} with other final spans of any type)")
+        for text in texts:
+            recognizer.analyze(text, recognizer.supported_entities)
+        print(f"  {recognizer.name}: {time.perf_counter() - t:.3f} s")
 
     values = defaultdict(set)
     for labels in corpus.labels.values():

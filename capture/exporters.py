@@ -1,9 +1,15 @@
 """Exporters of a Trace into other tools' formats, streaming (the library side of ``replay export``).
 
-Owns :data:`EXPORT_FORMATS`, :func:`export_trace` and :func:`mooncake_hash_ids`. The trace is read
-with its small columns in memory and its bodies a window at a time (null bodies built by
-:mod:`replay.synth` as the replay would build them); lines are written as they are made, to a
-hidden file renamed over ``out`` at the end (nothing half-written on an error).
+Owns :data:`EXPORT_FORMATS`, :class:`ExportResult`, :func:`export_trace` and :func:`mooncake_hash_ids`.
+The trace is read with its small columns in memory and its bodies a window at a time (null bodies
+built by :mod:`replay.synth` as the replay would build them); lines are written as they are made,
+to a hidden file renamed over ``out`` at the end (nothing half-written on an error).
+
+The second lock (:mod:`redact.lock`): unless the trace is raw (``redaction_policy`` "none"), every
+string of each line (JSON keys and values) is scanned before the line is written; a line with a
+PII shape whose exact string is not a surrogate of the trace's ``lock_exempt`` is not written, and
+is counted per type found (:attr:`ExportResult.quarantined`). A raw trace bypasses the lock
+(:attr:`ExportResult.locked` is False) and its lines are written as stored.
 
 - ``mooncake``: Mooncake JSON Lines, ``{"timestamp", "input_length", "output_length",
   "hash_ids"}``. ``timestamp`` is ms from the first request; ``output_length`` is
@@ -29,7 +35,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -38,7 +46,7 @@ import numpy as np
 from replay.errors import ConfigError, TraceError
 from replay.trace import Trace, read_trace
 
-__all__ = ["EXPORT_FORMATS", "export_trace", "mooncake_hash_ids"]
+__all__ = ["EXPORT_FORMATS", "ExportResult", "export_trace", "mooncake_hash_ids"]
 
 EXPORT_FORMATS = ("mooncake", "aiperf", "openai")
 _WINDOW = 1024
@@ -65,6 +73,29 @@ def _dumps(obj: dict) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
 
+@dataclass(frozen=True)
+class ExportResult:
+    """Lines written, and the records the second lock kept out (per type found)."""
+
+    written: int
+    quarantined: Counter = field(default_factory=Counter)  # type -> records kept out
+    locked: bool = True  # False: a raw trace, written without the lock
+
+
+def _lock_of(trace: Trace, source: str) -> Callable[[dict], Counter] | None:
+    """The second lock for the trace's lines (a line -> its hits per type, surrogates of the trace's
+    ``lock_exempt`` left out), or None for a raw trace (the lock is bypassed)."""
+    if trace.meta.raw_text:
+        return None
+    from redact.lock import Exempt, check, strings_of
+
+    try:
+        exempt = Exempt.from_meta(trace.meta.lock_exempt)
+    except ValueError as e:
+        raise TraceError(f"{source}: metadata 'lock_exempt': {e}") from None
+    return lambda line: check(strings_of(line), exempt)
+
+
 def export_trace(
     format: str,
     trace: str | os.PathLike[str] | Trace,
@@ -72,32 +103,45 @@ def export_trace(
     *,
     block_size: int = 512,
     progress: Callable[[int], None] | None = None,
-) -> int:
-    """Write ``trace`` (a path or a Trace) to ``out`` in ``format`` (see the module docstring);
-    return the number of lines written. ``block_size`` is the Mooncake ids' block."""
+) -> ExportResult:
+    """Write ``trace`` (a path or a Trace) to ``out`` in ``format`` (see the module docstring).
+    ``block_size`` is the Mooncake ids' block; ``progress(records done)``."""
     if format not in EXPORT_FORMATS:
         raise ConfigError(f"format '{format}' unknown (known: {', '.join(EXPORT_FORMATS)})")
     if block_size <= 0:
         raise ConfigError(f"--block-size: must be positive, got {block_size}")
+    source = "trace"
     if not isinstance(trace, Trace):
+        source = Path(trace).name
         trace = read_trace(trace, bodies=False)
+    lock = _lock_of(trace, source)
+    quarantined: Counter = Counter()
     out = Path(out)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     write_line = {"mooncake": _Mooncake, "aiperf": _AIPerf, "openai": _OpenAI}[format](trace, block_size)
     small = trace.df.select("request_id", "session_id", "arrival_us", "input_tokens", "output_tokens",
                             "max_tokens", "hash_ids", "response", "cached_tokens", "status", "ttft_us",
                             "e2e_us")
-    written = 0
+    done = written = 0
     try:
         with tmp.open("w", encoding="utf-8") as f:
             synthesize = format != "mooncake"
             for batch in trace.body_batches(len(trace), _WINDOW, synthesize=synthesize):
-                rows = small.slice(written, len(batch)).to_dicts()  # a window at a time
-                lines = [write_line(row, body) for row, body in zip(rows, batch)]
+                rows = small.slice(done, len(batch)).to_dicts()  # a window at a time
+                lines = []
+                for row, body in zip(rows, batch):
+                    line = write_line(row, body)
+                    if lock is not None:
+                        found = lock(line)
+                        if found:
+                            quarantined.update(found.keys())
+                            continue
+                    lines.append(_dumps(line) + "\n")
                 f.write("".join(lines))
-                written += len(batch)
+                done += len(batch)
+                written += len(lines)
                 if progress is not None:
-                    progress(written)
+                    progress(done)
         os.replace(tmp, out)
     except OSError as e:
         tmp.unlink(missing_ok=True)
@@ -105,7 +149,7 @@ def export_trace(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return written
+    return ExportResult(written, quarantined, locked=lock is not None)
 
 
 class _Mooncake:
@@ -128,19 +172,18 @@ class _Mooncake:
 
         return prompt_token_ids([s.text for s in text_slots(json.loads(body))], self.tok)
 
-    def __call__(self, row: dict, body: str | None) -> str:
+    def __call__(self, row: dict, body: str | None) -> dict:
         ids = self.token_ids(row, body)
         out = row["output_tokens"] if row["output_tokens"] is not None else (row["max_tokens"] or 0)
-        return _dumps({"timestamp": _ms(row["arrival_us"]), "input_length": len(ids),
-                       "output_length": out,
-                       "hash_ids": mooncake_hash_ids(ids, self.block_size, self.numbering)}) + "\n"
+        return {"timestamp": _ms(row["arrival_us"]), "input_length": len(ids), "output_length": out,
+                "hash_ids": mooncake_hash_ids(ids, self.block_size, self.numbering)}
 
 
 class _AIPerf:
     def __init__(self, trace: Trace, block_size: int) -> None:
         pass
 
-    def __call__(self, row: dict, body: str) -> str:
+    def __call__(self, row: dict, body: str) -> dict:
         obj = json.loads(body)
         line: dict = {"timestamp": _ms(row["arrival_us"])}
         if row["session_id"] is not None:
@@ -153,14 +196,14 @@ class _AIPerf:
         out = row["output_tokens"] if row["output_tokens"] is not None else row["max_tokens"]
         if out is not None:
             line["output_length"] = out
-        return _dumps(line) + "\n"
+        return line
 
 
 class _OpenAI:
     def __init__(self, trace: Trace, block_size: int) -> None:
         self.t0 = trace.meta.t0_unix_us
 
-    def __call__(self, row: dict, body: str) -> str:
+    def __call__(self, row: dict, body: str) -> dict:
         us = self.t0 + row["arrival_us"]
         stamp = datetime.fromtimestamp(us // 1_000_000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
         line: dict = {"timestamp": f"{stamp}.{us % 1_000_000:06d}Z", "request_id": row["request_id"]}
@@ -179,4 +222,4 @@ class _OpenAI:
                 line[key] = row[name] / 1000
         if row["status"] is not None:
             line["status"] = row["status"]
-        return _dumps(line) + "\n"
+        return line

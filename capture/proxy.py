@@ -43,6 +43,7 @@ from collections import Counter
 
 from capture.record import API_OF_PATH, Exchange
 from capture.recorder import COUNTERS, CaptureConfig, run_recorder
+from redact.lock import LOCK_TYPES
 
 __all__ = ["CaptureProxy", "run_capture"]
 
@@ -247,9 +248,15 @@ class CaptureProxy:
                 dropped = CounterMetricFamily("replay_capture_records_dropped",
                                               "Records dropped (never written), by reason.",
                                               labels=["reason"])
-                for reason in ("queue_full", "redaction_failed", "recorder_error"):
+                for reason in ("queue_full", "redaction_failed", "recorder_error", "lock"):
                     dropped.add_metric([reason], c.get(f"dropped_{reason}", 0))
                 yield dropped
+                locked = CounterMetricFamily("replay_capture_lock_records",
+                                             "Records the second lock kept out (a PII shape left after "
+                                             "redaction), by the type found in them.", labels=["type"])
+                for t in LOCK_TYPES:
+                    locked.add_metric([t], c.get(f"lock_{t}", 0))
+                yield locked
                 yield CounterMetricFamily("replay_capture_records_written",
                                           "Records written to the spool.", value=c.get("recorded", 0))
                 yield CounterMetricFamily("replay_capture_records_not_sampled",

@@ -21,7 +21,8 @@ redaction; only the redacted row leaves it).
   most :data:`TOKEN_CACHE_BYTES`).
 - Redaction (:class:`redact.pipeline.Redactor`: Presidio in worker processes) rewrites the body's
   prompt texts and the answer; a request whose text cannot be analysed is dropped (counted),
-  never written raw.
+  never written raw, and so is one the second lock (:mod:`redact.lock`) finds a PII shape in
+  after redaction (counted per type: ``dropped_lock``, ``lock_<TYPE>``).
 """
 
 from __future__ import annotations
@@ -277,9 +278,15 @@ class RowBuilder:
             return None
         df = pl.DataFrame(rows, schema=_ROW_SCHEMA)
         if self.redactor is not None:
-            before = df.height
-            df = self.accounts.add(*self.redactor.redact_rows(df, self.block_size))
-            self.counts["dropped_redaction_failed"] += before - df.height
+            df, accounts = self.redactor.redact_rows(df, self.block_size)
+            df = self.accounts.add(df, accounts)
+            for acc in accounts:
+                kind, _, what = (acc.reason or "").partition(":")
+                if kind == "lock":  # "lock: TYPE,TYPE": kept out by the second lock
+                    self.counts["dropped_lock"] += 1
+                    self.counts.update(f"lock_{t}" for t in what.strip().split(","))
+                elif kind:
+                    self.counts["dropped_redaction_failed"] += 1
         self.counts["recorded"] += df.height
         return df if df.height else None
 

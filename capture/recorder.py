@@ -24,13 +24,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from redact.lock import LOCK_TYPES
+
 __all__ = ["CaptureConfig", "COUNTERS", "run_recorder", "RECORDER_NICE", "LOCK_FILE"]
 
 # the shared counters (one writer each: the proxy writes the first, the recorder the others)
 # (segment_roll_failed: rolls of the spool into a segment that failed; their rows stay in the
 # spool, rolled at a later roll or recovered at the next start: nothing is lost)
+# (dropped_lock: records the second lock kept out, lock_<TYPE>: of those, the ones holding TYPE)
 COUNTERS = ("dropped_queue_full", "recorded", "dropped_redaction_failed", "dropped_recorder_error",
-            "not_sampled", "segments_written", "requests_recorder_saw", "segment_roll_failed")
+            "not_sampled", "segments_written", "requests_recorder_saw", "segment_roll_failed",
+            "dropped_lock", *(f"lock_{t}" for t in LOCK_TYPES))
+# the counters the recorder publishes from its own counts
+RECORDER_COUNTS = ("recorded", "dropped_redaction_failed", "dropped_recorder_error", "not_sampled",
+                   "segment_roll_failed", "dropped_lock", *(f"lock_{t}" for t in LOCK_TYPES))
 
 
 @dataclass
@@ -140,8 +147,7 @@ def run_recorder(cfg: CaptureConfig, info: dict, q: Any, shared: Any, ready: Any
             spool.append_counts(delta)
             spool.sync()
             reported.update({k: v for k, v in delta.items() if k != "dropped_queue_full"})
-        for name in ("recorded", "dropped_redaction_failed", "dropped_recorder_error", "not_sampled",
-                     "segment_roll_failed"):
+        for name in RECORDER_COUNTS:
             shared[idx[name]] = builder.counts[name]
         shared[idx["requests_recorder_saw"]] = saw
         shared[idx["segments_written"]] = spool.segments_written
@@ -177,6 +183,10 @@ def run_recorder(cfg: CaptureConfig, info: dict, q: Any, shared: Any, ready: Any
             saw += len(batch)
             try:
                 df = builder.build(batch)
+                # the surrogates first, then the rows that hold them: a crash between the two
+                # leaves no row whose surrogates the segment cannot name
+                if builder.accounts is not None:
+                    spool.append_exempt(builder.accounts.take_exempt().to_meta())
                 if df is not None:
                     spool.append_rows(df)
             except Exception as e:  # noqa: BLE001 (never raw, never fatal: count and go on)

@@ -9,7 +9,10 @@ Layout of ``DIR`` (``replay capture --out DIR``):
   start; a restart into the same folder must agree with it.
 - ``spool-NNNNNN.jsonl``: rows already redacted (never raw unless ``--no-redact``), one JSON
   object a line, appended and fsynced in small batches; ``{"counts": {...}}`` lines carry what
-  was dropped or not sampled since the previous line of counts.
+  was dropped or not sampled since the previous line of counts; ``{"exempt": "..."}`` lines the
+  surrogates first written since the previous one (:class:`redact.lock.Exempt`, digests only),
+  which the segment stores as its ``lock_exempt`` (so ``replay audit`` tells them from raw
+  values, a recovered segment too).
 - ``segment-NNNNNN.parquet``: spool NNNNNN rolled into a Trace file (rows sorted by arrival),
   written beside it and renamed into place (:class:`replay.trace.TraceWriter`); the spool is
   deleted only after the rename. The folder reads as one Trace (:func:`replay.trace.read_trace`).
@@ -88,9 +91,10 @@ def _numbered(folder: Path, pattern: re.Pattern) -> dict[int, Path]:
     return out
 
 
-def _read_spool(path: Path) -> tuple[list[dict], Counter]:
+def _read_spool(path: Path) -> tuple[list[dict], Counter, list[str]]:
     rows: list[dict] = []
     counts: Counter = Counter()
+    exempt: list[str] = []
     with path.open("rb") as f:
         lines = f.read().split(b"\n")
     for n, line in enumerate(lines):
@@ -104,18 +108,26 @@ def _read_spool(path: Path) -> tuple[list[dict], Counter]:
             raise TraceError(f"{path.name}: line {n + 1}: not valid JSON") from None
         if "counts" in obj:
             counts.update(obj["counts"])
+        elif "exempt" in obj:
+            exempt.append(obj["exempt"])
         else:
             rows.append(obj)
-    return rows, counts
+    return rows, counts, exempt
 
 
 def _write_segment(path: Path, rows: list[dict], meta: TraceMeta, counts: Counter,
-                   report_base: dict) -> None:
+                   report_base: dict, exempt: list[str]) -> None:
     df = pl.DataFrame(rows, schema=SCHEMA).sort("arrival_us", maintain_order=True)
     report = {**report_base, **{k: int(v) for k, v in sorted(counts.items())}}
+    lock_exempt = ""
+    if exempt:
+        from redact.lock import Exempt
+
+        lock_exempt = Exempt.union_meta(exempt)
     with TraceWriter(path, meta) as writer:
         writer.write(df)
-        writer.close(replace(meta, capture_report=json.dumps(report, separators=(",", ":"))))
+        writer.close(replace(meta, capture_report=json.dumps(report, separators=(",", ":")),
+                             lock_exempt=lock_exempt))
 
 
 def recover(folder: Path, meta: TraceMeta, report_base: dict) -> tuple[int, Counter, int]:
@@ -129,11 +141,11 @@ def recover(folder: Path, meta: TraceMeta, report_base: dict) -> tuple[int, Coun
     recovered = 0
     for n, path in sorted(spools.items()):
         if n not in segments:
-            rows, counts = _read_spool(path)
+            rows, counts, exempt = _read_spool(path)
             counts.update(carry)
             carry = Counter()
             if rows:
-                _write_segment(folder / f"segment-{n:06d}.parquet", rows, meta, counts, report_base)
+                _write_segment(folder / f"segment-{n:06d}.parquet", rows, meta, counts, report_base, exempt)
                 recovered += len(rows)
             else:
                 carry = counts
@@ -191,6 +203,11 @@ class Spool:
         if counts:
             self._f.write(json.dumps({"counts": dict(counts)}).encode() + b"\n")
 
+    def append_exempt(self, exempt: str) -> None:
+        """Append the surrogates (``Exempt.to_meta()``) of the rows appended since the last call."""
+        if exempt:
+            self._f.write(json.dumps({"exempt": exempt}).encode() + b"\n")
+
     def sync(self) -> None:
         self._f.flush()
         os.fsync(self._f.fileno())
@@ -202,12 +219,12 @@ class Spool:
         if self.rows == 0:
             return None
         self.sync()
-        rows, counts = _read_spool(self.path)
+        rows, counts, exempt = _read_spool(self.path)
         seg = self.folder / f"segment-{self.number:06d}.parquet"
         meta = self.meta
         if self.redaction_report is not None:
             meta = replace(meta, redaction_report=self.redaction_report())
-        _write_segment(seg, rows, meta, counts, self.report_base)
+        _write_segment(seg, rows, meta, counts, self.report_base, exempt)
         # the segment holds the spool's rows now (a crash from here on: recover deletes the spool)
         self._f.close()
         self.segments_written += 1

@@ -3,12 +3,17 @@
 ``redact_trace(trace, key)`` and ``redact_file(src, dst, key)`` redact every prompt string and
 recorded answer of a trace with keyed surrogates that keep entity type, format and token count,
 analysing each distinct text once and failing closed (:mod:`redact.pipeline`). The key comes from
-``load_key()`` (``$REPLAY_REDACT_KEY`` or a key file; :mod:`redact.key`).
+``load_key()`` (``$REPLAY_REDACT_KEY`` or a key file; :mod:`redact.key`). Before anything is
+written, the second lock (:mod:`redact.lock`) keeps out any record still holding a PII shape;
+``replay audit`` (:mod:`redact.audit`) runs it over a stored trace.
+
+The names below are imported on first use: ``import redact.lock`` does not load Presidio.
 """
 
-from redact.key import KEY_ENV, RedactionKey, load_key
-from redact.pipeline import Redactor, redact_file, redact_trace
-from redact.report import RedactionReport
+from replay._lazy import lazy_exports
 
-__all__ = ["KEY_ENV", "RedactionKey", "RedactionReport", "Redactor", "load_key", "redact_file",
-           "redact_trace"]
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "redact.key": ("KEY_ENV", "RedactionKey", "load_key"),
+    "redact.pipeline": ("Redactor", "redact_file", "redact_trace"),
+    "redact.report": ("RedactionReport",),
+})

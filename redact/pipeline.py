@@ -50,6 +50,9 @@ import polars as pl
 
 from redact.analyzer import ENTITIES, SCORE_THRESHOLD
 from redact.key import RedactionKey
+from redact.lock import Exempt, strings_of
+from redact.lock import scan as lock_scan
+from redact.mentions import Mentions
 from redact.report import CACHE_CHARS, Accounts, RedactionReport, RowAccount
 from replay.bodies import prompt_token_ids, replace_texts, text_slots
 from replay.blocks import block_hashes
@@ -148,19 +151,26 @@ def default_processes() -> int:
 
 @dataclass
 class _Entry:
-    """One distinct text's redaction (or why it has none)."""
+    """One distinct text: what the analyzer found in it, and once built, its redaction."""
 
     digest: bytes       # blake2b-128 of the raw text
     chars: int          # characters of the raw text
     failed: str | None  # why its analysis failed (then the text is never written)
+    found: tuple[tuple[str, int, int], ...] = ()   # the analyzer's spans (raw offsets)
+    built: bool = False  # the fields below are made (redact_texts(build=True))
     text: str = ""      # the redacted text
     ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint32))  # its token ids
     delta: int = 0      # tokens(redacted) - tokens(raw)
     entities: tuple[str, ...] = ()                 # the type of each span replaced
     off: tuple[tuple[str, bytes], ...] = ()        # (type, keyed digest) of surrogates off in length
+    spans: tuple[tuple[str, int, int], ...] = ()   # what was replaced: found + mentions (raw offsets)
+    mentions: int = 0   # of those, mentions of values found elsewhere (redact.mentions)
+    scanned: int = -1   # Mentions.learned when its mentions were last looked for
+    lock: tuple[str, ...] = ()  # types of the second lock's hits outside surrogates (never written)
+    exempt: tuple[int, ...] = ()  # Exempt.digests_of its surrogates (the output's lock_exempt)
 
-    def info(self) -> tuple[bytes, int, tuple[str, ...], tuple[tuple[str, bytes], ...]]:
-        return self.digest, self.chars, self.entities, self.off
+    def info(self) -> tuple[bytes, int, tuple[str, ...], tuple[tuple[str, bytes], ...], int, tuple[int, ...]]:
+        return self.digest, self.chars, self.entities, self.off, self.mentions, self.exempt
 
 
 class Redactor:
@@ -187,6 +197,8 @@ class Redactor:
         self._cache: OrderedDict[bytes, _Entry] = OrderedDict()
         self._cache_chars = 0
         self.cache_chars = cache_chars
+        self.mentions = Mentions()
+        self._seeded: dict[bytes, Any] = {}
 
     def __enter__(self) -> Redactor:
         return self
@@ -273,30 +285,72 @@ class Redactor:
                     settle(i, r)
         return results
 
-    def _apply(self, text: str, spans: list[tuple[str, int, int]]
-               ) -> tuple[str, tuple[str, ...], tuple[tuple[str, bytes], ...]]:
-        """``text`` with its spans replaced, the type of each, and the surrogates off in length."""
-        out, at, off = [], 0, []
+    def _apply(self, text: str, spans: Sequence[tuple[str, int, int]]
+               ) -> tuple[str, tuple[str, ...], tuple[tuple[str, bytes], ...], list[tuple[int, int]], tuple[int, ...]]:
+        """``text`` with its spans replaced, the type of each, the surrogates off in length,
+        where each surrogate stands in the new text, and their :meth:`Exempt.digests_of`."""
+        out, at, off, placed, length, exempt = [], 0, [], [], 0, set()
         for entity, start, end in spans:
             value = text[start:end]
             surrogate, is_off = self.surrogates.make(entity, value)
             out.append(text[at:start])
+            length += start - at
             out.append(surrogate)
+            placed.append((length, length + len(surrogate)))
+            length += len(surrogate)
+            exempt.update(Exempt.digests_of(surrogate))
             if is_off:
                 off.append((entity, self.key.digest("token exception\x00" + entity, value)))
             at = end
         out.append(text[at:])
-        return "".join(out), tuple(e for e, _, _ in spans), tuple(off)
+        return "".join(out), tuple(e for e, _, _ in spans), tuple(off), placed, tuple(exempt)
+
+    def _build(self, pairs: list[tuple[str, _Entry]]) -> list[_Entry]:
+        """``pairs`` of (raw text, entry) built against the values known now: the analyzer's
+        spans and every mention of a known value outside them replaced, the second lock run over
+        the result, the new text tokenized (one batch)."""
+        made = []
+        for text, e in pairs:
+            extra = self.mentions.find(text, [(a, b) for _, a, b in e.found])
+            spans = tuple(sorted((*e.found, *extra), key=lambda s: s[1])) if extra else e.found
+            redacted, entities, off, placed, exempt = self._apply(text, spans) if spans else (text, (), (), [], ())
+            # the second lock: a PII shape in the new text outside every surrogate keeps it out
+            lock = tuple(sorted({h.entity for h in lock_scan(redacted)
+                                 if not any(a <= h.start and h.end <= b for a, b in placed)}))
+            made.append((text, e, redacted, entities, off, spans, len(extra), lock, exempt))
+        ids = self.tok.encode_batch([m[2] for m in made], add_special_tokens=False)
+        changed = [i for i, m in enumerate(made) if m[0] != m[2]]
+        raw_len = dict(zip(changed, (len(x.ids) for x in self.tok.encode_batch(
+            [made[i][0] for i in changed], add_special_tokens=False))))
+        out = []
+        for i, (text, e, redacted, entities, off, spans, mentions, lock, exempt) in enumerate(made):
+            red_ids = np.asarray(ids[i].ids, dtype=np.uint32)
+            out.append(_Entry(e.digest, e.chars, None, e.found, True, redacted, red_ids,
+                              len(red_ids) - raw_len.get(i, len(red_ids)), entities, off, spans, mentions,
+                              self.mentions.learned, lock, exempt))
+        return out
 
     def _remember(self, entry: _Entry) -> None:
+        old = self._cache.pop(entry.digest, None)
+        if old is not None:
+            self._cache_chars -= old.chars
         self._cache[entry.digest] = entry
         self._cache_chars += entry.chars
         while self._cache_chars > self.cache_chars and len(self._cache) > 1:
             _, old = self._cache.popitem(last=False)
             self._cache_chars -= old.chars
 
-    def redact_texts(self, texts: Sequence[str]) -> dict[str, _Entry]:
-        """Each distinct text of ``texts`` -> its redaction, or why it failed (``failed``)."""
+    def seed(self, found: dict[bytes, list[tuple[str, int, int]] | str]) -> None:
+        """Analysis results made elsewhere (a first pass on Ray: :mod:`redact.ray_data`), by the
+        raw text's digest: a text among them is not analysed again."""
+        self._seeded.update(found)
+
+    def redact_texts(self, texts: Sequence[str], build: bool = True) -> dict[str, _Entry]:
+        """Each distinct text of ``texts`` -> its entry, or why its analysis failed (``failed``).
+
+        The texts the cache misses are analysed, and every value found is learned
+        (:class:`redact.mentions.Mentions`). With ``build``, each entry is then made (or made
+        again, when values were learned since it was: their mentions are replaced too)."""
         out: dict[str, _Entry] = {}
         todo: dict[bytes, str] = {}
         for text in texts:
@@ -309,36 +363,51 @@ class Redactor:
                 out[text] = hit
             elif d not in todo:
                 todo[d] = text
-        if not todo:
-            return out
-        digests, fresh = list(todo.keys()), list(todo.values())
-        redacted = list(fresh)
-        applied: dict[int, tuple[tuple[str, ...], tuple[tuple[str, bytes], ...]]] = {}
+        if todo:
+            digests, fresh = list(todo.keys()), list(todo.values())
+            need = [i for i, d in enumerate(digests) if d not in self._seeded]
+            found: list[Any] = [self._seeded.pop(d, None) for d in digests]
 
-        def apply(i: int, f: list[tuple[str, int, int]] | str) -> None:
-            # surrogates are made here, in this process, while the workers analyse later chunks
-            if isinstance(f, list) and f:
-                redacted[i], *rest = self._apply(fresh[i], f)
-                applied[i] = tuple(rest)
+            def warm(j: int, f: list[tuple[str, int, int]] | str) -> None:
+                # the surrogates (the costly part of building) are made here, in this process,
+                # while the workers analyse later chunks; Surrogates caches them
+                if isinstance(f, list):
+                    text = fresh[need[j]]
+                    for entity, start, end in f:
+                        self.surrogates.make(entity, text[start:end])
 
-        found = self._analyze(fresh, apply)
-        ids = self.tok.encode_batch(redacted, add_special_tokens=False)
-        changed = [i for i, (t, r) in enumerate(zip(fresh, redacted)) if t != r]
-        raw_len = dict(zip(changed, (len(e.ids) for e in self.tok.encode_batch(
-            [fresh[i] for i in changed], add_special_tokens=False))))
-        for i, (d, text) in enumerate(zip(digests, fresh)):
-            if isinstance(found[i], str):
-                entry = _Entry(d, len(text), found[i])
-            else:
-                red_ids = np.asarray(ids[i].ids, dtype=np.uint32)
-                entities, off = applied.get(i, ((), ()))
-                entry = _Entry(d, len(text), None, redacted[i], red_ids,
-                               len(red_ids) - raw_len.get(i, len(red_ids)), entities, off)
-            self._remember(entry)
-            out[text] = entry
+            for i, f in zip(need, self._analyze([fresh[i] for i in need], warm)):
+                found[i] = f
+            for d, text, f in zip(digests, fresh, found):
+                if isinstance(f, str):
+                    entry = _Entry(d, len(text), f)
+                else:
+                    self.mentions.learn_spans(text, f)
+                    entry = _Entry(d, len(text), None, tuple(map(tuple, f)))
+                self._remember(entry)
+                out[text] = entry
+        if build:
+            # an entry is made again when values were learned since it was (a value found in a
+            # later text is a mention in an earlier one); kept when its spans come out the same
+            learned = self.mentions.learned
+            stale = [(text, e) for text, e in out.items() if e.failed is None and e.scanned < learned]
+            for (text, old), new in zip(stale, self._build(stale) if stale else ()):
+                if old.built and new.spans == old.spans:
+                    old.scanned = new.scanned
+                    continue
+                self._remember(new)
+                out[text] = new
         return out
 
     # -- rows -------------------------------------------------------------------------------------
+
+    def learn(self, texts: Sequence[str]) -> None:
+        """The first pass over a whole trace (:func:`redact_trace`, :func:`redact_file`, ``replay
+        import``): analyse ``texts`` into the cache and learn every value found, so that the
+        second pass (:meth:`redact_rows`) replaces a value found anywhere in the trace at every
+        mention of it, in earlier requests too. Nothing is written; a text whose analysis fails is
+        remembered as failed."""
+        self.redact_texts(texts, build=False)
 
     def redact_rows(self, df: pl.DataFrame, block_size: int) -> tuple[pl.DataFrame, list[RowAccount]]:
         """``df`` with its bodies and responses redacted, and each row's account. A quarantined
@@ -351,6 +420,10 @@ class Redactor:
                      else [None] * df.height)
         done = self.redact_texts([s.text for row in slots for s in row] + [r for r in responses if r])
         stored = df.get_column("block_hashes").to_list() if "block_hashes" in df.columns else None
+        # the row's other strings (ids, session, model...) are stored as they are: the lock
+        # checks them too
+        columns = [df.get_column(c).to_list() for c, t in df.schema.items()
+                   if t == pl.String and c not in ("body", "response")]
         new_bodies: list[str | None] = []
         new_responses: list[str | None] = []
         accounts: list[RowAccount] = []
@@ -359,13 +432,16 @@ class Redactor:
             resp = done[response] if response else None
             texts = [e.info() for e in (*entries, resp) if e is not None]
             bad = next((e.failed for e in (*entries, resp) if e is not None and e.failed), None)
+            ids_changed = body is not None and bad is None and pseudonymize_ids(body, self.key)
+            if bad is None:
+                bad = self._locked(body, row_slots, entries, resp, columns, row)
             if bad is not None:
                 new_bodies.append(None)
                 new_responses.append(None)
                 accounts.append(RowAccount(bad, 0, [], None, texts))
                 continue
             texts_changed = body is not None and any(e.text != s.text for e, s in zip(entries, row_slots))
-            if body is not None and (pseudonymize_ids(body, self.key) or texts_changed):
+            if body is not None and (ids_changed or texts_changed):
                 new_bodies.append(json.dumps(replace_texts(body, row_slots, [e.text for e in entries]),
                                              separators=(",", ":"), ensure_ascii=False))
             else:
@@ -386,6 +462,19 @@ class Redactor:
         return out, accounts
 
 
+    def _locked(self, body: dict | None, row_slots: list, entries: list[_Entry], resp: _Entry | None,
+                columns: list[list], row: int) -> str | None:
+        """Why the second lock keeps this row out (``"lock: TYPE,..."``), or None. The texts were
+        checked when redacted (:attr:`_Entry.lock`); here the body's other strings (keys, roles,
+        names, tool schemas...) and the row's string columns, which are stored as they are."""
+        found = {t for e in (*entries, resp) if e is not None for t in e.lock}
+        if body is not None:
+            texts = {s.text for s in row_slots}  # checked as entries, once redacted
+            found.update(h.entity for v in strings_of(body) if v not in texts for h in lock_scan(v))
+        found.update(h.entity for col in columns if col[row] for h in lock_scan(col[row]))
+        return f"lock: {','.join(sorted(found))}" if found else None
+
+
 def finish_output(writer, accounts: Accounts, started: float, src: Path, meta, key: RedactionKey) -> RedactionReport:
     """Close the redacted trace with its report in the metadata; a trace that lost every request
     to the quarantine is not written at all."""
@@ -394,13 +483,14 @@ def finish_output(writer, accounts: Accounts, started: float, src: Path, meta, k
         writer.abort()
         raise RedactionError(f"{src.name}: all {report.requests} requests quarantined "
                              f"({dict(report.quarantine_reasons)}); nothing written")
-    writer.close(_redacted_meta(meta, key, report))
+    writer.close(_redacted_meta(meta, key, accounts))
     return report
 
 
-def _redacted_meta(meta, key: RedactionKey, report: RedactionReport):
+def _redacted_meta(meta, key: RedactionKey, accounts: Accounts):
     return replace(meta, redaction_policy=POLICY, redaction_key=key.fingerprint,
-                   redaction_report=json.dumps(report.to_dict(), separators=(",", ":")))
+                   redaction_report=json.dumps(accounts.report.to_dict(), separators=(",", ":")),
+                   lock_exempt=accounts.exempt.to_meta())
 
 
 def _check_input(trace_meta, source: str) -> None:
@@ -412,6 +502,15 @@ def _check_input(trace_meta, source: str) -> None:
 def _frames(trace: Trace, size: int) -> Iterator[pl.DataFrame]:
     for start in range(0, len(trace), size):
         yield trace.df.slice(start, size)
+
+
+def frame_texts(df: pl.DataFrame) -> list[str]:
+    """The texts :meth:`Redactor.redact_rows` redacts in ``df``: each body's prompt strings and
+    each recorded answer."""
+    texts = [s.text for b in df.get_column("body").to_list() if b is not None for s in text_slots(json.loads(b))]
+    if "response" in df.columns:
+        texts.extend(r for r in df.get_column("response").to_list() if r)
+    return texts
 
 
 def redact_trace(trace: Trace, key: RedactionKey, *, processes: int | None = None,
@@ -429,13 +528,15 @@ def redact_trace(trace: Trace, key: RedactionKey, *, processes: int | None = Non
     accounts = Accounts()
     with Redactor(key, trace.meta.tokenizer, processes=processes, timeout_s=timeout_s,
                   extra_recognizers=extra_recognizers) as r:
+        for f in _frames(trace, ROW_BATCH):  # first pass: every value found, before any row
+            r.learn(frame_texts(f))
         parts = [accounts.add(*r.redact_rows(f, trace.meta.block_size_tokens))
                  for f in _frames(trace, ROW_BATCH)]
         report = accounts.finish(started)
     if report.written == 0:
         raise RedactionError(f"redaction: all {report.requests} requests quarantined "
                              f"({dict(report.quarantine_reasons)}); nothing written")
-    meta = _redacted_meta(trace.meta, key, report)
+    meta = _redacted_meta(trace.meta, key, accounts)
     return Trace(validate(pl.concat(parts), meta, "redacted trace"), meta), report
 
 
@@ -444,8 +545,10 @@ def redact_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], key: R
                 extra_recognizers: Sequence[Any] = (),
                 progress: Callable[[int, int], None] | None = None) -> RedactionReport:
     """Redact the trace file ``src`` into ``dst`` a row batch at a time (memory bounded by the
-    batch and the text cache), atomically. Each batch is validated as it is read.
-    ``progress(rows_done, rows_total)`` is called after each batch."""
+    batch and the text cache), atomically, in two passes: the first analyses every text (learning
+    every value found: :meth:`Redactor.learn`), the second redacts and writes the rows. Each batch
+    is validated as it is read. ``progress(rows_done, rows_total)`` is called after each batch of
+    the first pass."""
     import pyarrow.parquet as pq
 
     from replay.trace import read_meta, validate
@@ -469,13 +572,20 @@ def redact_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], key: R
             TraceWriter(dst, meta) as writer, \
             pq.ParquetFile(src, buffer_size=1 << 20, pre_buffer=False) as f:
         row = 0
+        # first pass: analyse every text (the slow part: the progress counts it), learning every
+        # value found, before any row is written
+        for batch in f.iter_batches(batch_size=ROW_BATCH):
+            part = validate(pl.from_arrow(batch), meta, f"{src.name} (row batch from row {row})")
+            row += part.height
+            r.learn(frame_texts(part))
+            if progress is not None:
+                progress(row, total)
+        row = 0
         for batch in f.iter_batches(batch_size=ROW_BATCH):
             rows = validate(pl.from_arrow(batch), meta, f"{src.name} (row batch from row {row})")
             row += rows.height
             out = accounts.add(*r.redact_rows(rows, meta.block_size_tokens))
             if out.height:
                 writer.write(out)
-            if progress is not None:
-                progress(row, total)
         report = finish_output(writer, accounts, started, src, meta, key)
     return report

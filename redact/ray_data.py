@@ -1,10 +1,15 @@
 """Redacting a trace on a Ray cluster, for captures larger than one machine.
 
-Owns :func:`redact_file_ray`. Ray Data reads the input Parquet, ``map_batches`` hands row batches
-to a pool of actors, each of which redacts them as :func:`redact.pipeline.redact_file` does (a
-:class:`redact.pipeline.Redactor` with its own analysis worker process, text cache and timeout:
-a text whose analysis raises or hangs quarantines its rows), and this process writes the rows as
-they come back, in input order, into one Trace file, atomically.
+Owns :func:`redact_file_ray`. Two passes, as :func:`redact.pipeline.redact_file` makes. In the
+first, Ray Data reads the input Parquet and ``map_batches`` hands row batches to a pool of actors
+(each a :class:`redact.pipeline.Redactor` with its own analysis worker process, text cache and
+timeout), which analyse each text and send back, per batch, the analyses of the texts new to them
+(by digest) and the values found; this process keeps one set of values
+(:class:`redact.mentions.Mentions`). In the second, a new pool of actors, given those analyses
+(``ray.put``: nothing is analysed twice) and values, redacts the row batches (a value found
+anywhere in the trace is replaced at every mention of it; a text whose analysis raised or hung
+quarantines its rows), and this process writes the rows as they come back, in input order, into
+one Trace file, atomically.
 
 The output is the local path's: a surrogate depends only on the key, the type and the value, so
 every actor makes the same one; each row carries a :class:`redact.report.RowAccount` (its
@@ -14,7 +19,9 @@ the local path uses, in trace order. Only the time spent differs, and the Parque
 (one per batch that comes back).
 
 - The key is sent to the actors in their constructor arguments (Ray's object store, in memory);
-  it is never written, and the output names only its fingerprint.
+  it is never written, and the output names only its fingerprint. The values found travel the
+  same way, as the raw rows themselves do: Ray's object store holds them in memory (and spills
+  to its own folder, ``/tmp/ray``, under memory pressure, as it would spill the rows).
 - A quarantined row leaves its actor without text (null body and response).
 - Ray is started on this machine (``ray.init()``: a cluster of its CPUs, or the one
   ``RAY_ADDRESS`` names) unless the caller started it, and stopped again if it was started here.
@@ -33,7 +40,8 @@ from typing import Any
 import polars as pl
 
 from redact.key import RedactionKey
-from redact.pipeline import DEFAULT_TIMEOUT_S, ROW_BATCH, Redactor, _check_input, finish_output
+from redact.mentions import Mentions
+from redact.pipeline import DEFAULT_TIMEOUT_S, ROW_BATCH, Redactor, _check_input, finish_output, frame_texts
 from redact.report import Accounts, RedactionReport
 from replay.errors import ConfigError, ReplayError
 
@@ -41,10 +49,14 @@ __all__ = ["ACCOUNT_COLUMN", "redact_file_ray"]
 
 # the column that carries each row's account from an actor to this process (never written)
 ACCOUNT_COLUMN = "_redaction_account"
+# the column that carries a first-pass batch's analyses and values to this process
+ANALYSIS_COLUMN = "_redaction_analysis"
 
 
-class _RedactBatches:
-    """One Ray actor: redacts the row batches it is given (``map_batches``' callable class)."""
+class _AnalyseBatches:
+    """One Ray actor of the first pass: analyses the texts of the row batches it is given and
+    hands back, per batch, what it found in the texts it had not seen (by digest) and the values
+    found (``map_batches``' callable class)."""
 
     def __init__(self, secret: bytes, meta_md: dict[str, str], source: str, timeout_s: float,
                  extra_recognizers: Sequence[Any]):
@@ -54,6 +66,45 @@ class _RedactBatches:
         self.source = source
         self.redactor = Redactor(RedactionKey(secret), self.meta.tokenizer, processes=1,
                                  timeout_s=timeout_s, extra_recognizers=extra_recognizers)
+        self.sent: set[bytes] = set()
+
+    def __call__(self, batch):
+        import pyarrow as pa
+
+        from redact.mentions import Mentions
+        from replay.trace import validate
+
+        rows = validate(pl.from_arrow(batch), self.meta, f"{self.source} (a row batch)")
+        found, values = {}, Mentions()
+        for text, e in self.redactor.redact_texts(frame_texts(rows), build=False).items():
+            if e.digest not in self.sent:
+                self.sent.add(e.digest)
+                found[e.digest] = e.failed if e.failed is not None else list(e.found)
+                values.learn_spans(text, e.found)
+        return pa.table({ANALYSIS_COLUMN: [pickle.dumps((found, values.items()))]})
+
+    def __del__(self):
+        self.redactor.close()
+
+
+class _RedactBatches:
+    """One Ray actor of the second pass: redacts the row batches it is given (``map_batches``'
+    callable class), with the first pass's analyses and values."""
+
+    def __init__(self, secret: bytes, meta_md: dict[str, str], source: str, timeout_s: float,
+                 extra_recognizers: Sequence[Any], found: Any, values: list[tuple[str, str]]):
+        from replay.trace import TraceMeta
+
+        self.meta = TraceMeta.from_metadata(meta_md, source)
+        self.source = source
+        self.redactor = Redactor(RedactionKey(secret), self.meta.tokenizer, processes=1,
+                                 timeout_s=timeout_s, extra_recognizers=extra_recognizers)
+        import ray
+
+        # Ray Data hands the constructor the reference as it is
+        self.redactor.seed(ray.get(found) if isinstance(found, ray.ObjectRef) else found)
+        for entity, value in values:
+            self.redactor.mentions.add(entity, value)
 
     def __call__(self, batch):
         from replay.trace import validate
@@ -130,11 +181,30 @@ def redact_file_ray(src: str | os.PathLike[str], dst: str | os.PathLike[str], ke
         accounts = Accounts()
         # as many read blocks as batches, so that every actor gets some of a single file
         blocks = max(1, -(-total // batch_rows))
-        ds = ray.data.read_parquet(str(src), num_cpus=0, override_num_blocks=blocks).map_batches(
-            _RedactBatches, batch_size=batch_rows, batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=actor_cpus,
-            fn_constructor_args=(key.secret, meta.to_metadata(), src.name, timeout_s,
-                                 tuple(extra_recognizers)))
+        args = (key.secret, meta.to_metadata(), src.name, timeout_s, tuple(extra_recognizers))
+
+        def over_actors(actor, *more):
+            return ray.data.read_parquet(str(src), num_cpus=0, override_num_blocks=blocks).map_batches(
+                actor, batch_size=batch_rows, batch_format="pyarrow",
+                compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=actor_cpus,
+                fn_constructor_args=(*args, *more))
+
+        # first pass: every text analysed once on the actors, every value found learned here
+        found: dict[bytes, Any] = {}
+        values = Mentions(limit=1 << 62)
+        try:
+            for batch in over_actors(_AnalyseBatches).iter_batches(batch_size=None, batch_format="pyarrow"):
+                for payload in batch.column(ANALYSIS_COLUMN).to_pylist():
+                    part, learned = pickle.loads(payload)
+                    for d, f in part.items():
+                        found.setdefault(d, f)
+                    for entity, value in learned:
+                        values.add(entity, value)
+        except ray.exceptions.RayError as e:
+            raise _cause(e) from None
+        # second pass: the rows redacted with those analyses and values, written in order
+        ds = over_actors(_RedactBatches, ray.put(found), values.items())
+        del found
         with TraceWriter(dst, meta) as writer:
             done = 0
             try:

@@ -1,15 +1,16 @@
-"""Recognizers for the secrets that turn up in prompts, and fixes to Presidio's defaults.
+"""Recognizers for the secrets that turn up in prompts.
 
-Owns :class:`SecretRecognizer`, :func:`secret_recognizers`, :class:`CardRecognizer` and
-:func:`shannon_entropy`. Each secret pattern is a regex whose named group ``s`` (or the whole
-match) is the secret: only the password of ``postgres://user:PASSWORD@host`` is replaced, only
-the token after ``Bearer``. Entity types: ``API_KEY`` (OpenAI, Anthropic, GitHub, AWS, Google,
-Slack, Stripe, Hugging Face shapes), ``JWT`` (its header must decode to a JSON object), ``PRIVATE_KEY`` (a whole
-PEM block), ``BEARER_TOKEN``, ``URL_PASSWORD``, ``LOCATION`` for US-style street addresses
-(number, capitalized words, a USPS street suffix, an optional unit, city and state + ZIP), which
-spaCy finds only in pieces, ``PERSON`` where prompts name people in a fixed shape the small spaCy
-model often misses (greetings, sign-offs, ``Name <email>``, From: headers, vCard ``FN:``,
-``"name": "..."`` fields), and ``SECRET`` (any other run of 24+ key
+Owns :class:`SecretRecognizer`, :func:`secret_recognizers` and :func:`shannon_entropy`. Each
+secret pattern is a regex whose named group ``s`` (or the whole match) is the secret: only the
+password of ``postgres://user:PASSWORD@host`` is replaced, only the token after ``Bearer``.
+Entity types: ``API_KEY`` (OpenAI, Anthropic, GitHub, AWS, Google, Slack, Stripe, Hugging Face
+shapes, and any short lower-case prefix such as ``dop_v1_`` or ``npm_`` before 32+ letters and
+digits), ``JWT`` (its header must decode to a JSON object), ``PRIVATE_KEY`` (a whole
+PEM block), ``BEARER_TOKEN``, ``URL_PASSWORD`` (the password of a URL), ``PASSWORD``
+(:class:`redact.passwords.PasswordRecognizer`: values that a secret word or a secret-holding
+variable name introduces in prose, code and config), ``PERSON`` where a fixed shape names someone
+(:class:`redact.names.NameRecognizer`: greetings, sign-offs, titles, "X's number", ``cc:``...), and
+``SECRET`` (any other run of 24+ key
 characters with upper case, lower case and digits whose Shannon entropy is at least
 :data:`MIN_SECRET_ENTROPY` bits a character: hex digests, UUIDs and code identifiers fall below).
 """
@@ -23,15 +24,15 @@ import re
 from collections import Counter
 from collections.abc import Callable
 
-from presidio_analyzer import EntityRecognizer, Pattern, RecognizerResult
-from presidio_analyzer.predefined_recognizers import CreditCardRecognizer
+from presidio_analyzer import EntityRecognizer, RecognizerResult
+
+from redact.names import NameRecognizer
+from redact.passwords import PasswordRecognizer
 
 __all__ = [
     "SECRET_ENTITIES",
-    "STREET_WORDS",
     "MIN_SECRET_ENTROPY",
     "SecretRecognizer",
-    "CardRecognizer",
     "secret_recognizers",
     "shannon_entropy",
 ]
@@ -49,44 +50,9 @@ _API_KEYS: dict[str, str] = {
     "slack": r"\bxox[abposr]-[0-9A-Za-z-]{10,}",
     "stripe": r"\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,}",
     "huggingface": r"\bhf_[A-Za-z0-9]{30,}",
-}
-
-
-# USPS street suffixes (Publication 28, the common ones) and unit designators
-_STREET_SUFFIXES = (
-    "Alley|Avenue|Ave|Boulevard|Blvd|Bridge|Brook|Bypass|Camp|Canyon|Causeway|Center|Circle|Cir|"
-    "Cliff|Common|Corner|Course|Court|Ct|Cove|Creek|Crescent|Crest|Crossing|Dale|Dam|Divide|Drive|"
-    "Dr|Estate|Expressway|Extension|Falls|Ferry|Field|Fields|Flat|Ford|Forest|Forge|Fork|Fort|"
-    "Freeway|Garden|Gardens|Gateway|Glen|Green|Grove|Harbor|Haven|Heights|Highway|Hwy|Hill|Hills|"
-    "Hollow|Island|Isle|Junction|Key|Knoll|Lake|Lakes|Landing|Lane|Ln|Light|Lock|Lodge|Loop|Mall|"
-    "Manor|Meadow|Meadows|Mill|Mills|Mission|Motorway|Mount|Mountain|Neck|Orchard|Oval|Park|"
-    "Parkway|Pkwy|Pass|Path|Pike|Pine|Pines|Place|Pl|Plain|Plains|Plaza|Point|Port|Prairie|Radial|"
-    "Ranch|Rapids|Rest|Ridge|River|Road|Rd|Route|Row|Run|Shoal|Shore|Shores|Skyway|Spring|Springs|"
-    "Square|Sq|Station|Stravenue|Stream|Street|St|Summit|Terrace|Ter|Trace|Track|Trail|Tunnel|"
-    "Turnpike|Union|Valley|Viaduct|View|Village|Ville|Vista|Walk|Wall|Way|Well|Wells"
-)
-STREET_WORDS = frozenset(w.lower() for w in _STREET_SUFFIXES.split("|")) | {
-    "apt", "suite", "ste", "unit", "floor", "building", "room", "po", "box"}
-# a street address: number, one to four capitalized words, a suffix, an optional unit, then an
-# optional ", City" and ", ST 12345"
-_STREET = (
-    r"\b\d{1,6}\s+(?:[A-Z][A-Za-z'.-]*\s+){1,4}(?:" + _STREET_SUFFIXES + r")\b\.?"
-    r"(?:,?\s+(?:Apt\.?|Suite|Ste\.?|Unit|#)\s*[\w-]+)?"
-    r"(?:,\s*[A-Z][A-Za-z .'-]{1,40}?(?:,\s*[A-Z]{2}\s+\d{5}(?:-\d{4})?)?(?=[\s,.;:)]|$))?"
-)
-
-
-# a capitalized name of one to four words (Latin letters with accents, apostrophes, hyphens)
-_NAME = r"(?P<s>[A-ZÀ-ÖØ-Þ][A-Za-zÀ-ÖØ-öø-ÿ'’-]+(?:[ \t]+[A-ZÀ-ÖØ-Þ][A-Za-zÀ-ÖØ-öø-ÿ'’-]+){0,3})"
-# where prompts name people in a fixed shape that spaCy's small model often misses
-_PERSON_CONTEXTS: dict[str, str] = {
-    "greeting": r"\b(?:Hi|Hello|Hey|Dear)[ \t]+" + _NAME + r"(?=[ \t]*[,!:\n])",
-    "sign_off": r"(?:Regards|regards|Thanks|Cheers|Sincerely|Best),?[ \t]*\n[ \t]*" + _NAME + r"[ \t]*(?=\n|$)",
-    "display_name": _NAME + r"[ \t]*[<(][\w.+-]+@",  # Name <user@host>, Name (user@host)
-    "from_header": r"(?m)^(?:From|To|Cc|Reply-To):[ \t]*" + _NAME,
-    "vcard": r"(?m)^FN:[ \t]*" + _NAME,
-    "name_field": r"[\"']?(?:full_?name|fullName|first_?name|last_?name|display_?name|customer_?name|"
-                  r"contact_?name|author|owner|name)[\"']?[ \t]*[:=][ \t]*[\"']" + _NAME + r"[\"']",
+    # other providers' shape: a short lower-case prefix (DigitalOcean dop_v1_, npm_, ...), maybe a
+    # version, then 32+ letters and digits with a digit among them
+    "prefixed": r"\b[a-z]{2,8}_(?:v\d+_)?(?=[A-Za-z0-9]*\d)[A-Za-z0-9]{32,}\b",
 }
 
 
@@ -154,30 +120,13 @@ def secret_recognizers() -> list[EntityRecognizer]:
         SecretRecognizer("URL_PASSWORD", [
             # scheme://user:password@host (postgres, mysql, redis, amqp, mongodb, https, ...)
             ("url", r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]+:(?P<s>[^\s@/]+)@[^\s/]"),
-            # key=value connection strings
-            ("dsn", r"(?i)\b(?:password|passwd|pwd)\s*=\s*(?P<s>[^\s;'\"]+)"),
-        ], 0.9),
+        ], 0.9),  # key=value connection strings (Password=...;) are PASSWORD's
         SecretRecognizer("SECRET", [(
             "entropy", rf"(?<![A-Za-z0-9+/_-])(?P<s>[A-Za-z0-9+/_-]{{{_SECRET_MIN_LEN},}}={{0,2}})(?![A-Za-z0-9+/_=-])",
         )], 0.6, _high_entropy),
-        SecretRecognizer("LOCATION", [("street", _STREET)], 0.7),
-        SecretRecognizer("PERSON", list(_PERSON_CONTEXTS.items()), 0.6),
+        PasswordRecognizer(),
+        NameRecognizer(),
     ]
 
 
-class CardRecognizer(CreditCardRecognizer):
-    """Presidio's card recognizer plus Mastercard's 2-series (2221-2720), which its pattern misses;
-    numbers are still checked with Luhn."""
-
-    PATTERNS = [
-        *CreditCardRecognizer.PATTERNS,
-        Pattern("Mastercard 2-series",
-                r"\b2(?:2(?:2[1-9]|[3-9]\d)|[3-6]\d{2}|7(?:[01]\d|20))[- ]?\d{4}[- ]?\d{4}[- ]?\d{4}\b",
-                0.3),
-    ]
-
-    def __init__(self) -> None:
-        super().__init__(patterns=self.PATTERNS)
-
-
-SECRET_ENTITIES = ("API_KEY", "JWT", "PRIVATE_KEY", "BEARER_TOKEN", "URL_PASSWORD", "SECRET")
+SECRET_ENTITIES = ("API_KEY", "JWT", "PRIVATE_KEY", "BEARER_TOKEN", "URL_PASSWORD", "PASSWORD", "SECRET")

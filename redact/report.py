@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from redact.lock import Exempt
 from replay.blocks import prefix_hits
 
 __all__ = ["CACHE_CHARS", "PREFIX_CHECK_REQUESTS", "RedactionReport", "RowAccount", "Accounts"]
@@ -37,10 +38,12 @@ class RedactionReport:
     written: int = 0
     quarantined: int = 0
     quarantine_reasons: Counter = field(default_factory=Counter)
+    lock: Counter = field(default_factory=Counter)  # type -> records the second lock kept out
     texts: int = 0           # prompt and response strings seen
     analysed: int = 0        # distinct strings analysed (cache misses)
     chars_analysed: int = 0
     entities: Counter = field(default_factory=Counter)          # type -> spans replaced
+    mentions: int = 0        # of those, mentions of a value found in another place (redact.mentions)
     token_exceptions: Counter = field(default_factory=Counter)  # type -> surrogates off in length
     token_delta: Counter = field(default_factory=Counter)       # tokens(redacted) - tokens(raw) -> requests
     shared_blocks_raw: int = 0
@@ -67,8 +70,10 @@ class RedactionReport:
         return {
             "requests": self.requests, "written": self.written, "quarantined": self.quarantined,
             "quarantine_reasons": dict(self.quarantine_reasons),
+            "lock": dict(sorted(self.lock.items())),
             "texts": self.texts, "analysed": self.analysed, "chars_analysed": self.chars_analysed,
             "entities": dict(sorted(self.entities.items())),
+            "mentions": self.mentions,
             "token_exceptions": dict(sorted(self.token_exceptions.items())),
             "token_delta": self.delta_quantiles(),
             "requests_token_exact": exact / self.written if self.written else None,
@@ -87,7 +92,8 @@ class RedactionReport:
             f"redacted {self.written} of {self.requests} requests in {self.seconds:.1f} s "
             f"({self.analysed} distinct texts analysed of {self.texts}; "
             f"{self.quarantined} quarantined)",
-            f"entities: {ents}",
+            f"entities: {ents}" + (f" ({self.mentions} of them mentions of a value found elsewhere)"
+                                   if self.mentions else ""),
             "token count unchanged in " + ("-" if exact is None else f"{exact:.1%}") +
             f" of requests; delta {d['token_delta']}" +
             (f"; surrogates off in length: {d['token_exceptions']}" if self.token_exceptions else ""),
@@ -97,6 +103,9 @@ class RedactionReport:
         ]
         if self.quarantine_reasons:
             lines.append(f"quarantined because: {dict(self.quarantine_reasons)}")
+        if self.lock:
+            lines.append("kept out by the second lock (a PII shape left after redaction), records per type: "
+                         + ", ".join(f"{k} {v}" for k, v in sorted(self.lock.items())))
         return "\n".join(lines)
 
 
@@ -108,14 +117,15 @@ class RowAccount:
     delta: int                  # tokens(redacted prompt) - tokens(raw prompt)
     red_hashes: list[int] | None  # block hashes of the redacted prompt (None: a null body)
     raw_hashes: list[int] | None  # of the raw prompt, when the row has none stored
-    texts: list[tuple[bytes, int, tuple[str, ...], tuple[tuple[str, bytes], ...]]]  # _Entry.info()
+    texts: list[tuple[bytes, int, tuple[str, ...], tuple[tuple[str, bytes], ...], int, tuple[int, ...]]]  # _Entry.info()
 
 
 class Accounts:
     """The report of a redaction, kept from each row's :class:`RowAccount` in trace order, so it
     is the same whether the rows were redacted in this process or by Ray actors.
 
-    - A text counts as analysed (with its characters, entities and token exceptions) when it is
+    - A text counts as analysed (with its characters, entities, mentions and token exceptions,
+      as they stand when the row is redacted) when it is
       not among the distinct texts met in the last ``cache_chars`` characters of distinct text:
       the texts the local cache still holds.
     - A token exception counts once per distinct (type, value), by a keyed digest of it.
@@ -129,11 +139,23 @@ class Accounts:
         self._chars = 0
         self._off: set[bytes] = set()
         self._seen: tuple[set, set] = (set(), set())
+        # the surrogates of the texts counted (Exempt.digests_of): the output's lock_exempt, and
+        # those added since take_exempt() (a capture segment's)
+        self.exempt = Exempt()
+        self.exempt_new = Exempt()
+
+    def take_exempt(self) -> Exempt:
+        """The surrogates counted since the last call (each capture segment stores its own)."""
+        out, self.exempt_new = self.exempt_new, Exempt()
+        return out
 
     def _text(self, digest: bytes, chars: int, entities: tuple[str, ...],
-              off: tuple[tuple[str, bytes], ...]) -> None:
+              off: tuple[tuple[str, bytes], ...], mentions: int, exempt: tuple[int, ...]) -> None:
         rep = self.report
         rep.texts += 1
+        if exempt:
+            self.exempt.add_digests(exempt)
+            self.exempt_new.add_digests(exempt)
         if digest in self._texts:
             self._texts.move_to_end(digest)
             return
@@ -144,6 +166,7 @@ class Accounts:
         rep.analysed += 1
         rep.chars_analysed += chars
         rep.entities.update(entities)
+        rep.mentions += mentions
         for entity, d in off:
             if d not in self._off:
                 self._off.add(d)
@@ -161,7 +184,10 @@ class Accounts:
             rep.requests += 1
             if acc.reason is not None:
                 rep.quarantined += 1
-                rep.quarantine_reasons[acc.reason.split(":", 1)[0]] += 1
+                kind, _, what = acc.reason.partition(":")
+                rep.quarantine_reasons[kind] += 1
+                if kind == "lock":  # "lock: TYPE,TYPE": the second lock's hits, per type
+                    rep.lock.update(what.strip().split(","))
                 continue
             keep.append(row)
             rep.written += 1

@@ -17,11 +17,35 @@ and after a space, so that its choice does not depend on where it stands. The pi
   and other secrets random letters of the same case, character by character (after half the
   tries, a word of the same length: a mnemonic run such as an IBAN's bank code is few tokens);
 - digits: random digits of the same length; other characters are kept;
-- kept as they are in names and addresses: runs of one or two letters (initials, state codes) and
-  street words (:data:`redact.recognizers.STREET_WORDS`: "Street", "Suite", "Apt").
+- kept as they are in names and addresses: runs of one or two letters (initials, state codes);
+  in addresses and places also street words (:data:`redact.addresses.STREET_WORDS`: "Street",
+  "rue", "Straße", "Calle", "Suite", "Apt", "-ku"...), never in a person's name or an email
+  ("Park" and "Hill" are surnames too).
+
+An address (``STREET_ADDRESS``) keeps its shape, so that it is found as an address again:
+
+- street and city names get names of the "place" pool (Faker's first and last names, chosen by an
+  HMAC of the word as for PERSON), each counted as it stands in the address, not also bare;
+- a postcode with letters (UK "NW1 6XE", Canada "H3A 1A1", Netherlands "1012 AB") and a house
+  number with a letter ("221B") get random letters and digits in the same places;
+- digits get random digits (a US ZIP, "10115", Japan's "160-0023"); ordinals keep their ending
+  ("5th", "3º");
+- a German compound keeps its street word and gets a name before it ("Hauptstraße" ->
+  "Lopezstraße");
+- Japanese script: the characters that make the shape (都道府県市区町村郡, 丁目, 番地, 号, 〒:
+  :data:`redact.addresses.JP_KEPT`) and the long-vowel mark are kept; every other kanji,
+  hiragana or katakana gets one of its own script (kanji from :data:`_KANJI`, common in place
+  names), drawn first among those with the same token count on their own; the run's token count
+  is checked as a whole.
+
+Measured on ``tests/unit/redact/test_addresses.py``'s 332 addresses of the eight countries: the
+token count is kept for 330 with GPT-2's tokenizer and 329 with Qwen2's, and each surrogate is
+found whole as an address again (1,000 Faker addresses: 99.1% and 99.2%).
 
 Then the type's format is restored: a card number's Luhn digit, an IBAN's check digits, IPv4
-octets within 0-255, an SSN's valid area, a key's known prefix (``sk-proj-``, ``ghp_``,
+octets within 0-255 (an IPv6 address's IPv4 tail too; its ``%zone`` and a ``/prefix`` kept), a
+phone number's ``+`` and country code, ``00`` or first digit (its layout, :mod:`redact.shapes`),
+an SSN's valid area, a key's known prefix (``sk-proj-``, ``ghp_``,
 ``AKIA``...), a JWT's header, a PEM block's BEGIN / END lines and an email's top-level domain are
 kept, and so is a public mail provider's whole domain (:data:`PUBLIC_MAIL_DOMAINS`).
 
@@ -41,10 +65,12 @@ from collections.abc import Callable
 from typing import Any
 
 from redact.key import RedactionKey
-from redact.recognizers import STREET_WORDS
+from redact.addresses import DE_COMPOUND_ENDINGS, JP_KEPT, STREET_WORDS
 
-# words of a name or address that name no one: kept as they are
+# words of an address or place that name no one: kept as they are
 KEPT_WORDS = STREET_WORDS
+# the entities whose surrogates keep KEPT_WORDS
+_PLACE_ENTITIES = frozenset({"LOCATION", "STREET_ADDRESS"})
 
 __all__ = ["TRIES", "WORD_ENTITIES", "Surrogates"]
 
@@ -58,11 +84,14 @@ PUBLIC_MAIL_DOMAINS = frozenset({
     "mail.com", "yandex.ru", "qq.com", "163.com", "example.com", "example.org", "example.net",
 })
 _WHOLE_TRIES = 16
+# pools whose words are matched bare and after a space wherever they stand (see Surrogates._piece)
+_WORD_POOLS = frozenset({"name", "word"})
 WORD_ENTITIES = frozenset({"PERSON", "LOCATION"})
 
 _KEY_PREFIX = re.compile(
     r"^(?:sk-ant-(?:api|admin)\d{2}-|sk-(?:proj-|svcacct-|admin-|None-)?|gh[pousr]_|github_pat_"
-    r"|AKIA|ASIA|ABIA|ACCA|AIza|xox[abposr]-|(?:sk|rk|pk)_(?:live|test)_)"
+    r"|AKIA|ASIA|ABIA|ACCA|AIza|xox[abposr]-|(?:sk|rk|pk)_(?:live|test)_|hf_"
+    r"|[a-z]{2,8}_(?:v\d+_)?(?=[A-Za-z0-9]{32,}))"
 )
 _PEM_LINE = re.compile(r"^-----(?:BEGIN|END) [A-Z0-9 ]+-----$")
 _LETTERS = re.compile(r"[^\W\d_]+")
@@ -70,6 +99,30 @@ _DIGITS = "0123456789"
 _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _LOWER = "abcdefghijklmnopqrstuvwxyz"
 _RUNS = re.compile(r"[^\W\d_]+|\d+|[\W_]+")
+# kept in a phone number: "+" and the country code, an international "00" or a trunk "0" prefix,
+# else the first digit (a layout such as India's 5-5 mobiles or Spain's 3-3-3 starts with given digits)
+_PHONE_HEAD = re.compile(r"\(?(?:\+ ?\d{1,3}|00|\d)?")
+_IP_SUFFIX = re.compile(r"(?:%[^/]*)?(?:/\d+)?$")
+_IPV4_TAIL = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}$")
+# kanji common in Japanese place names (none of JP_KEPT): Japanese-script surrogates draw from these
+_KANJI = ("山川田中野原松本井上下大小東西南北高橋木林森石岡島崎宮沢浜谷藤長新広平安福吉和清水池沼津江湖"
+          "海港坂岩尾根口内外前後里城宿泉浦瀬戸門寺神園花桜梅竹杉柳桑菊葉青赤白黒金銀光明日月星風雲雨雪"
+          "春夏秋冬朝夕千万百旭昭栄富豊穂稲麦米秀英真美代賀茨栃群埼葛飾墨目品渋練足荒板台鶴亀龍鳳伏見堀丸"
+          "駒込巣鴨蒲荻窪祥佐加久志多恵留羽生成辺宇治奈良仙札幌函館盛形潟甲静岐阜彦根")
+_KANA = {"katakana": "アイウエオカキクケコサシスセソタチツテトナニヌネノハヒフヘホマミムメモヤユヨラリルレロワン"
+                     "ガギグゲゴザジズゼゾダヂヅデドバビブベボパピプペポ",
+         "hiragana": "あいうえおかきくけこさしすせそたちつてとなにぬねのはひふへほまみむめもやゆよらりるれろわん"}
+_CJK_RUN = "\u3041-\u3096\u30a1-\u30fc\u3400-\u4dbf\u4e00-\u9fff々〆ヵヶ"
+# an address's parts that are not shaped word by word (see the module docstring): a postcode with
+# letters or a house number with one (random characters), a Japanese-script run, a German
+# compound (its street word kept); each with the space in front of it
+_ADDRESS_PARTS = re.compile(
+    r"(?P<random>(?:(?<![A-Za-z0-9])[ \t])?(?<![A-Za-z0-9])(?:[A-Z]{1,2}\d[A-Z\d]?[ \t]?\d[A-Z]{2}"
+    r"|[A-Z]\d[A-Z][ \t-]?\d[A-Z]\d|\d{4}[ \t]?[A-Z]{2}|\d{1,5}[A-Za-z])(?![A-Za-z0-9]))"
+    rf"|(?P<cjk>[ \t]?[{_CJK_RUN}]+)"
+    r"|(?P<compound>(?:(?<![^\W\d_])[ \t])?(?<![^\W\d_-])[^\W\d_]{2,}?"
+    rf"(?P<ending>(?i:{'|'.join(re.escape(e) for e in DE_COMPOUND_ENDINGS)}))(?![^\W\d_]))"
+)
 
 
 def _random_letters(run: str, rng: random.Random) -> str:
@@ -94,15 +147,17 @@ def _apply_case(word: str, case: str) -> str:
 
 
 def _pools() -> dict[str, list[str]]:
-    """Word pools: "name" (Faker's en_US first and last names) for PERSON and LOCATION, "word"
-    (those and Faker's English word list) for the parts of an email address."""
+    """Word pools: "name" (Faker's en_US first and last names) for PERSON and LOCATION, "place"
+    (the same names) for the words of a street address, "word" (those and Faker's English word
+    list) for the parts of an email address."""
     from faker.providers.lorem import en_US as lorem
     from faker.providers.person import en_US as person
 
     names = {w for w in (*person.Provider.first_names, *person.Provider.last_names)
              if w.isalpha() and w.isascii()}
     words = names | {w for w in lorem.Provider.word_list if w.isalpha() and w.isascii()}
-    return {"name": sorted(names), "word": sorted(words)}
+    name_list = sorted(names)
+    return {"name": name_list, "place": name_list, "word": sorted(words)}
 
 
 class Surrogates:
@@ -124,6 +179,8 @@ class Surrogates:
         self._matched: dict[tuple[str, str | None, bool], str] = {}
         self._cut: dict[str, list[str]] = {}  # string -> its pre-tokenizer pieces
         self._missed = False
+        self._kept: frozenset[str] = frozenset()  # words kept as they are (KEPT_WORDS in places)
+        self._cjk_pools: dict[str, dict[int, list[str]]] = {}  # script -> token count -> characters
 
     def ntok(self, text: str) -> int:
         n = self._ntok_cache.get(text)
@@ -173,17 +230,18 @@ class Surrogates:
         if not any(c.isalnum() for c in piece):  # punctuation and spaces are kept
             return piece
         # a word's choice must not depend on where it stands (so "Smith" maps alike alone and
-        # in "John Smith"): words are matched bare and after a space, whatever their position;
-        # other pieces are counted as they stand, with the space the pre-tokenizer leaves in
-        # front of them (" 919" is not "919" in tokens), and the first also after a space
-        strip = pool is not None
+        # in "John Smith"): words of a name or an email are matched bare and after a space,
+        # whatever their position; other pieces (an address's words too) are counted as they
+        # stand, with the space the pre-tokenizer leaves in front of them (" 919" is not "919"
+        # in tokens), and the first also after a space
+        strip = pool in _WORD_POOLS
         first = first or strip
         target = self._count(piece.lstrip(" ") if strip else piece, first)
         orders: dict[str, list[str]] = {}  # letter run -> the pool words to try, in order
         runs = [(run, run.isdigit(), _LETTERS.fullmatch(run) is not None)
                 for run in _RUNS.findall(piece)]
         # random candidates are counted without the cache (they never come again)
-        count = self._count if strip else self._count_once
+        count = self._count if pool is not None else self._count_once
         candidate = piece
         for attempt in range(TRIES):
             out = []
@@ -191,7 +249,7 @@ class Surrogates:
                 if digits:
                     out.append("".join(rng.choices(_DIGITS, k=len(run))))
                 elif letters:
-                    if pool is not None and (len(run) <= 2 or run.lower() in KEPT_WORDS):
+                    if pool is not None and (len(run) <= 2 or run.lower() in self._kept):
                         out.append(run)  # initials, state codes, "Street", "Suite": no one's name
                     elif pool is not None:
                         order = orders.get(run)
@@ -216,9 +274,11 @@ class Surrogates:
         self._missed = True
         return candidate
 
-    def _shape(self, value: str, pool: str | None, rng: random.Random) -> str:
-        """``value`` piece by piece: letters from ``pool`` (None: random letters), digits random."""
-        return "".join(self._piece(p, pool, rng, i == 0) for i, p in enumerate(self._pieces(value)))
+    def _shape(self, value: str, pool: str | None, rng: random.Random, first: bool = True) -> str:
+        """``value`` piece by piece: letters from ``pool`` (None: random letters), digits random;
+        ``first``: ``value`` starts the whole value (its first piece may follow a space)."""
+        return "".join(self._piece(p, pool, rng, first and i == 0)
+                       for i, p in enumerate(self._pieces(value)))
 
     # -- types -----------------------------------------------------------------------------------
 
@@ -241,6 +301,7 @@ class Surrogates:
         # a round whose pieces all matched but whose whole did not starts the next afresh
         self._matched = {}
         self._cut = {}
+        self._kept = KEPT_WORDS if entity in _PLACE_ENTITIES else frozenset()
         off = False
         for attempt in range(_WHOLE_TRIES):
             self._missed = False
@@ -303,16 +364,26 @@ class Surrogates:
         return "".join(next(it) if c.isalnum() else c for c in body)
 
     def _ip(self, value: str, rng: random.Random) -> str:
-        if ":" in value:  # IPv6: hex digit for hex digit, tried until the token count matches
-            want = self.ntok(value)
-            for _ in range(TRIES):
-                out = "".join(rng.choice("0123456789abcdef") if c in "0123456789abcdef" else
-                              rng.choice("0123456789ABCDEF") if c in "ABCDEF" else c for c in value)
-                if self.ntok(out) == want:
-                    break
-            return out
+        cut = _IP_SUFFIX.search(value).start()  # a "%zone" and a "/prefix" are kept
+        address, suffix = value[:cut], value[cut:]
+        v4 = _IPV4_TAIL.search(address)
+        head, v4 = (address[:v4.start()], v4.group()) if v4 else (address, "")
         lows = {1: (0, 9), 2: (10, 99), 3: (100, 255)}
-        return re.sub(r"\d+", lambda m: str(rng.randint(*lows.get(len(m.group()), (0, 255)))), value)
+
+        def octets() -> str:  # each within 0-255, with the original's number of digits
+            return re.sub(r"\d+", lambda m: str(rng.randint(*lows.get(len(m.group()), (0, 255)))), v4)
+
+        if not head:
+            return octets() + suffix
+        # IPv6: hex digit for hex digit (an IPv4 tail as above), tried until the token count matches
+        want = self.ntok(value)
+        for _ in range(TRIES):
+            out = "".join(rng.choice("0123456789abcdef") if c in "0123456789abcdef" else
+                          rng.choice("0123456789ABCDEF") if c in "ABCDEF" else c for c in head)
+            out += octets() + suffix
+            if self.ntok(out) == want:
+                break
+        return out
 
     def _ssn(self, value: str, rng: random.Random) -> str:
         for _ in range(TRIES):
@@ -324,8 +395,7 @@ class Surrogates:
         return out
 
     def _phone(self, value: str, rng: random.Random) -> str:
-        m = re.match(r"^\+\d{1,3}", value)  # the country code is kept
-        head = m.group() if m else ""
+        head = _PHONE_HEAD.match(value).group()  # so that the surrogate has the value's layout
         return head + self._shape(value[len(head):], None, rng)
 
     def _api_key(self, value: str, rng: random.Random) -> str:
@@ -343,6 +413,97 @@ class Surrogates:
         return "\n".join(line if _PEM_LINE.match(line.strip()) else self._shape(line, None, rng)
                          for line in value.split("\n"))
 
+    def _address(self, value: str, rng: random.Random) -> str:
+        """Same shape: random postcode letters, pool words, street words kept, other kanji and kana
+        (see the module docstring)."""
+        out, at = [], 0
+        for m in _ADDRESS_PARTS.finditer(value):
+            if m.start() > at:
+                out.append(self._shape(value[at:m.start()], "place", rng, at == 0))
+            part, first = m.group(), m.start() == 0
+            if m.lastgroup == "random":
+                out.append(self._shape(part, None, rng, first))
+            elif m.lastgroup == "cjk":
+                out.append(self._cjk(part, rng, first))
+            else:
+                out.append(self._compound(part, len(m.group("ending")), rng, first))
+            at = m.end()
+        if at < len(value):
+            out.append(self._shape(value[at:], "place", rng, at == 0))
+        return "".join(out)
+
+    def _compound(self, word: str, ending: int, rng: random.Random, first: bool) -> str:
+        """A German compound (maybe after a space) whose last ``ending`` characters are a street
+        word: a pool word in front of that word, the same token count as a whole (up to TRIES
+        tries; after half of them, two pool words run together)."""
+        done = self._matched.get((word, "compound", first))
+        if done is not None:
+            return done
+        lead = word[:len(word) - len(word.lstrip(" \t"))]
+        stem, tail = word[len(lead):len(word) - ending], word[len(word) - ending:]
+        target = self._count(word, first)
+        order = self._pool_order("place", stem)
+        candidate = word
+        for attempt in range(TRIES):
+            name = order[attempt]
+            if attempt >= TRIES // 2:
+                name += order[(attempt * 7 + 3) % TRIES].lower()
+            candidate = lead + _apply_case(name, _case_of(stem)) + tail
+            if self._count(candidate, first) == target:
+                self._matched[(word, "compound", first)] = candidate
+                return candidate
+        self._missed = True
+        return candidate
+
+    def _cjk(self, run: str, rng: random.Random, first: bool) -> str:
+        """``run`` (Japanese script, maybe after a space) with its characters other than JP_KEPT
+        replaced by ones of the same script, the same token count as a whole, and after a space
+        too when it is ``first`` (up to TRIES tries; the first half draws each character among
+        those of its own token count)."""
+        done = self._matched.get((run, "cjk", first))
+        if done is not None:
+            return done
+        target = self._count(run, first)
+        candidate = run
+        for attempt in range(TRIES):
+            chars = []
+            for c in run:
+                script = _script(c)
+                if script is None or c in JP_KEPT:
+                    chars.append(c)
+                    continue
+                pools = self._cjk_pool(script)
+                same = pools.get(self.ntok(c)) if attempt < TRIES // 2 else None
+                chars.append(rng.choice(same or pools[0]))
+            candidate = "".join(chars)
+            if self._count_once(candidate, first) == target:
+                self._matched[(run, "cjk", first)] = candidate
+                return candidate
+        self._missed = True
+        return candidate
+
+    def _cjk_pool(self, script: str) -> dict[int, list[str]]:
+        """The characters of ``script`` to draw from, by their token count (0: all of them)."""
+        pools = self._cjk_pools.get(script)
+        if pools is None:
+            chars = sorted(set(_KANA.get(script, _KANJI)) - JP_KEPT)
+            pools = {0: chars}
+            for c in chars:
+                pools.setdefault(self.ntok(c), []).append(c)
+            self._cjk_pools[script] = pools
+        return pools
+
+
+def _script(c: str) -> str | None:
+    """The script of a Japanese character: "kanji", "katakana", "hiragana" or None."""
+    if "\u4e00" <= c <= "\u9fff" or "\u3400" <= c <= "\u4dbf":
+        return "kanji"
+    if "\u30a1" <= c <= "\u30fa":
+        return "katakana"
+    if "\u3041" <= c <= "\u3096":
+        return "hiragana"
+    return None
+
 
 _MAKERS: dict[str, Callable[[Surrogates, str, random.Random], str]] = {
     "PERSON": Surrogates._words,
@@ -356,4 +517,5 @@ _MAKERS: dict[str, Callable[[Surrogates, str, random.Random], str]] = {
     "API_KEY": Surrogates._api_key,
     "JWT": Surrogates._jwt,
     "PRIVATE_KEY": Surrogates._pem,
+    "STREET_ADDRESS": Surrogates._address,
 }

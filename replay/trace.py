@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +116,7 @@ _NON_NEGATIVE = (
 
 
 _OPTIONAL_META = frozenset({"redaction_key", "redaction_report", "import_report", "synthesis",
-                            "capture_report"})
+                            "capture_report", "lock_exempt"})
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,10 @@ class TraceMeta:
     # a capture (schema 2): JSON object of what the recording proxy saw, dropped and sampled
     # (a capture folder's is the sum over its segments)
     capture_report: str = ""
+    # the surrogates written in this file, for the second lock and `replay audit`
+    # (redact.lock.Exempt.to_meta(); "" when none; a capture folder's is the union over its
+    # segments); left out of repr, as it can be megabytes
+    lock_exempt: str = field(default="", repr=False)
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -558,8 +562,9 @@ def _sum_reports(reports: list[dict]) -> dict:
 
 def _folder_meta(folder: Path, segments: list[Path], metas: list[TraceMeta]) -> TraceMeta:
     """One metadata for a capture folder: its segments must agree on everything but the
-    reports; the capture reports' counts (integers) are summed (their other fields are the first
-    segment's), the last segment's redaction report is kept."""
+    reports and ``lock_exempt``; the capture reports' counts (integers) are summed (their other
+    fields are the first segment's), the last segment's redaction report is kept, the segments'
+    ``lock_exempt`` sets are united (:meth:`redact.lock.Exempt.union_meta`)."""
     first = metas[0]
     for seg, m in zip(segments[1:], metas[1:]):
         for name in ("t0_unix_us", "tokenizer", "block_size_tokens", "hash_algo",
@@ -569,9 +574,17 @@ def _folder_meta(folder: Path, segments: list[Path], metas: list[TraceMeta]) -> 
                                  f"{getattr(m, name)!r}, the folder's first segment has "
                                  f"{getattr(first, name)!r}")
     reports = [json.loads(m.capture_report) for m in metas if m.capture_report]
+    exempt = {m.lock_exempt for m in metas if m.lock_exempt}
+    if len(exempt) > 1:
+        from redact.lock import Exempt
+
+        try:
+            exempt = {Exempt.union_meta(sorted(exempt))}
+        except ValueError as e:
+            raise TraceError(f"{folder.name}: metadata 'lock_exempt': {e}") from None
     return replace(first, redaction_report=metas[-1].redaction_report,
                    capture_report=json.dumps(_sum_reports(reports), separators=(",", ":"))
-                   if reports else "")
+                   if reports else "", lock_exempt=exempt.pop() if exempt else "")
 
 
 def _segment_body_batches(index, n: int, size: int) -> Iterator[list[str]]:

@@ -12,7 +12,8 @@ Each request's JSON body may carry `"x_fault"` to pick its behaviour:
                 before any byte of the response
 `concurrency` bounds the responses in progress (the rest queue), which makes a server that saturates.
 The server-wide `headers_delay_s` holds every response before its headers (a stalled server), and
-`chunk_delay_s` spaces the chunks. With `api_key` set, every endpoint but /health answers 401
+`chunk_delay_s` spaces the chunks. With `echo` set, the answer's text is the last user message's
+(streamed a word at a time): a model that repeats what it was told. With `api_key` set, every endpoint but /health answers 401
 unless sent `Authorization: Bearer <api_key>`; `models_status` makes GET /v1/models answer that
 error status instead of the list. Every arrival is recorded with its wall-clock time.
 """
@@ -46,6 +47,7 @@ class ScriptedServer:
     concurrency: int = 0  # > 0: at most this many responses in progress; the rest queue (a saturable server)
     api_key: str | None = None  # set: requests without `Authorization: Bearer <api_key>` get 401
     models_status: int = 200  # not 200: GET /v1/models answers this status
+    echo: bool = False  # answer with the last user message's text
     models_requests: list[dict] = field(default_factory=list)  # the headers of each GET /v1/models
     arrivals: list[Arrival] = field(default_factory=list)
     port: int = 0
@@ -91,9 +93,17 @@ class ScriptedServer:
             code = int(fault[4:])
             return web.json_response({"error": {"message": f"scripted {code}", "code": code}}, status=code)
         n = int(body.get("max_tokens") or 4)
+        pieces = ["tok"] * n
+        if self.echo:
+            said = next((m.get("content") for m in reversed(body.get("messages") or [])
+                         if isinstance(m, dict) and m.get("role") == "user"), None) or body.get("prompt") or ""
+            pieces = [w + " " for w in str(said).split(" ")]
+            n = len(pieces)
         usage = {"prompt_tokens": 11, "completion_tokens": n, "prompt_tokens_details": {"cached_tokens": self.cached_tokens}}
         if fault == "json" or not body.get("stream"):
-            return web.json_response({"choices": [{"index": 0, "message": {"role": "assistant", "content": "x" * n}}], "usage": usage})
+            content = "".join(pieces) if self.echo else "x" * n
+            return web.json_response({"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
+                                      "usage": usage})
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
 
@@ -101,11 +111,10 @@ class ScriptedServer:
             data = obj if isinstance(obj, str) else json.dumps(obj)
             await resp.write(f"data: {data}\n\n".encode())
 
-        chunk = {"choices": [{"index": 0, "delta": {"content": "tok"}}]}
-        for i in range(n):
+        for i, piece in enumerate(pieces):
             if self.chunk_delay_s:
                 await asyncio.sleep(self.chunk_delay_s)
-            await event(chunk)
+            await event({"choices": [{"index": 0, "delta": {"content": piece}}]})
             if fault == "malformed":
                 await event("{not json")
                 return resp

@@ -494,6 +494,21 @@ def write_log_trace(
                       block_size_tokens=block_size, hash_algo=HASH_ALGO, redaction_policy="none")
     done = 0
     with _Output(out, start, key) as output:
+        if output.redactor is not None:
+            from replay.bodies import text_slots
+
+            # first pass: analyse every text, learning every value found, before any row is
+            # written (a value found in a later request is replaced in earlier ones too)
+            texts: list[str] = []
+            for rec in index.records(parse_line):
+                texts.extend(s.text for s in text_slots(rec.body))
+                if rec.response:
+                    texts.append(rec.response)
+                if len(texts) >= CHUNK_ROWS:
+                    output.redactor.learn(texts)
+                    texts = []
+            output.redactor.learn(texts)
+
         def flush() -> None:
             nonlocal done
             done += len(rows)

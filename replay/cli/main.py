@@ -40,8 +40,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from replay.cli import (capture_cmds, engine_cmds, fidelity_cmds, optimize_cmds, run_cmds,
-                            sim_cmds, trace_cmds)
+    from replay.cli import (audit_cmds, capture_cmds, engine_cmds, fidelity_cmds, optimize_cmds,
+                            run_cmds, sim_cmds, trace_cmds)
 
     parser = _Parser(
         prog="replay",
@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim_cmds.register(sub)
     engine_cmds.register(sub)
     capture_cmds.register(sub)
+    audit_cmds.register(sub)
     return parser
 
 

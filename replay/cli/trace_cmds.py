@@ -273,15 +273,21 @@ def cmd_export(args: argparse.Namespace) -> int:
     trace = read_trace(args.trace, bodies=False)
     kwargs = {} if args.block_size is None else {"block_size": args.block_size}
     if args.quiet:
-        n = export_trace(args.format, trace, args.out, **kwargs)
+        result = export_trace(args.format, trace, args.out, **kwargs)
     else:
         from rich.progress import Progress
 
         with Progress(transient=True) as bar:
             task = bar.add_task(f"exporting {args.trace.name}", total=len(trace))
-            n = export_trace(args.format, trace, args.out,
-                             progress=lambda done: bar.update(task, completed=done), **kwargs)
-    print(f"wrote {args.out} ({n} requests)")
+            result = export_trace(args.format, trace, args.out,
+                                  progress=lambda done: bar.update(task, completed=done), **kwargs)
+    if result.quarantined:
+        print("kept out by the second lock (a PII shape that is not a surrogate of this trace), records per "
+              "type: " + ", ".join(f"{k} {v}" for k, v in sorted(result.quarantined.items()))
+              + ("" if trace.meta.lock_exempt else " (the trace lists no surrogates: its lock_exempt is empty)"))
+    print(f"wrote {args.out} ({result.written} requests)")
+    if not result.locked:
+        print("the second lock is bypassed: the trace is raw (redaction_policy=none)", file=sys.stderr)
     if args.format != "mooncake" and trace.meta.raw_text:
         print(raw_text_warning(args.out), file=sys.stderr)
     return 0

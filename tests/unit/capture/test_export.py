@@ -43,7 +43,7 @@ def mooncake_trace(tmp_path):
 
 def test_mooncake_round_trip_gives_back_the_ids(mooncake_trace, tmp_path):
     out = tmp_path / "back.jsonl"
-    assert export_trace("mooncake", mooncake_trace, out) == 5
+    assert export_trace("mooncake", mooncake_trace, out).written == 5
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert [x["timestamp"] for x in lines] == [0, 250, 250, 1000.5, 1200]
     assert [x["input_length"] for x in lines] == [r["input_length"] for r in MOONCAKE_ROWS]
