@@ -19,9 +19,18 @@ the same Redactor on a Ray cluster); the report and its per-row accounts are :mo
 - Texts the cache misses go to worker processes (:class:`redact.analyzer.TextAnalyzer`, spaCy's
   ``nlp.pipe`` in batches) in chunks of :data:`CHUNK_TEXTS`; the surrogates of a chunk's
   entities are made in this process as its results come back, while the workers go on.
+- Every value found is learned (:class:`redact.mentions.Mentions`, in memory only) and replaced
+  at every mention of it in every text; a text's redaction is built again when values were
+  learned since it was built and its spans change. A whole trace is redacted in two passes
+  (:meth:`Redactor.learn` over every text, then :meth:`Redactor.redact_rows`), so a value found
+  in a later request is replaced in earlier ones too.
 - Fail closed: a text whose analysis raises, or does not finish within ``timeout_s`` (the worker
   is killed and the texts it held are retried one at a time), is never written; every request
-  that holds it is quarantined (counted, kept out of the output).
+  that holds it is quarantined (counted, kept out of the output). So is a row the second lock
+  (:mod:`redact.lock`) finds a PII shape in, outside the surrogates placed in it: in a redacted
+  text, in the body's other strings (keys, names, schemas) or in the row's string columns
+  (reason ``"lock: TYPE,..."``). The digests of the surrogates written go in the output's
+  ``lock_exempt`` (for ``replay audit``).
 - The input token counts and block hashes stay those of the raw text (the trace keeps the live
   lengths and prefix sharing); the report says how far the redacted text moved from them.
 - Two steps per row batch: :meth:`Redactor.redact_rows` redacts the rows and gives each a

@@ -98,7 +98,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
         if proxy.recovered_rows:
             print(f"recovered {proxy.recovered_rows} records from the spool", flush=True)
         print(f"listening on {proxy.url} -> {args.upstream}; recording into {args.out}"
-              + ("" if key else " (RAW TEXT: --no-redact)"), flush=True)
+              + ("" if key else " (RAW TEXT: --no-redact, the analyzer and the second lock are bypassed)"), flush=True)
 
     counts = run_capture(cfg, on_ready=ready)
     dropped = sum(v for k, v in counts.items() if k.startswith("dropped_"))

@@ -25,8 +25,8 @@ class _Bar:
 
 def raw_text_warning(path) -> str:
     """The one-line warning for a trace whose bodies hold raw, unredacted text."""
-    return (f"warning: {path} holds raw request text, not redacted (redaction_policy=none): "
-            "keep it private, or redact it before sharing")
+    return (f"warning: {path} holds raw request text, not redacted (redaction_policy=none: the "
+            "analyzer and the second lock were both bypassed): keep it private, or redact it before sharing")
 
 
 @contextmanager

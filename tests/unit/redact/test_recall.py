@@ -1,10 +1,12 @@
 """Recall and precision of the analyzer per entity type on the labelled corpus.
 
-The corpus seed here (11) was not the one the recognizers were tuned on (3). A labelled span
+The recognizers were tuned on seed 3; seed 11 is the one measured here (the street-address
+recognizer's author looked at a few of its misses, 2026-12-02: the independent set in
+tests/unit/redact/evalset.py is the one nobody tuned on). A labelled span
 counts as found when every non-space character of it is inside found spans (of any type: it is
 replaced either way); a found span is a false positive when it overlaps no labelled span.
-Floors are the measured values less a margin (measured on 2026-11-30, 150 sessions; the table is
-printed with -s and kept in docs/redaction.md).
+Floors: the issue's where it sets one, else the measured values less a margin (measured on
+2026-12-02, 150 sessions; the table is printed with -s and kept in docs/redaction.md).
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from redact.corpus import make_corpus  # noqa: E402
 
 STRUCTURED = ("EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE", "IP_ADDRESS", "US_SSN",
               "API_KEY", "JWT", "PRIVATE_KEY", "BEARER_TOKEN", "URL_PASSWORD")
-RECALL_FLOOR = {**dict.fromkeys(STRUCTURED, 0.98), "PERSON": 0.90, "LOCATION": 0.40}
-PRECISION_FLOOR = {**dict.fromkeys(STRUCTURED, 0.95), "PHONE_NUMBER": 0.80, "PERSON": 0.80,
-                   "LOCATION": 0.85}
+# the issue's floors for structured types (>= 0.995 of values) and full names (>= 0.95); the
+# others are the values measured on 2026-12-02 less a margin
+RECALL_FLOOR = {**dict.fromkeys(STRUCTURED, 0.995), "PERSON": 0.95, "LOCATION": 0.90}
+PRECISION_FLOOR = {**dict.fromkeys(STRUCTURED, 0.95), "PERSON": 0.95, "LOCATION": 0.85}
 
 
 @pytest.fixture(scope="module")
@@ -80,4 +83,4 @@ def test_precision_per_type(scored, entity):
 def test_code_identifiers_and_json_keys_are_left_alone(scored):
     mangled, traps = scored[4], scored[5]
     assert traps > 100
-    assert mangled / traps <= 0.03
+    assert mangled / traps <= 0.01  # 0 of 2,141 measured
