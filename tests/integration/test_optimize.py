@@ -13,6 +13,12 @@ import pytest
 
 from tests.e2e.conftest import run_cli
 
+# what these tests check is the campaign's logic (verdicts, confirmation, resume, parallel rounds),
+# not the runner's timing: a send lag bound far above the runner's own tail on a loaded 2-core
+# machine (CI once: a baseline run's lag p99 8.88 ms, invalid under the default 1 ms, and the
+# campaign rightly stopped); docs/latency.md and benchmarks/ measure the lag itself
+LAG = ["--lag-bound-ms", "20"]
+
 SPACE = """
 [knobs.max_num_seqs]
 values = [2, 16]
@@ -36,7 +42,7 @@ def test_a_poor_baseline_is_beaten_failures_are_verdicts_and_the_campaign_resume
     out = tmp_path / "out"
     args = ["optimize", str(workload), "--engine", "sim", "--sim-time-scale", "0.1", "--rate", "20",
             "--requests", "40", "--space", str(space), "--baseline", '{"max_num_seqs": 2}',
-            "--objective", "throughput", "--repeats", "3", "--budget", "trials=6", "--out", str(out), "--json"]
+            "--objective", "throughput", "--repeats", "3", "--budget", "trials=6", "--out", str(out), "--json", *LAG]
     done = run_cli(*args, timeout=600)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
@@ -74,7 +80,7 @@ def test_parallel_trials_on_several_engine_instances(workload, tmp_path, where):
     done = run_cli("optimize", str(workload), "--engine", "sim", "--sim-time-scale", "0.1", "--rate", "20",
                    "--requests", "40", "--space", str(space), "--baseline", '{"max_num_seqs": 2}',
                    "--objective", "throughput", "--repeats", "2", "--budget", "trials=4", "--out", str(out),
-                   "--json", *where, timeout=600)
+                   "--json", *LAG, *where, timeout=600)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["best"]["max_num_seqs"] == 16, result["steps"]
