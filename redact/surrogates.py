@@ -43,7 +43,8 @@ token count is kept for 330 with GPT-2's tokenizer and 329 with Qwen2's, and eac
 found whole as an address again (1,000 Faker addresses: 99.1% and 99.2%).
 
 Then the type's format is restored: a card number's Luhn digit, an IBAN's check digits, IPv4
-octets within 0-255 (an IPv6 address's IPv4 tail too; its ``%zone`` and a ``/prefix`` kept), a
+octets within 0-255 (an IPv6 address's IPv4 tail too; its ``%zone``, a ``/prefix`` and, in an
+address of five or more groups, its /32 routing prefix, the first two groups, kept), a
 phone number's ``+`` and country code, ``00`` or first digit (its layout, :mod:`redact.shapes`),
 an SSN's valid area, a key's known prefix (``sk-proj-``, ``ghp_``,
 ``AKIA``...), a JWT's header, a PEM block's BEGIN / END lines and an email's top-level domain are
@@ -104,6 +105,7 @@ _RUNS = re.compile(r"[^\W\d_]+|\d+|[\W_]+")
 _PHONE_HEAD = re.compile(r"\(?(?:\+ ?\d{1,3}|00|\d)?")
 _IP_SUFFIX = re.compile(r"(?:%[^/]*)?(?:/\d+)?$")
 _IPV4_TAIL = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}$")
+_IPV6_PREFIX = re.compile(r"[0-9A-Fa-f]{1,4}:[0-9A-Fa-f]{1,4}:(?!:)")
 # kanji common in Japanese place names (none of JP_KEPT): Japanese-script surrogates draw from these
 _KANJI = ("山川田中野原松本井上下大小東西南北高橋木林森石岡島崎宮沢浜谷藤長新広平安福吉和清水池沼津江湖"
           "海港坂岩尾根口内外前後里城宿泉浦瀬戸門寺神園花桜梅竹杉柳桑菊葉青赤白黒金銀光明日月星風雲雨雪"
@@ -375,13 +377,18 @@ class Surrogates:
 
         if not head:
             return octets() + suffix
-        # IPv6: hex digit for hex digit (an IPv4 tail as above), tried until the token count matches
-        want = self.ntok(value)
+        # IPv6: hex digit for hex digit (an IPv4 tail as above), tried until the token count
+        # matches, bare and after a space (as make() counts it); a full address's /32 routing
+        # prefix (its first two groups: a provider's block, not a host) is kept
+        want = self._count(value, True)
+        kept = _IPV6_PREFIX.match(head)
+        kept_text = kept.group() if kept and head.count(":") >= 4 else ""
         for _ in range(TRIES):
-            out = "".join(rng.choice("0123456789abcdef") if c in "0123456789abcdef" else
-                          rng.choice("0123456789ABCDEF") if c in "ABCDEF" else c for c in head)
+            out = kept_text + "".join(rng.choice("0123456789abcdef") if c in "0123456789abcdef" else
+                                      rng.choice("0123456789ABCDEF") if c in "ABCDEF" else c
+                                      for c in head[len(kept_text):])
             out += octets() + suffix
-            if self.ntok(out) == want:
+            if self._count_once(out, True) == want:
                 break
         return out
 

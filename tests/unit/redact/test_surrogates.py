@@ -111,3 +111,17 @@ def test_the_bounded_cache_forgets_values_not_their_surrogates(sur, monkeypatch)
     first = [small.surrogate("PERSON", n) for n in names]
     assert len(small._cache) == 2  # the first two were evicted
     assert [small.surrogate("PERSON", n) for n in names] == first
+
+
+def test_ipv6_addresses_keep_their_routing_prefix_and_token_count(sur):
+    # cloud addresses (one provider's /32) were the most frequent IP token exceptions: the
+    # random hex of their first groups rarely tokenized like "2600:1f18"
+    values = [f"2600:1f18:{a:x}:{b:x}::{c:x}" for a, b, c in [(0x1937, 0x540e, 0xb646), (0x34f4, 0x8663, 0x8268),
+                                                             (0x759f, 0xa6d9, 0xb257), (0xe583, 0xbab6, 0xcf40)]]
+    values += ["2600:1f18:634f:afb3:6851:443d:6a21:92bf", "2600:1f18:e29:d34e:a317:4334:222a:8399"]
+    for v in values:
+        out, off = sur.make("IP_ADDRESS", v)
+        assert out.startswith("2600:1f18:") and out != v and not off, (v, out)
+        ipaddress.ip_address(out)  # still a valid address
+    # a compressed address right after its first two groups has no full /32 to keep
+    assert not sur.surrogate("IP_ADDRESS", "2001:db8::8a2e:370:7334").startswith("2001:db8:")
