@@ -10,7 +10,7 @@ Layout of ``DIR`` (``replay capture --out DIR``):
 - ``spool-NNNNNN.jsonl``: rows already redacted (never raw unless ``--no-redact``), one JSON
   object a line, appended and fsynced in small batches; ``{"counts": {...}}`` lines carry what
   was dropped or not sampled since the previous line of counts; ``{"exempt": "..."}`` lines the
-  surrogates first written since the previous one (:class:`redact.lock.Exempt`, digests only),
+  surrogates of the rows appended since the previous one (:class:`redact.lock.Exempt`, digests only),
   which the segment stores as its ``lock_exempt`` (so ``replay audit`` tells them from raw
   values, a recovered segment too).
 - ``segment-NNNNNN.parquet``: spool NNNNNN rolled into a Trace file (rows sorted by arrival),

@@ -219,13 +219,19 @@ _ES_FLOOR = (rf"(?:{_SP}*,?{_SP}*(?:\d{{1,2}}[º°ª]\.?(?:{_SP}*-?{_SP}*(?:\d{{
              rf"|{_UNIT_WORD}{_SP}*{_UNIT_ID})){{0,3}}")
 _EN_SUF = rf"(?:{_alt(_cased(_EN_SUFFIXES) + list(_EN_SUFFIXES_LOWER))})\b\.?"
 _ELIDED = ("'", "’")
-_FR_PART = (rf"(?:(?:{_alt([p for p in _FR_PARTICLES if not p.endswith(_ELIDED)])}){_SP}+"
-            rf"|(?:{_alt([p for p in _FR_PARTICLES if p.endswith(_ELIDED)])}))")
+
+
+def _particles(words) -> str:
+    """A particle before a name: a word and a space, or an elided one (``l'``, ``d'``) glued to it."""
+    return (rf"(?:(?:{_alt([p for p in words if not p.endswith(_ELIDED)])}){_SP}+"
+            rf"|(?:{_alt([p for p in words if p.endswith(_ELIDED)])}))")
+
+
+_FR_PART = _particles(_FR_PARTICLES)
 _FR_NAME = rf"{_FR_PART}?{_WORD}(?:{_SP}+{_NOT_UNIT}{_FR_PART}?{_WORD}){{0,3}}"
 _FR_TYPE = rf"(?i:{_alt(_FR_TYPES)})\b\.?"
 _FR_TYPE_WEAK = rf"(?i:{_alt(_FR_TYPES_WEAK)})\b"
-_ES_PART = (rf"(?:(?:{_alt([p for p in _ES_PARTICLES if not p.endswith(_ELIDED)])}){_SP}+"
-            rf"|(?:{_alt([p for p in _ES_PARTICLES if p.endswith(_ELIDED)])}))")
+_ES_PART = _particles(_ES_PARTICLES)
 _ES_NAME = rf"{_ES_PART}?{_WORD}(?:{_SP}+{_NOT_UNIT}{_ES_PART}?{_WORD}){{0,4}}"
 _ES_TYPE = rf"(?<![\w/])(?:{_alt(list(_ES_TYPES) + list(_ES_LOWER))})(?:(?<=/){_SP}?|(?<!/){_SP}+)"
 _ES_NUMBER = rf"(?:(?:n[º°o]|núm|nr|no)\.?{_SP}*)?(?:{_HOUSE}|s/n\b)"

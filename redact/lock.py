@@ -292,19 +292,20 @@ class Exempt:
 
     @classmethod
     def from_meta(cls, text: str) -> Exempt:
-        """Read :meth:`to_meta`'s encoding; ValueError when it is not one."""
+        """Read :meth:`to_meta`'s encoding, or several of them separated by spaces (a capture
+        folder's segments, :func:`replay.trace.read_meta`), as their union; ValueError when one
+        is not an encoding."""
         out = cls()
-        if not text:
-            return out
-        if not text.startswith(_META_TAG):
-            raise ValueError(f"not a lock exemption set (no '{_META_TAG}' tag)")
-        try:
-            raw = base64.b64decode(text[len(_META_TAG):], validate=True)
-        except binascii.Error:
-            raise ValueError("lock exemption set is not valid base64") from None
-        if len(raw) % 8:
-            raise ValueError(f"lock exemption set holds {len(raw)} bytes, not a multiple of 8")
-        out._digests = {int.from_bytes(raw[i:i + 8], "big") for i in range(0, len(raw), 8)}
+        for part in text.split():
+            if not part.startswith(_META_TAG):
+                raise ValueError(f"not a lock exemption set (no '{_META_TAG}' tag)")
+            try:
+                raw = base64.b64decode(part[len(_META_TAG):], validate=True)
+            except binascii.Error:
+                raise ValueError("lock exemption set is not valid base64") from None
+            if len(raw) % 8:
+                raise ValueError(f"lock exemption set holds {len(raw)} bytes, not a multiple of 8")
+            out._digests.update(int.from_bytes(raw[i:i + 8], "big") for i in range(0, len(raw), 8))
         return out
 
     @classmethod

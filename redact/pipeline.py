@@ -166,7 +166,6 @@ class _Entry:
     chars: int          # characters of the raw text
     failed: str | None  # why its analysis failed (then the text is never written)
     found: tuple[tuple[str, int, int], ...] = ()   # the analyzer's spans (raw offsets)
-    built: bool = False  # the fields below are made (redact_texts(build=True))
     text: str = ""      # the redacted text
     ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint32))  # its token ids
     delta: int = 0      # tokens(redacted) - tokens(raw)
@@ -174,9 +173,14 @@ class _Entry:
     off: tuple[tuple[str, bytes], ...] = ()        # (type, keyed digest) of surrogates off in length
     spans: tuple[tuple[str, int, int], ...] = ()   # what was replaced: found + mentions (raw offsets)
     mentions: int = 0   # of those, mentions of values found elsewhere (redact.mentions)
-    scanned: int = -1   # Mentions.learned when its mentions were last looked for
+    scanned: int = -1   # Mentions.learned when it was built (-1: not yet)
     lock: tuple[str, ...] = ()  # types of the second lock's hits outside surrogates (never written)
     exempt: tuple[int, ...] = ()  # Exempt.digests_of its surrogates (the output's lock_exempt)
+
+    @property
+    def built(self) -> bool:
+        """Whether its redaction is made (:meth:`Redactor.redact_texts` with ``build``)."""
+        return self.scanned >= 0
 
     def info(self) -> tuple[bytes, int, tuple[str, ...], tuple[tuple[str, bytes], ...], int, tuple[int, ...]]:
         return self.digest, self.chars, self.entities, self.off, self.mentions, self.exempt
@@ -334,7 +338,7 @@ class Redactor:
         out = []
         for i, (text, e, redacted, entities, off, spans, mentions, lock, exempt) in enumerate(made):
             red_ids = np.asarray(ids[i].ids, dtype=np.uint32)
-            out.append(_Entry(e.digest, e.chars, None, e.found, True, redacted, red_ids,
+            out.append(_Entry(e.digest, e.chars, None, e.found, redacted, red_ids,
                               len(red_ids) - raw_len.get(i, len(red_ids)), entities, off, spans, mentions,
                               self.mentions.learned, lock, exempt))
         return out

@@ -139,14 +139,14 @@ class Accounts:
         self._chars = 0
         self._off: set[bytes] = set()
         self._seen: tuple[set, set] = (set(), set())
-        # the surrogates of the texts counted (Exempt.digests_of): the output's lock_exempt, and
-        # those added since take_exempt() (a capture segment's)
+        # the surrogates of the texts counted (Exempt.digests_of): the output's lock_exempt (since
+        # the last take_exempt(), under capture)
         self.exempt = Exempt()
-        self.exempt_new = Exempt()
 
     def take_exempt(self) -> Exempt:
-        """The surrogates counted since the last call (each capture segment stores its own)."""
-        out, self.exempt_new = self.exempt_new, Exempt()
+        """The surrogates of the texts counted since the last call, and start afresh: each batch
+        of a capture's rows goes to the spool with the surrogates it holds."""
+        out, self.exempt = self.exempt, Exempt()
         return out
 
     def _text(self, digest: bytes, chars: int, entities: tuple[str, ...],
@@ -155,7 +155,6 @@ class Accounts:
         rep.texts += 1
         if exempt:
             self.exempt.add_digests(exempt)
-            self.exempt_new.add_digests(exempt)
         if digest in self._texts:
             self._texts.move_to_end(digest)
             return

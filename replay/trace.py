@@ -143,8 +143,8 @@ class TraceMeta:
     # (a capture folder's is the sum over its segments)
     capture_report: str = ""
     # the surrogates written in this file, for the second lock and `replay audit`
-    # (redact.lock.Exempt.to_meta(); "" when none; a capture folder's is the union over its
-    # segments); left out of repr, as it can be megabytes
+    # (redact.lock.Exempt.to_meta(); "" when none; a capture folder's holds its segments' sets,
+    # space-separated); left out of repr, as it can be megabytes
     lock_exempt: str = field(default="", repr=False)
     schema_version: int = SCHEMA_VERSION
 
@@ -564,7 +564,8 @@ def _folder_meta(folder: Path, segments: list[Path], metas: list[TraceMeta]) -> 
     """One metadata for a capture folder: its segments must agree on everything but the
     reports and ``lock_exempt``; the capture reports' counts (integers) are summed (their other
     fields are the first segment's), the last segment's redaction report is kept, the segments'
-    ``lock_exempt`` sets are united (:meth:`redact.lock.Exempt.union_meta`)."""
+    distinct ``lock_exempt`` sets are kept side by side, space-separated (read as one by
+    :meth:`redact.lock.Exempt.from_meta`; the trace layer does not decode them)."""
     first = metas[0]
     for seg, m in zip(segments[1:], metas[1:]):
         for name in ("t0_unix_us", "tokenizer", "block_size_tokens", "hash_algo",
@@ -574,17 +575,10 @@ def _folder_meta(folder: Path, segments: list[Path], metas: list[TraceMeta]) -> 
                                  f"{getattr(m, name)!r}, the folder's first segment has "
                                  f"{getattr(first, name)!r}")
     reports = [json.loads(m.capture_report) for m in metas if m.capture_report]
-    exempt = {m.lock_exempt for m in metas if m.lock_exempt}
-    if len(exempt) > 1:
-        from redact.lock import Exempt
-
-        try:
-            exempt = {Exempt.union_meta(sorted(exempt))}
-        except ValueError as e:
-            raise TraceError(f"{folder.name}: metadata 'lock_exempt': {e}") from None
+    exempt = dict.fromkeys(m.lock_exempt for m in metas if m.lock_exempt)
     return replace(first, redaction_report=metas[-1].redaction_report,
                    capture_report=json.dumps(_sum_reports(reports), separators=(",", ":"))
-                   if reports else "", lock_exempt=exempt.pop() if exempt else "")
+                   if reports else "", lock_exempt=" ".join(exempt))
 
 
 def _segment_body_batches(index, n: int, size: int) -> Iterator[list[str]]:
