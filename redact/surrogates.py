@@ -12,11 +12,16 @@ and after a space, so that its choice does not depend on where it stands. The pi
 
 - letters: for PERSON and LOCATION a real first or last name, for the parts of an email address
   a name or an English word, with the original's capitalization, chosen by an HMAC of the
-  lower-cased piece, so "Smith" gets the same name in "John Smith" and in "Mr. Smith" (after half
-  the tries, two words run together, for pieces of many tokens such as accented names); for keys
-  and other secrets random letters of the same case, character by character (after half the
-  tries, a word of the same length: a mnemonic run such as an IBAN's bank code is few tokens);
+  lower-cased piece, so "Smith" gets the same name in "John Smith" and in "Mr. Smith": first
+  among all the pool's words with the piece's token counts (:meth:`Surrogates._pool_word`), else
+  in up to TRIES draws (after half of them, two words run together); for keys and other secrets
+  random letters of the same case, character by character (after half the tries, a word of the
+  same length: a mnemonic run such as an IBAN's bank code is few tokens);
 - digits: random digits of the same length; other characters are kept;
+- a piece none of these matched is built from the tokenizer's vocabulary
+  (:meth:`Surrogates._compose`): letter tokens of its case, or digit tokens, run together, as many
+  as its count asks (the length kept for keys, postcodes and numbers), up to
+  :data:`COMPOSE_TRIES` draws;
 - kept as they are in names and addresses: runs of one or two letters (initials, state codes);
   in addresses and places also street words (:data:`redact.addresses.STREET_WORDS`: "Street",
   "rue", "Straße", "Calle", "Suite", "Apt", "-ku"...), never in a person's name or an email
@@ -42,7 +47,8 @@ Measured on ``tests/unit/redact/test_addresses.py``'s 332 addresses of the eight
 token count is kept for 330 with GPT-2's tokenizer and 329 with Qwen2's, and each surrogate is
 found whole as an address again (1,000 Faker addresses: 99.1% and 99.2%).
 
-Then the type's format is restored: a card number's Luhn digit, an IBAN's check digits, IPv4
+Then the type's format is restored: a card number's Luhn check (on its last digit, or the
+nearest before it that keeps the token count), an IBAN's check digits, IPv4
 octets within 0-255 (an IPv6 address's IPv4 tail too; its ``%zone``, a ``/prefix`` and, in an
 address of five or more groups, its /32 routing prefix, the first two groups, kept), a
 phone number's ``+`` and country code, ``00`` or first digit (its layout, :mod:`redact.shapes`),
@@ -100,6 +106,15 @@ _DIGITS = "0123456789"
 _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _LOWER = "abcdefghijklmnopqrstuvwxyz"
 _RUNS = re.compile(r"[^\W\d_]+|\d+|[\W_]+")
+_ASCII_LETTERS = re.compile(r"[A-Za-z]+")
+_ASCII_DIGITS = re.compile(r"[0-9]+")
+# how vocabularies mark a token that starts after a space (byte-level BPE, SentencePiece)
+_SPACE_MARKS = ("\u0120", "\u2581")
+# a piece that _compose can build: what leads it (a space, a punctuation mark), then letters
+_LEAD = re.compile(r"([\W_]*)([^\W\d_]+)")
+_DIGIT_LEAD = re.compile(r"([\W_]*)(\d+)")
+# draws of vocabulary tokens for a piece no word or random draw matched
+COMPOSE_TRIES = 200
 # kept in a phone number: "+" and the country code, an international "00" or a trunk "0" prefix,
 # else the first digit (a layout such as India's 5-5 mobiles or Spain's 3-3-3 starts with given digits)
 _PHONE_HEAD = re.compile(r"\(?(?:\+ ?\d{1,3}|00|\d)?")
@@ -119,10 +134,10 @@ _CJK_RUN = "\u3041-\u3096\u30a1-\u30fc\u3400-\u4dbf\u4e00-\u9fff々〆ヵヶ"
 # letters or a house number with one (random characters), a Japanese-script run, a German
 # compound (its street word kept); each with the space in front of it
 _ADDRESS_PARTS = re.compile(
-    r"(?P<random>(?:(?<![A-Za-z0-9])[ \t])?(?<![A-Za-z0-9])(?:[A-Z]{1,2}\d[A-Z\d]?[ \t]?\d[A-Z]{2}"
+    r"(?P<random>[ \t]?(?<![A-Za-z0-9])(?:[A-Z]{1,2}\d[A-Z\d]?[ \t]?\d[A-Z]{2}"
     r"|[A-Z]\d[A-Z][ \t-]?\d[A-Z]\d|\d{4}[ \t]?[A-Z]{2}|\d{1,5}[A-Za-z])(?![A-Za-z0-9]))"
     rf"|(?P<cjk>[ \t]?[{_CJK_RUN}]+)"
-    r"|(?P<compound>(?:(?<![^\W\d_])[ \t])?(?<![^\W\d_-])[^\W\d_]{2,}?"
+    r"|(?P<compound>[ \t]?(?<![^\W\d_-])[^\W\d_]{2,}?"
     rf"(?P<ending>(?i:{'|'.join(re.escape(e) for e in DE_COMPOUND_ENDINGS)}))(?![^\W\d_]))"
 )
 
@@ -134,6 +149,22 @@ def _random_letters(run: str, rng: random.Random) -> str:
     upper, lower = rng.choices(_UPPER, k=n), rng.choices(_LOWER, k=n)
     return "".join(u if c.isupper() else lo if c.islower() else c
                    for c, u, lo in zip(run, upper, lower))
+
+
+def _split_length(total: int, parts: int, longest: int, rng: random.Random) -> list[int]:
+    """``parts`` lengths of 1 to ``longest`` adding up to ``total`` where they can (else as near
+    as they can), spread at random."""
+    out = [1] * parts
+    room = [i for i in range(parts) if longest > 1]
+    for _ in range(max(0, total - parts)):
+        if not room:
+            break
+        i = rng.randrange(len(room))
+        out[room[i]] += 1
+        if out[room[i]] == longest:
+            room[i] = room[-1]
+            room.pop()
+    return out
 
 
 def _case_of(word: str) -> str:
@@ -183,6 +214,8 @@ class Surrogates:
         self._missed = False
         self._kept: frozenset[str] = frozenset()  # words kept as they are (KEPT_WORDS in places)
         self._cjk_pools: dict[str, dict[int, list[str]]] = {}  # script -> token count -> characters
+        self._letters: dict[str, dict[int, list[str]]] | None = None  # see _letter_tokens
+        self._indexes: dict[tuple[str, str], tuple[dict, dict, dict]] = {}  # see _pool_index
 
     def ntok(self, text: str) -> int:
         n = self._ntok_cache.get(text)
@@ -237,8 +270,13 @@ class Surrogates:
         # stand, with the space the pre-tokenizer leaves in front of them (" 919" is not "919"
         # in tokens), and the first also after a space
         strip = pool in _WORD_POOLS
-        first = first or strip
+        at_start, first = first, first or strip
         target = self._count(piece.lstrip(" ") if strip else piece, first)
+        if pool is not None:
+            word = self._pool_word(piece.lstrip(" ") if strip else piece, pool, target, first)
+            if word is not None:
+                self._matched[(piece, pool, first)] = piece[:len(piece) - len(piece.lstrip(" "))] + word if strip else word
+                return self._matched[(piece, pool, first)]
         orders: dict[str, list[str]] = {}  # letter run -> the pool words to try, in order
         runs = [(run, run.isdigit(), _LETTERS.fullmatch(run) is not None)
                 for run in _RUNS.findall(piece)]
@@ -273,8 +311,137 @@ class Surrogates:
             if count(candidate.lstrip(" ") if strip else candidate, first) == target:
                 self._matched[(piece, pool, first)] = candidate
                 return candidate
+        # no word or random draw matched: letters built from the tokenizer's own pieces
+        lead = _LEAD.fullmatch(piece) or (_DIGIT_LEAD.fullmatch(piece) if pool is None else None)
+        if lead is not None:
+            # a word's build, like its pool order, depends on the word only (see above)
+            crng = self._rng("compose " + pool, piece.lower()) if strip else rng
+            built = self._compose(lead.group(1), lead.group(2), target, first, strip, crng,
+                                  exact=pool is None)
+            if built is None and strip:  # bare and after a space is too much to ask: as it stands
+                built = self._compose(lead.group(1), lead.group(2), self._count(piece, at_start),
+                                      at_start, False, crng)
+            if built is not None:
+                self._matched[(piece, pool, first)] = built
+                return built
         self._missed = True
         return candidate
+
+    def _pool_word(self, piece: str, pool: str, target: tuple[int, int], first: bool) -> str | None:
+        """A word of ``pool`` in ``piece``'s case with ``target``'s token count, as it stands
+        (bare or after the piece's one space) and after a space when ``first``; chosen by an HMAC
+        of the lower-cased word among all such words. None when ``piece`` is not one word
+        (optionally after a space) or no pool word has that count."""
+        m = _LEAD.fullmatch(piece)
+        if m is None or m.group(1) not in ("", " ") or (m.group(1) and first):
+            return None
+        lead, run = m.groups()
+        if len(run) <= 2 or run.lower() in self._kept:
+            return None
+        both, bare, spaced = self._pool_index(pool, _case_of(run))
+        words = (both.get(target) if first else
+                 spaced.get(target[0]) if lead else bare.get(target[0]))
+        if not words:
+            return None
+        rng = self._rng(pool, run.lower())
+        for _ in range(4):  # never the word itself
+            word = rng.choice(words)
+            if word.lower() != run.lower():
+                return lead + word
+        return None
+
+    def _pool_index(self, pool: str, case: str) -> tuple[dict, dict, dict]:
+        """``pool``'s words in ``case``, by (bare, after a space) token counts, by the bare count
+        and by the count after a space."""
+        got = self._indexes.get((pool, case))
+        if got is None:
+            words = [_apply_case(w, case) for w in self.pools[pool]]
+            enc = self.tok.encode_batch
+            bare = [len(e.ids) for e in enc(words, add_special_tokens=False)]
+            spaced = [len(e.ids) for e in enc([" " + w for w in words], add_special_tokens=False)]
+            got = ({}, {}, {})
+            for w, b, sp in zip(words, bare, spaced):
+                got[0].setdefault((b, sp), []).append(w)
+                got[1].setdefault(b, []).append(w)
+                got[2].setdefault(sp, []).append(w)
+            self._indexes[(pool, case)] = got
+        return got
+
+    def _letter_tokens(self) -> dict[str, dict[int, list[str]]]:
+        """The vocabulary's tokens made of ASCII letters only, by case ("lower", "upper",
+        "title", "any") and length, and those made of ASCII digits ("digits")."""
+        if self._letters is None:
+            by: dict[str, dict[int, list[str]]] = {"lower": {}, "upper": {}, "title": {}, "any": {},
+                                                   "digits": {}}
+            for tok in sorted(self.tok.get_vocab()):
+                if tok[:1] in _SPACE_MARKS and _ASCII_LETTERS.fullmatch(tok[1:]):
+                    word = tok[1:]  # a word's first token after a space, without the space
+                    case = ("lower" if word.islower() else "upper" if word.isupper() else
+                            "title" if word[1:].islower() else None)
+                    if case is not None:
+                        by.setdefault("spaced " + case, {}).setdefault(len(word), []).append(word)
+                if _ASCII_DIGITS.fullmatch(tok):
+                    by["digits"].setdefault(len(tok), []).append(tok)
+                if not _ASCII_LETTERS.fullmatch(tok):
+                    continue
+                case = ("lower" if tok.islower() else "upper" if tok.isupper() else
+                        "title" if tok[1:].islower() else None)
+                for c in (case, "any"):
+                    if c is not None:
+                        by[c].setdefault(len(tok), []).append(tok)
+            self._letters = by
+        return self._letters
+
+    def _compose(self, lead: str, run: str, target: tuple[int, int], first: bool, strip: bool,
+                 rng: random.Random, tail: str = "", exact: bool = False) -> str | None:
+        """``lead + run + tail`` with ``run`` (letters, or digits) replaced by tokens of the vocabulary run together,
+        as many as the piece needs, of ``run``'s case and, where the tokens allow, its length; the
+        number of tokens drawn follows what the last draw counted (BPE may merge two drawn tokens
+        into one). With ``exact``, only draws of ``run``'s length count (a key's, a postcode's).
+        None when no draw of :data:`COMPOSE_TRIES` has ``target``'s count."""
+        vocab = self._letter_tokens()
+        if run.isdigit():
+            head = rest = "digits"
+        elif run.islower():
+            head = rest = "lower"
+        elif run.isupper() and len(run) > 1:
+            head = rest = "upper"
+        elif run[0].isupper() and run[1:].islower():
+            head, rest = "title", "lower"
+        else:
+            head = rest = "any"
+        if not vocab[rest] or not (vocab[head] or vocab["upper"]):
+            return None
+        longest = max(vocab[rest])
+        spaced = (vocab.get("spaced " + head) or {}) if first and not exact and not lead and target[1] > 0 else {}
+        m = max(1, target[0] - (self.ntok(lead) if lead.strip() else 0) - (self.ntok(tail) if tail else 0))
+        for attempt in range(COMPOSE_TRIES):
+            if exact:  # as many letters as the run: 1 to `longest` a token
+                m = min(max(m, -(-len(run) // longest)), len(run))
+            parts = _split_length(len(run), m, longest, rng)
+            words = []
+            if spaced and attempt % 2:
+                # a word that must keep its count after a space too: every other draw starts
+                # with a token the vocabulary has after a space, as many tokens as that count
+                first_words = spaced[rng.choice(list(spaced))]
+                words.append(rng.choice(first_words))
+                parts = _split_length(max(len(run) - len(words[0]), target[1] - 1), target[1] - 1,
+                                      longest, rng)
+                words.extend(rng.choice(vocab[rest].get(n) or vocab[rest][1]) for n in parts)
+            for i, n in enumerate(parts if not words else ()):
+                pools = vocab[head] if i == 0 else vocab[rest]
+                if i == 0 and head == "title" and n == 1:
+                    pools = vocab["upper"]
+                have = pools.get(n) or pools[min(pools, key=lambda k: (abs(k - n), k))]
+                words.append(rng.choice(have))
+            candidate = lead + "".join(words) + tail
+            if exact and len(candidate) != len(lead) + len(run) + len(tail):
+                continue
+            got = self._count_once(candidate.lstrip(" ") if strip else candidate, first)
+            if got == target:
+                return candidate
+            m = max(1, m + target[0] - got[0])
+        return None
 
     def _shape(self, value: str, pool: str | None, rng: random.Random, first: bool = True) -> str:
         """``value`` piece by piece: letters from ``pool`` (None: random letters), digits random;
@@ -339,15 +506,28 @@ class Surrogates:
 
     def _card(self, value: str, rng: random.Random) -> str:
         out = value[0] + self._shape(value[1:], None, rng)  # the first digit (the network) is kept
-        digits = [int(c) for c in out if c.isdigit()]
-        if not digits:
+        places = [i for i, c in enumerate(out) if c.isdigit()]
+        if not places:
             return out
-        digits[-1] = 0
-        total = sum(d if i % 2 == 0 else (d * 2 - 9 if d * 2 > 9 else d * 2)
-                    for i, d in enumerate(reversed(digits)))
-        check = str((10 - total % 10) % 10)
-        last = max(i for i, c in enumerate(out) if c.isdigit())
-        return out[:last] + check + out[last + 1:]
+
+        def weight(k: int, d: int) -> int:  # what digit d adds to the Luhn sum, k-th from the right
+            return d if k % 2 == 0 else (d * 2 - 9 if d * 2 > 9 else d * 2)
+
+        digits = [int(out[i]) for i in places]
+        total = sum(weight(k, d) for k, d in enumerate(reversed(digits)))
+        # the Luhn sum is made a multiple of 10 by changing one digit: the last (the check
+        # digit), or, when that changes the token count, the nearest before it that does not
+        # (any digit can carry the check; the first, the network, stays)
+        want, fixed = self._count(value, True), out
+        for k, at in enumerate(reversed(places[1:])):
+            d = int(out[at])
+            new = next(x for x in range(10) if (weight(k, x) - weight(k, d) + total) % 10 == 0)
+            candidate = out[:at] + str(new) + out[at + 1:]
+            if k == 0:
+                fixed = candidate
+            if self._count_once(candidate, True) == want:
+                return candidate
+        return fixed
 
     def _iban(self, value: str, rng: random.Random) -> str:
         compact = [c for c in value if c.isalnum()]
@@ -378,14 +558,19 @@ class Surrogates:
         if not head:
             return octets() + suffix
         # IPv6: hex digit for hex digit (an IPv4 tail as above), tried until the token count
-        # matches, bare and after a space (as make() counts it); a full address's /32 routing
+        # matches (see below), bare and after a space (as make() counts it); a full address's /32 routing
         # prefix (its first two groups: a provider's block, not a host) is kept
         want = self._count(value, True)
         kept = _IPV6_PREFIX.match(head)
         kept_text = kept.group() if kept and head.count(":") >= 4 else ""
-        for _ in range(TRIES):
-            out = kept_text + "".join(rng.choice("0123456789abcdef") if c in "0123456789abcdef" else
-                                      rng.choice("0123456789ABCDEF") if c in "ABCDEF" else c
+        for attempt in range(TRIES):
+            # after half the tries the zeros stay (a run of them, "0000", is one token; where an
+            # address has zeros says nothing of whose it is) and the other hex digits get non-zero ones
+            low, up = ("0123456789abcdef", "0123456789ABCDEF") if attempt < TRIES // 2 else \
+                      ("123456789abcdef", "123456789ABCDEF")
+            out = kept_text + "".join(c if c == "0" and attempt >= TRIES // 2 else
+                                      rng.choice(low) if c in "0123456789abcdef" else
+                                      rng.choice(up) if c in "ABCDEF" else c
                                       for c in head[len(kept_text):])
             out += octets() + suffix
             if self._count_once(out, True) == want:
@@ -459,6 +644,11 @@ class Surrogates:
             if self._count(candidate, first) == target:
                 self._matched[(word, "compound", first)] = candidate
                 return candidate
+        built = (self._compose(lead, stem, target, first, False, self._rng("compose place", stem.lower()), tail)
+                 if stem.isalpha() else None)
+        if built is not None:
+            self._matched[(word, "compound", first)] = built
+            return built
         self._missed = True
         return candidate
 
