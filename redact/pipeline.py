@@ -45,6 +45,7 @@ import atexit
 import hashlib
 import json
 import os
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -63,7 +64,7 @@ from redact.lock import Exempt, strings_of
 from redact.lock import scan as lock_scan
 from redact.mentions import Mentions
 from redact.report import CACHE_CHARS, Accounts, RedactionReport, RowAccount
-from replay.bodies import prompt_token_ids, replace_texts, text_slots
+from replay.bodies import name_slots, prompt_token_ids, replace_texts, text_slots
 from replay.blocks import block_hashes
 from replay.errors import RedactionError, TraceError
 from replay.trace import Trace, TraceWriter, read_trace
@@ -72,6 +73,8 @@ __all__ = ["CHUNK_TEXTS", "ROW_BATCH", "DEFAULT_TIMEOUT_S", "ID_FIELDS", "Redact
            "redact_trace", "redact_file", "finish_output"]
 
 CHUNK_TEXTS = 32
+# where a message name (alice_smith, Alice-Smith) splits into words
+_NAME_PARTS = re.compile(r"[_\-.\s]+")
 ROW_BATCH = 2048
 DEFAULT_TIMEOUT_S = 60.0
 # a worker loads spaCy and Presidio when it starts (seconds; more on a busy machine)
@@ -414,12 +417,13 @@ class Redactor:
 
     # -- rows -------------------------------------------------------------------------------------
 
-    def learn(self, texts: Sequence[str]) -> None:
+    def learn(self, texts: Sequence[str], names: Sequence[str] = ()) -> None:
         """The first pass over a whole trace (:func:`redact_trace`, :func:`redact_file`, ``replay
-        import``): analyse ``texts`` into the cache and learn every value found, so that the
-        second pass (:meth:`redact_rows`) replaces a value found anywhere in the trace at every
-        mention of it, in earlier requests too. Nothing is written; a text whose analysis fails is
-        remembered as failed."""
+        import``): analyse ``texts`` into the cache and learn every value found, and every
+        message ``names`` (:func:`frame_names`), so that the second pass (:meth:`redact_rows`)
+        replaces a value found anywhere in the trace at every mention of it, in earlier requests
+        too. Nothing is written; a text whose analysis fails is remembered as failed."""
+        learn_names(self.mentions, names)
         self.redact_texts(texts, build=False)
 
     def redact_rows(self, df: pl.DataFrame, block_size: int) -> tuple[pl.DataFrame, list[RowAccount]]:
@@ -429,6 +433,8 @@ class Redactor:
         # a null body is synthesized text (replay.synth): nothing to redact, it stays null
         bodies = [json.loads(b) if b is not None else None for b in bodies_raw]
         slots = [text_slots(b) if b is not None else [] for b in bodies]
+        names = [name_slots(b) if b is not None else [] for b in bodies]
+        learn_names(self.mentions, [s.text for row in names for s in row])
         responses = (df.get_column("response").to_list() if "response" in df.columns
                      else [None] * df.height)
         done = self.redact_texts([s.text for row in slots for s in row] + [r for r in responses if r])
@@ -454,8 +460,11 @@ class Redactor:
                 accounts.append(RowAccount(bad, 0, [], None, texts))
                 continue
             texts_changed = body is not None and any(e.text != s.text for e, s in zip(entries, row_slots))
-            if body is not None and (ids_changed or texts_changed):
-                new_bodies.append(json.dumps(replace_texts(body, row_slots, [e.text for e in entries]),
+            if body is not None and (ids_changed or texts_changed or names[row]):
+                # a message's name is replaced whole by a PERSON surrogate (the same at its mentions)
+                new_names = [self.surrogates.make("PERSON", s.text)[0] for s in names[row]]
+                new_bodies.append(json.dumps(replace_texts(body, [*row_slots, *names[row]],
+                                                           [*(e.text for e in entries), *new_names]),
                                              separators=(",", ":"), ensure_ascii=False))
             else:
                 new_bodies.append(bodies_raw[row])
@@ -517,6 +526,24 @@ def _frames(trace: Trace, size: int) -> Iterator[pl.DataFrame]:
         yield trace.df.slice(start, size)
 
 
+def learn_names(mentions: Mentions, names: Sequence[str]) -> None:
+    """Message names (:func:`replay.bodies.name_slots`) are people's or agents' names, whole:
+    each is learned as a PERSON (its mentions in any text are replaced), and so are its
+    capitalized parts ("Alice_Smith": "Alice", "Smith")."""
+    for name in names:
+        mentions.learn("PERSON", name)
+        for part in _NAME_PARTS.split(name):
+            if part[:1].isupper():
+                mentions.learn("PERSON", part)
+
+
+def frame_names(df: pl.DataFrame) -> list[str]:
+    """The message names (:func:`replay.bodies.name_slots`) of ``df``'s bodies, for
+    :meth:`Redactor.learn`."""
+    return [s.text for b in df.get_column("body").to_list() if b is not None
+            for s in name_slots(json.loads(b))]
+
+
 def frame_texts(df: pl.DataFrame) -> list[str]:
     """The texts :meth:`Redactor.redact_rows` redacts in ``df``: each body's prompt strings and
     each recorded answer."""
@@ -542,7 +569,7 @@ def redact_trace(trace: Trace, key: RedactionKey, *, processes: int | None = Non
     with Redactor(key, trace.meta.tokenizer, processes=processes, timeout_s=timeout_s,
                   extra_recognizers=extra_recognizers) as r:
         for f in _frames(trace, ROW_BATCH):  # first pass: every value found, before any row
-            r.learn(frame_texts(f))
+            r.learn(frame_texts(f), frame_names(f))
         parts = [accounts.add(*r.redact_rows(f, trace.meta.block_size_tokens))
                  for f in _frames(trace, ROW_BATCH)]
         report = accounts.finish(started)
@@ -590,7 +617,7 @@ def redact_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], key: R
         for batch in f.iter_batches(batch_size=ROW_BATCH):
             part = validate(pl.from_arrow(batch), meta, f"{src.name} (row batch from row {row})")
             row += part.height
-            r.learn(frame_texts(part))
+            r.learn(frame_texts(part), frame_names(part))
             if progress is not None:
                 progress(row, total)
         row = 0

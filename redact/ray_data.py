@@ -41,7 +41,8 @@ import polars as pl
 
 from redact.key import RedactionKey
 from redact.mentions import Mentions
-from redact.pipeline import DEFAULT_TIMEOUT_S, ROW_BATCH, Redactor, _check_input, finish_output, frame_texts
+from redact.pipeline import (DEFAULT_TIMEOUT_S, ROW_BATCH, Redactor, _check_input, finish_output, frame_names,
+                             frame_texts, learn_names)
 from redact.report import Accounts, RedactionReport
 from replay.errors import ConfigError, ReplayError
 
@@ -76,6 +77,7 @@ class _AnalyseBatches:
 
         rows = validate(pl.from_arrow(batch), self.meta, f"{self.source} (a row batch)")
         found, values = {}, Mentions()
+        learn_names(values, frame_names(rows))
         for text, e in self.redactor.redact_texts(frame_texts(rows), build=False).items():
             if e.digest not in self.sent:
                 self.sent.add(e.digest)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Slot", "text_slots", "replace_texts", "prompt_token_ids", "text_token_ids",
+__all__ = ["Slot", "text_slots", "name_slots", "replace_texts", "prompt_token_ids", "text_token_ids",
            "message_texts"]
 
 
@@ -34,7 +34,8 @@ class Slot:
     path: tuple[str | int, ...]  # keys and indices from the body's root
     text: str
     # "content" (a message's text), "prompt" (completions), "tool_description",
-    # "tool_arguments" (an assistant's tool call, a JSON string)
+    # "tool_arguments" (an assistant's tool call, a JSON string); "name" (a message's
+    # participant name: name_slots, not prompt text)
     kind: str
 
 
@@ -89,6 +90,18 @@ def text_slots(body: dict) -> list[Slot]:
         slots.extend(Slot(("prompt", i), p, "prompt") for i, p in enumerate(prompt)
                      if isinstance(p, str))
     return slots
+
+
+def name_slots(body: dict) -> list[Slot]:
+    """The ``name`` of each chat message that names a participant (a person's or an agent's
+    name: every role but ``function`` and ``tool``, whose names are code's). Not prompt text in
+    :func:`text_slots`; redaction replaces them whole (:mod:`redact.pipeline`)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return []
+    return [Slot(("messages", i, "name"), m["name"], "name") for i, m in enumerate(messages)
+            if isinstance(m, dict) and isinstance(m.get("name"), str) and m["name"]
+            and m.get("role") not in ("function", "tool")]
 
 
 def message_texts(message: Any) -> list[str]:

@@ -495,19 +495,22 @@ def write_log_trace(
     done = 0
     with _Output(out, start, key) as output:
         if output.redactor is not None:
-            from replay.bodies import text_slots
+            from replay.bodies import name_slots, text_slots
 
-            # first pass: analyse every text, learning every value found, before any row is
-            # written (a value found in a later request is replaced in earlier ones too)
+            # first pass: analyse every text, learning every value found and every message name,
+            # before any row is written (a value found in a later request is replaced in
+            # earlier ones too)
             texts: list[str] = []
+            names: list[str] = []
             for rec in index.records(parse_line):
                 texts.extend(s.text for s in text_slots(rec.body))
+                names.extend(s.text for s in name_slots(rec.body))
                 if rec.response:
                     texts.append(rec.response)
                 if len(texts) >= CHUNK_ROWS:
-                    output.redactor.learn(texts)
-                    texts = []
-            output.redactor.learn(texts)
+                    output.redactor.learn(texts, names)
+                    texts, names = [], []
+            output.redactor.learn(texts, names)
 
         def flush() -> None:
             nonlocal done

@@ -81,3 +81,35 @@ def test_a_password_found_in_a_url_is_replaced_wherever_it_is_typed_again():
     assert bare != PASSWORD and f":{bare}@" in bodies[1]["messages"][2]["content"]
     args = json.loads(bodies[2]["messages"][1]["tool_calls"][0]["function"]["arguments"])
     assert args["text"] == bare and args["host"] == "db.prod"
+
+
+def test_a_message_name_is_replaced_whole_and_at_its_mentions():
+    # "name" on a chat message names a participant: replaced whatever the analyzer says, the same
+    # surrogate in every request, its words replaced where they are typed, earlier requests too;
+    # a function message's name is code's and stays
+    first = {"model": "m", "messages": [
+        {"role": "user", "content": "Please greet Moriarty_Vance-Okafor's team and ping Moriarty today."},
+    ]}
+    second = {"model": "m", "messages": [
+        {"role": "system", "name": "ops_bot", "content": "You route tickets."},
+        {"role": "user", "name": "Moriarty_Vance-Okafor", "content": "route it"},
+        {"role": "function", "name": "lookup_ticket", "content": "{}"},
+    ]}
+    records = [LogRecord(arrival_us=1_700_000_000_000_000 + i * 1_000_000, api="chat", model="m", body=b,
+                         request_id=f"r{i}", response="ok")
+               for i, b in enumerate([first, second, second])]
+    trace = build_trace(records, source="names", source_format="openai-jsonl")
+    out, _ = redact_trace(trace, KEY, processes=1)
+    stored = "\n".join(out.df["body"].to_list())
+    for raw in ("Moriarty", "Vance", "Okafor", "ops_bot"):
+        assert raw not in stored, raw
+    bodies = [json.loads(b) for b in out.df["body"].to_list()]
+    names = [[m.get("name") for m in b["messages"]] for b in bodies[1:]]
+    assert names[0] == names[1]  # one name, one surrogate
+    bot, person, function = names[0]
+    assert function == "lookup_ticket"
+    assert person.count("_") == 1 and person.count("-") == 1 and person.replace("_", "").replace("-", "").isalpha()
+    assert bot != "ops_bot" and bot.count("_") == 1
+    assert [m["content"] for m in bodies[1]["messages"]] == [m["content"] for m in second["messages"]]
+    # the whole name typed in an earlier request gets the name field's surrogate
+    assert person in bodies[0]["messages"][0]["content"]
