@@ -90,7 +90,10 @@ class RunConfig:
     requests: int | None = None  # keep the first N requests
     model: str | None = None  # override the body's model (None: keep it if served, else the target's first)
     ignore_eos: bool = True  # ask the engine to decode exactly max_tokens (vLLM / llama.cpp `ignore_eos`)
-    api_key: str | None = None
+    # sent as "Authorization: Bearer KEY" (unless `headers` has an Authorization); never stored
+    api_key: str | None = field(default=None, repr=False)
+    # (name, value) sent on every request and on the target check (--header); never stored
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     # open: every request at its scheduled time; causal: a session's turn k also waits for the
     # end of turn k-1 plus the recorded think time (see replay.sessions)
     sessions: SessionMode = "open"
@@ -130,8 +133,32 @@ class RunConfig:
             raise ConfigError(f"--warm-connections: must be >= 0, got {self.warm_connections}")
         if self.max_connections < 1 or self.worker_threads < 1:
             raise ConfigError("--max-connections and --worker-threads: must be >= 1")
+        for name, value in self.headers:
+            if not _HEADER_NAME.fullmatch(name) or any(c in value for c in "\r\n\0"):
+                raise ConfigError(f"--header: '{name}' is not a header name, or its value holds a line break")
         if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in self.cpus):
             raise ConfigError(f"cpus: expected CPU numbers >= 0, got {self.cpus!r}")
+
+    def request_headers(self) -> list[tuple[str, str]]:
+        """The headers every request and the target check carry: ``headers``, then the API key as
+        ``Authorization: Bearer`` unless ``headers`` has an Authorization of its own."""
+        out = list(self.headers)
+        if self.api_key and not any(n.lower() == "authorization" for n, _ in out):
+            out.append(("Authorization", f"Bearer {self.api_key}"))
+        return out
+
+
+# an HTTP header's name (RFC 9110's token)
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    """'Name: value' (--header) -> (name, value); ConfigError when it is not one."""
+    name, colon, value = text.partition(":")
+    name, value = name.strip(), value.strip()
+    if not colon or not _HEADER_NAME.fullmatch(name) or any(c in value for c in "\r\n\0"):
+        raise ConfigError(f"--header: '{text}' is not 'Name: value'")
+    return name, value
 
 
 _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}

@@ -164,7 +164,7 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None,
         total = plan.n
         callback = lambda sent, completed, errors: progress(sent, completed, errors, total)  # noqa: E731
 
-    headers = [("Authorization", f"Bearer {config.api_key}")] if config.api_key else []
+    headers = config.request_headers()
     after, think_ns = causal_gates(plan.rows, plan.offsets_ns) if config.sessions == "causal" else (None, None)
     windows = plan.body_windows()
     raw = _engine.run(
@@ -214,7 +214,7 @@ def resolve_model(trace: Trace, config: RunConfig) -> str | None:
     :func:`~replay.targets.url.check_target`) and pick the model name to send: --model, else None
     (keep the bodies' own) when the target serves every model the trace names or lists none, else
     the target's first."""
-    served = check_target(config.url, api_key=config.api_key, timeout_s=config.connect_timeout_s)
+    served = check_target(config.url, headers=config.request_headers(), timeout_s=config.connect_timeout_s)
     if config.model:
         return config.model
     if not served:

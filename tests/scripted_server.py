@@ -36,6 +36,7 @@ class Arrival:
     t_unix_ns: int
     body: dict
     client_port: int = 0  # the client end's port: one per connection
+    headers: dict = field(default_factory=dict)  # the request's headers
 
 
 @dataclass
@@ -73,7 +74,7 @@ class ScriptedServer:
             return denied
         body = await request.json()
         peer = request.transport.get_extra_info("peername") if request.transport else None
-        self.arrivals.append(Arrival(t, body, peer[1] if peer else 0))
+        self.arrivals.append(Arrival(t, body, peer[1] if peer else 0, dict(request.headers)))
         if self._slots is None:
             return await self._respond(request, body)
         async with self._slots:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 from replay.cli.report import print_stages, progress_bar, raw_text_warning
-from replay.config import RUNNER_DEFAULTS, Arrivals, RunConfig, Slo, parse_duration_s, parse_rates, parse_slo
+from replay.config import (RUNNER_DEFAULTS, Arrivals, RunConfig, Slo, parse_duration_s, parse_header, parse_rates,
+                           parse_slo)
 from replay.errors import ConfigError
 
 __all__ = ["register"]
@@ -37,7 +39,12 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="model name to send (default: the trace's if served, else the server's first)")
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                    help="let the engine stop at EOS (default: ignore_eos so output lengths follow the trace)")
-    p.add_argument("--api-key", help="sent as 'Authorization: Bearer KEY'")
+    p.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY") or None,
+                   help="sent as 'Authorization: Bearer KEY' on every request and the target check "
+                        "(default: $OPENAI_API_KEY); never stored")
+    p.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
+                   help="an HTTP header sent on every request and the target check (repeatable; "
+                        "e.g. a gateway's tenant or route header); never stored")
     p.add_argument("--slo", help="objectives for goodput, e.g. ttft=2s,tpot=100ms,e2e=30s")
     p.add_argument("--slo-attainment", type=float, default=0.9,
                    help="share of requests that must meet the SLO for a stage to pass (default 0.9)")
@@ -165,6 +172,7 @@ def _config(args: argparse.Namespace, rate: float | None, speedup: float | None)
         model=args.model,
         ignore_eos=args.ignore_eos,
         api_key=args.api_key,
+        headers=tuple(parse_header(h) for h in args.header),
         sessions=args.sessions,
         timeout_s=parse_duration_s(args.timeout, "--timeout"),
         stall_timeout_s=parse_duration_s(args.stall_timeout, "--stall-timeout"),

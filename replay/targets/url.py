@@ -10,7 +10,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from replay.errors import TargetError
 
@@ -37,25 +37,26 @@ def _unreachable(url: str, e: BaseException, timeout_s: float) -> TargetError:
     return TargetError(f"{url}: cannot connect ({reason})")
 
 
-def check_target(url: str, *, api_key: str | None = None, timeout_s: float = 10.0) -> list[str] | None:
+def check_target(url: str, *, headers: Sequence[tuple[str, str]] = (),
+                 timeout_s: float = 10.0) -> list[str] | None:
     """Check that `url` answers as an OpenAI-compatible server, and list the models it serves.
 
-    Sends GET /v1/models (with `api_key` as ``Authorization: Bearer``). Returns the model ids it
+    Sends GET /v1/models with `headers` (:meth:`RunConfig.request_headers`: the API key and
+    --header). Returns the model ids it
     lists ([] when the answer lists none), or None when it answers 404 or 405: some servers do not
     list their models, so the replay goes ahead and a wrong path shows up as failed requests.
     Raises TargetError, one line naming the URL, when the connection is refused, the host is
     unknown, nothing answers within `timeout_s`, or the server answers any other error status
     (401 / 403: the API key is missing or wrong).
     """
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    request = urllib.request.Request(base_url(url) + "/v1/models", headers=headers)
+    request = urllib.request.Request(base_url(url) + "/v1/models", headers=dict(headers))
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as resp:  # noqa: S310 (http only, validated)
             body = resp.read()
     except urllib.error.HTTPError as e:
         if e.code in _NO_MODEL_LIST:
             return None
-        hint = ": check --api-key" if e.code in (401, 403) else ""
+        hint = ": check --api-key (or $OPENAI_API_KEY) and --header" if e.code in (401, 403) else ""
         raise TargetError(f"{url}: GET /v1/models answered HTTP {e.code} ({e.reason}){hint}") from None
     except (urllib.error.URLError, OSError) as e:
         raise _unreachable(url, e, timeout_s) from None

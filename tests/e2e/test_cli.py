@@ -413,3 +413,31 @@ def test_a_token_only_import_is_replayed_with_synthesized_prompts(cli, scripted,
     assert all(p.startswith(head) for p in prompts)  # hash id 5 first everywhere
     assert prompts[2].startswith(prompts[0])  # ids [5, 6] again, 100 tokens longer
     assert not prompts[3].startswith(prompts[1][:len(prompts[1]) - 1])  # [5, 61] vs [5, 63]
+
+
+def test_headers_and_the_key_from_the_environment_go_with_every_request_never_stored(cli, small_trace, scripted,
+                                                                                  tmp_path):
+    import os
+
+    key, tenant = "sk-env-key-not-stored-4711", "tenant-not-stored-0815"
+    server = scripted(api_key=key)  # answers 401 without it
+    env = {**os.environ, "OPENAI_API_KEY": key}
+    out = tmp_path / "h"
+    done = cli("run", str(small_trace), "--url", server.url, "--rate", "20", "--requests", "6",
+               "--header", f"X-Tenant: {tenant}", "--header", "X-Route:blue", "--lag-bound-ms", "50",
+               "--out", str(out), env=env)
+    assert done.returncode == 0, done.stderr
+    assert len(server.arrivals) == 6
+    for sent in [a.headers for a in server.arrivals] + server.models_requests:
+        sent = {k.lower(): v for k, v in sent.items()}  # names are case-insensitive
+        assert sent.get("authorization") == f"Bearer {key}" and sent.get("x-tenant") == tenant
+        assert sent.get("x-route") == "blue"
+    stored = b"".join(p.read_bytes() for p in out.rglob("*") if p.is_file())
+    assert stored and key.encode() not in stored and tenant.encode() not in stored
+    # an explicit Authorization header wins over the key; a malformed header is one line, exit 2
+    done = cli("run", str(small_trace), "--url", server.url, "--rate", "20", "--requests", "2",
+               "--header", "Authorization: Bearer wrong", "--out", str(tmp_path / "w"), env=env)
+    assert done.returncode == 2 and "HTTP 401" in done.stderr
+    done = cli("run", str(small_trace), "--url", server.url, "--header", "X-Tenant", "--out", str(tmp_path / "b"),
+               env=env)
+    assert done.returncode == 2 and done.stderr.strip() == "error: --header: 'X-Tenant' is not 'Name: value'"
