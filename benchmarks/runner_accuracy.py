@@ -24,7 +24,7 @@ generous stamp: ours is taken as the write starts, with a connection in hand).
 
 Not a pass/fail test: it prints a table and the ratio of the highest rate each sender holds on
 schedule (achieved rate >= 95% of offered, lag p99 within 1 ms; and within 2 and 10 ms, since the
-peers rarely keep 1 ms at any rate). A sender that achieved under 90% of the offered rate at two
+peers rarely keep 1 ms at any rate), a rate counting as held only when every lower rate held too. A sender that achieved under 90% of the offered rate at two
 rates in a row (saturated) is not run at higher ones.
 
 usage: python benchmarks/runner_accuracy.py [--rates 250,500,...,20000] [--seconds 2]
@@ -151,8 +151,14 @@ def on_schedule(r: dict, bound_ms: float) -> bool:
 
 
 def held(rows: list[dict], bound_ms: float) -> float:
-    """Highest offered rate sent on schedule."""
-    return max((r["rate"] for r in rows if on_schedule(r, bound_ms)), default=0.0)
+    """The highest offered rate held: sent on schedule there and at every lower rate run (a rate
+    that passes above one that failed is luck, not capacity)."""
+    out = 0.0
+    for r in sorted(rows, key=lambda r: r["rate"]):
+        if not on_schedule(r, bound_ms):
+            break
+        out = r["rate"]
+    return out
 
 
 def main() -> int:
@@ -207,7 +213,8 @@ def main() -> int:
                 peer = held(results[name], bound)
                 ratio = f"ratio {ours / peer:.1f}x" if peer else "peer held no rate"
                 line += f", {label} {peer:.0f} req/s ({ratio})"
-        print(f"highest rate held on schedule (lag p99 <= {bound:g} ms, achieved >= 95%): {line}")
+        print(f"highest rate held on schedule, this and every lower rate (lag p99 <= {bound:g} ms, "
+              f"achieved >= 95%): {line}")
     return 0
 
 
