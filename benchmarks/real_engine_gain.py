@@ -136,8 +136,9 @@ def main() -> None:
             measure = measure_on_engine(engine, trace, run, Objective("goodput"), live=trace, baseline={},
                                         check_outputs=not args.no_output_check)
             campaign = Campaign(space=Space.of(engine.name, engine.knobs, SPACES[name]), measure=measure,
-                                ledger=out / f"{name}{'-no-output-check' if args.no_output_check else ''}.sqlite", identity={"engine": name, "bench": "real_engine_gain",
-                                                                         "requests": args.requests, "rate": args.rate},
+                                ledger=out / f"{name}{'-no-output-check' if args.no_output_check else ''}.sqlite",
+                                identity={"engine": name, "bench": "real_engine_gain",
+                                          "requests": args.requests, "rate": args.rate},
                                 baseline={}, repeats=args.repeats, budget=Budget(trials=args.trials))
             t0 = time.monotonic()
             try:

@@ -24,8 +24,9 @@ generous stamp: ours is taken as the write starts, with a connection in hand).
 
 Not a pass/fail test: it prints a table and the ratio of the highest rate each sender holds on
 schedule (achieved rate >= 95% of offered, lag p99 within 1 ms; and within 2 and 10 ms, since the
-peers rarely keep 1 ms at any rate), a rate counting as held only when every lower rate held too. A sender that achieved under 90% of the offered rate at two
-rates in a row (saturated) is not run at higher ones.
+peers rarely keep 1 ms at any rate), a rate counting as held only when every lower rate held too.
+A sender that achieved under 90% of the offered rate at two rates in a row (saturated) is not run
+at higher ones.
 
 usage: python benchmarks/runner_accuracy.py [--rates 250,500,...,20000] [--seconds 2]
                                             [--no-guidellm]

@@ -15,10 +15,10 @@ defaults): start it once, run the probes of ``replay.calibrate`` (single request
 lengths, concurrent decodes at a few batch sizes), fit a profile to them, measure the engine's
 capacity with a burst of the evaluation workload (48 chat requests, prompts 100-300 tokens,
 outputs 32-64), replay the workload with Poisson arrivals at 0.5, 0.9 and 1.3 × that capacity
-(``--repeats`` times each, 3 by default, each repeat with its own arrival seed), stop the engine, run the same probes against the embedded engine with that first fit and take
-out what the engine adds on its own (``refine``), then replay the same stages against the
-embedded engine with the refined profile
-(and the real engine's slots / step budget / block size). Prints the fitted profile and a markdown
+(``--repeats`` times each, 3 by default, each repeat with its own arrival seed), stop the engine,
+run the same probes against the embedded engine with that first fit and take out what the engine
+adds on its own (``refine``), then replay the same stages against the embedded engine with the
+refined profile (and the real engine's slots / step budget / block size). Prints the fitted profile and a markdown
 table of TTFT p50/p90 (from intended send) and output tokens/s, real vs sim, each the median over
 the repeats, with the error in % and the real engine's own spread of TTFT p50 across repeats.
 The fit sees only the probes, never the evaluation stages.

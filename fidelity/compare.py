@@ -343,7 +343,8 @@ def _cache_sim_metrics(live: Side, other: Side, splits: list[tuple[Side, Side]])
         pairs = [(share(a), share(b)) for a, b in splits]
         aas = [abs(hy - hx) for hx, hy in pairs if hx is not None and hy is not None]
         aa = float(np.max(aas)) if aas else None
-        bound = max(FIXED_BOUNDS["cache.offered_reuse"], AA_FACTOR * aa) if aa is not None else FIXED_BOUNDS["cache.offered_reuse"]
+        fixed = FIXED_BOUNDS["cache.offered_reuse"]
+        bound = max(fixed, AA_FACTOR * aa) if aa is not None else fixed
         passed = d <= bound
         out.append(Metric("cache", name, x, y, d, aa, bound, passed,
                           f"{what}: live {x:.3f}, {other.name} {y:.3f}, {'within' if passed else 'over'} the bound {bound:.3g}"))

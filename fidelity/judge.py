@@ -116,7 +116,8 @@ def compare_results(live: Trace | str | Path, results: str | Path, *, judge_outc
         raise ConfigError(f"{summary_path}: not a results summary ({e})") from None
     sent = None
     replayed = summary.get("trace")
-    if replayed and Path(replayed).is_file() and (live_name == "<trace>" or Path(replayed).resolve() != Path(live_name).resolve()):
+    if replayed and Path(replayed).is_file() and (
+            live_name == "<trace>" or Path(replayed).resolve() != Path(live_name).resolve()):
         sent = read_trace(replayed, bodies=False)
     stages = []
     for i, name in enumerate(files):

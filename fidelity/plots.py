@@ -22,7 +22,7 @@ from fidelity.compare import Verdict
 from fidelity.sides import Side
 from fidelity.judge import FidelityReport, StageFidelity
 
-__all__ = ["MAX_POINTS", "QQ_POINTS", "GROUPS", "Plot", "ecdf_points", 
+__all__ = ["MAX_POINTS", "QQ_POINTS", "GROUPS", "Plot", "ecdf_points",
            "counts_over_time", "stage_plots", "verdict_chart", "group_verdicts", "new_figure", "png_of", "literal"]
 
 MAX_POINTS = 20_000

@@ -105,7 +105,9 @@ class RunConfig:
     warm_connections: int | None = None  # opened before t0; None = the plan's peak in flight (replay.runner.warm_connections)
     chunk_times: bool = True  # keep every chunk's arrival time (False: only count chunks)
     worker_threads: int = RUNNER_DEFAULTS["worker_threads"]
-    cpus: tuple[int, ...] = ()  # pin the runner's I/O threads to these CPUs (() = no pinning; the dispatcher keeps the process's); see replay.sim.split_cpus
+    # pin the runner's I/O threads to these CPUs (() = no pinning; the dispatcher keeps the
+    # process's); see replay.sim.split_cpus
+    cpus: tuple[int, ...] = ()
     lag_bound_ms: float = 1.0  # a stage whose send lag p99 exceeds this is invalid
     slo: Slo = field(default_factory=Slo)
 

@@ -63,7 +63,9 @@ class GenerateConfig:
     length_correlation: float = 0.3  # correlation of log user-turn and log output lengths
     max_user_tokens: int = 8192
     max_output_tokens: int = 2048
-    max_input_tokens: int = 6144  # fits with max_output_tokens in an 8k context; a session ends before a turn whose prompt would exceed this
+    # fits with max_output_tokens in an 8k context; a session ends before a turn whose prompt
+    # would exceed this
+    max_input_tokens: int = 6144
     model: str = "default"
     tokenizer: str = "gpt2"
     block_size: int = 16

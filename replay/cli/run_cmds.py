@@ -19,7 +19,8 @@ __all__ = ["register"]
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("trace", type=Path, help="a Trace: a Parquet file (from `replay generate` or `import`) or a `replay capture` folder")
+    p.add_argument("trace", type=Path,
+                   help="a Trace: a Parquet file (from `replay generate` or `import`) or a `replay capture` folder")
     p.add_argument("--url", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000 "
                                  "(default: start the embedded simulated engine)")
     p.add_argument("--sim-profile", default="a100-80g/llama-3-8b",

@@ -1,6 +1,7 @@
 """Parallel trials: a round of proposals measured at once (threads here, Ray tasks on a
-single-node Ray cluster: Ray 2.60 removed its local mode), judged against the round's baseline, the best confirmed win taken; the same optimum as one
-at a time; the budget's concurrent GPUs cap the round."""
+single-node Ray cluster: Ray 2.60 removed its local mode), judged against the round's baseline,
+the best confirmed win taken; the same optimum as one at a time; the budget's concurrent GPUs cap
+the round."""
 
 from __future__ import annotations
 
