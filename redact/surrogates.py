@@ -271,12 +271,14 @@ class Surrogates:
         # in tokens), and the first also after a space
         strip = pool in _WORD_POOLS
         at_start, first = first, first or strip
-        target = self._count(piece.lstrip(" ") if strip else piece, first)
+        counted = piece.lstrip(" ") if strip else piece
+        target = self._count(counted, first)
         if pool is not None:
-            word = self._pool_word(piece.lstrip(" ") if strip else piece, pool, target, first)
-            if word is not None:
-                self._matched[(piece, pool, first)] = piece[:len(piece) - len(piece.lstrip(" "))] + word if strip else word
-                return self._matched[(piece, pool, first)]
+            word = self._pool_word(counted, pool, target, first)
+            if word is not None:  # a stripped space goes back in front of it
+                word = piece[:len(piece) - len(counted)] + word
+                self._matched[(piece, pool, first)] = word
+                return word
         orders: dict[str, list[str]] = {}  # letter run -> the pool words to try, in order
         runs = [(run, run.isdigit(), _LETTERS.fullmatch(run) is not None)
                 for run in _RUNS.findall(piece)]
