@@ -167,6 +167,13 @@ def _split_length(total: int, parts: int, longest: int, rng: random.Random) -> l
     return out
 
 
+def _token_case(tok: str) -> str | None:
+    """A vocabulary token's case, for :meth:`Surrogates._letter_tokens`: "lower", "upper",
+    "title", or None (mixed)."""
+    return ("lower" if tok.islower() else "upper" if tok.isupper() else
+            "title" if tok[1:].islower() else None)
+
+
 def _case_of(word: str) -> str:
     if word.isupper() and len(word) > 1:
         return "upper"
@@ -378,17 +385,14 @@ class Surrogates:
             for tok in sorted(self.tok.get_vocab()):
                 if tok[:1] in _SPACE_MARKS and _ASCII_LETTERS.fullmatch(tok[1:]):
                     word = tok[1:]  # a word's first token after a space, without the space
-                    case = ("lower" if word.islower() else "upper" if word.isupper() else
-                            "title" if word[1:].islower() else None)
+                    case = _token_case(word)
                     if case is not None:
                         by.setdefault("spaced " + case, {}).setdefault(len(word), []).append(word)
                 if _ASCII_DIGITS.fullmatch(tok):
                     by["digits"].setdefault(len(tok), []).append(tok)
                 if not _ASCII_LETTERS.fullmatch(tok):
                     continue
-                case = ("lower" if tok.islower() else "upper" if tok.isupper() else
-                        "title" if tok[1:].islower() else None)
-                for c in (case, "any"):
+                for c in (_token_case(tok), "any"):
                     if c is not None:
                         by[c].setdefault(len(tok), []).append(tok)
             self._letters = by
