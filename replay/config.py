@@ -136,7 +136,7 @@ class RunConfig:
         if self.max_connections < 1 or self.worker_threads < 1:
             raise ConfigError("--max-connections and --worker-threads: must be >= 1")
         for name, value in self.headers:
-            if not _HEADER_NAME.fullmatch(name) or any(c in value for c in "\r\n\0"):
+            if not _valid_header(name, value):
                 raise ConfigError(f"--header: '{name}' is not a header name, or its value holds a line break")
         if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in self.cpus):
             raise ConfigError(f"cpus: expected CPU numbers >= 0, got {self.cpus!r}")
@@ -154,11 +154,16 @@ class RunConfig:
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
+def _valid_header(name: str, value: str) -> bool:
+    """A header name that is a token, and a value with no line break (nothing can be smuggled in)."""
+    return _HEADER_NAME.fullmatch(name) is not None and not any(c in value for c in "\r\n\0")
+
+
 def parse_header(text: str) -> tuple[str, str]:
     """'Name: value' (--header) -> (name, value); ConfigError when it is not one."""
     name, colon, value = text.partition(":")
     name, value = name.strip(), value.strip()
-    if not colon or not _HEADER_NAME.fullmatch(name) or any(c in value for c in "\r\n\0"):
+    if not colon or not _valid_header(name, value):
         raise ConfigError(f"--header: '{text}' is not 'Name: value'")
     return name, value
 
