@@ -39,11 +39,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from replay.engine_metrics import KV_FULL  # one definition: the sweep's saturation line uses it too
+
 __all__ = ["SAMPLE_S", "SWEEP_FACTORS", "COUNTERS", "MetricSampler", "Diagnosis", "diagnose", "diagnose_sweep",
            "counter_deltas", "phase_split"]
 
 SAMPLE_S = 0.5
-KV_FULL = 0.9
 KV_ROOM = 0.5
 COLD_HIT = 0.1
 # the diagnostic sweep's rates, as multiples of the run's rate

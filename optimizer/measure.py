@@ -104,13 +104,16 @@ class EngineMeasure:
             result = replay()
         return result, sampler.peaks, counter_deltas(before, running.metrics())
 
+    # the stages below read no metrics of their own (metrics_url "none"): _observed samples the
+    # engine it started, through its adapter
+
     def _sweep_stage(self, running, factor: float) -> dict:
         from replay.runner import run_stage
 
         rate = self.run.rate * factor if self.run.rate else None
         speedup = None if rate else (self.run.speedup or 1.0) * factor
         stage, peaks, counters = self._observed(running, lambda: run_stage(
-            self.trace, dataclasses.replace(self.run, url=running.url, rate=rate, speedup=speedup)))
+            self.trace, dataclasses.replace(self.run, url=running.url, metrics_url="none", rate=rate, speedup=speedup)))
         s = stage.summary
         return {"rate": rate if rate else s["offered_rate"], "factor": factor, "peaks": peaks, "counters": counters,
                 **{k: s[k] for k in ("goodput_rps", "throughput_rps", "sent", "completed", "valid")}}
@@ -118,7 +121,7 @@ class EngineMeasure:
     def _stage(self, running, rate: float | None):
         from replay.runner import run_stage
 
-        return run_stage(self.trace, dataclasses.replace(self.run, url=running.url, rate=rate))
+        return run_stage(self.trace, dataclasses.replace(self.run, url=running.url, metrics_url="none", rate=rate))
 
     def _search_rate(self, running) -> tuple[Any, float, list[dict]]:
         """The highest passing rate: (its stage, the rate, every probe)."""
@@ -163,7 +166,7 @@ class EngineMeasure:
         bodies = [json.loads(b) for batch in trace.body_batches(min(outputs.SAMPLE, trace.df.height),
                                                                 outputs.SAMPLE, synthesize=True) for b in batch]
         bodies = [b for b in bodies if "messages" in b]
-        model = resolve_model(trace, dataclasses.replace(self.run, url=running.url))
+        model = resolve_model(trace, dataclasses.replace(self.run, url=running.url, metrics_url="none"))
         return outputs.greedy_answers(running.url, bodies, model)
 
     def _outputs(self, running, config: Mapping[str, Any]) -> tuple[list[str] | None, str | None]:

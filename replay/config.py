@@ -94,6 +94,9 @@ class RunConfig:
     api_key: str | None = field(default=None, repr=False)
     # (name, value) sent on every request and on the target check (--header); never stored
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    # the engine's Prometheus endpoint read during each stage (replay.engine_metrics): None, the
+    # target's /metrics; "none", not read
+    metrics_url: str | None = None
     # open: every request at its scheduled time; causal: a session's turn k also waits for the
     # end of turn k-1 plus the recorded think time (see replay.sessions)
     sessions: SessionMode = "open"
@@ -135,6 +138,8 @@ class RunConfig:
             raise ConfigError(f"--warm-connections: must be >= 0, got {self.warm_connections}")
         if self.max_connections < 1 or self.worker_threads < 1:
             raise ConfigError("--max-connections and --worker-threads: must be >= 1")
+        if self.metrics_url not in (None, "none") and not re.match(r"^https?://[^/\s]+", self.metrics_url):
+            raise ConfigError(f"--metrics-url: '{self.metrics_url}' is not an http:// URL (or none)")
         for name, value in self.headers:
             if not _valid_header(name, value):
                 raise ConfigError(f"--header: '{name}' is not a header name, or its value holds a line break")

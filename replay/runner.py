@@ -22,7 +22,10 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+import contextlib
+
 from replay.config import RunConfig
+from replay.engine_metrics import EngineSampler
 from replay.errors import RunnerError
 from replay.plan import Plan, build_plan
 from replay.sessions import causal_gates
@@ -64,6 +67,7 @@ class StageResult:
     interrupted: bool
     cut_off: bool = False  # the drain ended with requests still open (they are 'cut_off')
     runner: dict | None = None  # warm-up and thread statistics of the runner itself
+    engine_metrics: dict | None = None  # the engine's own metrics during the stage (replay.engine_metrics)
 
     @property
     def summary(self) -> dict:
@@ -167,27 +171,29 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None,
     headers = config.request_headers()
     after, think_ns = causal_gates(plan.rows, plan.offsets_ns) if config.sessions == "causal" else (None, None)
     windows = plan.body_windows()
-    raw = _engine.run(
-        base_url(config.url),
-        list(plan.paths),
-        plan.path_index,
-        plan.offsets_ns,
-        lambda: next(windows, None),
-        after=after,
-        think_ns=think_ns,
-        headers=headers,
-        timeout_s=config.timeout_s,
-        stall_timeout_s=config.stall_timeout_s,
-        connect_timeout_s=config.connect_timeout_s,
-        drain_s=config.drain_s,
-        max_connections=config.max_connections,
-        warm_connections=warm_connections(plan, config),
-        chunk_times=config.chunk_times,
-        worker_threads=config.worker_threads,
-        progress=callback,
-        cpus=list(config.cpus),
-        results=take,
-    )
+    sampler = engine_sampler(config)
+    with sampler if sampler is not None else contextlib.nullcontext():
+        raw = _engine.run(
+            base_url(config.url),
+            list(plan.paths),
+            plan.path_index,
+            plan.offsets_ns,
+            lambda: next(windows, None),
+            after=after,
+            think_ns=think_ns,
+            headers=headers,
+            timeout_s=config.timeout_s,
+            stall_timeout_s=config.stall_timeout_s,
+            connect_timeout_s=config.connect_timeout_s,
+            drain_s=config.drain_s,
+            max_connections=config.max_connections,
+            warm_connections=warm_connections(plan, config),
+            chunk_times=config.chunk_times,
+            worker_threads=config.worker_threads,
+            progress=callback,
+            cpus=list(config.cpus),
+            results=take,
+        )
     take(raw)
     got = sum(f.height for f in frames)
     if got != plan.n:
@@ -206,7 +212,19 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None,
         interrupted=bool(raw["interrupted"]),
         cut_off=bool(raw["cut_off"]),
         runner=dict(raw["runner"]),
+        engine_metrics=sampler.summary() if sampler is not None else None,
     )
+
+
+def engine_sampler(config: RunConfig) -> EngineSampler | None:
+    """The reader of the engine's metrics for one stage (:mod:`replay.engine_metrics`):
+    ``--metrics-url``, else the target's ``/metrics`` (sent the target's headers and key, which
+    another URL is not); None with ``--metrics-url none``."""
+    if config.metrics_url == "none":
+        return None
+    if config.metrics_url:
+        return EngineSampler(config.metrics_url, cpus=config.cpus)
+    return EngineSampler(base_url(config.url) + "/metrics", config.request_headers(), cpus=config.cpus)
 
 
 def resolve_model(trace: Trace, config: RunConfig) -> str | None:

@@ -32,6 +32,7 @@ import numpy as np
 from replay.config import RunConfig
 from replay.errors import ConfigError
 from replay.plan import build_plan, schedule
+from replay.engine_metrics import exhausted
 from replay.runner import Progress, RowsSink, StageResult, resolve_model, run_plan
 from replay.trace import Trace
 
@@ -61,6 +62,8 @@ class Saturation:
     rate: float | None = None  # the saturation point (status "saturated"; None also for an as-recorded stage)
     undetermined_at: float | None = None  # the invalid stage's rate (status "undetermined")
     reason: str | None = None
+    # what the engine ran out of at that stage, from its own metrics (replay.engine_metrics.exhausted)
+    resource: str | None = None
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -96,10 +99,12 @@ def saturation(
         reason = _symptom(s, queue_growth_s)
         if reason is None:
             continue
+        resource = exhausted(s.get("engine_metrics"))
         if not s["valid"]:
             return Saturation("undetermined", undetermined_at=rate,
-                              reason=f"{reason}, but {_invalid_because(s)}: it may be the runner's")
-        return Saturation("saturated", rate=rate, reason=reason)
+                              reason=f"{reason}, but {_invalid_because(s)}: it may be the runner's",
+                              resource=resource)
+        return Saturation("saturated", rate=rate, reason=reason, resource=resource)
     return Saturation("not_reached")
 
 

@@ -69,11 +69,13 @@ def _fidelity(verdict: dict | None) -> str:
 
 def saturation_line(saturation: dict) -> str:
     """One line for a result's saturation (`SweepResult.to_json()["saturation"]`)."""
+    ran_out = f"; the engine ran out of {saturation['resource']}" if saturation.get("resource") else ""
     if saturation["status"] == "saturated":
         at = "the recorded rate" if saturation["rate"] is None else f"{saturation['rate']:g} req/s"
-        return f"saturation: {at} ({saturation['reason']})"
+        return f"saturation: {at} ({saturation['reason']}{ran_out})"
     if saturation["status"] == "undetermined":
-        return f"saturation: undetermined at {saturation['undetermined_at']:g} req/s ({saturation['reason']})"
+        return (f"saturation: undetermined at {saturation['undetermined_at']:g} req/s "
+                f"({saturation['reason']}{ran_out})")
     return "saturation: not reached at these rates"
 
 
@@ -81,6 +83,8 @@ def print_stages(summary: dict) -> None:
     """The stage table and saturation line of a result's JSON (`SweepResult.to_json`)."""
     from rich.console import Console
     from rich.table import Table
+
+    from replay.engine_metrics import describe
 
     table = Table(title="replay stages (req/s requested, offered over the stage's window, achieved; "
                         "ms from the intended send time; lag = send lag)")
@@ -120,4 +124,6 @@ def print_stages(summary: dict) -> None:
             console.print(f"cut off {at}: {s['cut_off']} requests still open when the drain ended", highlight=False)
         if s.get("fidelity") and not s["fidelity"]["faithful"]:
             console.print(f"unfaithful {at}: {', '.join(s['fidelity']['failed'])}", highlight=False, markup=False)
+        if s.get("engine_metrics"):
+            console.print(f"{at}: {describe(s['engine_metrics'])}", highlight=False, markup=False)
     console.print(saturation_line(summary["saturation"]), highlight=False)

@@ -43,6 +43,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY") or None,
                    help="sent as 'Authorization: Bearer KEY' on every request and the target check "
                         "(default: $OPENAI_API_KEY); never stored")
+    p.add_argument("--metrics-url", metavar="URL|none",
+                   help="the engine's Prometheus endpoint, read every second during each stage (KV usage, "
+                        "running / waiting, prefix-cache hits, preemptions: summary.json's engine_metrics; "
+                        "default: the target's /metrics when it answers; none: not read)")
     p.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
                    help="an HTTP header sent on every request and the target check (repeatable; "
                         "e.g. a gateway's tenant or route header); never stored")
@@ -174,6 +178,7 @@ def _config(args: argparse.Namespace, rate: float | None, speedup: float | None)
         ignore_eos=args.ignore_eos,
         api_key=args.api_key,
         headers=tuple(parse_header(h) for h in args.header),
+        metrics_url=args.metrics_url,
         sessions=args.sessions,
         timeout_s=parse_duration_s(args.timeout, "--timeout"),
         stall_timeout_s=parse_duration_s(args.stall_timeout, "--stall-timeout"),

@@ -110,7 +110,8 @@ class LlamaServer(ProcessEngine):
         elif not os.access(binary, os.X_OK):
             raise TargetError(f"llama-server: {binary} is not an executable file")
 
-    def derive(self, common: dict[str, float]) -> dict[str, float]:
+    @classmethod
+    def derive(cls, common: dict[str, float]) -> dict[str, float]:
         if "prompt_tokens" in common and "prefix_cache_hits" in common:
             common["prompt_tokens"] += common["prefix_cache_hits"]
             common["prefix_cache_queries"] = common["prompt_tokens"]

@@ -78,13 +78,16 @@ class ProcessEngine:
     def preflight(self) -> None:
         """Raise TargetError when something the command needs is missing (binary, venv, ...)."""
 
-    def derive(self, common: dict[str, float]) -> dict[str, float]:
+    @classmethod
+    def derive(cls, common: dict[str, float]) -> dict[str, float]:
         """Fill in common metrics an engine only exposes indirectly (adapters override)."""
         return common
 
-    def common_metrics(self, scrape: Scrape) -> dict[str, float]:
-        """The common metric names this engine's scrape provides (see COMMON_METRICS)."""
-        out = self.derive(normalize(scrape, self.metric_spec))
+    @classmethod
+    def common_metrics(cls, scrape: Scrape) -> dict[str, float]:
+        """The common metric names this engine's scrape provides (see COMMON_METRICS); a class
+        method, so that a scrape of an engine someone else started is read the same way."""
+        out = cls.derive(normalize(scrape, cls.metric_spec))
         if "prefix_cache_hit_rate" not in out and out.get("prefix_cache_queries"):
             out["prefix_cache_hit_rate"] = out.get("prefix_cache_hits", 0.0) / out["prefix_cache_queries"]
         return out

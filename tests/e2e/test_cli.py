@@ -64,6 +64,12 @@ def test_run_writes_results_and_json(cli, small_trace, scripted, tmp_path):
     assert requests["output_chunks"].to_list() == expected
     assert requests["request_id"].to_list() == trace.df.head(30)["request_id"].to_list()
     assert not list(out.glob("*.parts")), "the rows written as the stage went are gone once its file is"
+    # the scripted server has no /metrics: the stage says so and went on; --metrics-url none reads nothing
+    url = server.url + "/metrics"
+    assert stage["engine_metrics"] == {"url": url, "unavailable": f"GET {url} answered HTTP 404"}
+    done = cli("run", str(small_trace), "--url", server.url, "--rate", "30", "--requests", "3",
+               "--metrics-url", "none", "--out", str(tmp_path / "none"), "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["stages"][0]["engine_metrics"] is None
 
 
 def test_a_run_killed_mid_stage_keeps_the_requests_that_had_finished(cli, scripted, tmp_path):
@@ -217,6 +223,9 @@ def test_without_url_the_embedded_engine_serves(cli, small_trace, tmp_path):
     # the engine streamed exactly the trace's output lengths (max_tokens + ignore_eos)
     assert requests["completion_tokens"].to_list() == requests["expected_output_tokens"].to_list()
     assert (requests["prompt_tokens"] > requests["input_tokens"]).all()  # the chat template adds tokens
+    # its /metrics (vLLM's names) was read before and after the stage at least
+    m = stage["engine_metrics"]
+    assert m["engine"] == "vllm" and m["url"].endswith("/metrics") and "preemptions" in m, m
 
 
 @pytest.mark.parametrize("flags, expected", [

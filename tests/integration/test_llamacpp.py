@@ -61,6 +61,18 @@ def test_sweep_completes_with_usage_parsed(running):
     assert all(s["completed"] == 12 and s["output_tokens_per_s"] > 0 for s in result.summaries)
 
 
+def test_every_stage_reads_the_engines_own_metrics(running):
+    # replay.engine_metrics: the target's /metrics, told apart by its names, read through the
+    # llama.cpp adapter's parser, before, every second during and after the stage
+    result = sweep(small_trace(n=12, seed=3), RunConfig(url=running.url, lag_bound_ms=20), rates=[4.0])
+    m = result.summaries[0]["engine_metrics"]
+    assert m["engine"] == "llama-server" and m["url"] == running.url + "/metrics", m
+    # this llama.cpp exports no KV usage gauge (llamacpp:kv_cache_usage_ratio is gone)
+    assert m["samples"] >= 1 and {"running", "waiting"} <= set(m) and "kv_usage" not in m, m
+    assert 0 <= m["prefix_cache_hit_rate"] <= 1, m
+    assert result.summaries[0]["completed"] == 12
+
+
 def test_shared_prefix_hits_the_cache_in_responses_and_metrics(running):
     before = running.metrics()
     trace = shared_prefix_trace(system_tokens=300, n=5)

@@ -66,9 +66,17 @@ def test_an_invalid_stage_cannot_be_the_saturation_point():
     assert result.rate is None and result.undetermined_at == 2
     assert "send lag p99 7.5 ms above the 1 ms bound" in result.reason
     assert result.to_json() == {"status": "undetermined", "rate": None, "undetermined_at": 2,
-                                "reason": result.reason}
+                                "reason": result.reason, "resource": None}
     cancelled = saturation([1], [stage(sent=10, completed=2, valid=False, cancelled=True)])
     assert cancelled.undetermined_at == 1 and "cancelled" in cancelled.reason
+
+
+def test_the_saturation_point_names_what_the_engine_ran_out_of():
+    full = {"engine": "vllm", "samples": 9, "kv_usage": {"p50": 0.7, "max": 0.97}, "preemptions": 4.0}
+    result = saturation([1, 2], [stage(), {**stage(growth=(20, 900)), "engine_metrics": full}])
+    assert result.rate == 2 and result.resource == "the KV cache (usage max 97%, 4 preemptions)"
+    # nothing read, or read from a stage that kept up: nothing named
+    assert saturation([1, 2], [stage(), stage(growth=(20, 900))]).resource is None
 
 
 def test_an_invalid_stage_that_kept_up_does_not_hide_a_later_saturation():
@@ -83,7 +91,8 @@ def test_the_result_json_is_one_shape_with_the_callers_context_first():
     data = result.to_json(trace="t.parquet", files=["a", "b"])
     assert list(data)[:2] == ["trace", "files"]
     assert data["url"] == config.url and data["duration_s"] == 20.0 and data["rates"] == [1.0, 2.0]
-    assert data["saturation"] == {"status": "saturated", "rate": 2.0, "undetermined_at": None, "reason": "r"}
+    assert data["saturation"] == {"status": "saturated", "rate": 2.0, "undetermined_at": None, "reason": "r",
+                                  "resource": None}
     assert data["rate_search"] is None and len(data["stages"]) == 2
     assert result.saturation_rate == 2.0 and result.saturation_reason == "r"
     with pytest.raises(ValueError, match="context key 'stages'"):
