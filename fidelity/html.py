@@ -8,36 +8,15 @@ reasons, diagnosis) is HTML-escaped.
 
 from __future__ import annotations
 
-import base64
 from html import escape
 
 from fidelity.compare import AA_FACTOR, AA_MAX_REQUESTS, AA_SPLITS, FIXED_BOUNDS
 from fidelity.judge import FidelityReport, StageFidelity
-from fidelity.plots import Plot, stage_plots, verdict_chart
+from fidelity.plots import stage_plots, verdict_chart
 from fidelity.render import _num, _word, headline, note
+from replay.figures import STYLE_CSS, figure_html
 
-__all__ = ["html_report", "thresholds_note", "STYLE_CSS", "figure_html"]
-
-STYLE_CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em auto; max-width: 1280px;
-       padding: 0 1em; color: #212121; }
-.banner { padding: 0.8em 1.2em; border-radius: 6px; color: #fff; }
-.banner.ok { background: #2e7d32; } .banner.bad { background: #c62828; }
-.banner h1 { margin: 0; font-size: 1.6em; }
-code { background: #f3f3f3; padding: 0 0.25em; border-radius: 3px; word-break: break-all; }
-table { border-collapse: collapse; font-size: 0.85em; margin: 0.8em 0; }
-th, td { border: 1px solid #ddd; padding: 0.25em 0.5em; text-align: left; vertical-align: top; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-tr.pass td.word { color: #2e7d32; } tr.fail td.word { color: #c62828; font-weight: bold; }
-tr.fail { background: #fff3f3; } tr.na { color: #757575; }
-.stage { border-top: 2px solid #ddd; margin-top: 2em; }
-.stage h2 .word { font-size: 0.8em; padding: 0.1em 0.5em; border-radius: 4px; color: #fff; }
-.stage h2 .ok { background: #2e7d32; } .stage h2 .bad { background: #c62828; }
-figure { margin: 1em 0; } figcaption { font-size: 0.85em; color: #555; }
-img.plot { max-width: 100%; height: auto; border: 1px solid #eee; }
-.note { background: #f7f7f7; padding: 0.6em 1em; border-left: 4px solid #90a4ae; }
-"""
-
+__all__ = ["html_report", "thresholds_note"]
 
 def thresholds_note(kind: str = "fidelity") -> str:
     """How a metric's bound is set, in words (plain text), as :mod:`fidelity.compare` sets it."""
@@ -53,13 +32,6 @@ def thresholds_note(kind: str = "fidelity") -> str:
             f"judged only when asked (the target ran live's engine config at live's rate). Every time-based "
             f"metric compares a stage at its own pace: counting windows are live's divided by the stage's "
             f"compression, reuse and think times are multiplied by it.")
-
-
-def figure_html(plot: Plot) -> str:
-    data = base64.b64encode(plot.png).decode("ascii")
-    return (f'<figure><img class="plot" data-kind="{plot.kind}" alt="{escape(plot.title)}" '
-            f'src="data:image/png;base64,{data}"><figcaption><b>{escape(plot.title)}.</b> '
-            f"{escape(plot.caption)}</figcaption></figure>")
 
 
 def _row(m) -> str:

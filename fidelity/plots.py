@@ -1,5 +1,4 @@
-"""The fidelity report's plots: matplotlib figures drawn with the Agg renderer (no pyplot, no
-global state) and returned as PNG bytes.
+"""The fidelity report's plots, drawn as every report here draws (:mod:`replay.figures`).
 
 Every plot compares the live side with the replay side of one stage (:class:`StageFidelity`
 keeps both), except the sweep's verdict chart. Plot work is bounded on any trace size: a CDF or
@@ -11,9 +10,7 @@ side: :meth:`Side.cache_share`, :meth:`Side.reuse_s`).
 
 from __future__ import annotations
 
-import io
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,9 +18,10 @@ from fidelity import cache
 from fidelity.compare import Verdict
 from fidelity.sides import Side
 from fidelity.judge import FidelityReport, StageFidelity
+from replay.figures import Plot, empty, literal, new_figure, png_of
 
-__all__ = ["MAX_POINTS", "QQ_POINTS", "GROUPS", "Plot", "ecdf_points",
-           "counts_over_time", "stage_plots", "verdict_chart", "group_verdicts", "new_figure", "png_of", "literal"]
+__all__ = ["MAX_POINTS", "QQ_POINTS", "GROUPS", "ecdf_points", "counts_over_time", "stage_plots", "verdict_chart",
+           "group_verdicts"]
 
 MAX_POINTS = 20_000
 QQ_POINTS = 199
@@ -33,19 +31,10 @@ COUNT_BINS = 120  # windows of the counts-over-time plot
 # each side, ~2 s at 1M requests)
 LRU_SHARES = cache.CAPACITY_SHARES
 GROUPS = ("lengths", "cache", "arrivals", "sessions", "outcomes")
-DPI = 96
 
 LIVE, REPLAY = "#1f77b4", "#d62728"
 STYLE = {LIVE: "-", REPLAY: "--"}  # the replay dashed over live: where they agree both show
 PASS, FAIL, NA = "#4caf50", "#e53935", "#bdbdbd"
-
-
-@dataclass(frozen=True)
-class Plot:
-    kind: str  # cdf, qq, counts, cache, survival, verdicts
-    title: str
-    caption: str
-    png: bytes
 
 
 # --- data ---------------------------------------------------------------------------------------
@@ -79,33 +68,6 @@ def group_verdicts(verdict: Verdict) -> dict[str, tuple[bool | None, int, int]]:
 
 
 # --- drawing ------------------------------------------------------------------------------------
-
-def literal(s: str) -> str:
-    """``s`` as literal matplotlib text (a ``$`` would start mathtext)."""
-    return s.replace("\\", "\\\\").replace("$", r"\$")
-
-
-def new_figure(ncols: int, nrows: int = 1, width: float = 4.0, height: float = 3.0):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width * ncols, height * nrows), dpi=DPI, layout="constrained")
-    return fig, list(fig.subplots(nrows, ncols, squeeze=False).ravel())
-
-
-def png_of(fig) -> bytes:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
-
-
-def _empty(ax, what: str) -> None:
-    ax.text(0.5, 0.5, literal(what), ha="center", va="center", transform=ax.transAxes, color="#666666")
-    ax.set_xticks([])
-    ax.set_yticks([])
-
 
 def _log_if_wide(ax, *arrays: np.ndarray) -> None:
     v = np.concatenate([a for a in arrays if len(a)]) if any(len(a) for a in arrays) else np.zeros(0)
@@ -166,7 +128,7 @@ def qq_plot(live: Side, replay: Side) -> Plot:
     for ax, label, attr in zip(axes, ("input tokens", "output tokens"), ("input_tokens", "output_tokens")):
         a, b = _clean(getattr(live, attr)), _clean(getattr(replay, attr))
         if not len(a) or not len(b):
-            _empty(ax, f"{label}: one side has none")
+            empty(ax, f"{label}: one side has none")
             continue
         qa, qb = np.quantile(a, p), np.quantile(b, p)
         ax.plot(qa, qb, ".", color=REPLAY, markersize=3)
@@ -200,7 +162,7 @@ def counts_plot(live: Side, replay: Side) -> Plot:
     edges, a, b = counts_over_time(live, replay)
     window = float(edges[1] - edges[0]) if len(edges) > 1 else 0.0
     if not len(edges):
-        _empty(ax, "fewer than two distinct send times")
+        empty(ax, "fewer than two distinct send times")
     else:
         for side, counts, color in ((live, a, LIVE), (replay, b, REPLAY)):
             ax.step(edges[:-1], counts, where="post", color=color, linestyle=STYLE[color], label=literal(side.name))
@@ -226,7 +188,7 @@ def cache_plot(live: Side, replay: Side, verdict: Verdict | None = None) -> Plot
     named = cache.capacities_for(live.hashes, (*LRU_SHARES, 1.0))
     distinct = named.pop("lru_1")  # all of live's distinct blocks (at least 1)
     if not int(live.hashes.list.len().fill_null(0).sum()):
-        _empty(ax, "no block hashes")
+        empty(ax, "no block hashes")
     else:
         capacities = sorted({c for c in named.values() if c})
         for side, color in ((live, LIVE), (replay, REPLAY)):

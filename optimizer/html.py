@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from html import escape
 
-from fidelity.html import STYLE_CSS, figure_html
-from fidelity.plots import Plot, literal, new_figure, png_of
+from replay.figures import STYLE_CSS, Plot, figure_html, literal, new_figure, png_of
 from optimizer.campaign import CampaignResult
 
 __all__ = ["search_plot", "html_report"]

@@ -102,7 +102,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Replay the trace once per rate; the summary names the first rate where "
                                    "the server stops keeping up (more than 10% of requests fail, a queue "
                                    "builds, or the SLO fails), or says it is undetermined there when that "
-                                   "stage's own send lag made it invalid.")
+                                   "stage's own send lag made it invalid. Beside summary.json it writes "
+                                   "sweep.html: latency p50 / p99 and goodput against the achieved rate, the "
+                                   "saturation point marked, and the engine's KV usage and queue per stage.")
     _add_common(p)
     p.add_argument("--rates", required=True,
                    help="comma-separated req/s, e.g. 1,2,4,8; or auto[:N] to find the saturation rate with short "
@@ -310,7 +312,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         result = sweep(trace, config, rates, queue_growth_s=growth_s,
                        progress=lambda rate: bar.stage(f"{rate:g} req/s"), on_stage=saver, on_rows=saver.rows,
                        stop_after_saturation=args.stop_after_saturation)
-    return _report(args, result, saver)
+    return _report(args, result, saver, page=True)
 
 
 def _search_line(search) -> str:
@@ -329,15 +331,21 @@ def _search_line(search) -> str:
             f"stages at {stages} req/s")
 
 
-def _report(args: argparse.Namespace, result, saver: _Saver) -> int:
+def _report(args: argparse.Namespace, result, saver: _Saver, page: bool = False) -> int:
+    """Judge (--fidelity), print the table (or the JSON), and with ``page`` write sweep.html."""
     if not result.interrupted:
         _judge(args, result, saver)
     summary = saver.summary(result)
+    page_path = None
+    if page and result.stages:
+        from replay.sweep_html import write_sweep_html
+
+        page_path = write_sweep_html(saver.out, summary)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         print_stages(summary)
-        print(f"results: {saver.out}")
+        print(f"results: {saver.out}" + (f" (page: {page_path})" if page_path else ""))
     if result.interrupted:
         print(f"interrupted: partial results kept in {saver.out}", file=sys.stderr)
         return 130

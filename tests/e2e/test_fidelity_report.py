@@ -1,6 +1,6 @@
-"""`replay sweep / run --fidelity LIVE` against the embedded engine, and the HTML report it writes
-opened in headless Chromium: every plot loads, nothing errs, and names that look like markup stay
-text."""
+"""`replay sweep / run --fidelity LIVE` against the embedded engine, and the HTML pages it writes
+(the fidelity report, and the sweep's own sweep.html) opened in headless Chromium: every plot
+loads, nothing errs, and names that look like markup stay text."""
 
 from __future__ import annotations
 
@@ -84,6 +84,24 @@ def test_the_report_loads_in_chromium_with_its_plots_and_no_errors(swept):
     assert HOSTILE in page.text  # shown as text, not parsed as markup
     assert page.title.startswith("Fidelity: ")
     assert f"{AA_FACTOR:g} times the largest" in page.text
+
+
+@pytest.mark.slow
+def test_the_sweep_page_loads_in_chromium_with_its_plots_and_no_errors(swept):
+    browser = chromium()
+    out, done = swept
+    assert f"(page: {out / 'sweep.html'})" in done.stdout
+    page = load_page(browser, out / "sweep.html")
+    assert not page.console_errors and not page.exceptions and not page.log_errors, page
+    assert page.resources == []
+    assert [i["kind"] for i in page.images] == ["latency", "goodput", "engine"]
+    assert all(i["complete"] and i["width"] > 0 for i in page.images), page.images
+    assert page.title.startswith("Sweep: ")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["trace"] in page.text
+    # a row per stage, with the achieved rate summary.json holds
+    for s in summary["stages"]:
+        assert f"{s['throughput_rps']:.3g}" in page.text
 
 
 @pytest.mark.slow
