@@ -100,6 +100,9 @@ class RunConfig:
     # open: every request at its scheduled time; causal: a session's turn k also waits for the
     # end of turn k-1 plus the recorded think time (see replay.sessions)
     sessions: SessionMode = "open"
+    # a closed-loop stage: N users, each sending its next request the moment its last one ended
+    # (every request due at once, at most N in flight; no rate: see replay.plan.schedule)
+    concurrency: int | None = None
     timeout_s: float = RUNNER_DEFAULTS["timeout_s"]  # whole request, from its send
     stall_timeout_s: float = RUNNER_DEFAULTS["stall_timeout_s"]  # silence after the first token
     connect_timeout_s: float = RUNNER_DEFAULTS["connect_timeout_s"]
@@ -134,6 +137,8 @@ class RunConfig:
             raise ConfigError(f"--drain: must be >= 0 (0 = no limit), got {self.drain_s}")
         if self.sessions not in SESSION_MODES:
             raise ConfigError(f"--sessions: unknown mode '{self.sessions}' (open or causal)")
+        if self.concurrency is not None:
+            self._check_closed_loop()
         if self.warm_connections is not None and self.warm_connections < 0:
             raise ConfigError(f"--warm-connections: must be >= 0, got {self.warm_connections}")
         if self.max_connections < 1 or self.worker_threads < 1:
@@ -145,6 +150,28 @@ class RunConfig:
                 raise ConfigError(f"--header: '{name}' is not a header name, or its value holds a line break")
         if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in self.cpus):
             raise ConfigError(f"cpus: expected CPU numbers >= 0, got {self.cpus!r}")
+
+    def _check_closed_loop(self) -> None:
+        c = self.concurrency
+        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+            raise ConfigError(f"--concurrency: must be a whole number >= 1, got {c!r}")
+        if self.rate is not None or self.speedup is not None:
+            raise ConfigError("--concurrency: a closed-loop stage sets no rate; give --concurrency or --rate / --speedup")
+        if self.duration_s is not None:
+            raise ConfigError("--concurrency: a closed-loop stage ends when its requests are done; use --requests, "
+                              "not --duration")
+        if self.sessions == "causal":
+            raise ConfigError("--concurrency: closed-loop stages do not replay causal sessions yet; use --sessions open")
+        if self.arrivals.kind != "trace":
+            raise ConfigError(f"--concurrency: a closed-loop stage has no arrivals to draw (--arrivals "
+                              f"{self.arrivals.kind})")
+        if c > self.max_connections:
+            raise ConfigError(f"--concurrency: {c} users need as many connections; --max-connections is "
+                              f"{self.max_connections}")
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.concurrency is not None
 
     def request_headers(self) -> list[tuple[str, str]]:
         """The headers every request and the target check carry: ``headers``, then the API key as
@@ -206,6 +233,14 @@ class AutoRates:
     def __post_init__(self) -> None:
         if not (isinstance(self.points, int) and self.points >= 2):
             raise ConfigError(f"--rates auto:N: N must be a whole number >= 2, got {self.points!r}")
+
+
+def parse_users(text: str) -> list[int]:
+    """'1,4,16' (--concurrency) -> [1, 4, 16]: whole numbers >= 1, as given."""
+    parts = [x.strip() for x in text.split(",") if x.strip()]
+    if not parts or not all(x.isdigit() and int(x) >= 1 for x in parts):
+        raise ConfigError(f"--concurrency: '{text}' must list whole numbers of users >= 1, e.g. 1,4,16")
+    return [int(x) for x in parts]
 
 
 def parse_rates(text: str) -> list[float] | AutoRates:

@@ -12,6 +12,10 @@ every SLO, per second; a request with one output token has no TPOT, so it does n
 objective. ``rejected`` counts the requests the server refused as invalid (an HTTP 4xx other than
 408 and 429, e.g. a prompt longer than the model's context), which would fail at any rate.
 
+A closed-loop stage (``concurrency``: N users, each sending its next request when its last
+ended) has no schedule: a request is due when the runner released it, so its latencies "from the
+intended send" count from that release, and it offers no rate (``offered_rate`` None).
+
 Three rates describe a stage's load, in req/s:
 
 - ``requested_rate``: the rate asked for (None: the trace's own timing, as recorded or sped up);
@@ -37,10 +41,17 @@ from replay.plan import offered_window
 if TYPE_CHECKING:
     from replay.runner import StageResult
 
-__all__ = ["summarize", "PERCENTILES", "queue_growth", "LOAD_4XX"]
+__all__ = ["summarize", "load_label", "PERCENTILES", "queue_growth", "LOAD_4XX"]
 
 PERCENTILES = (50, 90, 99)
 LOAD_4XX = (408, 429)  # the 4xx statuses a server gives under load; other 4xx reject the request itself
+
+
+def load_label(rate: float | None, concurrency: int | None = None) -> str:
+    """A stage's load in words: "4 users" (closed loop), "20 req/s", or "as recorded"."""
+    if concurrency is not None:
+        return f"{concurrency} user{'s' if concurrency != 1 else ''}"
+    return "as recorded" if rate is None else f"{rate:g} req/s"
 
 
 def _pcts(values: np.ndarray, scale: float) -> dict[str, float | None]:
@@ -183,6 +194,7 @@ def summarize(result: StageResult) -> dict:
         "invalid_reason": None if valid else _invalid_reason(result, lag_p99_ms),
         "conn_ms": _pcts(df["conn_ns"].drop_nulls().cast(pl.Float64).to_numpy(), 1e6),
         "sessions": config.sessions,
+        "concurrency": config.concurrency,
         "slip_ms": {**_pcts(slip.astype(np.float64), 1e6), "max": float(slip.max()) / 1e6 if len(slip) else None}
         if config.sessions == "causal" else None,
         "cancelled": result.cancelled,

@@ -124,6 +124,9 @@ def schedule(trace: Trace, config: RunConfig) -> np.ndarray:
     requests due in ``[0, duration_s)``; otherwise over the requests sent (``requests``, else the
     whole trace), ``(n - 1) / (last - first offset) = rate``. Without a rate the trace's timing is
     divided by ``speedup`` (default 1: as recorded) and cut at ``duration_s``.
+
+    A closed-loop stage (``concurrency``) has no schedule: every request is due at once, and the
+    runner releases the next one each time one of its ``concurrency`` in flight ends.
     """
     from replay import _engine
 
@@ -136,6 +139,8 @@ def schedule(trace: Trace, config: RunConfig) -> np.ndarray:
             raise ConfigError(f"--requests: {config.requests} asked, the trace has {total} rows")
         n = config.requests
     arrivals, rate, duration_s = config.arrivals, config.rate, config.duration_s
+    if config.closed_loop:
+        return np.zeros(n, dtype=np.int64)
     if arrivals.kind == "trace":
         trace_ns = trace.df["arrival_us"].to_numpy()[:n].astype(np.int64) * 1000
         base = _compress(trace_ns, config.speedup or 1.0)

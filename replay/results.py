@@ -27,8 +27,9 @@ __all__ = ["stage_file", "write_stage", "read_stage", "write_summary", "StagePar
 RESULTS_VERSION = "2"  # 2: chunk_us (u32 µs after the first token), release_ns, conn_ns
 
 
-def stage_file(folder: Path, index: int, rate: float | None) -> Path:
-    label = "asrecorded" if rate is None else f"{rate:g}rps"
+def stage_file(folder: Path, index: int, rate: float | None, concurrency: int | None = None) -> Path:
+    """``stageNN_<load>.parquet``: ``20rps``, ``asrecorded``, or ``c4`` (a closed-loop stage of 4 users)."""
+    label = f"c{concurrency}" if concurrency is not None else "asrecorded" if rate is None else f"{rate:g}rps"
     return Path(folder) / f"stage{index:02d}_{label}.parquet"
 
 

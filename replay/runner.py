@@ -125,11 +125,13 @@ def warm_connections(plan: Plan, config: RunConfig) -> int:
     """Connections to open before t0: ``config.warm_connections``, or the most requests the
     schedule has in flight at once if each takes its expected response time (its recorded
     ``e2e_us``, else 0.25 s + 30 ms per expected output token), at least 1, at most
-    :data:`WARM_CAP` and ``max_connections``. That is Little's law (rate x response time) where
+    :data:`WARM_CAP` and ``max_connections`` (a closed-loop stage: its users). That is Little's law (rate x response time) where
     the arrivals are even, and a burst's size where they are not: with only the mean, a bursty
     stage's second request in a burst connected on its own path."""
     if config.warm_connections is not None:
         return config.warm_connections
+    if config.closed_loop:  # its users
+        return int(min(WARM_CAP, config.max_connections, config.concurrency, max(plan.n, 1)))
     if plan.n == 0:
         return 1
     tokens = plan.rows["max_tokens"].fill_null(plan.rows["output_tokens"]).fill_null(0).to_numpy()
@@ -158,6 +160,8 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None,
 
     def take(raw: dict) -> None:
         frame = _results_frame(plan, raw)
+        if config.closed_loop:  # no schedule: a request was due when the runner released it
+            frame = frame.with_columns(intended_ns=pl.col("release_ns").fill_null(pl.col("intended_ns")))
         if frame.height:
             frames.append(frame)
             if on_rows is not None:
@@ -187,6 +191,7 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None,
             connect_timeout_s=config.connect_timeout_s,
             drain_s=config.drain_s,
             max_connections=config.max_connections,
+            max_in_flight=config.concurrency or 0,
             warm_connections=warm_connections(plan, config),
             chunk_times=config.chunk_times,
             worker_threads=config.worker_threads,

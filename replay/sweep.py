@@ -33,6 +33,7 @@ from replay.config import RunConfig
 from replay.errors import ConfigError
 from replay.plan import build_plan, schedule
 from replay.engine_metrics import exhausted
+from replay.metrics import load_label
 from replay.runner import Progress, RowsSink, StageResult, resolve_model, run_plan
 from replay.trace import Trace
 
@@ -61,12 +62,22 @@ class Saturation:
     status: SaturationStatus
     rate: float | None = None  # the saturation point (status "saturated"; None also for an as-recorded stage)
     undetermined_at: float | None = None  # the invalid stage's rate (status "undetermined")
+    # a closed-loop sweep's stage where it saturated (or was undetermined): its users
+    concurrency: int | None = None
     reason: str | None = None
     # what the engine ran out of at that stage, from its own metrics (replay.engine_metrics.exhausted)
     resource: str | None = None
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
+
+    @staticmethod
+    def where(saturation: dict) -> str:
+        """The stage a saturation (its JSON) names, in words: "8 req/s", "16 users", "the recorded rate"."""
+        rate = saturation.get("rate") if saturation["status"] == "saturated" else saturation.get("undetermined_at")
+        if saturation.get("concurrency") is None and rate is None:
+            return "the recorded rate"
+        return load_label(rate, saturation.get("concurrency"))
 
 
 def _symptom(s: dict, queue_growth_s: float) -> str | None:
@@ -100,11 +111,12 @@ def saturation(
         if reason is None:
             continue
         resource = exhausted(s.get("engine_metrics"))
+        users = s.get("concurrency")
         if not s["valid"]:
             return Saturation("undetermined", undetermined_at=rate,
                               reason=f"{reason}, but {_invalid_because(s)}: it may be the runner's",
-                              resource=resource)
-        return Saturation("saturated", rate=rate, reason=reason, resource=resource)
+                              resource=resource, concurrency=users)
+        return Saturation("saturated", rate=rate, reason=reason, resource=resource, concurrency=users)
     return Saturation("not_reached")
 
 
@@ -131,22 +143,25 @@ class SweepResult:
     The one result of the library and the CLI; :meth:`to_json` is the one JSON shape (summary.json).
     """
 
-    config: RunConfig  # the sweep's config; each stage ran it with its own rate
-    rates: list[float | None]  # the requested rate of every stage planned (None: as recorded / sped up)
+    config: RunConfig  # the sweep's config; each stage ran it with its own rate (or users)
+    rates: list[float | None]  # the requested rate of every stage planned (None: as recorded / sped up / closed loop)
     stages: list[StageResult]  # the stages run, in order (fewer than `rates` when stopped early)
     summaries: list[dict]  # their summaries (replay.metrics.summarize)
     saturation: Saturation
     queue_growth_s: float = QUEUE_GROWTH_S
     rate_search: RateSearch | None = None  # how the rates were chosen (--rates auto)
+    concurrency: list[int] | None = None  # a closed-loop sweep: the users of every stage planned
 
     @classmethod
     def of(cls, config: RunConfig, rates: Sequence[float | None], stages: Sequence[StageResult], *,
-           queue_growth_s: float = QUEUE_GROWTH_S, rate_search: RateSearch | None = None) -> SweepResult:
-        """The result of `stages`, run at the first rates of `rates`: summaries and saturation computed."""
+           queue_growth_s: float = QUEUE_GROWTH_S, rate_search: RateSearch | None = None,
+           concurrency: Sequence[int] | None = None) -> SweepResult:
+        """The result of `stages`, run at the first rates of `rates` (or users of `concurrency`):
+        summaries and saturation computed."""
         summaries = [s.summary for s in stages]
         return cls(config=config, rates=list(rates), stages=list(stages), summaries=summaries,
                    saturation=saturation(rates, summaries, queue_growth_s), queue_growth_s=queue_growth_s,
-                   rate_search=rate_search)
+                   rate_search=rate_search, concurrency=None if concurrency is None else list(concurrency))
 
     @property
     def saturation_rate(self) -> float | None:
@@ -171,6 +186,7 @@ class SweepResult:
             "speedup": c.speedup,
             "max_queue_growth_s": self.queue_growth_s,
             "rates": self.rates,
+            "concurrency": self.concurrency,
             "rate_search": self.rate_search.to_json() if self.rate_search else None,
             "stages": self.summaries,
             "saturation": self.saturation.to_json(),
@@ -181,8 +197,19 @@ class SweepResult:
         return {**context, **body}
 
 
-def check_stages(trace: Trace, config: RunConfig, rates: Sequence[float]) -> list[RunConfig]:
-    """Each stage's config; every stage's schedule is built, so a bad flag is a ConfigError before any runs."""
+def check_stages(trace: Trace, config: RunConfig, rates: Sequence[float],
+                 concurrency: Sequence[int] | None = None) -> list[RunConfig]:
+    """Each stage's config (a closed-loop sweep: one per number of users in `concurrency`, and no
+    rates); every stage's schedule is built, so a bad flag is a ConfigError before any runs."""
+    if concurrency is not None:
+        if rates:
+            raise ConfigError("--rates and --concurrency: give one (open-loop rates or closed-loop users)")
+        if not concurrency:
+            raise ConfigError("--concurrency: give at least one number of users")
+        configs = [dataclasses.replace(config, concurrency=c) for c in concurrency]
+        for c in configs:
+            schedule(trace, c)
+        return configs
     if not rates:
         raise ConfigError("--rates: give at least one rate")
     if config.speedup is not None:
@@ -198,30 +225,42 @@ def sweep(
     config: RunConfig,
     rates: Sequence[float] | RateSearch,
     *,
+    concurrency: Sequence[int] | None = None,
     queue_growth_s: float = QUEUE_GROWTH_S,
-    progress: Callable[[float], Progress | None] | None = None,
+    progress: Callable[[str], Progress | None] | None = None,
     on_stage: Callable[[SweepResult], None] | None = None,
-    on_rows: Callable[[int, float], RowsSink] | None = None,
+    on_rows: Callable[[int, RunConfig], RowsSink] | None = None,
     stop_after_saturation: bool = False,
 ) -> SweepResult:
-    """Replay `trace` once per rate (in the order given, or the rates a :func:`find_rates` search chose).
+    """Replay `trace` once per rate (in the order given, or the rates a :func:`find_rates` search
+    chose), or, with `concurrency` (and no rates), once per number of users in closed loop.
 
     Every stage's flags are checked and the target probed (TargetError when it cannot serve) before
-    the first stage. `on_stage` sees the result so far after each stage (to save partial results);
-    `on_rows(index, rate)` gives the stage's sink for its rows as they come (:func:`run_plan`).
-    `stop_after_saturation` skips the stages after the first one that saturated or was undetermined.
+    the first stage. `progress(label)` gives the stage's progress callback (label: its load in
+    words, :func:`replay.metrics.load_label`); `on_stage` sees the result so far after each stage
+    (to save partial results); `on_rows(index, stage_config)` gives the stage's sink for its rows
+    as they come (:func:`run_plan`). `stop_after_saturation` skips the stages after the first one
+    that saturated or was undetermined.
     """
     search = rates if isinstance(rates, RateSearch) else None
     rates = list(search.rates if search else rates)
-    configs = check_stages(trace, config, rates)
+    configs = check_stages(trace, config, rates, concurrency)
+    if concurrency is not None:
+        rates = [None] * len(configs)
     model = resolve_model(trace, config)
     stages: list[StageResult] = []
-    result = SweepResult.of(config, rates, stages, queue_growth_s=queue_growth_s, rate_search=search)
-    for i, (rate, stage_config) in enumerate(zip(rates, configs)):
+
+    def result_of() -> SweepResult:
+        return SweepResult.of(config, rates, stages, queue_growth_s=queue_growth_s, rate_search=search,
+                              concurrency=concurrency)
+
+    result = result_of()
+    for i, stage_config in enumerate(configs):
         plan = build_plan(trace, stage_config, model=model)
-        stages.append(run_plan(plan, stage_config, progress(rate) if progress else None,
-                               on_rows(i, rate) if on_rows else None))
-        result = SweepResult.of(config, rates, stages, queue_growth_s=queue_growth_s, rate_search=search)
+        label = load_label(stage_config.rate, stage_config.concurrency)
+        stages.append(run_plan(plan, stage_config, progress(label) if progress else None,
+                               on_rows(i, stage_config) if on_rows else None))
+        result = result_of()
         if on_stage is not None:
             on_stage(result)
         if stages[-1].interrupted or (stop_after_saturation and result.saturation.status != "not_reached"):

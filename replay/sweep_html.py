@@ -9,7 +9,9 @@ What it shows, per stage (one point each, in the order run):
 - goodput (requests meeting every SLO per second; every completed one when no SLO was set) against
   the achieved rate, beside the line where they are equal;
 - the engine's own metrics (replay.engine_metrics): KV-cache usage and waiting requests, p50 and
-  max, against the offered rate.
+  max, against the achieved rate.
+
+A closed-loop sweep (``replay sweep --concurrency``) draws the same, one point per number of users.
 
 The saturation point (replay.sweep) is a vertical red line at that stage's achieved rate, and
 an undetermined one a grey line; a stage the runner fell behind in (invalid) is drawn with
@@ -23,6 +25,7 @@ from html import escape
 from pathlib import Path
 
 from replay.figures import STYLE_CSS, Plot, empty, figure_html, literal, new_figure, png_of
+from replay.metrics import load_label
 
 __all__ = ["SWEEP_HTML", "sweep_points", "sweep_plots", "sweep_html", "write_sweep_html"]
 
@@ -55,6 +58,7 @@ def sweep_points(summary: dict) -> dict:
         m = s.get("engine_metrics") or {}
         point = {
             "requested": rates[i] if i < len(rates) else s.get("requested_rate"),
+            "concurrency": s.get("concurrency"),
             "offered": s.get("offered_rate"),
             "achieved": _stage_rate(s),
             "valid": bool(s.get("valid")),
@@ -66,10 +70,13 @@ def sweep_points(summary: dict) -> dict:
             point[key] = {p: _latency(s, key, p) for p in ("p50", "p99")}
         points.append(point)
     sat = summary.get("saturation") or {}
-    at = {"saturated": sat.get("rate"), "undetermined": sat.get("undetermined_at")}.get(sat.get("status"))
     x = None
-    if at is not None:
-        x = next((p["achieved"] for p in points if p["requested"] == at), None)
+    if sat.get("status") in ("saturated", "undetermined"):
+        at = sat.get("rate") if sat["status"] == "saturated" else sat.get("undetermined_at")
+        users = sat.get("concurrency")
+        x = next((p["achieved"] for p in points
+                  if (p["concurrency"] == users if users is not None else at is not None and p["requested"] == at)),
+                 None)
     return {"stages": points, "saturation": sat, "saturation_x": x}
 
 
@@ -139,7 +146,7 @@ def _goodput_plot(data: dict) -> Plot:
 def _engine_plot(data: dict) -> Plot:
     fig, axes = new_figure(2, width=4.5, height=3.2)
     stages = data["stages"]
-    xs = [s["offered"] for s in stages]
+    xs = [s["achieved"] for s in stages]
     valid = [s["valid"] for s in stages]
     for ax, (key, name, scale) in zip(axes, (("kv_usage", "KV-cache usage (%)", 100.0),
                                               ("waiting", "requests waiting", 1.0))):
@@ -149,13 +156,14 @@ def _engine_plot(data: dict) -> Plot:
         if not any(drawn):
             empty(ax, f"{name}: not read from the engine")
             continue
+        _mark_saturation(ax, data)
         ax.set_title(literal(name))
-        ax.set_xlabel("offered rate (req/s)")
+        ax.set_xlabel("achieved rate (completed req/s)")
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
     return Plot("engine", "The engine per stage",
                 "The engine's own KV-cache usage and waiting requests (its /metrics, read every second during "
-                "the stage), p50 (solid) and max (dashed), against the offered rate.", png_of(fig))
+                "the stage), p50 (solid) and max (dashed), against the rate achieved.", png_of(fig))
 
 
 def sweep_plots(summary: dict) -> list[Plot]:
@@ -169,13 +177,15 @@ def _fmt(v, spec: str = ".3g") -> str:
 
 
 def _headline(sat: dict) -> str:
+    from replay.sweep import Saturation
+
     status = sat.get("status")
     if status == "saturated":
-        line = f"saturates at {sat['rate']:g} req/s: {sat.get('reason')}"
+        line = f"saturates at {Saturation.where(sat)}: {sat.get('reason')}"
     elif status == "undetermined":
-        line = f"saturation undetermined at {sat['undetermined_at']:g} req/s: {sat.get('reason')}"
+        line = f"saturation undetermined at {Saturation.where(sat)}: {sat.get('reason')}"
     else:
-        line = "no saturation within the rates swept"
+        line = "no saturation within the loads swept"
     if sat.get("resource"):
         line += f"; the engine ran out of {sat['resource']}"
     return line
@@ -194,7 +204,8 @@ def sweep_html(summary: dict, *, plots: bool = True) -> str:
     for s, p in zip(summary.get("stages") or [], data["stages"]):
         m = s.get("engine_metrics") or {}
         word = "valid" if p["valid"] else f"invalid: {s.get('invalid_reason') or ''}"
-        cells = [_fmt(p["requested"], "g"), _fmt(p["offered"]), _fmt(p["achieved"]),
+        requested = load_label(None, p["concurrency"]) if p["concurrency"] is not None else _fmt(p["requested"], "g")
+        cells = [requested, _fmt(p["offered"]), _fmt(p["achieved"]),
                  f"{s.get('completed', 0)} / {s.get('sent', 0)}", *(_fmt(p[k][q]) for k, _ in LATENCIES
                                                                       for q in ("p50", "p99")),
                  _fmt(p["goodput"]), _fmt((m.get("kv_usage") or {}).get("max"), ".0%"),
@@ -202,7 +213,7 @@ def sweep_html(summary: dict, *, plots: bool = True) -> str:
         cls = "pass" if p["valid"] else "fail"
         rows.append(f'<tr class="{cls}">' + "".join(f'<td class="num">{escape(c)}</td>' for c in cells)
                     + f'<td class="word">{escape(word)}</td></tr>')
-    head = ("<tr><th>requested req/s</th><th>offered</th><th>achieved</th><th>completed / sent</th>"
+    head = ("<tr><th>requested req/s (or users)</th><th>offered</th><th>achieved</th><th>completed / sent</th>"
             "<th>TTFT p50 ms</th><th>TTFT p99</th><th>TPOT p50</th><th>TPOT p99</th><th>E2E p50</th><th>E2E p99</th>"
             "<th>goodput req/s</th><th>KV max</th><th>waiting max</th><th>runner</th></tr>")
     ok = sat.get("status") != "undetermined"

@@ -69,14 +69,23 @@ def _fidelity(verdict: dict | None) -> str:
 
 def saturation_line(saturation: dict) -> str:
     """One line for a result's saturation (`SweepResult.to_json()["saturation"]`)."""
+    from replay.sweep import Saturation
+
     ran_out = f"; the engine ran out of {saturation['resource']}" if saturation.get("resource") else ""
     if saturation["status"] == "saturated":
-        at = "the recorded rate" if saturation["rate"] is None else f"{saturation['rate']:g} req/s"
-        return f"saturation: {at} ({saturation['reason']}{ran_out})"
+        return f"saturation: {Saturation.where(saturation)} ({saturation['reason']}{ran_out})"
     if saturation["status"] == "undetermined":
-        return (f"saturation: undetermined at {saturation['undetermined_at']:g} req/s "
-                f"({saturation['reason']}{ran_out})")
-    return "saturation: not reached at these rates"
+        return f"saturation: undetermined at {Saturation.where(saturation)} ({saturation['reason']}{ran_out})"
+    return "saturation: not reached at these loads"
+
+
+def _requested(s: dict) -> str:
+    """The table's load column: the rate asked for, "as recorded", or a closed loop's "N users"."""
+    if s.get("concurrency") is not None:
+        from replay.metrics import load_label
+
+        return load_label(None, s["concurrency"])
+    return "as recorded" if s["requested_rate"] is None else f"{s['requested_rate']:g}"
 
 
 def print_stages(summary: dict) -> None:
@@ -85,9 +94,11 @@ def print_stages(summary: dict) -> None:
     from rich.table import Table
 
     from replay.engine_metrics import describe
+    from replay.metrics import load_label
 
-    table = Table(title="replay stages (req/s requested, offered over the stage's window, achieved; "
-                        "ms from the intended send time; lag = send lag)")
+    table = Table(title="replay stages (req/s requested, or users of a closed loop; offered over the stage's "
+                        "window, achieved; ms from the intended send time, a closed loop's from the release; "
+                        "lag = send lag)")
     judged = any("fidelity" in s for s in summary["stages"])  # replay run / sweep --fidelity LIVE
     for col in ("requested", "offered", "achieved", "ok", "errors", "req/s", "tok/s", "TTFT p50/p99", "TPOT p50",
                 "ITL p50", "E2E p50/p99", "lag p99", "goodput", "valid") + (("fidelity",) if judged else ()):
@@ -96,7 +107,7 @@ def print_stages(summary: dict) -> None:
         errors = ", ".join(f"{k} {v}" for k, v in s["errors"].items()) or "0"
         ttft, e2e = s["ttft_ms"]["from_intended"], s["e2e_ms"]["from_intended"]
         table.add_row(
-            "as recorded" if s["requested_rate"] is None else f"{s['requested_rate']:g}",
+            _requested(s),
             _rate(s["offered_rate"]),
             _rate(s["achieved_send_rate"]),
             str(s["completed"]),
@@ -117,7 +128,8 @@ def print_stages(summary: dict) -> None:
         console = Console(width=200)  # logs and pipes: one line per stage
     console.print(table)
     for s in summary["stages"]:
-        at = "as recorded" if s["requested_rate"] is None else f"at {s['requested_rate']:g} req/s"
+        at = load_label(s["requested_rate"], s.get("concurrency"))
+        at = at if at == "as recorded" else f"at {at}"
         if s["invalid_reason"]:
             console.print(f"invalid {at}: {s['invalid_reason']}", highlight=False)
         if s["cut_off"]:

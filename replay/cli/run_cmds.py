@@ -12,7 +12,7 @@ from pathlib import Path
 
 from replay.cli.report import print_stages, progress_bar, raw_text_warning
 from replay.config import (RUNNER_DEFAULTS, Arrivals, RunConfig, Slo, parse_duration_s, parse_header, parse_rates,
-                           parse_slo)
+                           parse_slo, parse_users)
 from replay.errors import ConfigError
 
 __all__ = ["register"]
@@ -90,12 +90,16 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="replay a trace once against a server",
                        description="Replay a trace open-loop once: each request is sent at its scheduled time "
-                                   "whatever the server does; latencies count from that time.")
+                                   "whatever the server does; latencies count from that time. With "
+                                   "--concurrency N, closed loop instead: N users back to back.")
     _add_common(p)
     rate = p.add_mutually_exclusive_group()
     rate.add_argument("--rate", type=float, help="req/s the stage offers over its window (--duration or "
                                                  "--requests); the arrivals' shape is compressed uniformly to it")
     rate.add_argument("--speedup", type=float, help="compress the trace's own timing K times (default 1 = as recorded)")
+    rate.add_argument("--concurrency", type=int, metavar="N",
+                      help=f"closed loop instead: N users, each sending its next request the moment its last one "
+                           f"ended ({CLOSED_LOOP}); with --requests, not --duration")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("sweep", help="replay a trace at rising rates and find the saturation point",
@@ -106,7 +110,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "sweep.html: latency p50 / p99 and goodput against the achieved rate, the "
                                    "saturation point marked, and the engine's KV usage and queue per stage.")
     _add_common(p)
-    p.add_argument("--rates", required=True,
+    load = p.add_mutually_exclusive_group(required=True)
+    load.add_argument("--concurrency", metavar="N,N,...",
+                      help=f"closed-loop stages instead of rates, one per number of users, e.g. 1,4,16 "
+                           f"({CLOSED_LOOP})")
+    load.add_argument("--rates",
                    help="comma-separated req/s, e.g. 1,2,4,8; or auto[:N] to find the saturation rate with short "
                         "probe stages (--probe-duration each, at most 8: doubling, then bisecting) and run N "
                         "stages (default 5) from a quarter of it to 1.5 times it")
@@ -120,6 +128,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="skip the rates after the saturation point (or after the stage where it is undetermined)")
     p.set_defaults(func=cmd_sweep)
 
+
+# how a closed-loop stage differs, for --help
+CLOSED_LOOP = ("as vLLM's benchmark --max-concurrency and GuideLLM's concurrent profile: at most N in flight, no "
+               "rate; latencies count from each request's release; the table's load column says 'N users'")
 
 # RunConfig needs a URL before the embedded engine has one: flags are checked with this, before it starts
 _EMBEDDED_URL = "http://127.0.0.1:0"
@@ -206,16 +218,17 @@ class _Saver:
         self.args, self.out, self.files = args, out, []
         self.fidelity: list[dict] | None = None  # per stage, once --fidelity judged them
 
-    def rows(self, index: int, rate: float | None):
+    def rows(self, index: int, config: RunConfig):
         from replay.results import StageParts, stage_file
 
-        return StageParts(stage_file(self.out, index, rate))
+        return StageParts(stage_file(self.out, index, config.rate, config.concurrency))
 
     def __call__(self, result) -> None:
         from replay.results import stage_file, write_stage, write_summary
 
         i = len(result.stages) - 1
-        self.files.append(write_stage(result.stages[i], stage_file(self.out, i, result.rates[i])).name)
+        c = result.stages[i].config
+        self.files.append(write_stage(result.stages[i], stage_file(self.out, i, c.rate, c.concurrency)).name)
         write_summary(self.out, self.summary(result))
 
     def summary(self, result) -> dict:
@@ -261,6 +274,7 @@ def _judge(args: argparse.Namespace, result, saver: _Saver) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from replay.metrics import load_label
     from replay.plan import schedule
     from replay.runner import run_stage
     from replay.sweep import SweepResult
@@ -269,15 +283,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     trace = read_trace(args.trace, bodies=False)  # bodies are read a window at a time as the stage runs
     if trace.meta.raw_text:
         print(raw_text_warning(args.trace), file=sys.stderr)
-    config = _config(args, args.rate, args.speedup)
+    config = dataclasses.replace(_config(args, args.rate, args.speedup), concurrency=args.concurrency)
     schedule(trace, config)  # bad --duration / --requests: before the engine starts
     _check_live(args, trace)
     sim_config = _sim_config(args)
     saver = _Saver(args, _out(args, "run"))
     with _target(args, config, sim_config, args.json) as config, progress_bar(quiet=args.json) as bar:
-        stage = run_stage(trace, config, bar.stage(f"{config.rate or 'as recorded'} req/s"),
-                          on_rows=saver.rows(0, config.rate))
-    result = SweepResult.of(config, [config.rate], [stage])
+        stage = run_stage(trace, config, bar.stage(load_label(config.rate, config.concurrency)),
+                          on_rows=saver.rows(0, config))
+    result = SweepResult.of(config, [config.rate], [stage],
+                            concurrency=None if config.concurrency is None else [config.concurrency])
     saver(result)
     return _report(args, result, saver)
 
@@ -287,7 +302,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from replay.sweep import check_stages, find_rates, sweep
     from replay.trace import read_trace
 
-    rates = parse_rates(args.rates)
+    users = parse_users(args.concurrency) if args.concurrency else None
+    rates = parse_rates(args.rates) if args.rates else []
     growth_s = parse_duration_s(args.max_queue_growth, "--max-queue-growth")
     probe_s = parse_duration_s(args.probe_duration, "--probe-duration")
     if not probe_s > 0:
@@ -297,7 +313,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(raw_text_warning(args.trace), file=sys.stderr)
     config = _config(args, None, None)
     if not isinstance(rates, AutoRates):
-        check_stages(trace, config, rates)  # every stage's flags: before the engine starts
+        check_stages(trace, config, rates, users)  # every stage's flags: before the engine starts
     _check_live(args, trace)
     sim_config = _sim_config(args)
     saver = _Saver(args, _out(args, "sweep"))
@@ -309,8 +325,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             if rates.interrupted:
                 print("interrupted during the rate search", file=sys.stderr)
                 return 130
-        result = sweep(trace, config, rates, queue_growth_s=growth_s,
-                       progress=lambda rate: bar.stage(f"{rate:g} req/s"), on_stage=saver, on_rows=saver.rows,
+        result = sweep(trace, config, rates, concurrency=users, queue_growth_s=growth_s,
+                       progress=bar.stage, on_stage=saver, on_rows=saver.rows,
                        stop_after_saturation=args.stop_after_saturation)
     return _report(args, result, saver, page=True)
 

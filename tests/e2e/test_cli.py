@@ -323,6 +323,11 @@ def test_a_wrong_target_is_one_line_and_exit_2_before_any_stage(cli, small_trace
     (["sweep", "--rates", "auto:1"], "--rates auto:N: N must be a whole number >= 2"),
     (["sweep", "--rates", "auto:x"], "--rates: 'auto:x' is not auto or auto:N"),
     (["sweep", "--rates", "auto", "--probe-duration", "0s"], "--probe-duration: must be > 0"),
+    (["run", "--concurrency", "2", "--duration", "5s"], "--concurrency: a closed-loop stage ends when its requests"),
+    (["run", "--concurrency", "0"], "--concurrency: must be a whole number >= 1"),
+    (["sweep", "--concurrency", "1,x"], "--concurrency: '1,x' must list whole numbers of users"),
+    (["sweep", "--concurrency", "2", "--sessions", "causal"], "--concurrency: closed-loop stages do not replay"),
+    (["sweep", "--concurrency", "2", "--rates", "1"], "not allowed with argument"),
 ])
 def test_bad_flags_fail_before_the_embedded_engine_starts(cli, small_trace, flags, expected):
     command, *rest = flags
@@ -450,3 +455,18 @@ def test_headers_and_the_key_from_the_environment_go_with_every_request_never_st
     done = cli("run", str(small_trace), "--url", server.url, "--header", "X-Tenant", "--out", str(tmp_path / "b"),
                env=env)
     assert done.returncode == 2 and done.stderr.strip() == "error: --header: 'X-Tenant' is not 'Name: value'"
+
+
+def test_a_closed_loop_sweep_names_its_stages_by_users(cli, small_trace, tmp_path):
+    out = tmp_path / "users"
+    done = cli("sweep", str(small_trace), "--concurrency", "1,4", "--requests", "20", "--sim-profile", "instant",
+               "--sim-config", '{"max_num_seqs": 4}', "--lag-bound-ms", "50", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.strip("│ ").startswith(("1 user ", "4 users "))]
+    assert len(rows) == 2, done.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["concurrency"] == [1, 4] and summary["rates"] == [None, None]
+    assert [s["concurrency"] for s in summary["stages"]] == [1, 4]
+    assert all(s["offered_rate"] is None and s["completed"] == 20 for s in summary["stages"])
+    assert summary["files"] == ["stage00_c1.parquet", "stage01_c4.parquet"]
+    assert "4 users" in (out / "sweep.html").read_text()

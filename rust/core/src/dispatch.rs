@@ -10,6 +10,11 @@
 //! plus the think time; until that end is known it is parked, and requests behind it in the
 //! schedule go out on time. Ends arrive on a channel (request index, end offset in ns); the
 //! dispatcher sleeps on that channel, so an end wakes it.
+//!
+//! Closed-loop stages: with a cap, nothing is launched while `cap` launched requests have not
+//! ended. A request due while the cap is reached is released by the end that makes room: its
+//! release time is the later of its own and that end's, so its send lag counts only the
+//! dispatcher's own wake-up after the end.
 
 use std::cmp::{Ordering as CmpOrdering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
@@ -92,6 +97,17 @@ pub struct Gate {
     pub think_ns: i64,
 }
 
+/// How the dispatcher hears of request ends, and what it does with them.
+#[derive(Debug, Clone, Copy)]
+pub struct Ends<'a> {
+    /// (request index, end offset in ns) of every request that ended.
+    pub rx: &'a Receiver<(usize, i64)>,
+    /// Some request carries a gate: keep an end whose children are not scheduled yet.
+    pub gated: bool,
+    /// At most this many launched requests not yet ended (closed-loop stages).
+    pub cap: Option<usize>,
+}
+
 /// One request of the schedule as the dispatcher sees it.
 #[derive(Debug)]
 pub struct Scheduled<T> {
@@ -138,35 +154,46 @@ impl<T> Ord for Ready<T> {
 
 /// Hand each item to `launch(index, release_ns, payload)` when due: at `t0 + offset_ns`
 /// (offsets nondecreasing, checked by the caller), or for a gated item at the later of that and
-/// its parent's end plus the think time (`release_ns` says which). Gates are honoured only when
-/// `ends` is given. Stops early once `cancel` is set, or when nothing is due before
-/// `stop_at_ns` (then items not launched stay unsent).
+/// its parent's end plus the think time, or with a cap at the later of that and the end that
+/// made room (`release_ns` says which). Gates and the cap are honoured only when `ends` is
+/// given. Stops early once `cancel` is set, or when nothing is due before `stop_at_ns` (then
+/// items not launched stay unsent).
 pub fn dispatch<T>(
     t0: Instant,
     spin: Duration,
     items: impl IntoIterator<Item = Scheduled<T>>,
-    ends: Option<&Receiver<(usize, i64)>>,
+    ends: Option<Ends<'_>>,
     stop_at_ns: Option<i64>,
     cancel: &AtomicBool,
     mut launch: impl FnMut(usize, i64, T),
 ) -> Dispatched {
     let at = |ns: i64| t0 + Duration::from_nanos(ns.max(0) as u64);
+    let rx = ends.map(|e| e.rx);
+    let gated = ends.is_some_and(|e| e.gated);
+    let cap = ends.and_then(|e| e.cap);
     let mut items = items.into_iter();
     let mut next = items.next();
     let mut ready: BinaryHeap<Reverse<Ready<T>>> = BinaryHeap::new();
     let mut parked: HashMap<usize, Vec<(Scheduled<T>, Gate)>> = HashMap::new();
     let mut ended: HashMap<usize, i64> = HashMap::new();
     let mut backlog: Vec<(usize, i64)> = Vec::new();
+    // launched and not yet ended; the end of the last request that made room under the cap
+    let mut in_flight = 0usize;
+    let mut room_ns = i64::MIN;
     let mut out = Dispatched {
         count: 0,
         cancelled: false,
         stopped: false,
     };
     loop {
-        if let Some(rx) = ends {
+        if let Some(rx) = rx {
             backlog.extend(rx.try_iter());
         }
         for (i, end_ns) in backlog.drain(..) {
+            if cap.is_some_and(|c| in_flight >= c) {
+                room_ns = room_ns.max(end_ns);
+            }
+            in_flight = in_flight.saturating_sub(1);
             match parked.remove(&i) {
                 Some(kids) => {
                     for (s, g) in kids {
@@ -177,19 +204,22 @@ pub fn dispatch<T>(
                         }));
                     }
                 }
-                None => {
+                None if gated => {
                     ended.insert(i, end_ns);
                 }
+                None => {}
             }
         }
-        let sched = next.as_ref().map(|s| s.offset_ns);
-        let released = ready.peek().map(|r| r.0.due_ns);
+        let full = cap.is_some_and(|c| in_flight >= c);
+        let sched = next.as_ref().map(|s| s.offset_ns).filter(|_| !full);
+        let released = ready.peek().map(|r| r.0.due_ns).filter(|_| !full);
         let (due, from_schedule) = match (sched, released) {
             (Some(a), Some(b)) if b < a => (Some(b), false),
             (Some(a), _) => (Some(a), true),
             (None, Some(b)) => (Some(b), false),
-            (None, None) if parked.is_empty() => return out,
-            (None, None) => (None, false), // only parked requests: wait for an end
+            (None, None) if next.is_none() && ready.is_empty() && parked.is_empty() => return out,
+            // only parked requests, or the cap reached: wait for an end
+            (None, None) => (None, false),
         };
         let stop = stop_at_ns.filter(|&s| due.is_none_or(|d| d > s));
         let target = match (due, stop) {
@@ -197,7 +227,7 @@ pub fn dispatch<T>(
             (Some(d), None) => d,
             (None, None) => i64::MAX / 2,
         };
-        match wait_until(at(target), spin, cancel, ends, &mut backlog) {
+        match wait_until(at(target), spin, cancel, rx, &mut backlog) {
             Wake::Cancelled => {
                 out.cancelled = true;
                 return out;
@@ -213,15 +243,17 @@ pub fn dispatch<T>(
         if from_schedule {
             let s = next.take().expect("a scheduled item");
             next = items.next();
-            match s.gate.filter(|_| ends.is_some()) {
+            match s.gate.filter(|_| rx.is_some()) {
                 None => {
-                    launch(s.index, s.offset_ns, s.payload);
+                    launch(s.index, s.offset_ns.max(room_ns), s.payload);
                     out.count += 1;
+                    in_flight += 1;
                 }
                 Some(g) => match ended.remove(&g.parent) {
                     Some(end_ns) if end_ns + g.think_ns <= s.offset_ns => {
-                        launch(s.index, s.offset_ns, s.payload);
+                        launch(s.index, s.offset_ns.max(room_ns), s.payload);
                         out.count += 1;
+                        in_flight += 1;
                     }
                     Some(end_ns) => ready.push(Reverse(Ready {
                         due_ns: end_ns + g.think_ns,
@@ -233,8 +265,9 @@ pub fn dispatch<T>(
             }
         } else {
             let r = ready.pop().expect("a released item").0;
-            launch(r.index, r.due_ns, r.payload);
+            launch(r.index, r.due_ns.max(room_ns), r.payload);
             out.count += 1;
+            in_flight += 1;
         }
     }
 }
@@ -371,7 +404,11 @@ mod tests {
             t0,
             SPIN_WINDOW,
             items,
-            Some(&rx),
+            Some(Ends {
+                rx: &rx,
+                gated: true,
+                cap: None,
+            }),
             None,
             &cancel,
             |i, release, _| {
@@ -395,6 +432,47 @@ mod tests {
         );
     }
 
+    /// With a cap (a closed-loop stage), a due request waits for an end to make room and is
+    /// released at that end; an end that leaves room to spare releases nothing early.
+    #[test]
+    fn a_cap_holds_requests_until_an_end_makes_room() {
+        let cancel = AtomicBool::new(false);
+        let (tx, rx) = mpsc::channel();
+        let t0 = Instant::now();
+        let ender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            tx.send((1usize, 20_000_000i64)).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            tx.send((0usize, 40_000_000i64)).unwrap();
+        });
+        let mut log = Vec::new();
+        let d = dispatch(
+            t0,
+            SPIN_WINDOW,
+            open(&[0, 0, 0, 0]),
+            Some(Ends {
+                rx: &rx,
+                gated: false,
+                cap: Some(2),
+            }),
+            None,
+            &cancel,
+            |i, release, _| log.push((i, release, t0.elapsed().as_nanos() as i64)),
+        );
+        ender.join().unwrap();
+        assert_eq!(d.count, 4);
+        let released: Vec<(usize, i64)> = log.iter().map(|l| (l.0, l.1)).collect();
+        assert_eq!(
+            released,
+            vec![(0, 0), (1, 0), (2, 20_000_000), (3, 40_000_000)]
+        );
+        assert!(log[2].2 >= 20_000_000 && log[3].2 >= 40_000_000, "{log:?}");
+        assert!(
+            log[1].2 < 20_000_000,
+            "the second went out at once: {log:?}"
+        );
+    }
+
     /// A parent that ended before its child's own time does not delay the child.
     #[test]
     fn an_early_end_keeps_the_childs_schedule() {
@@ -411,7 +489,11 @@ mod tests {
             t0,
             SPIN_WINDOW,
             items,
-            Some(&rx),
+            Some(Ends {
+                rx: &rx,
+                gated: true,
+                cap: None,
+            }),
             None,
             &cancel,
             |i, release, _| {

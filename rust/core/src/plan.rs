@@ -68,6 +68,15 @@ pub(crate) fn validate(config: &RunConfig, schedule: &Schedule) -> Result<(), Co
     if config.max_connections == 0 {
         return Err(CoreError::config("max_connections", "must be at least 1"));
     }
+    if config.max_in_flight > config.max_connections {
+        return Err(CoreError::config(
+            "max_in_flight",
+            format!(
+                "{} users need as many connections; max_connections is {}",
+                config.max_in_flight, config.max_connections
+            ),
+        ));
+    }
     if !config.cpus.is_empty() {
         let usable = crate::threads::current_cpus();
         if let Some(cpu) = config.cpus.iter().find(|c| !usable.contains(c)) {

@@ -17,7 +17,7 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::client::{build_headers, resolve, BaseUrl, Encoder, POOL_IDLE_TIMEOUT};
 use crate::dispatch::{
-    dispatch, Dispatched, Scheduled, CANCEL_POLL, FIFO_SPIN_WINDOW, SPIN_WINDOW,
+    dispatch, Dispatched, Ends, Scheduled, CANCEL_POLL, FIFO_SPIN_WINDOW, SPIN_WINDOW,
 };
 use crate::error::CoreError;
 use crate::exchange::{launch, Shared, CANCELLED, CUT_OFF};
@@ -51,6 +51,10 @@ pub struct RunConfig {
     /// Upper bound on requests in flight (hence open connections); later ones wait, and their
     /// send lag shows it.
     pub max_connections: usize,
+    /// A closed-loop stage's users (0: open loop): at most this many requests in flight, the
+    /// next released when one ends (`dispatch::Ends::cap`); the drain then counts from the last
+    /// send. At most `max_connections`.
+    pub max_in_flight: usize,
     /// Keep-alive connections opened and checked before t0.
     pub warm_connections: usize,
     /// Keep each chunk's arrival time (false: only count chunks).
@@ -75,6 +79,7 @@ impl Default for RunConfig {
             connect_timeout_ns: 10_000_000_000,
             drain_ns: 60_000_000_000,
             max_connections: 20_000,
+            max_in_flight: 0,
             warm_connections: 0,
             keep_chunks: true,
             worker_threads: 1,
@@ -269,6 +274,7 @@ pub fn run_streamed(
     let n = schedule.len();
     let intended: Vec<i64> = schedule.offsets_ns.clone();
     let causal = schedule.after.iter().any(Option::is_some);
+    let capped = config.max_in_flight > 0;
     let (records_tx, records_rx) = mpsc::channel();
     let (ends_tx, ends_rx) = mpsc::channel();
     let (stop_tx, stop_rx) = watch::channel(0u8);
@@ -287,7 +293,7 @@ pub fn run_streamed(
         control: control.clone(),
         stop_rx,
         records_tx,
-        ends_tx: causal.then_some(ends_tx),
+        ends_tx: (causal || capped).then_some(ends_tx),
         keep_chunks: config.keep_chunks,
     };
     let wanted = config.warm_connections.min(config.max_connections);
@@ -318,8 +324,9 @@ pub fn run_streamed(
         runtime.spawn(keep_warm(shared.clone(), warm_opened, slots));
     }
     let last_offset = intended.last().copied().unwrap_or(0);
-    let stop_at_ns =
-        (config.drain_ns > 0).then(|| last_offset.saturating_add(config.drain_ns as i64));
+    // closed loop: the last send is not known in advance, so the drain starts when it is made
+    let stop_at_ns = (config.drain_ns > 0 && !capped)
+        .then(|| last_offset.saturating_add(config.drain_ns as i64));
     let items = bodies.enumerate().take(n).map(|(index, body)| Scheduled {
         index,
         offset_ns: schedule.offsets_ns[index],
@@ -351,7 +358,11 @@ pub fn run_streamed(
             t0,
             spin,
             items,
-            causal.then_some(&ends_rx),
+            (causal || capped).then_some(Ends {
+                rx: &ends_rx,
+                gated: causal,
+                cap: capped.then_some(config.max_in_flight),
+            }),
             stop_at_ns,
             &control.cancel,
             |index, release_ns, (path, body)| {
@@ -367,6 +378,10 @@ pub fn run_streamed(
         );
         threads::restore_priority(priority);
         let dispatcher_switches = threads::since(threads::switches(&dispatcher), dispatcher_before);
+        let drain_end = drain_end.or_else(|| {
+            (capped && config.drain_ns > 0)
+                .then(|| Instant::now() + Duration::from_nanos(config.drain_ns))
+        });
         let stopped = wait_for_records(&dispatched, &counts_rx, &control, &stop_tx, drain_end);
         collecting.store(false, Ordering::Release);
         let recorder = collector.join().expect("the records thread panicked");

@@ -288,7 +288,9 @@ fn start_feeder(
 /// a callable returning the next window `(bytes, offsets)` in the same form, or None at the end;
 /// it is called on a thread of its own, a couple of windows ahead of the sends, so memory holds
 /// only those windows. Causal sessions: `after[i]` is the index of the request that request i
-/// follows (-1: none) and `think_ns[i]` the think time after it. Times in seconds: None keeps
+/// follows (-1: none) and `think_ns[i]` the think time after it. A closed-loop stage sets
+/// `max_in_flight` (its users): at most that many requests in flight, the next released when one
+/// ends (0: open loop). Times in seconds: None keeps
 /// the core's default (`run_defaults()`), 0 means no limit.
 /// `progress(sent, completed, errors)` is called every `progress_interval_s` with the GIL held.
 /// With `results`, finished requests are handed over as the run goes: `results(rows)` is called
@@ -301,7 +303,7 @@ fn start_feeder(
 #[pyo3(signature = (
     url, paths, path_index, offsets_ns, bodies, *, body_offsets=None, after=None, think_ns=None,
     headers=Vec::new(), timeout_s=None, stall_timeout_s=None, connect_timeout_s=None, drain_s=None,
-    max_connections=None, warm_connections=0, chunk_times=true, worker_threads=None, progress=None,
+    max_connections=None, max_in_flight=0, warm_connections=0, chunk_times=true, worker_threads=None, progress=None,
     progress_interval_s=0.2, cpus=Vec::new(), results=None
 ))]
 #[allow(clippy::too_many_arguments)]
@@ -321,6 +323,7 @@ fn run<'py>(
     connect_timeout_s: Option<f64>,
     drain_s: Option<f64>,
     max_connections: Option<usize>,
+    max_in_flight: usize,
     warm_connections: usize,
     chunk_times: bool,
     worker_threads: Option<usize>,
@@ -397,6 +400,7 @@ fn run<'py>(
         )?,
         drain_ns: seconds_to_ns("drain_s", drain_s, d.drain_ns)?,
         max_connections: max_connections.unwrap_or(d.max_connections),
+        max_in_flight,
         warm_connections,
         keep_chunks: chunk_times,
         worker_threads: worker_threads.unwrap_or(d.worker_threads),

@@ -275,3 +275,43 @@ fn the_front_end_admits_one_request_at_a_time() {
         "TTFTs {ttft:?} ns: not one at a time"
     );
 }
+
+#[test]
+fn a_closed_loop_run_keeps_its_users_in_flight_and_no_more() {
+    // 12 requests due at once, 8 output tokens each at ~5.9 ms a step (a100 / llama-3-8b played
+    // at half speed): with 3 users, never more than 3 in flight, and every request after the
+    // first 3 released at the end that made room for it
+    let server = start(json!({"profile": "a100-80g/llama-3-8b", "time_scale": 0.5}));
+    let planned = (0..12)
+        .map(|i| PlannedRequest {
+            path: "/v1/chat/completions".into(),
+            body: Bytes::from(chat(&format!("request {i}"), 8).to_string()),
+            offset_ns: 0,
+            after: None,
+        })
+        .collect();
+    let config = RunConfig {
+        base_url: server.url(),
+        max_in_flight: 3,
+        ..RunConfig::default()
+    };
+    let r = run(&config, planned, Arc::new(RunControl::default())).unwrap();
+    assert_eq!(r.error_kind, vec![0; 12], "{:?}", r.error_detail);
+    // in flight just after each send: sends so far less the requests ended by then
+    let mut ends = r.end_ns.clone();
+    ends.sort();
+    for i in 0..12 {
+        let started = r.sent_ns.iter().filter(|&&s| s <= r.sent_ns[i]).count();
+        let ended = ends.iter().filter(|&&e| e <= r.sent_ns[i]).count();
+        assert!(
+            started - ended <= 3,
+            "request {i}: {started} sent, {ended} ended"
+        );
+    }
+    let mut released: Vec<i64> = r.release_ns.clone();
+    released.sort();
+    assert_eq!(&released[..3], &[0, 0, 0]);
+    for rel in &released[3..] {
+        assert!(r.end_ns.contains(rel), "released at {rel}, not at an end");
+    }
+}

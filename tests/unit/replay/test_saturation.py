@@ -66,7 +66,7 @@ def test_an_invalid_stage_cannot_be_the_saturation_point():
     assert result.rate is None and result.undetermined_at == 2
     assert "send lag p99 7.5 ms above the 1 ms bound" in result.reason
     assert result.to_json() == {"status": "undetermined", "rate": None, "undetermined_at": 2,
-                                "reason": result.reason, "resource": None}
+                                "reason": result.reason, "resource": None, "concurrency": None}
     cancelled = saturation([1], [stage(sent=10, completed=2, valid=False, cancelled=True)])
     assert cancelled.undetermined_at == 1 and "cancelled" in cancelled.reason
 
@@ -92,8 +92,8 @@ def test_the_result_json_is_one_shape_with_the_callers_context_first():
     assert list(data)[:2] == ["trace", "files"]
     assert data["url"] == config.url and data["duration_s"] == 20.0 and data["rates"] == [1.0, 2.0]
     assert data["saturation"] == {"status": "saturated", "rate": 2.0, "undetermined_at": None, "reason": "r",
-                                  "resource": None}
-    assert data["rate_search"] is None and len(data["stages"]) == 2
+                                  "resource": None, "concurrency": None}
+    assert data["rate_search"] is None and data["concurrency"] is None and len(data["stages"]) == 2
     assert result.saturation_rate == 2.0 and result.saturation_reason == "r"
     with pytest.raises(ValueError, match="context key 'stages'"):
         result.to_json(stages=[])
