@@ -40,6 +40,7 @@ def run(
     connect_timeout_s: float | None = None,
     drain_s: float | None = None,
     max_connections: int | None = None,
+    max_in_flight: int = 0,
     warm_connections: int = 0,
     chunk_times: bool = True,
     worker_threads: int | None = None,
@@ -57,7 +58,9 @@ def run(
     release_ns, conn_ns, sent_ns, first_byte_ns, first_token_ns, end_ns, status, error_kind,
     prompt_tokens, completion_tokens, cached_tokens, output_chunks, error_detail_offsets,
     chunk_offsets, chunk_us), error_detail_bytes, start_unix_ns, cancelled, cut_off,
-    interrupted and the runner's own statistics (runner)."""
+    interrupted and the runner's own statistics (runner). A closed-loop stage sets
+    ``max_in_flight`` (its users; 0: open loop): at most that many in flight, the next released
+    when one ends."""
 
 class SimServer:
     """The embedded simulated engine, serving on its own thread."""
