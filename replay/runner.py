@@ -125,9 +125,9 @@ def warm_connections(plan: Plan, config: RunConfig) -> int:
     """Connections to open before t0: ``config.warm_connections``, or the most requests the
     schedule has in flight at once if each takes its expected response time (its recorded
     ``e2e_us``, else 0.25 s + 30 ms per expected output token), at least 1, at most
-    :data:`WARM_CAP` and ``max_connections`` (a closed-loop stage: its users). That is Little's law (rate x response time) where
-    the arrivals are even, and a burst's size where they are not: with only the mean, a bursty
-    stage's second request in a burst connected on its own path."""
+    :data:`WARM_CAP` and ``max_connections`` (a closed-loop stage: its users). That is Little's
+    law (rate x response time) where the arrivals are even, and a burst's size where they are
+    not: with only the mean, a bursty stage's second request in a burst connected on its own path."""
     if config.warm_connections is not None:
         return config.warm_connections
     if config.closed_loop:  # its users

@@ -42,11 +42,6 @@ def _latency(stage: dict, key: str, p: str) -> float | None:
     return value.get(p)
 
 
-def _stage_rate(stage: dict) -> float | None:
-    """The rate a stage achieved: completed requests per second."""
-    return stage.get("throughput_rps")
-
-
 def sweep_points(summary: dict) -> dict:
     """What the plots draw, from a sweep's summary (summary.json): per stage its achieved and
     offered rate, validity, latency percentiles, goodput and engine metrics; and where the
@@ -60,7 +55,7 @@ def sweep_points(summary: dict) -> dict:
             "requested": rates[i] if i < len(rates) else s.get("requested_rate"),
             "concurrency": s.get("concurrency"),
             "offered": s.get("offered_rate"),
-            "achieved": _stage_rate(s),
+            "achieved": s.get("throughput_rps"),  # completed requests per second
             "valid": bool(s.get("valid")),
             "goodput": s.get("goodput_rps"),
             "kv_usage": None if "unavailable" in m else m.get("kv_usage"),
@@ -100,23 +95,31 @@ def _series(ax, xs, ys, valid, color, style, label) -> bool:
     return True
 
 
-def _latency_plot(data: dict) -> Plot:
-    fig, axes = new_figure(3, width=4.2, height=3.2)
+def _panel(ax, data: dict, series: dict[str, list], title: str, missing: str, ylabel: str | None = None) -> None:
+    """One axes of two series against the achieved rate, the first solid, the second dashed
+    (invalid stages hollow, the saturation point marked), or ``missing`` when neither has a point."""
     stages = data["stages"]
     xs = [s["achieved"] for s in stages]
     valid = [s["valid"] for s in stages]
+    drawn = [_series(ax, xs, ys, valid, color, style, label)
+             for (label, ys), color, style in zip(series.items(), (P50, P99), ("-", "--"))]
+    if not any(drawn):
+        empty(ax, missing)
+        return
+    _mark_saturation(ax, data)
+    ax.set_title(literal(title))
+    ax.set_xlabel("achieved rate (completed req/s)")
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+
+
+def _latency_plot(data: dict) -> Plot:
+    fig, axes = new_figure(3, width=4.2, height=3.2)
     for ax, (key, name) in zip(axes, LATENCIES):
-        drawn = [_series(ax, xs, [s[key][p] for s in stages], valid, color, style, f"{p}")
-                 for p, color, style in (("p50", P50, "-"), ("p99", P99, "--"))]
-        if not any(drawn):
-            empty(ax, f"no {name} measured")
-            continue
-        _mark_saturation(ax, data)
-        ax.set_title(literal(name))
-        ax.set_xlabel("achieved rate (completed req/s)")
-        ax.set_ylabel("ms")
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=8)
+        _panel(ax, data, {p: [s[key][p] for s in data["stages"]] for p in ("p50", "p99")}, name,
+               f"no {name} measured", "ms")
     return Plot("latency", "Latency against load",
                 "TTFT, TPOT and E2E p50 (solid) and p99 (dashed) per stage against the rate it achieved; TTFT "
                 "and E2E from the intended send. Hollow: a stage the runner fell behind in (invalid). Dotted: "
@@ -145,22 +148,11 @@ def _goodput_plot(data: dict) -> Plot:
 
 def _engine_plot(data: dict) -> Plot:
     fig, axes = new_figure(2, width=4.5, height=3.2)
-    stages = data["stages"]
-    xs = [s["achieved"] for s in stages]
-    valid = [s["valid"] for s in stages]
     for ax, (key, name, scale) in zip(axes, (("kv_usage", "KV-cache usage (%)", 100.0),
                                               ("waiting", "requests waiting", 1.0))):
-        drawn = [_series(ax, xs, [s[key][p] * scale if s[key] and p in s[key] else None for s in stages], valid,
-                         color, style, p)
-                 for p, color, style in (("p50", P50, "-"), ("max", P99, "--"))]
-        if not any(drawn):
-            empty(ax, f"{name}: not read from the engine")
-            continue
-        _mark_saturation(ax, data)
-        ax.set_title(literal(name))
-        ax.set_xlabel("achieved rate (completed req/s)")
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=8)
+        series = {p: [s[key][p] * scale if s[key] and p in s[key] else None for s in data["stages"]]
+                  for p in ("p50", "max")}
+        _panel(ax, data, series, name, f"{name}: not read from the engine")
     return Plot("engine", "The engine per stage",
                 "The engine's own KV-cache usage and waiting requests (its /metrics, read every second during "
                 "the stage), p50 (solid) and max (dashed), against the rate achieved.", png_of(fig))
@@ -202,14 +194,13 @@ def sweep_html(summary: dict, *, plots: bool = True) -> str:
     headline = _headline(sat)
     rows = []
     for s, p in zip(summary.get("stages") or [], data["stages"]):
-        m = s.get("engine_metrics") or {}
         word = "valid" if p["valid"] else f"invalid: {s.get('invalid_reason') or ''}"
         requested = load_label(None, p["concurrency"]) if p["concurrency"] is not None else _fmt(p["requested"], "g")
         cells = [requested, _fmt(p["offered"]), _fmt(p["achieved"]),
                  f"{s.get('completed', 0)} / {s.get('sent', 0)}", *(_fmt(p[k][q]) for k, _ in LATENCIES
                                                                       for q in ("p50", "p99")),
-                 _fmt(p["goodput"]), _fmt((m.get("kv_usage") or {}).get("max"), ".0%"),
-                 _fmt((m.get("waiting") or {}).get("max"))]
+                 _fmt(p["goodput"]), _fmt((p["kv_usage"] or {}).get("max"), ".0%"),
+                 _fmt((p["waiting"] or {}).get("max"))]
         cls = "pass" if p["valid"] else "fail"
         rows.append(f'<tr class="{cls}">' + "".join(f'<td class="num">{escape(c)}</td>' for c in cells)
                     + f'<td class="word">{escape(word)}</td></tr>')
