@@ -35,6 +35,8 @@ def run(
     after: npt.NDArray[np.int64] | None = None,
     think_ns: npt.NDArray[np.int64] | None = None,
     headers: list[tuple[str, str]] = ...,
+    ca_cert: str | None = None,
+    insecure: bool = False,
     timeout_s: float | None = None,
     stall_timeout_s: float | None = None,
     connect_timeout_s: float | None = None,
@@ -60,7 +62,9 @@ def run(
     chunk_offsets, chunk_us), error_detail_bytes, start_unix_ns, cancelled, cut_off,
     interrupted and the runner's own statistics (runner). A closed-loop stage sets
     ``max_in_flight`` (its users; 0: open loop): at most that many in flight, the next released
-    when one ends."""
+    when one ends. An https ``url``'s certificate is checked against the system's roots, or the
+    PEM file ``ca_cert`` alone, or not at all (``insecure``); one it cannot trust raises
+    TargetError before t0."""
 
 class SimServer:
     """The embedded simulated engine, serving on its own thread."""

@@ -8,7 +8,9 @@ build them directly. Every random choice takes a seed.
 from __future__ import annotations
 
 import math
+import os
 import re
+import ssl
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -94,6 +96,10 @@ class RunConfig:
     api_key: str | None = field(default=None, repr=False)
     # (name, value) sent on every request and on the target check (--header); never stored
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    # an https target's certificate: checked against the system's roots, or the PEM file
+    # `ca_cert` alone (--ca-cert), or not at all (--insecure); replay.targets.url.ssl_context
+    ca_cert: str | None = None
+    insecure: bool = False
     # the engine's Prometheus endpoint read during each stage (replay.engine_metrics): None, the
     # target's /metrics; "none", not read
     metrics_url: str | None = None
@@ -119,7 +125,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         if not re.match(r"^https?://[^/\s]+", self.url or ""):
-            raise ConfigError(f"--url: '{self.url}' is not an http:// URL")
+            raise ConfigError(f"--url: '{self.url}' is not an http:// or https:// URL")
         if self.rate is not None and not (math.isfinite(self.rate) and self.rate > 0):
             raise ConfigError(f"--rate: must be a finite number > 0, got {self.rate}")
         if self.speedup is not None and not self.speedup > 0:
@@ -144,7 +150,11 @@ class RunConfig:
         if self.max_connections < 1 or self.worker_threads < 1:
             raise ConfigError("--max-connections and --worker-threads: must be >= 1")
         if self.metrics_url not in (None, "none") and not re.match(r"^https?://[^/\s]+", self.metrics_url):
-            raise ConfigError(f"--metrics-url: '{self.metrics_url}' is not an http:// URL (or none)")
+            raise ConfigError(f"--metrics-url: '{self.metrics_url}' is not an http:// or https:// URL (or none)")
+        if self.ca_cert is not None and self.insecure:
+            raise ConfigError("--ca-cert and --insecure: give one (--insecure checks no certificate at all)")
+        if self.ca_cert is not None and not os.path.isfile(self.ca_cert):
+            raise ConfigError(f"--ca-cert: '{self.ca_cert}' is not a file")
         for name, value in self.headers:
             if not _valid_header(name, value):
                 raise ConfigError(f"--header: '{name}' is not a header name, or its value holds a line break")
@@ -172,6 +182,13 @@ class RunConfig:
     @property
     def closed_loop(self) -> bool:
         return self.concurrency is not None
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The TLS context of the target check and the metrics reads: the same certificate rule as
+        the runner's (the system's roots, else --ca-cert alone, else --insecure)."""
+        from replay.targets.url import ssl_context
+
+        return ssl_context(self.ca_cert, self.insecure)
 
     def request_headers(self) -> list[tuple[str, str]]:
         """The headers every request and the target check carry: ``headers``, then the API key as

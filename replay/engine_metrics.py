@@ -23,6 +23,7 @@ common names. A stage's summary (``engine_metrics`` in summary.json):
 from __future__ import annotations
 
 import os
+import ssl
 import threading
 import urllib.error
 import urllib.request
@@ -53,12 +54,14 @@ def identify(names: set[str]) -> str | None:
 class EngineSampler:
     """Reads ``url`` (a Prometheus endpoint) before, during (every ``interval_s``) and after a
     stage; :meth:`summary` is the stage's ``engine_metrics``. ``headers`` go with every read (the
-    target's --header / --api-key); ``cpus`` pin the reading thread."""
+    target's --header / --api-key); an https endpoint's certificate is checked under ``context``
+    (the target's --ca-cert / --insecure); ``cpus`` pin the reading thread."""
 
     def __init__(self, url: str, headers: Sequence[tuple[str, str]] = (), interval_s: float = SAMPLE_S,
-                 cpus: Sequence[int] = ()) -> None:
+                 cpus: Sequence[int] = (), context: ssl.SSLContext | None = None) -> None:
         self.url = url
         self.headers = dict(headers)
+        self.context = context
         self.interval_s = interval_s
         self.cpus = tuple(cpus)
         self.engine: str | None = None
@@ -74,7 +77,7 @@ class EngineSampler:
         from replay.targets.prometheus import parse
 
         request = urllib.request.Request(self.url, headers=self.headers)
-        with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as resp:  # noqa: S310 (http(s) only)
+        with urllib.request.urlopen(request, timeout=_TIMEOUT_S, context=self.context) as resp:  # noqa: S310 (http(s) only)
             scrape = parse(resp.read().decode("utf-8", errors="replace"), source=self.url)
         if self._reader is None:
             from replay.targets.registry import engine_class

@@ -186,6 +186,8 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None,
             after=after,
             think_ns=think_ns,
             headers=headers,
+            ca_cert=config.ca_cert,
+            insecure=config.insecure,
             timeout_s=config.timeout_s,
             stall_timeout_s=config.stall_timeout_s,
             connect_timeout_s=config.connect_timeout_s,
@@ -227,9 +229,11 @@ def engine_sampler(config: RunConfig) -> EngineSampler | None:
     another URL is not); None with ``--metrics-url none``."""
     if config.metrics_url == "none":
         return None
+    context = config.ssl_context()
     if config.metrics_url:
-        return EngineSampler(config.metrics_url, cpus=config.cpus)
-    return EngineSampler(base_url(config.url) + "/metrics", config.request_headers(), cpus=config.cpus)
+        return EngineSampler(config.metrics_url, cpus=config.cpus, context=context)
+    return EngineSampler(base_url(config.url) + "/metrics", config.request_headers(), cpus=config.cpus,
+                         context=context)
 
 
 def resolve_model(trace: Trace, config: RunConfig) -> str | None:
@@ -237,7 +241,8 @@ def resolve_model(trace: Trace, config: RunConfig) -> str | None:
     :func:`~replay.targets.url.check_target`) and pick the model name to send: --model, else None
     (keep the bodies' own) when the target serves every model the trace names or lists none, else
     the target's first."""
-    served = check_target(config.url, headers=config.request_headers(), timeout_s=config.connect_timeout_s)
+    served = check_target(config.url, headers=config.request_headers(), timeout_s=config.connect_timeout_s,
+                          context=config.ssl_context())
     if config.model:
         return config.model
     if not served:

@@ -21,8 +21,8 @@ __all__ = ["register"]
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", type=Path,
                    help="a Trace: a Parquet file (from `replay generate` or `import`) or a `replay capture` folder")
-    p.add_argument("--url", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000 "
-                                 "(default: start the embedded simulated engine)")
+    p.add_argument("--url", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000 or "
+                                 "https://gateway.example.com (default: start the embedded simulated engine)")
     p.add_argument("--sim-profile", default="a100-80g/llama-3-8b",
                    help="without --url: the embedded engine's hardware + model profile (default a100-80g/llama-3-8b)")
     p.add_argument("--sim-config", metavar="JSON",
@@ -43,6 +43,12 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY") or None,
                    help="sent as 'Authorization: Bearer KEY' on every request and the target check "
                         "(default: $OPENAI_API_KEY); never stored")
+    tls = p.add_mutually_exclusive_group()
+    tls.add_argument("--ca-cert", metavar="FILE",
+                     help="an https target's certificate must chain to a certificate in this PEM file (a private "
+                          "CA, a self-signed gateway) instead of the system's roots")
+    tls.add_argument("--insecure", action="store_true",
+                     help="accept an https target's certificate unchecked (still encrypted)")
     p.add_argument("--metrics-url", metavar="URL|none",
                    help="the engine's Prometheus endpoint, read every second during each stage (KV usage, "
                         "running / waiting, prefix-cache hits, preemptions: summary.json's engine_metrics; "
@@ -192,6 +198,8 @@ def _config(args: argparse.Namespace, rate: float | None, speedup: float | None)
         ignore_eos=args.ignore_eos,
         api_key=args.api_key,
         headers=tuple(parse_header(h) for h in args.header),
+        ca_cert=args.ca_cert,
+        insecure=args.insecure,
         metrics_url=args.metrics_url,
         sessions=args.sessions,
         timeout_s=parse_duration_s(args.timeout, "--timeout"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -14,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from replay.errors import TargetError
 
-__all__ = ["base_url", "check_target", "poll_ready"]
+__all__ = ["base_url", "check_target", "poll_ready", "ssl_context"]
 
 # answers to GET /v1/models that mean "this server does not list its models", not "wrong target"
 _NO_MODEL_LIST = (404, 405)
@@ -28,8 +29,26 @@ def base_url(url: str) -> str:
     return url
 
 
+def ssl_context(ca_cert: str | None = None, insecure: bool = False) -> ssl.SSLContext:
+    """How an https server's certificate is checked, as the runner checks it (replay_core's tls.rs):
+    against the system's root certificates, or the certificates of the PEM file `ca_cert` alone, or
+    not at all (`insecure`: the connection is still encrypted)."""
+    if insecure:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    return ssl.create_default_context(cafile=ca_cert)
+
+
 def _unreachable(url: str, e: BaseException, timeout_s: float) -> TargetError:
     reason = getattr(e, "reason", e)
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        why = reason.verify_message or reason.reason or "not trusted"
+        return TargetError(f"{url}: TLS certificate not accepted ({why}): --ca-cert FILE trusts a private CA, "
+                           f"--insecure skips the check")
+    if isinstance(reason, ssl.SSLError):
+        return TargetError(f"{url}: TLS handshake failed ({reason.reason or reason})")
     if isinstance(reason, ConnectionRefusedError):
         return TargetError(f"{url}: connection refused (is the server running, and on this port?)")
     if isinstance(reason, (TimeoutError, socket.timeout)):
@@ -37,21 +56,22 @@ def _unreachable(url: str, e: BaseException, timeout_s: float) -> TargetError:
     return TargetError(f"{url}: cannot connect ({reason})")
 
 
-def check_target(url: str, *, headers: Sequence[tuple[str, str]] = (),
-                 timeout_s: float = 10.0) -> list[str] | None:
+def check_target(url: str, *, headers: Sequence[tuple[str, str]] = (), timeout_s: float = 10.0,
+                 context: ssl.SSLContext | None = None) -> list[str] | None:
     """Check that `url` answers as an OpenAI-compatible server, and list the models it serves.
 
     Sends GET /v1/models with `headers` (:meth:`RunConfig.request_headers`: the API key and
-    --header). Returns the model ids it
+    --header); an https server's certificate is checked under `context` (:func:`ssl_context`,
+    default the system's roots). Returns the model ids it
     lists ([] when the answer lists none), or None when it answers 404 or 405: some servers do not
     list their models, so the replay goes ahead and a wrong path shows up as failed requests.
     Raises TargetError, one line naming the URL, when the connection is refused, the host is
-    unknown, nothing answers within `timeout_s`, or the server answers any other error status
-    (401 / 403: the API key is missing or wrong).
+    unknown, the certificate is not trusted, nothing answers within `timeout_s`, or the server
+    answers any other error status (401 / 403: the API key is missing or wrong).
     """
     request = urllib.request.Request(base_url(url) + "/v1/models", headers=dict(headers))
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as resp:  # noqa: S310 (http only, validated)
+        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as resp:  # noqa: S310 (http(s), validated)
             body = resp.read()
     except urllib.error.HTTPError as e:
         if e.code in _NO_MODEL_LIST:

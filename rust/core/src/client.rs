@@ -15,7 +15,7 @@ use crate::conn::HttpError;
 use crate::error::CoreError;
 use crate::record::ErrorKind;
 
-/// A validated `http://host[:port][/prefix]` base URL.
+/// A validated `http(s)://host[:port][/prefix]` base URL.
 #[derive(Debug, Clone)]
 pub struct BaseUrl {
     /// `scheme://authority` plus any path prefix, without a trailing slash.
@@ -24,10 +24,11 @@ pub struct BaseUrl {
     authority: String,
     host: String,
     port: u16,
+    https: bool,
 }
 
 impl BaseUrl {
-    /// Validate: http only, with a host, no query or fragment.
+    /// Validate: http or https, with a host, no query or fragment.
     pub fn parse(url: &str) -> Result<BaseUrl, CoreError> {
         let bad = |message: &str| CoreError::Url {
             url: url.to_string(),
@@ -37,16 +38,16 @@ impl BaseUrl {
             .trim()
             .parse()
             .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => return Err(bad("https is not supported (http only)")),
+        let https = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
             Some(other) => {
                 return Err(bad(&format!(
-                    "scheme {other:?} is not supported (http only)"
+                    "scheme {other:?} is not supported (http or https)"
                 )))
             }
             None => return Err(bad("missing scheme; expected http://host:port")),
-        }
+        };
         let authority = uri.authority().ok_or_else(|| bad("missing host"))?;
         if authority.host().is_empty() {
             return Err(bad("missing host"));
@@ -59,12 +60,29 @@ impl BaseUrl {
             .host()
             .trim_start_matches('[')
             .trim_end_matches(']');
+        let scheme = if https { "https" } else { "http" };
         Ok(BaseUrl {
-            prefix: format!("http://{authority}{path}"),
+            prefix: format!("{scheme}://{authority}{path}"),
             authority: authority.as_str().to_string(),
             host: host.to_string(),
-            port: authority.port_u16().unwrap_or(80),
+            port: authority.port_u16().unwrap_or(if https { 443 } else { 80 }),
+            https,
         })
+    }
+
+    /// The URL as validated (scheme, authority, path prefix).
+    pub fn as_str(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The host name or IP address (no brackets, no port).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// Connections are made over TLS.
+    pub fn is_https(&self) -> bool {
+        self.https
     }
 
     /// The URI for a request path (`/v1/chat/completions`, a leading `/` is optional).
@@ -238,8 +256,14 @@ mod tests {
             p.join("/v1/x").unwrap().to_string(),
             "http://localhost:9/proxy/v1/x"
         );
+        let s = BaseUrl::parse("https://[::1]/gw").unwrap();
+        assert!(s.is_https() && s.port == 443 && s.host() == "::1");
+        assert_eq!(
+            s.join("/v1/x").unwrap().to_string(),
+            "https://[::1]/gw/v1/x"
+        );
+        assert!(!b.is_https() && b.port == 8000);
         for bad in [
-            "https://h:1",
             "ftp://h",
             "127.0.0.1:8000",
             "",
@@ -253,8 +277,8 @@ mod tests {
                 other => panic!("{bad:?} accepted: {other:?}"),
             }
         }
-        let e = BaseUrl::parse("https://x").unwrap_err().to_string();
-        assert!(e.contains("https://x") && e.contains("http only"), "{e}");
+        let e = BaseUrl::parse("ftp://x").unwrap_err().to_string();
+        assert!(e.contains("ftp://x") && e.contains("http or https"), "{e}");
     }
 
     #[test]

@@ -1,20 +1,25 @@
-//! One HTTP/1.1 keep-alive connection, written and read by hand (idle ones wait in `pool.rs`).
+//! One HTTP/1.1 keep-alive connection, written and read by hand (idle ones wait in `pool.rs`),
+//! over TCP or over TLS (`tls.rs`); `Dialer` opens them.
 //!
 //! The runner owns the socket so that it knows the moment a request goes on the wire: `sent` is
 //! stamped as the write of the request to its connection starts (as wrk2 stamps it), not when a
 //! task was scheduled or a pool was asked. The request can be written from any thread
-//! (`try_write_now`, a non-blocking `writev`), which lets the dispatcher put a request on a
-//! connection opened before t0 without a hop through an I/O worker. Responses are read on the
-//! runtime: the status line and headers (`httparse`), then the body by `content-length`, by
-//! `chunked` framing, or until close.
+//! (`try_write_now`, a non-blocking `writev`; over TLS the request is encrypted on that thread and
+//! its records written the same way), which lets the dispatcher put a request on a connection
+//! opened before t0 without a hop through an I/O worker. Responses are read on the runtime: the
+//! status line and headers (`httparse`), then the body by `content-length`, by `chunked` framing,
+//! or until close.
 
-use std::io::{self, IoSlice};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use crate::tls::{tls_failure, Tls};
 
 /// Largest response head accepted.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -186,6 +191,36 @@ impl Body {
     }
 }
 
+fn plain_looks_alive(tcp: &TcpStream) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        let mut probe = [0u8; 1];
+        // SAFETY: a valid open socket fd owned by `tcp`, a 1-byte buffer we own.
+        let n = unsafe {
+            libc::recv(
+                tcp.as_raw_fd(),
+                probe.as_mut_ptr().cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return e.kind() == io::ErrorKind::WouldBlock;
+        }
+        false // 0: the server closed it; > 0: bytes nobody asked for
+    }
+    #[cfg(not(unix))]
+    {
+        let mut probe = [0u8; 1];
+        match tcp.try_read(&mut probe) {
+            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+            Ok(_) => false,
+        }
+    }
+}
+
 fn find_crlf(buf: &[u8]) -> Option<usize> {
     buf.windows(2).position(|w| w == b"\r\n")
 }
@@ -198,32 +233,54 @@ fn too_long(len: usize, what: &str) -> Result<(), HttpError> {
     }
 }
 
-/// One open connection to the target.
+/// How connections to the target are opened: its addresses (resolved once, before t0), the
+/// connect deadline (the TLS handshake included), and TLS for an https target.
 #[derive(Debug)]
-pub struct Conn {
-    stream: TcpStream,
-    buf: BytesMut,
+pub struct Dialer {
+    pub addrs: Vec<SocketAddr>,
+    pub timeout: Option<Duration>,
+    pub tls: Option<Tls>,
 }
 
-impl Conn {
-    /// Connect to the first of `addrs` that accepts, within `timeout` (None: no limit).
-    pub async fn connect(addrs: &[SocketAddr], timeout: Option<Duration>) -> io::Result<Conn> {
+impl Dialer {
+    /// Connect to the first of the addresses that accepts (and complete the TLS handshake),
+    /// within the timeout. A TLS failure (a certificate not trusted, a handshake refused) is an
+    /// `InvalidData` error whose message says so.
+    pub async fn dial(&self) -> io::Result<Conn> {
+        let attempt = self.open();
+        match self.timeout {
+            Some(t) => tokio::time::timeout(t, attempt).await.unwrap_or_else(|_| {
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("connect timed out after {} ms", t.as_millis()),
+                ))
+            }),
+            None => attempt.await,
+        }
+    }
+
+    async fn open(&self) -> io::Result<Conn> {
         let mut last = io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to");
-        for addr in addrs {
-            let attempt = TcpStream::connect(addr);
-            let result = match timeout {
-                Some(t) => match tokio::time::timeout(t, attempt).await {
-                    Ok(r) => r,
-                    Err(_) => Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!("connect to {addr} timed out after {} ms", t.as_millis()),
-                    )),
-                },
-                None => attempt.await,
-            };
-            match result {
+        for addr in &self.addrs {
+            match TcpStream::connect(addr).await {
                 Ok(stream) => {
                     stream.set_nodelay(true)?;
+                    let stream = match &self.tls {
+                        None => Stream::Plain(stream),
+                        Some(tls) => {
+                            let secured = tls
+                                .connector
+                                .connect(tls.name.clone(), stream)
+                                .await
+                                .map_err(|e| {
+                                    io::Error::new(
+                                        io::ErrorKind::InvalidData,
+                                        format!("TLS handshake with {addr}: {}", tls_failure(&e)),
+                                    )
+                                })?;
+                            Stream::Tls(Box::new(secured))
+                        }
+                    };
                     return Ok(Conn {
                         stream,
                         buf: BytesMut::with_capacity(READ_CHUNK),
@@ -234,67 +291,137 @@ impl Conn {
         }
         Err(last)
     }
+}
 
-    /// Write as much of `parts` as the socket takes now, without waiting; callable from any
-    /// thread. Returns the bytes written (WouldBlock counts as 0).
-    pub fn try_write_now(&self, parts: &[IoSlice<'_>]) -> io::Result<usize> {
-        match self.stream.try_write_vectored(parts) {
-            Ok(n) => Ok(n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
-            Err(e) => Err(e),
+#[derive(Debug)]
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// `std::io` over a tokio socket without waiting (WouldBlock when it would), for rustls.
+struct NowIo<'a>(&'a TcpStream);
+
+impl Write for NowIo<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.try_write(buf)
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.0.try_write_vectored(bufs)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Read for NowIo<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.try_read(buf)
+    }
+}
+
+/// One open connection to the target.
+#[derive(Debug)]
+pub struct Conn {
+    stream: Stream,
+    buf: BytesMut,
+}
+
+impl Conn {
+    /// Write as much of `parts` as the connection takes now, without waiting; callable from any
+    /// thread. Returns the bytes of `parts` taken (WouldBlock counts as 0). Over TLS they are
+    /// taken once encrypted: records the socket did not take yet are written by `write_rest`.
+    pub fn try_write_now(&mut self, parts: &[IoSlice<'_>]) -> io::Result<usize> {
+        match &mut self.stream {
+            Stream::Plain(tcp) => match tcp.try_write_vectored(parts) {
+                Ok(n) => Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+                Err(e) => Err(e),
+            },
+            Stream::Tls(tls) => {
+                let (tcp, session) = tls.get_mut();
+                let mut taken = 0;
+                for part in parts {
+                    let n = session.writer().write(part)?;
+                    taken += n;
+                    if n < part.len() {
+                        break;
+                    }
+                }
+                while session.wants_write() {
+                    match session.write_tls(&mut NowIo(tcp)) {
+                        Ok(0) => break,
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(taken)
+            }
         }
     }
 
-    /// Write `parts` from byte `skip` on, waiting for the socket as needed.
+    /// Write `parts` from byte `skip` on, and whatever `try_write_now` left encrypted but
+    /// unwritten, waiting for the socket as needed.
     pub async fn write_rest(&mut self, parts: &[&[u8]], mut skip: usize) -> io::Result<()> {
         for part in parts {
             if skip >= part.len() {
                 skip -= part.len();
                 continue;
             }
-            self.stream.write_all(&part[skip..]).await?;
+            match &mut self.stream {
+                Stream::Plain(tcp) => tcp.write_all(&part[skip..]).await?,
+                Stream::Tls(tls) => tls.write_all(&part[skip..]).await?,
+            }
             skip = 0;
         }
-        Ok(())
+        self.flush().await
+    }
+
+    /// Write what `try_write_now` encrypted but the socket did not take yet (TLS; nothing to do
+    /// over plain TCP).
+    pub async fn flush(&mut self) -> io::Result<()> {
+        match &mut self.stream {
+            Stream::Plain(_) => Ok(()),
+            Stream::Tls(tls) => tls.flush().await,
+        }
     }
 
     /// An idle connection is still usable: the server has not closed it and sent nothing
     /// unasked (checked without blocking, callable from any thread). On Unix this asks the
     /// socket itself (`recv` with `MSG_PEEK | MSG_DONTWAIT`), not the runtime's cached readiness,
-    /// which may not have seen a close yet (e.g. right after the server died).
-    pub fn looks_alive(&self) -> bool {
-        #[cfg(unix)]
-        {
-            use std::os::fd::AsRawFd;
-            let mut probe = [0u8; 1];
-            // SAFETY: a valid open socket fd owned by `self.stream`, a 1-byte buffer we own.
-            let n = unsafe {
-                libc::recv(
-                    self.stream.as_raw_fd(),
-                    probe.as_mut_ptr().cast(),
-                    1,
-                    libc::MSG_PEEK | libc::MSG_DONTWAIT,
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                return e.kind() == io::ErrorKind::WouldBlock;
-            }
-            false // 0: the server closed it; > 0: bytes nobody asked for
-        }
-        #[cfg(not(unix))]
-        {
-            let mut probe = [0u8; 1];
-            match self.stream.try_read(&mut probe) {
-                Err(e) => e.kind() == io::ErrorKind::WouldBlock,
-                Ok(_) => false,
+    /// which may not have seen a close yet (e.g. right after the server died). Over TLS what
+    /// arrived is read and decrypted now: a server's session tickets keep the connection usable,
+    /// its close_notify or any data does not.
+    pub fn looks_alive(&mut self) -> bool {
+        match &mut self.stream {
+            Stream::Plain(tcp) => plain_looks_alive(tcp),
+            Stream::Tls(tls) => {
+                let (tcp, session) = tls.get_mut();
+                loop {
+                    match session.read_tls(&mut NowIo(tcp)) {
+                        Ok(0) => return false,
+                        Ok(_) => match session.process_new_packets() {
+                            Ok(state) => {
+                                if state.plaintext_bytes_to_read() > 0 || state.peer_has_closed() {
+                                    return false;
+                                }
+                            }
+                            Err(_) => return false,
+                        },
+                        Err(e) => return e.kind() == io::ErrorKind::WouldBlock,
+                    }
+                }
             }
         }
     }
 
     async fn fill(&mut self) -> io::Result<usize> {
         self.buf.reserve(READ_CHUNK);
-        self.stream.read_buf(&mut self.buf).await
+        match &mut self.stream {
+            Stream::Plain(tcp) => tcp.read_buf(&mut self.buf).await,
+            Stream::Tls(tls) => tls.read_buf(&mut self.buf).await,
+        }
     }
 
     /// Read the response head (interim 1xx responses are skipped).

@@ -10,7 +10,6 @@
 //! keeps what it saw.
 
 use std::io::IoSlice;
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -21,7 +20,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::client::{classify_connect_error, classify_http_error, Encoder};
-use crate::conn::Conn;
+use crate::conn::{Conn, Dialer};
 use crate::pool::Pool;
 use crate::record::{ErrorKind, RequestRecord};
 use crate::response::{exchange, State};
@@ -34,13 +33,12 @@ pub(crate) const CANCELLED: u8 = 2;
 
 /// Everything request tasks share for the length of a run.
 pub(crate) struct Shared {
-    pub addrs: Vec<SocketAddr>,
+    pub dialer: Dialer,
     pub encoder: Encoder,
     pub pool: Pool,
     pub t0: Instant,
     pub timeout: Option<Duration>,
     pub stall: Option<Duration>,
-    pub connect_timeout: Option<Duration>,
     /// One permit per request in flight (`max_connections`).
     pub permits: Arc<Semaphore>,
     pub control: Arc<RunControl>,
@@ -122,7 +120,7 @@ pub(crate) fn launch(
                 permit: Some(permit),
                 conn: None,
             },
-            Some(conn) => {
+            Some(mut conn) => {
                 conn_ns = handed.elapsed().as_nanos() as i64;
                 let [a, b, c] = wire.parts();
                 let slices = [IoSlice::new(a), IoSlice::new(b), IoSlice::new(c)];
@@ -209,11 +207,14 @@ async fn put_on_wire(
     let (mut conn, permit) =
         match start {
             Start::Sent {
-                conn,
+                mut conn,
                 permit,
                 sent_ns,
             } => {
                 st.rec.sent_ns = sent_ns;
+                conn.flush()
+                    .await
+                    .map_err(|e| classify_http_error(&e.into()))?;
                 return Ok((conn, permit));
             }
             Start::Partial {
@@ -243,7 +244,7 @@ async fn put_on_wire(
                     };
                 let conn = match shared.pool.take(&mut Vec::new()) {
                     Some(c) => c,
-                    None => match Conn::connect(&shared.addrs, shared.connect_timeout).await {
+                    None => match shared.dialer.dial().await {
                         Ok(c) => c,
                         Err(e) => {
                             st.rec.conn_ns = handed.elapsed().as_nanos() as i64;

@@ -25,6 +25,7 @@ pub mod run;
 pub mod schedule;
 pub mod sse;
 pub mod threads;
+pub mod tls;
 mod warmup;
 
 pub use dispatch::Gate;
@@ -36,3 +37,4 @@ pub use record::{ErrorKind, Recorder, Records, RequestRecord, RunStats, Switches
 pub use run::{run, run_streamed, RunConfig, RunControl, Sink, HAND_OVER_EVERY};
 pub use schedule::{arrival_offsets, Arrivals};
 pub use sse::{SseError, SseParser};
+pub use tls::TlsOptions;

@@ -42,7 +42,7 @@ impl Pool {
         let now = Instant::now();
         let mut idle = self.idle.lock().expect("pool lock");
         self.expire(&mut idle, now);
-        while let Some((conn, _)) = idle.pop_back() {
+        while let Some((mut conn, _)) = idle.pop_back() {
             if conn.looks_alive() {
                 return Some(conn);
             }
@@ -59,7 +59,7 @@ impl Pool {
         let mut idle = self.idle.lock().expect("pool lock");
         let mut stale = Vec::new();
         let mut kept = VecDeque::with_capacity(idle.len());
-        for (conn, since) in idle.drain(..) {
+        for (mut conn, since) in idle.drain(..) {
             if now.duration_since(since) >= age || !conn.looks_alive() {
                 stale.push(conn);
             } else {

@@ -16,6 +16,7 @@ use bytes::Bytes;
 use tokio::sync::{watch, Semaphore};
 
 use crate::client::{build_headers, resolve, BaseUrl, Encoder, POOL_IDLE_TIMEOUT};
+use crate::conn::Dialer;
 use crate::dispatch::{
     dispatch, Dispatched, Ends, Scheduled, CANCEL_POLL, FIFO_SPIN_WINDOW, SPIN_WINDOW,
 };
@@ -25,6 +26,7 @@ use crate::plan::{validate, PlannedRequest, Schedule};
 use crate::pool::Pool;
 use crate::record::{ErrorKind, Recorder, Records, RequestRecord, RunStats};
 use crate::threads;
+use crate::tls::{Tls, TlsOptions};
 use crate::warmup::{keep_warm, warm_up};
 
 /// After a stop (cancel or end of drain), how long to wait for in-flight tasks to hand in their
@@ -34,8 +36,10 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 /// How to reach the server and how patient to be. A timeout of 0 means "no limit".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunConfig {
-    /// e.g. "http://127.0.0.1:8000" (http only; a path prefix is allowed).
+    /// e.g. "http://127.0.0.1:8000" or "https://gateway.example/llm" (a path prefix is allowed).
     pub base_url: String,
+    /// How an https target's certificate is checked (`tls.rs`).
+    pub tls: TlsOptions,
     /// Sent with every request (e.g. Authorization); replaces defaults of the same name.
     pub headers: Vec<(String, String)>,
     /// Whole-request deadline from the actual send → `ErrorKind::Timeout`.
@@ -73,6 +77,7 @@ impl Default for RunConfig {
     fn default() -> Self {
         RunConfig {
             base_url: "http://127.0.0.1:8000".into(),
+            tls: TlsOptions::default(),
             headers: Vec::new(),
             timeout_ns: 600_000_000_000,
             stall_timeout_ns: 60_000_000_000,
@@ -252,7 +257,14 @@ pub fn run_streamed(
     let base = BaseUrl::parse(&config.base_url)?;
     let headers = build_headers(&config.headers)?;
     let encoder = Encoder::new(&base, &headers, schedule.paths.iter().map(String::as_str))?;
-    let addrs = resolve(&base)?;
+    let dialer = Dialer {
+        addrs: resolve(&base)?,
+        timeout: non_zero(config.connect_timeout_ns),
+        tls: match base.is_https() {
+            true => Some(Tls::new(base.as_str(), base.host(), &config.tls)?),
+            false => None,
+        },
+    };
     raise_nofile_limit();
 
     let workers = Arc::new(threads::Workers::default());
@@ -280,13 +292,12 @@ pub fn run_streamed(
     let (stop_tx, stop_rx) = watch::channel(0u8);
     let warm_start = Instant::now();
     let mut shared = Shared {
-        addrs,
+        dialer,
         encoder,
         pool: Pool::new(POOL_IDLE_TIMEOUT, config.max_connections),
         t0: warm_start,
         timeout: non_zero(config.timeout_ns),
         stall: non_zero(config.stall_timeout_ns),
-        connect_timeout: non_zero(config.connect_timeout_ns),
         permits: Arc::new(Semaphore::new(
             config.max_connections.min(Semaphore::MAX_PERMITS),
         )),
@@ -305,8 +316,24 @@ pub fn run_streamed(
         for t in tasks {
             let _ = t.await;
         }
-        warm_up(&shared, &base, &headers, wanted).await
-    });
+        if shared.dialer.tls.is_some() {
+            // A certificate the run cannot trust fails it here, before t0, rather than every
+            // request; a server that does not answer yet fails requests as over http.
+            match shared.dialer.dial().await {
+                Ok(conn) => shared.pool.put(conn),
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                    return Err(CoreError::Url {
+                        url: base.as_str().to_string(),
+                        message: format!(
+                            "{e} (--ca-cert FILE trusts a private CA, --insecure skips the check)"
+                        ),
+                    })
+                }
+                Err(_) => {}
+            }
+        }
+        Ok(warm_up(&shared, &base, &headers, wanted).await)
+    })?;
     // The first body is in hand before t0 (a source that reads ahead has its first window).
     let mut bodies = bodies.into_iter().peekable();
     bodies.peek();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use http::header::HeaderMap;
 
 use crate::client::{BaseUrl, Encoder, POOL_IDLE_TIMEOUT};
-use crate::conn::{Body, Conn};
+use crate::conn::Body;
 use crate::exchange::{stopped, Shared};
 
 /// How often the warm-keeper looks at the pool.
@@ -41,7 +41,7 @@ pub(crate) async fn keep_warm(shared: Arc<Shared>, count: usize, slots: usize) {
             .saturating_sub(in_flight)
             .saturating_sub(shared.pool.idle_len());
         for _ in 0..missing {
-            match Conn::connect(&shared.addrs, shared.connect_timeout).await {
+            match shared.dialer.dial().await {
                 Ok(conn) => shared.pool.put(conn),
                 Err(_) => break, // the server is not taking connections now: try again next tick
             }
@@ -69,7 +69,9 @@ pub(crate) async fn warm_up(
     let mut opened = 0;
     while opened < wanted {
         let checked = async {
-            let mut conn = Conn::connect(&shared.addrs, shared.connect_timeout)
+            let mut conn = shared
+                .dialer
+                .dial()
                 .await
                 .map_err(|e| format!("connect: {e}"))?;
             conn.write_rest(&[&probe], 0)

@@ -316,7 +316,7 @@ fn records_are_handed_to_the_sink_in_request_order_as_the_run_goes() {
 
 #[test]
 fn an_idle_connection_the_server_closed_is_not_reused() {
-    use replay_core::conn::Conn;
+    use replay_core::conn::Dialer;
 
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -324,7 +324,12 @@ fn an_idle_connection_the_server_closed_is_not_reused() {
         .enable_all()
         .build()
         .unwrap();
-    let conn = rt.block_on(Conn::connect(&[addr], None)).unwrap();
+    let dialer = Dialer {
+        addrs: vec![addr],
+        timeout: None,
+        tls: None,
+    };
+    let mut conn = rt.block_on(dialer.dial()).unwrap();
     let (server_side, _) = listener.accept().unwrap();
     // Asked from a plain thread, as the dispatcher asks, with no runtime polling the socket.
     assert!(conn.looks_alive(), "an open idle connection");

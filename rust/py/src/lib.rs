@@ -19,7 +19,7 @@ mod sim;
 use replay_core::{
     arrival_offsets as core_arrival_offsets, run_streamed as core_run_streamed,
     simulate_prefix_cache as core_simulate_prefix_cache, Arrivals, CoreError, ErrorKind, Gate,
-    Records, RunConfig, RunControl, Schedule, Sink, Switches,
+    Records, RunConfig, RunControl, Schedule, Sink, Switches, TlsOptions,
 };
 
 /// Raise the `replay.errors` class that matches a core error variant.
@@ -298,11 +298,13 @@ fn start_feeder(
 /// columns as the returned dict, whose rows are then the rest).
 /// On Ctrl-C the run is cancelled, partial results are returned and `interrupted` is True.
 /// `cpus` pins the runner's I/O workers to those CPUs; the dispatcher keeps the caller's CPU set
-/// (see `RunConfig::cpus`).
+/// (see `RunConfig::cpus`). An https `url`'s certificate is checked against the system's roots,
+/// or the PEM file `ca_cert` alone, or not at all (`insecure`); one it cannot trust raises
+/// TargetError before t0.
 #[pyfunction]
 #[pyo3(signature = (
     url, paths, path_index, offsets_ns, bodies, *, body_offsets=None, after=None, think_ns=None,
-    headers=Vec::new(), timeout_s=None, stall_timeout_s=None, connect_timeout_s=None, drain_s=None,
+    headers=Vec::new(), ca_cert=None, insecure=false, timeout_s=None, stall_timeout_s=None, connect_timeout_s=None, drain_s=None,
     max_connections=None, max_in_flight=0, warm_connections=0, chunk_times=true, worker_threads=None, progress=None,
     progress_interval_s=0.2, cpus=Vec::new(), results=None
 ))]
@@ -318,6 +320,8 @@ fn run<'py>(
     after: Option<PyReadonlyArray1<'py, i64>>,
     think_ns: Option<PyReadonlyArray1<'py, i64>>,
     headers: Vec<(String, String)>,
+    ca_cert: Option<String>,
+    insecure: bool,
     timeout_s: Option<f64>,
     stall_timeout_s: Option<f64>,
     connect_timeout_s: Option<f64>,
@@ -390,6 +394,7 @@ fn run<'py>(
     let d = RunConfig::default();
     let config = RunConfig {
         base_url: url,
+        tls: TlsOptions { ca_cert, insecure },
         headers,
         timeout_ns: seconds_to_ns("timeout_s", timeout_s, d.timeout_ns)?,
         stall_timeout_ns: seconds_to_ns("stall_timeout_s", stall_timeout_s, d.stall_timeout_ns)?,

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use replay_core::{PlannedRequest, RunConfig};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio_rustls::rustls;
 
 /// A patient config for timing tests: 10 s per request, 5 s stall, 1 s connect.
 pub fn config(url: String) -> RunConfig {
@@ -51,19 +52,60 @@ pub struct Arrival {
 
 pub struct TestServer {
     pub addr: SocketAddr,
+    /// Serving https (`start_tls`): the PEM of its self-signed certificate.
+    pub cert_pem: Option<String>,
     pub arrivals: Arc<Mutex<Vec<Arrival>>>,
     pub accepted: Arc<AtomicUsize>,
     pub accepted_at: Arc<Mutex<Vec<Instant>>>,
 }
 
 impl TestServer {
+    /// http://127.0.0.1:PORT, or https://localhost:PORT (the name its certificate holds).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        match self.cert_pem {
+            None => format!("http://{}", self.addr),
+            Some(_) => format!("https://localhost:{}", self.addr.port()),
+        }
     }
 }
 
 /// Start the server on 127.0.0.1:0 on its own thread and runtime.
 pub fn start() -> TestServer {
+    serve(None)
+}
+
+/// The same server over TLS 1.3 (with session tickets, as nginx and most servers send them),
+/// its certificate self-signed for the name `localhost` only.
+pub fn start_tls() -> TestServer {
+    start_tls_as(rcgen::IsCa::NoCa)
+}
+
+/// `start_tls` with the certificate's CA flag set as given.
+pub fn start_tls_as(is_ca: rcgen::IsCa) -> TestServer {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params.is_ca = is_ca;
+    let cert = params.self_signed(&key).unwrap();
+    let der = rustls::pki_types::CertificateDer::from(cert.der().to_vec());
+    let key_der = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![der], key_der)
+        .unwrap();
+    serve(Some((
+        tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+        cert.pem(),
+    )))
+}
+
+fn serve(tls: Option<(tokio_rustls::TlsAcceptor, String)>) -> TestServer {
+    let (acceptor, cert_pem) = match tls {
+        Some((a, pem)) => (Some(a), Some(pem)),
+        None => (None, None),
+    };
     let (tx, rx) = std::sync::mpsc::channel();
     let arrivals = Arc::new(Mutex::new(Vec::new()));
     let arr = arrivals.clone();
@@ -85,12 +127,25 @@ pub fn start() -> TestServer {
                 acc.fetch_add(1, Ordering::SeqCst);
                 acc_at.lock().unwrap().push(Instant::now());
                 sock.set_nodelay(true).unwrap();
-                tokio::spawn(serve_conn(sock, arr.clone()));
+                match &acceptor {
+                    None => {
+                        tokio::spawn(serve_conn(sock, arr.clone()));
+                    }
+                    Some(acceptor) => {
+                        let (acceptor, arr) = (acceptor.clone(), arr.clone());
+                        tokio::spawn(async move {
+                            if let Ok(tls) = acceptor.accept(sock).await {
+                                serve_conn(tls, arr).await;
+                            }
+                        });
+                    }
+                }
             }
         });
     });
     TestServer {
         addr: rx.recv().unwrap(),
+        cert_pem,
         arrivals,
         accepted,
         accepted_at,
@@ -128,7 +183,10 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-async fn serve_conn(mut sock: TcpStream, arrivals: Arc<Mutex<Vec<Arrival>>>) {
+async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
+    mut sock: S,
+    arrivals: Arc<Mutex<Vec<Arrival>>>,
+) {
     let mut buf: Vec<u8> = Vec::new();
     let mut tmp = [0u8; 8192];
     loop {
@@ -182,18 +240,18 @@ fn usage_event(n: usize) -> String {
     )
 }
 
-async fn write_chunk(sock: &mut TcpStream, data: &str) -> bool {
+async fn write_chunk<S: AsyncWrite + Unpin>(sock: &mut S, data: &str) -> bool {
     let frame = format!("{:x}\r\n{data}\r\n", data.len());
     sock.write_all(frame.as_bytes()).await.is_ok()
 }
 
-async fn sse_head(sock: &mut TcpStream) -> bool {
+async fn sse_head<S: AsyncWrite + Unpin>(sock: &mut S) -> bool {
     let head =
         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
     sock.write_all(head.as_bytes()).await.is_ok()
 }
 
-async fn full_sse(sock: &mut TcpStream, n: usize, gap: Duration) -> bool {
+async fn full_sse<S: AsyncWrite + Unpin>(sock: &mut S, n: usize, gap: Duration) -> bool {
     if !sse_head(sock).await {
         return false;
     }
@@ -219,7 +277,7 @@ async fn full_sse(sock: &mut TcpStream, n: usize, gap: Duration) -> bool {
         && sock.write_all(b"0\r\n\r\n").await.is_ok()
 }
 
-async fn plain(sock: &mut TcpStream, status: &str, ctype: &str, body: &str) -> bool {
+async fn plain<S: AsyncWrite + Unpin>(sock: &mut S, status: &str, ctype: &str, body: &str) -> bool {
     let resp = format!(
         "HTTP/1.1 {status}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
@@ -228,7 +286,7 @@ async fn plain(sock: &mut TcpStream, status: &str, ctype: &str, body: &str) -> b
 }
 
 /// Answer one request; false closes the connection.
-async fn respond(sock: &mut TcpStream, path: &str) -> bool {
+async fn respond<S: AsyncWrite + Unpin>(sock: &mut S, path: &str) -> bool {
     let (route, query) = path.split_once('?').unwrap_or((path, ""));
     let chunks: usize = query
         .strip_prefix("chunks=")
