@@ -103,9 +103,9 @@ class Gateway:
 
 
 def start_gateway(upstream: str, folder: Path) -> Gateway:
-    """nginx (one worker; https and plain http) with a certificate for `localhost` from a private CA, streaming responses as they come
-    (no buffering either way, keep-alive to the upstream). Skips, or fails under CI, when nginx
-    is not installed."""
+    """nginx (one worker; https and plain http) with a certificate for `localhost` from a private
+    CA, streaming responses as they come (no buffering either way, keep-alive to the upstream).
+    Skips, or fails under CI, when nginx is not installed."""
     nginx = require(find_nginx(), "nginx", INSTALL)
     folder.mkdir(parents=True, exist_ok=True)
     ca, cert, key = private_ca(folder)
