@@ -155,6 +155,8 @@ class RunConfig:
             raise ConfigError("--ca-cert and --insecure: give one (--insecure checks no certificate at all)")
         if self.ca_cert is not None and not os.path.isfile(self.ca_cert):
             raise ConfigError(f"--ca-cert: '{self.ca_cert}' is not a file")
+        if self.ca_cert is not None:
+            self.ssl_context()  # reads the file: ConfigError when it holds no certificate
         for name, value in self.headers:
             if not _valid_header(name, value):
                 raise ConfigError(f"--header: '{name}' is not a header name, or its value holds a line break")

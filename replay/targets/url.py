@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 
-from replay.errors import TargetError
+from replay.errors import ConfigError, TargetError
 
 __all__ = ["base_url", "check_target", "poll_ready", "ssl_context"]
 
@@ -32,13 +32,17 @@ def base_url(url: str) -> str:
 def ssl_context(ca_cert: str | None = None, insecure: bool = False) -> ssl.SSLContext:
     """How an https server's certificate is checked, as the runner checks it (replay_core's tls.rs):
     against the system's root certificates, or the certificates of the PEM file `ca_cert` alone, or
-    not at all (`insecure`: the connection is still encrypted)."""
+    not at all (`insecure`: the connection is still encrypted). ConfigError when `ca_cert` holds
+    no certificate."""
     if insecure:
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
         return context
-    return ssl.create_default_context(cafile=ca_cert)
+    try:
+        return ssl.create_default_context(cafile=ca_cert)
+    except (ssl.SSLError, OSError) as e:
+        raise ConfigError(f"--ca-cert: '{ca_cert}' holds no usable PEM certificate ({e.strerror or e})") from None
 
 
 def _unreachable(url: str, e: BaseException, timeout_s: float) -> TargetError:

@@ -51,7 +51,7 @@ def test_a_stage_through_a_tls_gateway_trusting_its_certificate(gateway):
     assert s["runner"]["warm_connections"] >= 1 and s["runner"]["warm_detail"] == "", s["runner"]
 
 
-def test_insecure_skips_the_check_and_a_private_ca_without_it_fails(gateway):
+def test_insecure_skips_the_check_and_a_private_ca_without_it_fails(gateway, tmp_path):
     stage = run_stage(chat_trace(5), RunConfig(url=gateway.url, insecure=True, lag_bound_ms=50))
     assert stage.requests["error"].to_list() == ["none"] * 5
     with pytest.raises(TargetError, match=r"^https://localhost:\d+: TLS certificate not accepted .*--ca-cert"):
@@ -60,6 +60,10 @@ def test_insecure_skips_the_check_and_a_private_ca_without_it_fails(gateway):
         RunConfig(url=gateway.url, ca_cert=str(gateway.ca), insecure=True)
     with pytest.raises(ConfigError, match="--ca-cert: '/nonexistent.pem' is not a file"):
         RunConfig(url=gateway.url, ca_cert="/nonexistent.pem")
+    not_pem = tmp_path / "not.pem"
+    not_pem.write_text("hello\n")
+    with pytest.raises(ConfigError, match=r"--ca-cert: '.*not\.pem' holds no usable PEM certificate"):
+        RunConfig(url=gateway.url, ca_cert=str(not_pem))
 
 
 def test_the_cli_stops_before_any_stage_on_an_untrusted_certificate(gateway, tmp_path):
