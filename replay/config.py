@@ -107,7 +107,9 @@ class RunConfig:
     # end of turn k-1 plus the recorded think time (see replay.sessions)
     sessions: SessionMode = "open"
     # a closed-loop stage: N users, each sending its next request the moment its last one ended
-    # (every request due at once, at most N in flight; no rate: see replay.plan.schedule)
+    # (every request due at once, at most N in flight; no rate: see replay.plan.schedule); with
+    # causal sessions each user replays whole sessions, turn after turn with the recorded think
+    # time between them
     concurrency: int | None = None
     timeout_s: float = RUNNER_DEFAULTS["timeout_s"]  # whole request, from its send
     stall_timeout_s: float = RUNNER_DEFAULTS["stall_timeout_s"]  # silence after the first token
@@ -172,8 +174,6 @@ class RunConfig:
         if self.duration_s is not None:
             raise ConfigError("--concurrency: a closed-loop stage ends when its requests are done; use --requests, "
                               "not --duration")
-        if self.sessions == "causal":
-            raise ConfigError("--concurrency: closed-loop stages do not replay causal sessions yet; use --sessions open")
         if self.arrivals.kind != "trace":
             raise ConfigError(f"--concurrency: a closed-loop stage has no arrivals to draw (--arrivals "
                               f"{self.arrivals.kind})")

@@ -14,7 +14,8 @@ objective. ``rejected`` counts the requests the server refused as invalid (an HT
 
 A closed-loop stage (``concurrency``: N users, each sending its next request when its last
 ended) has no schedule: a request is due when the runner released it, so its latencies "from the
-intended send" count from that release, and it offers no rate (``offered_rate`` None).
+intended send" count from that release, and it offers no rate (``offered_rate`` None); with causal
+sessions it reports no ``slip_ms`` either.
 
 Three rates describe a stage's load, in req/s:
 
@@ -195,8 +196,9 @@ def summarize(result: StageResult) -> dict:
         "conn_ms": _pcts(df["conn_ns"].drop_nulls().cast(pl.Float64).to_numpy(), 1e6),
         "sessions": config.sessions,
         "concurrency": config.concurrency,
+        # closed loop: no schedule to slip behind (a request is due at its release)
         "slip_ms": {**_pcts(slip.astype(np.float64), 1e6), "max": float(slip.max()) / 1e6 if len(slip) else None}
-        if config.sessions == "causal" else None,
+        if config.sessions == "causal" and not config.closed_loop else None,
         "cancelled": result.cancelled,
         "cut_off": int((df["error"] == "cut_off").sum()),
         "runner": result.runner,

@@ -173,7 +173,8 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None,
         callback = lambda sent, completed, errors: progress(sent, completed, errors, total)  # noqa: E731
 
     headers = config.request_headers()
-    after, think_ns = causal_gates(plan.rows, plan.offsets_ns) if config.sessions == "causal" else (None, None)
+    after, think_ns = (causal_gates(plan.rows, plan.offsets_ns, scale=1.0 if config.closed_loop else None)
+                       if config.sessions == "causal" else (None, None))
     windows = plan.body_windows()
     sampler = engine_sampler(config)
     with sampler if sampler is not None else contextlib.nullcontext():

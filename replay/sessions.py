@@ -7,6 +7,11 @@ else the whole recorded gap; it is scaled by the stage's compression (the span o
 send offsets over the span of the trace arrivals they replace), and never negative. A session's
 first turn in the stage, and every request without a ``session_id``, stays open-loop.
 
+In a closed-loop stage (``concurrency``: every request due at once, nothing to compress) the think
+time is the recorded one, and a user is held from a session's first turn to the end of its last:
+it replays the whole session, think times included, before it takes the next
+(``rust/core/src/users.rs``).
+
 The Rust dispatcher applies the rule (``replay._engine.run(after=, think_ns=)``); this module
 only says, per request of a plan, whom it follows (``-1``: nobody) and the think time in ns.
 """
@@ -19,13 +24,16 @@ import polars as pl
 __all__ = ["causal_gates"]
 
 
-def causal_gates(rows: pl.DataFrame, offsets_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(after, think_ns)`` for the plan's rows (in send order) and their send offsets."""
+def causal_gates(rows: pl.DataFrame, offsets_ns: np.ndarray,
+                 scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(after, think_ns)`` for the plan's rows (in send order) and their send offsets; the
+    think times are scaled by ``scale``, default the stage's compression (1: as recorded)."""
     n = rows.height
     arrival = rows["arrival_us"].cast(pl.Int64)
-    span_us = int(arrival.max() - arrival.min()) if n > 1 else 0
-    span_ns = int(offsets_ns[-1] - offsets_ns[0]) if n > 1 else 0
-    scale = span_ns / (span_us * 1000) if span_us > 0 else 1.0
+    if scale is None:
+        span_us = int(arrival.max() - arrival.min()) if n > 1 else 0
+        span_ns = int(offsets_ns[-1] - offsets_ns[0]) if n > 1 else 0
+        scale = span_ns / (span_us * 1000) if span_us > 0 else 1.0
     frame = pl.DataFrame({
         "i": np.arange(n, dtype=np.int64),
         "session": rows["session_id"],

@@ -137,7 +137,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 # how a closed-loop stage differs, for --help
 CLOSED_LOOP = ("as vLLM's benchmark --max-concurrency and GuideLLM's concurrent profile: at most N in flight, no "
-               "rate; latencies count from each request's release; the table's load column says 'N users'")
+               "rate; latencies count from each request's release; the table's load column says 'N users'; with "
+               "--sessions causal each user replays whole sessions, with their recorded think times")
 
 # RunConfig needs a URL before the embedded engine has one: flags are checked with this, before it starts
 _EMBEDDED_URL = "http://127.0.0.1:0"

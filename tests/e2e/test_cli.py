@@ -326,7 +326,6 @@ def test_a_wrong_target_is_one_line_and_exit_2_before_any_stage(cli, small_trace
     (["run", "--concurrency", "2", "--duration", "5s"], "--concurrency: a closed-loop stage ends when its requests"),
     (["run", "--concurrency", "0"], "--concurrency: must be a whole number >= 1"),
     (["sweep", "--concurrency", "1,x"], "--concurrency: '1,x' must list whole numbers of users"),
-    (["sweep", "--concurrency", "2", "--sessions", "causal"], "--concurrency: closed-loop stages do not replay"),
     (["sweep", "--concurrency", "2", "--rates", "1"], "not allowed with argument"),
 ])
 def test_bad_flags_fail_before_the_embedded_engine_starts(cli, small_trace, flags, expected):

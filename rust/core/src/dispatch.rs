@@ -11,16 +11,19 @@
 //! schedule go out on time. Ends arrive on a channel (request index, end offset in ns); the
 //! dispatcher sleeps on that channel, so an end wakes it.
 //!
-//! Closed-loop stages: with a cap, nothing is launched while `cap` launched requests have not
-//! ended. A request due while the cap is reached is released by the end that makes room: its
-//! release time is the later of its own and that end's, so its send lag counts only the
-//! dispatcher's own wake-up after the end.
+//! Closed-loop stages: with a cap, a request that starts a session (every request, without
+//! causal sessions) is launched only while one of the `cap` users is free (`users.rs`). One due
+//! while all are busy waits in line and is released by the end that frees a user: its release
+//! time is the later of its own and that end's, so its send lag counts only the dispatcher's own
+//! wake-up after the end. A session's later requests follow their gates and need no user.
 
 use std::cmp::{Ordering as CmpOrdering, Reverse};
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
+
+use crate::users::Users;
 
 /// Time before a deadline at which the thread stops sleeping and busy-spins. Linux `nanosleep`
 /// usually overshoots by 50–100 µs (timer slack); the margin absorbs that. The spin does not
@@ -104,7 +107,8 @@ pub struct Ends<'a> {
     pub rx: &'a Receiver<(usize, i64)>,
     /// Some request carries a gate: keep an end whose children are not scheduled yet.
     pub gated: bool,
-    /// At most this many launched requests not yet ended (closed-loop stages).
+    /// A closed-loop stage's users: at most this many sessions started and not ended (without
+    /// gates, requests launched and not ended).
     pub cap: Option<usize>,
 }
 
@@ -114,6 +118,9 @@ pub struct Scheduled<T> {
     pub index: usize,
     pub offset_ns: i64,
     pub gate: Option<Gate>,
+    /// The last request of its session (no request follows it): in a closed-loop stage its end
+    /// frees its user. True for every request without causal sessions.
+    pub closes: bool,
     pub payload: T,
 }
 
@@ -132,6 +139,7 @@ pub struct Dispatched {
 struct Ready<T> {
     due_ns: i64,
     index: usize,
+    closes: bool,
     payload: T,
 }
 
@@ -154,9 +162,9 @@ impl<T> Ord for Ready<T> {
 
 /// Hand each item to `launch(index, release_ns, payload)` when due: at `t0 + offset_ns`
 /// (offsets nondecreasing, checked by the caller), or for a gated item at the later of that and
-/// its parent's end plus the think time, or with a cap at the later of that and the end that
-/// made room (`release_ns` says which). Gates and the cap are honoured only when `ends` is
-/// given. Stops early once `cancel` is set, or when nothing is due before `stop_at_ns` (then
+/// its parent's end plus the think time, or for a session's first request under a cap at the
+/// later of its own and the end that freed a user (`release_ns` says which). Gates and the cap
+/// are honoured only when `ends` is given. Stops early once `cancel` is set, or when nothing is due before `stop_at_ns` (then
 /// items not launched stay unsent).
 pub fn dispatch<T>(
     t0: Instant,
@@ -170,16 +178,15 @@ pub fn dispatch<T>(
     let at = |ns: i64| t0 + Duration::from_nanos(ns.max(0) as u64);
     let rx = ends.map(|e| e.rx);
     let gated = ends.is_some_and(|e| e.gated);
-    let cap = ends.and_then(|e| e.cap);
+    let mut users = ends.and_then(|e| e.cap).map(|cap| Users::new(cap, gated));
+    // first requests pulled from the schedule while every user was busy
+    let mut waiting: VecDeque<Scheduled<T>> = VecDeque::new();
     let mut items = items.into_iter();
     let mut next = items.next();
     let mut ready: BinaryHeap<Reverse<Ready<T>>> = BinaryHeap::new();
     let mut parked: HashMap<usize, Vec<(Scheduled<T>, Gate)>> = HashMap::new();
     let mut ended: HashMap<usize, i64> = HashMap::new();
     let mut backlog: Vec<(usize, i64)> = Vec::new();
-    // launched and not yet ended; the end of the last request that made room under the cap
-    let mut in_flight = 0usize;
-    let mut room_ns = i64::MIN;
     let mut out = Dispatched {
         count: 0,
         cancelled: false,
@@ -190,16 +197,16 @@ pub fn dispatch<T>(
             backlog.extend(rx.try_iter());
         }
         for (i, end_ns) in backlog.drain(..) {
-            if cap.is_some_and(|c| in_flight >= c) {
-                room_ns = room_ns.max(end_ns);
+            if let Some(u) = users.as_mut() {
+                u.ended(i, end_ns);
             }
-            in_flight = in_flight.saturating_sub(1);
             match parked.remove(&i) {
                 Some(kids) => {
                     for (s, g) in kids {
                         ready.push(Reverse(Ready {
                             due_ns: s.offset_ns.max(end_ns + g.think_ns),
                             index: s.index,
+                            closes: s.closes,
                             payload: s.payload,
                         }));
                     }
@@ -210,15 +217,37 @@ pub fn dispatch<T>(
                 None => {}
             }
         }
-        let full = cap.is_some_and(|c| in_flight >= c);
-        let sched = next.as_ref().map(|s| s.offset_ns).filter(|_| !full);
-        let released = ready.peek().map(|r| r.0.due_ns).filter(|_| !full);
+        // a first request that waited in line goes the moment a user is free
+        if let Some(u) = users.as_mut().filter(|u| !u.full()) {
+            if let Some(s) = waiting.pop_front() {
+                u.started(s.index, true, s.closes);
+                launch(s.index, s.offset_ns.max(u.room_ns), s.payload);
+                out.count += 1;
+                continue;
+            }
+        }
+        // the next request of the schedule starts a session while every user is busy: it waits
+        // for an end, unless a started session's next request is behind it (then it is pulled
+        // into the line, so that one can be reached)
+        let blocked = match (&users, &next) {
+            (Some(u), Some(s)) => s.gate.is_none() && u.full() && !u.look_ahead(),
+            _ => false,
+        };
+        let sched = next.as_ref().map(|s| s.offset_ns).filter(|_| !blocked);
+        let released = ready.peek().map(|r| r.0.due_ns);
         let (due, from_schedule) = match (sched, released) {
             (Some(a), Some(b)) if b < a => (Some(b), false),
             (Some(a), _) => (Some(a), true),
             (None, Some(b)) => (Some(b), false),
-            (None, None) if next.is_none() && ready.is_empty() && parked.is_empty() => return out,
-            // only parked requests, or the cap reached: wait for an end
+            (None, None)
+                if next.is_none()
+                    && ready.is_empty()
+                    && parked.is_empty()
+                    && waiting.is_empty() =>
+            {
+                return out
+            }
+            // only parked requests, or every user busy: wait for an end
             (None, None) => (None, false),
         };
         let stop = stop_at_ns.filter(|&s| due.is_none_or(|d| d > s));
@@ -243,21 +272,35 @@ pub fn dispatch<T>(
         if from_schedule {
             let s = next.take().expect("a scheduled item");
             next = items.next();
-            match s.gate.filter(|_| rx.is_some()) {
-                None => {
-                    launch(s.index, s.offset_ns.max(room_ns), s.payload);
-                    out.count += 1;
-                    in_flight += 1;
-                }
+            let gate = s.gate.filter(|_| rx.is_some());
+            if let Some(u) = users.as_mut() {
+                u.pulled(s.index, gate.map(|g| g.parent), s.closes);
+            }
+            match gate {
+                None => match users.as_mut() {
+                    Some(u) if u.full() => waiting.push_back(s),
+                    Some(u) => {
+                        u.started(s.index, true, s.closes);
+                        launch(s.index, s.offset_ns.max(u.room_ns), s.payload);
+                        out.count += 1;
+                    }
+                    None => {
+                        launch(s.index, s.offset_ns, s.payload);
+                        out.count += 1;
+                    }
+                },
                 Some(g) => match ended.remove(&g.parent) {
                     Some(end_ns) if end_ns + g.think_ns <= s.offset_ns => {
-                        launch(s.index, s.offset_ns.max(room_ns), s.payload);
+                        if let Some(u) = users.as_mut() {
+                            u.started(s.index, false, s.closes);
+                        }
+                        launch(s.index, s.offset_ns, s.payload);
                         out.count += 1;
-                        in_flight += 1;
                     }
                     Some(end_ns) => ready.push(Reverse(Ready {
                         due_ns: end_ns + g.think_ns,
                         index: s.index,
+                        closes: s.closes,
                         payload: s.payload,
                     })),
                     None => parked.entry(g.parent).or_default().push((s, g)),
@@ -265,9 +308,11 @@ pub fn dispatch<T>(
             }
         } else {
             let r = ready.pop().expect("a released item").0;
-            launch(r.index, r.due_ns.max(room_ns), r.payload);
+            if let Some(u) = users.as_mut() {
+                u.started(r.index, false, r.closes);
+            }
+            launch(r.index, r.due_ns, r.payload);
             out.count += 1;
-            in_flight += 1;
         }
     }
 }
@@ -286,6 +331,7 @@ mod tests {
                 index,
                 offset_ns: o,
                 gate: None,
+                closes: true,
                 payload: o,
             })
             .collect()
@@ -470,6 +516,64 @@ mod tests {
         assert!(
             log[1].2 < 20_000_000,
             "the second went out at once: {log:?}"
+        );
+    }
+
+    /// Closed loop with causal sessions: a user is held from a session's first request to the
+    /// end of its last, the think time included. With one user, session A (requests 0 and 2, 5 ms
+    /// of think time) runs whole before session B (request 1) starts, although 1 comes before 2
+    /// in the schedule: 1 waits in line while 2 is pulled past it (else A could never go on and
+    /// free its user), and 1 is released at the end of 2.
+    #[test]
+    fn a_session_holds_its_user_from_its_first_request_to_the_end_of_its_last() {
+        let cancel = AtomicBool::new(false);
+        let (tx, rx) = mpsc::channel();
+        let t0 = Instant::now();
+        let mut items = open(&[0, 0, 0]);
+        items[0].closes = false;
+        items[2].gate = Some(Gate {
+            parent: 0,
+            think_ns: 5_000_000,
+        });
+        let ends = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut log = Vec::new();
+        let d = dispatch(
+            t0,
+            SPIN_WINDOW,
+            items,
+            Some(Ends {
+                rx: &rx,
+                gated: true,
+                cap: Some(1),
+            }),
+            None,
+            &cancel,
+            |i, release, _| {
+                log.push((i, release));
+                let (tx, ends) = (tx.clone(), ends.clone());
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(10));
+                    let end = t0.elapsed().as_nanos() as i64;
+                    ends.lock().unwrap().push((i, end));
+                    tx.send((i, end)).unwrap();
+                });
+            },
+        );
+        assert_eq!(d.count, 3);
+        let order: Vec<usize> = log.iter().map(|l| l.0).collect();
+        assert_eq!(order, vec![0, 2, 1]);
+        let ends = ends.lock().unwrap().clone();
+        let end_of = |i: usize| ends.iter().find(|e| e.0 == i).unwrap().1;
+        assert_eq!(log[0].1, 0);
+        assert_eq!(
+            log[1].1,
+            end_of(0) + 5_000_000,
+            "after its parent and the think time"
+        );
+        assert_eq!(
+            log[2].1,
+            end_of(2),
+            "released by the end that freed the user"
         );
     }
 

@@ -26,6 +26,7 @@ pub mod schedule;
 pub mod sse;
 pub mod threads;
 pub mod tls;
+mod users;
 mod warmup;
 
 pub use dispatch::Gate;

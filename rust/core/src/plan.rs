@@ -118,6 +118,8 @@ pub(crate) fn validate(config: &RunConfig, schedule: &Schedule) -> Result<(), Co
         ));
     }
     let mut prev = 0i64;
+    // closed loop: a request already followed by another (a session is a chain)
+    let mut followed = vec![false; if config.max_in_flight > 0 { n } else { 0 }];
     for (i, &offset) in schedule.offsets_ns.iter().enumerate() {
         if offset < 0 {
             return Err(CoreError::config(
@@ -138,6 +140,15 @@ pub(crate) fn validate(config: &RunConfig, schedule: &Schedule) -> Result<(), Co
                     format!(
                         "request {i} follows request {} after {} ns (must be an earlier request, think >= 0)",
                         g.parent, g.think_ns
+                    ),
+                ));
+            }
+            if config.max_in_flight > 0 && std::mem::replace(&mut followed[g.parent], true) {
+                return Err(CoreError::config(
+                    "after",
+                    format!(
+                        "request {} is followed by two requests (the second: {i}); a closed-loop stage's sessions are chains",
+                        g.parent
                     ),
                 ));
             }

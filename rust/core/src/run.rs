@@ -354,10 +354,16 @@ pub fn run_streamed(
     // closed loop: the last send is not known in advance, so the drain starts when it is made
     let stop_at_ns = (config.drain_ns > 0 && !capped)
         .then(|| last_offset.saturating_add(config.drain_ns as i64));
+    // a request no other follows closes its session (closed loop: its end frees its user)
+    let mut followed = vec![false; if causal { n } else { 0 }];
+    for g in schedule.after.iter().flatten() {
+        followed[g.parent] = true;
+    }
     let items = bodies.enumerate().take(n).map(|(index, body)| Scheduled {
         index,
         offset_ns: schedule.offsets_ns[index],
         gate: schedule.after.get(index).copied().flatten(),
+        closes: !followed.get(index).copied().unwrap_or(false),
         payload: (schedule.path_index[index], body),
     });
     let spin = if priority == "fifo" {
@@ -529,6 +535,23 @@ mod tests {
         });
         let e = err_of(&ok, gated);
         assert!(matches!(e, CoreError::Config { field: "after", .. }), "{e}");
+        // closed loop: a session is a chain, so no request is followed by two
+        let mut forked = vec![req(0), req(0), req(0)];
+        for r in &mut forked[1..] {
+            r.after = Some(Gate {
+                parent: 0,
+                think_ns: 0,
+            });
+        }
+        let closed = RunConfig {
+            max_in_flight: 1,
+            ..ok.clone()
+        };
+        let e = err_of(&closed, forked);
+        assert!(
+            matches!(e, CoreError::Config { field: "after", ref message } if message.contains("two requests")),
+            "{e}"
+        );
         let e = err_of(&ok, vec![req(-1)]);
         assert!(
             matches!(
