@@ -4,12 +4,13 @@ Debian's nginx (installed from Debian if missing and this runs as root; one work
 the workspace's `sse-bench-server` (20 SSE chunks a response) with two listeners on 127.0.0.1:
 plain http and https (TLS 1.3, a server certificate from a private CA made for the run, trusted
 with --ca-cert as a company CA would be; tests/integration/nginx.py). At each offered rate the
-runner sends the same constant-rate schedule of chat requests (benchmarks/runner_accuracy.py's
-body) first over http, then over https, warmed as `replay run` warms a plan with no recorded
-response times (WARM_CAP connections opened before t0, the TLS handshakes among them). Printed per
-rate and scheme: the achieved send rate, send lag p50 / p99 / max, requests answered; then the
-highest rate each scheme held (lag p99 <= 1 ms and >= 95% of the offered rate, this and every lower
-rate) and their ratio (https / http), and the process's peak RSS. Not a pass/fail test.
+runner sends the same constant-rate schedule of short chat requests first over http, then over
+https, warmed as `replay run` warms a plan with no recorded response times (WARM_CAP connections
+opened before t0, the TLS handshakes among them). Printed per rate and scheme: the achieved send
+rate, send lag p50 / p99 / max, requests answered; then the highest rate each scheme held (lag p99
+<= 1 ms and >= 95% of the offered rate, this and every lower rate) and their ratio (https / http),
+and the process's peak RSS. Not a pass/fail test. benchmarks/runner_accuracy.py measures https
+with real request bodies against nginx alone.
 
 usage: python benchmarks/https_lag.py [--rates 250,500,1000,2000,4000] [--seconds 3]
 """
@@ -17,9 +18,8 @@ usage: python benchmarks/https_lag.py [--rates 250,500,1000,2000,4000] [--second
 from __future__ import annotations
 
 import argparse
-import os
+import json
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,18 +30,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runner_accuracy import BODY, LAG_BOUND_MS, held, start_server  # noqa: E402
+from runner_accuracy import LAG_BOUND_MS, ensure_nginx, held, start_server  # noqa: E402
 
-from tests.integration.nginx import INSTALL, find_nginx, start_gateway  # noqa: E402
+from tests.integration.nginx import start_gateway  # noqa: E402
 
-
-def ensure_nginx() -> None:
-    if find_nginx() is not None:
-        return
-    if os.geteuid() != 0:
-        sys.exit(f"nginx is not installed; run as root: {INSTALL}")
-    print(f"installing nginx: {INSTALL}", file=sys.stderr)
-    subprocess.run(INSTALL, shell=True, check=True, stdout=subprocess.DEVNULL)  # noqa: S602 (a fixed command)
+BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 20,
+                   "stream": True, "stream_options": {"include_usage": True}}).encode()
 
 
 def send(url: str, offsets_s: np.ndarray, ca_cert: str | None) -> dict:

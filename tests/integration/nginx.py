@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import json
 import os
 import shutil
 import signal
@@ -73,13 +74,13 @@ def _free_port() -> int:
 
 
 @dataclass
-class Gateway:
-    """nginx terminating TLS on 127.0.0.1:`port` (and serving plain http on `http_port`), passing
-    every request to the same upstream."""
+class Nginx:
+    """nginx serving https on 127.0.0.1:`port` (its certificate signed by the CA `ca`, for the name
+    `localhost`) and plain http on `http_port`, the same locations on both."""
 
     port: int
     http_port: int
-    ca: Path  # the CA that signed the gateway's certificate (--ca-cert)
+    ca: Path  # the CA that signed the server's certificate (--ca-cert)
     process: subprocess.Popen
 
     @property
@@ -102,15 +103,13 @@ class Gateway:
             self.process.stderr.close()
 
 
-def start_gateway(upstream: str, folder: Path) -> Gateway:
-    """nginx (one worker; https and plain http) with a certificate for `localhost` from a private
-    CA, streaming responses as they come (no buffering either way, keep-alive to the upstream).
-    Skips, or fails under CI, when nginx is not installed."""
+def start_nginx(folder: Path, locations: str, http_block: str = "") -> Nginx:
+    """nginx (one worker, keep-alive without limit) serving `locations` over https and http, with
+    `http_block` in its http block. Skips, or fails under CI, when nginx is not installed."""
     nginx = require(find_nginx(), "nginx", INSTALL)
     folder.mkdir(parents=True, exist_ok=True)
     ca, cert, key = private_ca(folder)
     port, http_port = _free_port(), _free_port()
-    host_port = upstream.split("://", 1)[1].rstrip("/")
     user = "user root;\n" if os.geteuid() == 0 else ""
     (folder / "nginx.conf").write_text(f"""{user}worker_processes 1;
 pid {folder}/nginx.pid;
@@ -121,26 +120,21 @@ http {{
     access_log off;
     client_body_temp_path {folder}/body;
     proxy_temp_path {folder}/proxy;
-    upstream engine {{ server {host_port}; keepalive 64; }}
+    {http_block}
     server {{
         listen 127.0.0.1:{port} ssl;
         listen 127.0.0.1:{http_port};
         ssl_certificate {cert};
         ssl_certificate_key {key};
-        keepalive_requests 100000;
-        location / {{
-            proxy_pass http://engine;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-            proxy_request_buffering off;
-            client_max_body_size 64m;
-        }}
+        keepalive_requests 1000000;
+        client_max_body_size 64m;
+        {locations}
     }}
 }}
 """)
     process = subprocess.Popen([str(nginx), "-p", str(folder), "-c", str(folder / "nginx.conf"), "-g", "daemon off;"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    server = Nginx(port=port, http_port=http_port, ca=ca, process=process)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -148,8 +142,55 @@ http {{
                 raise RuntimeError(f"nginx exited: {process.stderr.read().decode(errors='replace')}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return Gateway(port=port, http_port=http_port, ca=ca, process=process)
+            return server
         except OSError:
             time.sleep(0.05)
-    Gateway(port=port, http_port=http_port, ca=ca, process=process).stop()
+    server.stop()
     raise RuntimeError("nginx did not listen within 10 s")
+
+
+def start_gateway(upstream: str, folder: Path) -> Nginx:
+    """nginx in front of `upstream` (http://host:port), streaming responses as they come (no
+    buffering either way, keep-alive to the upstream)."""
+    host_port = upstream.split("://", 1)[1].rstrip("/")
+    return start_nginx(folder, http_block=f"upstream engine {{ server {host_port}; keepalive 64; }}", locations="""
+        location / {
+            proxy_pass http://engine;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_request_buffering off;
+        }""")
+
+
+def sse_events(tokens: int = 19) -> list[str]:
+    """A chat completion's stream as an OpenAI-compatible server sends it: a role event, `tokens`
+    one-token deltas, a usage event and [DONE] (21 events by default)."""
+    chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+    events = [{**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
+    events += [{**chunk, "choices": [{"index": 0, "delta": {"content": f" tok{i}"}}]} for i in range(tokens)]
+    events.append({**chunk, "choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": tokens,
+                                                    "total_tokens": 11 + tokens}})
+    return [f"data: {json.dumps(e)}\n\n" for e in events] + ["data: [DONE]\n\n"]
+
+
+def start_static_sse(folder: Path, events: list[str] | None = None) -> Nginx:
+    """nginx answering every POST to /v1/chat/completions (and /v1/completions) at once with one
+    fixed SSE stream (`sse_events()` by default), and GET /v1/models with one model: a server
+    nobody here wrote, with nothing behind it to wait for."""
+    body = "".join(events or sse_events())
+    models = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]})
+    return start_nginx(folder, locations=f"""
+        location /v1/models {{
+            default_type application/json;
+            return 200 {_quoted(models)};
+        }}
+        location ~ ^/v1/(chat/)?completions$ {{
+            default_type text/event-stream;
+            return 200 {_quoted(body)};
+        }}""")
+
+
+def _quoted(text: str) -> str:
+    """`text` as an nginx double-quoted string."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
