@@ -20,6 +20,21 @@ def arrival_offsets(
 def error_kinds() -> list[str]:
     """The error kind names, indexed by the codes in the ``error_kind`` column."""
 
+def prompt_units(entropy: list[int], lengths: list[int], n_words: int) -> npt.NDArray[np.int32]:
+    """Unit indices of texts of ``lengths`` laid end to end, as ``PromptVocab.sample_many(lengths,
+    default_rng(SeedSequence(entropy)))`` draws them over ``n_words`` words (the period is
+    ``n_words``)."""
+
+def prompt_texts(
+    table: list[str],
+    seed: int,
+    keys: npt.NDArray[np.uint64],
+    lengths: npt.NDArray[np.int64],
+    domain: int,
+) -> list[str]:
+    """Text i: ``lengths[i]`` units drawn from ``SeedSequence([seed, keys[i], domain])``, rendered
+    with ``table`` (the unit strings, the period last); the GIL is released."""
+
 def run_defaults() -> dict[str, float | int]:
     """The core runner's defaults: timeout_s, stall_timeout_s, connect_timeout_s, drain_s,
     max_connections, worker_threads."""

@@ -14,7 +14,11 @@ exactly ``input_tokens`` tokens under the trace's tokenizer, and it is determini
   always gives the same block of text, so the trace's prefix sharing survives;
 - any other row is ``vocab.sample(input_tokens)`` from a Generator seeded by
   ``(seed, blake2b-64 of the request id)``: unique per request, the same whichever rows are kept
-  (``replay sample`` / ``slice`` keep a row's text).
+  (``replay sample`` / ``slice`` keep a row's text). These draws are made in Rust
+  (``rust/core/src/synth.rs``: numpy's SeedSequence, PCG64 and bounded integers, bit for bit;
+  tests compare it with :meth:`replay.prompts.PromptVocab.sample_many`), a whole window of rows in
+  one call with the GIL released: ``replay run`` builds the prompts of a token-only trace as it
+  sends them.
 
 The body is ``{"model": M, "messages": [{"role": "user", "content": TEXT}], "max_tokens": N}`` for
 a chat row and ``{"model": M, "prompt": TEXT, "max_tokens": N}`` for a completions row (``model``
@@ -120,9 +124,10 @@ class Synthesizer:
     def units(self, request_id: str, n_tokens: int, hash_ids: list[int] | None) -> np.ndarray:
         """The unit indices of a row's prompt (see the module docstring)."""
         if hash_ids is None:
-            seq = np.random.SeedSequence([int(self.synthesis.seed) % _U64, request_key(request_id),
-                                          _REQUEST_DOMAIN])
-            return self.vocab.sample(n_tokens, np.random.default_rng(seq))
+            from replay import _engine
+
+            entropy = [int(self.synthesis.seed) % _U64, request_key(request_id), _REQUEST_DOMAIN]
+            return _engine.prompt_units(entropy, [int(n_tokens)], self.vocab.n_words)
         bt = self.synthesis.block_tokens
         parts = [self._units_of_block(h)[: max(0, min(bt, n_tokens - k * bt))]
                  for k, h in enumerate(hash_ids)]
@@ -131,9 +136,17 @@ class Synthesizer:
     def token_ids(self, request_id: str, n_tokens: int, hash_ids: list[int] | None) -> np.ndarray:
         return self.vocab.ids(self.units(request_id, n_tokens, hash_ids))
 
+    def texts(self, request_ids: list[str], n_tokens: list[int]) -> list[str]:
+        """The texts of rows without hash ids, in one call (see the module docstring)."""
+        from replay import _engine
+
+        keys = np.array([request_key(r) for r in request_ids], dtype=np.uint64)
+        return _engine.prompt_texts(list(self.vocab.units), int(self.synthesis.seed) % _U64, keys,
+                                    np.asarray(n_tokens, dtype=np.int64), _REQUEST_DOMAIN)
+
     def text(self, request_id: str, n_tokens: int, hash_ids: list[int] | None) -> str:
         if hash_ids is None:
-            return self.vocab.render(self.units(request_id, n_tokens, hash_ids))
+            return self.texts([request_id], [n_tokens])[0]
         bt = self.synthesis.block_tokens
         out = []
         for k, h in enumerate(hash_ids):
@@ -196,12 +209,16 @@ class BodyBuilder:
         cols = rows.select("request_id", "api", "model", "input_tokens", "max_tokens",
                            "output_tokens", "hash_ids").to_dict(as_series=False)
         out = list(bodies)
-        for i, body in enumerate(bodies):
-            if body is not None:
-                continue
+        empty = [i for i, body in enumerate(bodies) if body is None]
+        plain = [i for i in empty if cols["hash_ids"][i] is None]
+        texts = dict(zip(plain, self.synth.texts([cols["request_id"][i] for i in plain],
+                                                 [cols["input_tokens"][i] for i in plain])))
+        for i in empty:
             mt = cols["max_tokens"][i]
             if mt is None:
                 mt = cols["output_tokens"][i]
-            text = self.synth.text(cols["request_id"][i], cols["input_tokens"][i], cols["hash_ids"][i])
+            text = texts.get(i)
+            if text is None:
+                text = self.synth.text(cols["request_id"][i], cols["input_tokens"][i], cols["hash_ids"][i])
             out[i] = self.synth.body(cols["api"][i], cols["model"][i], mt, text)
         return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -29,6 +30,12 @@ def trace_of_bodies(bodies: list[dict], arrival_us: list[int] | None = None, api
     )
     meta = TraceMeta(source_format="test", tokenizer="none")
     return Trace(df=validate(df, meta, source="<test>"), meta=meta)
+
+
+def in_flight_at_sends(df) -> np.ndarray:
+    """How many requests were open just after each send (sent by then, not yet ended)."""
+    sent, end = df["sent_ns"].to_numpy(), df["end_ns"].to_numpy()
+    return np.array([int(((sent <= t) & (end > t)).sum()) for t in sent])
 
 
 @pytest.fixture

@@ -13,13 +13,7 @@ from replay.errors import ConfigError
 from replay.runner import run_stage
 from replay.sweep import Saturation, sweep
 from replay.trace import Trace, validate
-from tests.integration.conftest import trace_of_bodies
-
-
-def in_flight_at_sends(df) -> np.ndarray:
-    """How many requests were open just after each send (sent by then, not yet ended)."""
-    sent, end = df["sent_ns"].to_numpy(), df["end_ns"].to_numpy()
-    return np.array([int(((sent <= t) & (end > t)).sum()) for t in sent])
+from tests.integration.conftest import in_flight_at_sends, trace_of_bodies
 
 
 def test_a_closed_loop_stage_keeps_its_users_busy_and_no_more(scripted):

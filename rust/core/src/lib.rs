@@ -24,6 +24,7 @@ mod response;
 pub mod run;
 pub mod schedule;
 pub mod sse;
+pub mod synth;
 pub mod threads;
 pub mod tls;
 mod users;

@@ -14,6 +14,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+mod prompts;
 mod sim;
 
 use replay_core::{
@@ -496,6 +497,8 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(error_kinds, m)?)?;
     m.add_function(wrap_pyfunction!(run_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(prefix_cache_hits, m)?)?;
+    m.add_function(wrap_pyfunction!(prompts::prompt_units, m)?)?;
+    m.add_function(wrap_pyfunction!(prompts::prompt_texts, m)?)?;
     m.add_class::<sim::SimServer>()?;
     Ok(())
 }

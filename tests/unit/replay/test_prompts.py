@@ -88,3 +88,35 @@ def test_qwen2_vocab_is_exact_too():
     tok_text = text_of_tokens(777, 3, tokenizer="qwen2")
     assert count_tokens(tok_text, tokenizer="qwen2") == 777
     assert count_tokens(block_text(5, 64, 33, tokenizer="qwen2"), tokenizer="qwen2") == 33
+
+
+@settings(max_examples=200, deadline=None)
+@given(entropy=st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=7),
+       lengths=st.lists(st.integers(0, 400), min_size=1, max_size=5))
+def test_the_rust_draws_are_numpys(entropy, lengths):
+    # rust/core/src/synth.rs reproduces SeedSequence, PCG64, bounded integers and random(): the
+    # units it draws for any entropy (of up to 14 32-bit words, past numpy's pool of 4) and any
+    # text lengths are PromptVocab.sample_many's, so synthesized prompts keep their stored hashes
+    import numpy as np
+
+    from replay import _engine
+
+    vocab = prompt_vocab("gpt2")
+    want = vocab.sample_many(np.array(lengths), np.random.default_rng(np.random.SeedSequence(entropy)))
+    got = _engine.prompt_units(entropy, lengths, vocab.n_words)
+    assert got.dtype == np.int32 and got.tolist() == want.tolist()
+
+
+def test_token_only_prompts_built_in_rust_are_the_ones_numpy_draws(gpt2):
+    import numpy as np
+
+    from replay.synth import _REQUEST_DOMAIN, Synthesis, Synthesizer, request_key
+
+    synth = Synthesizer("gpt2", Synthesis(seed=5))
+    ids, lengths = [f"req-{i}" for i in range(50)], [0, 1, 2, 1000] + list(range(3, 49))
+    texts = synth.texts(ids, lengths)
+    vocab = prompt_vocab("gpt2")
+    for rid, n, text in zip(ids, lengths, texts):
+        seq = np.random.SeedSequence([5, request_key(rid), _REQUEST_DOMAIN])
+        assert text == vocab.render(vocab.sample(n, np.random.default_rng(seq)))
+    assert count_tokens(texts[3]) == 1000
