@@ -58,9 +58,9 @@ fn seed_pool(entropy: &[u64]) -> [u32; POOL] {
         }
     }
     for &w in words.iter().skip(POOL) {
-        for dst in 0..POOL {
+        for slot in pool.iter_mut() {
             let h = hashmix(w);
-            pool[dst] = mix(pool[dst], h);
+            *slot = mix(*slot, h);
         }
     }
     pool
