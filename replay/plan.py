@@ -51,8 +51,17 @@ class Plan:
         the window at ``bytes[offsets[i]:offsets[i + 1]]``. A null body (a token-only row) is
         built here, a window at a time, by the trace's synthesis rule (:mod:`replay.synth`)."""
         max_tokens = self.rows["max_tokens"].fill_null(self.rows["output_tokens"])
+        builder = None
+        if self.trace.meta.synthesis:
+            from replay.synth import BodyBuilder
+
+            builder = BodyBuilder(self.trace.meta)
         row = 0
-        for batch in self.trace.body_batches(self.n, size, synthesize=True):
+        for batch in self.trace.body_batches(self.n, size):
+            empty = [k for k, body in enumerate(batch) if body is None]
+            if empty and builder is not None:
+                for k, obj in zip(empty, builder.objects(self.rows.slice(row, len(batch))[empty])):
+                    batch[k] = obj
             tokens = max_tokens.slice(row, len(batch)).to_list()
             pieces = [_rewrite_body(body, row + k, model=self.model, max_tokens=mt, ignore_eos=self.ignore_eos)
                       for k, (body, mt) in enumerate(zip(batch, tokens))]
@@ -159,9 +168,14 @@ def schedule(trace: Trace, config: RunConfig) -> np.ndarray:
     return base
 
 
-def _rewrite_body(body: str, row: int, *, model: str | None, max_tokens: int | None, ignore_eos: bool) -> bytes:
+def _rewrite_body(body: str | dict | None, row: int, *, model: str | None, max_tokens: int | None,
+                  ignore_eos: bool) -> bytes:
+    """The body as sent: a stored body (JSON text) or a synthesized one (an object), streaming with
+    usage, ``max_tokens`` (with ``ignore_eos``) and ``model`` set."""
+    if body is None:
+        raise TraceError(f"column 'body' row {row}: null, and the trace has no synthesis rule to build it")
     try:
-        obj = json.loads(body)
+        obj = json.loads(body) if isinstance(body, str) else body
     except json.JSONDecodeError as e:
         raise TraceError(f"column 'body' row {row}: not JSON ({e.msg})") from None
     if not isinstance(obj, dict):

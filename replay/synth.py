@@ -188,7 +188,8 @@ class Synthesizer:
         return out
 
     @staticmethod
-    def body(api: str, model: str | None, max_tokens: int | None, text: str) -> str:
+    def body(api: str, model: str | None, max_tokens: int | None, text: str) -> dict:
+        """A synthesized row's body (see the module docstring), as an object."""
         body: dict = {} if model is None else {"model": model}
         if api == "chat":
             body["messages"] = [{"role": "user", "content": text}]
@@ -196,7 +197,7 @@ class Synthesizer:
             body["prompt"] = text
         if max_tokens is not None:
             body["max_tokens"] = int(max_tokens)
-        return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+        return body
 
 
 class BodyBuilder:
@@ -205,20 +206,30 @@ class BodyBuilder:
     def __init__(self, meta) -> None:
         self.synth = Synthesizer(meta.tokenizer, Synthesis.parse(meta.synthesis, "trace"))
 
-    def fill(self, bodies: list[str | None], rows: pl.DataFrame) -> list[str]:
+    def objects(self, rows: pl.DataFrame) -> list[dict]:
+        """The bodies of `rows` as the synthesis rule builds them, as objects (the replay sends
+        them without a round trip through JSON text)."""
         cols = rows.select("request_id", "api", "model", "input_tokens", "max_tokens",
                            "output_tokens", "hash_ids").to_dict(as_series=False)
-        out = list(bodies)
-        empty = [i for i, body in enumerate(bodies) if body is None]
-        plain = [i for i in empty if cols["hash_ids"][i] is None]
+        plain = [i for i, ids in enumerate(cols["hash_ids"]) if ids is None]
         texts = dict(zip(plain, self.synth.texts([cols["request_id"][i] for i in plain],
                                                  [cols["input_tokens"][i] for i in plain])))
-        for i in empty:
+        out = []
+        for i in range(rows.height):
             mt = cols["max_tokens"][i]
             if mt is None:
                 mt = cols["output_tokens"][i]
             text = texts.get(i)
             if text is None:
                 text = self.synth.text(cols["request_id"][i], cols["input_tokens"][i], cols["hash_ids"][i])
-            out[i] = self.synth.body(cols["api"][i], cols["model"][i], mt, text)
+            out.append(self.synth.body(cols["api"][i], cols["model"][i], mt, text))
+        return out
+
+    def fill(self, bodies: list[str | None], rows: pl.DataFrame) -> list[str]:
+        """`bodies` with each null one built (JSON text, as a trace stores a body)."""
+        empty = [i for i, body in enumerate(bodies) if body is None]
+        made = self.objects(rows[empty]) if empty else []
+        out = list(bodies)
+        for i, obj in zip(empty, made):
+            out[i] = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
         return out
