@@ -83,16 +83,22 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
     from replay.sim import start_sim
 
     config = config_from_args(args)
-    server = start_sim(config)
-    print(f"listening on {server.url}", flush=True)
-    print(f"profile {config.profile} | {server.num_gpu_blocks} KV blocks of {config.block_size} tokens | "
-          f"max-model-len {server.max_model_len} | model {config.served_model_name} | "
-          f"time scale {config.time_scale:g}", flush=True)
 
     def on_term(signum, frame):
         raise KeyboardInterrupt
 
+    # before the server says it listens: a SIGTERM sent the moment it does stops it cleanly
+    # (installed after the line, one sent right away killed the process: exit -15)
     previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        server = start_sim(config)
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGTERM, previous)
+        return 0
+    print(f"listening on {server.url}", flush=True)
+    print(f"profile {config.profile} | {server.num_gpu_blocks} KV blocks of {config.block_size} tokens | "
+          f"max-model-len {server.max_model_len} | model {config.served_model_name} | "
+          f"time scale {config.time_scale:g}", flush=True)
     try:
         while True:
             time.sleep(0.5)
