@@ -22,7 +22,6 @@ from replay.targets.llamacpp_build import llama_server_path
 from replay.targets.tiny_models import smollm2_path, tiny_gguf_path
 from tests.integration.real_engines import (check_crash, replay_through_a_crash, require,
                                             shared_prefix_trace, small_trace)
-from tests.integration.conftest import in_flight_at_sends
 
 pytestmark = pytest.mark.engine
 
@@ -72,24 +71,6 @@ def test_every_stage_reads_the_engines_own_metrics(running):
     assert m["samples"] >= 1 and {"running", "waiting"} <= set(m) and "kv_usage" not in m, m
     assert 0 <= m["prefix_cache_hit_rate"] <= 1, m
     assert result.summaries[0]["completed"] == 12
-
-
-def test_closed_loop_stages_keep_their_users_busy_against_the_engine(running):
-    # four slots: one user leaves three idle, four fill them; a request goes the moment one ends
-    trace = small_trace(n=12, seed=5)
-    result = sweep(trace, RunConfig(url=running.url, lag_bound_ms=20), [], concurrency=[1, 4])
-    for users, stage in zip([1, 4], result.stages):
-        df = stage.requests
-        assert df["error"].to_list() == ["none"] * 12, df["error_detail"].to_list()
-        assert df["completion_tokens"].to_list() == df["expected_output_tokens"].to_list()
-        assert in_flight_at_sends(df).max() == users
-        assert stage.summary["concurrency"] == users and stage.summary["offered_rate"] is None
-    # causal sessions in closed loop: two users replay whole sessions, turns after their think time
-    stage = run_stage(trace, RunConfig(url=running.url, concurrency=2, sessions="causal", lag_bound_ms=20))
-    df = stage.requests
-    assert df["error"].to_list() == ["none"] * 12, df["error_detail"].to_list()
-    assert trace.df["session_id"].n_unique() < 12, "the trace has sessions of several turns"
-    assert in_flight_at_sends(df).max() <= 2
 
 
 def test_shared_prefix_hits_the_cache_in_responses_and_metrics(running):
