@@ -23,7 +23,9 @@ runs).
 - Faults. Upstream unreachable or reset before its headers: 502; no headers within the
   timeout: 504; a failure mid-body cuts the client's connection (as the upstream's would have
   been cut). Each is recorded with its outcome (``upstream_error``, ``timeout``); a client that
-  goes away mid-stream is recorded as ``client_disconnected`` and the upstream request is closed.
+  goes away mid-stream is recorded as ``client_disconnected`` and the upstream request is closed
+  (one that leaves after the ``[DONE]`` event, or after every byte, had the whole answer: it
+  stays ``completed``).
 - The proxy's own Prometheus metrics are served at ``metrics_path`` (default ``/metrics``; that
   path is not forwarded).
 - Never stored: request and response headers (the Authorization header, cookies, api keys), the
@@ -320,6 +322,9 @@ class CaptureProxy:
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP]
         resp = None
         outcome = "completed"
+        # the answer is with the client: every byte written, or (streamed) the [DONE] event
+        delivered = False
+        tail = b""
         try:
             async with self._session.request(request.method, self.upstream + request.path_qs,
                                              data=send, headers=headers,
@@ -348,15 +353,16 @@ class CaptureProxy:
                         data, pending = _without_usage_events(pending + data)
                         if not data:
                             continue
-                    try:
-                        await resp.write(data)
-                    except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-                        outcome = "client_disconnected"
-                        break
-                if outcome != "client_disconnected":
-                    if pending:
-                        await resp.write(pending)
-                    await resp.write_eof()
+                    await _to_client(resp, data)
+                    tail = (tail + data)[-_TAIL:]
+                    delivered = delivered or tail.rstrip().endswith(_DONE_EVENT)
+                if pending:
+                    await _to_client(resp, pending)
+                delivered = True
+                await _to_client(resp, None)
+            return resp
+        except _ClientGone:
+            outcome = outcome if delivered else "client_disconnected"
             return resp
         except asyncio.TimeoutError:
             outcome = "timeout"
@@ -365,7 +371,8 @@ class CaptureProxy:
             outcome = "upstream_error"
             return self._failed(request, resp, 502, f"upstream: {type(e).__name__}")
         except asyncio.CancelledError:
-            outcome = "client_disconnected"
+            # the client went away (aiohttp cancels the handler); after [DONE] it had the answer
+            outcome = outcome if delivered else "client_disconnected"
             raise
         finally:
             if ex is not None:
@@ -387,6 +394,28 @@ class CaptureProxy:
             request.transport.abort()
         return resp
 
+
+class _ClientGone(Exception):
+    """A write to the proxy's client failed: it hung up."""
+
+
+async def _to_client(resp, data: bytes | None) -> None:
+    """Write ``data`` to the client (None: end the answer); raises ``_ClientGone`` if it left."""
+    import aiohttp
+
+    try:
+        if data is None:
+            await resp.write_eof()
+        else:
+            await resp.write(data)
+    except (ConnectionResetError, aiohttp.ClientConnectionResetError) as e:
+        raise _ClientGone from e
+
+
+# A client that hangs up once it has read this event (the openai SDK stops reading there) had
+# the whole answer: the exchange is recorded "completed", not "client_disconnected".
+_DONE_EVENT = b"data: [DONE]"
+_TAIL = len(_DONE_EVENT) + 8
 
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
 

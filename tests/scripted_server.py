@@ -7,6 +7,7 @@ Each request's JSON body may carry `"x_fault"` to pick its behaviour:
   reset         two chunks, then the connection is dropped mid-stream
   stall         one chunk, then silence for `stall_s` seconds
   no_done       chunks and usage, then the stream ends without [DONE]
+  slow_end      the whole stream, then `stall_s` seconds before its chunked terminator
   json          a non-streamed JSON completion
   close_before_headers / reset_before_headers   the connection is closed (FIN) / reset (RST)
                 before any byte of the response
@@ -127,6 +128,8 @@ class ScriptedServer:
         await event({"choices": [], "usage": usage})
         if fault != "no_done":
             await event("[DONE]")
+        if fault == "slow_end":
+            await asyncio.sleep(self.stall_s)
         await resp.write_eof()
         return resp
 

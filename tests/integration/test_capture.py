@@ -338,6 +338,31 @@ def test_a_second_capture_into_the_same_folder_is_refused(tmp_path):
         assert first.stop() == 0
 
 
+def test_a_client_that_hangs_up_after_done_got_a_completed_answer(tmp_path):
+    # The openai SDK stops reading at [DONE]; when the chunked terminator comes later, the proxy's
+    # last write finds the client gone. That exchange is complete (on CI it was once recorded as
+    # an upstream error against llama-server); a client that leaves before [DONE] is not.
+    scripted = ScriptedServer(stall_s=0.5).start()
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3,
+            "stream": True, "stream_options": {"include_usage": True}}
+    try:
+        with capture(scripted.url, tmp_path / "cap", redact=False) as proxy:
+            for body in ({**chat, "x_fault": "slow_end"}, {**chat, "x_fault": "stall"}):
+                with httpx.stream("POST", proxy.url + "/v1/chat/completions", json=body,
+                                  timeout=30) as r:
+                    for line in r.iter_lines():
+                        if line == "data: [DONE]" or body["x_fault"] == "stall":
+                            break
+                time.sleep(0.8)  # the rest of the answer reaches the proxy, and the client is gone
+            assert proxy.stop() == 0
+    finally:
+        scripted.stop()
+    rows = read_trace(tmp_path / "cap").df.to_dicts()
+    assert [(r["status"], r["outcome"]) for r in rows] == [
+        (200, "completed"), (200, "client_disconnected")]
+    assert rows[0]["output_tokens"] == 3
+
+
 def test_answers_pass_byte_for_byte(tmp_path):
     scripted = ScriptedServer(chunk_delay_s=0.01).start()
     chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}

@@ -20,6 +20,7 @@ from replay.sweep import sweep
 from replay.targets import LlamaServer
 from replay.targets.llamacpp_build import llama_server_path
 from replay.targets.tiny_models import smollm2_path, tiny_gguf_path
+from tests.integration.conftest import in_flight_at_sends
 from tests.integration.real_engines import (check_crash, replay_through_a_crash, require,
                                             shared_prefix_trace, small_trace)
 
@@ -73,6 +74,28 @@ def test_every_stage_reads_the_engines_own_metrics(running):
     assert result.summaries[0]["completed"] == 12
 
 
+def test_closed_loop_stages_keep_their_users_busy_against_the_engine(running):
+    # four slots: one user leaves three idle, four fill them; a request goes the moment one ends.
+    # llama-server closes its connection after every streamed answer (without `Connection:
+    # close`), so a request sent the moment one ends may go out on a connection being closed: the
+    # runner sends it again on a new one (it once failed here with "connection closed before the
+    # response headers").
+    trace = small_trace(n=12, seed=5)
+    result = sweep(trace, RunConfig(url=running.url, lag_bound_ms=20), [], concurrency=[1, 4])
+    for users, stage in zip([1, 4], result.stages):
+        df = stage.requests
+        assert df["error"].to_list() == ["none"] * 12, df["error_detail"].to_list()
+        assert df["completion_tokens"].to_list() == df["expected_output_tokens"].to_list()
+        assert in_flight_at_sends(df).max() == users
+        assert stage.summary["concurrency"] == users and stage.summary["offered_rate"] is None
+    # causal sessions in closed loop: two users replay whole sessions, turns after their think time
+    stage = run_stage(trace, RunConfig(url=running.url, concurrency=2, sessions="causal", lag_bound_ms=20))
+    df = stage.requests
+    assert df["error"].to_list() == ["none"] * 12, df["error_detail"].to_list()
+    assert trace.df["session_id"].n_unique() < 12, "the trace has sessions of several turns"
+    assert in_flight_at_sends(df).max() <= 2
+
+
 def test_shared_prefix_hits_the_cache_in_responses_and_metrics(running):
     before = running.metrics()
     trace = shared_prefix_trace(system_tokens=300, n=5)
@@ -103,8 +126,8 @@ def test_the_cli_sweeps_a_trace_file(running, tmp_path):
 def test_a_server_killed_mid_run_gives_recorded_errors(engine):
     # 1,900 tokens keep the first request streaming for about a second at this model's pace, so it
     # is in flight at the kill (0.6 s into the call) and the requests due later find nobody listening
-    df, killed_ns = replay_through_a_crash(engine.launch(), n=10, gap_ms=250, kill_after_s=0.6, max_tokens=1900)
-    check_crash(df, killed_ns)
+    df, gone_ns = replay_through_a_crash(engine.launch(), n=10, gap_ms=250, kill_after_s=0.6, max_tokens=1900)
+    check_crash(df, gone_ns)
     errors = df["error"].to_list()
     assert errors[0] == "reset", errors                     # in flight when it died
     assert errors[-1] == "connect_refused", errors          # sent after the crash: nobody listens

@@ -88,5 +88,5 @@ def test_a_config_that_fails_to_start_names_the_engine_and_its_log(engine, tmp_p
 
 def test_a_server_killed_mid_run_gives_recorded_errors(running):
     # last in the module: it kills the shared engine (a later test would start a new one)
-    df, killed_ns = replay_through_a_crash(running, n=8, gap_ms=250, kill_after_s=1.0, max_tokens=1000)
-    check_crash(df, killed_ns)
+    df, gone_ns = replay_through_a_crash(running, n=8, gap_ms=250, kill_after_s=1.0, max_tokens=1000)
+    check_crash(df, gone_ns)

@@ -10,7 +10,7 @@
 //! keeps what it saw.
 
 use std::io::IoSlice;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -47,6 +47,8 @@ pub(crate) struct Shared {
     /// Causal runs: each request's (index, end ns) goes to the dispatcher.
     pub ends_tx: Option<Sender<(usize, i64)>>,
     pub keep_chunks: bool,
+    /// Requests sent again on a new connection (`exchange_or_resend`).
+    pub resent: AtomicU64,
 }
 
 impl Shared {
@@ -196,15 +198,16 @@ fn stop_detail(stop: u8, sent: bool) -> (ErrorKind, &'static str) {
 }
 
 /// Get the request on the wire: a slot, a connection, the rest of the write; stamps `conn_ns`
-/// and `sent_ns`. Err: why it never got there.
+/// and `sent_ns`. Ok: the connection, the slot, and whether the connection had carried a request
+/// before (from the pool). Err: why it never got there.
 async fn put_on_wire(
     shared: &Shared,
     st: &mut State,
     wire: &Wire,
     start: Start,
     handed: Instant,
-) -> Result<(Conn, OwnedSemaphorePermit), (ErrorKind, String)> {
-    let (mut conn, permit) =
+) -> Result<(Conn, OwnedSemaphorePermit, bool), (ErrorKind, String)> {
+    let (mut conn, permit, reused) =
         match start {
             Start::Sent {
                 mut conn,
@@ -215,7 +218,7 @@ async fn put_on_wire(
                 conn.flush()
                     .await
                     .map_err(|e| classify_http_error(&e.into()))?;
-                return Ok((conn, permit));
+                return Ok((conn, permit, true));
             }
             Start::Partial {
                 mut conn,
@@ -228,12 +231,12 @@ async fn put_on_wire(
                     .await
                     .map_err(|e| classify_http_error(&e.into()))?;
                 shared.control.sent.fetch_add(1, Ordering::Relaxed);
-                return Ok((conn, permit));
+                return Ok((conn, permit, true));
             }
             Start::Fresh {
                 permit,
                 conn: Some(conn),
-            } => (conn, permit.expect("a slot comes with a connection")),
+            } => (conn, permit.expect("a slot comes with a connection"), true),
             Start::Fresh { permit, conn: None } => {
                 let permit =
                     match permit {
@@ -242,10 +245,10 @@ async fn put_on_wire(
                             (ErrorKind::Other, "connection slots closed".to_string())
                         })?,
                     };
-                let conn = match shared.pool.take(&mut Vec::new()) {
-                    Some(c) => c,
+                let (conn, reused) = match shared.pool.take(&mut Vec::new()) {
+                    Some(c) => (c, true),
                     None => match shared.dialer.dial().await {
-                        Ok(c) => c,
+                        Ok(c) => (c, false),
                         Err(e) => {
                             st.rec.conn_ns = handed.elapsed().as_nanos() as i64;
                             return Err(classify_connect_error(&e));
@@ -253,7 +256,7 @@ async fn put_on_wire(
                     },
                 };
                 st.rec.conn_ns = handed.elapsed().as_nanos() as i64;
-                (conn, permit)
+                (conn, permit, reused)
             }
         };
     st.rec.sent_ns = shared.now_ns();
@@ -261,7 +264,50 @@ async fn put_on_wire(
         .await
         .map_err(|e| classify_http_error(&e.into()))?;
     shared.control.sent.fetch_add(1, Ordering::Relaxed);
-    Ok((conn, permit))
+    Ok((conn, permit, reused))
+}
+
+/// Read the answer on `conn` (see `response::exchange`); `resend` is the request's bytes when
+/// `conn` had carried a request before. Such a connection may have been closed by the server
+/// just as the request went out: llama.cpp's server, for one, closes every connection after a
+/// streamed answer without saying `Connection: close`, and a request written in the µs before
+/// its FIN arrives finds the socket reset with no answer. A request on a reused connection that
+/// ends that way (reset or closed before any byte of a response came back, so the server never
+/// answered it) is sent once more on a new connection, as HTTP clients do for a reused idle
+/// connection (RFC 9112 §9.3.1); its `sent_ns` stays that of the first write, so the reconnect
+/// counts in its TTFT. Each is counted in `Shared::resent`. Returns true when the connection
+/// (then the new one) can carry another request.
+async fn exchange_or_resend(
+    shared: &Shared,
+    st: &mut State,
+    conn: &mut Conn,
+    resend: Option<Wire>,
+) -> bool {
+    let reusable = exchange(shared, st, conn).await;
+    let Some(wire) = resend else {
+        return reusable;
+    };
+    if st.rec.first_byte_ns >= 0 || st.rec.error_kind != ErrorKind::Reset {
+        return reusable;
+    }
+    shared.resent.fetch_add(1, Ordering::Relaxed);
+    st.rec.clear_failure();
+    let fresh = match shared.dialer.dial().await {
+        Ok(c) => c,
+        Err(e) => {
+            let (kind, detail) = classify_connect_error(&e);
+            st.end_with(kind, &detail, shared.now_ns());
+            return false;
+        }
+    };
+    *conn = fresh;
+    if let Err(e) = conn.write_rest(&wire.parts(), 0).await {
+        let (kind, detail) = classify_http_error(&e.into());
+        st.end_with(kind, &detail, shared.now_ns());
+        return false;
+    }
+    drop(wire);
+    exchange(shared, st, conn).await
 }
 
 /// The task spawned for one request.
@@ -286,9 +332,9 @@ async fn request_task(
             }),
         }
     };
-    drop(wire);
-    let (mut conn, permit) = match on_wire {
-        Ok(c) => c,
+    let (mut conn, permit, resend) = match on_wire {
+        // Kept for a reused connection only (see `exchange_or_resend`); otherwise freed now.
+        Ok((conn, permit, reused)) => (conn, permit, reused.then_some(wire)),
         Err(stop) => {
             if let Some(stop) = stop {
                 let (kind, detail) = stop_detail(stop, false);
@@ -300,7 +346,7 @@ async fn request_task(
     };
     let due = shared.timeout.map(|d| tokio::time::Instant::now() + d);
     let outcome = {
-        let exchange = exchange(&shared, &mut st, &mut conn);
+        let exchange = exchange_or_resend(&shared, &mut st, &mut conn, resend);
         tokio::select! {
             biased;
             stop = stopped(&mut stop_rx) => Err(Some(stop)),

@@ -140,6 +140,13 @@ impl RequestRecord {
         }
     }
 
+    /// Forget a failure and the end it stamped (the request is being sent again).
+    pub fn clear_failure(&mut self) {
+        self.error_kind = ErrorKind::None;
+        self.error_detail.clear();
+        self.end_ns = -1;
+    }
+
     /// Note a token-bearing chunk read at `t_ns`.
     pub fn token_chunk(&mut self, t_ns: i64) {
         if self.first_token_ns < 0 {
@@ -209,6 +216,9 @@ pub struct RunStats {
     pub dispatcher_priority: &'static str,
     /// Context switches of the I/O worker threads over the run.
     pub workers: Switches,
+    /// Requests sent a second time, on a new connection, after the server closed the reused
+    /// connection the first went out on without answering (`exchange::exchange_or_resend`).
+    pub resent: u64,
 }
 
 /// Voluntary (the thread waited) and involuntary (the thread was preempted while runnable)

@@ -306,6 +306,7 @@ pub fn run_streamed(
         records_tx,
         ends_tx: (causal || capped).then_some(ends_tx),
         keep_chunks: config.keep_chunks,
+        resent: AtomicU64::new(0),
     };
     let wanted = config.warm_connections.min(config.max_connections);
     let (warm_opened, warm_detail) = runtime.block_on(async {
@@ -422,6 +423,7 @@ pub fn run_streamed(
     });
     let (cancelled, cut_off) = stopped;
     let worker_switches = workers.total();
+    let resent = shared.resent.load(Ordering::Relaxed);
     drop(shared);
     runtime.shutdown_timeout(Duration::from_millis(200));
     let missing = if cancelled {
@@ -447,6 +449,7 @@ pub fn run_streamed(
         dispatcher: dispatcher_switches,
         dispatcher_priority: priority,
         workers: worker_switches,
+        resent,
     };
     Ok(records)
 }

@@ -189,6 +189,58 @@ fn every_fault_is_recorded_and_the_run_goes_on() {
 }
 
 #[test]
+fn a_request_on_a_connection_the_server_closed_unanswered_is_sent_again_on_a_new_one() {
+    let server = common::start();
+    let cfg = RunConfig {
+        max_connections: 1,
+        warm_connections: 1,
+        ..config(server.url())
+    };
+    let reqs = vec![
+        common::planned("/then_drop_next", 0, 0),
+        common::planned("/v1/chat/completions", 1, 200_000_000),
+        common::planned("/close_early", 2, 400_000_000),
+    ];
+    let r = run(&cfg, reqs, Arc::new(RunControl::default())).unwrap();
+    // 1 went out on the kept connection, which the server closed on reading it: sent again on a
+    // new connection, and answered there.
+    assert_eq!(kind(&r, 0), ErrorKind::None, "{}", r.error_detail[0]);
+    assert_eq!(kind(&r, 1), ErrorKind::None, "{}", r.error_detail[1]);
+    assert_eq!(r.completion_tokens[1], 5);
+    // Its send stamp is the first write, so the reconnect is in its time to first byte.
+    assert!(r.sent_ns[1] < r.first_byte_ns[1]);
+    // 2 was refused an answer on a new connection... then on another: sent twice, then failed.
+    assert_eq!(kind(&r, 2), ErrorKind::Reset, "{}", r.error_detail[2]);
+    let arrivals = server.arrivals.lock().unwrap().clone();
+    let count = |i| {
+        arrivals
+            .iter()
+            .filter(|a| a.path != "/v1/models" && common::index_of(&a.body) == i)
+            .count()
+    };
+    assert_eq!((count(0), count(1)), (1, 2));
+    assert_eq!(r.stats.resent, 1 + (count(2) as u64 - 1));
+}
+
+#[test]
+fn a_request_on_a_new_connection_is_not_sent_again() {
+    let server = common::start();
+    let cfg = RunConfig {
+        warm_connections: 0,
+        ..config(server.url())
+    };
+    let r = run(
+        &cfg,
+        vec![common::planned("/close_early", 0, 0)],
+        Arc::new(RunControl::default()),
+    )
+    .unwrap();
+    assert_eq!(kind(&r, 0), ErrorKind::Reset);
+    assert_eq!(server.arrivals.lock().unwrap().len(), 1);
+    assert_eq!(r.stats.resent, 0);
+}
+
+#[test]
 fn refused_connections() {
     let url = format!("http://{}", common::refused_addr());
     let reqs: Vec<_> = (0..5)

@@ -201,6 +201,7 @@ fn records_to_dict<'py>(py: Python<'py>, mut r: Records) -> PyResult<Bound<'py, 
     stats.set_item("dispatcher_switches", switches_dict(py, run.dispatcher)?)?;
     stats.set_item("dispatcher_priority", run.dispatcher_priority)?;
     stats.set_item("worker_switches", switches_dict(py, run.workers)?)?;
+    stats.set_item("resent", run.resent)?;
     d.set_item("runner", stats)?;
     Ok(d)
 }

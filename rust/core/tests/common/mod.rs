@@ -5,7 +5,10 @@
 //! `/status500`, `/status404`, `/malformed`, `/close_early` (no response), `/close_mid`, `/stall_mid`, `/slow_headers`,
 //! `/json`, `/error_event`, `/no_done`, `/spaced` (20 ms between chunks), `/queued` (headers at
 //! once, then 600 ms before the first of 3 tokens, as a request waiting in an engine's queue),
-//! `GET /v1/models` (a small JSON list). It counts the connections it accepted, and notes when.
+//! `GET /v1/models` (a small JSON list), `/then_drop_next` (a full stream, then the next request
+//! on that connection is read and the connection closed without an answer: llama.cpp's server
+//! closes after every stream, and this is its race with a client's next request, made certain).
+//! It counts the connections it accepted, and notes when.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -189,6 +192,7 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
 ) {
     let mut buf: Vec<u8> = Vec::new();
     let mut tmp = [0u8; 8192];
+    let mut drop_next = false;
     loop {
         let head_end = loop {
             if let Some(i) = find(&buf, b"\r\n\r\n") {
@@ -223,6 +227,10 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
             body,
             at,
         });
+        if drop_next {
+            return;
+        }
+        drop_next = path == "/then_drop_next";
         if !respond(&mut sock, &path).await {
             return;
         }
