@@ -113,10 +113,12 @@ def run_ours(trace, url: str, rate: float, n: int, ca_cert: str | None = None) -
 
     config = RunConfig(url=url, rate=rate, arrivals=Arrivals(kind="constant"), requests=n, metrics_url="none",
                        ca_cert=ca_cert, timeout_s=30.0, chunk_times=False)
-    s = run_stage(trace, config, model="m").summary
+    result = run_stage(trace, config, model="m")
+    s, runner = result.summary, result.runner
     return {"achieved": s["achieved_send_rate"] or float("nan"), "lag_p50_ms": s["send_lag_ms"]["p50"],
             "lag_p99_ms": s["send_lag_ms"]["p99"], "lag_max_ms": s["send_lag_ms"]["max"], "ok": s["completed"],
-            "n": n}
+            "n": n, "why": (f"  dispatcher preempted {runner['dispatcher_switches']['involuntary']}x, "
+                            f"waited for bodies {runner['body_waits']}x (max {runner['body_wait_max_ms']:.1f} ms)")}
 
 
 def run_peer(bodies: list[bytes], url: str, rate: float, n: int) -> dict:
@@ -171,7 +173,7 @@ def sweep_rates(name: str, rates: list[float], seconds: float, rows: int, send) 
         r["rate"] = rate
         out.append(r)
         print(f"  {name:24s} {rate:7.0f} req/s  achieved {r['achieved']:8.1f}  lag p50 {r['lag_p50_ms']:.3f}  "
-              f"p99 {r['lag_p99_ms']:.3f}  max {r['lag_max_ms']:.3f} ms  answered {r['ok']}/{n}",
+              f"p99 {r['lag_p99_ms']:.3f}  max {r['lag_max_ms']:.3f} ms  answered {r['ok']}/{n}{r.get('why', '')}",
               file=sys.stderr, flush=True)
         time.sleep(0.5)
     return out

@@ -119,6 +119,9 @@ def _invalid_reason(result: StageResult, lag_p99_ms: float | None) -> str:
         d, w = runner["dispatcher_switches"], runner["worker_switches"]
         why += (f"; the runner lost the CPU {d['involuntary']} times on its dispatcher "
                 f"({runner['dispatcher_priority']} priority) and {w['involuntary']} on its I/O threads")
+        if runner.get("body_waits"):
+            why += (f"; it waited for request bodies {runner['body_waits']} times "
+                    f"(longest {runner['body_wait_max_ms']:.1f} ms)")
     return why
 
 

@@ -219,6 +219,10 @@ pub struct RunStats {
     /// Requests sent a second time, on a new connection, after the server closed the reused
     /// connection the first went out on without answering (`exchange::exchange_or_resend`).
     pub resent: u64,
+    /// Times the dispatcher waited 1 ms or more for the next request's body (a source that reads
+    /// bodies ahead fell behind), and the longest such wait.
+    pub body_waits: u64,
+    pub body_wait_max_ns: u64,
 }
 
 /// Voluntary (the thread waited) and involuntary (the thread was preempted while runnable)

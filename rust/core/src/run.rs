@@ -33,6 +33,10 @@ use crate::warmup::{keep_warm, warm_up};
 /// records.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
+/// A wait of the dispatcher for a request's body this long or longer is counted
+/// (`RunStats::body_waits`).
+const BODY_WAIT_COUNTED_NS: u64 = 1_000_000;
+
 /// How to reach the server and how patient to be. A timeout of 0 means "no limit".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunConfig {
@@ -360,13 +364,29 @@ pub fn run_streamed(
     for g in schedule.after.iter().flatten() {
         followed[g.parent] = true;
     }
-    let items = bodies.enumerate().take(n).map(|(index, body)| Scheduled {
-        index,
-        offset_ns: schedule.offsets_ns[index],
-        gate: schedule.after.get(index).copied().flatten(),
-        closes: !followed.get(index).copied().unwrap_or(false),
-        payload: (schedule.path_index[index], body),
+    // How long the dispatcher waited for a body that was not there yet (a source reading ahead
+    // that fell behind): each wait of 1 ms or more is counted.
+    let (mut body_waits, mut body_wait_max_ns) = (0u64, 0u64);
+    let timed_bodies = std::iter::from_fn(|| {
+        let asked = Instant::now();
+        let body = bodies.next();
+        let waited = asked.elapsed().as_nanos() as u64;
+        if waited >= BODY_WAIT_COUNTED_NS {
+            body_waits += 1;
+            body_wait_max_ns = body_wait_max_ns.max(waited);
+        }
+        body
     });
+    let items = timed_bodies
+        .enumerate()
+        .take(n)
+        .map(|(index, body)| Scheduled {
+            index,
+            offset_ns: schedule.offsets_ns[index],
+            gate: schedule.after.get(index).copied().flatten(),
+            closes: !followed.get(index).copied().unwrap_or(false),
+            payload: (schedule.path_index[index], body),
+        });
     let spin = if priority == "fifo" {
         FIFO_SPIN_WINDOW
     } else {
@@ -450,6 +470,8 @@ pub fn run_streamed(
         dispatcher_priority: priority,
         workers: worker_switches,
         resent,
+        body_waits,
+        body_wait_max_ns,
     };
     Ok(records)
 }

@@ -202,6 +202,8 @@ fn records_to_dict<'py>(py: Python<'py>, mut r: Records) -> PyResult<Bound<'py, 
     stats.set_item("dispatcher_priority", run.dispatcher_priority)?;
     stats.set_item("worker_switches", switches_dict(py, run.workers)?)?;
     stats.set_item("resent", run.resent)?;
+    stats.set_item("body_waits", run.body_waits)?;
+    stats.set_item("body_wait_max_ms", run.body_wait_max_ns as f64 / 1e6)?;
     d.set_item("runner", stats)?;
     Ok(d)
 }
