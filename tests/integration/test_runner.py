@@ -199,3 +199,26 @@ def test_a_trace_read_without_bodies_sends_the_same_requests(scripted, tmp_path)
     assert len(sent) == 14
     key = lambda b: b["messages"][0]["content"]  # noqa: E731
     assert sorted(sent[:7], key=key) == sorted(sent[7:], key=key)
+
+
+def test_a_body_source_that_falls_behind_is_counted(scripted, monkeypatch):
+    import time
+
+    from replay.plan import Plan
+
+    server = scripted()
+    trace = trace_of_bodies([{"max_tokens": 1} for _ in range(10)])
+    windows = Plan.body_windows
+
+    def late_fourth(self, size=2):
+        for k, window in enumerate(windows(self, size=2)):
+            if k == 3:  # three windows are read ahead before t0; the fourth keeps the sends waiting
+                time.sleep(1.0)
+            yield window
+
+    monkeypatch.setattr(Plan, "body_windows", late_fourth)
+    result = run_stage(trace, RunConfig(url=server.url, rate=1000.0, lag_bound_ms=1.0))
+    assert result.requests["error"].to_list() == ["none"] * 10
+    assert result.runner["body_waits"] == 1 and result.runner["body_wait_max_ms"] >= 100
+    assert not result.summary["valid"]
+    assert "waited for request bodies 1 times" in result.summary["invalid_reason"]
