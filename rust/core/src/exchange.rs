@@ -117,7 +117,7 @@ pub(crate) fn launch(
             permit: None,
             conn: None,
         },
-        Ok(permit) => match shared.pool.take(&mut dead) {
+        Ok(permit) => match shared.pool.try_take(&mut dead) {
             None => Start::Fresh {
                 permit: Some(permit),
                 conn: None,

@@ -39,8 +39,25 @@ impl Pool {
     /// socket costs tens of µs (deregistering it, the FIN), which the dispatcher hands to an I/O
     /// worker instead.
     pub fn take(&self, dead: &mut Vec<Conn>) -> Option<Conn> {
+        let idle = self.idle.lock().expect("pool lock");
+        self.take_from(idle, dead)
+    }
+
+    /// `take` for the dispatcher: None at once, as if the pool were empty, when another thread
+    /// holds the pool. The dispatcher runs real-time and the I/O workers do not: a worker
+    /// preempted while it holds the lock (putting back a connection, beside a busy local server)
+    /// would hold up every due send behind it, and the request's task gets a connection instead.
+    pub fn try_take(&self, dead: &mut Vec<Conn>) -> Option<Conn> {
+        let idle = self.idle.try_lock().ok()?;
+        self.take_from(idle, dead)
+    }
+
+    fn take_from(
+        &self,
+        mut idle: std::sync::MutexGuard<'_, VecDeque<(Conn, Instant)>>,
+        dead: &mut Vec<Conn>,
+    ) -> Option<Conn> {
         let now = Instant::now();
-        let mut idle = self.idle.lock().expect("pool lock");
         self.expire(&mut idle, now);
         while let Some((mut conn, _)) = idle.pop_back() {
             if conn.looks_alive() {
