@@ -33,10 +33,17 @@ from replay.targets.url import base_url, check_target
 from replay.trace import Trace
 
 __all__ = ["StageResult", "run_stage", "run_plan", "resolve_model", "warm_connections", "Progress", "RowsSink",
-           "ERROR_KINDS", "WARM_CAP"]
+           "ERROR_KINDS", "WARM_CAP",
+           "READER_STALL_S", "WARM_STALL_CAP"]
 
-# most connections opened before t0
+# most connections opened before t0 for the requests in flight (Little's law)
 WARM_CAP = 64
+# ... and as a cushion for a reader held off its CPU: the requests due in this long must each
+# find an idle connection the dispatcher writes on itself. Measured on 2 cores beside a busy local
+# server (nginx at 5,000 req/s): with 64 connections the I/O thread was away long enough (up to
+# 75 ms) to empty the pool in 2 of 20 stages (send lag p99 15-52 ms), with 512 in none of 20.
+READER_STALL_S = 0.1
+WARM_STALL_CAP = 2048
 # expected response time where the trace has no recorded one: a first token after ~0.25 s,
 # then ~30 ms per output token (a typical decode pace under load)
 _EXPECTED_TTFT_S = 0.25
@@ -124,10 +131,14 @@ def _results_frame(plan: Plan, raw: dict) -> pl.DataFrame:
 def warm_connections(plan: Plan, config: RunConfig) -> int:
     """Connections to open before t0: ``config.warm_connections``, or the most requests the
     schedule has in flight at once if each takes its expected response time (its recorded
-    ``e2e_us``, else 0.25 s + 30 ms per expected output token), at least 1, at most
-    :data:`WARM_CAP` and ``max_connections`` (a closed-loop stage: its users). That is Little's
-    law (rate x response time) where the arrivals are even, and a burst's size where they are
-    not: with only the mean, a bursty stage's second request in a burst connected on its own path."""
+    ``e2e_us``, else 0.25 s + 30 ms per expected output token), at most :data:`WARM_CAP`; or,
+    when more, the most requests due within any :data:`READER_STALL_S` (at most
+    :data:`WARM_STALL_CAP`); at least 1 and at most ``max_connections`` (a closed-loop stage: its
+    users). The first is Little's law (rate x response time) where the arrivals are even, and a
+    burst's size where they are not: with only the mean, a bursty stage's second request in a
+    burst connected on its own path. The second keeps a fast schedule on time while the I/O
+    thread that reads answers and frees connections is off its CPU: every request due
+    meanwhile still finds an idle connection that the dispatcher writes on itself."""
     if config.warm_connections is not None:
         return config.warm_connections
     if config.closed_loop:  # its users
@@ -142,7 +153,10 @@ def warm_connections(plan: Plan, config: RunConfig) -> int:
     ends = np.sort(plan.offsets_ns + (expected_s * 1e9).astype(np.int64))
     # in flight just after each start: the starts so far less the requests already ended
     in_flight = np.arange(1, len(starts) + 1) - np.searchsorted(ends, starts, side="right")
-    return int(min(WARM_CAP, config.max_connections, max(1, int(in_flight.max()))))
+    # due within READER_STALL_S of each start (that one included)
+    burst = np.searchsorted(starts, starts + int(READER_STALL_S * 1e9), side="left") - np.arange(len(starts))
+    wanted = max(min(WARM_CAP, int(in_flight.max())), min(WARM_STALL_CAP, int(burst.max())))
+    return int(min(config.max_connections, max(1, wanted)))
 
 
 def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None,

@@ -50,3 +50,17 @@ def test_a_burst_gets_its_connections_even_at_a_low_mean_rate():
     spaced = trace_of_bodies([{"max_tokens": 8} for _ in range(5)], arrival_us=[i * 2_000_000 for i in range(5)])
     spaced = type(spaced)(df=spaced.df.with_columns(pl.lit(500_000, pl.Int64).alias("e2e_us")), meta=spaced.meta)
     assert warm_connections(build_plan(spaced, config, model="m"), config) == 1
+
+
+def test_a_fast_schedule_gets_a_cushion_for_a_reader_off_its_cpu():
+    from replay.runner import READER_STALL_S, WARM_STALL_CAP
+
+    # 5,000 req/s, each answered in 1 ms: about 5 in flight, but the 500 due in any
+    # READER_STALL_S each need an idle connection while the thread that frees them is away
+    plan, config = plan_of(2_000, 8, rate=5_000.0, e2e_us=1_000)
+    assert warm_connections(plan, config) == round(5_000 * READER_STALL_S)
+    plan, config = plan_of(30_000, 8, rate=50_000.0, e2e_us=1_000)
+    assert warm_connections(plan, config) == WARM_STALL_CAP
+    # a slow schedule keeps Little's law: 10 req/s x 0.5 s
+    plan, config = plan_of(50, 8, rate=10.0, e2e_us=500_000)
+    assert warm_connections(plan, config) == 5
