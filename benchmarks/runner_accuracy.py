@@ -24,7 +24,8 @@ requests, so the top rates run shorter):
 
 * **ours**: the library's `run_stage` (`RunConfig(rate=R, arrivals=constant, requests=n,
   metrics_url="none")`): plan, bodies and runner as `replay run` sends them, connections warmed
-  as it warms them (64 for a trace without recorded response times);
+  as it warms them (the requests due in any 0.1 s, at least 64, for a trace without recorded
+  response times);
 * **asyncio**: benchmarks/asyncio_peer.py (asyncio + aiohttp + uvloop, sent the way vLLM's `bench
   serve` sends), the stored bodies; stamped "sent" when its task starts (a generous stamp: ours
   is taken as the write starts, with a connection in hand).

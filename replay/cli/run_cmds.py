@@ -78,7 +78,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warm-connections", type=int,
                    help="keep-alive connections opened before t0 and kept open while the stage runs (default: "
                         "the most requests the schedule has in flight at once, each taking its recorded or "
-                        "expected response time; at most 64)")
+                        "expected response time, at most 64; or, when more, the most requests due within any "
+                        "0.1 s, at most 2,048: a cushion while the I/O thread is off its CPU)")
     p.add_argument("--chunk-times", default="all", choices=["all", "none"],
                    help="keep every chunk's arrival time (all, default: 4 bytes a chunk) or only count chunks")
     p.add_argument("--max-connections", type=int, default=d["max_connections"],
@@ -90,7 +91,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fidelity", type=Path, metavar="LIVE",
                    help="after the stages, judge each one against the live Trace LIVE (as `replay fidelity` does): "
                         "a fidelity column in the table, a fidelity entry per stage in the summary, and "
-                        "fidelity.json / .md / .html in the results folder")
+                        "fidelity.json / .md / .html in the results folder; exit 1 when a stage is unfaithful, "
+                        "3 when one cannot be told (the live trace is too small to judge a metric)")
+    p.add_argument("--allow-inconclusive", action="store_true",
+                   help="with --fidelity: exit 0 when no stage is unfaithful but some cannot be told "
+                        "(recorded in summary.json)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -226,6 +231,7 @@ class _Saver:
     def __init__(self, args: argparse.Namespace, out: Path) -> None:
         self.args, self.out, self.files = args, out, []
         self.fidelity: list[dict] | None = None  # per stage, once --fidelity judged them
+        self.fidelity_state: str | None = None  # the report's, once judged
 
     def rows(self, index: int, config: RunConfig):
         from replay.results import StageParts, stage_file
@@ -245,6 +251,8 @@ class _Saver:
         if self.fidelity is not None:
             for stage, verdict in zip(summary["stages"], self.fidelity):
                 stage["fidelity"] = verdict
+            summary["fidelity"] = {"live": str(self.args.fidelity), "state": self.fidelity_state,
+                                   "inconclusive_allowed": bool(self.args.allow_inconclusive)}
         return summary
 
 
@@ -277,6 +285,7 @@ def _judge(args: argparse.Namespace, result, saver: _Saver) -> None:
     report = compare_results(args.fidelity, saver.out)  # as `replay fidelity` judges it by default
     paths = write_report(report, saver.out, html=True)
     saver.fidelity = [stage_summary(s, str(args.fidelity)) for s in report.stages]
+    saver.fidelity_state = report.state
     write_summary(saver.out, saver.summary(result))
     if not args.json:
         print(f"fidelity report: {', '.join(str(p) for p in paths)}", file=sys.stderr)
@@ -374,4 +383,18 @@ def _report(args: argparse.Namespace, result, saver: _Saver, page: bool = False)
     if result.interrupted:
         print(f"interrupted: partial results kept in {saver.out}", file=sys.stderr)
         return 130
-    return 0
+    return _fidelity_exit(args, saver.fidelity_state)
+
+
+def _fidelity_exit(args: argparse.Namespace, state: str | None) -> int:
+    """The exit code of run / sweep: 0 without --fidelity, else as `replay fidelity` exits (1
+    unfaithful, 3 cannot tell), but 0 for cannot tell with --allow-inconclusive."""
+    from fidelity.compare import CANNOT_TELL
+    from fidelity.render import exit_code
+
+    if state is None:
+        return 0
+    if state == CANNOT_TELL and args.allow_inconclusive:
+        print("fidelity: cannot tell, allowed (--allow-inconclusive)", file=sys.stderr)
+        return 0
+    return exit_code(state)
