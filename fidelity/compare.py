@@ -6,18 +6,28 @@ A *side* (:mod:`fidelity.sides`) is one stream of requests as it was observed: t
 any two sides; :func:`compare_stage` compares a stage with the live rows it replayed, and
 :func:`drift` two traces.
 
-Thresholds. Each metric has a distance (0 = same). It passes when the distance is at most the
-larger of a fixed bound (:data:`FIXED_BOUNDS`) and ``AA_FACTOR`` (3) times the largest of the
-same distances between two random halves of the live side (whole sessions to each half, seeded)
-over ``AA_SPLITS`` (10) splits: a metric the live traffic itself does not pin down more tightly
-than that cannot fail a replay for it. (The largest, not the mean: a few long sessions carry
-much of a trace's tokens and reuse, so these distances have heavy tails.) On a live side of more than ``AA_MAX_REQUESTS`` (20,000)
-requests the halves are drawn from a sample of its sessions of about that size, which
-overstates the noise of a larger trace; there the fixed bounds, far above its noise, decide. Metrics
-whose inputs are missing (no engine-reported cached tokens live, no recorded latencies, too few
-windows) are reported as not applicable and do not count. Outcomes (TTFT / ITL / E2E) are
-reported but judged only with ``judge_outcomes=True``: they match live only when the target runs
-the live engine's config at the live rate.
+Thresholds. Each metric has a distance (0 = same). Its bound is the larger of a fixed bound
+(:data:`FIXED_BOUNDS`) and ``AA_FACTOR`` (3) times the largest of the same distances between two
+random halves of the live side (whole sessions to each half, seeded) over ``AA_SPLITS`` (10)
+splits: a metric the live traffic itself does not pin down more tightly than that cannot fail a
+replay for it. (The largest, not the mean: a few long sessions carry much of a trace's tokens and
+reuse, so these distances have heavy tails.) On a live side of more than ``AA_MAX_REQUESTS``
+(20,000) requests the halves are drawn from a sample of its sessions of about that size, which
+overstates the noise of a larger trace; there the fixed bounds, far above its noise, decide.
+
+Three answers. A metric *fails* when its distance is over its bound. It *passes* when the
+distance is within a bound that is itself within the metric's ceiling (:data:`CEILINGS`, well
+below the metric's range: a KS distance of 0.15, a relative error of 0.25, a hit-rate gap of 0.10,
+...). Where the A/A noise puts the bound above the ceiling, the live side is too small to pin the
+metric down, and a distance within that bound says nothing: the metric is *cannot tell*, with
+the live size it would need (A/A distances shrink about as 1/sqrt(n), so about
+``n x (bound / ceiling)^2`` requests, sessions or windows). A stage is *unfaithful* when a metric
+failed, *cannot tell* when none failed but one could not be judged or a group of
+:data:`JUDGED_GROUPS` had no metric judged, and *faithful* otherwise. Metrics whose inputs are
+missing (no engine-reported cached tokens live, no recorded latencies, too few windows) are
+reported as not applicable. Outcomes (TTFT / ITL / E2E) are reported but judged only with
+``judge_outcomes=True``: they match live only when the target runs the live engine's config at
+the live rate.
 
 Time scales. A stage that replays the trace k times faster is compared at 1/k of the live
 windows: its counting windows are the live ones divided by the stage's compression
@@ -34,11 +44,20 @@ import numpy as np
 import polars as pl
 
 from fidelity import cache, stats
+from fidelity.power import MAX_DETECTABLE, detectable
 from fidelity.sides import PER_REQUEST_SLACK, TEMPLATE_MAX, Side
 
 __all__ = [
     "AA_FACTOR",
+    "CEILINGS",
     "FIXED_BOUNDS",
+    "JUDGED_GROUPS",
+    "PASS",
+    "FAIL",
+    "CANNOT_TELL",
+    "NOT_JUDGED",
+    "FAITHFUL",
+    "UNFAITHFUL",
     "COUNT_WINDOWS_S",
     "MIN_SAMPLES",
     "Metric",
@@ -79,12 +98,63 @@ FIXED_BOUNDS: dict[str, float] = {
     "outcomes.e2e": 0.1,
 }
 
+# metric name (or its family, as in FIXED_BOUNDS) -> the widest bound under which it is judged:
+# a distance within a wider bound cannot tell a faithful replay from one off by about the
+# ceiling. Below each metric's range, at about the smallest change the tests catch on 2,000 live
+# requests (docs/fidelity.md lists them with the power they give).
+CEILINGS: dict[str, float] = {
+    "input_tokens.ks": 0.15,
+    "output_tokens.ks": 0.15,
+    "input_tokens.wasserstein": 0.25,
+    "output_tokens.wasserstein": 0.25,
+    **{f"{side}.p{q}": 0.25 for side in ("input_tokens", "output_tokens") for q in stats.QUANTILES},
+    "lengths.spearman": 0.15,
+    "cache.engine_hit_rate": 0.10,
+    "cache.offered_reuse": 0.10,
+    "cache.reuse_time.ks": 0.15,
+    "arrivals.interarrival_cv": 0.30,
+    "arrivals.dispersion": 0.50,
+    "arrivals.lag1_autocorrelation": 0.30,
+    "arrivals.peak_to_mean": 0.30,
+    "arrivals.rate_correlation": 0.30,
+    "sessions.turns": 0.25,
+    "sessions.think_time.ks": 0.15,
+    "outcomes.ttft": 0.25,
+    "outcomes.itl": 0.25,
+    "outcomes.e2e": 0.25,
+}
+
+# what a faithful verdict needs judged: (what, the prefix of its metrics' names); at least one
+# metric of each, judged against the A/A halves, must pass with its bound within its ceiling and
+# its detectable change within its maximum
+JUDGED_GROUPS: tuple[tuple[str, str], ...] = (
+    ("input lengths", "input_tokens."),
+    ("output lengths", "output_tokens."),
+    ("cache", "cache."),
+    ("arrivals", "arrivals."),
+)
+
+# a metric's state
+PASS, FAIL, CANNOT_TELL, NOT_JUDGED = "pass", "fail", "cannot tell", "n/a"
+# a verdict's state (CANNOT_TELL as for a metric)
+FAITHFUL, UNFAITHFUL = "faithful", "unfaithful"
+
+
+def _family(table: dict[str, float], name: str) -> float | None:
+    """``table``'s entry for ``name`` or its family (``arrivals.dispersion_10s`` ->
+    ``arrivals.dispersion``, ``cache.offered_reuse.unbounded`` -> ``cache.offered_reuse``)."""
+    for key in (name, name.rsplit("_", 1)[0], name.rsplit(".", 1)[0]):
+        if key in table:
+            return table[key]
+    return None
+
 
 @dataclass(frozen=True)
 class Metric:
     """One comparison. ``distance`` is 0 when the sides agree; ``bound`` = max(fixed, AA_FACTOR x
-    ``aa``), ``aa`` the largest same distance between two random halves of live; ``passed`` is
-    None when the metric is not judged (not applicable, or reported only)."""
+    ``aa``), ``aa`` the largest same distance between two random halves of live; ``state`` is
+    PASS, FAIL, CANNOT_TELL (the bound is over the metric's ``ceiling``; ``needs`` says how much
+    live traffic would pin it down) or NOT_JUDGED (not applicable, or reported only)."""
 
     group: str
     name: str
@@ -93,27 +163,48 @@ class Metric:
     distance: float | None
     aa: float | None
     bound: float | None
-    passed: bool | None
+    state: str
     reason: str
     flags: tuple[str, ...] = ()
+    ceiling: float | None = None
+    needs: str | None = None
+    detectable: float | None = None  # the smallest change of its kind it catches (fidelity.power); None: none / n/a
+    detects: str = ""  # that change in words ("lengths +12%", "none up to lengths x5", "")
+
+    @property
+    def passed(self) -> bool | None:
+        """True / False for a metric judged pass / fail; None when it was not (cannot tell, n/a)."""
+        return {PASS: True, FAIL: False}.get(self.state)
 
     def to_json(self) -> dict:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+        out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+        out["passed"] = self.passed
+        return out
 
 
 @dataclass(frozen=True)
 class Verdict:
-    faithful: bool
+    """A stage's answer: ``state`` FAITHFUL, UNFAITHFUL or CANNOT_TELL, and why."""
+
+    state: str
     reason: str
     metrics: list[Metric] = field(default_factory=list)
     diagnosis: list[str] = field(default_factory=list)
 
     @property
+    def faithful(self) -> bool:
+        return self.state == FAITHFUL
+
+    @property
     def failed(self) -> list[Metric]:
-        return [m for m in self.metrics if m.passed is False]
+        return [m for m in self.metrics if m.state == FAIL]
+
+    @property
+    def undecided(self) -> list[Metric]:
+        return [m for m in self.metrics if m.state == CANNOT_TELL]
 
     def to_json(self) -> dict:
-        return {"faithful": self.faithful, "reason": self.reason, "diagnosis": self.diagnosis,
+        return {"state": self.state, "faithful": self.faithful, "reason": self.reason, "diagnosis": self.diagnosis,
                 "metrics": [m.to_json() for m in self.metrics]}
 
 
@@ -290,31 +381,111 @@ def aa_splits(side: Side, seed: int = 0) -> list[tuple[Side, Side]]:
     return [aa_halves(side, seed + k) for k in range(AA_SPLITS)]
 
 
-def _judge(spec: _Spec, live: Side, other: Side, splits: list[tuple[Side, Side]]) -> Metric:
-    bound_fixed = FIXED_BOUNDS.get(spec.name, FIXED_BOUNDS.get(spec.name.rsplit("_", 1)[0], 0.1))
+def _round2(n: float) -> int:
+    """``n`` rounded up to two significant figures (a size to ask for, not a measurement)."""
+    n = max(1, math.ceil(n))
+    step = 10 ** max(0, len(str(n)) - 2)
+    return -(-n // step) * step
+
+
+def _size(name: str, live: Side) -> tuple[int, str]:
+    """What the A/A noise of metric ``name`` shrinks with on ``live`` (the side its halves were
+    drawn from, or the sample of it ``aa_splits`` took): (how many, of what)."""
+    sampled = min(1.0, AA_MAX_REQUESTS / live.n) if live.n else 1.0
+    if name.startswith("sessions."):
+        count, what = (len(np.unique(live.sessions)) if live.n else 0), "live sessions"
+    else:
+        window = next((w for w in COUNT_WINDOWS_S if name.endswith(f"_{w:g}s")), None)
+        if window is None and name in ("arrivals.lag1_autocorrelation", "arrivals.peak_to_mean"):
+            window = 1.0
+        count, what = ((len(_counts(live, window)), f"windows of {window:g} s of live traffic") if window is not None
+                       else (live.n, "live requests"))
+    return int(round(count * sampled)), what
+
+
+@dataclass(frozen=True)
+class _Decision:
+    bound: float
+    state: str
+    ceiling: float | None
+    needs: str | None = None
+    detectable: float | None = None
+    detects: str = ""
+    why: str = ""  # why it cannot tell
+
+
+def _decide(name: str, d: float, aa: float | None, live: Side,
+            distance: Callable[[Side, Side], float | None] | None = None) -> _Decision:
+    """The bound rule, for every metric judged against A/A halves: the bound, the state, and the
+    power (``distance``: the metric's own, for the search of :func:`fidelity.power.detectable`)."""
+    fixed = _family(FIXED_BOUNDS, name)
+    fixed = 0.1 if fixed is None else fixed
+    bound = max(fixed, AA_FACTOR * aa) if aa is not None else fixed
+    ceiling = _family(CEILINGS, name)
+    found, change = detectable(name, distance or (lambda a, b: None), live, bound)
+    detects, most = "", None
+    if change is not None and found is not None:
+        most = MAX_DETECTABLE[change.family]
+        if not math.isfinite(found):
+            detects = f"none up to {change.limit}"
+        elif change.unit == "points":
+            detects = f"{change.family} {100 * found:.3g} points"
+        else:
+            detects = f"{'interarrival CV' if change.family == 'arrivals' else change.family} {100 * found:+.3g}%"
+    power = None if found is None or not math.isfinite(found) else found
+    if d > bound:
+        return _Decision(bound, FAIL, ceiling, detectable=power, detects=detects)
+    count, what = _size(name, live)
+    if ceiling is not None and bound > ceiling:
+        need = _round2(count * (bound / ceiling) ** 2)
+        return _Decision(bound, CANNOT_TELL, ceiling, f"about {need:,} {what} (has {count:,})", power, detects,
+                         f"live's own halves differ so much that the bound is {bound:.3g}, over its ceiling "
+                         f"{ceiling:.3g}")
+    if most is not None and (power is None or power > most):
+        size = f"about {_round2(count * (power / most) ** 2):,} {what} (has {count:,})" if power else "more live traffic"
+        return _Decision(bound, CANNOT_TELL, ceiling, size, power, detects,
+                         f"under the bound {bound:.3g} it would catch only {detects} (at most "
+                         f"{100 * most:g}{' points' if change.unit == 'points' else '%'} counts)")
+    return _Decision(bound, PASS, ceiling, detectable=power, detects=detects)
+
+
+def _stated(what: str, d: float, x: float | None, y: float | None, other: str, decision: _Decision) -> str:
+    values = f" (live {x:.4g}, {other} {y:.4g})" if x is not None and y is not None else ""
+    if decision.state == CANNOT_TELL:
+        return f"{what}: {d:.3g}{values}, but {decision.why}: cannot tell; needs {decision.needs}"
+    word = "within" if decision.state == PASS else "over"
+    return f"{what}: {d:.3g}{values}, {word} the bound {decision.bound:.3g}"
+
+
+def _metric(group: str, name: str, x, y, d: float, aa: float | None, decision: _Decision, reason: str,
+            flags: tuple[str, ...] = (), state: str | None = None) -> Metric:
+    return Metric(group, name, x, y, d, aa, decision.bound, state or decision.state, reason, flags, decision.ceiling,
+                  decision.needs, decision.detectable, decision.detects)
+
+
+def _judge(spec: _Spec, live: Side, other: Side, splits: list[tuple[Side, Side]], aa_side: Side) -> Metric:
     not_applicable = spec.applicable(live, other)
     if not_applicable:
-        return Metric(spec.group, spec.name, None, None, None, None, None, None, f"not applicable: {not_applicable}")
+        return Metric(spec.group, spec.name, None, None, None, None, None, NOT_JUDGED,
+                      f"not applicable: {not_applicable}")
     x, y, d = spec.fn(live, other)
     if d is None or (isinstance(d, float) and math.isnan(d)):
-        return Metric(spec.group, spec.name, x, y, None, None, None, None, f"not applicable: {spec.what} undefined")
+        return Metric(spec.group, spec.name, x, y, None, None, None, NOT_JUDGED,
+                      f"not applicable: {spec.what} undefined")
     aas = [spec.fn(*h)[2] for h in splits if spec.applicable(*h) is None]
     aas = [a for a in aas if a is not None and not math.isnan(a)]
     aa = float(np.max(aas)) if aas else None
-    bound = max(bound_fixed, AA_FACTOR * aa) if aa is not None else bound_fixed
+    decision = _decide(spec.name, d, aa, aa_side, lambda a, b: spec.fn(a, b)[2])
     flags: tuple[str, ...] = ()
     if spec.group == "outcomes":
         n = min(_count(getattr(live, _OUTCOME_ATTR[spec.name])), _count(getattr(other, _OUTCOME_ATTR[spec.name])))
         if n < MIN_SAMPLES:
             flags = (f"quantiles from {n} samples (< {MIN_SAMPLES})",)
     if not spec.judged:
-        return Metric(spec.group, spec.name, x, y, d, aa, bound, None,
-                      f"reported, not judged: {spec.what} {d:.3g} (bound {bound:.3g})", flags)
-    passed = d <= bound
-    values = f" (live {x:.4g}, {other.name} {y:.4g})" if x is not None and y is not None else ""
-    word = "within" if passed else "over"
-    reason = f"{spec.what}: {d:.3g}{values}, {word} the bound {bound:.3g}"
-    return Metric(spec.group, spec.name, x, y, d, aa, bound, passed, reason, flags)
+        return _metric(spec.group, spec.name, x, y, d, aa, decision,
+                       f"reported, not judged: {spec.what} {d:.3g} (bound {decision.bound:.3g})", flags, NOT_JUDGED)
+    return _metric(spec.group, spec.name, x, y, d, aa, decision, _stated(spec.what, d, x, y, other.name, decision),
+                   flags)
 
 
 _OUTCOME_ATTR = {"outcomes.ttft": "ttft_s", "outcomes.e2e": "e2e_s", "outcomes.itl": "itl_s"}
@@ -324,7 +495,7 @@ def _count(a: np.ndarray | None) -> int:
     return 0 if a is None else int(np.isfinite(np.asarray(a, dtype=np.float64)).sum())
 
 
-def _cache_sim_metrics(live: Side, other: Side, splits: list[tuple[Side, Side]]) -> list[Metric]:
+def _cache_sim_metrics(live: Side, other: Side, splits: list[tuple[Side, Side]], aa_side: Side) -> list[Metric]:
     """Offered reuse: the simulated prefix cache's hit share on each side, at each capacity."""
     out = []
     capacities = cache.capacities_for(live.hashes)
@@ -337,17 +508,14 @@ def _cache_sim_metrics(live: Side, other: Side, splits: list[tuple[Side, Side]])
         what = f"simulated prefix-cache hit share, {label.replace('_', ' ')}" + (
             f" ({capacity} blocks)" if capacity else "")
         if x is None or y is None:
-            out.append(Metric("cache", name, x, y, None, None, None, None, "not applicable: no prompt tokens"))
+            out.append(Metric("cache", name, x, y, None, None, None, NOT_JUDGED, "not applicable: no prompt tokens"))
             continue
         d = abs(y - x)
         pairs = [(share(a), share(b)) for a, b in splits]
         aas = [abs(hy - hx) for hx, hy in pairs if hx is not None and hy is not None]
         aa = float(np.max(aas)) if aas else None
-        fixed = FIXED_BOUNDS["cache.offered_reuse"]
-        bound = max(fixed, AA_FACTOR * aa) if aa is not None else fixed
-        passed = d <= bound
-        out.append(Metric("cache", name, x, y, d, aa, bound, passed,
-                          f"{what}: live {x:.3f}, {other.name} {y:.3f}, {'within' if passed else 'over'} the bound {bound:.3g}"))
+        decision = _decide(name, d, aa, aa_side)
+        out.append(_metric("cache", name, x, y, d, aa, decision, _stated(what, d, x, y, other.name, decision)))
     return out
 
 
@@ -372,6 +540,10 @@ def _cache_diagnosis(metrics: list[Metric], other: str) -> list[str]:
     return out
 
 
+def _state(ok: bool) -> str:
+    return PASS if ok else FAIL
+
+
 def _per_request(stage: pl.DataFrame, other: Side, lag_bound_ms: float | None = None) -> list[Metric]:
     """When the replay sent the trace's own requests: each one's prompt tokens as the engine
     counted them vs as recorded, its output tokens vs the max_tokens it asked for, and the
@@ -385,7 +557,7 @@ def _per_request(stage: pl.DataFrame, other: Side, lag_bound_ms: float | None = 
         off = (diff < -PER_REQUEST_SLACK) | (diff > TEMPLATE_MAX)
         share = float(off.mean())
         bound = FIXED_BOUNDS["lengths.prompt_tokens_per_request"]
-        out.append(Metric("lengths", "lengths.prompt_tokens_per_request", None, None, share, None, bound, share <= bound,
+        out.append(Metric("lengths", "lengths.prompt_tokens_per_request", None, None, share, None, bound, _state(share <= bound),
                           f"{off.sum()} of {finite.sum()} completed requests' prompt tokens, as the engine counted "
                           f"them, are not between {PER_REQUEST_SLACK} fewer and {TEMPLATE_MAX} more (a chat template) "
                           f"than the ones sent (share {share:.3g}, bound {bound:g})"))
@@ -393,14 +565,14 @@ def _per_request(stage: pl.DataFrame, other: Side, lag_bound_ms: float | None = 
     if sent.height:
         lag_ms = float(np.percentile((sent["sent_ns"] - sent["release_ns"]).to_numpy(), 99)) / 1e6
         bound = FIXED_BOUNDS["arrivals.send_lag_p99_ms"] if lag_bound_ms is None else lag_bound_ms
-        out.append(Metric("arrivals", "arrivals.send_lag_p99_ms", None, lag_ms, lag_ms, None, bound, lag_ms <= bound,
+        out.append(Metric("arrivals", "arrivals.send_lag_p99_ms", None, lag_ms, lag_ms, None, bound, _state(lag_ms <= bound),
                           f"the runner's own send lag p99: {lag_ms:.3g} ms ({'within' if lag_ms <= bound else 'over'} "
                           f"{bound:g} ms): the requests left when they were due"))
     held = sent.filter(pl.col("release_ns") > pl.col("intended_ns"))
     if held.height:  # causal sessions: turns held back until the previous turn ended (+ think time)
         slip = (held["release_ns"] - held["intended_ns"]).to_numpy() / 1e6
         p50, p99 = (float(np.percentile(slip, q)) for q in (50, 99))
-        out.append(Metric("sessions", "sessions.slip_ms", None, p99, None, None, None, None,
+        out.append(Metric("sessions", "sessions.slip_ms", None, p99, None, None, None, NOT_JUDGED,
                           f"reported, not judged: {held.height} turns waited for the previous turn past their "
                           f"schedule, slip p50 {p50:.3g} ms, p99 {p99:.3g} ms (kept out of the send lag)"))
     done = stage.filter((pl.col("error") == "none") & pl.col("expected_output_tokens").is_not_null())
@@ -409,7 +581,7 @@ def _per_request(stage: pl.DataFrame, other: Side, lag_bound_ms: float | None = 
         short = int((got != done["expected_output_tokens"]).sum())
         share = short / done.height
         bound = FIXED_BOUNDS["lengths.output_vs_max_tokens"]
-        out.append(Metric("lengths", "lengths.output_vs_max_tokens", None, None, share, None, bound, share <= bound,
+        out.append(Metric("lengths", "lengths.output_vs_max_tokens", None, None, share, None, bound, _state(share <= bound),
                           f"{short} of {done.height} completed requests' output tokens differ from the max_tokens "
                           f"they asked for (share {share:.3g}, bound {bound:g})"))
     return out
@@ -420,18 +592,40 @@ def compare_sides(live: Side, other: Side, *, judge_outcomes: bool = False, seed
                   lag_bound_ms: float | None = None) -> Verdict:
     """Every metric between ``live`` and ``other``, judged against thresholds from the A/A halves
     of ``aa_from`` (default: live); ``stage`` (the replay's rows) adds the per-request checks."""
-    splits = aa_splits(live if aa_from is None else aa_from, seed)
-    metrics = [_judge(spec, live, other, splits) for spec in _specs(judge_outcomes)]
-    metrics += _cache_sim_metrics(live, other, splits)
+    aa_side = live if aa_from is None else aa_from
+    splits = aa_splits(aa_side, seed)
+    metrics = [_judge(spec, live, other, splits, aa_side) for spec in _specs(judge_outcomes)]
+    metrics += _cache_sim_metrics(live, other, splits, aa_side)
     if stage is not None:
         metrics += _per_request(stage, other, lag_bound_ms)
     order = {"lengths": 0, "cache": 1, "arrivals": 2, "sessions": 3, "outcomes": 4}
     metrics.sort(key=lambda m: order[m.group])
-    failed = [m for m in metrics if m.passed is False]
-    if failed:
-        reason = "unfaithful: " + "; ".join(m.reason for m in failed)
-    else:
-        judged = sum(m.passed is True for m in metrics)
-        reason = f"faithful: all {judged} judged metrics within their bounds"
+    state, reason = _overall(metrics)
     diagnosis = list(other.notes) + _cache_diagnosis(metrics, other.name)
-    return Verdict(faithful=not failed, reason=reason, metrics=metrics, diagnosis=diagnosis)
+    return Verdict(state=state, reason=reason, metrics=metrics, diagnosis=diagnosis)
+
+
+def _overall(metrics: list[Metric]) -> tuple[str, str]:
+    """UNFAITHFUL when a metric failed; CANNOT_TELL when none did but a part of JUDGED_GROUPS had
+    no metric that passed conclusively; else FAITHFUL. With the reason in words (naming the
+    metrics that could not tell either way)."""
+    failed = [m for m in metrics if m.state == FAIL]
+    if failed:
+        return UNFAITHFUL, "unfaithful: " + "; ".join(m.reason for m in failed)
+    undecided = [m for m in metrics if m.state == CANNOT_TELL]
+    judged = [m for m in metrics if m.ceiling is not None]  # against the A/A halves
+    missing = [what for what, prefix in JUDGED_GROUPS
+               if not any(m.name.startswith(prefix) and m.state == PASS for m in judged)]
+    if missing:
+        why = []
+        for what, prefix in JUDGED_GROUPS:
+            if what in missing:
+                cannot = [m for m in undecided if m.name.startswith(prefix)]
+                why.append(f"{what}: " + ("; ".join(f"{m.name} needs {m.needs}" for m in cannot) if cannot
+                                         else "no metric applies"))
+        return CANNOT_TELL, ("cannot tell: nothing failed, but " + ", ".join(missing) + " could not be judged on "
+                             "this live side (" + " | ".join(why) + ")")
+    passed = sum(m.state == PASS for m in metrics)
+    also = (f"; {len(undecided)} more cannot tell on this live side ({', '.join(m.name for m in undecided)})"
+            if undecided else "")
+    return FAITHFUL, f"faithful: all {passed} conclusive metrics within their bounds{also}"

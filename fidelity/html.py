@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from html import escape
 
-from fidelity.compare import AA_FACTOR, AA_MAX_REQUESTS, AA_SPLITS, FIXED_BOUNDS
+from fidelity.compare import AA_FACTOR, AA_MAX_REQUESTS, AA_SPLITS, CANNOT_TELL, CEILINGS, FAIL, FAITHFUL, FIXED_BOUNDS, PASS
 from fidelity.judge import FidelityReport, StageFidelity
 from fidelity.plots import stage_plots, verdict_chart
-from fidelity.render import _num, _word, headline, note
+from fidelity.power import MAX_DETECTABLE
+from fidelity.render import _num, _word, headline, note, verdict_word
 from replay.figures import STYLE_CSS, figure_html
 
 __all__ = ["html_report", "thresholds_note"]
@@ -23,10 +24,15 @@ def thresholds_note(kind: str = "fidelity") -> str:
     other = "the replay" if kind == "fidelity" else "the new trace"
     halves = ("two random halves of the live trace (whole sessions to each half, seeded)" if kind == "fidelity"
               else "two random halves of both traces together (whole sessions to each half, seeded)")
-    return (f"Each metric is a distance between live and {other} (0 = the same). It passes when the distance is "
-            f"at most the larger of a fixed bound and {AA_FACTOR:g} times the largest of the same distances "
-            f"between {halves} over {AA_SPLITS} splits (the column A/A): a metric the live traffic itself does "
-            f"not pin down more tightly than that cannot fail. On more than {AA_MAX_REQUESTS:,} requests the "
+    return (f"Each metric is a distance between live and {other} (0 = the same). Its bound is the larger of a "
+            f"fixed bound and {AA_FACTOR:g} times the largest of the same distances between {halves} over "
+            f"{AA_SPLITS} splits (the column A/A): a metric the live traffic itself does not pin down more tightly "
+            f"than that cannot fail. It fails over its bound; within it, it passes if the bound is within the "
+            f"metric's ceiling and the smallest change of its kind it would catch on this live side (the column "
+            f"detects) is within its maximum ({_maxima()}); else it is 'cannot tell' (the live side is too small "
+            f"to pin the metric down; the note says about how much live traffic would). A stage is unfaithful when "
+            f"a metric failed, cannot tell when none failed but input lengths, output lengths, cache or arrivals "
+            f"had no metric that passed so, and faithful otherwise. On more than {AA_MAX_REQUESTS:,} requests the "
             f"halves come from a sample of sessions of about that size, and the fixed bounds decide. Metrics "
             f"whose inputs are missing are not applicable and do not count; outcomes (TTFT / ITL / E2E) are "
             f"judged only when asked (the target ran live's engine config at live's rate). Every time-based "
@@ -34,18 +40,30 @@ def thresholds_note(kind: str = "fidelity") -> str:
             f"compression, reuse and think times are multiplied by it.")
 
 
+def _maxima() -> str:
+    words = {"arrivals": "interarrival CV"}
+    return ", ".join(f"{words.get(family, family)} {100 * most:g}{' points' if family == 'hit rate' else '%'}"
+                     for family, most in MAX_DETECTABLE.items())
+
+
+def _tone(state: str) -> str:
+    """The CSS class of a verdict's state: ok, unsure, bad."""
+    return {FAITHFUL: "ok", CANNOT_TELL: "unsure"}.get(state, "bad")
+
+
 def _row(m) -> str:
-    cls = {True: "pass", False: "fail", None: "na"}[m.passed]
-    cells = [f"<td>{escape(m.group)}</td>", f"<td>{escape(m.name)}</td>", f'<td class="word">{_word(m.passed)}</td>']
-    cells += [f'<td class="num">{_num(v)}</td>' for v in (m.distance, m.bound, m.aa, m.live, m.replay)]
+    cls = {PASS: "pass", FAIL: "fail", CANNOT_TELL: "undecided"}.get(m.state, "na")
+    cells = [f"<td>{escape(m.group)}</td>", f"<td>{escape(m.name)}</td>", f'<td class="word">{_word(m.state)}</td>']
+    cells += [f'<td class="num">{_num(v)}</td>' for v in (m.distance, m.bound, m.ceiling)]
+    cells.append(f'<td class="detects">{escape(m.detects) or "-"}</td>')
+    cells += [f'<td class="num">{_num(v)}</td>' for v in (m.aa, m.live, m.replay)]
     cells.append(f"<td>{escape(note(m))}</td>")
     return f'<tr class="{cls}" title="{escape(m.reason)}">{"".join(cells)}</tr>'
 
 
 def _stage(s: StageFidelity, plots: bool) -> str:
     rate = "as recorded" if s.requested_rate is None else f"{s.requested_rate:g} req/s"
-    ok = s.verdict.faithful
-    word = f'<span class="word {"ok" if ok else "bad"}">{"faithful" if ok else "unfaithful"}</span>'
+    word = f'<span class="word {_tone(s.verdict.state)}">{verdict_word(s.verdict.state)}</span>'
     parts = [f'<section class="stage"><h2><code>{escape(s.file)}</code> {word}</h2>',
              f"<p>{escape(rate)}, {s.compression:.3g}x live's pace, {s.sent} of {s.requests} requests sent</p>",
              f"<p><b>{escape(s.verdict.reason)}</b></p>"]
@@ -53,7 +71,8 @@ def _stage(s: StageFidelity, plots: bool) -> str:
         parts.append('<ul class="diagnosis">' + "".join(f"<li>{escape(d)}</li>" for d in s.verdict.diagnosis)
                      + "</ul>")
     parts.append("<table><thead><tr><th>group</th><th>metric</th><th>verdict</th><th>distance</th><th>bound</th>"
-                 "<th>A/A</th><th>live</th><th>replay</th><th>note</th></tr></thead><tbody>"
+                 "<th>ceiling</th><th title=\"the smallest change of its kind this metric catches on this live side\">"
+                 "detects</th><th>A/A</th><th>live</th><th>replay</th><th>note</th></tr></thead><tbody>"
                  + "".join(_row(m) for m in s.verdict.metrics) + "</tbody></table>")
     if plots:
         parts += [figure_html(p) for p in stage_plots(s)]
@@ -64,18 +83,19 @@ def _stage(s: StageFidelity, plots: bool) -> str:
 def html_report(report: FidelityReport, *, plots: bool = True) -> str:
     """The whole report as one HTML page (``plots=False``: tables and text only)."""
     title, verdict = headline(report)
-    good = report.faithful
-    bounds = "".join(f"<tr><td>{escape(name)}</td><td class=\"num\">{bound:g}</td></tr>"
+    bounds = "".join(f"<tr><td>{escape(name)}</td><td class=\"num\">{bound:g}</td>"
+                     f"<td class=\"num\">{_num(CEILINGS.get(name))}</td></tr>"
                      for name, bound in FIXED_BOUNDS.items())
     body = [
-        f'<div class="banner {"ok" if good else "bad"}"><h1>{escape(title)}: {escape(verdict)}</h1></div>',
+        f'<div class="banner {_tone(report.state)}"><h1>{escape(title)}: {escape(verdict)}</h1></div>',
         f"<p>live: <code>{escape(report.live)}</code><br>compared: <code>{escape(report.results)}</code><br>"
         f"{sum(s.verdict.faithful for s in report.stages)} of {len(report.stages)} stages faithful</p>",
     ]
     if plots and len(report.stages) > 1:
         body.append(figure_html(verdict_chart(report)))
     body.append(f'<div class="note"><p><b>How thresholds are set.</b> {escape(thresholds_note(report.kind))}</p>'
-                f"<details><summary>fixed bounds</summary><table><tr><th>metric</th><th>fixed bound</th></tr>"
+                f"<details><summary>fixed bounds and ceilings</summary><table><tr><th>metric</th><th>fixed bound</th>"
+                f"<th>ceiling</th></tr>"
                 f"{bounds}</table></details></div>")
     body += [_stage(s, plots) for s in report.stages]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from fidelity.compare import Verdict, compare_sides
+from fidelity.compare import CANNOT_TELL, FAITHFUL, UNFAITHFUL, Verdict, compare_sides
 from fidelity.sides import Side, compression, live_side, replay_side
 from replay.errors import ConfigError
 from replay.trace import Trace, read_trace
@@ -50,12 +50,18 @@ class FidelityReport:
     kind: str = "fidelity"  # or "drift"
 
     @property
+    def state(self) -> str:
+        """UNFAITHFUL when a stage is, else CANNOT_TELL when a stage is, else FAITHFUL."""
+        states = {s.verdict.state for s in self.stages}
+        return next((st for st in (UNFAITHFUL, CANNOT_TELL) if st in states), FAITHFUL)
+
+    @property
     def faithful(self) -> bool:
-        return all(s.verdict.faithful for s in self.stages)
+        return self.state == FAITHFUL
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "live": self.live, "results": self.results, "faithful": self.faithful,
-                "stages": [s.to_json() for s in self.stages]}
+        return {"kind": self.kind, "live": self.live, "results": self.results, "state": self.state,
+                "faithful": self.faithful, "stages": [s.to_json() for s in self.stages]}
 
 
 def _tagged(df: pl.DataFrame, tag: str) -> pl.DataFrame:

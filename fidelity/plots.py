@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from fidelity import cache
-from fidelity.compare import Verdict
+from fidelity.compare import CANNOT_TELL, FAIL, NOT_JUDGED, PASS, Verdict
 from fidelity.sides import Side
 from fidelity.judge import FidelityReport, StageFidelity
 from replay.figures import Plot, empty, literal, new_figure, png_of
@@ -34,7 +34,8 @@ GROUPS = ("lengths", "cache", "arrivals", "sessions", "outcomes")
 
 LIVE, REPLAY = "#1f77b4", "#d62728"
 STYLE = {LIVE: "-", REPLAY: "--"}  # the replay dashed over live: where they agree both show
-PASS, FAIL, NA = "#4caf50", "#e53935", "#bdbdbd"
+# colours of a group's state in the verdict chart
+STATE_COLOURS = {PASS: "#4caf50", FAIL: "#e53935", CANNOT_TELL: "#ffb300", NOT_JUDGED: "#bdbdbd"}
 
 
 # --- data ---------------------------------------------------------------------------------------
@@ -57,13 +58,16 @@ def ecdf_points(values, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.nd
     return v[idx], (idx + 1) / n
 
 
-def group_verdicts(verdict: Verdict) -> dict[str, tuple[bool | None, int, int]]:
-    """Per metric group: (passed: True / False / None when nothing was judged, failed, judged)."""
+def group_verdicts(verdict: Verdict) -> dict[str, tuple[str, int, int, int]]:
+    """Per metric group: (state, failed, cannot tell, judged). The state is FAIL when a metric
+    failed, else CANNOT_TELL when one could not be judged, else PASS when one passed, else
+    NOT_JUDGED."""
     out = {}
     for group in GROUPS:
-        judged = [m.passed for m in verdict.metrics if m.group == group and m.passed is not None]
-        failed = sum(p is False for p in judged)
-        out[group] = (None if not judged else failed == 0, failed, len(judged))
+        states = [m.state for m in verdict.metrics if m.group == group]
+        failed, undecided, judged = states.count(FAIL), states.count(CANNOT_TELL), states.count(PASS) + states.count(FAIL)
+        state = FAIL if failed else CANNOT_TELL if undecided else PASS if judged else NOT_JUDGED
+        out[group] = (state, failed, undecided, judged)
     return out
 
 
@@ -254,21 +258,23 @@ def _stage_label(stage: StageFidelity) -> str:
 
 
 def verdict_chart(report: FidelityReport) -> Plot:
-    """Stages x metric groups: pass, FAIL, or n/a (nothing judged), with failed / judged counts."""
+    """Stages x metric groups: pass, FAIL, cannot tell, or n/a (nothing judged), with counts."""
     from matplotlib.colors import ListedColormap
 
     n = len(report.stages)
     fig, (ax,) = new_figure(1, width=2.0 + 1.3 * len(GROUPS), height=0.9 + 0.45 * n)
     grid = np.zeros((n, len(GROUPS)))
     for i, s in enumerate(report.stages):
-        for j, (group, (passed, failed, judged)) in enumerate(group_verdicts(s.verdict).items()):
-            grid[i, j] = {True: 0, False: 1, None: 2}[passed]
-            word = "n/a" if passed is None else ("pass" if passed else f"FAIL {failed}/{judged}")
+        for j, (group, (state, failed, undecided, judged)) in enumerate(group_verdicts(s.verdict).items()):
+            grid[i, j] = list(STATE_COLOURS).index(state)
+            word = {FAIL: f"FAIL {failed}/{judged}", CANNOT_TELL: f"cannot tell {undecided}"}.get(state, state)
             ax.text(j, i, word, ha="center", va="center", fontsize="small")
-    ax.imshow(grid, cmap=ListedColormap([PASS, FAIL, NA]), vmin=0, vmax=2, aspect="auto")
+    ax.imshow(grid, cmap=ListedColormap(list(STATE_COLOURS.values())), vmin=0, vmax=len(STATE_COLOURS) - 1,
+              aspect="auto")
     ax.set_xticks(range(len(GROUPS)), GROUPS)
     ax.set_yticks(range(n), [literal(_stage_label(s)) for s in report.stages])
     ax.tick_params(length=0)
     ax.xaxis.tick_top()
     return Plot("verdicts", "Verdicts per stage", "Each stage's verdict per metric group: pass, FAIL (failed of judged "
-                "metrics), or n/a when no metric of the group applied.", png_of(fig))
+                "metrics), cannot tell (metrics the live side is too small to judge), or n/a when no metric of the "
+                "group applied.", png_of(fig))

@@ -9,17 +9,37 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from fidelity.compare import CANNOT_TELL, FAIL, FAITHFUL, UNFAITHFUL
 from fidelity.judge import FidelityReport, StageFidelity
 
-__all__ = ["headline", "note", "stage_summary", "markdown", "print_report", "write_report"]
+__all__ = ["headline", "verdict_word", "exit_code", "note", "stage_summary", "markdown", "print_report",
+           "write_report"]
+
+# a report's state -> the CLI's exit code (`replay fidelity`, `replay drift`, and run / sweep --fidelity)
+EXIT_CODES = {FAITHFUL: 0, UNFAITHFUL: 1, CANNOT_TELL: 3}
 
 
 def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
-def _word(passed: bool | None) -> str:
-    return {True: "pass", False: "FAIL", None: "n/a"}[passed]
+def _word(state: str) -> str:
+    """A metric's state as the tables print it."""
+    return "FAIL" if state == FAIL else state
+
+
+def verdict_word(state: str, kind: str = "fidelity") -> str:
+    """A verdict's state in words: faithful / unfaithful / cannot tell (drift: no drift / DRIFTED)."""
+    if state == CANNOT_TELL:
+        return "cannot tell"
+    if kind == "drift":
+        return "no drift" if state == FAITHFUL else "DRIFTED"
+    return state
+
+
+def exit_code(state: str) -> int:
+    """0 faithful, 1 unfaithful (drifted), 3 cannot tell."""
+    return EXIT_CODES.get(state, EXIT_CODES[UNFAITHFUL])
 
 
 def _md_escape(text: str) -> str:
@@ -31,19 +51,22 @@ def _md_escape(text: str) -> str:
 def headline(report: FidelityReport) -> tuple[str, str]:
     """The report's title and overall verdict in words: ("Fidelity", "faithful"), ("Drift", "DRIFTED")..."""
     if report.kind == "drift":
-        return "Drift", "no drift" if report.faithful else "DRIFTED"
-    return "Fidelity", "faithful" if report.faithful else "NOT faithful"
+        return "Drift", verdict_word(report.state, "drift")
+    return "Fidelity", {CANNOT_TELL: "cannot tell", FAITHFUL: "faithful"}.get(report.state, "NOT faithful")
 
 
 def note(m) -> str:
     """A metric's note column: its flags, or why it was not judged."""
+    if m.state == CANNOT_TELL:
+        return f"needs {m.needs}"
     return "; ".join(m.flags) if m.flags else (m.reason if m.passed is None else "")
 
 
 def stage_summary(stage: StageFidelity, live: str) -> dict:
     """A stage's verdict in brief, for a results summary (the full one is in fidelity.json)."""
-    return {"live": live, "faithful": stage.verdict.faithful, "compression": stage.compression,
-            "failed": [m.name for m in stage.verdict.failed], "reason": stage.verdict.reason,
+    return {"live": live, "state": stage.verdict.state, "faithful": stage.verdict.faithful,
+            "compression": stage.compression, "failed": [m.name for m in stage.verdict.failed],
+            "undecided": [m.name for m in stage.verdict.undecided], "reason": stage.verdict.reason,
             "diagnosis": list(stage.verdict.diagnosis)}
 
 
@@ -59,11 +82,12 @@ def markdown(report: FidelityReport) -> str:
             lines.append(f"- {_md_escape(d)}")
         if s.verdict.diagnosis:
             lines.append("")
-        lines += ["| group | metric | verdict | distance | bound | A/A | live | replay | note |",
-                  "|---|---|---|---:|---:|---:|---:|---:|---|"]
+        lines += ["| group | metric | verdict | distance | bound | ceiling | detects | A/A | live | replay | note |",
+                  "|---|---|---|---:|---:|---:|---|---:|---:|---:|---|"]
         for m in s.verdict.metrics:
-            lines.append(f"| {m.group} | {_md_escape(m.name)} | {_word(m.passed)} | {_num(m.distance)} | "
-                         f"{_num(m.bound)} | {_num(m.aa)} | {_num(m.live)} | {_num(m.replay)} | {_md_escape(note(m))} |")
+            lines.append(f"| {m.group} | {_md_escape(m.name)} | {_word(m.state)} | {_num(m.distance)} | "
+                         f"{_num(m.bound)} | {_num(m.ceiling)} | {_md_escape(m.detects) or '-'} | {_num(m.aa)} | "
+                         f"{_num(m.live)} | {_num(m.replay)} | {_md_escape(note(m))} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -76,18 +100,23 @@ def print_report(report: FidelityReport, console=None) -> None:
 
     console = console or Console(stderr=False)
     table = Table(title="drift" if report.kind == "drift" else "fidelity")
-    for col in ("stage", "rate", "pace", "verdict", "judged", "failed"):
+    for col in ("stage", "rate", "pace", "verdict", "judged", "failed", "cannot tell"):
         table.add_column(col)
+    colour = {FAITHFUL: "green", CANNOT_TELL: "yellow"}
     for s in report.stages:
         judged = sum(m.passed is not None for m in s.verdict.metrics)
         failed = ", ".join(m.name for m in s.verdict.failed) or "-"
+        undecided = ", ".join(m.name for m in s.verdict.undecided) or "-"
         rate = "as recorded" if s.requested_rate is None else f"{s.requested_rate:g}"
-        word = "[green]faithful[/]" if s.verdict.faithful else "[red]unfaithful[/]"
-        table.add_row(escape(s.file), rate, f"{s.compression:.3g}x", word, str(judged), escape(failed))
+        word = f"[{colour.get(s.verdict.state, 'red')}]{verdict_word(s.verdict.state, report.kind)}[/]"
+        table.add_row(escape(s.file), rate, f"{s.compression:.3g}x", word, str(judged), escape(failed),
+                      escape(undecided))
     console.print(table)
     for s in report.stages:
-        for m in s.verdict.failed:
+        for m in s.verdict.failed + s.verdict.undecided:
             console.print(f"{escape(s.file)}: {escape(m.reason)}", highlight=False)
+        if s.verdict.state == CANNOT_TELL and not s.verdict.undecided:
+            console.print(f"{escape(s.file)}: {escape(s.verdict.reason)}", highlight=False)
         for d in s.verdict.diagnosis:
             console.print(f"{escape(s.file)}: {escape(d)}", highlight=False)
 

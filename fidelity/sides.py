@@ -18,13 +18,18 @@ import polars as pl
 from fidelity import cache
 
 __all__ = ["Side", "live_side", "replay_side", "compression", "template_overhead", "TEMPLATE_MAX",
-           "PER_REQUEST_SLACK"]
+           "PER_REQUEST_SLACK", "REUSE_RESOLUTION_S"]
 
 # A chat template adds tokens to every prompt (role markers, a few per message): a request whose
 # engine-counted prompt is between PER_REQUEST_SLACK fewer and TEMPLATE_MAX more tokens than
 # recorded agrees; the median of those differences is subtracted before comparing the marginals.
 TEMPLATE_MAX = 256
 PER_REQUEST_SLACK = 2
+# reuse times are compared at this resolution: a trace whose timestamps share a millisecond (Mooncake's
+# are whole ms) has reuse times of 0 that a replay, sending those requests µs apart, turns into µs;
+# unrounded, the first 60 requests of Mooncake's trace failed cache.reuse_time.ks (D 0.5) on a replay
+# sent 0-50 µs after each arrival
+REUSE_RESOLUTION_S = 1e-3
 
 
 @dataclass(eq=False)
@@ -73,9 +78,10 @@ class Side:
 
     def reuse_s(self) -> np.ndarray:
         """Per request that hit an unbounded prefix cache, the time since its longest cached
-        prefix was last used, in live seconds."""
+        prefix was last used, in live seconds, to the nearest :data:`REUSE_RESOLUTION_S`."""
         reuse = self._unbounded()[1]
-        return reuse[np.isfinite(reuse)] * self.time_scale
+        live_s = reuse[np.isfinite(reuse)] * self.time_scale
+        return np.round(live_s / REUSE_RESOLUTION_S) * REUSE_RESOLUTION_S
 
     def take(self, mask: np.ndarray) -> Side:
         """The requests where ``mask`` is True (for A/A halves)."""

@@ -132,6 +132,13 @@ class CampaignResult:
     # measurements kept although their replay failed the fidelity gate (``allow_unfaithful``),
     # earlier runs of the campaign included (from the ledger)
     fidelity_overridden: int = 0
+    # ... and those whose verdict was "cannot tell", kept with ``allow_inconclusive``
+    fidelity_inconclusive: int = 0
+
+    def count_gate(self, details: dict) -> None:
+        """Count a measurement the fidelity gate let through by an override."""
+        self.fidelity_overridden += bool(details.get("fidelity_overridden"))
+        self.fidelity_inconclusive += bool(details.get("fidelity_inconclusive_allowed"))
 
     def to_json(self) -> dict:
         return {"baseline": self.baseline, "noise": self.noise.to_json(), "rechecks": self.rechecks,
@@ -140,7 +147,7 @@ class CampaignResult:
                 "accepted": [s.to_json() for s in self.accepted],
                 "awaiting_approval": [s.to_json() for s in self.awaiting_approval], "best": self.best,
                 "best_noise": self.best_noise.to_json() if self.best_noise else None, "stopped": self.stopped,
-                "fidelity_overridden": self.fidelity_overridden}
+                "fidelity_overridden": self.fidelity_overridden, "fidelity_inconclusive": self.fidelity_inconclusive}
 
 
 def workload_hash(trace: Trace) -> str:
@@ -221,7 +228,7 @@ class Campaign:
             for k, t in enumerate(self.pool.map(self._measure, group)):
                 self._gpu_s += t.seconds * self.gpus
                 if self.result is not None:
-                    self.result.fidelity_overridden += bool(t.measurement.details.get("fidelity_overridden"))
+                    self.result.count_gate(t.measurement.details)
                 times = {"started": t.started, "finished": t.started + t.seconds}
                 if recheck and k == 0:
                     self._recheck(t.measurement, times)
@@ -290,10 +297,10 @@ class Campaign:
                 first = self.ledger.entries(self.baseline, "baseline")[0].measurement.details
                 self.diagnosis = diagnose(first.get("peaks", {}), first.get("counters", {}), *args,
                                           rate=(first.get("summary") or {}).get("offered_rate"))
-            overridden = sum(bool(e.measurement.details.get("fidelity_overridden")) for e in self.ledger.entries())
             self.result = CampaignResult(baseline=dict(self.baseline), noise=self.noise, best=dict(self.baseline),
-                                         best_noise=self.noise, diagnosis=self.diagnosis,
-                                         fidelity_overridden=overridden)
+                                         best_noise=self.noise, diagnosis=self.diagnosis)
+            for e in self.ledger.entries():
+                self.result.count_gate(e.measurement.details)
         return self.noise
 
     def _sweep(self) -> list[dict]:

@@ -30,18 +30,20 @@ MAX_DOUBLINGS = 6
 
 def measure_on_engine(engine, trace: Trace, run: RunConfig, objective: Objective, *,
                       live: Trace | None = None, allow_unfaithful: bool = False,
-                      baseline: Mapping[str, Any] | None = None, check_outputs: bool = True) -> EngineMeasure:
+                      allow_inconclusive: bool = False, baseline: Mapping[str, Any] | None = None,
+                      check_outputs: bool = True) -> EngineMeasure:
     """The measurement of a config on a real (or the embedded) engine (:class:`EngineMeasure`)."""
     return EngineMeasure(engine, trace, run, objective, live=live, allow_unfaithful=allow_unfaithful,
-                         baseline=baseline, check_outputs=check_outputs)
+                         allow_inconclusive=allow_inconclusive, baseline=baseline, check_outputs=check_outputs)
 
 
 class EngineMeasure:
     """``measure(config)``: start the engine with the config, replay one stage of ``trace`` with
     ``run`` (its url is replaced) while sampling the engine's metrics (``details["peaks"]``, and
     the stage's own ``COUNTERS`` in ``details["counters"]``), stop it. With ``live``,
-    the stage must also pass the fidelity gate against it (``fidelity.compare_stage``), unless
-    ``allow_unfaithful`` (then the failed verdict is recorded in the details). With
+    the stage must also pass the fidelity gate against it (``fidelity.compare_stage``): a verdict
+    of "cannot tell" fails it too, unless ``allow_inconclusive``; ``allow_unfaithful`` lets any
+    verdict through. What was let through is recorded in the details. With
     ``check_outputs``, a config that differs from ``baseline`` in lossless knobs only must answer
     a greedy sample as the baseline did (:mod:`optimizer.outputs`; sent to the freshly started
     engine before the stage, so every start answers from the same state; a config whose answers
@@ -53,7 +55,7 @@ class EngineMeasure:
     It holds no engine between calls and pickles (for :class:`optimizer.pool.RayPool`)."""
 
     def __init__(self, engine, trace: Trace, run: RunConfig, objective: Objective, *,
-                 live: Trace | None = None, allow_unfaithful: bool = False,
+                 live: Trace | None = None, allow_unfaithful: bool = False, allow_inconclusive: bool = False,
                  baseline: Mapping[str, Any] | None = None, check_outputs: bool = True) -> None:
         self.engine = engine
         self.trace = trace
@@ -61,6 +63,7 @@ class EngineMeasure:
         self.objective = objective
         self.live = live
         self.allow_unfaithful = allow_unfaithful
+        self.allow_inconclusive = allow_inconclusive
         self.baseline = dict(baseline or {})
         self.check_outputs = check_outputs
         self.reference: list[str] | None = None  # the baseline's greedy answers
@@ -231,10 +234,13 @@ class EngineMeasure:
             return Measurement(None, f"{failed} of {s['sent']} requests failed: {s['errors']}", details)
         if self.live is not None:
             from fidelity import compare_stage
+            from fidelity.compare import CANNOT_TELL
 
             verdict = compare_stage(self.live, stage.requests, sent=self.trace, lag_bound_ms=run.lag_bound_ms).verdict
             details["fidelity"] = verdict.reason
-            if not verdict.faithful:
+            if verdict.state == CANNOT_TELL and self.allow_inconclusive:
+                details["fidelity_inconclusive_allowed"] = True
+            elif not verdict.faithful:
                 if not self.allow_unfaithful:
                     return Measurement(None, f"the fidelity gate failed: {verdict.reason}", details)
                 details["fidelity_overridden"] = True

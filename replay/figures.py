@@ -63,7 +63,7 @@ STYLE_CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em auto; max-width: 1280px;
        padding: 0 1em; color: #212121; }
 .banner { padding: 0.8em 1.2em; border-radius: 6px; color: #fff; }
-.banner.ok { background: #2e7d32; } .banner.bad { background: #c62828; }
+.banner.ok { background: #2e7d32; } .banner.bad { background: #c62828; } .banner.unsure { background: #e65100; }
 .banner h1 { margin: 0; font-size: 1.6em; }
 code { background: #f3f3f3; padding: 0 0.25em; border-radius: 3px; word-break: break-all; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 0.8em 0; }
@@ -71,9 +71,10 @@ th, td { border: 1px solid #ddd; padding: 0.25em 0.5em; text-align: left; vertic
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.pass td.word { color: #2e7d32; } tr.fail td.word { color: #c62828; font-weight: bold; }
 tr.fail { background: #fff3f3; } tr.na { color: #757575; }
+tr.undecided td.word { color: #e65100; font-weight: bold; } tr.undecided { background: #fff8e1; }
 .stage { border-top: 2px solid #ddd; margin-top: 2em; }
 .stage h2 .word { font-size: 0.8em; padding: 0.1em 0.5em; border-radius: 4px; color: #fff; }
-.stage h2 .ok { background: #2e7d32; } .stage h2 .bad { background: #c62828; }
+.stage h2 .ok { background: #2e7d32; } .stage h2 .bad { background: #c62828; } .stage h2 .unsure { background: #e65100; }
 figure { margin: 1em 0; } figcaption { font-size: 0.85em; color: #555; }
 img.plot { max-width: 100%; height: auto; border: 1px solid #eee; }
 .note { background: #f7f7f7; padding: 0.6em 1em; border-left: 4px solid #90a4ae; }

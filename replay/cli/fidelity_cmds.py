@@ -17,8 +17,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Compare every stage of a `replay run` / `replay sweep` results folder with the live Trace "
                     "it replayed (at the stage's own pace) and give a verdict per metric and per stage. A "
                     "metric passes within the larger of a fixed bound and 3 times the largest of its distances "
-                    "between two random halves of the live trace (docs/fidelity.md). Exit 0 when every stage is "
-                    "faithful, 1 when one is not.",
+                    "between two random halves of the live trace, and is 'cannot tell' where that bound is over "
+                    "the metric's ceiling (the live trace is too small to judge it; docs/fidelity.md). Exit 0 "
+                    "when every stage is faithful, 1 when one is not, 3 when none is unfaithful but one cannot "
+                    "be told.",
     )
     p.add_argument("live", type=Path, help="the live Trace (captured or imported, with what live traffic observed)")
     p.add_argument("results", type=Path, help="the results folder of replay run / replay sweep")
@@ -34,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "drift",
         help="has live traffic drifted from the workload a config was tuned on?",
         description="Compare two Traces (OLD: the workload a config was tuned on, NEW: today's traffic) with the "
-                    "fidelity metrics. Exit 0 when NEW matches OLD, 1 when it drifted.",
+                    "fidelity metrics. Exit 0 when NEW matches OLD, 1 when it drifted, 3 when the traces are too "
+                    "small to tell.",
     )
     p.add_argument("old", type=Path, help="the Trace the config was tuned on")
     p.add_argument("new", type=Path, help="the recent Trace")
@@ -45,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _finish(args: argparse.Namespace, report) -> int:
-    from fidelity.render import print_report, write_report
+    from fidelity.render import exit_code, print_report, write_report
 
     if args.out:
         paths = write_report(report, args.out, html=True)
@@ -55,7 +58,7 @@ def _finish(args: argparse.Namespace, report) -> int:
         print_report(report)
         if args.out:
             print(f"report: {', '.join(str(p) for p in paths)}", file=sys.stderr)
-    return 0 if report.faithful else 1
+    return exit_code(report.state)
 
 
 def cmd_fidelity(args: argparse.Namespace) -> int:

@@ -38,9 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sim-time-scale", type=float, default=1.0,
                    help="sim: modelled time x this = wall time (0.1: ten times faster; default 1)")
     p.add_argument("--space", type=Path, help="a TOML space file ([knobs.NAME] values = [...], [constraints] rules)")
-    p.add_argument("--knobs", default="max_num_seqs,max_num_batched_tokens,enable_prefix_caching",
+    from replay.targets.registry import ENGINES
+
+    own = "; ".join(f"{name}: {','.join(cls.default_knobs)}" for name, cls in ENGINES.items())
+    p.add_argument("--knobs",
                    help="without --space: the knobs to tune, each over default values around the engine's default "
-                        "(default max_num_seqs,max_num_batched_tokens,enable_prefix_caching)")
+                        f"(default: the engine's own; {own}; `replay engines list` lists every knob)")
     p.add_argument("--baseline", default="{}", metavar="JSON",
                    help="the starting config, e.g. '{\"max_num_seqs\": 2}' (default: the engine's defaults)")
     p.add_argument("--objective", default="goodput", choices=["goodput", "throughput", "max_rate"],
@@ -79,6 +82,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="let the space hold lossy knobs (KV / weight precision); their wins need a person's approval")
     p.add_argument("--allow-unfaithful", action="store_true",
                    help="tune even when a replay is not faithful to the trace (recorded in the results)")
+    p.add_argument("--allow-inconclusive", action="store_true",
+                   help="let a replay whose fidelity verdict is 'cannot tell' (the trace is too small to judge a "
+                        "metric) pass the fidelity gate (recorded in the results); it fails the gate by default")
     p.add_argument("--lag-bound-ms", type=float, default=1.0, help="a stage over this send lag p99 is invalid")
     p.add_argument("--ledger", type=Path, help="the SQLite ledger (default OUT/ledger.sqlite)")
     p.add_argument("--out", type=Path, help="results folder (default results/<trace>-optimize)")
@@ -161,7 +167,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if args.space:
         space = Space.load(engine.name, engine.knobs, args.space, allow_lossy=args.allow_lossy)
     else:
-        names = [n.strip() for n in args.knobs.split(",") if n.strip()]
+        names = ([n.strip() for n in args.knobs.split(",") if n.strip()] if args.knobs is not None
+                 else list(engine.default_knobs))
         space = Space.of(engine.name, engine.knobs, {n: None for n in names}, allow_lossy=args.allow_lossy)
     slo = parse_slo(args.slo, args.slo_attainment) if args.slo else Slo(attainment=args.slo_attainment)
     if args.objective in ("goodput", "max_rate") and slo.empty:
@@ -175,7 +182,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                 "model": str(args.model or args.sim_profile), "workload": workload_hash(trace),
                 "objective": args.objective, "rate": args.rate, "slo": args.slo or "", "gpus": args.gpus}
     measure = measure_on_engine(engine, trace, run, objective, live=trace, allow_unfaithful=args.allow_unfaithful,
-                                baseline=baseline)
+                                allow_inconclusive=args.allow_inconclusive, baseline=baseline)
     budget = parse_budget(args.budget)
     if args.parallel < 1:
         raise ConfigError(f"--parallel: needs at least 1, got {args.parallel}")
@@ -217,6 +224,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         result.stopped += (f" (--allow-unfaithful: {n} measurement{'s' * (n != 1)} failed the fidelity gate and "
                            f"{'were' if n != 1 else 'was'} kept)" if n else
                            " (--allow-unfaithful: every measurement passed the fidelity gate)")
+    if args.allow_inconclusive and not args.allow_unfaithful:
+        n = result.fidelity_inconclusive
+        result.stopped += (f" (--allow-inconclusive: {n} measurement{'s' * (n != 1)} could not be told faithful "
+                           f"and {'were' if n != 1 else 'was'} kept)" if n else
+                           " (--allow-inconclusive: every measurement was judged faithful)")
     paths = write_result(result, out, engine)
     if args.json:
         print(json.dumps(result.to_json(), indent=2, default=str))

@@ -64,7 +64,8 @@ def _rate(x) -> str:
 def _fidelity(verdict: dict | None) -> str:
     if verdict is None:
         return "-"
-    return "faithful" if verdict["faithful"] else "[red]unfaithful[/red]"
+    state = verdict.get("state", "faithful" if verdict["faithful"] else "unfaithful")
+    return {"faithful": "faithful", "cannot tell": "[yellow]cannot tell[/yellow]"}.get(state, "[red]unfaithful[/red]")
 
 
 def saturation_line(saturation: dict) -> str:
@@ -134,8 +135,10 @@ def print_stages(summary: dict) -> None:
             console.print(f"invalid {at}: {s['invalid_reason']}", highlight=False)
         if s["cut_off"]:
             console.print(f"cut off {at}: {s['cut_off']} requests still open when the drain ended", highlight=False)
-        if s.get("fidelity") and not s["fidelity"]["faithful"]:
+        if s.get("fidelity") and s["fidelity"]["failed"]:
             console.print(f"unfaithful {at}: {', '.join(s['fidelity']['failed'])}", highlight=False, markup=False)
+        elif s.get("fidelity") and not s["fidelity"]["faithful"]:
+            console.print(f"{s['fidelity']['reason']} ({at})", highlight=False, markup=False)
         if s.get("engine_metrics"):
             console.print(f"{at}: {describe(s['engine_metrics'])}", highlight=False, markup=False)
     console.print(saturation_line(summary["saturation"]), highlight=False)

@@ -150,6 +150,7 @@ class Engine(Protocol):
 
     name: str
     knobs: tuple[Knob, ...]
+    default_knobs: tuple[str, ...]  # what `replay optimize` tunes without --knobs
 
     def command(self, config: Mapping[str, Any], port: int) -> list[str]:
         """The full command line that serves on 127.0.0.1:``port`` with ``config`` applied."""

@@ -84,6 +84,7 @@ class LlamaServer(ProcessEngine):
 
     name: ClassVar[str] = "llama-server"
     knobs: ClassVar[tuple[Knob, ...]] = LLAMACPP_KNOBS
+    default_knobs: ClassVar[tuple[str, ...]] = ("parallel", "batch_size", "ubatch_size")
     metric_spec: ClassVar[MetricSpec] = LLAMACPP_METRICS
 
     def _binary(self) -> str:

@@ -60,6 +60,9 @@ class ProcessEngine:
 
     name: ClassVar[str] = "engine"
     knobs: ClassVar[tuple[Knob, ...]] = ()
+    # the knobs `replay optimize` tunes when not told which (--knobs): the ones that trade batch
+    # size, admission and prefix caching on this engine
+    default_knobs: ClassVar[tuple[str, ...]] = ()
     health_path: ClassVar[str] = "/health"
     metrics_path: ClassVar[str] = "/metrics"
     metric_spec: ClassVar[MetricSpec] = {}

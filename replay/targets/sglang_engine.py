@@ -84,6 +84,7 @@ class SGLang(ProcessEngine):
 
     name: ClassVar[str] = "sglang"
     knobs: ClassVar[tuple[Knob, ...]] = SGLANG_KNOBS
+    default_knobs: ClassVar[tuple[str, ...]] = ("max_running_requests", "max_prefill_tokens", "disable_radix_cache")
     metric_spec: ClassVar[MetricSpec] = SGLANG_METRICS
 
     def command(self, config: Mapping[str, Any], port: int) -> list[str]:

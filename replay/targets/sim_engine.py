@@ -41,6 +41,7 @@ class SimEngine(ProcessEngine):
 
     name: ClassVar[str] = "sim"
     knobs: ClassVar[tuple[Knob, ...]] = SIM_KNOBS
+    default_knobs: ClassVar[tuple[str, ...]] = ("max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching")
     metric_spec: ClassVar[MetricSpec] = VLLM_METRICS
 
     def command(self, config: Mapping[str, Any], port: int) -> list[str]:

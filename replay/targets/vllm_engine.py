@@ -101,6 +101,7 @@ class Vllm(ProcessEngine):
 
     name: ClassVar[str] = "vllm"
     knobs: ClassVar[tuple[Knob, ...]] = VLLM_KNOBS
+    default_knobs: ClassVar[tuple[str, ...]] = ("max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching")
     metric_spec: ClassVar[MetricSpec] = VLLM_METRICS
 
     def _python(self) -> str:

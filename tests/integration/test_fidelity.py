@@ -1,6 +1,7 @@
 """Fidelity of real replays (the Rust runner over loopback) against the embedded engine: a public
-trace replayed at its own pace and 10x faster is judged faithful; Poisson arrivals of a bursty
-trace fail on burstiness; an engine with prefix caching off fails on the engine side of cache hits."""
+trace replayed at its own pace and 10x faster fails no metric (and on 70 live requests says
+"cannot tell", never "faithful"); Poisson arrivals of a bursty trace fail on burstiness; an engine
+with prefix caching off fails on the engine side of cache hits."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def observed(trace: Trace, requests: pl.DataFrame) -> Trace:
 @pytest.mark.data
 @pytest.mark.slow
 @pytest.mark.parametrize("speedup", [1.0, 10.0])
-def test_a_public_trace_replayed_at_its_pace_and_10x_faster_is_faithful(shared_traces, tmp_path, sim, speedup):
+def test_a_public_trace_replayed_at_its_pace_and_10x_faster_fails_no_metric(shared_traces, tmp_path, sim, speedup):
     from capture.importers.azure import import_azure
     from replay.trace import read_trace
 
@@ -46,8 +47,9 @@ def test_a_public_trace_replayed_at_its_pace_and_10x_faster_is_faithful(shared_t
     assert set(stage.requests["error"].to_list()) == {"none"}
     result = compare_stage(live, stage.requests, lag_bound_ms=5)
     assert result.compression == pytest.approx(speedup, rel=0.01)
-    assert result.verdict.faithful, result.verdict.reason
-    judged = {m.name for m in result.verdict.metrics if m.passed is not None}
+    assert not result.verdict.failed, result.verdict.reason
+    assert result.verdict.state == "cannot tell" and "needs about" in result.verdict.reason
+    judged = {m.name for m in result.verdict.metrics if m.state != "n/a"}
     assert {"input_tokens.ks", "lengths.prompt_tokens_per_request", "lengths.output_vs_max_tokens",
             "arrivals.interarrival_cv", "arrivals.dispersion_1s", "cache.offered_reuse.unbounded"} <= judged
 
@@ -75,7 +77,7 @@ def test_an_engine_without_prefix_caching_fails_on_the_engine_side_of_cache_hits
     assert live.df["cached_tokens"].sum() > 0
 
     again = compare_stage(live, run_stage(trace, config).requests, lag_bound_ms=5)
-    assert again.verdict.faithful, again.verdict.reason
+    assert not again.verdict.failed, again.verdict.reason
 
     with start_sim(time_scale=0.01, enable_prefix_caching=False) as no_cache:
         stage = run_stage(trace, RunConfig(url=no_cache.url, speedup=1.0, lag_bound_ms=5))

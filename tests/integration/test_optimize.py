@@ -42,7 +42,8 @@ def test_a_poor_baseline_is_beaten_failures_are_verdicts_and_the_campaign_resume
     out = tmp_path / "out"
     args = ["optimize", str(workload), "--engine", "sim", "--sim-time-scale", "0.1", "--rate", "20",
             "--requests", "40", "--space", str(space), "--baseline", '{"max_num_seqs": 2}',
-            "--objective", "throughput", "--repeats", "3", "--budget", "trials=6", "--out", str(out), "--json", *LAG]
+            "--objective", "throughput", "--repeats", "3", "--budget", "trials=6", "--out", str(out), "--json", *LAG,
+            "--allow-inconclusive"]
     done = run_cli(*args, timeout=600)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
@@ -80,7 +81,7 @@ def test_parallel_trials_on_several_engine_instances(workload, tmp_path, where):
     done = run_cli("optimize", str(workload), "--engine", "sim", "--sim-time-scale", "0.1", "--rate", "20",
                    "--requests", "40", "--space", str(space), "--baseline", '{"max_num_seqs": 2}',
                    "--objective", "throughput", "--repeats", "2", "--budget", "trials=4", "--out", str(out),
-                   "--json", *LAG, *where, timeout=600)
+                   "--json", *LAG, *where, "--allow-inconclusive", timeout=600)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["best"]["max_num_seqs"] == 16, result["steps"]

@@ -59,15 +59,19 @@ def test_a_sweep_has_its_verdict_chart_and_every_stage_its_plots(sweep_report, s
         for m in s.verdict.metrics:
             assert f"<td>{m.name}</td>" in html
     assert len(re.findall(r'<tr class="fail"', html)) == sum(len(s.verdict.failed) for s in sweep_report.stages)
+    assert len(re.findall(r'<tr class="undecided"', html)) == sum(len(s.verdict.undecided) for s in sweep_report.stages)
     assert "1 of 2 stages faithful" in html
     assert html_report(sweep_report, plots=False).count("<img") == 0
 
 
 def test_the_verdict_chart_groups_fail_where_the_metrics_do(sweep_report):
     faithful, shortened = (group_verdicts(s.verdict) for s in sweep_report.stages)
-    assert all(v[0] in (True, None) for v in faithful.values())
-    assert shortened["lengths"][0] is False and shortened["lengths"][1] >= 1
-    assert shortened["outcomes"] == (None, 0, 0)  # outcomes are reported, not judged
+    assert all(v[0] != "fail" for v in faithful.values())
+    # a group with metrics the live side cannot tell, and none failed, is cannot tell
+    undecided = {m.group for m in sweep_report.stages[0].verdict.undecided}
+    assert undecided and all(faithful[g][0] == "cannot tell" and faithful[g][2] >= 1 for g in undecided)
+    assert shortened["lengths"][0] == "fail" and shortened["lengths"][1] >= 1
+    assert shortened["outcomes"] == ("n/a", 0, 0, 0)  # outcomes are reported, not judged
 
 
 def test_drift_without_recorded_latencies_has_no_survival_curves(tmp_path):

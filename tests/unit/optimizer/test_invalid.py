@@ -118,9 +118,16 @@ def test_the_fidelity_gate_and_its_override(engine, trace):
     assert kept.invalid is None and kept.value > 0
     assert kept.details["fidelity_overridden"] is True and kept.details["fidelity"].startswith("unfaithful:")
 
-    faithful = measure(engine, trace, live=trace)(off)  # the control: the trace as generated, no recorded hits
-    assert faithful.invalid is None and faithful.details["fidelity"].startswith("faithful")
-    assert "fidelity_overridden" not in faithful.details
+    # the control: the trace as generated, no recorded hits; 20 live requests cannot tell, and the
+    # gate takes that for not faithful unless allowed
+    small = measure(engine, trace, live=trace)(off)
+    assert small.value is None and small.invalid.startswith("the fidelity gate failed: cannot tell:"), small.invalid
+    allowed = measure(engine, trace, live=trace, allow_inconclusive=True)(off)
+    assert allowed.invalid is None and allowed.details["fidelity"].startswith("cannot tell")
+    assert allowed.details["fidelity_inconclusive_allowed"] is True and "fidelity_overridden" not in allowed.details
+    # allowing "cannot tell" does not let an unfaithful replay through
+    still = measure(engine, trace, live=live, allow_inconclusive=True)(off)
+    assert still.invalid.startswith("the fidelity gate failed: unfaithful:"), still.invalid
 
 
 def test_a_config_the_engine_refuses_is_invalid_not_a_crash(engine, trace):

@@ -35,6 +35,16 @@ def test_llama_cpp_is_llama_server_on_the_command_line_and_in_the_registry():
         engine_class("llamacpp")
 
 
+@pytest.mark.parametrize("name", list(ENGINES))
+def test_every_engine_has_a_default_space_of_its_own_knobs(name):
+    # `replay optimize --engine llama-server` without --knobs once asked for vLLM's max_num_seqs
+    cls = ENGINES[name]
+    assert len(cls.default_knobs) >= 2
+    space = Space.of(name, cls.knobs, {k: None for k in cls.default_knobs})
+    assert [d.knob.name for d in space.dimensions] == list(cls.default_knobs)
+    assert all(len(d.values) >= 2 for d in space.dimensions)
+
+
 # -- a stop during run() ------------------------------------------------------------------------------
 def breaks_after(n: int, calls: list):
     """Candidates measure 100 + their max_num_seqs / 100; the baseline 100 until ``n`` measurements
