@@ -133,8 +133,10 @@ def main() -> None:
             engine = engine_of(name)
             run = RunConfig(url="http://127.0.0.1:0", rate=args.rate, requests=args.requests,
                             slo=parse_slo(args.slo, 0.9), lag_bound_ms=20, timeout_s=300)
+            # a benchmark-sized trace is too small for a conclusive fidelity verdict: "cannot tell"
+            # is let through (an unfaithful replay still is not)
             measure = measure_on_engine(engine, trace, run, Objective("goodput"), live=trace, baseline={},
-                                        check_outputs=not args.no_output_check)
+                                        allow_inconclusive=True, check_outputs=not args.no_output_check)
             campaign = Campaign(space=Space.of(engine.name, engine.knobs, SPACES[name]), measure=measure,
                                 ledger=out / f"{name}{'-no-output-check' if args.no_output_check else ''}.sqlite",
                                 identity={"engine": name, "bench": "real_engine_gain",
