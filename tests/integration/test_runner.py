@@ -219,6 +219,8 @@ def test_a_body_source_that_falls_behind_is_counted(scripted, monkeypatch):
     monkeypatch.setattr(Plan, "body_windows", late_fourth)
     result = run_stage(trace, RunConfig(url=server.url, rate=1000.0, lag_bound_ms=1.0))
     assert result.requests["error"].to_list() == ["none"] * 10
-    assert result.runner["body_waits"] == 1 and result.runner["body_wait_max_ms"] >= 100
+    # the one-second stall is counted; a busy machine may add waits of a few ms to the count
+    assert result.runner["body_waits"] >= 1 and result.runner["body_wait_max_ms"] >= 500
     assert not result.summary["valid"]
-    assert "waited for request bodies 1 times" in result.summary["invalid_reason"]
+    reason = result.summary["invalid_reason"]
+    assert f"waited for request bodies {result.runner['body_waits']} times" in reason
