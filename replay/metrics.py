@@ -42,7 +42,7 @@ from replay.plan import offered_window
 if TYPE_CHECKING:
     from replay.runner import StageResult
 
-__all__ = ["summarize", "load_label", "PERCENTILES", "queue_growth", "LOAD_4XX"]
+__all__ = ["summarize", "completed", "slo_met", "load_label", "PERCENTILES", "queue_growth", "LOAD_4XX"]
 
 PERCENTILES = (50, 90, 99)
 LOAD_4XX = (408, 429)  # the 4xx statuses a server gives under load; other 4xx reject the request itself
@@ -79,8 +79,8 @@ def queue_growth(intended_ns: np.ndarray, ttft_ns: np.ndarray) -> dict[str, floa
     return {"ttft_first_third_ms": first, "ttft_last_third_ms": last, "growth_ms": last - first}
 
 
-def _slo_mask(ok: pl.DataFrame, slo) -> np.ndarray:
-    """Which completed requests meet every set objective; a missing TTFT or TPOT (one output
+def slo_met(ok: pl.DataFrame, slo) -> np.ndarray:
+    """Which requests of :func:`completed` meet every set objective; a missing TTFT or TPOT (one output
     token: no time per output token to judge) does not meet its objective."""
     mask = np.ones(ok.height, dtype=bool)
     if slo.ttft_s is not None:
@@ -125,22 +125,27 @@ def _invalid_reason(result: StageResult, lag_p99_ms: float | None) -> str:
     return why
 
 
+def completed(requests: pl.DataFrame) -> pl.DataFrame:
+    """A stage's completed requests with their latencies (ns): ``ttft_ns`` and ``e2e_ns`` from
+    the intended send time (wrk2's rule), ``ttft_sent_ns`` and ``e2e_sent_ns`` from the actual
+    send, and ``tpot_ns`` (first token to end over the tokens after the first; null for one)."""
+    tokens = pl.col("completion_tokens").fill_null(pl.col("output_chunks"))
+    return requests.filter(pl.col("error") == "none").with_columns(
+        ttft_ns=pl.col("first_token_ns") - pl.col("intended_ns"),
+        ttft_sent_ns=pl.col("first_token_ns") - pl.col("sent_ns"),
+        e2e_ns=pl.col("end_ns") - pl.col("intended_ns"),
+        e2e_sent_ns=pl.col("end_ns") - pl.col("sent_ns"),
+        tpot_ns=pl.when(tokens > 1).then((pl.col("end_ns") - pl.col("first_token_ns")) / (tokens - 1)),
+    )
+
+
 def summarize(result: StageResult) -> dict:
     """A JSON-ready summary of one stage (times in ms, rates in 1/s)."""
     config = result.config
     df = result.requests
     n = df.height
     sent = df.filter(pl.col("sent_ns").is_not_null())
-    ok = df.filter(pl.col("error") == "none").with_columns(
-        ttft_ns=pl.col("first_token_ns") - pl.col("intended_ns"),
-        ttft_sent_ns=pl.col("first_token_ns") - pl.col("sent_ns"),
-        e2e_ns=pl.col("end_ns") - pl.col("intended_ns"),
-        e2e_sent_ns=pl.col("end_ns") - pl.col("sent_ns"),
-        tpot_ns=pl.when(pl.col("completion_tokens").fill_null(pl.col("output_chunks")) > 1).then(
-            (pl.col("end_ns") - pl.col("first_token_ns"))
-            / (pl.col("completion_tokens").fill_null(pl.col("output_chunks")) - 1)
-        ),
-    )
+    ok = completed(df)
     # the runner's own error: actual send - the time the request became due (its intended time,
     # or for a causal turn the end of the previous turn + think time when that is later)
     lag = (sent["sent_ns"] - sent["release_ns"]).to_numpy()
@@ -161,7 +166,7 @@ def summarize(result: StageResult) -> dict:
     released = df.filter(pl.col("release_ns").is_not_null())
     slip = (released["release_ns"] - released["intended_ns"]).to_numpy()
     slo = config.slo
-    met = int(_slo_mask(ok, slo).sum()) if not slo.empty else ok.height
+    met = int(slo_met(ok, slo).sum()) if not slo.empty else ok.height
     cached = ok["cached_tokens"].drop_nulls()
     prompt = ok.filter(pl.col("cached_tokens").is_not_null())["prompt_tokens"].fill_null(0)
 

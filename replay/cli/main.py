@@ -24,6 +24,7 @@ examples:
   replay sweep work.parquet --url http://127.0.0.1:8000 --rates 1,2,4,8 --slo ttft=2s,tpot=100ms
   replay sweep work.parquet --rates auto:5 --duration 30s
   replay fidelity live.parquet results/live-sweep --out report/
+  replay compare results/before results/after --out compare/
   replay capture --upstream http://127.0.0.1:8000 --listen 127.0.0.1:8080 --out capture/
 """
 
@@ -40,7 +41,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from replay.cli import (audit_cmds, capture_cmds, engine_cmds, fidelity_cmds, optimize_cmds,
+    from replay.cli import (audit_cmds, capture_cmds, compare_cmds, engine_cmds, fidelity_cmds, optimize_cmds,
                             run_cmds, sim_cmds, trace_cmds)
 
     parser = _Parser(
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     trace_cmds.register(sub)
     run_cmds.register(sub)
     fidelity_cmds.register(sub)
+    compare_cmds.register(sub)
     optimize_cmds.register(sub)
     sim_cmds.register(sub)
     engine_cmds.register(sub)
