@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.diagnosis import Diagnosis, diagnose, diagnose_sweep
+from optimizer.hypotheses import check, hypothesis, observed
 from optimizer.ledger import Ledger, hardware_id
 from optimizer.pool import Pool, SerialPool
 from optimizer.search import SEARCHERS, Proposal, Searcher
@@ -103,12 +104,20 @@ class Budget:
 
 @dataclass(frozen=True)
 class Step:
+    """One judged proposal. Its hypothesis (:func:`optimizer.hypotheses.hypothesis`) carries,
+    once measured, ``checks`` (each prediction against the incumbent's run) and ``diagnosis``
+    (the candidate's own bottleneck and evidence)."""
+
     config: dict[str, Any]
-    hypothesis: dict[str, str]
+    hypothesis: dict[str, Any]
     verdict: Verdict
     reused: bool = False  # judged by an earlier run of the campaign (from the ledger)
     # a win that changes these lossy knobs: not adopted, it waits for a person's approval
     needs_approval: tuple[str, ...] = ()
+
+    @property
+    def checks(self) -> list[dict]:
+        return list(self.hypothesis.get("checks") or [])
 
     def to_json(self) -> dict:
         return {"config": self.config, "hypothesis": self.hypothesis, "verdict": self.verdict.to_json(),
@@ -194,7 +203,11 @@ class Campaign:
             raise ConfigError(f"--max-noise: {max_noise} must be above 0 (the baseline's spread, a share of its median)")
         self.max_noise = max_noise
         self._since_recheck = 0  # candidate measurements since the baseline was last measured
-        self.diagnosis: Diagnosis | None = None
+        self.diagnosis: Diagnosis | None = None  # the baseline's
+        # the incumbent's first run (details, value) and diagnosis: what a hypothesis starts from
+        # and its predictions are checked against; a win replaces both
+        self._reference: tuple[dict, float | None] = ({}, None)
+        self._incumbent_diagnosis: Diagnosis | None = None
         self._searcher_spec = searcher
         self._order = order
         self.noise: NoiseFloor | None = None
@@ -297,6 +310,9 @@ class Campaign:
                 first = self.ledger.entries(self.baseline, "baseline")[0].measurement.details
                 self.diagnosis = diagnose(first.get("peaks", {}), first.get("counters", {}), *args,
                                           rate=(first.get("summary") or {}).get("offered_rate"))
+            first = self.ledger.entries(self.baseline, "baseline")[0].measurement
+            self._reference = (first.details, first.value)
+            self._incumbent_diagnosis = self.diagnosis
             self.result = CampaignResult(baseline=dict(self.baseline), noise=self.noise, best=dict(self.baseline),
                                          best_noise=self.noise, diagnosis=self.diagnosis)
             for e in self.ledger.entries():
@@ -334,6 +350,7 @@ class Campaign:
         self.start()
         noise = self.result.best_noise
         base = self.result.best
+        proposals = list(proposals)
         verdicts: list[Verdict | None] = [None] * len(proposals)
         reused: set[int] = set()
         fresh: list[int] = []
@@ -370,7 +387,9 @@ class Campaign:
             self.ledger.record(proposals[i].config, "confirm", m, hypothesis=proposals[i].hypothesis, **t)
         for i in fresh:
             verdicts[i] = judge(noise, firsts[i], lambda i=i: seconds[i], confirm_noise=self.result.best_noise)
-            self.ledger.set_verdict(rows[i], verdicts[i].kind, verdicts[i].reason)
+            proposals[i] = Proposal(proposals[i].config, self._checked(proposals[i], firsts[i], verdicts[i].kind),
+                                    proposals[i].token)
+            self.ledger.set_verdict(rows[i], verdicts[i].kind, verdicts[i].reason, proposals[i].hypothesis)
         for i, p in enumerate(proposals):
             if verdicts[i] is None:
                 verdicts[i] = verdicts[twins[config_key(p.config)]]
@@ -385,10 +404,40 @@ class Campaign:
             self._accept(max(wins, key=lambda s: s.verdict.measurements[0].value))
         return verdicts
 
+    def _diagnose(self, config: Mapping[str, Any], m: Measurement) -> Diagnosis:
+        """The bottleneck of one run of ``config`` (its engine metrics)."""
+        knobs = {d.name: d.knob for d in self.space.dimensions}
+        default_seqs = knobs["max_num_seqs"].default if "max_num_seqs" in knobs else None
+        return diagnose(m.details.get("peaks", {}), m.details.get("counters", {}), config, default_seqs,
+                        self.space.names, self.offered_reuse, rate=(m.details.get("summary") or {}).get("offered_rate"))
+
+    def _checked(self, proposal: Proposal, first: Measurement, verdict: str) -> dict[str, Any]:
+        """``proposal``'s hypothesis with its predictions checked against the incumbent's run
+        and the candidate diagnosed on its own metrics (:mod:`optimizer.hypotheses`)."""
+        out = dict(proposal.hypothesis)
+        if first.invalid is None:
+            d = self._diagnose(proposal.config, first)
+            out["diagnosis"] = {"bottleneck": d.bottleneck, "evidence": d.evidence}
+        if out.get("predictions"):
+            details, value = self._reference
+            out["checks"] = check(out["predictions"], observed(details, value),
+                                  observed(first.details, first.value), verdict)
+        return out
+
+    def describe(self, base: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+        """The hypothesis for ``config``, from the incumbent (the campaign's best so far, which
+        the candidate is judged against) and its diagnosis."""
+        d = self._incumbent_diagnosis
+        return hypothesis(self.result.best, config, d.bottleneck if d else None, d.evidence if d else "")
+
     def _accept(self, step: Step) -> None:
         """``step``'s config becomes the baseline, with the noise floor of its own runs (measured
-        first: a floor that stops the campaign leaves the baseline as it was)."""
+        first: a floor that stops the campaign leaves the baseline as it was); its first run and
+        its own diagnosis are what the next hypotheses start from."""
         floor = self._floor_of(step.config, "confirm", extra=[step.verdict.measurements[0]])
+        first = step.verdict.measurements[0]
+        self._reference = (first.details, first.value)
+        self._incumbent_diagnosis = self._diagnose(step.config, first)
         self.result.accepted.append(step)
         self.result.best = dict(step.config)
         self.result.best_noise = floor
@@ -404,11 +453,10 @@ class Campaign:
             from replay.errors import ConfigError
             raise ConfigError(f"--search: '{spec}' not one of {', '.join(SEARCHERS)}")
         self.start()
-        explanation = f"{self.diagnosis.bottleneck}: {self.diagnosis.evidence}"
         start = self.result.best  # the baseline, or what an outside loop already won
         if spec == "coordinate":
-            return cls(self.space, start, order=self._order or self.diagnosis.order, explanation=explanation)
-        return cls(self.space, start, seed=self.seed)
+            return cls(self.space, start, order=self._order or self.diagnosis.order, describe=self.describe)
+        return cls(self.space, start, seed=self.seed, describe=self.describe)
 
     def run(self, searcher: Searcher | None = None, progress: Callable[[Step], None] | None = None) -> CampaignResult:
         """Baseline, then rounds of the searcher's proposals (``slots`` a round) until it has none

@@ -59,7 +59,7 @@ def search_plot(result: CampaignResult) -> Plot:
 
 
 def html_report(result: CampaignResult, engine=None) -> str:
-    from optimizer.report import approval_line, flags, rechecks_line, verdict_text
+    from optimizer.report import approval_line, checks_text, flags, hypothesis_text, rechecks_line, verdict_text
 
     ok = bool(result.accepted)
     title = "Optimize: " + (f"{len(result.accepted)} change(s) accepted" if ok else "no change beat the noise")
@@ -98,10 +98,9 @@ def html_report(result: CampaignResult, engine=None) -> str:
                     f"<td>{escape(verdict_text(s))}</td>"
                     f"<td class=\"num\">{'-' if value is None else f'{value:.4g}'}</td>"
                     f"<td class=\"num\">{'-' if v.gain is None else f'{v.gain:+.1%}'}</td>"
-                    f"<td>{escape(v.reason)}</td><td>{escape(s.hypothesis.get('explanation', ''))}; predicted: "
-                    f"{escape(s.hypothesis.get('prediction', ''))}; wrong if: "
-                    f"{escape(s.hypothesis.get('falsified_by', ''))}</td></tr>")
+                    f"<td>{escape(checks_text(s))}</td><td>{escape(v.reason)}</td><td>{escape(hypothesis_text(s))}; "
+                    f"wrong if: {escape(s.hypothesis.get('falsified_by', ''))}</td></tr>")
     parts.append("<h2>Experiments</h2><table><tr><th>#</th><th>change</th><th>verdict</th><th>value</th><th>gain</th>"
-                 "<th>why</th><th>hypothesis</th></tr>" + "".join(rows) + "</table>")
+                 "<th>predictions</th><th>why</th><th>hypothesis</th></tr>" + "".join(rows) + "</table>")
     return (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{escape(title)}</title>"
             f"<style>{STYLE_CSS}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")

@@ -38,7 +38,7 @@ CREATE TABLE IF NOT EXISTS experiments (
     campaign TEXT NOT NULL,          -- identity: engine, version, hardware, workload, objective (JSON)
     config TEXT NOT NULL,            -- canonical JSON of the config
     role TEXT NOT NULL,              -- baseline | candidate | confirm | recheck | diagnosis
-    hypothesis TEXT,                 -- JSON: explanation, change, prediction, falsified_by
+    hypothesis TEXT,                 -- JSON: optimizer.hypotheses.hypothesis, with checks and diagnosis once judged
     value REAL,                      -- the objective, NULL when invalid
     invalid TEXT,                    -- why the measurement cannot be trusted
     details TEXT,                    -- JSON: stage summaries, engine metrics, ...
@@ -129,7 +129,10 @@ class Ledger:
         self._db.commit()
         return int(cur.lastrowid)
 
-    def set_verdict(self, row: int, verdict: str, reason: str) -> None:
+    def set_verdict(self, row: int, verdict: str, reason: str, hypothesis: Mapping[str, Any] | None = None) -> None:
+        """The verdict on row ``row``, and its hypothesis with what was checked (when given)."""
+        if hypothesis is not None:
+            self._db.execute("UPDATE experiments SET hypothesis = ? WHERE id = ?", (json.dumps(hypothesis), row))
         self._db.execute("UPDATE experiments SET verdict = ?, reason = ? WHERE id = ?", (verdict, reason, row))
         self._db.commit()
 

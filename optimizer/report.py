@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.campaign import CampaignResult, Step
+from optimizer.hypotheses import score
 from optimizer.verdict import K
 
 __all__ = ["markdown", "print_result", "write_result", "flags", "rechecks_line", "approval_line", "verdict_text"]
@@ -61,15 +62,43 @@ def markdown(result: CampaignResult, engine=None, title: str = "Optimize") -> st
     best = flags(engine, result.best)
     lines += ["", f"Final config: `{_esc(best) or '(engine defaults)'}`", "",
               f"Stopped: {_esc(result.stopped)}", "", "## Experiments", "",
-              "| # | change | verdict | value | gain | why | hypothesis |", "|---:|---|---|---:|---:|---|---|"]
+              "| # | change | verdict | value | gain | predictions | why | hypothesis |",
+              "|---:|---|---|---:|---:|---|---|---|"]
     for i, step in enumerate(result.steps, 1):
         v = step.verdict
         value = v.measurements[0].value if v.measurements and v.measurements[0].value is not None else None
         lines.append(f"| {i} | {_esc(step.hypothesis.get('change', json.dumps(step.config)))} | "
                      f"{verdict_text(step)} | {'-' if value is None else f'{value:.4g}'} | "
-                     f"{'-' if v.gain is None else f'{v.gain:+.1%}'} | {_esc(v.reason)} | "
-                     f"{_esc(step.hypothesis.get('explanation', ''))} |")
+                     f"{'-' if v.gain is None else f'{v.gain:+.1%}'} | {_esc(checks_text(step))} | {_esc(v.reason)} | "
+                     f"{_esc(hypothesis_text(step))} |")
     return "\n".join(lines) + "\n"
+
+
+def checks_text(step: Step) -> str:
+    """The prediction score and each checked prediction: "2 held, 1 refuted (waiting 12 -> 3 held; ...)"."""
+    checks = step.checks
+    if not checks:
+        return score(checks)
+    verb = {1: "up", -1: "down", 0: "flat"}
+
+    def num(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3g}"
+
+    return (f"{score(checks)} (" + "; ".join(f"{c['metric']} {verb[c['direction']]}: {num(c['incumbent'])} -> "
+                                             f"{num(c['candidate'])} {c['outcome']}" for c in checks) + ")")
+
+
+def hypothesis_text(step: Step) -> str:
+    """The explanation, mechanism and prediction, and the candidate's own bottleneck once measured."""
+    h = step.hypothesis
+    parts = [h.get("explanation", "")]
+    if h.get("mechanism"):
+        parts.append(f"mechanism: {h['mechanism']}")
+    if h.get("prediction"):
+        parts.append(f"predicted: {h['prediction']}")
+    if h.get("diagnosis"):
+        parts.append(f"then: {h['diagnosis']['bottleneck']}")
+    return "; ".join(p for p in parts if p)
 
 
 def verdict_text(step: Step) -> str:
@@ -116,12 +145,12 @@ def print_result(result: CampaignResult, engine=None) -> None:
     if result.rechecks:
         console.print(escape(rechecks_line(result)), highlight=False)
     table = Table(title="experiments")
-    for col in ("#", "change", "verdict", "gain"):
+    for col in ("#", "change", "verdict", "gain", "predictions"):
         table.add_column(col)
     for i, step in enumerate(result.steps, 1):
         v = step.verdict
         table.add_row(str(i), escape(step.hypothesis.get("change", "")), escape(verdict_text(step)),
-                      "-" if v.gain is None else f"{v.gain:+.1%}")
+                      "-" if v.gain is None else f"{v.gain:+.1%}", escape(score(step.checks)))
     console.print(table)
     for step in result.awaiting_approval:
         console.print(escape(approval_line(step, engine)), highlight=False)

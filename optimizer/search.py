@@ -15,10 +15,11 @@ config that failed is never proposed again (the campaign tells it as a failure).
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from optimizer.hypotheses import hypothesis
 from optimizer.space import Space, config_key
 
 __all__ = ["Proposal", "Searcher", "CoordinateDescent", "TPE", "RandomSearch", "SEARCHERS"]
@@ -27,7 +28,8 @@ __all__ = ["Proposal", "Searcher", "CoordinateDescent", "TPE", "RandomSearch", "
 @dataclass(frozen=True)
 class Proposal:
     config: dict[str, Any]  # the whole config to run (baseline plus the change)
-    hypothesis: dict[str, str] = field(default_factory=dict)  # explanation, change, prediction, falsified_by
+    hypothesis: dict[str, Any] = field(default_factory=dict)  # optimizer.hypotheses.hypothesis
+
     token: Any = None  # the searcher's own handle (an Optuna trial)
 
 
@@ -37,19 +39,11 @@ class Searcher(Protocol):
     def tell(self, proposal: Proposal, verdict: str, value: float | None) -> None: ...
 
 
-def _change(base: Mapping[str, Any], config: Mapping[str, Any]) -> str:
-    parts = [f"{k} {base.get(k, 'default')} -> {v}" for k, v in config.items() if base.get(k) != v]
-    return ", ".join(parts) or "no change"
+Describe = Callable[[Mapping[str, Any], Mapping[str, Any]], dict]  # (incumbent, config) -> hypothesis
 
 
-def hypothesis(base: Mapping[str, Any], config: Mapping[str, Any], explanation: str) -> dict[str, str]:
-    """The built-in searchers' hypothesis for moving from ``base`` to ``config``."""
-    return {
-        "explanation": explanation,
-        "change": _change(base, config),
-        "prediction": "the objective rises by more than the noise bar, on a fresh restart too",
-        "falsified_by": "the objective staying within the baseline's noise band, or falling",
-    }
+def _generic(base: Mapping[str, Any], config: Mapping[str, Any]) -> dict:
+    return hypothesis(base, config)
 
 
 class CoordinateDescent:
@@ -59,11 +53,11 @@ class CoordinateDescent:
     when its value beats the incumbent's (``known`` holds the values told)."""
 
     def __init__(self, space: Space, start: Mapping[str, Any], order: list[str] | None = None,
-                 explanation: str = "the knob may be what limits the objective") -> None:
+                 describe: Describe = _generic) -> None:
         self.space = space
         self.incumbent = dict(start)
         self.order = order or space.names
-        self.explanation = explanation
+        self.describe = describe
         self.tried: set[str] = {config_key(self.incumbent)}
         self.known: dict[str, float | None] = {}
         self._knob = 0  # index into order
@@ -95,7 +89,7 @@ class CoordinateDescent:
             config = self._neighbour(self.order[self._knob], self._direction)
             if config is not None:
                 self.tried.add(config_key(config))
-                return Proposal(config, hypothesis(self.incumbent, config, self.explanation),
+                return Proposal(config, self.describe(self.incumbent, config),
                                 token=(self._knob, self._direction))
             self._next_line()
         return None
@@ -119,10 +113,9 @@ class CoordinateDescent:
 
 
 class RandomSearch:
-    def __init__(self, space: Space, start: Mapping[str, Any], seed: int = 0,
-                 explanation: str = "a random point of the space") -> None:
+    def __init__(self, space: Space, start: Mapping[str, Any], seed: int = 0, describe: Describe = _generic) -> None:
         self.start = dict(start)
-        self.explanation = explanation
+        self.describe = describe
         configs = [{**self.start, **c} for c in space.grid()]
         random.Random(seed).shuffle(configs)
         seen = {config_key(self.start)}
@@ -136,7 +129,7 @@ class RandomSearch:
         if not self._queue:
             return None
         config = self._queue.pop()
-        return Proposal(config, hypothesis(self.start, config, self.explanation))
+        return Proposal(config, self.describe(self.start, config))
 
     def tell(self, proposal: Proposal, verdict: str, value: float | None) -> None:
         pass
@@ -148,14 +141,14 @@ class TPE:
     (a failure / its known value) and another is asked, up to ``max_redraws`` times."""
 
     def __init__(self, space: Space, start: Mapping[str, Any], seed: int = 0, max_redraws: int = 50,
-                 explanation: str = "TPE: a config the model of the results so far expects to do well") -> None:
+                 describe: Describe = _generic) -> None:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.optuna = optuna
         self.space = space
         self.start = dict(start)
-        self.explanation = explanation
+        self.describe = describe
         self.max_redraws = max_redraws
         self.known: dict[str, float | None] = {}
         self.study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
@@ -185,7 +178,7 @@ class TPE:
                 else:
                     self.study.tell(trial, value)
                 continue
-            return Proposal(config, hypothesis(self.start, config, self.explanation), token=trial)
+            return Proposal(config, self.describe(self.start, config), token=trial)
         return None
 
     def tell(self, proposal: Proposal, verdict: str, value: float | None) -> None:
