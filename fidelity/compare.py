@@ -256,10 +256,10 @@ def _spearman(s: Side) -> float | None:
 
 
 def _engine_hit_rate(s: Side) -> float | None:
-    if s.engine_cached is None or s.engine_prompt is None:
+    if s.engine_cached is None or s.hit_base is None:
         return None
-    keep = np.isfinite(s.engine_cached) & np.isfinite(s.engine_prompt)
-    total = s.engine_prompt[keep].sum()
+    keep = np.isfinite(s.engine_cached) & np.isfinite(s.hit_base)
+    total = s.hit_base[keep].sum()
     return float(s.engine_cached[keep].sum() / total) if total > 0 else None
 
 
@@ -418,14 +418,15 @@ class _Decision:
 
 
 def _decide(name: str, d: float, aa: float | None, live: Side,
-            distance: Callable[[Side, Side], float | None] | None = None) -> _Decision:
+            distance: Callable[[Side, Side], float | None] | None = None, live_value: float | None = None) -> _Decision:
     """The bound rule, for every metric judged against A/A halves: the bound, the state, and the
-    power (``distance``: the metric's own, for the search of :func:`fidelity.power.detectable`)."""
+    power (``distance``: the metric's own, for the search of :func:`fidelity.power.detectable`;
+    ``live_value``: the metric's value on live, which a hit rate's loss cannot take below 0)."""
     fixed = _family(FIXED_BOUNDS, name)
     fixed = 0.1 if fixed is None else fixed
     bound = max(fixed, AA_FACTOR * aa) if aa is not None else fixed
     ceiling = _family(CEILINGS, name)
-    found, change = detectable(name, distance or (lambda a, b: None), live, bound)
+    found, change = detectable(name, distance or (lambda a, b: None), live, bound, live_value)
     detects, most = "", None
     if change is not None and found is not None:
         most = MAX_DETECTABLE[change.family]
@@ -444,6 +445,11 @@ def _decide(name: str, d: float, aa: float | None, live: Side,
         return _Decision(bound, CANNOT_TELL, ceiling, f"about {need:,} {what} (has {count:,})", power, detects,
                          f"live's own halves differ so much that the bound is {bound:.3g}, over its ceiling "
                          f"{ceiling:.3g}")
+    if change is not None and change.unit == "points" and power is None and live_value is not None:
+        return _Decision(bound, CANNOT_TELL, ceiling, f"a live hit rate of at least {100 * bound:.3g}% (has "
+                         f"{100 * live_value:.3g}%)", None, detects,
+                         f"live's hit rate {live_value:.3g} is under the loss of {bound:.3g} it would take to fail: "
+                         f"a lost reuse could not show")
     if most is not None and (power is None or power > most):
         size = f"about {_round2(count * (power / most) ** 2):,} {what} (has {count:,})" if power else "more live traffic"
         return _Decision(bound, CANNOT_TELL, ceiling, size, power, detects,
@@ -478,7 +484,7 @@ def _judge(spec: _Spec, live: Side, other: Side, splits: list[tuple[Side, Side]]
     aas = [spec.fn(*h)[2] for h in splits if spec.applicable(*h) is None]
     aas = [a for a in aas if a is not None and not math.isnan(a)]
     aa = float(np.max(aas)) if aas else None
-    decision = _decide(spec.name, d, aa, aa_side, lambda a, b: spec.fn(a, b)[2])
+    decision = _decide(spec.name, d, aa, aa_side, lambda a, b: spec.fn(a, b)[2], x)
     flags: tuple[str, ...] = ()
     if spec.group == "outcomes":
         n = min(_count(getattr(live, _OUTCOME_ATTR[spec.name])), _count(getattr(other, _OUTCOME_ATTR[spec.name])))
@@ -517,12 +523,12 @@ def _cache_sim_metrics(live: Side, other: Side, splits: list[tuple[Side, Side]],
         pairs = [(share(a), share(b)) for a, b in splits]
         aas = [abs(hy - hx) for hx, hy in pairs if hx is not None and hy is not None]
         aa = float(np.max(aas)) if aas else None
-        decision = _decide(name, d, aa, aa_side)
+        decision = _decide(name, d, aa, aa_side, live_value=x)
         out.append(_metric("cache", name, x, y, d, aa, decision, _stated(what, d, x, y, other.name, decision)))
     return out
 
 
-def _cache_diagnosis(metrics: list[Metric], other: str) -> list[str]:
+def _cache_diagnosis(metrics: list[Metric], other: str, live: Side) -> list[str]:
     by = {m.name: m for m in metrics}
     engine = by.get("cache.engine_hit_rate")
     offered = by.get("cache.offered_reuse.unbounded")
@@ -533,7 +539,15 @@ def _cache_diagnosis(metrics: list[Metric], other: str) -> list[str]:
                    f"or arrival order)")
     if engine is not None and engine.passed is False and engine.live is not None and engine.replay is not None:
         side = "reproduced" if offered is not None and offered.passed else "not reproduced either"
-        if engine.replay < engine.live:
+        turns = _turns(live)
+        if engine.replay < engine.live and turns is not None and turns > 1:
+            out.append(f"cache hits: the trace's own reuse is {side}, but the engine hit less than live "
+                       f"({engine.replay:.3f} vs {engine.live:.3f}). Live's sessions have {turns:.2g} turns on "
+                       f"average: each turn resends the earlier answers, which live's engine had generated and "
+                       f"cached, while a replay resends live's recorded answers, which its engine did not generate "
+                       f"(its own answers' blocks are not reused); or its prefix cache is smaller than live's, or "
+                       f"prefix caching is off")
+        elif engine.replay < engine.live:
             out.append(f"cache hits: the trace's own reuse is {side}, but the engine hit less than live "
                        f"({engine.replay:.3f} vs {engine.live:.3f}): its prefix cache is smaller than live's, "
                        f"or prefix caching is off")
@@ -604,7 +618,7 @@ def compare_sides(live: Side, other: Side, *, judge_outcomes: bool = False, seed
     order = {"lengths": 0, "cache": 1, "arrivals": 2, "sessions": 3, "outcomes": 4}
     metrics.sort(key=lambda m: order[m.group])
     state, reason = _overall(metrics)
-    diagnosis = list(other.notes) + _cache_diagnosis(metrics, other.name)
+    diagnosis = list(other.notes) + _cache_diagnosis(metrics, other.name, live)
     return Verdict(state=state, reason=reason, metrics=metrics, diagnosis=diagnosis)
 
 

@@ -47,7 +47,10 @@ class Side:
     sessions: np.ndarray  # session id per request (the request id where it has none)
     think_s: np.ndarray  # gap from the previous turn's end to this turn (NaN: first turn or unknown)
     engine_cached: np.ndarray | None = None  # engine-reported cached tokens (NaN: not reported)
-    engine_prompt: np.ndarray | None = None  # engine-reported prompt tokens, same rows
+    # what the engine hit rate divides ``engine_cached`` by: the recorded input tokens of the same rows
+    # (live's engine and a replay's count their chat template too, the recorded lengths do not:
+    # one denominator on both sides keeps the two rates comparable)
+    hit_base: np.ndarray | None = None
     ttft_s: np.ndarray | None = None
     e2e_s: np.ndarray | None = None
     itl_s: np.ndarray | None = None
@@ -92,7 +95,7 @@ class Side:
             name=self.name, times_s=self.times_s[mask], input_tokens=self.input_tokens[mask],
             output_tokens=self.output_tokens[mask], recorded_input=self.recorded_input[mask],
             hashes=self.hashes.filter(pl.Series(mask)), block_size=self.block_size, sessions=self.sessions[mask],
-            think_s=self.think_s[mask], engine_cached=cut(self.engine_cached), engine_prompt=cut(self.engine_prompt),
+            think_s=self.think_s[mask], engine_cached=cut(self.engine_cached), hit_base=cut(self.hit_base),
             ttft_s=cut(self.ttft_s), e2e_s=cut(self.e2e_s), itl_s=None, time_scale=self.time_scale, notes=self.notes,
         )
 
@@ -129,7 +132,7 @@ def live_side(df: pl.DataFrame, block_size: int, name: str = "live") -> Side:
         name=name, times_s=df["_t"].to_numpy(), input_tokens=recorded, output_tokens=_f64(df["output_tokens"]),
         recorded_input=recorded, hashes=df["block_hashes"], block_size=block_size,
         sessions=df["_session"].to_numpy(), think_s=think, engine_cached=cached,
-        engine_prompt=recorded if cached is not None else None,
+        hit_base=recorded if cached is not None else None,
         ttft_s=None if ttft is None or np.isnan(ttft).all() else ttft,
         e2e_s=None if e2e is None or np.isnan(e2e).all() else e2e,
     )
@@ -203,7 +206,7 @@ def replay_side(sent: pl.DataFrame, stage: pl.DataFrame, block_size: int, name: 
         hashes=df["block_hashes"], block_size=block_size, sessions=df["_session"].to_numpy(),
         think_s=_think_times(df, "_t", "_end"),
         engine_cached=None if np.isnan(cached).all() else cached,
-        engine_prompt=None if np.isnan(cached).all() else engine_prompt,
+        hit_base=None if np.isnan(cached).all() else np.where(ok, recorded, np.nan),
         ttft_s=np.where(ok, first_token - t, np.nan), e2e_s=np.where(ok, df["_end"].to_numpy() - t, np.nan),
         itl_s=itl, engine_prompt_all=engine_prompt, notes=tuple(notes),
     )

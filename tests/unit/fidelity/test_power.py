@@ -82,7 +82,7 @@ def test_a_faithful_replay_of_a_small_live_side_cannot_tell_and_says_what_it_nee
     # a metric that cannot tell says how much live traffic would pin it down
     for m in faithful.verdict.undecided:
         assert m.needs.startswith("about ") and f"(has {n:,})" in m.needs or "live sessions" in m.needs \
-            or "windows" in m.needs, m.needs
+            or "windows" in m.needs or m.needs.startswith("a live hit rate of at least"), m.needs
 
 
 def test_doubled_outputs_are_never_faithful(case):
@@ -92,3 +92,16 @@ def test_doubled_outputs_are_never_faithful(case):
     if live.df.height >= 2000:
         assert doubled.verdict.state == UNFAITHFUL
         assert {"output_tokens.ks", "output_tokens.p50"} <= {m.name for m in doubled.verdict.failed}
+
+
+def test_a_hit_rate_live_never_reaches_cannot_catch_a_loss():
+    from fidelity.compare import _decide
+
+    t = live_trace(200, seed=3)
+    live = live_side(t.df, t.meta.block_size_tokens)
+    # live hits 3% in this simulated cache: a loss of 10 points cannot happen, so it cannot tell
+    low = _decide("cache.offered_reuse.lru_0.01", 0.0, 0.0, live, live_value=0.03)
+    assert low.state == "cannot tell" and low.detects == "none up to a loss of all of live's hits"
+    assert low.needs == "a live hit rate of at least 10% (has 3%)"
+    high = _decide("cache.offered_reuse.lru_0.01", 0.0, 0.0, live, live_value=0.4)
+    assert high.state == "pass" and high.detects == "hit rate 10 points"
