@@ -49,7 +49,7 @@ def numpy_bodies(trace, plan) -> list[bytes]:
         body["messages"] = [{"role": "user", "content": text}]
         body["max_tokens"] = int(mt)
         stored = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-        out.append(_rewrite_body(stored, i, model=plan.model, max_tokens=mt, ignore_eos=plan.ignore_eos))
+        out.append(_rewrite_body(stored, i, model=plan.model, max_tokens=mt, ignore_eos=plan.ignore_eos)[0])
     return out
 
 

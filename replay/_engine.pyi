@@ -44,7 +44,9 @@ def run(
     paths: list[str],
     path_index: npt.NDArray[np.uint8],
     offsets_ns: npt.NDArray[np.int64],
-    bodies: bytes | Callable[[], tuple[bytes, npt.NDArray[np.uint64]] | None],
+    bodies: bytes | Callable[[], tuple[bytes, npt.NDArray[np.uint64]]
+                             | tuple[bytes, npt.NDArray[np.uint64], npt.NDArray[np.int64], npt.NDArray[np.uint64]]
+                             | None],
     *,
     body_offsets: npt.NDArray[np.uint64] | None = None,
     after: npt.NDArray[np.int64] | None = None,
@@ -65,10 +67,14 @@ def run(
     progress_interval_s: float = 0.2,
     cpus: list[int] = ...,
     results: Callable[[dict[str, Any]], object] | None = None,
+    resend_answers: bool = False,
 ) -> dict[str, Any]:
     """Replay the planned requests open-loop (GIL released). Bodies: all at once (bytes with
     ``body_offsets``) or a callable returning the next window ``(bytes, offsets)`` or None, called
-    on a thread of its own a couple of windows ahead of the sends. With ``results``, finished
+    on a thread of its own a couple of windows ahead of the sends; a window's third and fourth
+    elements, when given, are the byte spans of each body's earlier answers (start, end pairs,
+    oldest first; body i's at ``spans[span_offsets[i]:span_offsets[i + 1]]``), where a causal run
+    with ``resend_answers`` writes the answers its engine streamed to those turns. With ``results``, finished
     requests are handed to it as the run goes, in consecutive batches in request order (the same
     per-request columns, ``first`` the index of a batch's first request), and the dict returned
     holds the rest. Returns ``first`` and numpy columns (intended_ns,

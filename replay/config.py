@@ -23,6 +23,8 @@ ArrivalKind = Literal["trace", "poisson", "gamma", "constant"]
 ARRIVAL_KINDS = ("trace", "poisson", "gamma", "constant")
 SessionMode = Literal["open", "causal"]
 SESSION_MODES = ("open", "causal")
+AnswerMode = Literal["engine", "recorded"]
+ANSWER_MODES = ("engine", "recorded")
 
 
 def _runner_defaults() -> dict:
@@ -106,6 +108,10 @@ class RunConfig:
     # open: every request at its scheduled time; causal: a session's turn k also waits for the
     # end of turn k-1 plus the recorded think time (see replay.sessions)
     sessions: SessionMode = "open"
+    # causal sessions: a turn resends the previous turn's answer as the target engine streamed it
+    # ("engine", as live clients do, so the engine's prefix cache sees its own answer), or as
+    # recorded (rust/core/src/answers.rs)
+    answers: AnswerMode = "engine"
     # a closed-loop stage: N users, each sending its next request the moment its last one ended
     # (every request due at once, at most N in flight; no rate: see replay.plan.schedule); with
     # causal sessions each user replays whole sessions, turn after turn with the recorded think
@@ -145,6 +151,8 @@ class RunConfig:
             raise ConfigError(f"--drain: must be >= 0 (0 = no limit), got {self.drain_s}")
         if self.sessions not in SESSION_MODES:
             raise ConfigError(f"--sessions: unknown mode '{self.sessions}' (open or causal)")
+        if self.answers not in ANSWER_MODES:
+            raise ConfigError(f"--answers: unknown mode '{self.answers}' (engine or recorded)")
         if self.concurrency is not None:
             self._check_closed_loop()
         if self.warm_connections is not None and self.warm_connections < 0:

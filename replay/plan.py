@@ -41,15 +41,21 @@ class Plan:
     trace: Trace  # where the bodies come from
     model: str | None  # replaces every body's model name (None: keep it)
     ignore_eos: bool
+    # causal sessions resending the engine's answers: each body's earlier answers are located
+    # (body_windows' spans) so that the runner can write the engine's own in their place
+    mark_answers: bool = False
 
     @property
     def n(self) -> int:
         return len(self.offsets_ns)
 
-    def body_windows(self, size: int = BODY_WINDOW) -> Iterator[tuple[bytes, np.ndarray]]:
+    def body_windows(self, size: int = BODY_WINDOW) -> Iterator[tuple]:
         """The bodies as sent, ``size`` requests at a time: ``(bytes, offsets)`` with body i of
         the window at ``bytes[offsets[i]:offsets[i + 1]]``. A null body (a token-only row) is
-        built here, a window at a time, by the trace's synthesis rule (:mod:`replay.synth`)."""
+        built here, a window at a time, by the trace's synthesis rule (:mod:`replay.synth`).
+        With ``mark_answers``, ``(bytes, offsets, spans, span_offsets)``: the byte spans of body i's
+        earlier answers (its assistant messages before the final one, as JSON string contents;
+        start, end, ... oldest first) are ``spans[span_offsets[i]:span_offsets[i + 1]]``."""
         max_tokens = self.rows["max_tokens"].fill_null(self.rows["output_tokens"])
         builder = None
         if self.trace.meta.synthesis:
@@ -63,11 +69,18 @@ class Plan:
                 for k, obj in zip(empty, builder.objects(self.rows.slice(row, len(batch))[empty])):
                     batch[k] = obj
             tokens = max_tokens.slice(row, len(batch)).to_list()
-            pieces = [_rewrite_body(body, row + k, model=self.model, max_tokens=mt, ignore_eos=self.ignore_eos)
-                      for k, (body, mt) in enumerate(zip(batch, tokens))]
-            offsets = np.zeros(len(pieces) + 1, dtype=np.uint64)
-            np.cumsum([len(p) for p in pieces], out=offsets[1:])
-            yield b"".join(pieces), offsets
+            made = [_rewrite_body(body, row + k, model=self.model, max_tokens=mt, ignore_eos=self.ignore_eos,
+                                  mark_answers=self.mark_answers)
+                    for k, (body, mt) in enumerate(zip(batch, tokens))]
+            offsets = np.zeros(len(made) + 1, dtype=np.uint64)
+            np.cumsum([len(p) for p, _ in made], out=offsets[1:])
+            if self.mark_answers:
+                span_offsets = np.zeros(len(made) + 1, dtype=np.uint64)
+                np.cumsum([len(spans) for _, spans in made], out=span_offsets[1:])
+                spans = np.fromiter((x for _, s in made for x in s), dtype=np.int64, count=int(span_offsets[-1]))
+                yield b"".join(p for p, _ in made), offsets, spans, span_offsets
+            else:
+                yield b"".join(p for p, _ in made), offsets
             row += len(batch)
 
 
@@ -168,10 +181,46 @@ def schedule(trace: Trace, config: RunConfig) -> np.ndarray:
     return base
 
 
+_MARK = "\x00replay answer %d\x00"  # stands in for answer k while the body is serialized
+
+
+def _dumps(obj) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def _with_answer_spans(obj: dict) -> tuple[bytes, list[int]]:
+    """``obj`` serialized, and the byte spans of its earlier answers' JSON string contents
+    (start, end, start, end, ...: oldest first): the assistant messages with text content before
+    the final message, which a causal run replaces with its engine's answers to those turns."""
+    messages = obj.get("messages")
+    if not isinstance(messages, list):
+        return _dumps(obj).encode(), []
+    at = [i for i, m in enumerate(messages[:-1])
+          if isinstance(m, dict) and m.get("role") == "assistant" and isinstance(m.get("content"), str)]
+    if not at:
+        return _dumps(obj).encode(), []
+    recorded = [messages[i]["content"] for i in at]
+    for k, i in enumerate(at):
+        messages[i] = {**messages[i], "content": _MARK % k}
+    text = _dumps(obj)
+    out, spans, done = bytearray(), [], 0
+    for k, answer in enumerate(recorded):
+        mark = _dumps(_MARK % k)[1:-1]
+        pos = text.index(mark, done)
+        out += text[done:pos].encode()
+        piece = _dumps(answer)[1:-1].encode()
+        spans += [len(out), len(out) + len(piece)]
+        out += piece
+        done = pos + len(mark)
+    out += text[done:].encode()
+    return bytes(out), spans
+
+
 def _rewrite_body(body: str | dict | None, row: int, *, model: str | None, max_tokens: int | None,
-                  ignore_eos: bool) -> bytes:
+                  ignore_eos: bool, mark_answers: bool = False) -> tuple[bytes, list[int]]:
     """The body as sent: a stored body (JSON text) or a synthesized one (an object), streaming with
-    usage, ``max_tokens`` (with ``ignore_eos``) and ``model`` set."""
+    usage, ``max_tokens`` (with ``ignore_eos``) and ``model`` set; and with ``mark_answers`` the
+    byte spans of its earlier answers (:func:`_with_answer_spans`), else none."""
     if body is None:
         raise TraceError(f"column 'body' row {row}: null, and the trace has no synthesis rule to build it")
     try:
@@ -189,7 +238,9 @@ def _rewrite_body(body: str | dict | None, row: int, *, model: str | None, max_t
             obj["ignore_eos"] = True
     if model is not None:
         obj["model"] = model
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    if mark_answers:
+        return _with_answer_spans(obj)
+    return _dumps(obj).encode(), []
 
 
 def build_plan(trace: Trace, config: RunConfig, model: str | None = None) -> Plan:
@@ -215,4 +266,5 @@ def build_plan(trace: Trace, config: RunConfig, model: str | None = None) -> Pla
         trace=trace,
         model=config.model or model,
         ignore_eos=config.ignore_eos,
+        mark_answers=config.sessions == "causal" and config.answers == "engine",
     )

@@ -215,6 +215,7 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None,
             progress=callback,
             cpus=list(config.cpus),
             results=take,
+            resend_answers=plan.mark_answers,
         )
     take(raw)
     got = sum(f.height for f in frames)

@@ -66,6 +66,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="open (default): every request at its scheduled time; causal: a session's turn k "
                         "also waits for the end of turn k-1 plus the recorded think time (first turns stay "
                         "open-loop; how far turns slipped is reported apart from the send lag)")
+    p.add_argument("--answers", default="engine", choices=["engine", "recorded"],
+                   help="with --sessions causal, the earlier answers a turn resends: engine (default): the "
+                        "ones the target streamed, as a live client resends them (its prefix cache then sees "
+                        "its own answers); recorded: the trace's, as stored")
     p.add_argument("--timeout", default=f"{d['timeout_s']:g}s",
                    help=f"per-request deadline from its send, queueing in the engine included "
                         f"(default {d['timeout_s']:g}s)")
@@ -208,6 +212,7 @@ def _config(args: argparse.Namespace, rate: float | None, speedup: float | None)
         insecure=args.insecure,
         metrics_url=args.metrics_url,
         sessions=args.sessions,
+        answers=args.answers,
         timeout_s=parse_duration_s(args.timeout, "--timeout"),
         stall_timeout_s=parse_duration_s(args.stall_timeout, "--stall-timeout"),
         drain_s=parse_duration_s(args.drain, "--drain"),

@@ -224,3 +224,52 @@ def test_a_body_source_that_falls_behind_is_counted(scripted, monkeypatch):
     assert not result.summary["valid"]
     reason = result.summary["invalid_reason"]
     assert f"waited for request bodies {result.runner['body_waits']} times" in reason
+
+
+def _chat_session(first_fault: str = "ok"):
+    """One session of three turns; each later turn resends the recorded answers to the earlier."""
+    from replay.trace import Trace, validate
+
+    system = {"role": "system", "content": "be brief"}
+    recorded = ['RECORDED "one" \u00e9\n', "RECORDED two"]
+    u = [{"role": "user", "content": c} for c in ("alpha beta", "and then?", "why")]
+    a = [{"role": "assistant", "content": c} for c in recorded]
+    bodies = [{"messages": [system, u[0]], "max_tokens": 2, "x_fault": first_fault},
+              {"messages": [system, u[0], a[0], u[1]], "max_tokens": 2},
+              {"messages": [system, u[0], a[0], u[1], a[1], u[2]], "max_tokens": 2}]
+    base = trace_of_bodies(bodies, arrival_us=[0, 20_000, 40_000])
+    df = base.df.with_columns(pl.Series("session_id", ["s"] * 3, dtype=pl.String))
+    return Trace(df=validate(df, base.meta, source="<test>"), meta=base.meta), recorded
+
+
+def _answers_sent(server) -> list[list[str]]:
+    """The assistant messages of each request the server got, in arrival order."""
+    return [[m["content"] for m in a.body["messages"] if m["role"] == "assistant"]
+            for a in sorted(server.arrivals, key=lambda a: a.t_unix_ns)]
+
+
+def test_a_causal_turn_resends_the_answers_the_engine_streamed(scripted):
+    server = scripted(echo=True)  # answers with the last user message, a word at a time
+    trace, recorded = _chat_session()
+    result = run_stage(trace, RunConfig(url=server.url, sessions="causal", lag_bound_ms=1000))
+    assert result.requests["error"].to_list() == ["none"] * 3
+    assert _answers_sent(server) == [[], ["alpha beta "], ["alpha beta ", "and then? "]]
+    last = max(server.arrivals, key=lambda a: a.t_unix_ns).body
+    assert last["messages"][-1]["content"] == "why" and last["max_tokens"] == 2
+    assert result.runner["answers_resent"] == 3 and result.runner["answers_recorded"] == 0
+    # as recorded: asked for, or open-loop (a turn may leave before the answer exists)
+    for config in (RunConfig(url=server.url, sessions="causal", answers="recorded", lag_bound_ms=1000),
+                   RunConfig(url=server.url, lag_bound_ms=1000)):
+        server.arrivals.clear()
+        again = run_stage(trace, config)
+        assert _answers_sent(server) == [[], recorded[:1], recorded]
+        assert again.runner["answers_resent"] == 0
+
+
+def test_a_turn_whose_earlier_turn_failed_resends_that_answer_as_recorded(scripted):
+    server = scripted(echo=True)
+    trace, recorded = _chat_session(first_fault="http500")
+    result = run_stage(trace, RunConfig(url=server.url, sessions="causal", lag_bound_ms=1000))
+    assert result.requests["error"].to_list() == ["http_5xx", "none", "none"]
+    assert _answers_sent(server) == [[], recorded[:1], [recorded[0], "and then? "]]
+    assert result.runner["answers_resent"] == 1 and result.runner["answers_recorded"] == 2

@@ -19,6 +19,7 @@ use bytes::Bytes;
 use tokio::runtime::Handle;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
+use crate::answers::Answers;
 use crate::client::{classify_connect_error, classify_http_error, Encoder};
 use crate::conn::{Conn, Dialer};
 use crate::pool::Pool;
@@ -49,6 +50,8 @@ pub(crate) struct Shared {
     pub keep_chunks: bool,
     /// Requests sent again on a new connection (`exchange_or_resend`).
     pub resent: AtomicU64,
+    /// Causal runs that resend the engine's answers: what parents streamed (`answers`).
+    pub answers: Option<Answers>,
 }
 
 impl Shared {
@@ -319,7 +322,11 @@ async fn request_task(
     handed: Instant,
 ) {
     let mut stop_rx = shared.stop_rx.clone();
+    let wants = shared.answers.as_ref().is_some_and(|a| a.wants(rec.index));
     let mut st = State::new(rec);
+    if wants {
+        st.answer = Some(String::new());
+    }
     let on_wire = {
         let put = put_on_wire(&shared, &mut st, &wire, start, handed);
         tokio::select! {
@@ -379,6 +386,11 @@ fn finish(shared: &Shared, st: State) {
     shared.control.completed.fetch_add(1, Ordering::Relaxed);
     if st.rec.error_kind != ErrorKind::None {
         shared.control.errors.fetch_add(1, Ordering::Relaxed);
+    }
+    if let (Some(answers), Some(text)) = (&shared.answers, st.answer) {
+        if st.rec.error_kind == ErrorKind::None {
+            answers.keep(st.rec.index, text); // before the end releases the child
+        }
     }
     if let Some(tx) = &shared.ends_tx {
         let end = if st.rec.end_ns >= 0 {

@@ -4,12 +4,14 @@
 //! * `sse` / `openai` — incremental SSE framing and OpenAI-style chunk interpretation.
 //! * `record` — per-request timing records, assembled into columns.
 //! * `prefix_cache` — an offline LRU prefix-cache simulation over chained block hashes.
+//! * `answers` — causal sessions resend the engine's own answers in place of the recorded ones.
 //! * `run` (with `plan`, `client`, `conn`, `pool`, `warmup`, `exchange`, `response`, `dispatch`,
 //!   `threads`) — the open-loop HTTP/1.1 runner: warm-up, dispatch (open or causal), true send
 //!   stamps, drain and cut-off.
 //!
 //! Times are integer nanoseconds; names carry their unit (`lag_ns`).
 
+pub mod answers;
 pub mod client;
 pub mod conn;
 pub mod dispatch;
@@ -30,6 +32,7 @@ pub mod tls;
 mod users;
 mod warmup;
 
+pub use answers::SendBody;
 pub use dispatch::Gate;
 pub use error::CoreError;
 pub use openai::{parse_openai_event, parse_openai_response, OpenAiEvent, Usage};

@@ -223,6 +223,10 @@ pub struct RunStats {
     /// bodies ahead fell behind), and the longest such wait.
     pub body_waits: u64,
     pub body_wait_max_ns: u64,
+    /// Causal runs resending the engine's answers (`answers`): requests sent with their parent's
+    /// answer written in, and those sent as recorded because their parent failed.
+    pub answers_resent: u64,
+    pub answers_recorded: u64,
 }
 
 /// Voluntary (the thread waited) and involuntary (the thread was preempted while runnable)

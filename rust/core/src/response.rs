@@ -3,6 +3,7 @@
 
 use bytes::Bytes;
 
+use crate::answers::text_of;
 use crate::client::classify_http_error;
 use crate::conn::{Body, Conn};
 use crate::exchange::Shared;
@@ -18,11 +19,17 @@ pub(crate) struct State {
     pub rec: RequestRecord,
     /// When `[DONE]` (or a complete JSON body) was read; -1 before.
     pub done_ns: i64,
+    /// The answer's text as it streams, when a later request resends it (`answers`).
+    pub answer: Option<String>,
 }
 
 impl State {
     pub fn new(rec: RequestRecord) -> State {
-        State { rec, done_ns: -1 }
+        State {
+            rec,
+            done_ns: -1,
+            answer: None,
+        }
     }
 
     fn apply_usage(&mut self, u: Usage) {
@@ -234,6 +241,9 @@ async fn read_body(
             Ok((has_content, usage)) => {
                 if has_content {
                     st.rec.token_chunk(t);
+                    if let Some(answer) = st.answer.as_mut() {
+                        answer.push_str(&text_of(&json));
+                    }
                 }
                 if let Some(u) = usage {
                     st.apply_usage(u);
@@ -264,6 +274,9 @@ fn on_event(st: &mut State, data: &[u8], t: i64, failure: &mut Option<(ErrorKind
         Ok(OpenAiEvent::Chunk { has_token, usage }) => {
             if has_token {
                 st.rec.token_chunk(t);
+                if let Some(answer) = st.answer.as_mut() {
+                    answer.push_str(&text_of(data));
+                }
             }
             if let Some(u) = usage {
                 st.apply_usage(u);

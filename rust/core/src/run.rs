@@ -12,7 +12,7 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
+use crate::answers::{Answers, SendBody};
 use tokio::sync::{watch, Semaphore};
 
 use crate::client::{build_headers, resolve, BaseUrl, Encoder, POOL_IDLE_TIMEOUT};
@@ -75,6 +75,9 @@ pub struct RunConfig {
     /// one the moment a send is due (`threads::raise_priority`); pinned to a single CPU it
     /// could only be niced, and lost that CPU to the runner's own threads.
     pub cpus: Vec<usize>,
+    /// Causal runs: write each parent's streamed answer into its child's body at the child's
+    /// `SendBody::answer_at` (`answers`); false: every body as recorded.
+    pub resend_answers: bool,
 }
 
 impl Default for RunConfig {
@@ -93,6 +96,7 @@ impl Default for RunConfig {
             keep_chunks: true,
             worker_threads: 1,
             cpus: Vec::new(),
+            resend_answers: false,
         }
     }
 }
@@ -250,10 +254,10 @@ fn wait_for_records(
 /// invalid configuration or a runtime that cannot start return `Err`.
 /// If `bodies` ends before the schedule does, the requests left are not sent (`Other`, "not
 /// sent: the request source ended early").
-pub fn run_streamed(
+pub fn run_streamed<B: Into<SendBody>>(
     config: &RunConfig,
     schedule: Schedule,
-    bodies: impl IntoIterator<Item = Bytes>,
+    bodies: impl IntoIterator<Item = B>,
     control: Arc<RunControl>,
     sink: Option<Sink<'_>>,
 ) -> Result<Records, CoreError> {
@@ -295,6 +299,11 @@ pub fn run_streamed(
     let (ends_tx, ends_rx) = mpsc::channel();
     let (stop_tx, stop_rx) = watch::channel(0u8);
     let warm_start = Instant::now();
+    // a request no other follows closes its session (closed loop: its end frees its user)
+    let mut followed = vec![false; if causal { n } else { 0 }];
+    for g in schedule.after.iter().flatten() {
+        followed[g.parent] = true;
+    }
     let mut shared = Shared {
         dialer,
         encoder,
@@ -311,6 +320,7 @@ pub fn run_streamed(
         ends_tx: (causal || capped).then_some(ends_tx),
         keep_chunks: config.keep_chunks,
         resent: AtomicU64::new(0),
+        answers: (causal && config.resend_answers).then(|| Answers::new(followed.clone())),
     };
     let wanted = config.warm_connections.min(config.max_connections);
     let (warm_opened, warm_detail) = runtime.block_on(async {
@@ -340,7 +350,7 @@ pub fn run_streamed(
         Ok(warm_up(&shared, &base, &headers, wanted).await)
     })?;
     // The first body is in hand before t0 (a source that reads ahead has its first window).
-    let mut bodies = bodies.into_iter().peekable();
+    let mut bodies = bodies.into_iter().map(Into::into).peekable();
     bodies.peek();
     let dispatcher = threads::current_thread();
     let dispatcher_before = threads::switches(&dispatcher);
@@ -359,11 +369,6 @@ pub fn run_streamed(
     // closed loop: the last send is not known in advance, so the drain starts when it is made
     let stop_at_ns = (config.drain_ns > 0 && !capped)
         .then(|| last_offset.saturating_add(config.drain_ns as i64));
-    // a request no other follows closes its session (closed loop: its end frees its user)
-    let mut followed = vec![false; if causal { n } else { 0 }];
-    for g in schedule.after.iter().flatten() {
-        followed[g.parent] = true;
-    }
     // How long the dispatcher waited for a body that was not there yet (a source reading ahead
     // that fell behind): each wait of 1 ms or more is counted.
     let (mut body_waits, mut body_wait_max_ns) = (0u64, 0u64);
@@ -420,13 +425,31 @@ pub fn run_streamed(
             stop_at_ns,
             &control.cancel,
             |index, release_ns, (path, body)| {
+                let bytes = match &shared.answers {
+                    Some(answers) if !body.answers_at.is_empty() => {
+                        // the earlier turns whose answers the body resends: parent first
+                        let mut chain = Vec::with_capacity(body.answers_at.len());
+                        let mut at = index;
+                        while chain.len() < body.answers_at.len() {
+                            match schedule.after.get(at).copied().flatten() {
+                                Some(g) => {
+                                    chain.push(g.parent);
+                                    at = g.parent;
+                                }
+                                None => break,
+                            }
+                        }
+                        answers.body_for(index, &chain, body)
+                    }
+                    _ => body.bytes,
+                };
                 launch(
                     &shared,
                     &handle,
                     index,
                     release_ns,
                     &schedule.paths[path as usize],
-                    body,
+                    bytes,
                 )
             },
         );
@@ -444,6 +467,12 @@ pub fn run_streamed(
     let (cancelled, cut_off) = stopped;
     let worker_switches = workers.total();
     let resent = shared.resent.load(Ordering::Relaxed);
+    let (answers_resent, answers_recorded) = shared.answers.as_ref().map_or((0, 0), |a| {
+        (
+            a.resent.load(Ordering::Relaxed),
+            a.recorded.load(Ordering::Relaxed),
+        )
+    });
     drop(shared);
     runtime.shutdown_timeout(Duration::from_millis(200));
     let missing = if cancelled {
@@ -472,6 +501,8 @@ pub fn run_streamed(
         resent,
         body_waits,
         body_wait_max_ns,
+        answers_resent,
+        answers_recorded,
     };
     Ok(records)
 }
@@ -480,6 +511,7 @@ pub fn run_streamed(
 mod tests {
     use super::*;
     use crate::dispatch::Gate;
+    use bytes::Bytes;
 
     fn req(offset_ns: i64) -> PlannedRequest {
         PlannedRequest {

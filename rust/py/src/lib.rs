@@ -20,7 +20,7 @@ mod sim;
 use replay_core::{
     arrival_offsets as core_arrival_offsets, run_streamed as core_run_streamed,
     simulate_prefix_cache as core_simulate_prefix_cache, Arrivals, CoreError, ErrorKind, Gate,
-    Records, RunConfig, RunControl, Schedule, Sink, Switches, TlsOptions,
+    Records, RunConfig, RunControl, Schedule, SendBody, Sink, Switches, TlsOptions,
 };
 
 /// Raise the `replay.errors` class that matches a core error variant.
@@ -204,14 +204,35 @@ fn records_to_dict<'py>(py: Python<'py>, mut r: Records) -> PyResult<Bound<'py, 
     stats.set_item("resent", run.resent)?;
     stats.set_item("body_waits", run.body_waits)?;
     stats.set_item("body_wait_max_ms", run.body_wait_max_ns as f64 / 1e6)?;
+    stats.set_item("answers_resent", run.answers_resent)?;
+    stats.set_item("answers_recorded", run.answers_recorded)?;
     d.set_item("runner", stats)?;
     Ok(d)
 }
 
-/// Bodies `data[offsets[i]..offsets[i+1]]`, one shared buffer (copied once from Python).
-fn split_bodies(data: &[u8], offsets: &[u64]) -> PyResult<Vec<bytes::Bytes>> {
+/// Bodies `data[offsets[i]..offsets[i+1]]`, one shared buffer (copied once from Python), with
+/// the spans of the earlier answers in body i as pairs `spans[span_offsets[i]..span_offsets[i+1]]`
+/// (start, end, start, end, ...: oldest first), when given.
+fn split_bodies(
+    data: &[u8],
+    offsets: &[u64],
+    spans: Option<(&[i64], &[u64])>,
+) -> PyResult<Vec<SendBody>> {
     let all = bytes::Bytes::copy_from_slice(data);
-    let mut out = Vec::with_capacity(offsets.len().saturating_sub(1));
+    let n = offsets.len().saturating_sub(1);
+    if let Some((s, so)) = spans {
+        if so.len() != n + 1
+            || so.last().is_some_and(|&e| e as usize != s.len())
+            || s.len() % 2 != 0
+        {
+            return Err(PyValueError::new_err(format!(
+                "answer spans: {} span offsets and {} entries for {n} bodies (want n + 1 offsets ending at an even count)",
+                so.len(),
+                s.len()
+            )));
+        }
+    }
+    let mut out = Vec::with_capacity(n);
     for (i, w) in offsets.windows(2).enumerate() {
         let (a, b) = (w[0] as usize, w[1] as usize);
         if a > b || b > all.len() {
@@ -220,7 +241,21 @@ fn split_bodies(data: &[u8], offsets: &[u64]) -> PyResult<Vec<bytes::Bytes>> {
                 all.len()
             )));
         }
-        out.push(all.slice(a..b));
+        let answers_at = match spans {
+            None => Vec::new(),
+            Some((s, so)) => {
+                let (from, to) = (so[i] as usize, (so[i + 1] as usize).max(so[i] as usize));
+                s[from..to.min(s.len())]
+                    .chunks_exact(2)
+                    .filter(|p| p[0] >= 0 && p[0] <= p[1] && (p[1] as usize) <= b - a)
+                    .map(|p| (p[0] as u32, p[1] as u32))
+                    .collect()
+            }
+        };
+        out.push(SendBody {
+            bytes: all.slice(a..b),
+            answers_at,
+        });
     }
     Ok(out)
 }
@@ -239,15 +274,15 @@ const WINDOWS_AHEAD: usize = 2;
 fn start_feeder(
     source: Py<PyAny>,
     control: Arc<RunControl>,
-) -> PyResult<(Feeder, mpsc::Receiver<Vec<bytes::Bytes>>)> {
-    let (tx, rx) = mpsc::sync_channel::<Vec<bytes::Bytes>>(WINDOWS_AHEAD);
+) -> PyResult<(Feeder, mpsc::Receiver<Vec<SendBody>>)> {
+    let (tx, rx) = mpsc::sync_channel::<Vec<SendBody>>(WINDOWS_AHEAD);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let error: Arc<Mutex<Option<PyErr>>> = Arc::new(Mutex::new(None));
     let (stop2, error2) = (stop.clone(), error.clone());
     let handle = std::thread::Builder::new()
         .name("replay-bodies".into())
         .spawn(move || loop {
-            let window = Python::attach(|py| -> PyResult<Option<Vec<bytes::Bytes>>> {
+            let window = Python::attach(|py| -> PyResult<Option<Vec<SendBody>>> {
                 if stop2.load(Ordering::SeqCst) {
                     return Ok(None);
                 }
@@ -255,9 +290,20 @@ fn start_feeder(
                 if next.is_none() {
                     return Ok(None);
                 }
-                let (data, offsets): (Bound<'_, PyBytes>, PyReadonlyArray1<'_, u64>) =
-                    next.extract()?;
-                split_bodies(data.as_bytes(), offsets.as_slice()?).map(Some)
+                // (bytes, offsets) or (bytes, offsets, answer spans, span offsets)
+                let data = next.get_item(0)?;
+                let data = data.cast::<PyBytes>()?;
+                let offsets: PyReadonlyArray1<'_, u64> = next.get_item(1)?.extract()?;
+                let spans: Option<(PyReadonlyArray1<'_, i64>, PyReadonlyArray1<'_, u64>)> =
+                    match next.len()? {
+                        4 => Some((next.get_item(2)?.extract()?, next.get_item(3)?.extract()?)),
+                        _ => None,
+                    };
+                let spans = match &spans {
+                    Some((s, so)) => Some((s.as_slice()?, so.as_slice()?)),
+                    None => None,
+                };
+                split_bodies(data.as_bytes(), offsets.as_slice()?, spans).map(Some)
             });
             match window {
                 Ok(Some(w)) => {
@@ -310,7 +356,7 @@ fn start_feeder(
     url, paths, path_index, offsets_ns, bodies, *, body_offsets=None, after=None, think_ns=None,
     headers=Vec::new(), ca_cert=None, insecure=false, timeout_s=None, stall_timeout_s=None, connect_timeout_s=None, drain_s=None,
     max_connections=None, max_in_flight=0, warm_connections=0, chunk_times=true, worker_threads=None, progress=None,
-    progress_interval_s=0.2, cpus=Vec::new(), results=None
+    progress_interval_s=0.2, cpus=Vec::new(), results=None, resend_answers=false
 ))]
 #[allow(clippy::too_many_arguments)]
 fn run<'py>(
@@ -339,6 +385,7 @@ fn run<'py>(
     progress_interval_s: f64,
     cpus: Vec<usize>,
     results: Option<Bound<'py, PyAny>>,
+    resend_answers: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let offsets = offsets_ns.as_slice()?;
     let n = offsets.len();
@@ -367,34 +414,34 @@ fn run<'py>(
         after: gates,
     };
     let control = Arc::new(RunControl::default());
-    let (feeder, source): (
-        Option<Feeder>,
-        Box<dyn Iterator<Item = bytes::Bytes> + Send>,
-    ) = match (bodies.cast::<PyBytes>(), body_offsets) {
-        (Ok(data), Some(offs)) => {
-            let offs = offs.as_slice()?;
-            if offs.len() != n + 1 {
-                return Err(PyValueError::new_err(format!(
-                    "{} body offsets for {n} requests (want n + 1)",
-                    offs.len()
-                )));
+    let (feeder, source): (Option<Feeder>, Box<dyn Iterator<Item = SendBody> + Send>) =
+        match (bodies.cast::<PyBytes>(), body_offsets) {
+            (Ok(data), Some(offs)) => {
+                let offs = offs.as_slice()?;
+                if offs.len() != n + 1 {
+                    return Err(PyValueError::new_err(format!(
+                        "{} body offsets for {n} requests (want n + 1)",
+                        offs.len()
+                    )));
+                }
+                (
+                    None,
+                    Box::new(split_bodies(data.as_bytes(), offs, None)?.into_iter()),
+                )
             }
-            (
-                None,
-                Box::new(split_bodies(data.as_bytes(), offs)?.into_iter()),
-            )
-        }
-        (Ok(_), None) => return Err(PyValueError::new_err("bodies as bytes need body_offsets")),
-        (Err(_), _) if bodies.is_callable() => {
-            let (f, rx) = start_feeder(bodies.clone().unbind(), control.clone())?;
-            (Some(f), Box::new(rx.into_iter().flatten()))
-        }
-        (Err(_), _) => {
-            return Err(PyValueError::new_err(
-                "bodies: expected bytes or a callable",
-            ))
-        }
-    };
+            (Ok(_), None) => {
+                return Err(PyValueError::new_err("bodies as bytes need body_offsets"))
+            }
+            (Err(_), _) if bodies.is_callable() => {
+                let (f, rx) = start_feeder(bodies.clone().unbind(), control.clone())?;
+                (Some(f), Box::new(rx.into_iter().flatten()))
+            }
+            (Err(_), _) => {
+                return Err(PyValueError::new_err(
+                    "bodies: expected bytes or a callable",
+                ))
+            }
+        };
     let d = RunConfig::default();
     let config = RunConfig {
         base_url: url,
@@ -414,6 +461,7 @@ fn run<'py>(
         keep_chunks: chunk_times,
         worker_threads: worker_threads.unwrap_or(d.worker_threads),
         cpus,
+        resend_answers,
     };
     let (tx, rx) = mpsc::channel();
     let rx = Mutex::new(rx); // detach() needs a Sync closure
