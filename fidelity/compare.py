@@ -46,7 +46,7 @@ import numpy as np
 import polars as pl
 
 from fidelity import cache, stats
-from fidelity.power import MAX_DETECTABLE, detectable
+from fidelity.power import MAX_DETECTABLE, detectable, in_words
 from fidelity.sides import PER_REQUEST_SLACK, TEMPLATE_MAX, Side
 
 __all__ = [
@@ -432,10 +432,8 @@ def _decide(name: str, d: float, aa: float | None, live: Side,
         most = MAX_DETECTABLE[change.family]
         if not math.isfinite(found):
             detects = f"none up to {change.limit}"
-        elif change.unit == "points":
-            detects = f"{change.family} {100 * found:.3g} points"
         else:
-            detects = f"{'interarrival CV' if change.family == 'arrivals' else change.family} {100 * found:+.3g}%"
+            detects = in_words(change.family, found)
     power = None if found is None or not math.isfinite(found) else found
     if d > bound:
         return _Decision(bound, FAIL, ceiling, detectable=power, detects=detects)
@@ -454,7 +452,7 @@ def _decide(name: str, d: float, aa: float | None, live: Side,
         size = f"about {_round2(count * (power / most) ** 2):,} {what} (has {count:,})" if power else "more live traffic"
         return _Decision(bound, CANNOT_TELL, ceiling, size, power, detects,
                          f"under the bound {bound:.3g} it would catch only {detects} (at most "
-                         f"{100 * most:g}{' points' if change.unit == 'points' else '%'} counts)")
+                         f"{in_words(change.family, most, signed=False)} counts)")
     return _Decision(bound, PASS, ceiling, detectable=power, detects=detects)
 
 

@@ -13,7 +13,7 @@ from html import escape
 from fidelity.compare import AA_FACTOR, AA_MAX_REQUESTS, AA_SPLITS, CANNOT_TELL, CEILINGS, FAIL, FAITHFUL, FIXED_BOUNDS, PASS
 from fidelity.judge import FidelityReport, StageFidelity
 from fidelity.plots import stage_plots, verdict_chart
-from fidelity.power import MAX_DETECTABLE
+from fidelity.power import MAX_DETECTABLE, in_words
 from fidelity.render import _num, _word, headline, note, verdict_word
 from replay.figures import STYLE_CSS, figure_html
 
@@ -41,9 +41,7 @@ def thresholds_note(kind: str = "fidelity") -> str:
 
 
 def _maxima() -> str:
-    words = {"arrivals": "interarrival CV"}
-    return ", ".join(f"{words.get(family, family)} {100 * most:g}{' points' if family == 'hit rate' else '%'}"
-                     for family, most in MAX_DETECTABLE.items())
+    return ", ".join(in_words(family, most, signed=False) for family, most in MAX_DETECTABLE.items())
 
 
 def _tone(state: str) -> str:

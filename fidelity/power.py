@@ -96,6 +96,8 @@ CHANGES: dict[str, Change] = {
     "cache": Change("hit rate", None, 1.0, unit="points", limit="a loss of all of live's hits"),
 }
 
+_UNITS = {c.family: c.unit for c in CHANGES.values()}
+
 # the largest detectable change a judged metric may have: over it, the metric cannot tell
 MAX_DETECTABLE: dict[str, float] = {
     "lengths": 0.20,
@@ -104,6 +106,19 @@ MAX_DETECTABLE: dict[str, float] = {
     "outcomes": 0.20,
     "hit rate": 0.10,
 }
+
+# a family's name in the reports, where it is not the family itself
+FAMILY_WORDS = {"arrivals": "interarrival CV"}
+
+
+def in_words(family: str, size: float, signed: bool = True) -> str:
+    """A change of ``size`` of ``family`` as every report states it: "hit rate 8.8 points",
+    "interarrival CV +12%", "lengths 20%" (``signed`` False: a maximum, not a change)."""
+    name = FAMILY_WORDS.get(family, family)
+    if _UNITS.get(family) == "points":
+        return f"{name} {100 * size:.3g} points"
+    return f"{name} {100 * size:+.3g}%" if signed else f"{name} {100 * size:g}%"
+
 
 _NO_CHANGE = ("lengths.spearman", "cache.reuse_time", "sessions.turns", "arrivals.send_lag")
 

@@ -211,6 +211,7 @@ def summarize(result: StageResult) -> dict:
         "cut_off": int((df["error"] == "cut_off").sum()),
         "runner": result.runner,
         "engine_metrics": result.engine_metrics,
+        "prefix_cache": result.prefix_cache,
         "prompt_tokens": int(ok["prompt_tokens"].sum() or 0),
         "cached_tokens": int(cached.sum() or 0) if cached.len() else None,
         "cache_hit_rate": (float(cached.sum()) / float(prompt.sum())) if cached.len() and prompt.sum() else None,

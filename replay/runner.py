@@ -75,6 +75,8 @@ class StageResult:
     cut_off: bool = False  # the drain ended with requests still open (they are 'cut_off')
     runner: dict | None = None  # warm-up and thread statistics of the runner itself
     engine_metrics: dict | None = None  # the engine's own metrics during the stage (replay.engine_metrics)
+    # a sweep's stage: whether the target's prefix cache was reset before it (replay.sweep.sweep)
+    prefix_cache: str | None = None
 
     @property
     def summary(self) -> dict:

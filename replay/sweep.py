@@ -35,6 +35,7 @@ from replay.plan import build_plan, schedule
 from replay.engine_metrics import exhausted
 from replay.metrics import load_label
 from replay.runner import Progress, RowsSink, StageResult, resolve_model, run_plan
+from replay.targets.url import reset_prefix_cache
 from replay.trace import Trace
 
 __all__ = ["SweepResult", "Saturation", "RateSearch", "sweep", "saturation", "find_rates", "check_stages",
@@ -231,6 +232,7 @@ def sweep(
     on_stage: Callable[[SweepResult], None] | None = None,
     on_rows: Callable[[int, RunConfig], RowsSink] | None = None,
     stop_after_saturation: bool = False,
+    reset_cache: bool = True,
 ) -> SweepResult:
     """Replay `trace` once per rate (in the order given, or the rates a :func:`find_rates` search
     chose), or, with `concurrency` (and no rates), once per number of users in closed loop.
@@ -240,7 +242,10 @@ def sweep(
     words, :func:`replay.metrics.load_label`); `on_stage` sees the result so far after each stage
     (to save partial results); `on_rows(index, stage_config)` gives the stage's sink for its rows
     as they come (:func:`run_plan`). `stop_after_saturation` skips the stages after the first one
-    that saturated or was undetermined.
+    that saturated or was undetermined. With `reset_cache` the target is asked to drop its prefix
+    cache before each stage (:func:`replay.targets.url.reset_prefix_cache`), so that a stage does
+    not hit what the stages before it cached (the same requests, replayed again); what the target
+    answered is in each stage's summary (`prefix_cache`).
     """
     search = rates if isinstance(rates, RateSearch) else None
     rates = list(search.rates if search else rates)
@@ -258,8 +263,13 @@ def sweep(
     for i, stage_config in enumerate(configs):
         plan = build_plan(trace, stage_config, model=model)
         label = load_label(stage_config.rate, stage_config.concurrency)
-        stages.append(run_plan(plan, stage_config, progress(label) if progress else None,
-                               on_rows(i, stage_config) if on_rows else None))
+        reset = "kept (--keep-prefix-cache)"
+        if reset_cache:
+            reset = reset_prefix_cache(stage_config.url, headers=stage_config.request_headers(),
+                                       context=stage_config.ssl_context())
+        stage = run_plan(plan, stage_config, progress(label) if progress else None,
+                         on_rows(i, stage_config) if on_rows else None)
+        stages.append(dataclasses.replace(stage, prefix_cache=reset))
         result = result_of()
         if on_stage is not None:
             on_stage(result)

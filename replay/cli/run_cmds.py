@@ -141,6 +141,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "most 8 probes of this window plus up to 60s each for their last responses")
     p.add_argument("--stop-after-saturation", action="store_true",
                    help="skip the rates after the saturation point (or after the stage where it is undetermined)")
+    p.add_argument("--keep-prefix-cache", action="store_true",
+                   help="do not ask the target to drop its prefix cache before each stage (by default a sweep "
+                        "POSTs /reset_prefix_cache, vLLM's and the embedded engine's, or /flush_cache, SGLang's: "
+                        "else each stage hits what the stages before it cached of the same requests)"),
     p.set_defaults(func=cmd_sweep)
 
 
@@ -350,7 +354,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 return 130
         result = sweep(trace, config, rates, concurrency=users, queue_growth_s=growth_s,
                        progress=bar.stage, on_stage=saver, on_rows=saver.rows,
-                       stop_after_saturation=args.stop_after_saturation)
+                       stop_after_saturation=args.stop_after_saturation, reset_cache=not args.keep_prefix_cache)
     return _report(args, result, saver, page=True)
 
 

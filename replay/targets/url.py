@@ -15,7 +15,11 @@ from collections.abc import Callable, Sequence
 
 from replay.errors import ConfigError, TargetError
 
-__all__ = ["base_url", "check_target", "poll_ready", "ssl_context"]
+__all__ = ["base_url", "check_target", "poll_ready", "ssl_context", "reset_prefix_cache", "RESET_PATHS"]
+
+# where engines take a request to drop their prefix cache: vLLM (with VLLM_SERVER_DEV_MODE=1) and the
+# embedded engine, SGLang
+RESET_PATHS = ("/reset_prefix_cache", "/flush_cache")
 
 # answers to GET /v1/models that mean "this server does not list its models", not "wrong target"
 _NO_MODEL_LIST = (404, 405)
@@ -91,6 +95,25 @@ def check_target(url: str, *, headers: Sequence[tuple[str, str]] = (), timeout_s
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         return []
     return [m["id"] for m in data["data"] if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+
+def reset_prefix_cache(url: str, *, headers: Sequence[tuple[str, str]] = (), timeout_s: float = 10.0,
+                       context: ssl.SSLContext | None = None) -> str:
+    """Ask the server at `url` to drop its prefix cache (POST each of :data:`RESET_PATHS` until one
+    answers 2xx). Returns what happened, in words: "reset (POST /reset_prefix_cache)", or "not
+    reset: ..." naming what each path answered. Never raises: a server without the endpoint is
+    replayed with its cache as it is, and the caller records that."""
+    tried = []
+    for path in RESET_PATHS:
+        request = urllib.request.Request(base_url(url) + path, data=b"", headers=dict(headers), method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s, context=context):  # noqa: S310 (http(s), validated)
+                return f"reset (POST {path})"
+        except urllib.error.HTTPError as e:
+            tried.append(f"{path} answered HTTP {e.code}")
+        except (urllib.error.URLError, OSError) as e:
+            tried.append(f"{path}: {getattr(e, 'reason', e)}")
+    return "not reset: " + "; ".join(tried)
 
 
 def poll_ready(url: str, timeout_s: float, path: str = "/health",

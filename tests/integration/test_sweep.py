@@ -78,3 +78,24 @@ def test_find_rates_brackets_the_saturation_of_the_embedded_engine():
     assert result.summaries[0]["valid"] and result.saturation.status != "undetermined"
     # the lowest stage keeps up, the highest (1.5 times the saturation found) does not
     assert result.saturation.status == "saturated" and result.saturation.rate > rates[0]
+
+
+def test_each_stage_starts_from_a_cold_prefix_cache_unless_kept(scripted):
+    from replay.sim import SimConfig, start_sim
+    from tests.integration.real_engines import small_trace
+
+    trace = small_trace(n=40, seed=2)  # shared system prompts: the prefix cache hits within a stage
+    with start_sim(SimConfig(profile="instant")) as server:
+        config = RunConfig(url=server.url, lag_bound_ms=1000, requests=40)
+        reset = sweep(trace, config, [20.0, 40.0])
+        kept = sweep(trace, config, [20.0, 40.0], reset_cache=False)
+    first, second = (s["cache_hit_rate"] for s in reset.summaries)
+    assert [s["prefix_cache"] for s in reset.summaries] == ["reset (POST /reset_prefix_cache)"] * 2
+    assert 0 < first and abs(second - first) < 0.02, (first, second)  # the same requests, cold each time
+    # kept: the second stage finds the first's prefixes (the same 40 requests) in the cache
+    assert [s["prefix_cache"] for s in kept.summaries] == ["kept (--keep-prefix-cache)"] * 2
+    assert kept.summaries[1]["cache_hit_rate"] > second + 0.1, (kept.summaries[1]["cache_hit_rate"], second)
+    # a server without the endpoint is replayed as it is, and the summary says so
+    plain = scripted()
+    out = sweep(trace_of_bodies([{"max_tokens": 1}] * 4), RunConfig(url=plain.url, lag_bound_ms=1000), [50.0])
+    assert out.summaries[0]["prefix_cache"].startswith("not reset: /reset_prefix_cache answered HTTP 404")

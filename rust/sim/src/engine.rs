@@ -13,6 +13,7 @@
 //! last (longest stop − 1) bytes until they can no longer start a match, as vLLM does.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -107,6 +108,10 @@ pub struct Engine {
     outlets: Vec<Option<Outlet>>,
     arrivals: u64,
     rx: mpsc::UnboundedReceiver<Submission>,
+    /// Prefix-cache resets asked for (`POST /reset_prefix_cache`), and how many were applied:
+    /// a reset takes effect before the next request is accepted.
+    resets: Arc<AtomicU64>,
+    resets_applied: u64,
 }
 
 impl Engine {
@@ -140,6 +145,8 @@ impl Engine {
             outlets: Vec::new(),
             arrivals: 0,
             rx,
+            resets: Arc::new(AtomicU64::new(0)),
+            resets_applied: 0,
         };
         (engine, tx)
     }
@@ -184,7 +191,17 @@ impl Engine {
         }
     }
 
+    /// The counter `POST /reset_prefix_cache` raises.
+    pub fn resets(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.resets)
+    }
+
     fn accept(&mut self, sub: Submission) {
+        let asked = self.resets.load(Ordering::Acquire);
+        if asked != self.resets_applied {
+            self.resets_applied = asked;
+            self.sched.pool_mut().reset_cache();
+        }
         let seq = Sequence::new(
             sub.prompt,
             &sub.params,

@@ -96,6 +96,21 @@ impl BlockPool {
         self.num_free
     }
 
+    /// Forget the cached hashes of every block no sequence references (vLLM's
+    /// `reset_prefix_cache`; blocks in use keep theirs); returns how many were forgotten.
+    pub fn reset_cache(&mut self) -> usize {
+        let mut n = 0;
+        for b in 0..self.refs.len() {
+            if self.refs[b] == 0 {
+                if let Some(h) = self.hash[b].take() {
+                    self.cached.remove(&h);
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
     /// Blocks holding a cached hash (referenced or not).
     pub fn num_cached(&self) -> usize {
         self.cached.len()
@@ -232,6 +247,18 @@ impl BlockPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reset_forgets_the_free_blocks_hashes_and_keeps_those_in_use() {
+        let mut pool = BlockPool::new(4, 16, true);
+        let a = pool.allocate(2).expect("two blocks");
+        pool.register(a[0], 10);
+        pool.register(a[1], 11);
+        pool.free(&[a[1]]);
+        assert_eq!(pool.reset_cache(), 1);
+        assert_eq!(pool.lookup(&[10, 11], 2), vec![a[0]]); // in use: still cached
+        assert_eq!(pool.num_cached(), 1);
+    }
 
     #[test]
     fn chained_hashes_share_exactly_the_shared_full_blocks() {

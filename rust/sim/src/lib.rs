@@ -144,6 +144,7 @@ pub fn serve_with(resolved: Resolved, vocab: Arc<Vocab>) -> Result<ServerHandle,
         resolved.cache_info(),
     )));
     let (engine, engine_tx) = Engine::new(&resolved, Arc::clone(&vocab), Arc::clone(&metrics));
+    let cache_resets = engine.resets();
     let state = Arc::new(AppState {
         model: c.served_model_name.clone(),
         max_model_len: resolved.max_model_len,
@@ -152,6 +153,7 @@ pub fn serve_with(resolved: Resolved, vocab: Arc<Vocab>) -> Result<ServerHandle,
         engine: engine_tx,
         metrics: Arc::clone(&metrics),
         next_id: AtomicU64::new(0),
+        cache_resets,
         created: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())

@@ -118,6 +118,10 @@ impl Scheduler {
         }
     }
 
+    pub fn pool_mut(&mut self) -> &mut BlockPool {
+        &mut self.pool
+    }
+
     pub fn pool(&self) -> &BlockPool {
         &self.pool
     }

@@ -2,7 +2,7 @@
 //!
 //! Owns `AppState`, `SseBody` and the accept loop. Routes: POST /v1/chat/completions and
 //! /v1/completions (streamed as SSE or whole JSON), GET /v1/models, GET /health, GET /metrics,
-//! POST /tokenize and /detokenize, GET /version. A generation request is read, validated against
+//! POST /tokenize and /detokenize, POST /reset_prefix_cache, GET /version. A generation request is read, validated against
 //! the served model and `max_model_len` (errors are vLLM's 400/404 JSON), tokenized here and
 //! handed to the engine; a streamed answer's headers go out at once and its body is whatever the
 //! engine writes into the request's channel.
@@ -47,6 +47,9 @@ pub struct AppState {
     pub engine: mpsc::UnboundedSender<Submission>,
     pub metrics: Arc<Mutex<Metrics>>,
     pub next_id: AtomicU64,
+    /// `POST /reset_prefix_cache` raises it; the engine forgets its free blocks' cached
+    /// prefixes before the next request (vLLM's endpoint of the same name)
+    pub cache_resets: Arc<AtomicU64>,
     pub created: u64,
 }
 
@@ -284,6 +287,10 @@ async fn handle(req: Request<Incoming>, state: Arc<AppState>) -> Result<Reply, I
             Ok(reply(200, "application/json", Bytes::new()))
         }
         (&Method::GET, "/v1/models") => Ok(models(&state)),
+        (&Method::POST, "/reset_prefix_cache") => {
+            state.cache_resets.fetch_add(1, Ordering::AcqRel);
+            Ok(reply(200, "application/json", Bytes::new()))
+        }
         (&Method::GET, "/metrics") => {
             let text = state.metrics.lock().expect("metrics").render();
             Ok(reply(200, "text/plain; version=0.0.4; charset=utf-8", text))
@@ -300,7 +307,8 @@ async fn handle(req: Request<Incoming>, state: Arc<AppState>) -> Result<Reply, I
             | "/detokenize"
             | "/health"
             | "/v1/models"
-            | "/metrics",
+            | "/metrics"
+            | "/reset_prefix_cache",
         ) => Ok(json_reply(405, &json!({"detail": "Method Not Allowed"}))),
         _ => Ok(json_reply(404, &json!({"detail": "Not Found"}))),
     };
