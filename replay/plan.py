@@ -23,11 +23,20 @@ from replay.config import RunConfig
 from replay.errors import ConfigError, TraceError
 from replay.trace import Trace
 
-__all__ = ["Plan", "build_plan", "schedule", "offered_window", "API_PATHS", "BODY_WINDOW"]
+__all__ = ["Plan", "build_plan", "schedule", "offered_window", "send_limits", "API_PATHS", "BODY_WINDOW"]
 
 API_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 # requests whose bodies are made at a time (the runner holds a couple of windows ahead)
 BODY_WINDOW = 1024
+
+
+def send_limits(rows: pl.DataFrame, ignore_eos: bool) -> pl.Series:
+    """The ``max_tokens`` a replay sends for each row. With ``ignore_eos`` the engine decodes
+    exactly that many, so it is the recorded output length where the trace has one (a request
+    that stopped early live stops as early here), else the request's own limit; without it the
+    engine stops where it will, within the request's own limit (else the recorded length)."""
+    observed, cap = rows["output_tokens"], rows["max_tokens"]
+    return observed.fill_null(cap) if ignore_eos else cap.fill_null(observed)
 
 
 @dataclass(frozen=True)
@@ -56,7 +65,7 @@ class Plan:
         With ``mark_answers``, ``(bytes, offsets, spans, span_offsets)``: the byte spans of body i's
         earlier answers (its assistant messages before the final one, as JSON string contents;
         start, end, ... oldest first) are ``spans[span_offsets[i]:span_offsets[i + 1]]``."""
-        max_tokens = self.rows["max_tokens"].fill_null(self.rows["output_tokens"])
+        max_tokens = send_limits(self.rows, self.ignore_eos)
         builder = None
         if self.trace.meta.synthesis:
             from replay.synth import BodyBuilder

@@ -27,7 +27,7 @@ import contextlib
 from replay.config import RunConfig
 from replay.engine_metrics import EngineSampler
 from replay.errors import RunnerError
-from replay.plan import Plan, build_plan
+from replay.plan import Plan, build_plan, send_limits
 from replay.sessions import causal_gates
 from replay.targets.url import base_url, check_target
 from replay.trace import Trace
@@ -104,7 +104,7 @@ def _results_frame(plan: Plan, raw: dict) -> pl.DataFrame:
             "session_id": rows["session_id"],
             "api": rows["api"],
             "input_tokens": rows["input_tokens"],
-            "expected_output_tokens": rows["max_tokens"].fill_null(rows["output_tokens"]),
+            "expected_output_tokens": send_limits(rows, plan.ignore_eos),
             "intended_ns": raw["intended_ns"],
             "release_ns": raw["release_ns"],
             "conn_ns": raw["conn_ns"],
@@ -147,7 +147,7 @@ def warm_connections(plan: Plan, config: RunConfig) -> int:
         return int(min(WARM_CAP, config.max_connections, config.concurrency, max(plan.n, 1)))
     if plan.n == 0:
         return 1
-    tokens = plan.rows["max_tokens"].fill_null(plan.rows["output_tokens"]).fill_null(0).to_numpy()
+    tokens = send_limits(plan.rows, plan.ignore_eos).fill_null(0).to_numpy()
     expected_s = _EXPECTED_TTFT_S + _EXPECTED_TPOT_S * tokens.astype(np.float64)
     recorded = plan.rows["e2e_us"].to_numpy(allow_copy=True).astype(np.float64) / 1e6
     expected_s = np.where(np.isnan(recorded), expected_s, recorded)

@@ -126,7 +126,10 @@ class Vllm(ProcessEngine):
         cache.mkdir(exist_ok=True)
         env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
                "DO_NOT_TRACK": "1", "VLLM_CACHE_ROOT": str(cache), "TMPDIR": str(tmp),
-               "PYTHONUNBUFFERED": "1"}
+               "PYTHONUNBUFFERED": "1",
+               # exposes POST /reset_prefix_cache, which a sweep's stages (and the optimizer's
+               # diagnostic sweep) call so that each starts from a cold prefix cache
+               "VLLM_SERVER_DEV_MODE": "1"}
         if self.kv_cache_space_gib is not None:
             env["VLLM_CPU_KVCACHE_SPACE"] = f"{self.kv_cache_space_gib:g}"
         return env

@@ -142,3 +142,16 @@ def test_null_bodies_are_synthesized_a_window_at_a_time(tmp_path, gpt2):
     assert all(b["model"] == "m" and b["stream"] and b["prompt"].startswith(block_text(1, 512))
                for b in bodies)
     assert [len(gpt2.encode(b["prompt"], add_special_tokens=False).ids) for b in bodies] == [600, 601, 602, 603]
+
+
+def test_a_request_that_stopped_early_live_is_sent_its_observed_length():
+    import polars as pl
+
+    from replay.plan import send_limits
+
+    rows = pl.DataFrame({"output_tokens": [43, 48, None], "max_tokens": [48, 48, 64]},
+                        schema={"output_tokens": pl.Int32, "max_tokens": pl.Int32})
+    # ignore_eos decodes exactly max_tokens: the client's cap of 48 would lengthen a 43-token answer
+    assert send_limits(rows, ignore_eos=True).to_list() == [43, 48, 64]
+    # without it the engine stops where it will, within the request's own cap
+    assert send_limits(rows, ignore_eos=False).to_list() == [48, 48, 64]
