@@ -112,13 +112,17 @@ class EngineMeasure:
 
     def _sweep_stage(self, running, factor: float) -> dict:
         from replay.runner import run_stage
+        from replay.targets.url import reset_prefix_cache
 
         rate = self.run.rate * factor if self.run.rate else None
         speedup = None if rate else (self.run.speedup or 1.0) * factor
-        stage, peaks, counters = self._observed(running, lambda: run_stage(
-            self.trace, dataclasses.replace(self.run, url=running.url, metrics_url="none", rate=rate, speedup=speedup)))
+        config = dataclasses.replace(self.run, url=running.url, metrics_url="none", rate=rate, speedup=speedup)
+        # each stage from a cold prefix cache, as the measurements (each on a fresh engine) start
+        reset = reset_prefix_cache(running.url, headers=config.request_headers(), context=config.ssl_context())
+        stage, peaks, counters = self._observed(running, lambda: run_stage(self.trace, config))
         s = stage.summary
         return {"rate": rate if rate else s["offered_rate"], "factor": factor, "peaks": peaks, "counters": counters,
+                "prefix_cache": reset,
                 **{k: s[k] for k in ("goodput_rps", "throughput_rps", "sent", "completed", "valid")}}
 
     def _stage(self, running, rate: float | None):

@@ -192,5 +192,6 @@ def test_a_batch_capped_baseline_is_named_with_the_rate_of_its_sweep(tmp_path):
     for s in d.sweep:  # every stage ran all its requests, and the engine's counters are the stage's own
         assert s["sent"] == s["completed"] == 16 and s["counters"]["requests_finished"] == 16
         assert s["counters"]["decode_requests"] == 16 and s["counters"]["prefill_time_s"] > 0
+        assert s["prefix_cache"] == "reset (POST /reset_prefix_cache)"  # each stage from a cold cache
     assert "prefill took" in d.evidence and "of the requests' running time" in d.evidence
 
