@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
@@ -607,6 +607,9 @@ def compare_sides(live: Side, other: Side, *, judge_outcomes: bool = False, seed
                   lag_bound_ms: float | None = None) -> Verdict:
     """Every metric between ``live`` and ``other``, judged against thresholds from the A/A halves
     of ``aa_from`` (default: live); ``stage`` (the replay's rows) adds the per-request checks."""
+    if other.template_tokens and not live.template_tokens and live.hit_base is not None:
+        # live's engine added its chat template to every prompt too: taken to be the replay's
+        live = replace(live, hit_base=live.hit_base + other.template_tokens, template_tokens=other.template_tokens)
     aa_side = live if aa_from is None else aa_from
     splits = aa_splits(aa_side, seed)
     metrics = [_judge(spec, live, other, splits, aa_side) for spec in _specs(judge_outcomes)]

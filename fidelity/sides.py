@@ -47,10 +47,11 @@ class Side:
     sessions: np.ndarray  # session id per request (the request id where it has none)
     think_s: np.ndarray  # gap from the previous turn's end to this turn (NaN: first turn or unknown)
     engine_cached: np.ndarray | None = None  # engine-reported cached tokens (NaN: not reported)
-    # what the engine hit rate divides ``engine_cached`` by: the recorded input tokens of the same rows
-    # (live's engine and a replay's count their chat template too, the recorded lengths do not:
-    # one denominator on both sides keeps the two rates comparable)
+    # what the engine hit rate divides ``engine_cached`` by: the recorded input tokens of the same
+    # rows plus ``template_tokens`` (the engines cache their chat template's tokens too, which the
+    # recorded lengths lack; live's is taken to be the replay's: fidelity.compare.compare_sides)
     hit_base: np.ndarray | None = None
+    template_tokens: int = 0  # what this side's engine adds to each recorded prompt (median; 0: unknown)
     ttft_s: np.ndarray | None = None
     e2e_s: np.ndarray | None = None
     itl_s: np.ndarray | None = None
@@ -96,6 +97,7 @@ class Side:
             output_tokens=self.output_tokens[mask], recorded_input=self.recorded_input[mask],
             hashes=self.hashes.filter(pl.Series(mask)), block_size=self.block_size, sessions=self.sessions[mask],
             think_s=self.think_s[mask], engine_cached=cut(self.engine_cached), hit_base=cut(self.hit_base),
+            template_tokens=self.template_tokens,
             ttft_s=cut(self.ttft_s), e2e_s=cut(self.e2e_s), itl_s=None, time_scale=self.time_scale, notes=self.notes,
         )
 
@@ -206,7 +208,8 @@ def replay_side(sent: pl.DataFrame, stage: pl.DataFrame, block_size: int, name: 
         hashes=df["block_hashes"], block_size=block_size, sessions=df["_session"].to_numpy(),
         think_s=_think_times(df, "_t", "_end"),
         engine_cached=None if np.isnan(cached).all() else cached,
-        hit_base=None if np.isnan(cached).all() else np.where(ok, recorded, np.nan),
+        hit_base=None if np.isnan(cached).all() else np.where(ok, recorded + (overhead or 0), np.nan),
+        template_tokens=overhead or 0,
         ttft_s=np.where(ok, first_token - t, np.nan), e2e_s=np.where(ok, df["_end"].to_numpy() - t, np.nan),
         itl_s=itl, engine_prompt_all=engine_prompt, notes=tuple(notes),
     )

@@ -14,6 +14,7 @@ from replay.config import Arrivals, RunConfig
 from replay.generate import GenerateConfig, generate
 from replay.runner import run_stage
 from replay.sim import start_sim
+from replay.targets.url import reset_prefix_cache
 from replay.trace import Trace
 
 
@@ -76,6 +77,8 @@ def test_an_engine_without_prefix_caching_fails_on_the_engine_side_of_cache_hits
     live = observed(trace, run_stage(trace, config).requests)  # "live": an engine that caches prefixes
     assert live.df["cached_tokens"].sum() > 0
 
+    # the same engine again, from a cold prefix cache as live's run started (else it hits what live cached)
+    assert reset_prefix_cache(sim.url).startswith("reset")
     again = compare_stage(live, run_stage(trace, config).requests, lag_bound_ms=5)
     assert not again.verdict.failed, again.verdict.reason
 
