@@ -256,10 +256,10 @@ def _spearman(s: Side) -> float | None:
 
 
 def _engine_hit_rate(s: Side) -> float | None:
-    if s.engine_cached is None or s.hit_base is None:
+    if s.engine_cached is None:
         return None
-    keep = np.isfinite(s.engine_cached) & np.isfinite(s.hit_base)
-    total = s.hit_base[keep].sum()
+    keep = np.isfinite(s.engine_cached) & np.isfinite(s.recorded_input)
+    total = (s.recorded_input[keep] + s.template_tokens).sum()
     return float(s.engine_cached[keep].sum() / total) if total > 0 else None
 
 
@@ -607,9 +607,9 @@ def compare_sides(live: Side, other: Side, *, judge_outcomes: bool = False, seed
                   lag_bound_ms: float | None = None) -> Verdict:
     """Every metric between ``live`` and ``other``, judged against thresholds from the A/A halves
     of ``aa_from`` (default: live); ``stage`` (the replay's rows) adds the per-request checks."""
-    if other.template_tokens and not live.template_tokens and live.hit_base is not None:
+    if other.template_tokens and not live.template_tokens:
         # live's engine added its chat template to every prompt too: taken to be the replay's
-        live = replace(live, hit_base=live.hit_base + other.template_tokens, template_tokens=other.template_tokens)
+        live = replace(live, template_tokens=other.template_tokens)
     aa_side = live if aa_from is None else aa_from
     splits = aa_splits(aa_side, seed)
     metrics = [_judge(spec, live, other, splits, aa_side) for spec in _specs(judge_outcomes)]

@@ -47,11 +47,10 @@ class Side:
     sessions: np.ndarray  # session id per request (the request id where it has none)
     think_s: np.ndarray  # gap from the previous turn's end to this turn (NaN: first turn or unknown)
     engine_cached: np.ndarray | None = None  # engine-reported cached tokens (NaN: not reported)
-    # what the engine hit rate divides ``engine_cached`` by: the recorded input tokens of the same
-    # rows plus ``template_tokens`` (the engines cache their chat template's tokens too, which the
-    # recorded lengths lack; live's is taken to be the replay's: fidelity.compare.compare_sides)
-    hit_base: np.ndarray | None = None
-    template_tokens: int = 0  # what this side's engine adds to each recorded prompt (median; 0: unknown)
+    # what this side's engine adds to each recorded prompt (median; 0: unknown): the engine hit rate
+    # divides ``engine_cached`` by ``recorded_input`` plus this, as the engines cache their chat
+    # template's tokens too (live's is taken to be the replay's: fidelity.compare.compare_sides)
+    template_tokens: int = 0
     ttft_s: np.ndarray | None = None
     e2e_s: np.ndarray | None = None
     itl_s: np.ndarray | None = None
@@ -96,7 +95,7 @@ class Side:
             name=self.name, times_s=self.times_s[mask], input_tokens=self.input_tokens[mask],
             output_tokens=self.output_tokens[mask], recorded_input=self.recorded_input[mask],
             hashes=self.hashes.filter(pl.Series(mask)), block_size=self.block_size, sessions=self.sessions[mask],
-            think_s=self.think_s[mask], engine_cached=cut(self.engine_cached), hit_base=cut(self.hit_base),
+            think_s=self.think_s[mask], engine_cached=cut(self.engine_cached),
             template_tokens=self.template_tokens,
             ttft_s=cut(self.ttft_s), e2e_s=cut(self.e2e_s), itl_s=None, time_scale=self.time_scale, notes=self.notes,
         )
@@ -134,7 +133,6 @@ def live_side(df: pl.DataFrame, block_size: int, name: str = "live") -> Side:
         name=name, times_s=df["_t"].to_numpy(), input_tokens=recorded, output_tokens=_f64(df["output_tokens"]),
         recorded_input=recorded, hashes=df["block_hashes"], block_size=block_size,
         sessions=df["_session"].to_numpy(), think_s=think, engine_cached=cached,
-        hit_base=recorded if cached is not None else None,
         ttft_s=None if ttft is None or np.isnan(ttft).all() else ttft,
         e2e_s=None if e2e is None or np.isnan(e2e).all() else e2e,
     )
@@ -208,7 +206,6 @@ def replay_side(sent: pl.DataFrame, stage: pl.DataFrame, block_size: int, name: 
         hashes=df["block_hashes"], block_size=block_size, sessions=df["_session"].to_numpy(),
         think_s=_think_times(df, "_t", "_end"),
         engine_cached=None if np.isnan(cached).all() else cached,
-        hit_base=None if np.isnan(cached).all() else np.where(ok, recorded + (overhead or 0), np.nan),
         template_tokens=overhead or 0,
         ttft_s=np.where(ok, first_token - t, np.nan), e2e_s=np.where(ok, df["_end"].to_numpy() - t, np.nan),
         itl_s=itl, engine_prompt_all=engine_prompt, notes=tuple(notes),

@@ -300,17 +300,13 @@ class Campaign:
         baseline's first run."""
         if self.noise is None:
             self.noise = self._floor_of(self.baseline, "baseline")
-            knobs = {d.name: d.knob for d in self.space.dimensions}
-            default_seqs = knobs["max_num_seqs"].default if "max_num_seqs" in knobs else None
-            args = (self.baseline, default_seqs, self.space.names, self.offered_reuse)
+            first = self.ledger.entries(self.baseline, "baseline")[0].measurement
             sweep = self._sweep()
             if sweep:
-                self.diagnosis = diagnose_sweep(sweep, *args)
+                self.diagnosis = diagnose_sweep(sweep, self.baseline, self._default_seqs(), self.space.names,
+                                                self.offered_reuse)
             else:
-                first = self.ledger.entries(self.baseline, "baseline")[0].measurement.details
-                self.diagnosis = diagnose(first.get("peaks", {}), first.get("counters", {}), *args,
-                                          rate=(first.get("summary") or {}).get("offered_rate"))
-            first = self.ledger.entries(self.baseline, "baseline")[0].measurement
+                self.diagnosis = self._diagnose(self.baseline, first)
             self._reference = (first.details, first.value)
             self._incumbent_diagnosis = self.diagnosis
             self.result = CampaignResult(baseline=dict(self.baseline), noise=self.noise, best=dict(self.baseline),
@@ -404,11 +400,14 @@ class Campaign:
             self._accept(max(wins, key=lambda s: s.verdict.measurements[0].value))
         return verdicts
 
+    def _default_seqs(self) -> int | None:
+        """The space's default max_num_seqs (the batch cap a config without one runs under)."""
+        knobs = {d.name: d.knob for d in self.space.dimensions}
+        return knobs["max_num_seqs"].default if "max_num_seqs" in knobs else None
+
     def _diagnose(self, config: Mapping[str, Any], m: Measurement) -> Diagnosis:
         """The bottleneck of one run of ``config`` (its engine metrics)."""
-        knobs = {d.name: d.knob for d in self.space.dimensions}
-        default_seqs = knobs["max_num_seqs"].default if "max_num_seqs" in knobs else None
-        return diagnose(m.details.get("peaks", {}), m.details.get("counters", {}), config, default_seqs,
+        return diagnose(m.details.get("peaks", {}), m.details.get("counters", {}), config, self._default_seqs(),
                         self.space.names, self.offered_reuse, rate=(m.details.get("summary") or {}).get("offered_rate"))
 
     def _checked(self, proposal: Proposal, first: Measurement, verdict: str) -> dict[str, Any]:

@@ -74,28 +74,20 @@ impl Answers {
     /// session: its earlier turns' answers are dropped.
     pub fn body_for(&self, index: usize, chain: &[usize], body: SendBody) -> Bytes {
         let mut got = self.got.lock().expect("answers");
-        let texts: Vec<Option<&str>> = body
-            .answers_at
-            .iter()
-            .rev()
-            .zip(chain)
-            .map(|(_, turn)| got.get(turn).map(String::as_str))
-            .collect();
-        let written = texts.iter().filter(|t| t.is_some()).count();
-        self.resent.fetch_add(written as u64, Ordering::Relaxed);
-        self.recorded
-            .fetch_add((body.answers_at.len() - written) as u64, Ordering::Relaxed);
-        // oldest first, as the spans are
+        // span i of k (oldest first) holds the answer of the turn k - 1 - i back along `chain`
+        let k = body.answers_at.len();
         let edits: Vec<((u32, u32), &str)> = body
             .answers_at
             .iter()
-            .rev()
-            .zip(texts)
-            .filter_map(|(at, text)| text.map(|t| (*at, t)))
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
+            .enumerate()
+            .filter_map(|(i, at)| {
+                let text = chain.get(k - 1 - i).and_then(|turn| got.get(turn))?;
+                Some((*at, text.as_str()))
+            })
             .collect();
+        self.resent.fetch_add(edits.len() as u64, Ordering::Relaxed);
+        self.recorded
+            .fetch_add((k - edits.len()) as u64, Ordering::Relaxed);
         let out = splice(&body.bytes, &edits);
         if !self.wants(index) {
             for turn in chain {
