@@ -27,16 +27,13 @@ of its median stops: the environment is too unstable to decide anything.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
+
+from replay.noise import K, MAX_NOISE, MIN_GAIN, MIN_SPREAD, NoiseFloor
 
 __all__ = ["REPEATS", "K", "MIN_GAIN", "MIN_SPREAD", "MAX_NOISE", "Measurement", "NoiseFloor", "Verdict", "judge"]
 
 REPEATS = 4
-K = 3.0
-MIN_GAIN = 0.01
-MIN_SPREAD = 0.005
-MAX_NOISE = 0.25
 
 
 @dataclass(frozen=True)
@@ -49,44 +46,6 @@ class Measurement:
 
     def to_json(self) -> dict:
         return {"value": self.value, "invalid": self.invalid, "details": self.details}
-
-
-@dataclass(frozen=True)
-class NoiseFloor:
-    values: tuple[float, ...]
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.values)
-
-    @property
-    def mad(self) -> float:
-        m = self.median
-        return statistics.median(abs(v - m) for v in self.values)
-
-    @property
-    def sd(self) -> float:
-        return statistics.stdev(self.values) if len(self.values) > 1 else 0.0
-
-    @property
-    def spread(self) -> float:
-        return max(1.4826 * self.mad, self.sd, MIN_SPREAD * abs(self.median))
-
-    @property
-    def relative(self) -> float:
-        return self.spread / abs(self.median) if self.median else float("inf")
-
-    def too_noisy(self, limit: float = MAX_NOISE) -> bool:
-        """Whether the runs spread more than ``limit`` of their median."""
-        return self.relative > limit
-
-    def bar(self) -> float:
-        """How far above the median a candidate must land to count as a win."""
-        return K * self.spread + MIN_GAIN * abs(self.median)
-
-    def to_json(self) -> dict:
-        return {"values": list(self.values), "median": self.median, "mad": self.mad, "sd": self.sd, "spread": self.spread,
-                "relative": self.relative, "bar": self.bar()}
 
 
 @dataclass(frozen=True)

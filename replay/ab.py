@@ -8,14 +8,14 @@ requests per second (higher is better), TTFT, TPOT and E2E p50 / p99 (lower is b
 E2E from the intended send time, as every report here counts them).
 
 **The noise.** Where both folders hold two or more repeats of a stage (its stages share a load),
-each side's values over its repeats make an :class:`optimizer.verdict.NoiseFloor`: the medians are
+each side's values over its repeats make an :class:`replay.noise.NoiseFloor`: the medians are
 compared and the spread is the larger of the two sides' spreads. Otherwise each side's requests are
 resampled with replacement :data:`BOOTSTRAP` times (seeded) and the metric recomputed: the spread
 is ``sqrt(sd_A^2 + sd_B^2)`` of those resamples. The bootstrap sees the sampling noise of the
 requests, not an engine's run-to-run wobble (a fresh start, a noisy neighbour); the report says
 which method judged each stage, and repeats see both.
 
-**The rule** is the optimizer's (:mod:`optimizer.verdict`: ``K``, ``MIN_GAIN``, ``MAX_NOISE``).
+**The rule** is the optimizer's (:mod:`replay.noise`: ``K``, ``MIN_GAIN``, ``MAX_NOISE``).
 With ``d`` the change in B's favour (B - A for rates, A - B for latencies) and
 ``bar = K * spread + MIN_GAIN * |A|``: **better** when ``d > bar``, **worse** when ``d < -bar``,
 **same** otherwise. The bar is symmetric here (the optimizer's "worse" only means "not adopted";
@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from optimizer.verdict import MAX_NOISE, MIN_GAIN, K, NoiseFloor
+from replay.noise import MAX_NOISE, MIN_GAIN, K, NoiseFloor
 from replay.config import Slo
 from replay.errors import ConfigError
 from replay.metrics import completed, load_label, slo_met

@@ -212,6 +212,7 @@ def summarize(result: StageResult) -> dict:
         "runner": result.runner,
         "engine_metrics": result.engine_metrics,
         "prefix_cache": result.prefix_cache,
+        "repeat": result.repeat,
         "prompt_tokens": int(ok["prompt_tokens"].sum() or 0),
         "cached_tokens": int(cached.sum() or 0) if cached.len() else None,
         "cache_hit_rate": (float(cached.sum()) / float(prompt.sum())) if cached.len() and prompt.sum() else None,

@@ -77,6 +77,8 @@ class StageResult:
     engine_metrics: dict | None = None  # the engine's own metrics during the stage (replay.engine_metrics)
     # a sweep's stage: whether the target's prefix cache was reset before it (replay.sweep.sweep)
     prefix_cache: str | None = None
+    # a stage run with --repeats: which repeat (0-based); None when the stage ran once
+    repeat: int | None = None
 
     @property
     def summary(self) -> dict:

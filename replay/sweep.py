@@ -13,17 +13,28 @@ is invalid (its send lag p99 exceeded the bound, or it was cancelled) the point 
 that rate instead: the runner's own lateness may have caused what it shows. :func:`saturation` is
 this rule, a pure function over stage summaries.
 
+**Repeats.** With ``repeats=K`` every stage runs K times: the whole list of stages once per
+repeat, each repeat on a target of its own when the caller starts one (a fresh engine start:
+``target``). Each repeat is judged as above on its own; the sweep's saturation point is the lowest
+load where any repeat saturated or was undetermined (a load counts as held only when it held every
+time). :func:`held_interval` says it as an interval: the highest load that held in every repeat,
+the lowest that held in none, and the share of repeats that held each load between (a load holds
+in a repeat when it and every lower load kept up and were valid). :func:`by_load` gives each load's
+median and spread (:class:`replay.noise.NoiseFloor`) of the table's metrics over its valid repeats.
+
 :func:`find_rates` picks the rates themselves: short probe stages double the rate until one shows
-saturation, bisect between the last rate that kept up and the first that did not, then spread the
-stages from a quarter of that rate to 1.5 times it.
+saturation, bisect between the last rate that kept up and the first that did not until they are
+within 10% of each other, then spread the stages from a quarter of that rate to 1.5 times it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -34,12 +45,13 @@ from replay.errors import ConfigError
 from replay.plan import build_plan, schedule
 from replay.engine_metrics import exhausted
 from replay.metrics import load_label
+from replay.noise import NoiseFloor
 from replay.runner import Progress, RowsSink, StageResult, resolve_model, run_plan
 from replay.targets.url import reset_prefix_cache
 from replay.trace import Trace
 
-__all__ = ["SweepResult", "Saturation", "RateSearch", "sweep", "saturation", "find_rates", "check_stages",
-           "QUEUE_GROWTH_S", "MAX_FAILED_SHARE"]
+__all__ = ["SweepResult", "Saturation", "HeldInterval", "RateSearch", "sweep", "saturation", "held_interval",
+           "by_load", "find_rates", "check_stages", "QUEUE_GROWTH_S", "MAX_FAILED_SHARE", "REPEAT_METRICS"]
 
 QUEUE_GROWTH_S = 0.25
 MAX_FAILED_SHARE = 0.1  # a stage where more than this share of the sent requests failed has saturated
@@ -48,8 +60,8 @@ MAX_FAILED_SHARE = 0.1  # a stage where more than this share of the sent request
 START_RATE = 1.0
 PROBE_S = 10.0
 PROBE_TIMEOUT_S = 60.0
-MAX_PROBES = 8
-PRECISION = 0.25  # bisect until the highest kept-up rate is within 25% of the lowest saturated one
+MAX_PROBES = 10
+PRECISION = 0.10  # bisect until the lowest saturated rate is within 10% above the highest kept-up one
 SPREAD = (0.25, 1.5)  # the stages run from SPREAD[0] to SPREAD[1] times the saturation rate
 _LOWEST = 1 / 16  # probes go down to this share of start_rate at most
 
@@ -121,6 +133,136 @@ def saturation(
     return Saturation("not_reached")
 
 
+def _load(summary: dict) -> float | None:
+    """A stage's load: its users (closed loop) or its requested rate (None: as recorded / sped up)."""
+    return summary["concurrency"] if summary.get("concurrency") is not None else summary["requested_rate"]
+
+
+def _passes(summaries: Sequence[dict]) -> list[list[dict]]:
+    """The stages of each repeat, in the order run (one pass when the stages were not repeated)."""
+    passes: dict[int | None, list[dict]] = {}
+    for s in summaries:
+        passes.setdefault(s.get("repeat"), []).append(s)
+    return list(passes.values())
+
+
+def _saturation_over(summaries: Sequence[dict], queue_growth_s: float) -> Saturation:
+    """:func:`saturation` of each repeat; over several, the one at the lowest load (module docstring)."""
+    found = [saturation([s["requested_rate"] for s in p], p, queue_growth_s) for p in _passes(summaries)]
+    found = [f for f in found if f.status != "not_reached"]
+    if not found:
+        return Saturation("not_reached")
+
+    def where(f: Saturation) -> float:
+        load = f.concurrency if f.concurrency is not None else (f.rate if f.status == "saturated" else f.undetermined_at)
+        return math.inf if load is None else load
+
+    return min(found, key=where)
+
+
+@dataclass(frozen=True)
+class HeldInterval:
+    """Where a sweep's target stopped keeping up, over its repeats (:func:`held_interval`)."""
+
+    held: float | None  # the highest load that held in every repeat (None: the lowest did not)
+    not_held: float | None  # the lowest load that held in no repeat (None: every load held at least once)
+    shares: list[dict]  # per load, rising: {"load", "held": repeats it held in, "of": repeats judged}
+    unit: str  # "req/s" or "users"
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def line(interval: dict) -> str:
+        """The interval (its JSON) in words."""
+        unit, shares = interval["unit"], interval["shares"]
+        each = ", ".join(f"{x['load']:g} in {x['held']} of {x['of']}" for x in shares)
+        if interval["held"] is None and interval["not_held"] is None:
+            head = "no load held in every repeat, and none failed in all"
+        elif interval["held"] is None:
+            head = f"below {interval['not_held']:g} {unit}: the lowest load did not hold in every repeat"
+        elif interval["not_held"] is None:
+            top = shares[-1]["load"]
+            head = (f"held up to {interval['held']:g} {unit} in every repeat" if interval["held"] == top else
+                    f"between {interval['held']:g} {unit} (held in every repeat) and above {top:g} {unit}")
+        else:
+            head = (f"between {interval['held']:g} {unit} (held in every repeat) and {interval['not_held']:g} {unit} "
+                    f"(held in none)")
+        return f"saturation interval: {head}; held: {each} ({unit})"
+
+
+def held_interval(summaries: Sequence[dict], queue_growth_s: float = QUEUE_GROWTH_S) -> HeldInterval | None:
+    """The saturation interval of stages (their summaries, in the order run) over their repeats
+    (module docstring); None when a stage has no load to order by (as recorded or sped up)."""
+    loads = [_load(s) for s in summaries]
+    if not loads or any(x is None for x in loads):
+        return None
+    held: dict[float, int] = {}
+    judged: dict[float, int] = {}
+    for stages in _passes(summaries):
+        ran = {_load(s) for s in stages}
+        # the lowest load of this repeat that did not keep up or was invalid
+        failed_at = min((_load(s) for s in stages if not s["valid"] or _symptom(s, queue_growth_s)),
+                        default=math.inf)
+        for load in set(loads):
+            if load in ran or load > failed_at:  # a load skipped after the saturation point did not hold
+                judged[load] = judged.get(load, 0) + 1
+                held[load] = held.get(load, 0) + (load < failed_at)
+    shares = [{"load": x, "held": held[x], "of": judged[x]} for x in sorted(judged)]
+    top_held = None
+    for x in shares:  # the highest load that held every time, with every lower load too
+        if x["held"] != x["of"]:
+            break
+        top_held = x["load"]
+    none = [x["load"] for x in shares if x["held"] == 0 and (top_held is None or x["load"] > top_held)]
+    unit = "users" if summaries[0].get("concurrency") is not None else "req/s"
+    return HeldInterval(held=top_held, not_held=min(none) if none else None, shares=shares, unit=unit)
+
+
+# the per-load table of a sweep with repeats: name -> (path into a stage summary, format)
+REPEAT_METRICS: dict[str, tuple[tuple[str, ...], str]] = {
+    "achieved": (("achieved_send_rate",), "{:.3g}"),
+    "req/s": (("throughput_rps",), "{:.2f}"),
+    "tok/s": (("output_tokens_per_s",), "{:.0f}"),
+    "TTFT p50": (("ttft_ms", "from_intended", "p50"), "{:.1f}"),
+    "TTFT p99": (("ttft_ms", "from_intended", "p99"), "{:.1f}"),
+    "TPOT p50": (("tpot_ms", "p50"), "{:.2f}"),
+    "E2E p50": (("e2e_ms", "from_intended", "p50"), "{:.1f}"),
+    "E2E p99": (("e2e_ms", "from_intended", "p99"), "{:.1f}"),
+    "goodput": (("goodput_rps",), "{:.2f}"),
+    "lag p99": (("send_lag_ms", "p99"), "{:.2f}"),
+}
+
+
+def by_load(summaries: Sequence[dict]) -> list[dict]:
+    """The stages grouped by load (rising; as-recorded stages last): for each, its runs, how many
+    were valid, and every :data:`REPEAT_METRICS` metric's median and spread (a
+    :class:`replay.noise.NoiseFloor` over the valid runs; None where no valid run has a value)."""
+    groups: dict[float | None, list[dict]] = {}
+    for s in summaries:
+        groups.setdefault(_load(s), []).append(s)
+    out = []
+    for load in sorted(groups, key=lambda x: (x is None, x or 0)):
+        runs = groups[load]
+        valid = [s for s in runs if s["valid"]]
+        metrics = {}
+        for name, (path, _) in REPEAT_METRICS.items():
+            values = []
+            for s in valid:
+                v = s
+                for key in path:
+                    v = v.get(key) if isinstance(v, dict) else None
+                if v is not None and math.isfinite(v):
+                    values.append(float(v))
+            floor = NoiseFloor(tuple(values)) if values else None
+            metrics[name] = None if floor is None else {"median": floor.median, "spread": floor.spread,
+                                                        "values": values}
+        out.append({"load": load, "requested_rate": runs[0]["requested_rate"],
+                    "concurrency": runs[0].get("concurrency"), "runs": len(runs), "valid": len(valid),
+                    "metrics": metrics})
+    return out
+
+
 @dataclass(frozen=True)
 class RateSearch:
     """What :func:`find_rates` probed and the stage rates it chose."""
@@ -152,17 +294,24 @@ class SweepResult:
     queue_growth_s: float = QUEUE_GROWTH_S
     rate_search: RateSearch | None = None  # how the rates were chosen (--rates auto)
     concurrency: list[int] | None = None  # a closed-loop sweep: the users of every stage planned
+    repeats: int = 1  # each stage ran this many times (the rates of `rates` once per repeat)
 
     @classmethod
     def of(cls, config: RunConfig, rates: Sequence[float | None], stages: Sequence[StageResult], *,
            queue_growth_s: float = QUEUE_GROWTH_S, rate_search: RateSearch | None = None,
-           concurrency: Sequence[int] | None = None) -> SweepResult:
+           concurrency: Sequence[int] | None = None, repeats: int = 1) -> SweepResult:
         """The result of `stages`, run at the first rates of `rates` (or users of `concurrency`):
-        summaries and saturation computed."""
+        summaries and saturation computed (over the repeats, module docstring)."""
         summaries = [s.summary for s in stages]
         return cls(config=config, rates=list(rates), stages=list(stages), summaries=summaries,
-                   saturation=saturation(rates, summaries, queue_growth_s), queue_growth_s=queue_growth_s,
-                   rate_search=rate_search, concurrency=None if concurrency is None else list(concurrency))
+                   saturation=_saturation_over(summaries, queue_growth_s), queue_growth_s=queue_growth_s,
+                   rate_search=rate_search, concurrency=None if concurrency is None else list(concurrency),
+                   repeats=repeats)
+
+    @property
+    def interval(self) -> HeldInterval | None:
+        """The saturation interval over the repeats (:func:`held_interval`)."""
+        return held_interval(self.summaries, self.queue_growth_s)
 
     @property
     def saturation_rate(self) -> float | None:
@@ -191,7 +340,12 @@ class SweepResult:
             "rate_search": self.rate_search.to_json() if self.rate_search else None,
             "stages": self.summaries,
             "saturation": self.saturation.to_json(),
+            "repeats": self.repeats,
         }
+        if self.repeats > 1:
+            interval = self.interval
+            body["interval"] = interval.to_json() if interval else None
+            body["by_load"] = by_load(self.summaries)
         clash = sorted(set(context) & set(body))
         if clash:
             raise ValueError(f"to_json: context key '{clash[0]}' is a result field")
@@ -224,7 +378,7 @@ def check_stages(trace: Trace, config: RunConfig, rates: Sequence[float],
 def sweep(
     trace: Trace,
     config: RunConfig,
-    rates: Sequence[float] | RateSearch,
+    rates: Sequence[float] | RateSearch | None,
     *,
     concurrency: Sequence[int] | None = None,
     queue_growth_s: float = QUEUE_GROWTH_S,
@@ -233,9 +387,12 @@ def sweep(
     on_rows: Callable[[int, RunConfig], RowsSink] | None = None,
     stop_after_saturation: bool = False,
     reset_cache: bool = True,
+    repeats: int = 1,
+    target: Callable[[RunConfig], AbstractContextManager[RunConfig]] | None = None,
 ) -> SweepResult:
     """Replay `trace` once per rate (in the order given, or the rates a :func:`find_rates` search
-    chose), or, with `concurrency` (and no rates), once per number of users in closed loop.
+    chose), or, with `concurrency` (and no rates), once per number of users in closed loop; with
+    `rates` None, one stage at `config`'s own load (``replay run``).
 
     Every stage's flags are checked and the target probed (TargetError when it cannot serve) before
     the first stage. `progress(label)` gives the stage's progress callback (label: its load in
@@ -246,35 +403,58 @@ def sweep(
     cache before each stage (:func:`replay.targets.url.reset_prefix_cache`), so that a stage does
     not hit what the stages before it cached (the same requests, replayed again); what the target
     answered is in each stage's summary (`prefix_cache`).
+
+    `repeats`: every stage K times, the list of stages once per repeat (module docstring). `target`
+    (optional) is entered once per repeat with `config` and yields it aimed at the target that
+    repeat runs on: a freshly started engine, so that a repeat's noise includes an engine start.
     """
+    if not (isinstance(repeats, int) and repeats >= 1):
+        raise ConfigError(f"--repeats: must be a whole number >= 1, got {repeats!r}")
     search = rates if isinstance(rates, RateSearch) else None
-    rates = list(search.rates if search else rates)
-    configs = check_stages(trace, config, rates, concurrency)
-    if concurrency is not None:
-        rates = [None] * len(configs)
-    model = resolve_model(trace, config)
+    if rates is None:
+        schedule(trace, config)
+        rates, users = [config.rate], None if config.concurrency is None else [config.concurrency]
+
+        def configs_of(aimed: RunConfig) -> list[RunConfig]:
+            return [aimed]
+    else:
+        rates, users = list(search.rates if search else rates), concurrency
+        check_stages(trace, config, rates, users)
+        if users is not None:
+            rates = [None] * len(users)
+
+        def configs_of(aimed: RunConfig) -> list[RunConfig]:
+            return check_stages(trace, aimed, [] if users is not None else rates, users)
     stages: list[StageResult] = []
 
     def result_of() -> SweepResult:
-        return SweepResult.of(config, rates, stages, queue_growth_s=queue_growth_s, rate_search=search,
-                              concurrency=concurrency)
+        return SweepResult.of(config, rates * repeats, stages, queue_growth_s=queue_growth_s, rate_search=search,
+                              concurrency=None if users is None else users * repeats, repeats=repeats)
 
     result = result_of()
-    for i, stage_config in enumerate(configs):
-        plan = build_plan(trace, stage_config, model=model)
-        label = load_label(stage_config.rate, stage_config.concurrency)
-        reset = "kept (--keep-prefix-cache)"
-        if reset_cache:
-            reset = reset_prefix_cache(stage_config.url, headers=stage_config.request_headers(),
-                                       context=stage_config.ssl_context())
-        stage = run_plan(plan, stage_config, progress(label) if progress else None,
-                         on_rows(i, stage_config) if on_rows else None)
-        stages.append(dataclasses.replace(stage, prefix_cache=reset))
-        result = result_of()
-        if on_stage is not None:
-            on_stage(result)
-        if stages[-1].interrupted or (stop_after_saturation and result.saturation.status != "not_reached"):
-            break
+    for k in range(repeats):
+        with (target(config) if target else contextlib.nullcontext(config)) as aimed:
+            model = resolve_model(trace, aimed)
+            for stage_config in configs_of(aimed):
+                plan = build_plan(trace, stage_config, model=model)
+                label = load_label(stage_config.rate, stage_config.concurrency)
+                if repeats > 1:
+                    label += f", repeat {k + 1} of {repeats}"
+                reset = "kept (--keep-prefix-cache)"
+                if reset_cache:
+                    reset = reset_prefix_cache(stage_config.url, headers=stage_config.request_headers(),
+                                               context=stage_config.ssl_context())
+                stage = run_plan(plan, stage_config, progress(label) if progress else None,
+                                 on_rows(len(stages), stage_config) if on_rows else None)
+                stages.append(dataclasses.replace(stage, prefix_cache=reset, repeat=k if repeats > 1 else None))
+                result = result_of()
+                if on_stage is not None:
+                    on_stage(result)
+                if stages[-1].interrupted:
+                    return result
+                if stop_after_saturation and _saturation_over(_passes(result.summaries)[-1],
+                                                              queue_growth_s).status != "not_reached":
+                    break
     return result
 
 
@@ -309,14 +489,14 @@ def find_rates(
     timeout of at most `probe_timeout_s`, and judges it with :func:`saturation`. The rate starts at
     `start_rate` and doubles until a probe saturates (or halves, down to 1/16 of it and to no fewer
     than one request per window, until one keeps up), then bisects (geometric mean) between the
-    highest rate that kept up and the lowest that did not until they are within 25% of each other.
+    highest rate that kept up and the lowest that did not until the latter is within 10% above the former.
     An undetermined probe (the runner could not keep its schedule) counts as not keeping up. The
     chosen rates are spaced evenly from a quarter of the lowest saturated rate to 1.5 times it (with
     none found, around the highest rate that kept up), kept between one request per
     `config.duration_s` window and the highest rate whose window the trace can fill.
 
     Time bound: a probe ends at most `probe_s` + `probe_timeout_s` after it starts, so the search
-    takes at most ``max_probes * (probe_s + probe_timeout_s)`` (defaults: 8 * 70 s, about 9 min);
+    takes at most ``max_probes * (probe_s + probe_timeout_s)`` (defaults: 10 * 70 s, about 12 min);
     it usually ends well before, since a probe ends when its last response does.
     """
     if not (isinstance(points, int) and points >= 2):

@@ -101,6 +101,9 @@ def print_stages(summary: dict) -> None:
                         "window, achieved; ms from the intended send time, a closed loop's from the release; "
                         "lag = send lag)")
     judged = any("fidelity" in s for s in summary["stages"])  # replay run / sweep --fidelity LIVE
+    repeated = summary.get("repeats", 1) > 1
+    if repeated:
+        table.add_column("repeat", justify="right")
     for col in ("requested", "offered", "achieved", "ok", "errors", "req/s", "tok/s", "TTFT p50/p99", "TPOT p50",
                 "ITL p50", "E2E p50/p99", "lag p99", "goodput", "valid") + (("fidelity",) if judged else ()):
         table.add_column(col, justify="right")
@@ -108,6 +111,7 @@ def print_stages(summary: dict) -> None:
         errors = ", ".join(f"{k} {v}" for k, v in s["errors"].items()) or "0"
         ttft, e2e = s["ttft_ms"]["from_intended"], s["e2e_ms"]["from_intended"]
         table.add_row(
+            *((str(s["repeat"] + 1),) if repeated else ()),
             _requested(s),
             _rate(s["offered_rate"]),
             _rate(s["achieved_send_rate"]),
@@ -131,6 +135,8 @@ def print_stages(summary: dict) -> None:
     for s in summary["stages"]:
         at = load_label(s["requested_rate"], s.get("concurrency"))
         at = at if at == "as recorded" else f"at {at}"
+        if repeated:
+            at += f" (repeat {s['repeat'] + 1})"
         if s["invalid_reason"]:
             console.print(f"invalid {at}: {s['invalid_reason']}", highlight=False)
         if s["cut_off"]:
@@ -141,4 +147,30 @@ def print_stages(summary: dict) -> None:
             console.print(f"{s['fidelity']['reason']} ({at})", highlight=False, markup=False)
         if s.get("engine_metrics"):
             console.print(f"{at}: {describe(s['engine_metrics'])}", highlight=False, markup=False)
+    if repeated:
+        console.print(_repeats_table(summary))
     console.print(saturation_line(summary["saturation"]), highlight=False)
+    if repeated and summary.get("interval"):
+        from replay.sweep import HeldInterval
+
+        console.print(HeldInterval.line(summary["interval"]), highlight=False)
+
+
+def _repeats_table(summary: dict):
+    """Each load's median +- spread over its valid repeats (`SweepResult.to_json()["by_load"]`)."""
+    from rich.table import Table
+
+    from replay.sweep import REPEAT_METRICS
+
+    table = Table(title=f"over {summary['repeats']} repeats: median +- spread of the valid runs (spread: "
+                        f"replay.noise.NoiseFloor, as replay compare and the optimizer count it)")
+    for col in ("requested", "valid", *REPEAT_METRICS):
+        table.add_column(col, justify="right")
+    for row in summary["by_load"]:
+        cells = []
+        for name, (_, fmt) in REPEAT_METRICS.items():
+            m = row["metrics"][name]
+            cells.append("-" if m is None else f"{fmt.format(m['median'])} +- {fmt.format(m['spread'])}")
+        valid = f"{row['valid']} of {row['runs']}"
+        table.add_row(_requested(row), valid if row["valid"] == row["runs"] else f"[red]{valid}[/red]", *cells)
+    return table

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -100,6 +101,17 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-inconclusive", action="store_true",
                    help="with --fidelity: exit 0 when no stage is unfaithful but some cannot be told "
                         "(recorded in summary.json)")
+    p.add_argument("--repeats", type=int, default=1, metavar="K",
+                   help="run every stage K times (default 1): the stages once per repeat, each repeat on a fresh "
+                        "start of the embedded engine when it is the target; the table then shows each load's "
+                        "median +- spread over its valid repeats, and a sweep's saturation as an interval (the "
+                        "highest rate that held in every repeat, the lowest that held in none, the share between). "
+                        "`replay compare` judges two such folders by their repeats")
+    p.add_argument("--keep-prefix-cache", action="store_true",
+                   help="do not ask the target to drop its prefix cache before each stage (a sweep's stages and "
+                        "the repeats of a run; by default it POSTs /reset_prefix_cache, vLLM's and the embedded "
+                        "engine's, or /flush_cache, SGLang's: else a stage hits what the stages before it cached "
+                        "of the same requests)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -131,20 +143,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                            f"({CLOSED_LOOP})")
     load.add_argument("--rates",
                    help="comma-separated req/s, e.g. 1,2,4,8; or auto[:N] to find the saturation rate with short "
-                        "probe stages (--probe-duration each, at most 8: doubling, then bisecting) and run N "
+                        "probe stages (--probe-duration each, at most 10: doubling, then bisecting to within 10%) and run N "
                         "stages (default 5) from a quarter of it to 1.5 times it")
     p.add_argument("--max-queue-growth", default="250ms",
                    help="saturated when TTFT (from the intended send) at least doubles through a stage and "
                         "grows by more than this (default 250ms)")
     p.add_argument("--probe-duration", default="10s",
                    help="with --rates auto: the window of each probe stage (default 10s); the search takes at "
-                        "most 8 probes of this window plus up to 60s each for their last responses")
+                        "most 10 probes of this window plus up to 60s each for their last responses")
     p.add_argument("--stop-after-saturation", action="store_true",
                    help="skip the rates after the saturation point (or after the stage where it is undetermined)")
-    p.add_argument("--keep-prefix-cache", action="store_true",
-                   help="do not ask the target to drop its prefix cache before each stage (by default a sweep "
-                        "POSTs /reset_prefix_cache, vLLM's and the embedded engine's, or /flush_cache, SGLang's: "
-                        "else each stage hits what the stages before it cached of the same requests)"),
     p.set_defaults(func=cmd_sweep)
 
 
@@ -196,6 +204,19 @@ def _target(args: argparse.Namespace, config: RunConfig, sim_config, quiet: bool
         yield dataclasses.replace(config, url=server.url, cpus=runner_cpus)
     finally:
         server.stop()
+
+
+def _repeats(args: argparse.Namespace) -> int:
+    if args.repeats < 1:
+        raise ConfigError(f"--repeats: must be a whole number >= 1, got {args.repeats}")
+    return args.repeats
+
+
+def _fresh_target(args: argparse.Namespace, sim_config):
+    """sweep()'s `target` with --repeats: the embedded engine started afresh for each repeat."""
+    if args.repeats == 1 or sim_config is None:
+        return None
+    return lambda config: _target(args, config, sim_config, quiet=True)
 
 
 def _config(args: argparse.Namespace, rate: float | None, speedup: float | None) -> RunConfig:
@@ -301,10 +322,8 @@ def _judge(args: argparse.Namespace, result, saver: _Saver) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from replay.metrics import load_label
     from replay.plan import schedule
-    from replay.runner import run_stage
-    from replay.sweep import SweepResult
+    from replay.sweep import sweep
     from replay.trace import read_trace
 
     trace = read_trace(args.trace, bodies=False)  # bodies are read a window at a time as the stage runs
@@ -312,15 +331,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(raw_text_warning(args.trace), file=sys.stderr)
     config = dataclasses.replace(_config(args, args.rate, args.speedup), concurrency=args.concurrency)
     schedule(trace, config)  # bad --duration / --requests: before the engine starts
+    repeats = _repeats(args)
     _check_live(args, trace)
     sim_config = _sim_config(args)
     saver = _Saver(args, _out(args, "run"))
-    with _target(args, config, sim_config, args.json) as config, progress_bar(quiet=args.json) as bar:
-        stage = run_stage(trace, config, bar.stage(load_label(config.rate, config.concurrency)),
-                          on_rows=saver.rows(0, config))
-    result = SweepResult.of(config, [config.rate], [stage],
-                            concurrency=None if config.concurrency is None else [config.concurrency])
-    saver(result)
+    fresh = _fresh_target(args, sim_config)
+    with (contextlib.nullcontext(config) if fresh else _target(args, config, sim_config, args.json)) as config, \
+            progress_bar(quiet=args.json) as bar:
+        # one stage; its repeats start from an empty prefix cache, as the first did
+        result = sweep(trace, config, None, progress=bar.stage, on_stage=saver, on_rows=saver.rows,
+                       reset_cache=repeats > 1 and not args.keep_prefix_cache, repeats=repeats, target=fresh)
     return _report(args, result, saver)
 
 
@@ -339,22 +359,28 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if trace.meta.raw_text:
         print(raw_text_warning(args.trace), file=sys.stderr)
     config = _config(args, None, None)
+    repeats = _repeats(args)
     if not isinstance(rates, AutoRates):
         check_stages(trace, config, rates, users)  # every stage's flags: before the engine starts
     _check_live(args, trace)
     sim_config = _sim_config(args)
     saver = _Saver(args, _out(args, "sweep"))
-    with _target(args, config, sim_config, args.json) as config, progress_bar(quiet=args.json) as bar:
+    fresh = _fresh_target(args, sim_config)
+    with progress_bar(quiet=args.json) as bar, contextlib.ExitStack() as held:
+        if fresh is None:  # one target for the search and every stage
+            config = held.enter_context(_target(args, config, sim_config, args.json))
         if isinstance(rates, AutoRates):
-            rates = find_rates(trace, config, rates.points, probe_s=probe_s, queue_growth_s=growth_s,
-                               progress=lambda rate: bar.stage(f"probe {rate:.3g} req/s"))
+            with _target(args, config, sim_config, True) if fresh else contextlib.nullcontext(config) as probed:
+                rates = find_rates(trace, probed, rates.points, probe_s=probe_s, queue_growth_s=growth_s,
+                                   progress=lambda rate: bar.stage(f"probe {rate:.3g} req/s"))
             print(_search_line(rates), file=sys.stderr)
             if rates.interrupted:
                 print("interrupted during the rate search", file=sys.stderr)
                 return 130
         result = sweep(trace, config, rates, concurrency=users, queue_growth_s=growth_s,
                        progress=bar.stage, on_stage=saver, on_rows=saver.rows,
-                       stop_after_saturation=args.stop_after_saturation, reset_cache=not args.keep_prefix_cache)
+                       stop_after_saturation=args.stop_after_saturation, reset_cache=not args.keep_prefix_cache,
+                       repeats=repeats, target=fresh)
     return _report(args, result, saver, page=True)
 
 

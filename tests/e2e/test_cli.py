@@ -351,6 +351,8 @@ def test_sweep_auto_rates_probe_then_run_stages_around_the_saturation(cli, scrip
     assert search["saturation"]["status"] == "saturated"
     assert len(summary["rates"]) == 3 and summary["rates"] == search["rates"]
     assert summary["rates"][0] < search["kept_up_rate"] < search["saturation"]["rate"] < summary["rates"][-1]
+    # bisected until the saturated rate is within 10% of the kept-up one, or the probes ran out
+    assert search["saturation"]["rate"] <= 1.1 * search["kept_up_rate"] or len(search["probes"]) == 10
     assert f"saturates at {search['saturation']['rate']:.3g} req/s" in line
     assert "stages at " + ", ".join(f"{r:g}" for r in summary["rates"]) in line
     assert [s["requested_rate"] for s in summary["stages"]] == summary["rates"]
@@ -469,3 +471,40 @@ def test_a_closed_loop_sweep_names_its_stages_by_users(cli, small_trace, tmp_pat
     assert all(s["offered_rate"] is None and s["completed"] == 20 for s in summary["stages"])
     assert summary["files"] == ["stage00_c1.parquet", "stage01_c4.parquet"]
     assert "4 users" in (out / "sweep.html").read_text()
+
+
+def test_repeats_run_on_a_fresh_engine_each_and_report_median_spread_and_interval(cli, small_trace, tmp_path):
+    from replay.sim import SimConfig, start_sim
+
+    def hits(*flags):
+        out = tmp_path / f"r{len(list(tmp_path.iterdir()))}"
+        done = cli("run", str(small_trace), "--requests", "40", "--rate", "20", "--repeats", "2",
+                   "--lag-bound-ms", "50", "--out", str(out), "--json", *flags)
+        assert done.returncode == 0, done.stderr
+        summary = json.loads(done.stdout)
+        assert summary["repeats"] == 2 and [s["repeat"] for s in summary["stages"]] == [0, 1]
+        assert summary["files"] == ["stage00_20rps.parquet", "stage01_20rps.parquet"]
+        return [s["cache_hit_rate"] for s in summary["stages"]]
+
+    # the embedded engine starts afresh for each repeat: the second starts as cold as the first,
+    # even with the prefix cache kept
+    first, second = hits("--sim-profile", "instant", "--keep-prefix-cache")
+    assert first > 0.2 and second == pytest.approx(first, abs=0.01)
+    # one engine kept between the repeats (--url) hits what the first repeat cached, unless the
+    # cache is reset before each repeat (the default)
+    with start_sim(SimConfig(profile="instant")) as server:
+        warm = hits("--url", server.url, "--keep-prefix-cache")
+        reset = hits("--url", server.url)
+    assert warm[1] > warm[0] + 0.2 and reset[1] == pytest.approx(reset[0], abs=0.01)
+
+    out = tmp_path / "sweep"
+    done = cli("sweep", str(small_trace), "--rates", "10,30", "--requests", "30", "--repeats", "2",
+               "--sim-profile", "instant", "--lag-bound-ms", "50", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert [(s["requested_rate"], s["repeat"]) for s in summary["stages"]] == [(10, 0), (30, 0), (10, 1), (30, 1)]
+    assert [(r["load"], r["runs"]) for r in summary["by_load"]] == [(10, 2), (30, 2)]
+    achieved = summary["by_load"][1]["metrics"]["achieved"]
+    assert achieved["median"] == pytest.approx(30, rel=0.1) and len(achieved["values"]) == 2
+    assert "over 2 repeats" in done.stdout and "30 +- " in done.stdout
+    assert summary["interval"]["held"] == 30 and "held up to 30 req/s in every repeat" in done.stdout

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from replay.config import RunConfig
-from replay.sweep import MAX_FAILED_SHARE, Saturation, SweepResult, saturation
+from replay.noise import NoiseFloor
+from replay.sweep import (MAX_FAILED_SHARE, QUEUE_GROWTH_S, HeldInterval, Saturation, SweepResult, _saturation_over,
+                          by_load, held_interval, saturation)
 
 
 def stage(*, sent=100, completed=100, rejected=0, growth=(20.0, 25.0), slo_pass=None, valid=True, lag_p99=0.4,
@@ -97,3 +99,72 @@ def test_the_result_json_is_one_shape_with_the_callers_context_first():
     assert result.saturation_rate == 2.0 and result.saturation_reason == "r"
     with pytest.raises(ValueError, match="context key 'stages'"):
         result.to_json(stages=[])
+
+
+# --repeats: the saturation interval and the per-load medians (replay.sweep.held_interval, by_load)
+
+def repeated(rate, repeat, *, users=None, **kw) -> dict:
+    """A stage summary of one repeat at `rate` (or `users` of a closed loop)."""
+    return {**stage(**kw), "requested_rate": None if users else rate, "concurrency": users, "repeat": repeat}
+
+
+SLOW = {"growth": (20, 900)}  # a queue built: did not keep up
+
+
+def test_the_interval_is_the_highest_load_held_every_time_and_the_lowest_held_never():
+    stages = [repeated(1, 0), repeated(2, 0), repeated(4, 0, **SLOW), repeated(8, 0, **SLOW),
+              repeated(1, 1), repeated(2, 1), repeated(4, 1), repeated(8, 1, **SLOW),
+              repeated(1, 2), repeated(2, 2), repeated(4, 2, **SLOW), repeated(8, 2, **SLOW)]
+    interval = held_interval(stages)
+    assert (interval.held, interval.not_held, interval.unit) == (2, 8, "req/s")
+    assert [(x["load"], x["held"], x["of"]) for x in interval.shares] == [(1, 3, 3), (2, 3, 3), (4, 1, 3), (8, 0, 3)]
+    line = HeldInterval.line(interval.to_json())
+    assert "between 2 req/s (held in every repeat) and 8 req/s (held in none)" in line and "4 in 1 of 3" in line
+    # the sweep's saturation point is the lowest load any repeat failed at (a load holds only every time)
+    assert sweep_saturation(stages).rate == 4
+
+
+def test_a_load_holds_only_when_every_lower_load_held_in_that_repeat():
+    # repeat 0 failed at 2 (invalid: the runner fell behind) and kept up at 4: 4 did not hold there
+    stages = [repeated(1, 0), repeated(2, 0, valid=False, lag_p99=3.0), repeated(4, 0),
+              repeated(1, 1), repeated(2, 1), repeated(4, 1)]
+    interval = held_interval(stages)
+    assert [(x["load"], x["held"]) for x in interval.shares] == [(1, 2), (2, 1), (4, 1)]
+    assert (interval.held, interval.not_held) == (1, None)
+    # no repeat showed a sign of load, so no saturation point; the interval still says 2 was not held
+    assert sweep_saturation(stages).status == "not_reached"
+    assert sweep_saturation(stages[:2] + [repeated(4, 0, **SLOW)]).status == "saturated"
+
+
+def test_loads_skipped_after_the_saturation_point_count_as_not_held():
+    # --stop-after-saturation: repeat 0 stopped at 2, so 4 was never run there
+    stages = [repeated(1, 0), repeated(2, 0, **SLOW), repeated(1, 1), repeated(2, 1), repeated(4, 1, **SLOW)]
+    interval = held_interval(stages)
+    assert [(x["load"], x["held"], x["of"]) for x in interval.shares] == [(1, 2, 2), (2, 1, 2), (4, 0, 2)]
+    assert (interval.held, interval.not_held) == (1, 4)
+
+
+def test_a_closed_loop_interval_is_in_users_and_as_recorded_stages_have_none():
+    stages = [repeated(None, k, users=u, **(SLOW if u == 16 else {})) for k in (0, 1) for u in (1, 4, 16)]
+    interval = held_interval(stages)
+    assert (interval.held, interval.not_held, interval.unit) == (4, 16, "users")
+    assert held_interval([repeated(None, 0), repeated(None, 1)]) is None
+
+
+def test_by_load_takes_median_and_spread_over_the_valid_repeats_only():
+    def with_rps(rate, repeat, rps, valid=True):
+        return {**repeated(rate, repeat, valid=valid), "throughput_rps": rps}
+
+    rows = by_load([with_rps(2, 0, 1.9), with_rps(2, 1, 2.1), with_rps(2, 2, 50.0, valid=False),
+                    with_rps(1, 0, 1.0), with_rps(1, 1, 1.0)])
+    assert [(r["load"], r["runs"], r["valid"]) for r in rows] == [(1, 2, 2), (2, 3, 2)]
+    rps = rows[1]["metrics"]["req/s"]
+    assert rps["values"] == [1.9, 2.1] and rps["median"] == pytest.approx(2.0)
+    assert rps["spread"] == pytest.approx(NoiseFloor((1.9, 2.1)).spread)  # the one noise rule
+    assert rows[0]["metrics"]["TTFT p50"] is None  # no value in these summaries
+
+
+
+def sweep_saturation(stages):
+    """The saturation point SweepResult.of gives these stages (over their repeats)."""
+    return _saturation_over(stages, QUEUE_GROWTH_S)
