@@ -29,7 +29,12 @@ lengths, output lengths, cache, arrivals) had no metric that passed, and *faithf
 missing (no engine-reported cached tokens live, no recorded latencies, too few windows) are
 reported as not applicable. Outcomes (TTFT / ITL / E2E) are reported but judged only with
 ``judge_outcomes=True``: they match live only when the target runs the live engine's config at
-the live rate.
+the live rate, and they wobble from one replay to the next by the bench's own noise (an engine
+start, a neighbour, the scheduler), which live's halves cannot show. So a judged outcome also
+needs a *replay A/A*: ``aa_runs`` (2) replays of the stage on the same engine and config (``replay
+run / sweep --repeats 2``); its A/A distance is the larger of live's halves' and the largest
+between those replays, and the bound follows from it as above. With fewer replays an outcome is
+*cannot tell*, and with outcomes judged a stage needs them conclusive to be faithful.
 
 Time scales. A stage that replays the trace k times faster is compared at 1/k of the live
 windows: its counting windows are the live ones divided by the stage's compression
@@ -51,6 +56,7 @@ from fidelity.sides import PER_REQUEST_SLACK, TEMPLATE_MAX, Side
 
 __all__ = [
     "AA_FACTOR",
+    "AA_RUNS",
     "CEILINGS",
     "FIXED_BOUNDS",
     "JUDGED_GROUPS",
@@ -136,6 +142,10 @@ JUDGED_GROUPS: tuple[tuple[str, str], ...] = (
     ("cache", "cache."),
     ("arrivals", "arrivals."),
 )
+
+# with outcomes judged, they are a part a faithful verdict needs too
+OUTCOMES_GROUP = ("outcomes", "outcomes.")
+AA_RUNS = 2  # replays of a stage the outcomes' replay A/A needs
 
 # a metric's state
 PASS, FAIL, CANNOT_TELL, NOT_JUDGED = "pass", "fail", "cannot tell", "n/a"
@@ -470,7 +480,8 @@ def _metric(group: str, name: str, x, y, d: float, aa: float | None, decision: _
                   decision.needs, decision.detectable, decision.detects)
 
 
-def _judge(spec: _Spec, live: Side, other: Side, splits: list[tuple[Side, Side]], aa_side: Side) -> Metric:
+def _judge(spec: _Spec, live: Side, other: Side, splits: list[tuple[Side, Side]], aa_side: Side,
+           replays: tuple[Side, ...] = (), aa_runs: int = AA_RUNS) -> Metric:
     not_applicable = spec.applicable(live, other)
     if not_applicable:
         return Metric(spec.group, spec.name, None, None, None, None, None, NOT_JUDGED,
@@ -482,15 +493,37 @@ def _judge(spec: _Spec, live: Side, other: Side, splits: list[tuple[Side, Side]]
     aas = [spec.fn(*h)[2] for h in splits if spec.applicable(*h) is None]
     aas = [a for a in aas if a is not None and not math.isnan(a)]
     aa = float(np.max(aas)) if aas else None
-    decision = _decide(spec.name, d, aa, aa_side, lambda a, b: spec.fn(a, b)[2], x)
     flags: tuple[str, ...] = ()
+    bench = None  # outcomes: the largest distance between two replays of the stage
     if spec.group == "outcomes":
         n = min(_count(getattr(live, _OUTCOME_ATTR[spec.name])), _count(getattr(other, _OUTCOME_ATTR[spec.name])))
         if n < MIN_SAMPLES:
             flags = (f"quantiles from {n} samples (< {MIN_SAMPLES})",)
+        runs = (other, *replays)
+        pairs = [spec.fn(a, b)[2] for i, a in enumerate(runs) for b in runs[i + 1:]]
+        pairs = [p for p in pairs if p is not None and not math.isnan(p)]
+        bench = max(pairs) if len(runs) >= max(2, aa_runs) and pairs else None
+        if bench is not None:
+            aa = max(aa or 0.0, bench)
+    decision = _decide(spec.name, d, aa, aa_side, lambda a, b: spec.fn(a, b)[2], x)
     if not spec.judged:
         return _metric(spec.group, spec.name, x, y, d, aa, decision,
                        f"reported, not judged: {spec.what} {d:.3g} (bound {decision.bound:.3g})", flags, NOT_JUDGED)
+    if spec.group == "outcomes":
+        if bench is None:
+            return _metric(spec.group, spec.name, x, y, d, aa, replace(decision, needs=(
+                f"a replay A/A: {max(2, aa_runs)} replays of this stage on the same engine and config "
+                f"(replay run / sweep --repeats {max(2, aa_runs)}; has {len(runs)})")),
+                f"{spec.what}: {d:.3g}, but the bench's own noise was not measured: cannot tell; needs a replay "
+                f"A/A ({max(2, aa_runs)} replays of this stage, has {len(runs)})", flags, CANNOT_TELL)
+        if decision.state == CANNOT_TELL and AA_FACTOR * bench > (decision.ceiling or math.inf):
+            return _metric(spec.group, spec.name, x, y, d, aa, replace(decision, needs="a steadier bench"),
+                           f"{spec.what}: {d:.3g}, but {len(runs)} replays of this stage differ by up to {bench:.3g} "
+                           f"among themselves, so the bound {decision.bound:.3g} is over its ceiling "
+                           f"{decision.ceiling:.3g}: cannot tell; needs a steadier bench", flags, CANNOT_TELL)
+        stated = _stated(spec.what, d, x, y, other.name, decision)
+        return _metric(spec.group, spec.name, x, y, d, aa, decision,
+                       f"{stated} (replay A/A over {len(runs)} replays: {bench:.3g})", flags)
     return _metric(spec.group, spec.name, x, y, d, aa, decision, _stated(spec.what, d, x, y, other.name, decision),
                    flags)
 
@@ -604,27 +637,30 @@ def _per_request(stage: pl.DataFrame, other: Side, lag_bound_ms: float | None = 
 
 def compare_sides(live: Side, other: Side, *, judge_outcomes: bool = False, seed: int = 0,
                   stage: pl.DataFrame | None = None, aa_from: Side | None = None,
-                  lag_bound_ms: float | None = None) -> Verdict:
+                  lag_bound_ms: float | None = None, replays: tuple[Side, ...] = (),
+                  aa_runs: int = AA_RUNS) -> Verdict:
     """Every metric between ``live`` and ``other``, judged against thresholds from the A/A halves
-    of ``aa_from`` (default: live); ``stage`` (the replay's rows) adds the per-request checks."""
+    of ``aa_from`` (default: live); ``stage`` (the replay's rows) adds the per-request checks.
+    ``replays``: the other replays of ``other``'s stage (same engine, config and load), whose
+    distances from it set the outcomes' replay A/A (``aa_runs`` replays in all are needed)."""
     if other.template_tokens and not live.template_tokens:
         # live's engine added its chat template to every prompt too: taken to be the replay's
         live = replace(live, template_tokens=other.template_tokens)
     aa_side = live if aa_from is None else aa_from
     splits = aa_splits(aa_side, seed)
-    metrics = [_judge(spec, live, other, splits, aa_side) for spec in _specs(judge_outcomes)]
+    metrics = [_judge(spec, live, other, splits, aa_side, replays, aa_runs) for spec in _specs(judge_outcomes)]
     metrics += _cache_sim_metrics(live, other, splits, aa_side)
     if stage is not None:
         metrics += _per_request(stage, other, lag_bound_ms)
     order = {"lengths": 0, "cache": 1, "arrivals": 2, "sessions": 3, "outcomes": 4}
     metrics.sort(key=lambda m: order[m.group])
-    state, reason = _overall(metrics)
+    state, reason = _overall(metrics, JUDGED_GROUPS + ((OUTCOMES_GROUP,) if judge_outcomes else ()))
     diagnosis = list(other.notes) + _cache_diagnosis(metrics, other.name, live)
     return Verdict(state=state, reason=reason, metrics=metrics, diagnosis=diagnosis)
 
 
-def _overall(metrics: list[Metric]) -> tuple[str, str]:
-    """UNFAITHFUL when a metric failed; CANNOT_TELL when none did but a part of JUDGED_GROUPS had
+def _overall(metrics: list[Metric], groups: tuple[tuple[str, str], ...] = JUDGED_GROUPS) -> tuple[str, str]:
+    """UNFAITHFUL when a metric failed; CANNOT_TELL when none did but a part of ``groups`` had
     no metric that passed conclusively; else FAITHFUL. With the reason in words (naming the
     metrics that could not tell either way)."""
     failed = [m for m in metrics if m.state == FAIL]
@@ -632,11 +668,11 @@ def _overall(metrics: list[Metric]) -> tuple[str, str]:
         return UNFAITHFUL, "unfaithful: " + "; ".join(m.reason for m in failed)
     undecided = [m for m in metrics if m.state == CANNOT_TELL]
     judged = [m for m in metrics if m.ceiling is not None]  # against the A/A halves
-    missing = [what for what, prefix in JUDGED_GROUPS
+    missing = [what for what, prefix in groups
                if not any(m.name.startswith(prefix) and m.state == PASS for m in judged)]
     if missing:
         why = []
-        for what, prefix in JUDGED_GROUPS:
+        for what, prefix in groups:
             if what in missing:
                 cannot = [m for m in undecided if m.name.startswith(prefix)]
                 why.append(f"{what}: " + ("; ".join(f"{m.name} needs {m.needs}" for m in cannot) if cannot

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from fidelity.compare import CANNOT_TELL, FAITHFUL, UNFAITHFUL, Verdict, compare_sides
+from fidelity.compare import AA_RUNS, CANNOT_TELL, FAITHFUL, UNFAITHFUL, Verdict, compare_sides
 from fidelity.sides import Side, compression, live_side, replay_side
 from replay.errors import ConfigError
 from replay.trace import Trace, read_trace
@@ -76,13 +76,22 @@ def _live(live: Trace | str | Path) -> tuple[Trace, str]:
     return read_trace(live, bodies=False), str(live)
 
 
+def _replay_of(live: Trace, sent: Trace, stage: pl.DataFrame) -> Side:
+    """The replay side of a stage, at its compression against live."""
+    c = compression(live.df, stage)
+    return replace(replay_side(sent.df, stage, live.meta.block_size_tokens), time_scale=c)
+
+
 def compare_stage(live: Trace, stage: pl.DataFrame, *, sent: Trace | None = None, file: str = "<stage>",
                   requested_rate: float | None = None, judge_outcomes: bool = False, seed: int = 0,
-                  lag_bound_ms: float | None = None) -> StageFidelity:
+                  lag_bound_ms: float | None = None, repeats: tuple[pl.DataFrame, ...] = (),
+                  aa_runs: int = AA_RUNS) -> StageFidelity:
     """Judge one stage's per-request results against the live rows it replayed. ``sent`` is the
     trace the stage replayed, when it is not ``live`` itself (a redacted or edited copy with the
     same request ids): its block hashes and lengths are what the replay offered. ``lag_bound_ms``
-    is the stage's own send-lag bound (default: the runner's default, 1 ms)."""
+    is the stage's own send-lag bound (default: the runner's default, 1 ms). ``repeats``: the rows
+    of the other replays of this stage (same engine, config and load), for the outcomes' replay
+    A/A (:mod:`fidelity.compare`; ``aa_runs`` replays in all)."""
     sent = live if sent is None else sent
     if stage.height == 0:
         raise ConfigError(f"{file}: the stage has no requests")
@@ -92,21 +101,21 @@ def compare_stage(live: Trace, stage: pl.DataFrame, *, sent: Trace | None = None
             raise ConfigError(f"{file}: {missing.height} requests are not in the {what} "
                               f"(first: {missing['request_id'][0]!r}): was it replayed from another trace?")
     rows = live.df.filter(pl.col("request_id").is_in(stage["request_id"].implode()))
-    block = live.meta.block_size_tokens
-    c = compression(live.df, stage)
-    ours = replace(replay_side(sent.df, stage, block), time_scale=c)
-    theirs = live_side(rows, block)
+    ours = _replay_of(live, sent, stage)
+    theirs = live_side(rows, live.meta.block_size_tokens)
     verdict = compare_sides(theirs, ours, judge_outcomes=judge_outcomes, seed=seed, stage=stage,
-                            lag_bound_ms=lag_bound_ms)
-    return StageFidelity(file=file, requested_rate=requested_rate, compression=c, requests=stage.height,
+                            lag_bound_ms=lag_bound_ms, replays=tuple(_replay_of(live, sent, r) for r in repeats),
+                            aa_runs=aa_runs)
+    return StageFidelity(file=file, requested_rate=requested_rate, compression=ours.time_scale, requests=stage.height,
                          sent=ours.n, verdict=verdict, live_side=theirs, replay_side=ours)
 
 
 def compare_results(live: Trace | str | Path, results: str | Path, *, judge_outcomes: bool = False,
-                    seed: int = 0) -> FidelityReport:
+                    seed: int = 0, aa_runs: int = AA_RUNS) -> FidelityReport:
     """Judge every stage of a results folder (``replay run`` / ``replay sweep`` output). The
     trace the folder's summary names as replayed, when it is another file than ``live``, gives
-    what the replay offered (:func:`compare_stage`'s ``sent``)."""
+    what the replay offered (:func:`compare_stage`'s ``sent``). With ``judge_outcomes`` the
+    stages at the same load (the repeats of ``--repeats K``) are each other's replay A/A."""
     from replay.results import read_stage
 
     trace, live_name = _live(live)
@@ -125,13 +134,18 @@ def compare_results(live: Trace | str | Path, results: str | Path, *, judge_outc
     if replayed and Path(replayed).is_file() and (
             live_name == "<trace>" or Path(replayed).resolve() != Path(live_name).resolve()):
         sent = read_trace(replayed, bodies=False)
+    summaries = [stage_summaries[i] if i < len(stage_summaries) else {} for i in range(len(files))]
+    loads = [(s.get("requested_rate"), s.get("concurrency")) for s in summaries]
     stages = []
     for i, name in enumerate(files):
         df, _ = read_stage(folder / name)
-        summary_i = stage_summaries[i] if i < len(stage_summaries) else {}
-        stages.append(compare_stage(trace, df, sent=sent, file=name, requested_rate=summary_i.get("requested_rate"),
+        repeats = ()
+        if judge_outcomes:
+            repeats = tuple(read_stage(folder / other)[0] for j, other in enumerate(files)
+                            if j != i and loads[j] == loads[i])
+        stages.append(compare_stage(trace, df, sent=sent, file=name, requested_rate=summaries[i].get("requested_rate"),
                                     judge_outcomes=judge_outcomes, seed=seed,
-                                    lag_bound_ms=summary_i.get("lag_bound_ms")))
+                                    lag_bound_ms=summaries[i].get("lag_bound_ms"), repeats=repeats, aa_runs=aa_runs))
     return FidelityReport(live=live_name, results=str(folder), stages=stages)
 
 

@@ -28,7 +28,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="write fidelity.json, fidelity.md and fidelity.html (plots embedded) here")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--judge-outcomes", action="store_true",
-                   help="judge TTFT / ITL / E2E too (when the target ran live's engine config at live's rate)")
+                   help="judge TTFT / ITL / E2E too (when the target ran live's engine config at live's rate): "
+                        "within a band that also covers how much the replays of a stage differ among themselves "
+                        "(a replay A/A: record them with replay run / sweep --repeats 2); without them, the "
+                        "outcomes cannot be told")
+    p.add_argument("--aa-runs", type=int, default=2, metavar="N",
+                   help="with --judge-outcomes: the replays of a stage (same load) its replay A/A needs (default 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random A/A halves (default 0)")
     p.set_defaults(func=cmd_fidelity)
 
@@ -64,7 +69,12 @@ def _finish(args: argparse.Namespace, report) -> int:
 def cmd_fidelity(args: argparse.Namespace) -> int:
     from fidelity import compare_results
 
-    return _finish(args, compare_results(args.live, args.results, judge_outcomes=args.judge_outcomes, seed=args.seed))
+    from replay.errors import ConfigError
+
+    if args.aa_runs < 2:
+        raise ConfigError(f"--aa-runs: an A/A needs at least 2 replays, got {args.aa_runs}")
+    return _finish(args, compare_results(args.live, args.results, judge_outcomes=args.judge_outcomes, seed=args.seed,
+                                         aa_runs=args.aa_runs))
 
 
 def cmd_drift(args: argparse.Namespace) -> int:

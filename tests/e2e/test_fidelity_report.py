@@ -72,6 +72,12 @@ def test_sweep_fidelity_adds_a_verdict_per_stage_to_the_table_and_summary(swept,
         assert brief["diagnosis"] == full["diagnosis"]
     assert json.loads((out / "fidelity.json").read_text()) == report
     assert {p.name for p in out.iterdir()} >= {"fidelity.json", "fidelity.md", "fidelity.html"}
+    # outcomes asked for: a generated live trace recorded no latencies, so they cannot be told
+    outcomes = cli("fidelity", str(live), str(out), "--judge-outcomes", "--json")
+    assert outcomes.returncode == 3, outcomes.stderr
+    assert all("outcomes: no metric applies" in s["reason"] for s in json.loads(outcomes.stdout)["stages"])
+    bad = cli("fidelity", str(live), str(out), "--judge-outcomes", "--aa-runs", "1")
+    assert bad.returncode == 2 and "--aa-runs" in bad.stderr
 
 
 @pytest.mark.slow

@@ -187,3 +187,46 @@ def test_reuse_times_of_requests_that_shared_a_timestamp_survive_a_replay_sent_u
     (reuse,) = [m for m in result.verdict.metrics if m.name == "cache.reuse_time.ks"]
     assert reuse.distance is not None and reuse.distance < 0.05, reuse.reason
     assert "cache.reuse_time.ks" not in failed(result)
+
+
+def slower(live: Trace, factor: float) -> Trace:
+    """``live`` whose every E2E is ``factor`` times its own (to make replays that answered slower)."""
+    return Trace(df=live.df.with_columns(e2e_us=(pl.col("e2e_us") * factor).cast(pl.Int64)), meta=live.meta)
+
+
+def outcome(result, name="outcomes.e2e"):
+    return next(m for m in result.verdict.metrics if m.name == name)
+
+
+def test_judged_outcomes_need_a_replay_aa_and_fail_beyond_its_band(live):
+    # E2E of 0.5 s + 1 ms a token: live's halves agree within a few % even at p99
+    live = Trace(df=live.df.with_columns(e2e_us=500_000 + 1_000 * pl.col("output_tokens").cast(pl.Int64)),
+                 meta=live.meta)
+    stage = stage_of(live)
+    # not asked: reported only
+    assert outcome(compare_stage(live, stage)).state == "n/a"
+    # asked, but the stage ran once: the bench's own wobble is unknown, so cannot tell
+    once = compare_stage(live, stage, judge_outcomes=True)
+    assert outcome(once).state == "cannot tell" and "replay A/A" in outcome(once).needs
+    assert once.verdict.state == "cannot tell" and "outcomes" in once.verdict.reason
+    # two replays 2% apart: the band is set by them (and live's halves), and the replay passes
+    twice = compare_stage(live, stage, judge_outcomes=True, repeats=(stage_of(slower(live, 1.02)),))
+    assert outcome(twice).state == "pass" and "replay A/A over 2 replays: 0.02" in outcome(twice).reason
+    assert twice.verdict.faithful, twice.verdict.reason
+    # answers 15% slower than live: within the band of replays 6% apart among themselves (3 x 0.06),
+    # not within that of replays 1% apart (the fixed 0.1)
+    off = stage_of(slower(live, 1.15))
+    wobbly = compare_stage(live, off, judge_outcomes=True, repeats=(stage_of(slower(live, 1.15 * 1.06)),))
+    steady = compare_stage(live, off, judge_outcomes=True, repeats=(stage_of(slower(live, 1.15 * 1.01)),))
+    assert outcome(wobbly).state == "pass" and outcome(wobbly).bound == pytest.approx(0.18, abs=0.01)
+    assert outcome(steady).state == "fail" and outcome(steady).bound == pytest.approx(0.1)
+    # a third replay asked for (aa_runs=3) and missing: cannot tell again
+    assert outcome(compare_stage(live, stage, judge_outcomes=True, repeats=(stage_of(slower(live, 1.02)),),
+                                 aa_runs=3)).state == "cannot tell"
+    # answers 40% slower than live, the replays steady among themselves: fails
+    slow = stage_of(slower(live, 1.4))
+    worse = compare_stage(live, slow, judge_outcomes=True, repeats=(stage_of(slower(live, 1.41)),))
+    assert outcome(worse).state == "fail" and worse.verdict.state == "unfaithful"
+    # the same 40% with replays 30% apart among themselves: the bench is too noisy to tell
+    noisy = compare_stage(live, slow, judge_outcomes=True, repeats=(stage_of(slower(live, 1.0)),))
+    assert outcome(noisy).state == "cannot tell" and "steadier bench" in outcome(noisy).needs
