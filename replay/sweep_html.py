@@ -85,8 +85,9 @@ def _mark_saturation(ax, data: dict) -> None:
 
 
 def _series(ax, xs, ys, valid, color, style, label) -> bool:
-    """One line through the stages that have both values; invalid stages hollow. False: none had."""
-    pts = [(x, y, v) for x, y, v in zip(xs, ys, valid) if x is not None and y is not None]
+    """One line through the stages that have both values, by rising x (the repeats of a stage side by
+    side); invalid stages hollow. False: none had."""
+    pts = sorted((x, y, v) for x, y, v in zip(xs, ys, valid) if x is not None and y is not None)
     if not pts:
         return False
     ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=color, label=label)
@@ -213,6 +214,11 @@ def sweep_html(summary: dict, *, plots: bool = True) -> str:
             f"target: <code>{escape(str(summary.get('url', '')))}</code><br>"
             f"{len(summary.get('stages') or [])} stages; arrivals: {escape(_arrivals(summary.get('arrivals')))}</p>",
             f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"]
+    if summary.get("interval"):  # --repeats
+        from replay.sweep import HeldInterval
+
+        body.insert(1, f"<p><b>{escape(HeldInterval.line(summary['interval']))}</b> "
+                       f"({summary.get('repeats')} repeats of each stage)</p>")
     if plots:
         body += [figure_html(plot) for plot in sweep_plots(summary)]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -508,3 +508,4 @@ def test_repeats_run_on_a_fresh_engine_each_and_report_median_spread_and_interva
     assert achieved["median"] == pytest.approx(30, rel=0.1) and len(achieved["values"]) == 2
     assert "over 2 repeats" in done.stdout and "30 +- " in done.stdout
     assert summary["interval"]["held"] == 30 and "held up to 30 req/s in every repeat" in done.stdout
+    assert "saturation interval: held up to 30 req/s in every repeat" in (out / "sweep.html").read_text()
