@@ -34,7 +34,6 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -388,7 +387,7 @@ def sweep(
     stop_after_saturation: bool = False,
     reset_cache: bool = True,
     repeats: int = 1,
-    target: Callable[[RunConfig], AbstractContextManager[RunConfig]] | None = None,
+    target: Callable[[RunConfig], contextlib.AbstractContextManager[RunConfig]] | None = None,
 ) -> SweepResult:
     """Replay `trace` once per rate (in the order given, or the rates a :func:`find_rates` search
     chose), or, with `concurrency` (and no rates), once per number of users in closed loop; with

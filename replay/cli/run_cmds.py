@@ -143,7 +143,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                            f"({CLOSED_LOOP})")
     load.add_argument("--rates",
                    help="comma-separated req/s, e.g. 1,2,4,8; or auto[:N] to find the saturation rate with short "
-                        "probe stages (--probe-duration each, at most 10: doubling, then bisecting to within 10%) and run N "
+                        "probe stages (--probe-duration each, at most 10: doubling, then bisecting to within 10%%) and run N "
                         "stages (default 5) from a quarter of it to 1.5 times it")
     p.add_argument("--max-queue-growth", default="250ms",
                    help="saturated when TTFT (from the intended send) at least doubles through a stage and "
