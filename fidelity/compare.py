@@ -495,6 +495,7 @@ def _judge(spec: _Spec, live: Side, other: Side, splits: list[tuple[Side, Side]]
     aa = float(np.max(aas)) if aas else None
     flags: tuple[str, ...] = ()
     bench = None  # outcomes: the largest distance between two replays of the stage
+    need = max(2, aa_runs)  # replays the outcomes' replay A/A needs
     if spec.group == "outcomes":
         n = min(_count(getattr(live, _OUTCOME_ATTR[spec.name])), _count(getattr(other, _OUTCOME_ATTR[spec.name])))
         if n < MIN_SAMPLES:
@@ -502,7 +503,7 @@ def _judge(spec: _Spec, live: Side, other: Side, splits: list[tuple[Side, Side]]
         runs = (other, *replays)
         pairs = [spec.fn(a, b)[2] for i, a in enumerate(runs) for b in runs[i + 1:]]
         pairs = [p for p in pairs if p is not None and not math.isnan(p)]
-        bench = max(pairs) if len(runs) >= max(2, aa_runs) and pairs else None
+        bench = max(pairs) if len(runs) >= need and pairs else None
         if bench is not None:
             aa = max(aa or 0.0, bench)
     decision = _decide(spec.name, d, aa, aa_side, lambda a, b: spec.fn(a, b)[2], x)
@@ -512,10 +513,10 @@ def _judge(spec: _Spec, live: Side, other: Side, splits: list[tuple[Side, Side]]
     if spec.group == "outcomes":
         if bench is None:
             return _metric(spec.group, spec.name, x, y, d, aa, replace(decision, needs=(
-                f"a replay A/A: {max(2, aa_runs)} replays of this stage on the same engine and config "
-                f"(replay run / sweep --repeats {max(2, aa_runs)}; has {len(runs)})")),
+                f"a replay A/A: {need} replays of this stage on the same engine and config "
+                f"(replay run / sweep --repeats {need}; has {len(runs)})")),
                 f"{spec.what}: {d:.3g}, but the bench's own noise was not measured: cannot tell; needs a replay "
-                f"A/A ({max(2, aa_runs)} replays of this stage, has {len(runs)})", flags, CANNOT_TELL)
+                f"A/A ({need} replays of this stage, has {len(runs)})", flags, CANNOT_TELL)
         if decision.state == CANNOT_TELL and AA_FACTOR * bench > (decision.ceiling or math.inf):
             return _metric(spec.group, spec.name, x, y, d, aa, replace(decision, needs="a steadier bench"),
                            f"{spec.what}: {d:.3g}, but {len(runs)} replays of this stage differ by up to {bench:.3g} "

@@ -50,7 +50,7 @@ from replay.targets.url import reset_prefix_cache
 from replay.trace import Trace
 
 __all__ = ["SweepResult", "Saturation", "HeldInterval", "RateSearch", "sweep", "saturation", "held_interval",
-           "by_load", "find_rates", "check_stages", "QUEUE_GROWTH_S", "MAX_FAILED_SHARE", "REPEAT_METRICS"]
+           "by_load", "find_rates", "check_stages", "check_repeats", "QUEUE_GROWTH_S", "MAX_FAILED_SHARE", "REPEAT_METRICS"]
 
 QUEUE_GROWTH_S = 0.25
 MAX_FAILED_SHARE = 0.1  # a stage where more than this share of the sent requests failed has saturated
@@ -374,6 +374,13 @@ def check_stages(trace: Trace, config: RunConfig, rates: Sequence[float],
     return configs
 
 
+def check_repeats(repeats: int) -> int:
+    """`repeats` if it is a whole number >= 1 (--repeats), else ConfigError."""
+    if not (isinstance(repeats, int) and repeats >= 1):
+        raise ConfigError(f"--repeats: must be a whole number >= 1, got {repeats!r}")
+    return repeats
+
+
 def sweep(
     trace: Trace,
     config: RunConfig,
@@ -407,8 +414,7 @@ def sweep(
     (optional) is entered once per repeat with `config` and yields it aimed at the target that
     repeat runs on: a freshly started engine, so that a repeat's noise includes an engine start.
     """
-    if not (isinstance(repeats, int) and repeats >= 1):
-        raise ConfigError(f"--repeats: must be a whole number >= 1, got {repeats!r}")
+    check_repeats(repeats)
     search = rates if isinstance(rates, RateSearch) else None
     if rates is None:
         schedule(trace, config)

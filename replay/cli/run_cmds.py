@@ -206,12 +206,6 @@ def _target(args: argparse.Namespace, config: RunConfig, sim_config, quiet: bool
         server.stop()
 
 
-def _repeats(args: argparse.Namespace) -> int:
-    if args.repeats < 1:
-        raise ConfigError(f"--repeats: must be a whole number >= 1, got {args.repeats}")
-    return args.repeats
-
-
 def _fresh_target(args: argparse.Namespace, sim_config):
     """sweep()'s `target` with --repeats: the embedded engine started afresh for each repeat."""
     if args.repeats == 1 or sim_config is None:
@@ -323,7 +317,7 @@ def _judge(args: argparse.Namespace, result, saver: _Saver) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from replay.plan import schedule
-    from replay.sweep import sweep
+    from replay.sweep import check_repeats, sweep
     from replay.trace import read_trace
 
     trace = read_trace(args.trace, bodies=False)  # bodies are read a window at a time as the stage runs
@@ -331,7 +325,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(raw_text_warning(args.trace), file=sys.stderr)
     config = dataclasses.replace(_config(args, args.rate, args.speedup), concurrency=args.concurrency)
     schedule(trace, config)  # bad --duration / --requests: before the engine starts
-    repeats = _repeats(args)
+    repeats = check_repeats(args.repeats)  # before the engine starts
     _check_live(args, trace)
     sim_config = _sim_config(args)
     saver = _Saver(args, _out(args, "run"))
@@ -346,7 +340,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from replay.config import AutoRates
-    from replay.sweep import check_stages, find_rates, sweep
+    from replay.sweep import check_repeats, check_stages, find_rates, sweep
     from replay.trace import read_trace
 
     users = parse_users(args.concurrency) if args.concurrency else None
@@ -359,7 +353,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if trace.meta.raw_text:
         print(raw_text_warning(args.trace), file=sys.stderr)
     config = _config(args, None, None)
-    repeats = _repeats(args)
+    repeats = check_repeats(args.repeats)  # before the engine starts
     if not isinstance(rates, AutoRates):
         check_stages(trace, config, rates, users)  # every stage's flags: before the engine starts
     _check_live(args, trace)
