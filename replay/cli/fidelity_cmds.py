@@ -27,13 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path,
                    help="write fidelity.json, fidelity.md and fidelity.html (plots embedded) here")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--judge-outcomes", action="store_true",
-                   help="judge TTFT / ITL / E2E too (when the target ran live's engine config at live's rate): "
-                        "within a band that also covers how much the replays of a stage differ among themselves "
-                        "(a replay A/A: record them with replay run / sweep --repeats 2); without them, the "
-                        "outcomes cannot be told")
-    p.add_argument("--aa-runs", type=int, default=2, metavar="N",
-                   help="with --judge-outcomes: the replays of a stage (same load) its replay A/A needs (default 2)")
+    add_outcome_flags(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the random A/A halves (default 0)")
     p.set_defaults(func=cmd_fidelity)
 
@@ -50,6 +44,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--seed", type=int, default=0, help="seed of the random A/A halves (default 0)")
     p.set_defaults(func=cmd_drift)
+
+
+def add_outcome_flags(p: argparse.ArgumentParser) -> None:
+    """--judge-outcomes and --aa-runs, for `replay fidelity` and for run / sweep --fidelity."""
+    from fidelity.compare import AA_RUNS
+
+    p.add_argument("--judge-outcomes", action="store_true",
+                   help="judge TTFT / ITL / E2E too (when the target ran live's engine config at live's rate): "
+                        "within a band that also covers how much the replays of a stage differ among themselves "
+                        "(a replay A/A: record them with replay run / sweep --repeats 2); without them, the "
+                        "outcomes cannot be told")
+    p.add_argument("--aa-runs", type=int, default=AA_RUNS, metavar="N",
+                   help=f"with --judge-outcomes: the replays of a stage (same load) its replay A/A needs "
+                        f"(default {AA_RUNS})")
+
+
+def check_outcome_flags(args: argparse.Namespace) -> None:
+    """--aa-runs: an A/A needs two replays at least."""
+    from replay.errors import ConfigError
+
+    if args.aa_runs < 2:
+        raise ConfigError(f"--aa-runs: an A/A needs at least 2 replays, got {args.aa_runs}")
 
 
 def _finish(args: argparse.Namespace, report) -> int:
@@ -69,10 +85,7 @@ def _finish(args: argparse.Namespace, report) -> int:
 def cmd_fidelity(args: argparse.Namespace) -> int:
     from fidelity import compare_results
 
-    from replay.errors import ConfigError
-
-    if args.aa_runs < 2:
-        raise ConfigError(f"--aa-runs: an A/A needs at least 2 replays, got {args.aa_runs}")
+    check_outcome_flags(args)
     return _finish(args, compare_results(args.live, args.results, judge_outcomes=args.judge_outcomes, seed=args.seed,
                                          aa_runs=args.aa_runs))
 

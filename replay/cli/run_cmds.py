@@ -11,6 +11,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from replay.cli.fidelity_cmds import add_outcome_flags, check_outcome_flags
 from replay.cli.report import print_stages, progress_bar, raw_text_warning
 from replay.config import (RUNNER_DEFAULTS, Arrivals, RunConfig, Slo, parse_duration_s, parse_header, parse_rates,
                            parse_slo, parse_users)
@@ -101,6 +102,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-inconclusive", action="store_true",
                    help="with --fidelity: exit 0 when no stage is unfaithful but some cannot be told "
                         "(recorded in summary.json)")
+    add_outcome_flags(p)  # --judge-outcomes, --aa-runs: with --fidelity
     p.add_argument("--repeats", type=int, default=1, metavar="K",
                    help="run every stage K times (default 1): the stages once per repeat, each repeat on a fresh "
                         "start of the embedded engine when it is the target; the table then shows each load's "
@@ -306,7 +308,8 @@ def _judge(args: argparse.Namespace, result, saver: _Saver) -> None:
 
     if not args.json:
         print(f"judging {len(saver.files)} stage(s) against {args.fidelity}...", file=sys.stderr)
-    report = compare_results(args.fidelity, saver.out)  # as `replay fidelity` judges it by default
+    report = compare_results(args.fidelity, saver.out, judge_outcomes=args.judge_outcomes,
+                             aa_runs=args.aa_runs)  # as `replay fidelity` judges it
     paths = write_report(report, saver.out, html=True)
     saver.fidelity = [stage_summary(s, str(args.fidelity)) for s in report.stages]
     saver.fidelity_state = report.state
@@ -326,6 +329,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = dataclasses.replace(_config(args, args.rate, args.speedup), concurrency=args.concurrency)
     schedule(trace, config)  # bad --duration / --requests: before the engine starts
     repeats = check_repeats(args.repeats)  # before the engine starts
+    check_outcome_flags(args)
     _check_live(args, trace)
     sim_config = _sim_config(args)
     saver = _Saver(args, _out(args, "run"))
@@ -354,6 +358,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(raw_text_warning(args.trace), file=sys.stderr)
     config = _config(args, None, None)
     repeats = check_repeats(args.repeats)  # before the engine starts
+    check_outcome_flags(args)
     if not isinstance(rates, AutoRates):
         check_stages(trace, config, rates, users)  # every stage's flags: before the engine starts
     _check_live(args, trace)

@@ -132,7 +132,7 @@ def test_the_browser_check_sees_broken_images_and_script_errors(tmp_path):
 def test_run_fidelity_prints_the_verdict_in_its_json(live, cli, tmp_path):
     out = tmp_path / "run"
     done = cli("run", str(live), "--rate", "30", "--requests", "30", *EMBEDDED, "--fidelity", str(live),
-               "--allow-inconclusive", "--out", str(out), "--json")
+               "--judge-outcomes", "--allow-inconclusive", "--out", str(out), "--json")
     assert done.returncode == 0, done.stderr  # cannot tell on 30 requests, allowed
     printed = json.loads(done.stdout)
     assert printed == json.loads((out / "summary.json").read_text())
@@ -141,6 +141,9 @@ def test_run_fidelity_prints_the_verdict_in_its_json(live, cli, tmp_path):
     assert verdict["state"] == "cannot tell" and verdict["reason"].startswith("cannot tell: nothing failed")
     assert printed["fidelity"]["inconclusive_allowed"] is True
     assert (out / "fidelity.html").is_file()
+    # --judge-outcomes reached the judge: a generated live trace recorded no latencies
+    report = json.loads((out / "fidelity.json").read_text())
+    assert "outcomes: no metric applies" in report["stages"][0]["reason"]
 
 
 def test_a_live_trace_without_the_replayed_requests_fails_before_any_stage(live, cli, tmp_path):
@@ -154,6 +157,9 @@ def test_a_live_trace_without_the_replayed_requests_fails_before_any_stage(live,
     assert "embedded engine" not in done.stderr and not out.exists()
     missing = cli("run", str(live), "--requests", "5", *EMBEDDED, "--fidelity", str(tmp_path / "nope.parquet"))
     assert missing.returncode == 2 and "nope.parquet" in missing.stderr
+    one_replay = cli("sweep", str(live), "--rates", "20", "--requests", "10", *EMBEDDED, "--fidelity", str(live),
+                     "--judge-outcomes", "--aa-runs", "1", "--out", str(out))
+    assert one_replay.returncode == 2 and "--aa-runs" in one_replay.stderr and not out.exists()
 
 
 def test_fidelity_help_states_the_threshold_factor(cli):
