@@ -436,7 +436,7 @@ def _decide(name: str, d: float, aa: float | None, live: Side,
     fixed = 0.1 if fixed is None else fixed
     bound = max(fixed, AA_FACTOR * aa) if aa is not None else fixed
     ceiling = _family(CEILINGS, name)
-    found, change = detectable(name, distance or (lambda a, b: None), live, bound, live_value)
+    found, change = detectable(name, distance or (lambda a, b: None), live, bound)
     detects, most = "", None
     if change is not None and found is not None:
         most = MAX_DETECTABLE[change.family]
@@ -444,6 +444,9 @@ def _decide(name: str, d: float, aa: float | None, live: Side,
             detects = f"none up to {change.limit}"
         else:
             detects = in_words(change.family, found)
+        if change.unit == "points" and live_value is not None and live_value < found:
+            # a loss cannot be larger than live's own hits, which are under the bound
+            detects += f", as a gain (live has only {100 * live_value:.3g} points to lose)"
     power = None if found is None or not math.isfinite(found) else found
     if d > bound:
         return _Decision(bound, FAIL, ceiling, detectable=power, detects=detects)
@@ -453,11 +456,6 @@ def _decide(name: str, d: float, aa: float | None, live: Side,
         return _Decision(bound, CANNOT_TELL, ceiling, f"about {need:,} {what} (has {count:,})", power, detects,
                          f"live's own halves differ so much that the bound is {bound:.3g}, over its ceiling "
                          f"{ceiling:.3g}")
-    if change is not None and change.unit == "points" and power is None and live_value is not None:
-        return _Decision(bound, CANNOT_TELL, ceiling, f"a live hit rate of at least {100 * bound:.3g}% (has "
-                         f"{100 * live_value:.3g}%)", None, detects,
-                         f"live's hit rate {live_value:.3g} is under the loss of {bound:.3g} it would take to fail: "
-                         f"a lost reuse could not show")
     if most is not None and (power is None or power > most):
         size = f"about {_round2(count * (power / most) ** 2):,} {what} (has {count:,})" if power else "more live traffic"
         return _Decision(bound, CANNOT_TELL, ceiling, size, power, detects,

@@ -13,9 +13,11 @@ live and the changed live is over ``b`` is the metric's *detectable change* (bis
 * think times (``sessions.think_time.ks``): every think time x (1 + d);
 * outcomes (TTFT / E2E / ITL): every latency x (1 + d);
 * hit rates (``cache.engine_hit_rate``, ``cache.offered_reuse.*``): the distance is itself the
-  difference in hit rate, so a loss of ``b`` points is what it catches (no search); where live's
-  hit rate is under ``b`` no loss can reach it, and the metric catches none (a cache too small to
-  hit on live says nothing about lost reuse).
+  difference in hit rate, so a change of ``b`` points either way is what it catches (no search).
+  Where live's hit rate ``h`` is under ``b`` a loss cannot reach the bound, but neither can it be
+  over ``h`` points: every loss that could happen is smaller than ``b``, and a gain of ``b`` points
+  (reuse the replay invented) is caught, so the detectable change is still ``b``. A trace that
+  records no reuse is judged on whether the replay keeps it that way.
 
 A metric whose detectable change is over its stated maximum (:data:`MAX_DETECTABLE`: lengths 20%,
 CV 30%, hit rate 10 points) cannot tell a faithful replay from one off by that much: it is
@@ -93,7 +95,7 @@ CHANGES: dict[str, Change] = {
     "outcomes.ttft": Change("outcomes", _scaled("ttft_s"), 4.0, limit="latencies x5"),
     "outcomes.e2e": Change("outcomes", _scaled("e2e_s"), 4.0, limit="latencies x5"),
     "outcomes.itl": Change("outcomes", _scaled("itl_s"), 4.0, limit="latencies x5"),
-    "cache": Change("hit rate", None, 1.0, unit="points", limit="a loss of all of live's hits"),
+    "cache": Change("hit rate", None, 1.0, unit="points", limit="a change of 100 points"),
 }
 
 _UNITS = {c.family: c.unit for c in CHANGES.values()}
@@ -134,17 +136,16 @@ def change_for(name: str) -> Change | None:
 
 
 def detectable(name: str, distance: Callable[[Side, Side], float | None], live: Side,
-               bound: float, live_value: float | None = None) -> tuple[float | None, Change | None]:
+               bound: float) -> tuple[float | None, Change | None]:
     """(the smallest change of its kind metric ``name`` catches on ``live`` under ``bound``, as
     stated; inf when none up to the change's ``d_max``; None when it has no change), and the
-    change. ``distance(a, b)`` is the metric's distance. A hit rate's change is a loss of hits:
-    where live's hit rate (``live_value``) is under the bound, no loss can cross it (inf)."""
+    change. ``distance(a, b)`` is the metric's distance. A hit rate's distance is the change itself,
+    either way: a change of ``bound`` points is caught (where live's hit rate is under the bound, a
+    loss cannot be larger than live's own hits, and a gain of ``bound`` is caught)."""
     change = change_for(name)
     if change is None:
         return None, None
     if change.apply is None:  # the distance is the change
-        if live_value is not None and live_value < bound:
-            return float("inf"), change
         return bound, change
 
     def over(d: float) -> bool:
