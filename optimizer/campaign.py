@@ -4,7 +4,9 @@
 replay stage of the workload) and judges it against the baseline (:mod:`optimizer.verdict`); a
 "better" is measured again on a fresh restart before it counts, and then becomes the baseline
 the campaign continues from. ``ask()`` / ``tell()`` let an outside loop (an agent) propose the
-configs; ``run()`` drives a built-in searcher (:mod:`optimizer.search`) until the budget ends.
+configs, and measure them its own way if it likes (``tell(proposal, measurement)``: the same
+rule and ledger); ``run()`` drives a built-in searcher (:mod:`optimizer.search`) until the budget
+ends.
 
 Lossy wins wait for a person: a config that sets a lossy knob (``Knob.lossless`` False: KV or
 weight precision, in a space only with ``allow_lossy``) differently from the baseline it is
@@ -38,13 +40,13 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from optimizer.diagnosis import Diagnosis, diagnose, diagnose_sweep
 from optimizer.hypotheses import check, hypothesis, observed
-from optimizer.ledger import Ledger, hardware_id
+from optimizer.ledger import Entry, Ledger, hardware_id
 from optimizer.pool import Pool, SerialPool
 from optimizer.search import SEARCHERS, Proposal, Searcher
 from optimizer.space import Space, config_key
@@ -170,12 +172,14 @@ def workload_hash(trace: Trace) -> str:
 
 class Campaign:
     """One tuning campaign. ``measure(config) -> Measurement`` is how a config is measured (see
-    :func:`optimizer.measure.measure_on_engine`); ``identity`` keys its ledger rows (engine, version, hardware,
-    workload, objective; the hardware is :func:`optimizer.ledger.hardware_id` unless it names one).
+    :func:`optimizer.measure.measure_on_engine`); without one, the caller measures: it gives the
+    baseline's runs to :meth:`start` and each proposal's runs to :meth:`tell`. ``identity`` keys
+    its ledger rows (engine, version, hardware, workload, objective; the hardware is
+    :func:`optimizer.ledger.hardware_id` unless it names one).
     ``pool`` is where measurements run (:mod:`optimizer.pool`): with more than one slot,
     :meth:`run` judges that many proposals a round, each on its own engine."""
 
-    def __init__(self, *, space: Space, measure: Callable[[Mapping[str, Any]], Measurement],
+    def __init__(self, *, space: Space, measure: Callable[[Mapping[str, Any]], Measurement] | None = None,
                  ledger: str | Path, identity: Mapping[str, Any], baseline: Mapping[str, Any] | None = None,
                  repeats: int = REPEATS, budget: Budget = Budget(), searcher: str | Searcher = "coordinate",
                  order: list[str] | None = None, seed: int = 0, gpus: int = 1,
@@ -215,6 +219,8 @@ class Campaign:
         self._search: Searcher | None = None
         self._gpu_s = 0.0
         self._started = time.monotonic()
+        # proposals whose first run, told from outside, cleared the bar: their confirmation is due
+        self._pending: dict[str, Proposal] = {}
 
     @property
     def slots(self) -> int:
@@ -275,7 +281,15 @@ class Campaign:
         if any(m.invalid for m in done):
             bad = next(m for m in done if m.invalid)
             raise CampaignStopped(f"the baseline {config_key(config)} is invalid: {bad.invalid}")
-        for m, t in self._measure_many([config] * max(0, self.repeats - len(done)), candidates=False):
+        missing = max(0, self.repeats - len(done))
+        if missing and self._measure is None:
+            if role == "baseline":
+                from replay.errors import ConfigError
+                raise ConfigError(f"the baseline's noise floor needs {self.repeats} runs, each on a fresh engine "
+                                  f"start, and {len(done)} were given: pass them to start(), or give the campaign "
+                                  f"a measure")
+            missing = 0  # a win told from outside: its floor is the runs told (two at least)
+        for m, t in self._measure_many([config] * missing, candidates=False):
             self.ledger.record(config, role, m, **t)
             if m.invalid:  # no more runs of a config that fails
                 raise CampaignStopped(f"the baseline {config_key(config)} is invalid: {m.invalid}")
@@ -292,13 +306,21 @@ class Campaign:
                                   f"(more than {self.max_noise:.0%})")
         return floor
 
-    def start(self) -> NoiseFloor:
+    def baseline_runs_needed(self) -> int:
+        """How many more runs of the baseline its noise floor needs (``repeats`` less those in
+        the ledger): what a caller without a measure gives :meth:`start`."""
+        return max(0, self.repeats - len(self.ledger.entries(self.baseline, "baseline")))
+
+    def start(self, baseline_runs: Sequence[Measurement] = ()) -> NoiseFloor:
         """Measure (or read back) the baseline's noise floor, then diagnose its bottleneck: from
         the measure's diagnostic sweep of the baseline when it has one (``measure.diagnose(config)``,
         :meth:`optimizer.measure.EngineMeasure.diagnose`; run once, in the ledger as the role
         "diagnosis", so a resumed campaign reads it back), else from the engine metrics of the
-        baseline's first run."""
+        baseline's first run. ``baseline_runs``: runs of the baseline measured by the caller (each
+        on a fresh engine start), into the ledger before the floor is made of it."""
         if self.noise is None:
+            for m in baseline_runs:
+                self.ledger.record(self.baseline, "baseline", m)
             self.noise = self._floor_of(self.baseline, "baseline")
             first = self.ledger.entries(self.baseline, "baseline")[0].measurement
             sweep = self._sweep()
@@ -354,11 +376,7 @@ class Campaign:
         for i, p in enumerate(proposals):
             previous = self.ledger.judged(p.config)
             if previous is not None:
-                m, b = previous.measurement, noise.median
-                gain = (m.value - b) / b if m.value is not None and b else None
-                confirms = tuple(e.measurement for e in self.ledger.entries(p.config, "confirm"))[:1]
-                verdicts[i] = Verdict(previous.verdict or "invalid", f"(from the ledger) {previous.reason}", gain,
-                                      measurements=(m, *confirms) if previous.verdict == "better" else (m,))
+                verdicts[i] = self._from_ledger(previous, noise)
                 reused.add(i)
             elif not self.space.allows(p.config):
                 verdicts[i] = Verdict("invalid", "the space's constraints forbid this config")
@@ -399,6 +417,15 @@ class Campaign:
         if wins:
             self._accept(max(wins, key=lambda s: s.verdict.measurements[0].value))
         return verdicts
+
+    def _from_ledger(self, previous: Entry, noise: NoiseFloor) -> Verdict:
+        """The verdict on a config judged before (its candidate row in the ledger), its gain
+        over the current baseline."""
+        m, b = previous.measurement, noise.median
+        gain = (m.value - b) / b if m.value is not None and b else None
+        confirms = tuple(e.measurement for e in self.ledger.entries(previous.config, "confirm"))[:1]
+        return Verdict(previous.verdict or "invalid", f"(from the ledger) {previous.reason}", gain,
+                       measurements=(m, *confirms) if previous.verdict == "better" else (m,))
 
     def _default_seqs(self) -> int | None:
         """The space's default max_num_seqs (the batch cap a config without one runs under)."""
@@ -462,6 +489,7 @@ class Campaign:
         or the budget is spent. A :class:`CampaignStopped` after the start (a recheck, a new
         baseline's floor) is raised with ``result.stopped`` set to its reason and ``result``
         holding what was judged before it."""
+        self._needs_measure("run()")
         self.start()
         searcher = searcher or self.searcher()
         if hasattr(searcher, "known"):
@@ -499,21 +527,100 @@ class Campaign:
 
     # ask / tell for outside loops ------------------------------------------------------------------
     def ask(self) -> Proposal | None:
-        """The built-in searcher's next proposal (None: nothing left to try)."""
+        """What to measure next: a proposal whose first run, told from outside, cleared the bar
+        and needs its confirming run (``role`` "confirm"), else the built-in searcher's next
+        proposal with its hypothesis (None: nothing left to try)."""
         self.start()
+        if self._pending:
+            return next(iter(self._pending.values()))
         if self._search is None:
             self._search = self.searcher()
             if hasattr(self._search, "known"):
                 self._search.known[config_key(self.result.best)] = self.result.best_noise.median
         return self._search.ask()
 
-    def tell(self, proposal: Proposal) -> Verdict:
+    def tell(self, proposal: Proposal, measured: Measurement | Sequence[Measurement] | None = None) -> Verdict:
         """Judge a proposal (the built-in searcher's from :meth:`ask`, or an outside loop's own
-        config and hypothesis) and tell the built-in searcher what came of it."""
-        verdict = self.evaluate(proposal.config, proposal.hypothesis)
+        config and hypothesis) and tell the built-in searcher what came of it.
+
+        Without ``measured`` the campaign measures it with its measure (and its confirmation).
+        With ``measured``, the caller measured it its own way: one :class:`Measurement` (a value,
+        or an invalid reason), or several (repeats, each on a fresh engine start). The runs go to
+        the ledger and are judged by the same rule: the first against the baseline's floor; when
+        it clears the bar, the second must clear it too. Given only a first run that clears the
+        bar, the verdict is "pending": nothing is adopted or told to the searcher, :meth:`ask`
+        returns the proposal again (``role`` "confirm"), and telling it with its second run
+        finishes the verdict. A win told this way becomes the baseline with the noise floor of
+        its runs told."""
+        if measured is None:
+            self._needs_measure("tell() without a measurement")
+            verdict = self.evaluate(proposal.config, proposal.hypothesis)
+            step = self.result.steps[-1]
+        else:
+            runs = [measured] if isinstance(measured, Measurement) else list(measured)
+            verdict, step = self._judge_told(proposal, runs)
+            if step is None:
+                return verdict
         if self._search is not None:
-            _tell(self._search, proposal, self.result.steps[-1])
+            _tell(self._search, proposal, step)
         return verdict
+
+    def _needs_measure(self, what: str) -> None:
+        if self._measure is None:
+            from replay.errors import ConfigError
+            raise ConfigError(f"{what} needs a campaign with a measure: this one's configs are measured by its "
+                              f"caller (tell(proposal, measurement))")
+
+    def _judge_told(self, proposal: Proposal, runs: list[Measurement]) -> tuple[Verdict, Step | None]:
+        """:meth:`tell` with runs measured by the caller: (the verdict, its step; None while a
+        first run that cleared the bar waits for its confirmation)."""
+        if not runs:
+            from replay.errors import ConfigError
+            raise ConfigError("tell(): no measurement given (one Measurement, or a list of repeats)")
+        self.start()
+        noise, base, config = self.result.best_noise, self.result.best, dict(proposal.config)
+        key = config_key(config)
+        previous = self.ledger.judged(config)
+        if previous is not None:
+            verdict = self._from_ledger(previous, noise)
+            step = Step(config, dict(proposal.hypothesis), verdict, reused=True)
+            self.result.steps.append(step)
+            return verdict, step
+        if not self.space.allows(config):
+            verdict = Verdict("invalid", "the space's constraints forbid this config")
+            self.ledger.record(config, "candidate", Measurement(None, verdict.reason), hypothesis=proposal.hypothesis,
+                               verdict="invalid", reason=verdict.reason)
+            step = Step(config, dict(proposal.hypothesis), verdict)
+            self.result.steps.append(step)
+            return verdict, step
+        pending = self._pending.pop(key, None)
+        if pending is not None:  # its first run is in the ledger, waiting for this confirmation
+            entry = [e for e in self.ledger.entries(config, "candidate") if e.verdict is None][-1]
+            row, first, proposal = entry.id, entry.measurement, pending
+        else:
+            first = runs.pop(0)
+            self.result.count_gate(first.details)
+            row = self.ledger.record(config, "candidate", first, hypothesis=proposal.hypothesis)
+        if not runs and judge(noise, first).kind == "better":
+            self._pending[key] = replace(proposal, role="confirm")
+            b = noise.median
+            return Verdict("pending", f"{first.value:.4g} clears the bar of the baseline {b:.4g} ± {noise.spread:.3g} "
+                                      f"once: a win must repeat; tell a second run on a fresh engine start",
+                           (first.value - b) / b if b else None, (first,)), None
+        for m in runs:  # repeats on fresh starts: the confirmation first, and with a win, its floor
+            self.result.count_gate(m.details)
+            self.ledger.record(config, "confirm", m, hypothesis=proposal.hypothesis)
+        verdict = judge(noise, first, lambda: runs[0])
+        checked = self._checked(proposal, first, verdict.kind)
+        self.ledger.set_verdict(row, verdict.kind, verdict.reason, checked)
+        step = Step(config, checked, verdict,
+                    needs_approval=tuple(self.space.lossy_changes(base, config)) if verdict.kind == "better" else ())
+        self.result.steps.append(step)
+        if step.needs_approval:
+            self.result.awaiting_approval.append(step)
+        elif verdict.kind == "better":
+            self._accept(step)
+        return verdict, step
 
     def close(self) -> None:
         self.ledger.close()

@@ -31,6 +31,9 @@ class Proposal:
     hypothesis: dict[str, Any] = field(default_factory=dict)  # optimizer.hypotheses.hypothesis
 
     token: Any = None  # the searcher's own handle (an Optuna trial)
+    # "candidate", or "confirm": a config whose first run, told from outside, cleared the bar and
+    # needs a second run on a fresh engine start (Campaign.ask / tell)
+    role: str = "candidate"
 
 
 class Searcher(Protocol):

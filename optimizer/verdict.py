@@ -50,7 +50,7 @@ class Measurement:
 
 @dataclass(frozen=True)
 class Verdict:
-    kind: str  # better | same | worse | invalid
+    kind: str  # better | same | worse | invalid; pending: a first run told from outside cleared the bar (Campaign.tell)
     reason: str
     gain: float | None = None  # (candidate - baseline median) / baseline median, from the first measurement
     measurements: tuple[Measurement, ...] = ()

@@ -296,3 +296,77 @@ def test_a_steady_bench_rechecks_without_drift_and_finds_the_same_optimum(tmp_pa
 def test_a_negative_recheck_interval_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="--recheck-every"):
         campaign(tmp_path, noisy(0.01, seed=0), recheck_every=-1)
+
+
+# -- an outside loop that measures its configs itself (Campaign without a measure) ---------------------
+
+
+def outside(tmp_path, **kw) -> Campaign:
+    kw.setdefault("budget", Budget(trials=40))
+    return Campaign(space=space(), ledger=tmp_path / "outside.sqlite", identity={"engine": "sim", "workload": "w"},
+                    baseline=BASE, repeats=3, **kw)
+
+
+def test_an_outside_loop_measures_its_own_runs_and_finds_the_optimum_by_the_same_rule(tmp_path):
+    measure = noisy(0.005, seed=1)
+    c = outside(tmp_path)
+    with pytest.raises(ConfigError, match="needs 3 runs"):
+        c.ask()  # no floor yet, and no measure to make one
+    assert c.baseline_runs_needed() == 3
+    c.start([measure(BASE) for _ in range(c.baseline_runs_needed())])
+    kinds: list[str] = []
+    confirmed: list[str] = []
+    proposal = c.ask()
+    while proposal is not None and len(kinds) < 40:
+        assert proposal.hypothesis.get("change"), "the searcher's proposal carries its hypothesis"
+        verdict = c.tell(proposal, measure(proposal.config))  # one run; a win is asked for again
+        kinds.append(verdict.kind)
+        if verdict.kind == "pending":
+            again = c.ask()
+            assert again.role == "confirm" and again.config == proposal.config
+            confirmed.append(c.tell(again, measure(again.config)).kind)
+        proposal = c.ask()
+    best = max(surface({**BASE, **g}) for g in space().grid())
+    assert surface(c.result.best) >= 0.97 * best, c.result.best
+    assert "pending" in kinds and "better" in confirmed
+    for step in c.result.accepted:
+        assert step.verdict.kind == "better" and len(step.verdict.measurements) == 2
+    assert all(s.verdict.kind != "pending" for s in c.result.steps), "a pending verdict is not a step"
+    with pytest.raises(ConfigError, match="needs a campaign with a measure"):
+        c.run()
+    roles = [e.role for e in c.ledger.entries()]
+    assert roles.count("baseline") == 3 and roles.count("confirm") == len(confirmed) >= len(c.result.accepted)
+    c.close()
+
+
+def test_told_runs_are_judged_as_measured_ones(tmp_path):
+    runs = {"base": [100.0, 101.0, 99.0], "win": [120.0, 119.0, 121.0], "fluke": [120.0, 100.5], "bad": []}
+    c = outside(tmp_path, recheck_every=0)
+    c.start([Measurement(v) for v in runs["base"]])
+    from optimizer import Proposal
+
+    # two repeats at once: judged at once
+    win = c.tell(Proposal({**BASE, "max_num_seqs": 16}), [Measurement(v) for v in runs["win"]])
+    assert win.kind == "better" and [m.value for m in win.measurements] == [120.0, 119.0]
+    assert c.result.best["max_num_seqs"] == 16 and sorted(c.result.best_noise.values) == [119.0, 120.0, 121.0]
+    # a first run over the bar whose confirmation is not: same, and not adopted
+    fluke = c.tell(Proposal({**BASE, "max_num_seqs": 32}), Measurement(140.0))
+    assert fluke.kind == "pending" and c.ask().role == "confirm"
+    done = c.tell(c.ask(), Measurement(120.5))
+    assert done.kind == "same" and "did not repeat" in done.reason and c.result.best["max_num_seqs"] == 16
+    # an invalid run is a verdict, and a config judged once is read back, not judged again
+    oom = c.tell(Proposal({**BASE, "max_num_seqs": 64}), Measurement(None, "the engine failed to start: oom"))
+    assert oom.kind == "invalid" and "oom" in oom.reason
+    again = c.tell(Proposal({**BASE, "max_num_seqs": 64}), Measurement(500.0))
+    assert again.kind == "invalid" and again.reason.startswith("(from the ledger)")
+    assert not c.ledger.entries({**BASE, "max_num_seqs": 64}, "confirm")
+    with pytest.raises(ConfigError, match="no measurement"):
+        c.tell(Proposal({**BASE, "max_num_seqs": 8}), [])
+    # the same runs through a campaign that measures them itself give the same verdicts
+    values = iter(runs["base"] + runs["win"][:2] + [runs["win"][2]] + [140.0, 120.5])
+    m = campaign(tmp_path / "m", lambda config: Measurement(next(values)), repeats=3, recheck_every=0)
+    assert m.evaluate({**BASE, "max_num_seqs": 16}).kind == "better"
+    assert m.evaluate({**BASE, "max_num_seqs": 32}).kind == "same"
+    assert sorted(m.result.best_noise.values) == sorted(c.result.best_noise.values)
+    c.close()
+    m.close()
