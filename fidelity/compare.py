@@ -446,7 +446,8 @@ def _decide(name: str, d: float, aa: float | None, live: Side,
             detects = in_words(change.family, found)
         if change.unit == "points" and live_value is not None and live_value < found:
             # a loss cannot be larger than live's own hits, which are under the bound
-            detects += f", as a gain (live has only {100 * live_value:.3g} points to lose)"
+            detects += (f", as a gain (live has only {100 * live_value:.3g} points to lose)" if live_value > 0
+                        else ", as a gain (live has no hits to lose)")
     power = None if found is None or not math.isfinite(found) else found
     if d > bound:
         return _Decision(bound, FAIL, ceiling, detectable=power, detects=detects)
