@@ -53,6 +53,7 @@ import polars as pl
 from fidelity import cache, stats
 from fidelity.power import MAX_DETECTABLE, detectable, in_words
 from fidelity.sides import PER_REQUEST_SLACK, TEMPLATE_MAX, Side
+from replay.config import LAG_BOUND_MS
 
 __all__ = [
     "AA_FACTOR",
@@ -98,7 +99,7 @@ FIXED_BOUNDS: dict[str, float] = {
     "arrivals.lag1_autocorrelation": 0.1,
     "arrivals.peak_to_mean": 0.15,
     "arrivals.rate_correlation": 0.1,
-    "arrivals.send_lag_p99_ms": 1.0,  # the runner's default --lag-bound-ms (a stage's own bound replaces it)
+    "arrivals.send_lag_p99_ms": LAG_BOUND_MS,  # the runner's default (a stage's own bound replaces it)
     "sessions.turns": 0.05,
     "sessions.think_time.ks": 0.1,
     "outcomes.ttft": 0.1,

@@ -16,8 +16,8 @@ from typing import Literal
 
 from replay.errors import ConfigError
 
-__all__ = ["Arrivals", "Slo", "RunConfig", "AutoRates", "RUNNER_DEFAULTS", "SESSION_MODES", "parse_duration_s",
-           "parse_slo", "parse_rates"]
+__all__ = ["Arrivals", "Slo", "RunConfig", "AutoRates", "RUNNER_DEFAULTS", "SESSION_MODES", "LAG_BOUND_MS",
+           "SLO_ATTAINMENT", "parse_duration_s", "parse_slo", "parse_rates"]
 
 ArrivalKind = Literal["trace", "poisson", "gamma", "constant"]
 ARRIVAL_KINDS = ("trace", "poisson", "gamma", "constant")
@@ -35,6 +35,10 @@ def _runner_defaults() -> dict:
 
 # The Rust runner's defaults (timeouts, drain, connection cap, threads): the one source of them.
 RUNNER_DEFAULTS: dict = _runner_defaults()
+# a stage whose send lag p99 exceeds this (ms) is invalid (--lag-bound-ms)
+LAG_BOUND_MS = 1.0
+# the share of a stage's requests that must meet every objective of its SLO (--slo-attainment)
+SLO_ATTAINMENT = 0.9
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ class Slo:
     tpot_s: float | None = None
     e2e_s: float | None = None
     # a stage passes its SLO when at least this share of requests meets it
-    attainment: float = 0.9
+    attainment: float = SLO_ATTAINMENT
 
     def __post_init__(self) -> None:
         for name in ("ttft_s", "tpot_s", "e2e_s"):
@@ -128,7 +132,7 @@ class RunConfig:
     # pin the runner's I/O threads to these CPUs (() = no pinning; the dispatcher keeps the
     # process's); see replay.sim.split_cpus
     cpus: tuple[int, ...] = ()
-    lag_bound_ms: float = 1.0  # a stage whose send lag p99 exceeds this is invalid
+    lag_bound_ms: float = LAG_BOUND_MS  # a stage whose send lag p99 exceeds this is invalid
     slo: Slo = field(default_factory=Slo)
 
     def __post_init__(self) -> None:
@@ -238,7 +242,7 @@ def parse_duration_s(text: str, flag: str) -> float:
     return float(m.group(1)) * _UNITS.get(m.group(2) or "s", 1.0)
 
 
-def parse_slo(text: str, attainment: float = 0.9) -> Slo:
+def parse_slo(text: str, attainment: float = SLO_ATTAINMENT) -> Slo:
     """'ttft=2s,tpot=100ms[,e2e=30s]' -> Slo."""
     values: dict[str, float] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):

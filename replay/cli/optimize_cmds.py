@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from replay.config import RunConfig, Slo, parse_duration_s, parse_slo
+from replay.config import LAG_BOUND_MS, SLO_ATTAINMENT, RunConfig, Slo, parse_duration_s, parse_slo
 from replay.errors import ConfigError
 
 __all__ = ["register", "parse_budget", "ENGINE_CHOICES"]
@@ -56,7 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     limit.add_argument("--duration", default=None, help="each measurement's window, e.g. 30s")
     limit.add_argument("--requests", type=int, help="each measurement sends the first N requests")
     p.add_argument("--slo", help="objectives for goodput, e.g. ttft=2s,tpot=100ms")
-    p.add_argument("--slo-attainment", type=float, default=0.9, help="share that must meet the SLO (default 0.9)")
+    p.add_argument("--slo-attainment", type=float, default=SLO_ATTAINMENT,
+                   help=f"share that must meet the SLO (default {SLO_ATTAINMENT:g})")
     p.add_argument("--gpus", type=int, default=1, help="GPUs the engine uses: the objective is divided by it")
     p.add_argument("--budget", default="trials=20,time=2h",
                    help="caps: trials=N, time=DURATION, gpu_hours=H, gpus=G (GPUs busy at once: parallel "
@@ -85,7 +86,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-inconclusive", action="store_true",
                    help="let a replay whose fidelity verdict is 'cannot tell' (the trace is too small to judge a "
                         "metric) pass the fidelity gate (recorded in the results); it fails the gate by default")
-    p.add_argument("--lag-bound-ms", type=float, default=1.0, help="a stage over this send lag p99 is invalid")
+    p.add_argument("--lag-bound-ms", type=float, default=LAG_BOUND_MS,
+                   help=f"a stage over this send lag p99 is invalid (default {LAG_BOUND_MS:g} ms)")
     p.add_argument("--ledger", type=Path, help="the SQLite ledger (default OUT/ledger.sqlite)")
     p.add_argument("--out", type=Path, help="results folder (default results/<trace>-optimize)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from replay.cli.fidelity_cmds import add_outcome_flags, check_outcome_flags
 from replay.cli.report import print_stages, progress_bar, raw_text_warning
-from replay.config import (RUNNER_DEFAULTS, Arrivals, RunConfig, Slo, parse_duration_s, parse_header, parse_rates,
-                           parse_slo, parse_users)
+from replay.config import (LAG_BOUND_MS, RUNNER_DEFAULTS, SLO_ATTAINMENT, Arrivals, RunConfig, Slo, parse_duration_s,
+                           parse_header, parse_rates, parse_slo, parse_users)
 from replay.errors import ConfigError
 
 __all__ = ["register"]
@@ -59,10 +59,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="an HTTP header sent on every request and the target check (repeatable; "
                         "e.g. a gateway's tenant or route header); never stored")
     p.add_argument("--slo", help="objectives for goodput, e.g. ttft=2s,tpot=100ms,e2e=30s")
-    p.add_argument("--slo-attainment", type=float, default=0.9,
-                   help="share of requests that must meet the SLO for a stage to pass (default 0.9)")
-    p.add_argument("--lag-bound-ms", type=float, default=1.0,
-                   help="a stage whose send lag p99 exceeds this is invalid (default 1 ms)")
+    p.add_argument("--slo-attainment", type=float, default=SLO_ATTAINMENT,
+                   help=f"share of requests that must meet the SLO for a stage to pass (default {SLO_ATTAINMENT:g})")
+    p.add_argument("--lag-bound-ms", type=float, default=LAG_BOUND_MS,
+                   help=f"a stage whose send lag p99 exceeds this is invalid (default {LAG_BOUND_MS:g} ms)")
     d = RUNNER_DEFAULTS
     p.add_argument("--sessions", default="open", choices=["open", "causal"],
                    help="open (default): every request at its scheduled time; causal: a session's turn k "

@@ -1,0 +1,38 @@
+"""One source per default: a flag of run / sweep / optimize that sets a RunConfig (or Slo) field
+defaults to what the library defaults it to, so the CLI and a library caller replay alike."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from replay.cli.main import build_parser
+from replay.config import LAG_BOUND_MS, SLO_ATTAINMENT, RunConfig, Slo
+from tests.unit.replay.test_cli_help import _subcommands
+
+
+def _defaults(cls) -> dict:
+    return {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+
+
+def test_cli_flags_default_to_the_library_s_defaults():
+    run, slo = _defaults(RunConfig), _defaults(Slo)
+    commands = _subcommands(build_parser())
+    checked = 0
+    for name in ("run", "sweep", "optimize"):
+        for action in commands[name]._actions:
+            if action.dest == "slo_attainment":
+                assert action.default == slo["attainment"] == SLO_ATTAINMENT, name
+                checked += 1
+            # flags whose value is the field's value as is (others are parsed: durations, SLO text)
+            elif action.dest in run and isinstance(action.default, (bool, int, float)):
+                assert action.default == run[action.dest], (name, action.dest)
+                checked += 1
+    assert checked >= 3 * 2 and run["lag_bound_ms"] == LAG_BOUND_MS
+
+
+def test_the_timeouts_shown_by_run_s_help_are_the_runner_s():
+    from replay.config import RUNNER_DEFAULTS
+
+    text = " ".join(_subcommands(build_parser())["run"].format_help().split())
+    for flag, key in (("--max-connections", "max_connections"), ("--worker-threads", "worker_threads")):
+        assert f"(default {RUNNER_DEFAULTS[key]})" in text, flag
