@@ -35,6 +35,9 @@ def prompt_texts(
     """Text i: ``lengths[i]`` units drawn from ``SeedSequence([seed, keys[i], domain])``, rendered
     with ``table`` (the unit strings, the period last); the GIL is released."""
 
+def sim_defaults() -> str:
+    """The embedded engine's knob defaults, a JSON object keyed by the knobs' snake_case names."""
+
 def run_defaults() -> dict[str, float | int]:
     """The core runner's defaults: timeout_s, stall_timeout_s, connect_timeout_s, drain_s,
     max_connections, worker_threads."""

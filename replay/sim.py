@@ -26,7 +26,19 @@ from replay.targets.engine import Knob
 if TYPE_CHECKING:
     from replay._engine import SimServer
 
-__all__ = ["SimConfig", "KNOBS", "PROFILES", "start_sim", "split_cpus"]
+__all__ = ["SimConfig", "KNOBS", "PROFILES", "SIM_DEFAULTS", "start_sim", "split_cpus"]
+
+
+def _sim_defaults() -> dict[str, Any]:
+    from replay import _engine
+
+    return json.loads(_engine.sim_defaults())
+
+
+# The engine's knob defaults, from the Rust engine itself (rust/sim/src/config.rs): the one source
+# of them for SimConfig, KNOBS and `replay serve-sim`'s flags.
+SIM_DEFAULTS: dict[str, Any] = _sim_defaults()
+_D = SIM_DEFAULTS
 
 # the shipped hardware/model profiles (a path to a profile .json works too; fields in the doc)
 PROFILES: tuple[str, ...] = (
@@ -39,24 +51,27 @@ PROFILES: tuple[str, ...] = (
 
 # The engine knobs worth tuning: vLLM's flag names, the simulator's own defaults and ranges.
 KNOBS: tuple[Knob, ...] = (
-    Knob("max_num_seqs", "--max-num-seqs", "int", default=256, range=(1, 4096),
+    Knob("max_num_seqs", "--max-num-seqs", "int", default=_D["max_num_seqs"], range=(1, 4096),
          doc="most sequences running in one step; more batches more decodes per weight read"),
-    Knob("max_num_batched_tokens", "--max-num-batched-tokens", "int", default=8192, range=(16, 131072),
+    Knob("max_num_batched_tokens", "--max-num-batched-tokens", "int", default=_D["max_num_batched_tokens"], range=(16, 131072),
          doc="token budget of one step, shared by decodes and prefill chunks (chunked prefill)"),
-    Knob("enable_prefix_caching", "--enable-prefix-caching", "bool", default=True,
+    Knob("enable_prefix_caching", "--enable-prefix-caching", "bool", default=_D["enable_prefix_caching"],
          off_flag="--no-enable-prefix-caching", doc="reuse KV blocks of shared full-block prompt prefixes"),
-    Knob("gpu_memory_utilization", "--gpu-memory-utilization", "float", default=0.9, range=(0.05, 1.0),
+    Knob("gpu_memory_utilization", "--gpu-memory-utilization", "float", default=_D["gpu_memory_utilization"], range=(0.05, 1.0),
          doc="share of device memory for weights + KV; the rest of it sets the number of KV blocks"),
-    Knob("block_size", "--block-size", "choice", default="16", choices=("8", "16", "32", "64", "128", "256"),
+    Knob("block_size", "--block-size", "choice", default=str(_D["block_size"]),
+         choices=("8", "16", "32", "64", "128", "256"),
          doc="tokens per KV block: the prefix-cache granularity"),
-    Knob("scheduling_policy", "--scheduling-policy", "choice", default="fcfs", choices=("fcfs", "priority"),
+    Knob("scheduling_policy", "--scheduling-policy", "choice", default=_D["scheduling_policy"],
+         choices=("fcfs", "priority"),
          doc="waiting order (priority: the request's 'priority' field, lower first) and preemption victim"),
-    Knob("long_prefill_token_threshold", "--long-prefill-token-threshold", "int", default=0, range=(0, 1 << 20),
+    Knob("long_prefill_token_threshold", "--long-prefill-token-threshold", "int",
+         default=_D["long_prefill_token_threshold"], range=(0, 1 << 20),
          doc="largest prefill chunk of one request per step (0 = only the step budget)"),
     Knob("speculative_config", "--speculative-config", "json", default=None,
          doc='n-gram speculation, e.g. {"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4,'
              '"prompt_lookup_min":2}; outputs are unchanged'),
-    Knob("kv_cache_dtype", "--kv-cache-dtype", "choice", default="auto", choices=("auto", "fp8"), lossless=False,
+    Knob("kv_cache_dtype", "--kv-cache-dtype", "choice", default=_D["kv_cache_dtype"], choices=("auto", "fp8"), lossless=False,
          doc="fp8 halves KV bytes per token (about twice the blocks, less KV traffic) and changes outputs"),
     Knob("max_model_len", "--max-model-len", "int", default=None, range=(16, 1 << 22),
          doc="longest prompt + max_tokens accepted (default: the profile's)"),
@@ -74,24 +89,24 @@ class SimConfig:
     ``threads`` the server's runtime threads (1 = one core).
     """
 
-    profile: str = "a100-80g/llama-3-8b"
-    tokenizer: str = "gpt2"
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    enable_prefix_caching: bool = True
-    gpu_memory_utilization: float = 0.9
-    block_size: int = 16
-    scheduling_policy: str = "fcfs"
-    long_prefill_token_threshold: int = 0
-    speculative_config: Any = None
-    kv_cache_dtype: str = "auto"
-    max_model_len: int | None = None
-    seed: int = 0
-    served_model_name: str = "sim"
-    time_scale: float = 1.0
-    host: str = "127.0.0.1"
-    port: int = 0
-    threads: int = 1
+    profile: str = _D["profile"]
+    tokenizer: str = "gpt2"  # a name replay.tokenizer resolves to a tokenizer.json (the engine needs a path)
+    max_num_seqs: int = _D["max_num_seqs"]
+    max_num_batched_tokens: int = _D["max_num_batched_tokens"]
+    enable_prefix_caching: bool = _D["enable_prefix_caching"]
+    gpu_memory_utilization: float = _D["gpu_memory_utilization"]
+    block_size: int = _D["block_size"]
+    scheduling_policy: str = _D["scheduling_policy"]
+    long_prefill_token_threshold: int = _D["long_prefill_token_threshold"]
+    speculative_config: Any = _D["speculative_config"]
+    kv_cache_dtype: str = _D["kv_cache_dtype"]
+    max_model_len: int | None = _D["max_model_len"]
+    seed: int = _D["seed"]
+    served_model_name: str = _D["served_model_name"]
+    time_scale: float = _D["time_scale"]
+    host: str = _D["host"]
+    port: int = _D["port"]
+    threads: int = _D["threads"]
 
     def __post_init__(self) -> None:
         knobs = {k.name: k for k in KNOBS}

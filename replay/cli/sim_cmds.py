@@ -17,42 +17,51 @@ __all__ = ["register", "config_from_args"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from replay.sim import PROFILES
+    from replay.sim import PROFILES, SIM_DEFAULTS, SimConfig
 
     p = sub.add_parser(
         "serve-sim", help="serve the embedded simulated LLM engine (OpenAI-compatible)",
         description="An OpenAI-compatible server that behaves like an LLM engine under load: real tokenizer, "
                     "prefix cache, continuous batching with chunked prefill and preemption, n-gram speculation, "
                     "and step times from a hardware + model cost model. Flags follow vLLM's names.")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    d = SIM_DEFAULTS
+    p.add_argument("--host", default=d["host"], help=f"address to listen on (default {d['host']})")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = any free port)")
-    p.add_argument("--profile", default="a100-80g/llama-3-8b",
+    p.add_argument("--profile", default=d["profile"],
                    help=f"simulated hardware + model: {', '.join(PROFILES)}, or a profile .json "
-                        "(default a100-80g/llama-3-8b)")
-    p.add_argument("--tokenizer", default="gpt2", help="gpt2 (default), qwen2 or a tokenizer.json path")
-    p.add_argument("--time-scale", type=float, default=1.0,
-                   help="wall time = modelled time x this (default 1; 0.1 runs 10x faster; 0 = no waiting)")
-    p.add_argument("--served-model-name", default="sim", help="the model name served (default sim)")
-    p.add_argument("--max-num-seqs", type=int, default=256, help="most sequences per step (default 256)")
-    p.add_argument("--max-num-batched-tokens", type=int, default=8192,
-                   help="token budget of one step (default 8192)")
-    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
-                   help="reuse KV blocks of shared prompt prefixes (default on)")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9,
-                   help="share of device memory for weights + KV cache; sets the KV blocks (default 0.9)")
-    p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")
-    p.add_argument("--scheduling-policy", choices=["fcfs", "priority"], default="fcfs",
-                   help="fcfs (default) or priority (request field 'priority', lower first)")
-    p.add_argument("--long-prefill-token-threshold", type=int, default=0,
-                   help="largest prefill chunk of one request per step (default 0 = no cap)")
+                        f"(default {d['profile']})")
+    p.add_argument("--tokenizer", default=SimConfig.tokenizer,
+                   help=f"gpt2, qwen2 or a tokenizer.json path (default {SimConfig.tokenizer})")
+    p.add_argument("--time-scale", type=float, default=d["time_scale"],
+                   help=f"wall time = modelled time x this (default {d['time_scale']:g}; 0.1 runs 10x faster; "
+                        f"0 = no waiting)")
+    p.add_argument("--served-model-name", default=d["served_model_name"],
+                   help=f"the model name served (default {d['served_model_name']})")
+    p.add_argument("--max-num-seqs", type=int, default=d["max_num_seqs"],
+                   help=f"most sequences per step (default {d['max_num_seqs']})")
+    p.add_argument("--max-num-batched-tokens", type=int, default=d["max_num_batched_tokens"],
+                   help=f"token budget of one step (default {d['max_num_batched_tokens']})")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
+                   default=d["enable_prefix_caching"],
+                   help=f"reuse KV blocks of shared prompt prefixes (default {'on' if d['enable_prefix_caching'] else 'off'})")
+    p.add_argument("--gpu-memory-utilization", type=float, default=d["gpu_memory_utilization"],
+                   help=f"share of device memory for weights + KV cache; sets the KV blocks "
+                        f"(default {d['gpu_memory_utilization']:g})")
+    p.add_argument("--block-size", type=int, default=d["block_size"],
+                   help=f"tokens per KV block (default {d['block_size']})")
+    p.add_argument("--scheduling-policy", choices=["fcfs", "priority"], default=d["scheduling_policy"],
+                   help=f"fcfs or priority (request field 'priority', lower first; default {d['scheduling_policy']})")
+    p.add_argument("--long-prefill-token-threshold", type=int, default=d["long_prefill_token_threshold"],
+                   help=f"largest prefill chunk of one request per step "
+                        f"(default {d['long_prefill_token_threshold']}; 0 = no cap)")
     p.add_argument("--speculative-config", metavar="JSON",
                    help='n-gram speculation, e.g. \'{"method":"ngram","num_speculative_tokens":4,'
                         '"prompt_lookup_max":4,"prompt_lookup_min":2}\'')
-    p.add_argument("--kv-cache-dtype", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"], default="auto",
+    p.add_argument("--kv-cache-dtype", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"], default=d["kv_cache_dtype"],
                    help="fp8 halves KV bytes (about twice the blocks) and changes outputs (lossy)")
     p.add_argument("--max-model-len", type=int, help="longest prompt + max_tokens (default: the profile's)")
-    p.add_argument("--seed", type=int, default=0, help="output seed (default 0)")
-    p.add_argument("--threads", type=int, default=1, help="server runtime threads (default 1)")
+    p.add_argument("--seed", type=int, default=d["seed"], help=f"output seed (default {d['seed']})")
+    p.add_argument("--threads", type=int, default=d["threads"], help=f"server runtime threads (default {d['threads']})")
     p.set_defaults(func=cmd_serve_sim)
 
 

@@ -547,6 +547,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(arrival_offsets, m)?)?;
     m.add_function(wrap_pyfunction!(error_kinds, m)?)?;
     m.add_function(wrap_pyfunction!(run_defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(sim::sim_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(prefix_cache_hits, m)?)?;
     m.add_function(wrap_pyfunction!(prompts::prompt_units, m)?)?;
     m.add_function(wrap_pyfunction!(prompts::prompt_texts, m)?)?;

@@ -10,6 +10,13 @@ use pyo3::types::PyString;
 
 use replay_sim::{serve, EngineConfig, ServerHandle, SimError};
 
+/// The embedded engine's knob defaults (`EngineConfig::default()`) as a JSON object: the one
+/// source `replay.sim` (its config, knobs and the serve-sim flags) reads them from.
+#[pyfunction]
+pub fn sim_defaults() -> String {
+    EngineConfig::default().to_json()
+}
+
 fn sim_err(py: Python<'_>, err: SimError) -> PyErr {
     let class = match &err {
         SimError::Bind { .. } | SimError::Runtime { .. } => "TargetError",

@@ -88,6 +88,11 @@ pub struct Resolved {
 }
 
 impl EngineConfig {
+    /// This config as the JSON object `from_json` reads (every knob, by its snake_case name).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("an EngineConfig is plain data")
+    }
+
     /// Parse a JSON object of knobs (missing ones take their defaults).
     pub fn from_json(text: &str) -> Result<EngineConfig, SimError> {
         if text.trim().is_empty() {

@@ -36,3 +36,23 @@ def test_the_timeouts_shown_by_run_s_help_are_the_runner_s():
     text = " ".join(_subcommands(build_parser())["run"].format_help().split())
     for flag, key in (("--max-connections", "max_connections"), ("--worker-threads", "worker_threads")):
         assert f"(default {RUNNER_DEFAULTS[key]})" in text, flag
+
+
+def test_the_embedded_engine_s_defaults_come_from_the_engine():
+    import json
+
+    from replay import _engine
+    from replay.sim import KNOBS, SIM_DEFAULTS, SimConfig
+
+    engine = json.loads(_engine.sim_defaults())  # EngineConfig::default() in rust/sim
+    assert engine == SIM_DEFAULTS and engine["max_num_seqs"] > 0
+    config = SimConfig()
+    for key, value in engine.items():
+        if key not in ("tokenizer", "port"):  # a tokenizer name, resolved to the engine's path; any free port
+            assert getattr(config, key) == value, key
+    for knob in KNOBS:
+        assert str(knob.default) == str(engine[knob.name]) if knob.default is not None else engine[knob.name] is None
+    serve = _subcommands(build_parser())["serve-sim"]
+    for action in serve._actions:
+        if action.dest in engine and action.dest not in ("tokenizer", "port"):  # serve-sim listens on 8000
+            assert action.default == engine[action.dest], action.dest
