@@ -7,7 +7,7 @@ recorder process: sessions, sampling, token counts and block hashes from the RAW
 redaction; only the redacted row leaves it).
 
 - Sessions: the session header's value when the request had one, else the conversation rule of
-  ``replay import openai`` (:class:`capture.importers.sessions.SessionLinker`), applied as requests
+  ``replay import openai`` (:class:`capture.importers.linker.SessionLinker`), applied as requests
   end (a conversation's next turn arrives after its previous answer ended, so it is linked in
   time).
 - ``--sample P`` keeps a session by the rule ``replay sample --sessions P --seed 0`` uses
@@ -195,7 +195,7 @@ class RowBuilder:
     def __init__(self, t0_unix_us: int, *, tokenizer: str, block_size: int, sample: float,
                  redactor: Any | None, max_sessions_requests: int = 200_000):
         from capture.importers.logs import TokenCache
-        from capture.importers.sessions import SessionLinker
+        from capture.importers.linker import SessionLinker
         from replay.tokenizer import load_tokenizer
 
         self.t0 = t0_unix_us

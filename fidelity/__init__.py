@@ -5,8 +5,8 @@ results folder against the live Trace; ``drift(OLD, NEW)`` judges two Traces. Se
 :mod:`fidelity.compare` for the metrics and the rule that sets their thresholds.
 """
 
-from fidelity.compare import AA_FACTOR, FIXED_BOUNDS, Metric, Verdict
+from fidelity.compare import AA_FACTOR, FIXED_BOUNDS, Metric, FidelityVerdict
 from fidelity.judge import FidelityReport, StageFidelity, compare_results, compare_stage, drift
 
-__all__ = ["AA_FACTOR", "FIXED_BOUNDS", "Metric", "Verdict", "FidelityReport", "StageFidelity",
+__all__ = ["AA_FACTOR", "FIXED_BOUNDS", "Metric", "FidelityVerdict", "FidelityReport", "StageFidelity",
            "compare_results", "compare_stage", "drift"]

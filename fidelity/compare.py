@@ -70,7 +70,7 @@ __all__ = [
     "COUNT_WINDOWS_S",
     "MIN_SAMPLES",
     "Metric",
-    "Verdict",
+    "FidelityVerdict",
     "compare_sides",
 ]
 
@@ -197,7 +197,7 @@ class Metric:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class FidelityVerdict:
     """A stage's answer: ``state`` FAITHFUL, UNFAITHFUL or CANNOT_TELL, and why."""
 
     state: str
@@ -639,7 +639,7 @@ def _per_request(stage: pl.DataFrame, other: Side, lag_bound_ms: float | None = 
 def compare_sides(live: Side, other: Side, *, judge_outcomes: bool = False, seed: int = 0,
                   stage: pl.DataFrame | None = None, aa_from: Side | None = None,
                   lag_bound_ms: float | None = None, replays: tuple[Side, ...] = (),
-                  aa_runs: int = AA_RUNS) -> Verdict:
+                  aa_runs: int = AA_RUNS) -> FidelityVerdict:
     """Every metric between ``live`` and ``other``, judged against thresholds from the A/A halves
     of ``aa_from`` (default: live); ``stage`` (the replay's rows) adds the per-request checks.
     ``replays``: the other replays of ``other``'s stage (same engine, config and load), whose
@@ -657,7 +657,7 @@ def compare_sides(live: Side, other: Side, *, judge_outcomes: bool = False, seed
     metrics.sort(key=lambda m: order[m.group])
     state, reason = _overall(metrics, JUDGED_GROUPS + ((OUTCOMES_GROUP,) if judge_outcomes else ()))
     diagnosis = list(other.notes) + _cache_diagnosis(metrics, other.name, live)
-    return Verdict(state=state, reason=reason, metrics=metrics, diagnosis=diagnosis)
+    return FidelityVerdict(state=state, reason=reason, metrics=metrics, diagnosis=diagnosis)
 
 
 def _overall(metrics: list[Metric], groups: tuple[tuple[str, str], ...] = JUDGED_GROUPS) -> tuple[str, str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from fidelity.compare import AA_RUNS, CANNOT_TELL, FAITHFUL, UNFAITHFUL, Verdict, compare_sides
+from fidelity.compare import AA_RUNS, CANNOT_TELL, FAITHFUL, UNFAITHFUL, FidelityVerdict, compare_sides
 from fidelity.sides import Side, compression, live_side, replay_side
 from replay.errors import ConfigError
 from replay.trace import Trace, read_trace
@@ -30,7 +30,7 @@ class StageFidelity:
     compression: float  # how many times faster than live the stage ran
     requests: int  # rows of the stage
     sent: int
-    verdict: Verdict
+    verdict: FidelityVerdict
     # the two sides compared (for plots; not in the JSON)
     live_side: Side | None = field(default=None, repr=False, compare=False)
     replay_side: Side | None = field(default=None, repr=False, compare=False)

@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from fidelity import cache
-from fidelity.compare import CANNOT_TELL, FAIL, NOT_JUDGED, PASS, Verdict
+from fidelity.compare import CANNOT_TELL, FAIL, NOT_JUDGED, PASS, FidelityVerdict
 from fidelity.sides import Side
 from fidelity.judge import FidelityReport, StageFidelity
 from replay.figures import Plot, empty, literal, new_figure, png_of
@@ -58,7 +58,7 @@ def ecdf_points(values, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.nd
     return v[idx], (idx + 1) / n
 
 
-def group_verdicts(verdict: Verdict) -> dict[str, tuple[str, int, int, int]]:
+def group_verdicts(verdict: FidelityVerdict) -> dict[str, tuple[str, int, int, int]]:
     """Per metric group: (state, failed, cannot tell, judged). The state is FAIL when a metric
     failed, else CANNOT_TELL when one could not be judged, else PASS when one passed, else
     NOT_JUDGED."""
@@ -178,7 +178,7 @@ def counts_plot(live: Side, replay: Side) -> Plot:
                 f"the replay's sends, its times multiplied by its pace ({replay.time_scale:.3g}x).", png_of(fig))
 
 
-def _metric_value(verdict: Verdict | None, name: str, attr: str) -> float | None:
+def _metric_value(verdict: FidelityVerdict | None, name: str, attr: str) -> float | None:
     if verdict is None:
         return None
     for m in verdict.metrics:
@@ -187,7 +187,7 @@ def _metric_value(verdict: Verdict | None, name: str, attr: str) -> float | None
     return None
 
 
-def cache_plot(live: Side, replay: Side, verdict: Verdict | None = None) -> Plot:
+def cache_plot(live: Side, replay: Side, verdict: FidelityVerdict | None = None) -> Plot:
     fig, (ax,) = new_figure(1, width=6.0, height=3.4)
     named = cache.capacities_for(live.hashes, (*LRU_SHARES, 1.0))
     distinct = named.pop("lru_1")  # all of live's distinct blocks (at least 1)

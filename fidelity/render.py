@@ -1,4 +1,5 @@
-"""A fidelity report as a person reads it: a terminal table, a Markdown summary, a JSON file.
+"""A fidelity report as a person reads it: a terminal table and a Markdown summary (written
+with the JSON and the HTML page by :mod:`fidelity.report_files`).
 
 Every text that came from a trace or a results file (file names, reasons quoting them) is
 escaped for the format it goes into.
@@ -6,14 +7,11 @@ escaped for the format it goes into.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 from fidelity.compare import CANNOT_TELL, FAIL, FAITHFUL, UNFAITHFUL
 from fidelity.judge import FidelityReport, StageFidelity
 
-__all__ = ["headline", "verdict_word", "exit_code", "note", "stage_summary", "markdown", "print_report",
-           "write_report"]
+__all__ = ["headline", "verdict_word", "exit_code", "note", "stage_summary", "markdown", "print_report"]
 
 # a report's state -> the CLI's exit code (`replay fidelity`, `replay drift`, and run / sweep --fidelity)
 EXIT_CODES = {FAITHFUL: 0, UNFAITHFUL: 1, CANNOT_TELL: 3}
@@ -120,19 +118,3 @@ def print_report(report: FidelityReport, console=None) -> None:
         for d in s.verdict.diagnosis:
             console.print(f"{escape(s.file)}: {escape(d)}", highlight=False)
 
-
-def write_report(report: FidelityReport, out: Path, *, html: bool = False) -> list[Path]:
-    """Write ``fidelity.json`` and ``fidelity.md`` (``drift.*`` for drift) into ``out``, and with
-    ``html`` the self-contained ``fidelity.html`` with its plots; returns their paths."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = report.kind
-    paths = [out / f"{stem}.json", out / f"{stem}.md"]
-    paths[0].write_text(json.dumps(report.to_json(), indent=2) + "\n")
-    paths[1].write_text(markdown(report))
-    if html:
-        from fidelity.html import html_report
-
-        paths.append(out / f"{stem}.html")
-        paths[2].write_text(html_report(report), encoding="utf-8")
-    return paths

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from replay.inspect import index_of_dispersion, lag1_autocorrelation, peak_to_mean, window_counts
+from replay.traffic import index_of_dispersion, lag1_autocorrelation, peak_to_mean, window_counts
 
 __all__ = [
     "QUANTILES",

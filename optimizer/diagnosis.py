@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from replay.engine_metrics import KV_FULL  # one definition: the sweep's saturation line uses it too
+from replay.errors import ConfigError
 
 __all__ = ["SAMPLE_S", "SWEEP_FACTORS", "COUNTERS", "MetricSampler", "Diagnosis", "diagnose", "diagnose_sweep",
            "counter_deltas", "phase_split"]
@@ -155,7 +156,7 @@ def diagnose_sweep(sweep: list[Mapping[str, Any]], config: Mapping[str, Any], ma
     the one at the lowest rate where a bottleneck shows, else "not saturated" at the highest;
     every rate's own, in ``sweep``."""
     if not sweep:
-        raise ValueError("diagnose_sweep: no stages")
+        raise ConfigError("diagnose_sweep: no stages")
     found = [diagnose(s.get("peaks", {}), s.get("counters", {}), config, max_num_seqs_default, names, offered_reuse)
              for s in sweep]
     per_rate = [{**s, "bottleneck": d.bottleneck, "evidence": d.evidence} for s, d in zip(sweep, found)]

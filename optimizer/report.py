@@ -1,4 +1,5 @@
-"""A campaign as a person reads it: Markdown and JSON files, and a table on the terminal.
+"""A campaign as a person reads it: Markdown, and a table on the terminal (written with the JSON
+and the HTML page by :mod:`optimizer.report_files`).
 
 It shows the diagnosis, the noise floor, every experiment with its hypothesis and verdict, the
 path of accepted changes with each one's gain and noise band, the wins on lossy knobs that need
@@ -9,14 +10,13 @@ flags.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from optimizer.campaign import CampaignResult, Step
 from optimizer.hypotheses import score
 from optimizer.verdict import K
 
-__all__ = ["markdown", "print_result", "write_result", "flags", "rechecks_line", "approval_line", "verdict_text"]
+__all__ = ["markdown", "print_result", "flags", "rechecks_line", "approval_line", "verdict_text"]
 
 
 def flags(engine, config: dict[str, Any]) -> str:
@@ -157,16 +157,3 @@ def print_result(result: CampaignResult, engine=None) -> None:
     console.print(f"final config: {escape(flags(engine, result.best)) or '(engine defaults)'}", highlight=False)
     console.print(f"stopped: {escape(result.stopped)}", highlight=False)
 
-
-def write_result(result: CampaignResult, out: Path, engine=None) -> list[Path]:
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    from optimizer.html import html_report
-
-    paths = [out / "optimize.json", out / "optimize.md", out / "optimize.html"]
-    data = result.to_json()
-    data["final_flags"] = flags(engine, result.best)
-    paths[0].write_text(json.dumps(data, indent=2, default=str) + "\n")
-    paths[1].write_text(markdown(result, engine))
-    paths[2].write_text(html_report(result, engine), encoding="utf-8")
-    return paths

@@ -19,7 +19,7 @@ _EXPORTS = {
     "replay.trace": ("Trace", "TraceMeta", "read_trace", "validate", "SCHEMA", "REQUIRED_COLUMNS",
                      "SCHEMA_VERSION"),
     "replay.generate": ("GenerateConfig", "generate"),
-    "replay.inspect": ("summarize",),
+    "replay.traffic": ("trace_summary",),
     "replay.tokenizer": ("load_tokenizer",),
     "replay.blocks": ("block_hashes", "HASH_ALGO"),
     "replay.prompts": ("text_of_tokens", "block_text", "count_tokens"),

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from replay.errors import ConfigError
+
 __all__ = ["HASH_ALGO", "block_hashes", "chain_hash", "prefix_hits"]
 
 HASH_ALGO = "blake2b64-chain"
@@ -27,10 +29,10 @@ def block_hashes(token_ids: Sequence[int] | np.ndarray, block_size: int) -> list
     bytes).
     """
     if block_size <= 0:
-        raise ValueError(f"block_size must be positive, got {block_size}")
+        raise ConfigError(f"block_size must be positive, got {block_size}")
     ids = np.asarray(token_ids)
     if ids.ndim != 1:
-        raise ValueError("token_ids must be one-dimensional")
+        raise ConfigError("token_ids must be one-dimensional")
     n_full = len(ids) // block_size
     if n_full == 0:
         return []
@@ -38,7 +40,7 @@ def block_hashes(token_ids: Sequence[int] | np.ndarray, block_size: int) -> list
     if ids.dtype != np.dtype("<u4"):
         if ids.size and (not np.issubdtype(ids.dtype, np.integer) or ids.min() < 0
                          or ids.max() > 0xFFFFFFFF):
-            raise ValueError("token ids must be integers in [0, 2**32)")
+            raise ConfigError("token ids must be integers in [0, 2**32)")
         ids = ids.astype("<u4")
     data = np.ascontiguousarray(ids).tobytes()
     step = block_size * 4

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from replay.errors import ConfigError
+
 __all__ = ["Slot", "text_slots", "name_slots", "replace_texts", "prompt_token_ids", "text_token_ids",
            "message_texts"]
 
@@ -112,7 +114,7 @@ def message_texts(message: Any) -> list[str]:
 def replace_texts(body: dict, slots: Sequence[Slot], texts: Sequence[str]) -> dict:
     """A copy of ``body`` with each slot's string replaced by the matching one of ``texts``."""
     if len(slots) != len(texts):
-        raise ValueError(f"{len(slots)} slots but {len(texts)} texts")
+        raise ConfigError(f"{len(slots)} slots but {len(texts)} texts")
     out = copy.deepcopy(body)
     for slot, text in zip(slots, texts):
         node: Any = out

@@ -110,7 +110,7 @@ class RunConfig:
     # target's /metrics; "none", not read
     metrics_url: str | None = None
     # open: every request at its scheduled time; causal: a session's turn k also waits for the
-    # end of turn k-1 plus the recorded think time (see replay.sessions)
+    # end of turn k-1 plus the recorded think time (see replay.causal)
     sessions: SessionMode = "open"
     # causal sessions: a turn resends the previous turn's answer as the target engine streamed it
     # ("engine", as live clients do, so the engine's prefix cache sees its own answer), or as

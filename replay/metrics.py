@@ -32,17 +32,41 @@ Three rates describe a stage's load, in req/s:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
+from replay.config import RunConfig
 from replay.plan import offered_window
 
-if TYPE_CHECKING:
-    from replay.runner import StageResult
+__all__ = ["StageResult", "summarize", "completed", "slo_met", "load_label", "PERCENTILES", "queue_growth", "LOAD_4XX"]
 
-__all__ = ["summarize", "completed", "slo_met", "load_label", "PERCENTILES", "queue_growth", "LOAD_4XX"]
+
+@dataclass(frozen=True)
+class StageResult:
+    """One stage as the runner ran it: its config, a row per request (``replay.runner``'s
+    results frame), and what the runner and the engine reported; :attr:`summary` is
+    :func:`summarize` of it."""
+
+    config: RunConfig
+    requests: pl.DataFrame  # one row per request, see `replay.runner._results_frame`
+    start_unix_ns: int
+    offered_rate: float
+    cancelled: bool
+    interrupted: bool
+    cut_off: bool = False  # the drain ended with requests still open (they are 'cut_off')
+    runner: dict | None = None  # warm-up and thread statistics of the runner itself
+    engine_metrics: dict | None = None  # the engine's own metrics during the stage (replay.engine_metrics)
+    # a sweep's stage: whether the target's prefix cache was reset before it (replay.sweep.sweep)
+    prefix_cache: str | None = None
+    # a stage run with --repeats: which repeat (0-based); None when the stage ran once
+    repeat: int | None = None
+
+    @property
+    def summary(self) -> dict:
+        return summarize(self)
+
 
 PERCENTILES = (50, 90, 99)
 LOAD_4XX = (408, 429)  # the 4xx statuses a server gives under load; other 4xx reject the request itself

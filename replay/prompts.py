@@ -157,7 +157,7 @@ def text_rng(seed: int) -> np.random.Generator:
 def block_units(hash_id: int, block_tokens: int, tokenizer: str = "gpt2") -> np.ndarray:
     """Unit indices of the full block named ``hash_id`` (``block_tokens`` units)."""
     if block_tokens <= 0:
-        raise ValueError(f"block_tokens must be positive, got {block_tokens}")
+        raise ConfigError(f"block_tokens must be positive, got {block_tokens}")
     seq = np.random.SeedSequence([int(hash_id) % _U64, int(block_tokens), _BLOCK_DOMAIN])
     return prompt_vocab(tokenizer).sample(block_tokens, np.random.default_rng(seq))
 
@@ -165,7 +165,7 @@ def block_units(hash_id: int, block_tokens: int, tokenizer: str = "gpt2") -> np.
 def text_of_tokens(n: int, seed: int, tokenizer: str = "gpt2") -> str:
     """A text of exactly ``n`` tokens under ``tokenizer``; same (n, seed), same text."""
     if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
+        raise ConfigError(f"n must be >= 0, got {n}")
     vocab = prompt_vocab(tokenizer)
     return vocab.render(vocab.sample(n, text_rng(seed)))
 
@@ -180,7 +180,7 @@ def block_text(
     """
     n = block_tokens if n_tokens is None else n_tokens
     if not 0 <= n <= block_tokens:
-        raise ValueError(f"n_tokens must be in [0, {block_tokens}], got {n_tokens}")
+        raise ConfigError(f"n_tokens must be in [0, {block_tokens}], got {n_tokens}")
     units = block_units(hash_id, block_tokens, tokenizer)
     return prompt_vocab(tokenizer).render(units[:n])
 

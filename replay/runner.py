@@ -16,7 +16,6 @@ it runs; the warm-up and the runner's own thread statistics come back as
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -24,11 +23,12 @@ import pyarrow as pa
 
 import contextlib
 
+from replay.causal import causal_gates
 from replay.config import RunConfig
 from replay.engine_metrics import EngineSampler
 from replay.errors import RunnerError
+from replay.metrics import StageResult
 from replay.plan import Plan, build_plan, send_limits
-from replay.sessions import causal_gates
 from replay.targets.url import base_url, check_target
 from replay.trace import Trace
 
@@ -62,29 +62,6 @@ def _error_kinds() -> list[str]:
 
 
 ERROR_KINDS: list[str] = _error_kinds()
-
-
-@dataclass(frozen=True)
-class StageResult:
-    config: RunConfig
-    requests: pl.DataFrame  # one row per request, see `_results_frame`
-    start_unix_ns: int
-    offered_rate: float
-    cancelled: bool
-    interrupted: bool
-    cut_off: bool = False  # the drain ended with requests still open (they are 'cut_off')
-    runner: dict | None = None  # warm-up and thread statistics of the runner itself
-    engine_metrics: dict | None = None  # the engine's own metrics during the stage (replay.engine_metrics)
-    # a sweep's stage: whether the target's prefix cache was reset before it (replay.sweep.sweep)
-    prefix_cache: str | None = None
-    # a stage run with --repeats: which repeat (0-based); None when the stage ran once
-    repeat: int | None = None
-
-    @property
-    def summary(self) -> dict:
-        from replay.metrics import summarize
-
-        return summarize(self)
 
 
 def _strings(offsets: np.ndarray, data: bytes) -> pa.Array:

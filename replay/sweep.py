@@ -347,7 +347,7 @@ class SweepResult:
             body["by_load"] = by_load(self.summaries)
         clash = sorted(set(context) & set(body))
         if clash:
-            raise ValueError(f"to_json: context key '{clash[0]}' is a result field")
+            raise ConfigError(f"to_json: context key '{clash[0]}' is a result field")
         return {**context, **body}
 
 

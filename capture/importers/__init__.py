@@ -1,10 +1,18 @@
-"""Importers of other trace formats (public traces, request logs) into the Trace schema."""
+"""Importers of other trace formats (public traces, request logs) into the Trace schema.
+
+Each format's module imports the shared machinery (:mod:`capture.importers.logs`,
+:mod:`capture.importers.tokens`), and this package joins them: the format name to its importer
+(:func:`import_log`, :func:`import_token_trace`)."""
+
+import os
+from collections.abc import Callable
+from typing import Any
 
 from capture.importers.azure import import_azure
 from capture.importers.burstgpt import import_burstgpt
 from capture.importers.langfuse import import_langfuse
 from capture.importers.litellm import import_litellm
-from capture.importers.logs import LOG_FORMATS, build_trace, import_log
+from capture.importers.logs import LOG_FORMATS, check_block_size, build_trace
 from capture.importers.mooncake import import_mooncake
 from capture.importers.openai_log import import_openai
 from capture.importers.records import LogRecord, Usage
@@ -23,6 +31,47 @@ def import_token_trace(format: str, path, out, **kwargs) -> ImportResult:
     if format not in TOKEN_FORMATS:
         raise ConfigError(f"format '{format}' unknown (known: {', '.join(TOKEN_FORMATS)})")
     return TOKEN_FORMATS[format](path, out, **kwargs)
+
+
+def import_log(
+    format: str,
+    path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    tokenizer: str = "gpt2",
+    block_size: int = 16,
+    skip_bad: bool = False,
+    rate: float | None = None,
+    seed: int = 0,
+    limit: int | None = None,
+    key: Any | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ImportResult:
+    """Import a request log of ``format`` ("openai", "litellm" or "langfuse") into the Trace
+    file ``out``, in two streaming passes (see the module docstring). Without ``key`` (a
+    :class:`redact.key.RedactionKey`) the text is raw (``redaction_policy="none"``: redact it
+    before sharing it); with one, each chunk is redacted before it is written.
+
+    ``rate`` (req/s) and ``seed`` space an OpenAI Batch input file's requests as a seeded
+    Poisson process (it has no times); ``limit`` keeps the first N requests of the file.
+    """
+    from replay.errors import ConfigError
+
+    if limit is not None and limit < 1:
+        raise ConfigError(f"--limit: must be >= 1, got {limit}")
+    check_block_size(block_size)
+    common = dict(tokenizer=tokenizer, block_size=block_size, skip_bad=skip_bad, limit=limit,
+                  key=key, progress=progress)
+    if format == "openai":
+        return import_openai(path, out, rate=rate, seed=seed, **common)
+    if format not in LOG_FORMATS:
+        raise ConfigError(f"log format '{format}' unknown (known: {', '.join(LOG_FORMATS)})")
+    if rate is not None:
+        raise ConfigError(f"--rate: only for OpenAI Batch input files, not {format} logs "
+                          "(they have their own times)")
+    if format == "litellm":
+        return import_litellm(path, out, **common)
+    return import_langfuse(path, out, **common)
 
 
 __all__ = [

@@ -1,9 +1,10 @@
 """Request logs into a Trace file: the two reading passes and the one record->row builder.
 
 Owns :class:`LogIndex`, :func:`scan_log`, :class:`TokenCache`, :func:`write_log_trace`,
-:func:`build_trace` and :func:`import_log`. Each format module (``openai_log``, ``litellm``,
-``langfuse``) turns one JSON line into one :class:`capture.importers.records.LogRecord`;
-everything after that is here, the same for every format.
+:func:`build_trace`; :func:`capture.importers.import_log` picks the format. Each format module
+(``openai_log``, ``litellm``, ``langfuse``) turns one JSON line into one
+:class:`capture.importers.records.LogRecord`; everything after that is here, the same for every
+format.
 
 Streaming, in bounded memory (a log may hold millions of requests, each repeating its
 conversation's history): the first pass (:func:`scan_log`) parses every line and keeps of each
@@ -34,7 +35,7 @@ Building (:func:`write_log_trace`, :func:`build_trace`):
   ``max_completion_tokens`` or ``max_tokens``, else ``output_tokens``. ``response`` is the
   recorded answer text as logged; bodies are stored as compact JSON, exactly as logged
   (``stream`` included where the log has it).
-- Sessions: the rule of :mod:`capture.importers.sessions` (:class:`SessionLinker`).
+- Sessions: the rule of :mod:`capture.importers.linker` (:class:`SessionLinker`).
 - Metadata: ``redaction_policy="none"`` (raw text), ``import_report`` a JSON object: lines
   read, records imported, skipped lines (count and the first few with line numbers and
   reasons), lines that were not requests by kind, and how sessions were found.
@@ -61,7 +62,7 @@ import numpy as np
 import polars as pl
 
 from capture.importers.records import BadLines, LineError, LogRecord, NotARequest
-from capture.importers.sessions import SessionLinker
+from capture.importers.linker import SessionLinker
 from replay.blocks import HASH_ALGO, block_hashes
 from replay.errors import ConfigError, TraceError
 from replay.trace import APIS, Trace, TraceMeta, TraceWriter, read_meta, validate
@@ -69,9 +70,9 @@ from replay.trace import APIS, Trace, TraceMeta, TraceWriter, read_meta, validat
 if TYPE_CHECKING:
     from capture.importers.tokens import ImportResult
 
-__all__ = ["LOG_FORMATS", "LogIndex", "TokenCache", "scan_log", "write_log_trace", "build_trace", "import_log"]
+__all__ = ["LOG_FORMATS", "LogIndex", "TokenCache", "scan_log", "write_log_trace", "build_trace", "check_block_size"]
 
-# the log formats :func:`import_log` reads (as the CLI spells them)
+# the log formats :func:`capture.importers.import_log` reads (as the CLI spells them)
 LOG_FORMATS = ("openai", "litellm", "langfuse")
 # a chunk of rows (one Parquet row group, what memory holds of the rows) ends at this many rows
 # or this many characters of bodies and answers, whichever comes first
@@ -303,7 +304,7 @@ def _body_max_tokens(body: dict) -> int | None:
     return None
 
 
-def _check_block_size(block_size: int) -> None:
+def check_block_size(block_size: int) -> None:
     if block_size <= 0:
         raise ConfigError(f"--block-size: must be positive, got {block_size}")
 
@@ -398,7 +399,7 @@ def build_trace(
 ) -> Trace:
     """The Trace of ``records`` (every ``arrival_us`` set) in memory, by the rules in the module
     docstring: the same rows a log of them imports to (:func:`write_log_trace`)."""
-    _check_block_size(block_size)
+    check_block_size(block_size)
     if not records:
         raise TraceError(f"{source}: no requests imported")
     missing = [r.line for r in records if r.arrival_us is None]
@@ -487,7 +488,7 @@ def write_log_trace(
     ``progress(rows_read)`` is called after each chunk."""
     from capture.importers.tokens import ImportResult
 
-    _check_block_size(block_size)
+    check_block_size(block_size)
     out = Path(out)
     rows = _Rows(tokenizer, block_size, index.shared_groups)
     start = TraceMeta(source_format=source_format, tokenizer=tokenizer,
@@ -529,47 +530,3 @@ def write_log_trace(
     meta, n = read_meta(out)
     return ImportResult(out, n, meta, redaction)
 
-
-def import_log(
-    format: str,
-    path: str | os.PathLike[str],
-    out: str | os.PathLike[str],
-    *,
-    tokenizer: str = "gpt2",
-    block_size: int = 16,
-    skip_bad: bool = False,
-    rate: float | None = None,
-    seed: int = 0,
-    limit: int | None = None,
-    key: Any | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> ImportResult:
-    """Import a request log of ``format`` ("openai", "litellm" or "langfuse") into the Trace
-    file ``out``, in two streaming passes (see the module docstring). Without ``key`` (a
-    :class:`redact.key.RedactionKey`) the text is raw (``redaction_policy="none"``: redact it
-    before sharing it); with one, each chunk is redacted before it is written.
-
-    ``rate`` (req/s) and ``seed`` space an OpenAI Batch input file's requests as a seeded
-    Poisson process (it has no times); ``limit`` keeps the first N requests of the file.
-    """
-    if limit is not None and limit < 1:
-        raise ConfigError(f"--limit: must be >= 1, got {limit}")
-    _check_block_size(block_size)
-    common = dict(tokenizer=tokenizer, block_size=block_size, skip_bad=skip_bad, limit=limit,
-                  key=key, progress=progress)
-    if format == "openai":
-        from capture.importers.openai_log import import_openai
-
-        return import_openai(path, out, rate=rate, seed=seed, **common)
-    if format not in LOG_FORMATS:
-        raise ConfigError(f"log format '{format}' unknown (known: {', '.join(LOG_FORMATS)})")
-    if rate is not None:
-        raise ConfigError(f"--rate: only for OpenAI Batch input files, not {format} logs "
-                          "(they have their own times)")
-    if format == "litellm":
-        from capture.importers.litellm import import_litellm
-
-        return import_litellm(path, out, **common)
-    from capture.importers.langfuse import import_langfuse
-
-    return import_langfuse(path, out, **common)

@@ -51,7 +51,8 @@ def _is_results(path: Path) -> bool:
 def _swept(args: argparse.Namespace) -> tuple[Path, Path] | int:
     """Two Traces replayed by `replay sweep --sweep FLAGS` into OUT/a and OUT/b: the folders, or the
     exit code that stopped a sweep (2: bad flags or target, 130: interrupted)."""
-    from replay.cli.main import build_parser
+    from replay.cli import run_cmds
+    from replay.cli.parser import Parser
     from replay.errors import ConfigError
 
     if args.sweep is None:
@@ -68,7 +69,8 @@ def _swept(args: argparse.Namespace) -> tuple[Path, Path] | int:
         raise ConfigError("--sweep: --out is compare's (the sweeps go to OUT/a and OUT/b)")
     if args.out is None:
         args.out = Path("results") / f"compare-{args.a.stem}-{args.b.stem}"
-    parser = build_parser()
+    parser = Parser(prog="replay")  # `replay sweep` alone, as the command line parses it
+    run_cmds.register(parser.add_subparsers(dest="command"))
     folders = []
     for name, trace in (("a", args.a), ("b", args.b)):
         sweep_args = parser.parse_args(["sweep", str(trace), *flags, "--out", str(args.out / name)])

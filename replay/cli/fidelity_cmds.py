@@ -69,7 +69,8 @@ def check_outcome_flags(args: argparse.Namespace) -> None:
 
 
 def _finish(args: argparse.Namespace, report) -> int:
-    from fidelity.render import exit_code, print_report, write_report
+    from fidelity.render import exit_code, print_report
+    from fidelity.report_files import write_report
 
     if args.out:
         paths = write_report(report, args.out, html=True)

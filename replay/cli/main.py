@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 
+from replay.cli.parser import Parser
 from replay.errors import ReplayError
 
 __all__ = ["main", "build_parser"]
@@ -29,22 +30,11 @@ examples:
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with our error format (one line on stderr, exit 2) and no abbreviated flags."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str):
-        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     from replay.cli import (audit_cmds, capture_cmds, compare_cmds, engine_cmds, fidelity_cmds, optimize_cmds,
                             run_cmds, sim_cmds, trace_cmds)
 
-    parser = _Parser(
+    parser = Parser(
         prog="replay",
         description="Replay real LLM-serving traffic open-loop against an OpenAI-compatible server.",
         epilog=EPILOG,

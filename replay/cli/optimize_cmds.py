@@ -153,8 +153,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                            measure_on_engine)
     from optimizer.campaign import RECHECK_EVERY, workload_hash
     from optimizer.verdict import MAX_NOISE
-    from optimizer.report import print_result, verdict_text, write_result
-    from replay.inspect import prefix_reuse_share
+    from optimizer.report import print_result, verdict_text
+    from optimizer.report_files import write_result
+    from replay.traffic import prefix_reuse_share
     from replay.trace import read_trace
 
     trace = read_trace(args.trace)

@@ -303,7 +303,8 @@ def _judge(args: argparse.Namespace, result, saver: _Saver) -> None:
     if args.fidelity is None or not saver.files:
         return
     from fidelity import compare_results
-    from fidelity.render import stage_summary, write_report
+    from fidelity.render import stage_summary
+    from fidelity.report_files import write_report
     from replay.results import write_summary
 
     if not args.json:

@@ -321,13 +321,13 @@ def cmd_slice(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from replay.inspect import summarize
+    from replay.traffic import trace_summary
     from replay.trace import read_trace
 
     trace = read_trace(args.trace, bodies=False)
     if trace.meta.raw_text:
         print(raw_text_warning(args.trace), file=sys.stderr)
-    summary = summarize(trace)
+    summary = trace_summary(trace)
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -342,7 +342,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     console = Console()
     console.print(table)
-    from replay.inspect import sparkline
+    from replay.traffic import sparkline
 
     rps = series["rps"]
     console.print(f"rate over time ({series['bin_s']:g} s bins, peak {max(rps, default=0):.3g} req/s):")

@@ -3,8 +3,8 @@
 An :class:`Engine` is something the suite can start with a config and then replay against: it
 names itself, declares its :class:`Knob` s (the flags worth tuning, each marked lossless, like
 scheduling and batching, or lossy, like weight or KV-cache precision), builds its command line for
-a config and a port, and :meth:`Engine.launch` es itself into a :class:`RunningEngine`
-(see :mod:`replay.targets.process`). A config is a mapping from knob name to value; a knob left out
+a config and a port, and :meth:`Engine.launch` es itself into a :class:`Running` engine
+(:class:`replay.targets.process.RunningEngine`). A config is a mapping from knob name to value; a knob left out
 keeps the engine's own default.
 """
 
@@ -13,14 +13,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from replay.errors import ConfigError
 
-if TYPE_CHECKING:
-    from replay.targets.process import RunningEngine
 
-__all__ = ["KnobKind", "Knob", "Engine", "check_config", "config_args",
+__all__ = ["KnobKind", "Knob", "Engine", "Running", "check_config", "config_args",
            "COMMON_METRICS"]
 
 KnobKind = Literal["int", "float", "bool", "choice", "json"]
@@ -70,9 +68,9 @@ class Knob:
 
     def __post_init__(self) -> None:
         if self.kind not in KNOB_KINDS:
-            raise ValueError(f"knob {self.name}: kind {self.kind!r} not one of {KNOB_KINDS}")
+            raise ConfigError(f"knob {self.name}: kind {self.kind!r} not one of {KNOB_KINDS}")
         if self.kind == "choice" and not self.choices:
-            raise ValueError(f"knob {self.name}: a choice knob needs choices")
+            raise ConfigError(f"knob {self.name}: a choice knob needs choices")
 
     def check(self, value: Any) -> Any:
         """``value`` coerced to this knob's kind, or a ConfigError naming the flag."""
@@ -144,6 +142,21 @@ def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(float(x))
 
 
+class Running(Protocol):
+    """A started engine (:class:`replay.targets.process.RunningEngine` is the one there is): its
+    URL, its metrics, and a stop; a context manager that stops it."""
+
+    url: str
+
+    def metrics(self) -> dict[str, float]: ...
+
+    def stop(self, timeout_s: float | None = None) -> int | None: ...
+
+    def __enter__(self) -> Running: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
 @runtime_checkable
 class Engine(Protocol):
     """What the core needs from an engine it starts: implemented by each adapter."""
@@ -156,7 +169,7 @@ class Engine(Protocol):
         """The full command line that serves on 127.0.0.1:``port`` with ``config`` applied."""
         ...
 
-    def launch(self, config: Mapping[str, Any] | None = None, port: int = 0) -> RunningEngine:
+    def launch(self, config: Mapping[str, Any] | None = None, port: int = 0) -> Running:
         """Start the engine, wait until it is healthy, return the running handle."""
         ...
 

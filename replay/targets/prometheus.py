@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from replay.errors import TargetError
+from replay.errors import ConfigError, TargetError
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -102,7 +102,7 @@ class Scrape:
                     return float(sum(values) / len(values))
                 if agg == "max":
                     return float(max(values))
-                raise ValueError(f"agg must be sum, mean or max, not {agg!r}")
+                raise ConfigError(f"agg must be sum, mean or max, not {agg!r}")
         return None
 
     def histogram(self, name: str, **labels: str) -> Histogram | None:

@@ -10,55 +10,19 @@
 //! keeps what it saw.
 
 use std::io::IoSlice;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::Sender;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use tokio::runtime::Handle;
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 
-use crate::answers::Answers;
-use crate::client::{classify_connect_error, classify_http_error, Encoder};
-use crate::conn::{Conn, Dialer};
-use crate::pool::Pool;
+use crate::client::{classify_connect_error, classify_http_error};
+use crate::conn::Conn;
 use crate::record::{ErrorKind, RequestRecord};
 use crate::response::{exchange, State};
-use crate::run::RunControl;
-
-/// The run's stop signal, as seen by request tasks.
-pub(crate) const RUNNING: u8 = 0;
-pub(crate) const CUT_OFF: u8 = 1;
-pub(crate) const CANCELLED: u8 = 2;
-
-/// Everything request tasks share for the length of a run.
-pub(crate) struct Shared {
-    pub dialer: Dialer,
-    pub encoder: Encoder,
-    pub pool: Pool,
-    pub t0: Instant,
-    pub timeout: Option<Duration>,
-    pub stall: Option<Duration>,
-    /// One permit per request in flight (`max_connections`).
-    pub permits: Arc<Semaphore>,
-    pub control: Arc<RunControl>,
-    pub stop_rx: watch::Receiver<u8>,
-    pub records_tx: Sender<RequestRecord>,
-    /// Causal runs: each request's (index, end ns) goes to the dispatcher.
-    pub ends_tx: Option<Sender<(usize, i64)>>,
-    pub keep_chunks: bool,
-    /// Requests sent again on a new connection (`exchange_or_resend`).
-    pub resent: AtomicU64,
-    /// Causal runs that resend the engine's answers: what parents streamed (`answers`).
-    pub answers: Option<Answers>,
-}
-
-impl Shared {
-    pub(crate) fn now_ns(&self) -> i64 {
-        self.t0.elapsed().as_nanos() as i64
-    }
-}
+use crate::shared::{stopped, Shared, CUT_OFF};
 
 /// A request's bytes: shared head prefix, its content-length line, its body.
 pub(crate) struct Wire {
@@ -172,15 +136,6 @@ pub(crate) fn launch(
     runtime.spawn(request_task(shared.clone(), rec, wire, start, handed));
     if !dead.is_empty() {
         runtime.spawn(async move { drop(dead) });
-    }
-}
-
-/// Resolves once the run's stop signal is raised, with its value.
-pub(crate) async fn stopped(rx: &mut watch::Receiver<u8>) -> u8 {
-    let value = rx.wait_for(|s| *s != RUNNING).await.map(|s| *s);
-    match value {
-        Ok(s) => s,
-        Err(_) => std::future::pending::<u8>().await,
     }
 }
 

@@ -5,14 +5,17 @@
 //! * `record` — per-request timing records, assembled into columns.
 //! * `prefix_cache` — an offline LRU prefix-cache simulation over chained block hashes.
 //! * `answers` — causal sessions resend the engine's own answers in place of the recorded ones.
-//! * `run` (with `plan`, `client`, `conn`, `pool`, `warmup`, `exchange`, `response`, `dispatch`,
-//!   `threads`) — the open-loop HTTP/1.1 runner: warm-up, dispatch (open or causal), true send
-//!   stamps, drain and cut-off.
+//! * `run` (with `config`, `plan`, `client`, `conn`, `pool`, `shared`, `warmup`, `exchange`,
+//!   `response`, `dispatch`, `threads`) — the open-loop HTTP/1.1 runner: warm-up, dispatch (open
+//!   or causal), true send stamps, drain and cut-off. The pieces depend one way: `run` on the
+//!   rest, `exchange` on `response`, both (and `warmup`) on `shared`, `plan` and `shared` on
+//!   `config`.
 //!
 //! Times are integer nanoseconds; names carry their unit (`lag_ns`).
 
 pub mod answers;
 pub mod client;
+pub mod config;
 pub mod conn;
 pub mod dispatch;
 pub mod error;
@@ -25,6 +28,7 @@ pub mod record;
 mod response;
 pub mod run;
 pub mod schedule;
+mod shared;
 pub mod sse;
 pub mod synth;
 pub mod threads;
@@ -33,13 +37,14 @@ mod users;
 mod warmup;
 
 pub use answers::SendBody;
+pub use config::{RunConfig, RunControl};
 pub use dispatch::Gate;
 pub use error::CoreError;
 pub use openai::{parse_openai_event, parse_openai_response, OpenAiEvent, Usage};
 pub use plan::{PlannedRequest, Schedule};
 pub use prefix_cache::{prefix_cache_hits, simulate as simulate_prefix_cache};
 pub use record::{ErrorKind, Recorder, Records, RequestRecord, RunStats, Switches};
-pub use run::{run, run_streamed, RunConfig, RunControl, Sink, HAND_OVER_EVERY};
+pub use run::{run, run_streamed, Sink, HAND_OVER_EVERY};
 pub use schedule::{arrival_offsets, Arrivals};
 pub use sse::{SseError, SseParser};
 pub use tls::TlsOptions;

@@ -3,9 +3,9 @@
 
 use bytes::Bytes;
 
+use crate::config::RunConfig;
 use crate::dispatch::Gate;
 use crate::error::CoreError;
-use crate::run::RunConfig;
 
 /// One request of the schedule.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -6,9 +6,9 @@ use bytes::Bytes;
 use crate::answers::text_of;
 use crate::client::classify_http_error;
 use crate::conn::{Body, Conn};
-use crate::exchange::Shared;
 use crate::openai::{parse_openai_event, parse_openai_response, OpenAiEvent, Usage};
 use crate::record::{ErrorKind, RequestRecord};
+use crate::shared::Shared;
 use crate::sse::{SseError, SseParser, DEFAULT_MAX_EVENT_BYTES};
 
 /// Most of an error response body kept for its detail line.

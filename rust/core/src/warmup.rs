@@ -9,7 +9,7 @@ use http::header::HeaderMap;
 
 use crate::client::{BaseUrl, Encoder, POOL_IDLE_TIMEOUT};
 use crate::conn::Body;
-use crate::exchange::{stopped, Shared};
+use crate::shared::{stopped, Shared};
 
 /// How often the warm-keeper looks at the pool.
 const KEEP_EVERY: Duration = Duration::from_millis(250);

@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+mod errors;
 mod prompts;
 mod sim;
 
@@ -23,31 +23,15 @@ use replay_core::{
     Records, RunConfig, RunControl, Schedule, SendBody, Sink, Switches, TlsOptions,
 };
 
-/// Raise the `replay.errors` class that matches a core error variant.
-fn to_py_err(py: Python<'_>, err: CoreError) -> PyErr {
-    let class = match &err {
-        CoreError::Config { .. } => "ConfigError",
-        CoreError::Url { .. } => "TargetError",
-        _ => "RunnerError",
-    };
-    let message = err.to_string();
-    match py.import("replay.errors").and_then(|m| m.getattr(class)) {
-        Ok(cls) => PyErr::from_value(match cls.call1((message.clone(),)) {
-            Ok(v) => v,
-            Err(e) => return e,
-        }),
-        Err(_) => PyValueError::new_err(message),
-    }
-}
-
 /// Seconds -> ns; None keeps `default_ns` (the core's default), 0 means "no limit".
 fn seconds_to_ns(field: &str, seconds: Option<f64>, default_ns: u64) -> PyResult<u64> {
     match seconds {
         None => Ok(default_ns),
         Some(s) if s.is_finite() && s >= 0.0 => Ok((s * 1e9) as u64),
-        Some(s) => Err(PyValueError::new_err(format!(
-            "{field} must be a number of seconds >= 0, got {s}"
-        ))),
+        Some(s) => Err(errors::config(
+            field,
+            format!("must be a number of seconds >= 0, got {s}"),
+        )),
     }
 }
 
@@ -87,20 +71,17 @@ fn arrival_offsets<'py>(
         },
         "constant" => Arrivals::Constant,
         other => {
-            return Err(to_py_err(
-                py,
-                CoreError::Config {
-                    field: "arrivals",
-                    message: format!(
-                        "unknown arrival kind '{other}' (trace, poisson, gamma, constant)"
-                    ),
-                },
-            ))
+            return Err(errors::from_core(CoreError::Config {
+                field: "arrivals",
+                message: format!(
+                    "unknown arrival kind '{other}' (trace, poisson, gamma, constant)"
+                ),
+            }))
         }
     };
     let trace = trace_offsets_ns.as_slice()?;
     let offsets = core_arrival_offsets(&arrivals, n, rate, speedup, trace, seed)
-        .map_err(|e| to_py_err(py, e))?;
+        .map_err(errors::from_core)?;
     Ok(offsets.into_pyarray(py))
 }
 
@@ -122,15 +103,14 @@ fn prefix_cache_hits<'py>(
         || o.windows(2).any(|w| w[0] > w[1])
         || o.last().is_some_and(|&l| l as usize != h.len())
     {
-        return Err(PyValueError::new_err(
-            "offsets must start at 0, not decrease and end at len(hashes)",
+        return Err(errors::config(
+            "offsets",
+            "must start at 0, not decrease and end at len(hashes)",
         ));
     }
     let t = times_s.as_ref().map(|t| t.as_slice()).transpose()?;
     if t.is_some_and(|t| t.len() + 1 != o.len()) {
-        return Err(PyValueError::new_err(
-            "times_s must have one entry per request",
-        ));
+        return Err(errors::config("times_s", "must have one entry per request"));
     }
     let (hits, reuse) = py.detach(|| core_simulate_prefix_cache(h, o, capacity, t));
     if t.is_none() {
@@ -225,21 +205,24 @@ fn split_bodies(
             || so.last().is_some_and(|&e| e as usize != s.len())
             || s.len() % 2 != 0
         {
-            return Err(PyValueError::new_err(format!(
-                "answer spans: {} span offsets and {} entries for {n} bodies (want n + 1 offsets ending at an even count)",
-                so.len(),
-                s.len()
-            )));
+            return Err(errors::config(
+                "answer_spans",
+                format!(
+                    "{} span offsets and {} entries for {n} bodies (want n + 1 offsets ending at an even count)",
+                    so.len(),
+                    s.len()
+                ),
+            ));
         }
     }
     let mut out = Vec::with_capacity(n);
     for (i, w) in offsets.windows(2).enumerate() {
         let (a, b) = (w[0] as usize, w[1] as usize);
         if a > b || b > all.len() {
-            return Err(PyValueError::new_err(format!(
-                "body {i}: offsets {a}..{b} outside {} bytes",
-                all.len()
-            )));
+            return Err(errors::config(
+                "body_offsets",
+                format!("body {i}: offsets {a}..{b} outside {} bytes", all.len()),
+            ));
         }
         let answers_at = match spans {
             None => Vec::new(),
@@ -319,7 +302,7 @@ fn start_feeder(
                 }
             }
         })
-        .map_err(|e| PyValueError::new_err(format!("cannot start the body feeder thread: {e}")))?;
+        .map_err(|e| errors::runner(format!("cannot start the body feeder thread: {e}")))?;
     Ok((
         Feeder {
             handle,
@@ -392,9 +375,10 @@ fn run<'py>(
     let after = after.as_ref().map(|a| a.as_slice()).transpose()?;
     let think = think_ns.as_ref().map(|a| a.as_slice()).transpose()?;
     if after.is_some_and(|a| a.len() != n) || think.is_some_and(|t| t.len() != n) {
-        return Err(PyValueError::new_err(format!(
-            "after / think_ns must have one entry per request ({n})"
-        )));
+        return Err(errors::config(
+            "after",
+            format!("after and think_ns must have one entry per request ({n})"),
+        ));
     }
     let gates = match after {
         None => Vec::new(),
@@ -419,10 +403,10 @@ fn run<'py>(
             (Ok(data), Some(offs)) => {
                 let offs = offs.as_slice()?;
                 if offs.len() != n + 1 {
-                    return Err(PyValueError::new_err(format!(
-                        "{} body offsets for {n} requests (want n + 1)",
-                        offs.len()
-                    )));
+                    return Err(errors::config(
+                        "body_offsets",
+                        format!("{} body offsets for {n} requests (want n + 1)", offs.len()),
+                    ));
                 }
                 (
                     None,
@@ -430,17 +414,16 @@ fn run<'py>(
                 )
             }
             (Ok(_), None) => {
-                return Err(PyValueError::new_err("bodies as bytes need body_offsets"))
+                return Err(errors::config(
+                    "body_offsets",
+                    "needed with bodies as bytes",
+                ))
             }
             (Err(_), _) if bodies.is_callable() => {
                 let (f, rx) = start_feeder(bodies.clone().unbind(), control.clone())?;
                 (Some(f), Box::new(rx.into_iter().flatten()))
             }
-            (Err(_), _) => {
-                return Err(PyValueError::new_err(
-                    "bodies: expected bytes or a callable",
-                ))
-            }
+            (Err(_), _) => return Err(errors::config("bodies", "expected bytes or a callable")),
         };
     let d = RunConfig::default();
     let config = RunConfig {
@@ -478,7 +461,7 @@ fn run<'py>(
             let outcome = core_run_streamed(&config, schedule, source, thread_control, sink);
             let _ = tx.send(outcome);
         })
-        .map_err(|e| PyValueError::new_err(format!("cannot start the runner thread: {e}")))?;
+        .map_err(|e| errors::runner(format!("cannot start the runner thread: {e}")))?;
 
     let interval = Duration::from_secs_f64(progress_interval_s.max(0.01));
     let mut interrupted = false;
@@ -535,7 +518,7 @@ fn run<'py>(
     if let Some(e) = callback_error {
         return Err(e);
     }
-    let records = outcome.map_err(|e| to_py_err(py, e))?;
+    let records = outcome.map_err(errors::from_core)?;
     let d = records_to_dict(py, records)?;
     d.set_item("interrupted", interrupted)?;
     Ok(d)

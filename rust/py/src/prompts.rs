@@ -2,15 +2,15 @@
 //! draws with numpy, drawn the same way in Rust with the GIL released.
 
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use replay_core::synth::{render, sample_units};
 
 fn n_words(table_len: usize) -> PyResult<u32> {
     match u32::try_from(table_len.saturating_sub(1)) {
         Ok(n) if n > 0 => Ok(n),
-        _ => Err(PyValueError::new_err(
-            "the unit table needs at least one word and the period, under 2^32 units",
+        _ => Err(crate::errors::config(
+            "table",
+            "needs at least one word and the period, under 2^32 units",
         )),
     }
 }
@@ -26,7 +26,7 @@ pub fn prompt_units<'py>(
     n_words: u32,
 ) -> PyResult<Bound<'py, PyArray1<i32>>> {
     if n_words == 0 || n_words > i32::MAX as u32 {
-        return Err(PyValueError::new_err("n_words must be in 1..2^31"));
+        return Err(crate::errors::config("n_words", "must be in 1..2^31"));
     }
     let units = py.detach(|| sample_units(&entropy, &lengths, n_words));
     Ok(units
@@ -51,8 +51,9 @@ pub fn prompt_texts(
     let n_words = n_words(table.len())?;
     let (keys, lengths) = (keys.as_slice()?, lengths.as_slice()?);
     if keys.len() != lengths.len() || lengths.iter().any(|&n| n < 0) {
-        return Err(PyValueError::new_err(
-            "keys and lengths: one each per text, lengths >= 0",
+        return Err(crate::errors::config(
+            "lengths",
+            "one key and one length per text, lengths >= 0",
         ));
     }
     Ok(py.detach(|| {

@@ -2,9 +2,9 @@
 //!
 //! Thin: a config (a dict or a JSON string of `replay_sim::EngineConfig` keys) and a tokenizer
 //! path go in, the server runs on its own Rust thread, and Python gets its port and URL back.
-//! Bad knobs raise `replay.errors.ConfigError`; a port that cannot be bound, `TargetError`.
+//! Bad knobs raise `replay.errors.ConfigError` (`.field`: the flag); a port that cannot be bound,
+//! `TargetError` (`crate::errors::from_sim`).
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
@@ -15,21 +15,6 @@ use replay_sim::{serve, EngineConfig, ServerHandle, SimError};
 #[pyfunction]
 pub fn sim_defaults() -> String {
     EngineConfig::default().to_json()
-}
-
-fn sim_err(py: Python<'_>, err: SimError) -> PyErr {
-    let class = match &err {
-        SimError::Bind { .. } | SimError::Runtime { .. } => "TargetError",
-        _ => "ConfigError",
-    };
-    let message = err.to_string();
-    match py.import("replay.errors").and_then(|m| m.getattr(class)) {
-        Ok(cls) => match cls.call1((message.clone(),)) {
-            Ok(v) => PyErr::from_value(v),
-            Err(e) => e,
-        },
-        Err(_) => PyValueError::new_err(message),
-    }
 }
 
 /// A running simulated engine.
@@ -59,7 +44,7 @@ impl SimServer {
             Some(c) if c.is_instance_of::<PyString>() => c.extract()?,
             Some(c) => py.import("json")?.call_method1("dumps", (c,))?.extract()?,
         };
-        let mut cfg = EngineConfig::from_json(&text).map_err(|e| sim_err(py, e))?;
+        let mut cfg = EngineConfig::from_json(&text).map_err(crate::errors::from_sim)?;
         if tokenizer.is_some() {
             cfg.tokenizer = tokenizer;
         }
@@ -84,7 +69,7 @@ impl SimServer {
                 })
             })
         });
-        let handle = started.map_err(|e| sim_err(py, e))?;
+        let handle = started.map_err(crate::errors::from_sim)?;
         let r = handle.resolved();
         Ok(SimServer {
             port: handle.port(),

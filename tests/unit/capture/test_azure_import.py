@@ -12,7 +12,7 @@ import pytest
 from capture.importers import import_azure
 from replay.blocks import block_hashes
 from replay.errors import TraceError
-from replay.inspect import summarize
+from replay.traffic import trace_summary
 from replay.trace import read_trace
 
 
@@ -38,7 +38,7 @@ def test_full_shared_file(azure, gpt2):
     assert df["body"].is_null().all()  # no synthesized text is stored
     stamps = raw["TIMESTAMP"].str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="us")
     span_s = (stamps.max() - stamps.min()).total_seconds()
-    s = summarize(trace)
+    s = trace_summary(trace)
     assert s["mean_rate_rps"] == pytest.approx((raw.height - 1) / span_s, rel=1e-6)
     assert 5.3 < s["mean_rate_rps"] < 5.7
     assert s["input_tokens_p50"] == pytest.approx(raw["ContextTokens"].median())

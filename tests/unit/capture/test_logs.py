@@ -398,7 +398,7 @@ def test_a_redacting_import_writes_what_redacting_the_raw_import_writes(jsonl, t
 
 
 def test_a_bounded_linker_forgets_its_oldest_requests():
-    from capture.importers.sessions import SessionLinker
+    from capture.importers.linker import SessionLinker
 
     def opening(who):
         return {"messages": [{"role": "user", "content": f"hi from {who}"}]}

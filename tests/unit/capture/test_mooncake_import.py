@@ -12,7 +12,7 @@ import pytest
 from capture.importers import import_mooncake
 from replay.blocks import block_hashes
 from replay.errors import TraceError
-from replay.inspect import summarize
+from replay.traffic import trace_summary
 from replay.prompts import block_text
 from replay.trace import read_trace
 
@@ -62,7 +62,7 @@ def test_full_shared_file(mooncake, gpt2):
     assert out.stat().st_size / df.height < 1024
     expected = _reuse_from_hash_ids(raw)
     assert 0.6 < expected < 0.7
-    assert summarize(trace)["prefix_reuse_share"] == pytest.approx(expected, abs=1e-9)
+    assert trace_summary(trace)["prefix_reuse_share"] == pytest.approx(expected, abs=1e-9)
     ids = raw["hash_ids"].to_list()
     rows = np.linspace(0, df.height - 1, 4).astype(int).tolist()
     for r, batch in enumerate(trace.body_batches(df.height, 1, synthesize=True)):

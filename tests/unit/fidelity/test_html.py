@@ -14,7 +14,7 @@ from fidelity import compare_stage, drift
 from fidelity.html import html_report
 from fidelity.judge import FidelityReport
 from fidelity.plots import MAX_POINTS, counts_over_time, ecdf_points, group_verdicts
-from fidelity.render import write_report
+from fidelity.report_files import write_report
 from replay.generate import GenerateConfig, generate
 from tests.unit.fidelity.test_compare import live, stage_of  # noqa: F401  (the shared live fixture)
 

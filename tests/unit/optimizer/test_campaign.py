@@ -209,7 +209,7 @@ def test_output_equivalence_tolerates_one_late_near_tie_only():
 
 def test_the_report_pages_show_the_search_and_escape_the_campaign_s_texts(tmp_path):
     from optimizer import Proposal
-    from optimizer.report import write_result
+    from optimizer.report_files import write_result
     from tests.browser import find_chromium, load_page
     from tests.integration.real_engines import require
 
@@ -264,7 +264,7 @@ def test_a_baseline_measured_beside_the_confirmation_keeps_drift_from_passing_as
     assert result.best_noise.values[REPEATS:] == tuple(r["value"] for r in result.rechecks)
     c.close()
     # the reports say so
-    from optimizer.report import write_result
+    from optimizer.report_files import write_result
 
     for path in write_result(result, tmp_path / "report")[1:]:  # optimize.md, optimize.html
         text = path.read_text()

@@ -7,7 +7,7 @@ import json
 import random
 
 from optimizer import Budget, Campaign, Measurement, Space
-from optimizer.report import write_result
+from optimizer.report_files import write_result
 from optimizer.space import config_key
 from replay.sim import KNOBS
 

@@ -1,6 +1,6 @@
 """One-screen summaries of a trace (the library side of ``replay inspect``).
 
-Owns :func:`summarize`, :func:`prefix_reuse_share`, :func:`counting_stats`, :func:`rate_series`,
+Owns :func:`trace_summary`, :func:`prefix_reuse_share`, :func:`counting_stats`, :func:`rate_series`,
 :func:`sparkline` and the bucketed-timestamp rule. Numbers are plain Python floats and ints, so the
 dict prints as JSON as it is.
 
@@ -22,7 +22,7 @@ import polars as pl
 
 from replay.trace import Trace
 
-__all__ = ["BUCKETED_ZERO_SHARE", "SERIES_BINS", "IDC_WINDOWS_S", "summarize", "prefix_reuse_share",
+__all__ = ["BUCKETED_ZERO_SHARE", "SERIES_BINS", "IDC_WINDOWS_S", "trace_summary", "prefix_reuse_share",
            "counting_stats", "window_counts", "index_of_dispersion", "lag1_autocorrelation", "peak_to_mean",
            "rate_series", "sparkline"]
 
@@ -124,7 +124,7 @@ def _quantiles(s: pl.Series, prefix: str) -> dict[str, float | None]:
             for q in _QUANTILES}
 
 
-def summarize(trace: Trace) -> dict[str, object]:
+def trace_summary(trace: Trace) -> dict[str, object]:
     """Rows, duration, rate, burstiness (interarrival CV and the counting-process statistics),
     token-length percentiles, sessions, timestamp bucketing, prefix reuse and the rate over time
     of ``trace``."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from replay.sessions import causal_gates
+from replay.causal import causal_gates
 
 
 def rows(session, arrival_us, e2e_us=None) -> pl.DataFrame:

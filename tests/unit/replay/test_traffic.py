@@ -7,7 +7,7 @@ import json
 import polars as pl
 import pytest
 
-from replay.inspect import prefix_reuse_share, summarize
+from replay.traffic import prefix_reuse_share, trace_summary
 from replay.trace import TraceMeta
 
 
@@ -19,7 +19,7 @@ def test_summary_of_a_small_trace(make_trace):
         block_hashes=pl.Series([[1, 2], [1, 2], [1, 3, 4], [9], [4, 5]], dtype=pl.List(pl.UInt64)),
         meta=TraceMeta(block_size_tokens=4),
     )
-    s = summarize(trace)
+    s = trace_summary(trace)
     json.dumps(s)  # plain values
     assert s["rows"] == 5
     assert s["duration_s"] == pytest.approx(4.0)
@@ -35,7 +35,7 @@ def test_summary_of_a_small_trace(make_trace):
 
 
 def test_evenly_spaced_trace_is_not_bursty_nor_bucketed(make_trace):
-    s = summarize(make_trace(n=6))
+    s = trace_summary(make_trace(n=6))
     assert s["interarrival_cv"] == pytest.approx(0.0)
     assert s["bucketed_timestamps"] is False
     assert s["distinct_timestamp_share"] == 1.0
@@ -44,7 +44,7 @@ def test_evenly_spaced_trace_is_not_bursty_nor_bucketed(make_trace):
 def test_counting_statistics_tell_poisson_from_bursty():
     import numpy as np
 
-    from replay.inspect import counting_stats, rate_series, sparkline
+    from replay.traffic import counting_stats, rate_series, sparkline
 
     rng = np.random.default_rng(1)
     poisson = np.cumsum(rng.exponential(0.2, 30_000))  # 5 req/s, ~6,000 s
