@@ -16,8 +16,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 
-async def _send_all(url: str, offsets_s: Sequence[float], body_of: Callable[[int], bytes],
-                    timeout_s: float) -> tuple[np.ndarray, np.ndarray, int]:
+async def _send_all(
+    url: str, offsets_s: Sequence[float], body_of: Callable[[int], bytes], timeout_s: float
+) -> tuple[np.ndarray, np.ndarray, int]:
     import aiohttp
 
     n = len(offsets_s)
@@ -31,8 +32,9 @@ async def _send_all(url: str, offsets_s: Sequence[float], body_of: Callable[[int
             nonlocal ok
             intended[i] = due
             sent[i] = time.perf_counter()
-            async with session.post(url + "/v1/chat/completions", data=body_of(i),
-                                    headers={"Content-Type": "application/json"}) as resp:
+            async with session.post(
+                url + "/v1/chat/completions", data=body_of(i), headers={"Content-Type": "application/json"}
+            ) as resp:
                 async for line in resp.content:
                     line = line.strip()
                     if line.startswith(b"data: ") and line != b"data: [DONE]":
@@ -50,8 +52,9 @@ async def _send_all(url: str, offsets_s: Sequence[float], body_of: Callable[[int
     return intended, sent, ok
 
 
-def send_open_loop(url: str, offsets_s: Sequence[float], body_of: Callable[[int], bytes],
-                   timeout_s: float = 60.0) -> tuple[np.ndarray, np.ndarray, int]:
+def send_open_loop(
+    url: str, offsets_s: Sequence[float], body_of: Callable[[int], bytes], timeout_s: float = 60.0
+) -> tuple[np.ndarray, np.ndarray, int]:
     """Send request i (body ``body_of(i)``) at ``offsets_s[i]`` after the start; returns the
     intended and actual send times (perf_counter seconds) and the number of 200 answers."""
     coro = _send_all(url, offsets_s, body_of, timeout_s)

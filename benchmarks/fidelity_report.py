@@ -44,8 +44,10 @@ def main() -> None:
     t = time.perf_counter()
     live = synthetic_live(args.requests)
     stage = replay_of(live)
-    print(f"built {args.requests:,} live rows + their replay in {time.perf_counter() - t:.1f} s; "
-          f"peak RSS {rss_mb():.0f} MB", file=sys.stderr)
+    print(
+        f"built {args.requests:,} live rows + their replay in {time.perf_counter() - t:.1f} s; peak RSS {rss_mb():.0f} MB",
+        file=sys.stderr,
+    )
 
     t = time.perf_counter()
     judged = compare_stage(live, stage, file="synthetic", requested_rate=None)
@@ -60,8 +62,10 @@ def main() -> None:
     load = os.getloadavg()[0]
     print(f"{args.requests:,} requests (load average {load:.1f} on {os.cpu_count()} CPUs):")
     print(f"  metrics  (compare_stage)      {metrics_s:7.1f} s   peak RSS {metrics_rss:7.0f} MB")
-    print(f"  HTML page (plots, tables)     {plots_s:7.1f} s   peak RSS {rss_mb():7.0f} MB   "
-          f"{len(page) / 1e6:.2f} MB, {page.count('<img')} plots")
+    print(
+        f"  HTML page (plots, tables)     {plots_s:7.1f} s   peak RSS {rss_mb():7.0f} MB   "
+        f"{len(page) / 1e6:.2f} MB, {page.count('<img')} plots"
+    )
     print(f"  plots / metrics = {plots_s / metrics_s:.2f}")
 
 

@@ -63,27 +63,32 @@ def synthetic_live(n: int, seed: int = 0) -> Trace:
     pos = np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)
     row = np.repeat(np.arange(n), lengths)
     in_system = pos < system_blocks[row]
-    hashes = np.where(in_system, system[row].astype(np.uint64) * 1_000_003 + pos.astype(np.uint64),
-                      (session_of[row].astype(np.uint64) << np.uint64(20)) + pos.astype(np.uint64) + 7_777_777)
+    hashes = np.where(
+        in_system,
+        system[row].astype(np.uint64) * 1_000_003 + pos.astype(np.uint64),
+        (session_of[row].astype(np.uint64) << np.uint64(20)) + pos.astype(np.uint64) + 7_777_777,
+    )
     lists = pl.DataFrame({"row": row, "h": hashes.astype(np.uint64)}).group_by("row", maintain_order=True).agg("h")["h"]
     arrival_us = ((t - t[0]) * 1e6).astype(np.int64)
-    df = pl.DataFrame({
-        "request_id": pl.int_range(0, n, eager=True).cast(pl.Utf8).alias("request_id"),
-        "session_id": pl.Series(session_of).cast(pl.Utf8),
-        "parent_request_id": pl.Series([None] * n, dtype=pl.Utf8),
-        "turn": turn,
-        "api": ["chat"] * n,
-        "model": ["m"] * n,
-        "arrival_us": arrival_us,
-        "input_tokens": input_tokens,
-        "output_tokens": output_tokens,
-        "max_tokens": output_tokens,
-        "block_hashes": lists,
-        "cached_tokens": (np.minimum(system_blocks + turn * user_blocks, lengths) * BLOCK).astype(np.int32),
-        "status": np.full(n, 200, dtype=np.int32),
-        "ttft_us": (rng.lognormal(np.log(0.3), 0.5, n) * 1e6).astype(np.int64),
-        "e2e_us": (output_tokens * 0.03 * 1e6).astype(np.int64),
-    })
+    df = pl.DataFrame(
+        {
+            "request_id": pl.int_range(0, n, eager=True).cast(pl.Utf8).alias("request_id"),
+            "session_id": pl.Series(session_of).cast(pl.Utf8),
+            "parent_request_id": pl.Series([None] * n, dtype=pl.Utf8),
+            "turn": turn,
+            "api": ["chat"] * n,
+            "model": ["m"] * n,
+            "arrival_us": arrival_us,
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "max_tokens": output_tokens,
+            "block_hashes": lists,
+            "cached_tokens": (np.minimum(system_blocks + turn * user_blocks, lengths) * BLOCK).astype(np.int32),
+            "status": np.full(n, 200, dtype=np.int32),
+            "ttft_us": (rng.lognormal(np.log(0.3), 0.5, n) * 1e6).astype(np.int64),
+            "e2e_us": (output_tokens * 0.03 * 1e6).astype(np.int64),
+        }
+    )
     return Trace(df=df, meta=TraceMeta(source_format="synthetic-benchmark", tokenizer="none", block_size_tokens=BLOCK))
 
 
@@ -95,15 +100,28 @@ def replay_of(live: Trace, speedup: float = 10.0, seed: int = 1) -> pl.DataFrame
     sent = intended + rng.integers(0, 50_000, n)  # 0-50 µs late, as the runner measures
     e2e = (df["e2e_us"].to_numpy() * 1000 / speedup).astype(np.int64)
     out = df["output_tokens"].to_numpy()
-    return pl.DataFrame({
-        "request_id": df["request_id"], "session_id": df["session_id"], "api": df["api"],
-        "input_tokens": df["input_tokens"], "expected_output_tokens": df["max_tokens"],
-        "intended_ns": intended, "release_ns": intended, "conn_ns": np.zeros(n, dtype=np.int64), "sent_ns": sent,
-        "first_byte_ns": sent + 5_000_000, "first_token_ns": sent + 10_000_000, "end_ns": sent + e2e,
-        "status": np.full(n, 200, dtype=np.int32), "error": pl.Series(["none"] * n),
-        "prompt_tokens": df["input_tokens"].to_numpy().astype(np.int64) + 9, "completion_tokens": out,
-        "cached_tokens": df["cached_tokens"], "output_chunks": out,
-    })
+    return pl.DataFrame(
+        {
+            "request_id": df["request_id"],
+            "session_id": df["session_id"],
+            "api": df["api"],
+            "input_tokens": df["input_tokens"],
+            "expected_output_tokens": df["max_tokens"],
+            "intended_ns": intended,
+            "release_ns": intended,
+            "conn_ns": np.zeros(n, dtype=np.int64),
+            "sent_ns": sent,
+            "first_byte_ns": sent + 5_000_000,
+            "first_token_ns": sent + 10_000_000,
+            "end_ns": sent + e2e,
+            "status": np.full(n, 200, dtype=np.int32),
+            "error": pl.Series(["none"] * n),
+            "prompt_tokens": df["input_tokens"].to_numpy().astype(np.int64) + 9,
+            "completion_tokens": out,
+            "cached_tokens": df["cached_tokens"],
+            "output_chunks": out,
+        }
+    )
 
 
 def python_lru_hits(hash_lists: list[list[int]], capacity: int) -> int:
@@ -137,17 +155,22 @@ def main() -> None:
     t = time.perf_counter()
     live = synthetic_live(args.requests)
     stage = replay_of(live)
-    print(f"built {args.requests:,} live rows + their replay in {time.perf_counter() - t:.1f} s "
-          f"({live.df['block_hashes'].list.len().sum():,} blocks); peak RSS {rss_mb():.0f} MB", file=sys.stderr)
+    print(
+        f"built {args.requests:,} live rows + their replay in {time.perf_counter() - t:.1f} s "
+        f"({live.df['block_hashes'].list.len().sum():,} blocks); peak RSS {rss_mb():.0f} MB",
+        file=sys.stderr,
+    )
 
     t, cpu = time.perf_counter(), time.process_time()
     result = compare_stage(live, stage, file="synthetic")
     took, cpu = time.perf_counter() - t, time.process_time() - cpu
     judged = sum(m.passed is not None for m in result.verdict.metrics)
     load = os.getloadavg()[0]
-    print(f"\nfidelity.compare_stage on {args.requests:,} requests: {took:.1f} s wall, {cpu:.1f} s CPU "
-          f"(target <= 20 s; load average {load:.1f} on {os.cpu_count()} CPUs), {judged} metrics judged, "
-          f"verdict: {result.verdict.reason[:120]}")
+    print(
+        f"\nfidelity.compare_stage on {args.requests:,} requests: {took:.1f} s wall, {cpu:.1f} s CPU "
+        f"(target <= 20 s; load average {load:.1f} on {os.cpu_count()} CPUs), {judged} metrics judged, "
+        f"verdict: {result.verdict.reason[:120]}"
+    )
     print(f"peak RSS {rss_mb():.0f} MB")
 
     a = live.df["input_tokens"].to_numpy()
@@ -161,9 +184,11 @@ def main() -> None:
         t = time.perf_counter()
         peer = (ss.ks_2samp(a, b).statistic, ss.wasserstein_distance(a, b) / np.median(a))
         peer_s = time.perf_counter() - t
-        print(f"KS + Wasserstein on {len(a):,} lengths: ours {ours_s:.3f} s, scipy {peer_s:.3f} s "
-              f"(ours / scipy = {ours_s / peer_s:.2f}); same values: "
-              f"{np.allclose(ours, peer)} ({ours[0]:.5f}, {ours[1]:.5f} vs {peer[0]:.5f}, {peer[1]:.5f})")
+        print(
+            f"KS + Wasserstein on {len(a):,} lengths: ours {ours_s:.3f} s, scipy {peer_s:.3f} s "
+            f"(ours / scipy = {ours_s / peer_s:.2f}); same values: "
+            f"{np.allclose(ours, peer)} ({ours[0]:.5f}, {ours[1]:.5f} vs {peer[0]:.5f}, {peer[1]:.5f})"
+        )
     except ImportError:
         print("scipy not installed: no peer for the distances")
 
@@ -180,8 +205,10 @@ def main() -> None:
     hits = python_lru_hits(lists, capacity)
     py_s = time.perf_counter() - t
     agree = abs(hits * BLOCK / float(head["input_tokens"].sum()) - share) < 1e-12
-    print(f"LRU prefix-cache simulation on {k:,} requests ({capacity:,} blocks): ours (Rust) {rust_s:.3f} s, "
-          f"Python OrderedDict {py_s:.2f} s (python / ours = {py_s / rust_s:.1f}x); same hits: {agree}")
+    print(
+        f"LRU prefix-cache simulation on {k:,} requests ({capacity:,} blocks): ours (Rust) {rust_s:.3f} s, "
+        f"Python OrderedDict {py_s:.2f} s (python / ours = {py_s / rust_s:.1f}x); same hits: {agree}"
+    )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,15 @@ from runner_accuracy import LAG_BOUND_MS, ensure_nginx, held, start_server  # no
 
 from tests.integration.nginx import start_gateway  # noqa: E402
 
-BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 20,
-                   "stream": True, "stream_options": {"include_usage": True}}).encode()
+BODY = json.dumps(
+    {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": 20,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+).encode()
 
 
 def send(url: str, offsets_s: np.ndarray, ca_cert: str | None) -> dict:
@@ -43,9 +50,19 @@ def send(url: str, offsets_s: np.ndarray, ca_cert: str | None) -> dict:
     from replay.runner import WARM_CAP
 
     n = len(offsets_s)
-    raw = _engine.run(url, ["/v1/chat/completions"], np.zeros(n, np.uint8), (offsets_s * 1e9).astype(np.int64),
-                      BODY * n, body_offsets=np.arange(n + 1, dtype=np.uint64) * len(BODY), ca_cert=ca_cert,
-                      timeout_s=30.0, worker_threads=1, warm_connections=WARM_CAP, chunk_times=False)
+    raw = _engine.run(
+        url,
+        ["/v1/chat/completions"],
+        np.zeros(n, np.uint8),
+        (offsets_s * 1e9).astype(np.int64),
+        BODY * n,
+        body_offsets=np.arange(n + 1, dtype=np.uint64) * len(BODY),
+        ca_cert=ca_cert,
+        timeout_s=30.0,
+        worker_threads=1,
+        warm_connections=WARM_CAP,
+        chunk_times=False,
+    )
     sent = raw["sent_ns"] >= 0
     lag_ms = (raw["sent_ns"][sent] - raw["intended_ns"][sent]) / 1e6
     span_s = (raw["sent_ns"][sent].max() - raw["sent_ns"][sent].min()) / 1e9
@@ -79,9 +96,13 @@ def main() -> int:
                     r = send(url, offsets, ca)
                     r["rate"] = rate
                     rows[scheme].append(r)
-                    print(f"{scheme:5s} {rate:7.0f} req/s  achieved {r['achieved']:8.1f}  lag p50 {r['lag_p50_ms']:.3f}"
-                          f"  p99 {r['lag_p99_ms']:.3f}  max {r['lag_max_ms']:.3f} ms  ok {r['ok']}/{n}"
-                          f"  warm {r['warm']}", file=sys.stderr, flush=True)
+                    print(
+                        f"{scheme:5s} {rate:7.0f} req/s  achieved {r['achieved']:8.1f}  lag p50 {r['lag_p50_ms']:.3f}"
+                        f"  p99 {r['lag_p99_ms']:.3f}  max {r['lag_max_ms']:.3f} ms  ok {r['ok']}/{n}"
+                        f"  warm {r['warm']}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     time.sleep(0.5)
         finally:
             gateway.stop()
@@ -92,14 +113,18 @@ def main() -> int:
     for i, rate in enumerate(rates):
         for scheme in ("http", "https"):
             r = rows[scheme][i]
-            print(f"| {rate:.0f} | {scheme} | {r['achieved']:.0f} | {r['lag_p50_ms']:.3f} | {r['lag_p99_ms']:.3f} | "
-                  f"{r['lag_max_ms']:.3f} | {r['ok']}/{r['n']} |")
+            print(
+                f"| {rate:.0f} | {scheme} | {r['achieved']:.0f} | {r['lag_p50_ms']:.3f} | {r['lag_p99_ms']:.3f} | "
+                f"{r['lag_max_ms']:.3f} | {r['ok']}/{r['n']} |"
+            )
     for r in rows["http"] + rows["https"]:
         r["lag_p99_ms"] = r["lag_p99_ms"] if r["ok"] == r["n"] else float("inf")  # a lost request is not held
     plain, secure = held(rows["http"], LAG_BOUND_MS), held(rows["https"], LAG_BOUND_MS)
     ratio = f"{secure / plain:.2f}x" if plain else "http held no rate"
-    print(f"\nhighest rate held (lag p99 <= {LAG_BOUND_MS:g} ms, achieved >= 95%, every request answered; this "
-          f"and every lower rate): http {plain:.0f} req/s, https {secure:.0f} req/s (https / http {ratio})")
+    print(
+        f"\nhighest rate held (lag p99 <= {LAG_BOUND_MS:g} ms, achieved >= 95%, every request answered; this "
+        f"and every lower rate): http {plain:.0f} req/s, https {secure:.0f} req/s (https / http {ratio})"
+    )
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
     return 0
 

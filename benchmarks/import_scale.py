@@ -76,19 +76,21 @@ CHILD = {
     "polars-mooncake": "import polars as pl\nprint(pl.read_ndjson(SRC).height, file=sys.stderr)",
     "ours-openai": "from capture.importers import import_log\nimport_log('openai', SRC, OUT)",
     "json-openai": "import json\nwith open(SRC, 'rb') as f:\n    print(sum(1 for line in f if json.loads(line)), "
-                   "file=sys.stderr)",
+    "file=sys.stderr)",
 }
 
 # the request log's words and shapes (make_openai_log)
-WORDS = ("the a of to and in is for on that with as it be are this by from or at an not can we "
-         "you your our have has will would should could use using used make data model request "
-         "server cache token tokens prompt latency memory batch queue time first last each every "
-         "value file line table column row result results test tests check error errors config "
-         "option setting engine replay trace capture session answer question example case number "
-         "small large fast slow better worse more less before after because when while which "
-         "what how why where then than also only just still again here there about into over "
-         "under between during function method class module python rust code write read run "
-         "start stop open close send receive return call report measure compare explain").split()
+WORDS = (
+    "the a of to and in is for on that with as it be are this by from or at an not can we "
+    "you your our have has will would should could use using used make data model request "
+    "server cache token tokens prompt latency memory batch queue time first last each every "
+    "value file line table column row result results test tests check error errors config "
+    "option setting engine replay trace capture session answer question example case number "
+    "small large fast slow better worse more less before after because when while which "
+    "what how why where then than also only just still again here there about into over "
+    "under between during function method class module python rust code write read run "
+    "start stop open close send receive return call report measure compare explain"
+).split()
 SYSTEM_PROMPT_CHARS = (400, 800, 1200, 2000)  # a few system prompts, shared by every conversation
 LOG_T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
@@ -110,8 +112,7 @@ def make_azure(src: Path, dst: Path, rows: int) -> None:
         while written < rows:
             take = min(len(base), rows - written)
             us = base[:take] + copy * shift_us
-            text = pl.Series(us.astype(np.int64)).cast(pl.Datetime("us")).dt.strftime(
-                "%Y-%m-%d %H:%M:%S%.6f").to_list()
+            text = pl.Series(us.astype(np.int64)).cast(pl.Datetime("us")).dt.strftime("%Y-%m-%d %H:%M:%S%.6f").to_list()
             f.write("".join(f"{t}0,{c},{g}\n" for t, c, g in zip(text, ctx[:take], gen[:take])))
             written += take
             copy += 1
@@ -126,10 +127,17 @@ def make_mooncake(src: Path, dst: Path, rows: int) -> None:
         written, copy = 0, 0
         while written < rows:
             for r in lines[: rows - written]:
-                f.write(json.dumps({"timestamp": r["timestamp"] + copy * span,
-                                    "input_length": r["input_length"],
-                                    "output_length": r["output_length"],
-                                    "hash_ids": [h + copy * top for h in r["hash_ids"]]}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "timestamp": r["timestamp"] + copy * span,
+                            "input_length": r["input_length"],
+                            "output_length": r["output_length"],
+                            "hash_ids": [h + copy * top for h in r["hash_ids"]],
+                        }
+                    )
+                    + "\n"
+                )
             written += min(len(lines), rows - written)
             copy += 1
 
@@ -174,9 +182,13 @@ def make_openai_log(dst: Path, requests: int, seed: int) -> None:
             if k == 0:
                 crng = random.Random(seed * 1_000_003 + c)
                 system = systems[crng.choices(range(len(systems)), weights=(4, 3, 2, 1))[0]]
-                active[c] = (system, [(_text(crng, _chars(crng, 150, 20, 3000)),
-                                       _text(crng, _chars(crng, 320, 20, 4000)))
-                                      for _ in range(turns_of[c])])
+                active[c] = (
+                    system,
+                    [
+                        (_text(crng, _chars(crng, 150, 20, 3000)), _text(crng, _chars(crng, 320, 20, 4000)))
+                        for _ in range(turns_of[c])
+                    ],
+                )
             system, qa = active[c]
             messages = [{"role": "system", "content": system}]
             for q, a in qa[:k]:
@@ -185,18 +197,30 @@ def make_openai_log(dst: Path, requests: int, seed: int) -> None:
             answer = qa[k][1]
             prompt_tokens = sum(len(m["content"]) for m in messages) // 4
             completion_tokens = len(answer) // 4
-            f.write(json.dumps({
-                "request_id": f"req-{i:08d}", "timestamp": round(LOG_T0 + at, 6),
-                "body": {"model": "gpt-4o-mini", "messages": messages, "max_tokens": 1024,
-                         "temperature": 0.7},
-                "response": {"id": f"chatcmpl-{i:08d}", "object": "chat.completion",
-                             "created": int(LOG_T0 + at), "model": "gpt-4o-mini",
-                             "choices": [{"index": 0, "finish_reason": "stop",
-                                          "message": {"role": "assistant", "content": answer}}],
-                             "usage": {"prompt_tokens": prompt_tokens,
-                                       "completion_tokens": completion_tokens,
-                                       "total_tokens": prompt_tokens + completion_tokens}},
-            }) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "request_id": f"req-{i:08d}",
+                        "timestamp": round(LOG_T0 + at, 6),
+                        "body": {"model": "gpt-4o-mini", "messages": messages, "max_tokens": 1024, "temperature": 0.7},
+                        "response": {
+                            "id": f"chatcmpl-{i:08d}",
+                            "object": "chat.completion",
+                            "created": int(LOG_T0 + at),
+                            "model": "gpt-4o-mini",
+                            "choices": [
+                                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": answer}}
+                            ],
+                            "usage": {
+                                "prompt_tokens": prompt_tokens,
+                                "completion_tokens": completion_tokens,
+                                "total_tokens": prompt_tokens + completion_tokens,
+                            },
+                        },
+                    }
+                )
+                + "\n"
+            )
             if k == turns_of[c] - 1:
                 del active[c]
 
@@ -246,9 +270,13 @@ def run_child(kind: str, src: Path, out: Path, pythonpath: Path, limit_mb: float
         time.sleep(0.05)
     wall = time.perf_counter() - started
     ok = os.waitstatus_to_exitcode(status) == 0 and killed is None
-    return {"kind": kind, "wall_s": wall, "peak_mb": usage.ru_maxrss / 1024,
-            "out_bytes": out.stat().st_size if ok and out.exists() else None,
-            "note": killed or ("" if ok else f"exit {os.waitstatus_to_exitcode(status)}")}
+    return {
+        "kind": kind,
+        "wall_s": wall,
+        "peak_mb": usage.ru_maxrss / 1024,
+        "out_bytes": out.stat().st_size if ok and out.exists() else None,
+        "note": killed or ("" if ok else f"exit {os.waitstatus_to_exitcode(status)}"),
+    }
 
 
 def main() -> int:
@@ -259,8 +287,7 @@ def main() -> int:
     ap.add_argument("--old-mooncake-rows", type=int, default=5_000)
     ap.add_argument("--old-ref", default="6dc1cb0")
     ap.add_argument("--no-old", action="store_true")
-    ap.add_argument("--log-requests", type=int, default=200_000,
-                    help="requests in the generated OpenAI request log (0: no log)")
+    ap.add_argument("--log-requests", type=int, default=200_000, help="requests in the generated OpenAI request log (0: no log)")
     ap.add_argument("--seed", type=int, default=0, help="the request log's seed")
     ap.add_argument("--max-rss-gb", type=float, default=8.0)
     ap.add_argument("--data", type=Path, default=DATA)
@@ -274,11 +301,14 @@ def main() -> int:
         inputs["azure", args.azure_rows] = tmp / "azure.csv"
         make_azure(args.data / "azure_llm_2023_conv.csv", inputs["azure", args.azure_rows], args.azure_rows)
         inputs["mooncake", args.mooncake_rows] = tmp / "mooncake.jsonl"
-        make_mooncake(args.data / "mooncake_synthetic.jsonl", inputs["mooncake", args.mooncake_rows],
-                      args.mooncake_rows)
+        make_mooncake(args.data / "mooncake_synthetic.jsonl", inputs["mooncake", args.mooncake_rows], args.mooncake_rows)
         old_dir = None
-        plan = [("ours", "azure", args.azure_rows), ("polars", "azure", args.azure_rows),
-                ("ours", "mooncake", args.mooncake_rows), ("polars", "mooncake", args.mooncake_rows)]
+        plan = [
+            ("ours", "azure", args.azure_rows),
+            ("polars", "azure", args.azure_rows),
+            ("ours", "mooncake", args.mooncake_rows),
+            ("polars", "mooncake", args.mooncake_rows),
+        ]
         if args.log_requests > 0:
             inputs["openai", args.log_requests] = tmp / "openai.jsonl"
             make_openai_log(inputs["openai", args.log_requests], args.log_requests, args.seed)
@@ -286,13 +316,16 @@ def main() -> int:
         if not args.no_old:
             old_dir = tmp / "old"
             old_dir.mkdir()
-            archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.old_ref, "replay", "capture"],
-                                     check=True, capture_output=True).stdout
+            archive = subprocess.run(
+                ["git", "-C", str(ROOT), "archive", args.old_ref, "replay", "capture"], check=True, capture_output=True
+            ).stdout
             subprocess.run(["tar", "-x", "-C", str(old_dir)], input=archive, check=True)
             for so in (ROOT / "replay").glob("_engine*.so"):
                 shutil.copy(so, old_dir / "replay" / so.name)
-            for fmt, n, full in (("azure", args.old_azure_rows, args.azure_rows),
-                                 ("mooncake", args.old_mooncake_rows, args.mooncake_rows)):
+            for fmt, n, full in (
+                ("azure", args.old_azure_rows, args.azure_rows),
+                ("mooncake", args.old_mooncake_rows, args.mooncake_rows),
+            ):
                 path = tmp / f"{fmt}-{n}{inputs[fmt, full].suffix}"
                 head(inputs[fmt, full], path, n, header=fmt == "azure")
                 inputs[fmt, n] = path
@@ -300,8 +333,9 @@ def main() -> int:
         results = []
         for who, fmt, n in plan:
             print(f"{who} {fmt} {n:,} rows ...", file=sys.stderr)
-            r = run_child(f"{who}-{fmt}", inputs[fmt, n], tmp / "out.parquet",
-                          old_dir if who == "old" else ROOT, limit_mb, timeout_s=1800)
+            r = run_child(
+                f"{who}-{fmt}", inputs[fmt, n], tmp / "out.parquet", old_dir if who == "old" else ROOT, limit_mb, timeout_s=1800
+            )
             r.update(who=who, fmt=fmt, rows=n)
             results.append(r)
             print(f"  {r['wall_s']:.1f} s, peak {r['peak_mb']:.0f} MB {r['note']}", file=sys.stderr)
@@ -310,29 +344,37 @@ def main() -> int:
         print("|---|---|---:|---:|---:|---:|---:|---|")
         for r in results:
             per_row = f"{r['out_bytes'] / r['rows']:,.0f}" if r["out_bytes"] else "-"
-            print(f"| {r['who']} | {r['fmt']}-like | {r['rows']:,} | {r['wall_s']:.1f} | "
-                  f"{r['rows'] / r['wall_s']:,.0f} | {r['peak_mb']:,.0f} | {per_row} | {r['note']} |")
+            print(
+                f"| {r['who']} | {r['fmt']}-like | {r['rows']:,} | {r['wall_s']:.1f} | "
+                f"{r['rows'] / r['wall_s']:,.0f} | {r['peak_mb']:,.0f} | {per_row} | {r['note']} |"
+            )
         by = {(r["who"], r["fmt"], r["rows"]): r for r in results}
         print()
         for fmt, n in (("azure", args.old_azure_rows), ("mooncake", args.old_mooncake_rows)):
             old, ours = by.get(("old", fmt, n)), by.get(("ours", fmt, n))
             if old and ours and old["out_bytes"] and ours["out_bytes"]:
-                print(f"{fmt} at {n:,} rows: old/ours wall {old['wall_s'] / ours['wall_s']:.1f}x, "
-                      f"peak RSS {old['peak_mb'] / ours['peak_mb']:.1f}x, "
-                      f"bytes a row {old['out_bytes'] / ours['out_bytes']:.1f}x")
+                print(
+                    f"{fmt} at {n:,} rows: old/ours wall {old['wall_s'] / ours['wall_s']:.1f}x, "
+                    f"peak RSS {old['peak_mb'] / ours['peak_mb']:.1f}x, "
+                    f"bytes a row {old['out_bytes'] / ours['out_bytes']:.1f}x"
+                )
         for fmt, n in (("azure", args.azure_rows), ("mooncake", args.mooncake_rows)):
             ours, peer = by[("ours", fmt, n)], by[("polars", fmt, n)]
-            print(f"{fmt} at {n:,} rows: ours peak {ours['peak_mb']:.0f} MB (target <= 1536), "
-                  f"{ours['peak_mb'] / peer['peak_mb']:.2f}x the polars read's; wall "
-                  f"{ours['wall_s'] / peer['wall_s']:.1f}x")
+            print(
+                f"{fmt} at {n:,} rows: ours peak {ours['peak_mb']:.0f} MB (target <= 1536), "
+                f"{ours['peak_mb'] / peer['peak_mb']:.2f}x the polars read's; wall "
+                f"{ours['wall_s'] / peer['wall_s']:.1f}x"
+            )
         if args.log_requests > 0:
             n = args.log_requests
             size = inputs["openai", n].stat().st_size
             ours, peer = by[("ours", "openai", n)], by[("json", "openai", n)]
-            print(f"openai log at {n:,} requests: {size / 1e6:,.0f} MB ({size / n:,.0f} bytes a "
-                  f"request); ours {n / ours['wall_s']:,.0f} rows/s ({size / 1e6 / ours['wall_s']:.1f} "
-                  f"MB/s), peak {ours['peak_mb']:.0f} MB; wall {ours['wall_s'] / peer['wall_s']:.1f}x "
-                  f"one json.loads of every line")
+            print(
+                f"openai log at {n:,} requests: {size / 1e6:,.0f} MB ({size / n:,.0f} bytes a "
+                f"request); ours {n / ours['wall_s']:,.0f} rows/s ({size / 1e6 / ours['wall_s']:.1f} "
+                f"MB/s), peak {ours['peak_mb']:.0f} MB; wall {ours['wall_s'] / peer['wall_s']:.1f}x "
+                f"one json.loads of every line"
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -67,8 +67,7 @@ def spin(seconds: float) -> list[int]:
 
 def line(name: str, values: list[int], seconds: float) -> str:
     over = lambda ms: sum(v > ms * 1e6 for v in values)  # noqa: E731
-    return (f"| {name} | {seconds:g} s | {over(0.1)} | {over(0.5)} | {over(1.0)} | "
-            f"{max(values, default=0) / 1e6:.2f} |")
+    return f"| {name} | {seconds:g} s | {over(0.1)} | {over(0.5)} | {over(1.0)} | {max(values, default=0) / 1e6:.2f} |"
 
 
 def main() -> int:
@@ -79,8 +78,7 @@ def main() -> int:
     print("| probe | length | late > 0.1 ms | > 0.5 ms | > 1 ms | max ms |")
     print("|---|---:|---:|---:|---:|---:|")
     for _ in range(args.runs):
-        print(line("timed wakes, 5,000 a second (fifo where allowed)", timed_wakes(args.seconds), args.seconds),
-              flush=True)
+        print(line("timed wakes, 5,000 a second (fifo where allowed)", timed_wakes(args.seconds), args.seconds), flush=True)
         print(line("spin, normal priority (off-CPU gaps)", spin(args.seconds), args.seconds), flush=True)
     return 0
 

@@ -44,9 +44,11 @@ from replay.generate import GenerateConfig, generate  # noqa: E402
 from replay.sim import KNOBS  # noqa: E402
 from replay.targets import SimEngine  # noqa: E402
 
-VALUES = {"max_num_seqs": [1, 2, 4, 8, 16, 32, 64, 128, 256],
-          "max_num_batched_tokens": [256, 512, 1024, 2048, 4096, 8192],
-          "enable_prefix_caching": [False, True]}
+VALUES = {
+    "max_num_seqs": [1, 2, 4, 8, 16, 32, 64, 128, 256],
+    "max_num_batched_tokens": [256, 512, 1024, 2048, 4096, 8192],
+    "enable_prefix_caching": [False, True],
+}
 POOR = {"max_num_seqs": 1, "max_num_batched_tokens": 256, "enable_prefix_caching": False}
 WITHIN = 0.03
 
@@ -61,8 +63,7 @@ def measure_grid(args: argparse.Namespace) -> dict[str, list[float]]:
     space = Space.of("sim", KNOBS, VALUES)
     trace = generate(GenerateConfig(n_requests=args.requests, seed=args.seed, rate=args.rate, n_system_prompts=4))
     run = RunConfig(url="http://127.0.0.1:0", rate=args.rate, requests=args.requests, lag_bound_ms=args.lag_bound_ms)
-    measure = measure_on_engine(SimEngine(time_scale=args.time_scale), trace, run, Objective("throughput"),
-                                check_outputs=False)
+    measure = measure_on_engine(SimEngine(time_scale=args.time_scale), trace, run, Objective("throughput"), check_outputs=False)
     configs = list(space.grid())
     grid: dict[str, list[float]] = {}
     t0 = time.monotonic()
@@ -105,15 +106,27 @@ def campaign_run(grid: dict[str, list[float]], searcher: str, seed: int, optimum
             reached.update(evaluations=len(measured), measurements=replays)
 
     with tempfile.TemporaryDirectory() as tmp:
-        campaign = Campaign(space=Space.of("sim", KNOBS, VALUES), measure=measure, ledger=Path(tmp) / "l.sqlite",
-                            identity={"engine": "sim", "seed": seed}, baseline=POOR, budget=Budget(trials=len(grid)),
-                            searcher=searcher, seed=seed)
+        campaign = Campaign(
+            space=Space.of("sim", KNOBS, VALUES),
+            measure=measure,
+            ledger=Path(tmp) / "l.sqlite",
+            identity={"engine": "sim", "seed": seed},
+            baseline=POOR,
+            budget=Budget(trials=len(grid)),
+            searcher=searcher,
+            seed=seed,
+        )
         campaign.start()
         progress(None)
         result = campaign.run(progress=progress)
         campaign.close()
-    return {**reached, "total_evaluations": len(measured), "total_measurements": replays,
-            "final": means[config_key(result.best)] / optimum, "stopped": result.stopped}
+    return {
+        **reached,
+        "total_evaluations": len(measured),
+        "total_measurements": replays,
+        "final": means[config_key(result.best)] / optimum,
+        "stopped": result.stopped,
+    }
 
 
 def main() -> None:
@@ -125,8 +138,11 @@ def main() -> None:
     ap.add_argument("--lag-bound-ms", type=float, default=5.0, help="a stage over this send lag p99 is invalid")
     ap.add_argument("--seed", type=int, default=0, help="the workload's seed (default 0)")
     ap.add_argument("--seeds", default="0,1,2,3,4", help="campaign seeds (default 0,1,2,3,4)")
-    ap.add_argument("--grid", default="results/optimizer_efficiency/grid.json",
-                    help="where the grid's measurements are kept (read back when present)")
+    ap.add_argument(
+        "--grid",
+        default="results/optimizer_efficiency/grid.json",
+        help="where the grid's measurements are kept (read back when present)",
+    )
     args = ap.parse_args()
 
     t0 = time.monotonic()
@@ -136,15 +152,22 @@ def main() -> None:
     best_key = max(means, key=means.get)
     optimum = means[best_key]
     near = sum(m >= (1 - WITHIN) * optimum for m in means.values())
-    noise = statistics.median(abs(v[0] - v[1]) / statistics.mean(v) for v in grid.values() if len(v) > 1) \
-        if args.repeats > 1 else float("nan")
-    print(f"grid: {len(grid)} configs x {args.repeats} measurements ({grid_s:.0f} s); optimum {optimum:.1f} req/s at "
-          f"{best_key}; the poorest corner {means[config_key(POOR)]:.1f} req/s; {near} configs "
-          f"({near / len(grid):.0%}) within {WITHIN:.0%} of the optimum; median |run1 - run2| / mean {noise:.1%}")
+    noise = (
+        statistics.median(abs(v[0] - v[1]) / statistics.mean(v) for v in grid.values() if len(v) > 1)
+        if args.repeats > 1
+        else float("nan")
+    )
+    print(
+        f"grid: {len(grid)} configs x {args.repeats} measurements ({grid_s:.0f} s); optimum {optimum:.1f} req/s at "
+        f"{best_key}; the poorest corner {means[config_key(POOR)]:.1f} req/s; {near} configs "
+        f"({near / len(grid):.0%}) within {WITHIN:.0%} of the optimum; median |run1 - run2| / mean {noise:.1%}"
+    )
 
     seeds = [int(s) for s in args.seeds.split(",")]
-    print("\n| searcher | seeds reaching 3% | evaluations to 3%: median (worst) | share of the grid | "
-          "measurements to 3%: median | evaluations in all: median | final / optimum: worst |")
+    print(
+        "\n| searcher | seeds reaching 3% | evaluations to 3%: median (worst) | share of the grid | "
+        "measurements to 3%: median | evaluations in all: median | final / optimum: worst |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     t1 = time.monotonic()
     for searcher in ("coordinate", "tpe", "random"):
@@ -152,14 +175,17 @@ def main() -> None:
         hit = [r for r in runs if r["evaluations"] is not None]
         evals = [r["evaluations"] if r["evaluations"] is not None else r["total_evaluations"] for r in runs]
         med, worst = statistics.median(evals), max(evals)
-        meas = statistics.median(r["measurements"] if r["measurements"] is not None else r["total_measurements"]
-                                 for r in runs)
-        print(f"| {searcher} | {len(hit)}/{len(runs)} | {med:g} ({worst}) | {med / len(grid):.0%} ({worst / len(grid):.0%})"
-              f" | {meas:g} | {statistics.median(r['total_evaluations'] for r in runs):g} | "
-              f"{min(r['final'] for r in runs):.3f} |")
+        meas = statistics.median(r["measurements"] if r["measurements"] is not None else r["total_measurements"] for r in runs)
+        print(
+            f"| {searcher} | {len(hit)}/{len(runs)} | {med:g} ({worst}) | {med / len(grid):.0%} ({worst / len(grid):.0%})"
+            f" | {meas:g} | {statistics.median(r['total_evaluations'] for r in runs):g} | "
+            f"{min(r['final'] for r in runs):.3f} |"
+        )
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"\ncampaigns: {time.monotonic() - t1:.1f} s; peak RSS {rss:.0f} MiB; target: <= 20% of the grid "
-          f"({0.2 * len(grid):.0f} evaluations) to within 3%")
+    print(
+        f"\ncampaigns: {time.monotonic() - t1:.1f} s; peak RSS {rss:.0f} MiB; target: <= 20% of the grid "
+        f"({0.2 * len(grid):.0f} evaluations) to within 3%"
+    )
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ def numpy_bodies(trace, plan) -> list[bytes]:
 def ours(plan) -> list[bytes]:
     out = []
     for data, offsets in plan.body_windows():
-        out.extend(data[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1))
+        out.extend(data[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1))
     return out
 
 
@@ -90,12 +90,16 @@ def main() -> int:
                     assert bodies == mine, "the two paths made different bodies"
         n = plan.n
         rate = {k: n / v for k, v in best.items()}
-        print(f"{n} requests, mean {tokens:.0f} input tokens, bodies mean {np.mean([len(b) for b in mine]):.0f} B; "
-              f"best of {args.repeats}")
+        print(
+            f"{n} requests, mean {tokens:.0f} input tokens, bodies mean {np.mean([len(b) for b in mine]):.0f} B; "
+            f"best of {args.repeats}"
+        )
         print(f"  ours (Rust draws, one dump)      {rate['ours']:9.0f} req/s")
         print(f"  numpy draws, Python render, JSON {rate['numpy']:9.0f} req/s")
-        print(f"  ratio ours / numpy: {rate['ours'] / rate['numpy']:.2f}x;  "
-              f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+        print(
+            f"  ratio ours / numpy: {rate['ours'] / rate['numpy']:.2f}x;  "
+            f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB"
+        )
     return 0
 
 

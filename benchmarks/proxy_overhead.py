@@ -40,8 +40,9 @@ PEER = ROOT / "target" / "release" / "sse-bench-server"
 
 
 def _start(cmd: list[str], env: dict | None = None) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env=env, cwd=ROOT, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT, start_new_session=True
+    )
     deadline = time.monotonic() + 300
     for line in proc.stdout:
         m = re.search(r"listening on (?:http://)?([\w.:\[\]]+)", line)
@@ -99,8 +100,7 @@ def _children(pid: int) -> list[int]:
 def _latencies(df) -> tuple[np.ndarray, np.ndarray, int]:
     ok = df.filter(df["error"] == "none")
     sent = ok["sent_ns"].to_numpy()
-    return ((ok["first_byte_ns"].to_numpy() - sent) / 1e3, (ok["end_ns"].to_numpy() - sent) / 1e3,
-            df.height - ok.height)
+    return ((ok["first_byte_ns"].to_numpy() - sent) / 1e3, (ok["end_ns"].to_numpy() - sent) / 1e3, df.height - ok.height)
 
 
 def main() -> None:
@@ -120,15 +120,26 @@ def main() -> None:
     from replay.runner import run_stage
 
     n = int(max(rates) * args.seconds) + 10
-    trace = generate(GenerateConfig(n_requests=n, seed=1, rate=max(rates), tokenizer="gpt2",
-                                    model="bench"))
+    trace = generate(GenerateConfig(n_requests=n, seed=1, rate=max(rates), tokenizer="gpt2", model="bench"))
     work = Path(tempfile.mkdtemp(prefix="proxy-overhead-"))
-    upstream, up_url = _start([str(args.upstream_binary), "--port", "0", "--chunks", "8",
-                               "--threads", "1"])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "REPLAY_REDACT_KEY": "benchmark-throwaway-key-" + os.urandom(8).hex()}
-    cmd = [sys.executable, "-m", "replay.cli.main", "capture", "--upstream", up_url,
-           "--listen", "127.0.0.1:0", "--out", str(work / "cap")]
+    upstream, up_url = _start([str(args.upstream_binary), "--port", "0", "--chunks", "8", "--threads", "1"])
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "REPLAY_REDACT_KEY": "benchmark-throwaway-key-" + os.urandom(8).hex(),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "replay.cli.main",
+        "capture",
+        "--upstream",
+        up_url,
+        "--listen",
+        "127.0.0.1:0",
+        "--out",
+        str(work / "cap"),
+    ]
     if args.no_redact:
         cmd.append("--no-redact")
     proxy, proxy_url = _start(cmd, env)
@@ -141,9 +152,15 @@ def main() -> None:
                 got = {}
                 for side, url in (("direct", up_url), ("bare", bare_url), ("proxy", proxy_url)):
                     dropped0 = _metric(proxy_url, "replay_capture_records_dropped_total")
-                    cfg = RunConfig(url=url, rate=rate, requests=requests, lag_bound_ms=1e9,
-                                    arrivals=Arrivals(kind="poisson", seed=rep), model="bench",
-                                    warm_connections=min(64, int(rate / 10) + 4))
+                    cfg = RunConfig(
+                        url=url,
+                        rate=rate,
+                        requests=requests,
+                        lag_bound_ms=1e9,
+                        arrivals=Arrivals(kind="poisson", seed=rep),
+                        model="bench",
+                        warm_connections=min(64, int(rate / 10) + 4),
+                    )
                     res = run_stage(trace, cfg)
                     got[side] = _latencies(res.requests)
                     if side == "proxy":
@@ -153,16 +170,25 @@ def main() -> None:
                 (d_fb, d_e2e, d_err), (p_fb, p_e2e, p_err) = got["direct"], got["proxy"]
                 _, b_e2e, b_err = got["bare"]
                 q = lambda a, p: float(np.percentile(a, p)) if len(a) else float("nan")  # noqa: E731
-                rows.append({
-                    "rate": rate, "rep": rep, "requests": requests,
-                    "direct_e2e_p50": q(d_e2e, 50), "direct_e2e_p99": q(d_e2e, 99),
-                    "bare_added_e2e_p50": q(b_e2e, 50) - q(d_e2e, 50),
-                    "bare_added_e2e_p99": q(b_e2e, 99) - q(d_e2e, 99),
-                    "proxy_e2e_p50": q(p_e2e, 50), "proxy_e2e_p99": q(p_e2e, 99),
-                    "added_ttfb_p50": q(p_fb, 50) - q(d_fb, 50), "added_ttfb_p99": q(p_fb, 99) - q(d_fb, 99),
-                    "added_e2e_p50": q(p_e2e, 50) - q(d_e2e, 50), "added_e2e_p99": q(p_e2e, 99) - q(d_e2e, 99),
-                    "errors": d_err + p_err + b_err, "dropped": int(got["dropped"]),
-                })
+                rows.append(
+                    {
+                        "rate": rate,
+                        "rep": rep,
+                        "requests": requests,
+                        "direct_e2e_p50": q(d_e2e, 50),
+                        "direct_e2e_p99": q(d_e2e, 99),
+                        "bare_added_e2e_p50": q(b_e2e, 50) - q(d_e2e, 50),
+                        "bare_added_e2e_p99": q(b_e2e, 99) - q(d_e2e, 99),
+                        "proxy_e2e_p50": q(p_e2e, 50),
+                        "proxy_e2e_p99": q(p_e2e, 99),
+                        "added_ttfb_p50": q(p_fb, 50) - q(d_fb, 50),
+                        "added_ttfb_p99": q(p_fb, 99) - q(d_fb, 99),
+                        "added_e2e_p50": q(p_e2e, 50) - q(d_e2e, 50),
+                        "added_e2e_p99": q(p_e2e, 99) - q(d_e2e, 99),
+                        "errors": d_err + p_err + b_err,
+                        "dropped": int(got["dropped"]),
+                    }
+                )
                 print(rows[-1], flush=True)
         proxy_rss = _peak_rss_mb(proxy.pid)
         kids = _children(proxy.pid)
@@ -176,21 +202,29 @@ def main() -> None:
     recorded = len(read_trace(work / "cap", bodies=False))
     shutil.rmtree(work, ignore_errors=True)
     print()
-    print(f"load: {os.getloadavg()[0]:.2f} (1-min), cpus: {os.cpu_count()}, redaction: "
-          f"{'off' if args.no_redact else 'on'}, upstream: sse-bench-server 8 chunks")
-    print("| req/s | direct e2e p50 / p99 (µs) | bare aiohttp adds p50 / p99 (µs) "
-          "| capture proxy e2e p50 / p99 (µs) | capture adds TTFB p50 / p99 (µs) "
-          "| capture adds e2e p50 / p99 (µs) | capture / bare added p50 | errors | records dropped |")
+    print(
+        f"load: {os.getloadavg()[0]:.2f} (1-min), cpus: {os.cpu_count()}, redaction: "
+        f"{'off' if args.no_redact else 'on'}, upstream: sse-bench-server 8 chunks"
+    )
+    print(
+        "| req/s | direct e2e p50 / p99 (µs) | bare aiohttp adds p50 / p99 (µs) "
+        "| capture proxy e2e p50 / p99 (µs) | capture adds TTFB p50 / p99 (µs) "
+        "| capture adds e2e p50 / p99 (µs) | capture / bare added p50 | errors | records dropped |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['rate']:.0f} | {r['direct_e2e_p50']:.0f} / {r['direct_e2e_p99']:.0f} "
-              f"| {r['bare_added_e2e_p50']:.0f} / {r['bare_added_e2e_p99']:.0f} "
-              f"| {r['proxy_e2e_p50']:.0f} / {r['proxy_e2e_p99']:.0f} "
-              f"| {r['added_ttfb_p50']:.0f} / {r['added_ttfb_p99']:.0f} "
-              f"| {r['added_e2e_p50']:.0f} / {r['added_e2e_p99']:.0f} "
-              f"| {r['added_e2e_p50'] / r['bare_added_e2e_p50']:.2f} | {r['errors']} | {r['dropped']} |")
-    print(f"peak RSS: proxy {proxy_rss:.0f} MB, recorder + redaction workers {kids_rss:.0f} MB "
-          f"({len(kids)} processes); records in the capture folder: {recorded}")
+        print(
+            f"| {r['rate']:.0f} | {r['direct_e2e_p50']:.0f} / {r['direct_e2e_p99']:.0f} "
+            f"| {r['bare_added_e2e_p50']:.0f} / {r['bare_added_e2e_p99']:.0f} "
+            f"| {r['proxy_e2e_p50']:.0f} / {r['proxy_e2e_p99']:.0f} "
+            f"| {r['added_ttfb_p50']:.0f} / {r['added_ttfb_p99']:.0f} "
+            f"| {r['added_e2e_p50']:.0f} / {r['added_e2e_p99']:.0f} "
+            f"| {r['added_e2e_p50'] / r['bare_added_e2e_p50']:.2f} | {r['errors']} | {r['dropped']} |"
+        )
+    print(
+        f"peak RSS: proxy {proxy_rss:.0f} MB, recorder + redaction workers {kids_rss:.0f} MB "
+        f"({len(kids)} processes); records in the capture folder: {recorded}"
+    )
 
 
 if __name__ == "__main__":

@@ -85,6 +85,7 @@ def log(msg: str) -> None:
 
 # ---------------------------------------------------------------- the corpus (same in every process)
 
+
 def corpus_of(args: argparse.Namespace):
     from redact.corpus import make_corpus
 
@@ -101,15 +102,20 @@ def corpus_shape(corpus) -> dict:
 
     texts = [s.text for b in corpus.requests for s in text_slots(b)]
     sessions = len(set(corpus.session_ids))
-    return {"sessions": sessions, "requests": len(corpus.requests), "text_slots": len(texts),
-            "distinct_texts": len(set(texts)),
-            "distinct_with_answers": len(set(texts) | set(corpus.responses)),
-            "mean_turns": len(corpus.requests) / sessions if sessions else 0.0,
-            "mean_slots": len(texts) / len(corpus.requests) if corpus.requests else 0.0,
-            "text_bytes": sum(len(t.encode("utf-8")) for t in texts)}
+    return {
+        "sessions": sessions,
+        "requests": len(corpus.requests),
+        "text_slots": len(texts),
+        "distinct_texts": len(set(texts)),
+        "distinct_with_answers": len(set(texts) | set(corpus.responses)),
+        "mean_turns": len(corpus.requests) / sessions if sessions else 0.0,
+        "mean_slots": len(texts) / len(corpus.requests) if corpus.requests else 0.0,
+        "text_bytes": sum(len(t.encode("utf-8")) for t in texts),
+    }
 
 
 # ---------------------------------------------------------------- (a) the naive loop
+
 
 def full_pipeline_analyzer():
     """build_analyzer() with the spaCy pipes we disable enabled again, as ``spacy.load`` gives
@@ -140,39 +146,54 @@ def child_naive(args: argparse.Namespace) -> dict:
     t = time.perf_counter()
     analyzer = full_pipeline_analyzer()
     entities = list(ENTITIES)
-    analyzer.analyze(text="Warm up: call Maria Lopez at 555-0100.", language="en",
-                     entities=entities, score_threshold=SCORE_THRESHOLD)
+    analyzer.analyze(
+        text="Warm up: call Maria Lopez at 555-0100.", language="en", entities=entities, score_threshold=SCORE_THRESHOLD
+    )
     setup_s = time.perf_counter() - t
     pipes = analyzer.nlp_engine.nlp["en"].pipe_names
-    log(f"  (a) naive: analyzer ready in {setup_s:.1f} s (pipes {', '.join(pipes)}); "
-        f"{len(bodies)} requests")
+    log(f"  (a) naive: analyzer ready in {setup_s:.1f} s (pipes {', '.join(pipes)}); {len(bodies)} requests")
     found: Counter = Counter()
     t = time.perf_counter()
     for i, raw in enumerate(bodies):
         for slot in text_slots(json.loads(raw)):
-            for r in analyzer.analyze(text=slot.text, language="en", entities=entities,
-                                      score_threshold=SCORE_THRESHOLD):
+            for r in analyzer.analyze(text=slot.text, language="en", entities=entities, score_threshold=SCORE_THRESHOLD):
                 found[r.entity_type] += 1
         if (i + 1) % 500 == 0:
             log(f"  (a) naive: {i + 1} requests, {time.perf_counter() - t:.0f} s")
     wall = time.perf_counter() - t
-    return {"pipeline": "naive", "processes": 1, "requests": len(bodies), "wall_s": wall,
-            "setup_s": setup_s, "peak_main_mib": peak_mib(), "peak_worker_mib": None,
-            "pipes": pipes, "results": dict(sorted(found.items()))}
+    return {
+        "pipeline": "naive",
+        "processes": 1,
+        "requests": len(bodies),
+        "wall_s": wall,
+        "setup_s": setup_s,
+        "peak_main_mib": peak_mib(),
+        "peak_worker_mib": None,
+        "pipes": pipes,
+        "results": dict(sorted(found.items())),
+    }
 
 
 # ---------------------------------------------------------------- (b) redact_trace
+
 
 def build_input_trace(corpus):
     """The corpus as a Trace, as the log importers make one (token counts, block hashes, answers)."""
     from capture.importers.logs import build_trace
     from capture.importers.records import LogRecord
 
-    records = [LogRecord(arrival_us=T0_UNIX_US + int(round(float(a) * 1e6)), api="chat",
-                         model=body.get("model"), body=body, request_id=f"req-{i}",
-                         session_id=f"s{sid}", response=resp)
-               for i, (body, resp, sid, a) in enumerate(zip(corpus.requests, corpus.responses,
-                                                            corpus.session_ids, corpus.arrival_s))]
+    records = [
+        LogRecord(
+            arrival_us=T0_UNIX_US + int(round(float(a) * 1e6)),
+            api="chat",
+            model=body.get("model"),
+            body=body,
+            request_id=f"req-{i}",
+            session_id=f"s{sid}",
+            response=resp,
+        )
+        for i, (body, resp, sid, a) in enumerate(zip(corpus.requests, corpus.responses, corpus.session_ids, corpus.arrival_s))
+    ]
     return build_trace(records, source="redaction benchmark corpus", source_format="synthetic")
 
 
@@ -189,8 +210,10 @@ def child_pipeline(args: argparse.Namespace) -> dict:
     ready = pipeline.Redactor(key, trace.meta.tokenizer, processes=args.processes)
     ready._get_pool()  # start the workers (each loads spaCy and Presidio) before the clock starts
     setup_s = time.perf_counter() - t
-    log(f"  (b) redact_trace: {ready.processes} workers ready in {setup_s:.1f} s "
-        f"(trace built in {trace_s:.1f} s); {len(trace)} requests")
+    log(
+        f"  (b) redact_trace: {ready.processes} workers ready in {setup_s:.1f} s "
+        f"(trace built in {trace_s:.1f} s); {len(trace)} requests"
+    )
 
     real = pipeline.Redactor
 
@@ -209,15 +232,23 @@ def child_pipeline(args: argparse.Namespace) -> dict:
     finally:
         pipeline.Redactor = real
     assert len(out) == report.written
-    return {"pipeline": "redact_trace", "processes": ready.processes, "requests": len(trace),
-            "wall_s": wall, "setup_s": setup_s, "trace_s": trace_s,
-            "peak_main_mib": peak_mib(), "peak_worker_mib": peak_mib(resource.RUSAGE_CHILDREN),
-            "main_cpu_s": main_cpu,
-            "workers_cpu_s": cpu_s(resource.RUSAGE_CHILDREN) - workers_before,
-            "report": report.to_dict()}
+    return {
+        "pipeline": "redact_trace",
+        "processes": ready.processes,
+        "requests": len(trace),
+        "wall_s": wall,
+        "setup_s": setup_s,
+        "trace_s": trace_s,
+        "peak_main_mib": peak_mib(),
+        "peak_worker_mib": peak_mib(resource.RUSAGE_CHILDREN),
+        "main_cpu_s": main_cpu,
+        "workers_cpu_s": cpu_s(resource.RUSAGE_CHILDREN) - workers_before,
+        "report": report.to_dict(),
+    }
 
 
 # ---------------------------------------------------------------- agreement on a sample
+
 
 def child_agree(args: argparse.Namespace) -> dict:
     from redact.analyzer import ENTITIES, SCORE_THRESHOLD, TextAnalyzer, found_spans
@@ -234,8 +265,12 @@ def child_agree(args: argparse.Namespace) -> dict:
     for text, got in zip(sample, ours_found):
         if isinstance(got, BaseException):
             raise got
-        a = {(f.entity, f.start, f.end) for f in found_spans(naive.analyze(
-            text=text, language="en", entities=list(ENTITIES), score_threshold=SCORE_THRESHOLD), text)}
+        a = {
+            (f.entity, f.start, f.end)
+            for f in found_spans(
+                naive.analyze(text=text, language="en", entities=list(ENTITIES), score_threshold=SCORE_THRESHOLD), text
+            )
+        }
         b = {(f.entity, f.start, f.end) for f in got}
         counts["naive"].update(e for e, _, _ in a)
         counts["ours"].update(e for e, _, _ in b)
@@ -243,8 +278,13 @@ def child_agree(args: argparse.Namespace) -> dict:
             same += 1
         else:
             diffs.append({"only_naive": spans(a - b, text), "only_ours": spans(b - a, text)})
-    return {"texts": len(sample), "identical": same, "differing": len(diffs), "examples": diffs[:6],
-            "counts": {k: dict(sorted(v.items())) for k, v in counts.items()}}
+    return {
+        "texts": len(sample),
+        "identical": same,
+        "differing": len(diffs),
+        "examples": diffs[:6],
+        "counts": {k: dict(sorted(v.items())) for k, v in counts.items()},
+    }
 
 
 def spans(found: set, text: str) -> list:
@@ -256,12 +296,26 @@ CHILDREN = {"naive": child_naive, "pipeline": child_pipeline, "agree": child_agr
 
 # ---------------------------------------------------------------- parent
 
+
 def run_child(kind: str, args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="redaction-bench-") as tmp:
         out = Path(tmp) / "out.json"
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--out", str(out),
-               "--sessions", str(args.sessions), "--turns-mean", str(args.turns_mean),
-               "--seed", str(args.seed), "--agree-texts", str(args.agree_texts)]
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            kind,
+            "--out",
+            str(out),
+            "--sessions",
+            str(args.sessions),
+            "--turns-mean",
+            str(args.turns_mean),
+            "--seed",
+            str(args.seed),
+            "--agree-texts",
+            str(args.agree_texts),
+        ]
         if args.processes:
             cmd += ["--processes", str(args.processes)]
         env = dict(os.environ)
@@ -283,8 +337,7 @@ def run_child(kind: str, args: argparse.Namespace) -> dict:
 def with_rates(r: dict, shape: dict) -> dict:
     if "failed" in r:
         return r
-    return r | {"requests_per_s": r["requests"] / r["wall_s"],
-                "mb_per_s": shape["text_bytes"] / 1e6 / r["wall_s"]}
+    return r | {"requests_per_s": r["requests"] / r["wall_s"], "mb_per_s": shape["text_bytes"] / 1e6 / r["wall_s"]}
 
 
 def fmt(v, spec: str = ".1f") -> str:
@@ -292,35 +345,47 @@ def fmt(v, spec: str = ".1f") -> str:
 
 
 def print_report(shape: dict, rows: dict, agree: dict | None, args: argparse.Namespace) -> None:
-    print(f"corpus: {shape['sessions']} sessions (seed {args.seed}, turns mean {args.turns_mean:g}), "
-          f"{shape['requests']} requests, {shape['mean_turns']:.2f} turns a session, "
-          f"{shape['text_slots']} message texts ({shape['mean_slots']:.1f} a request), "
-          f"{shape['distinct_texts']} distinct ({shape['distinct_with_answers']} with the answers), "
-          f"{shape['text_bytes'] / 1e6:.2f} MB of message text")
-    print("\n| pipeline | processes | requests | wall s | requests/s | MB/s | setup s (untimed) "
-          "| peak RSS main MiB | peak RSS worker MiB | load before, after |")
+    print(
+        f"corpus: {shape['sessions']} sessions (seed {args.seed}, turns mean {args.turns_mean:g}), "
+        f"{shape['requests']} requests, {shape['mean_turns']:.2f} turns a session, "
+        f"{shape['text_slots']} message texts ({shape['mean_slots']:.1f} a request), "
+        f"{shape['distinct_texts']} distinct ({shape['distinct_with_answers']} with the answers), "
+        f"{shape['text_bytes'] / 1e6:.2f} MB of message text"
+    )
+    print(
+        "\n| pipeline | processes | requests | wall s | requests/s | MB/s | setup s (untimed) "
+        "| peak RSS main MiB | peak RSS worker MiB | load before, after |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     names = {"naive": "(a) naive Presidio loop, all spaCy pipes", "pipeline": "(b) redact_trace"}
     for kind, r in rows.items():
         if "failed" in r:
             print(f"| {names[kind]} | failed: {r['failed']} |" + " |" * 8)
             continue
-        print(f"| {names[kind]} | {r['processes']} | {r['requests']} | {r['wall_s']:.1f} "
-              f"| {r['requests_per_s']:.1f} | {r['mb_per_s']:.3f} | {r['setup_s']:.1f} "
-              f"| {r['peak_main_mib']:.0f} | {fmt(r['peak_worker_mib'], '.0f')} "
-              f"| {r['load'][0]:.2f}, {r['load'][1]:.2f} |")
+        print(
+            f"| {names[kind]} | {r['processes']} | {r['requests']} | {r['wall_s']:.1f} "
+            f"| {r['requests_per_s']:.1f} | {r['mb_per_s']:.3f} | {r['setup_s']:.1f} "
+            f"| {r['peak_main_mib']:.0f} | {fmt(r['peak_worker_mib'], '.0f')} "
+            f"| {r['load'][0]:.2f}, {r['load'][1]:.2f} |"
+        )
     a, b = rows.get("naive", {}), rows.get("pipeline", {})
     if "requests_per_s" in a and "requests_per_s" in b:
         ratio = b["requests_per_s"] / a["requests_per_s"]
-        print(f"\nratio (b)/(a), requests/s: {ratio:.2f}x (target >= {TARGET_RATIO:g}x: "
-              f"{'met' if ratio >= TARGET_RATIO else 'NOT met'})")
+        print(
+            f"\nratio (b)/(a), requests/s: {ratio:.2f}x (target >= {TARGET_RATIO:g}x: "
+            f"{'met' if ratio >= TARGET_RATIO else 'NOT met'})"
+        )
     if "report" in b:
         rep = b["report"]
-        print(f"(b) analysed {rep['analysed']} distinct texts of {rep['texts']} strings "
-              f"(prompts and answers); {rep['quarantined']} quarantined; entities replaced "
-              f"{rep['entities']}; input trace built in {b['trace_s']:.1f} s (untimed)")
-        print(f"(b) CPU seconds in the timed part: main process {b['main_cpu_s']:.1f}, workers "
-              f"{b['workers_cpu_s']:.1f} (all together), on {os.cpu_count()} CPUs")
+        print(
+            f"(b) analysed {rep['analysed']} distinct texts of {rep['texts']} strings "
+            f"(prompts and answers); {rep['quarantined']} quarantined; entities replaced "
+            f"{rep['entities']}; input trace built in {b['trace_s']:.1f} s (untimed)"
+        )
+        print(
+            f"(b) CPU seconds in the timed part: main process {b['main_cpu_s']:.1f}, workers "
+            f"{b['workers_cpu_s']:.1f} (all together), on {os.cpu_count()} CPUs"
+        )
     if "results" in a:
         print(f"(a) results (every slot of every request): {a['results']}")
     if agree is None:
@@ -328,9 +393,11 @@ def print_report(shape: dict, rows: dict, agree: dict | None, args: argparse.Nam
     if "failed" in agree:
         print(f"\nagreement check failed: {agree['failed']}")
         return
-    print(f"\nagreement on {agree['texts']} distinct texts (naive full pipeline vs NER-only "
-          f"TextAnalyzer, both resolved): {agree['identical']}/{agree['texts']} identical "
-          f"({agree['identical'] / max(agree['texts'], 1):.1%})")
+    print(
+        f"\nagreement on {agree['texts']} distinct texts (naive full pipeline vs NER-only "
+        f"TextAnalyzer, both resolved): {agree['identical']}/{agree['texts']} identical "
+        f"({agree['identical'] / max(agree['texts'], 1):.1%})"
+    )
     types = sorted(set(agree["counts"]["naive"]) | set(agree["counts"]["ours"]))
     print("| entity | naive | ours |\n|---|---:|---:|")
     for e in types:
@@ -379,8 +446,7 @@ def main() -> int:
         log(f"agreement check on {args.agree_texts} texts")
         agree = run_child("agree", args)
     if args.json:
-        out = {"corpus": shape, "seed": args.seed, "turns_mean": args.turns_mean, "pipelines": rows,
-               "agreement": agree}
+        out = {"corpus": shape, "seed": args.seed, "turns_mean": args.turns_mean, "pipelines": rows, "agreement": agree}
         if "requests_per_s" in rows.get("naive", {}) and "requests_per_s" in rows.get("pipeline", {}):
             out["ratio"] = rows["pipeline"]["requests_per_s"] / rows["naive"]["requests_per_s"]
         print(json.dumps(out, indent=1))

@@ -26,8 +26,7 @@ from collections import defaultdict
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, default=250)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -40,14 +39,12 @@ def main() -> None:
     from replay.tokenizer import load_tokenizer
 
     corpus = make_corpus(args.sessions, seed=args.seed)
-    texts = list(dict.fromkeys([s.text for b in corpus.requests for s in text_slots(b)]
-                               + [r for r in corpus.responses if r]))
+    texts = list(dict.fromkeys([s.text for b in corpus.requests for s in text_slots(b)] + [r for r in corpus.responses if r]))
     print(f"{len(texts)} distinct texts (prompts and answers), {sum(map(len, texts)) / 1e6:.2f} M chars")
 
     analyzer = TextAnalyzer()
     t = time.perf_counter()
-    artifacts = [a for _, a in analyzer.analyzer.nlp_engine.process_batch(texts, language="en",
-                                                                           batch_size=32)]
+    artifacts = [a for _, a in analyzer.analyzer.nlp_engine.process_batch(texts, language="en", batch_size=32)]
     print(f"ner: {time.perf_counter() - t:.2f} s")
     t = time.perf_counter()
     for text, art in zip(texts, artifacts):

@@ -83,8 +83,9 @@ def start_server(threads: int) -> tuple[subprocess.Popen, str]:
     """sse-bench-server (built when missing) on a free port; (process, base URL)."""
     if not SERVER.exists():
         subprocess.run(["cargo", "build", "--release", "-p", "sse-bench-server"], cwd=ROOT, check=True)
-    proc = subprocess.Popen([str(SERVER), "--port", "0", "--chunks", "20", "--threads", str(threads)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(SERVER), "--port", "0", "--chunks", "20", "--threads", str(threads)], stdout=subprocess.PIPE, text=True
+    )
     line = proc.stdout.readline().strip()
     return proc, "http://" + line.rsplit(" ", 1)[-1]
 
@@ -112,23 +113,44 @@ def run_ours(trace, url: str, rate: float, n: int, ca_cert: str | None = None) -
     from replay.config import Arrivals, RunConfig
     from replay.runner import run_stage
 
-    config = RunConfig(url=url, rate=rate, arrivals=Arrivals(kind="constant"), requests=n, metrics_url="none",
-                       ca_cert=ca_cert, timeout_s=30.0, chunk_times=False)
+    config = RunConfig(
+        url=url,
+        rate=rate,
+        arrivals=Arrivals(kind="constant"),
+        requests=n,
+        metrics_url="none",
+        ca_cert=ca_cert,
+        timeout_s=30.0,
+        chunk_times=False,
+    )
     result = run_stage(trace, config, model="m")
     s, runner = result.summary, result.runner
-    return {"achieved": s["achieved_send_rate"] or float("nan"), "lag_p50_ms": s["send_lag_ms"]["p50"],
-            "lag_p99_ms": s["send_lag_ms"]["p99"], "lag_max_ms": s["send_lag_ms"]["max"], "ok": s["completed"],
-            "n": n, "why": (f"  dispatcher preempted {runner['dispatcher_switches']['involuntary']}x, "
-                            f"waited for bodies {runner['body_waits']}x (max {runner['body_wait_max_ms']:.1f} ms)")}
+    return {
+        "achieved": s["achieved_send_rate"] or float("nan"),
+        "lag_p50_ms": s["send_lag_ms"]["p50"],
+        "lag_p99_ms": s["send_lag_ms"]["p99"],
+        "lag_max_ms": s["send_lag_ms"]["max"],
+        "ok": s["completed"],
+        "n": n,
+        "why": (
+            f"  dispatcher preempted {runner['dispatcher_switches']['involuntary']}x, "
+            f"waited for bodies {runner['body_waits']}x (max {runner['body_wait_max_ms']:.1f} ms)"
+        ),
+    }
 
 
 def run_peer(bodies: list[bytes], url: str, rate: float, n: int) -> dict:
     intended, sent, ok = send_open_loop(url, np.arange(n) / rate, lambda i: bodies[i], timeout_s=60.0)
     lag_ms = (sent - intended) * 1e3
     span = sent.max() - sent.min()
-    return {"achieved": (n - 1) / span if span > 0 else float("nan"),
-            "lag_p50_ms": float(np.percentile(lag_ms, 50)), "lag_p99_ms": float(np.percentile(lag_ms, 99)),
-            "lag_max_ms": float(lag_ms.max()), "ok": ok, "n": n}
+    return {
+        "achieved": (n - 1) / span if span > 0 else float("nan"),
+        "lag_p50_ms": float(np.percentile(lag_ms, 50)),
+        "lag_p99_ms": float(np.percentile(lag_ms, 99)),
+        "lag_max_ms": float(lag_ms.max()),
+        "ok": ok,
+        "n": n,
+    }
 
 
 def peer_bodies(stored) -> list[bytes]:
@@ -139,7 +161,7 @@ def peer_bodies(stored) -> list[bytes]:
     plan = build_plan(stored, RunConfig(url="http://127.0.0.1:1"), model="m")
     out: list[bytes] = []
     for data, offsets in plan.body_windows():
-        out.extend(data[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1))
+        out.extend(data[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1))
     return out
 
 
@@ -173,9 +195,12 @@ def sweep_rates(name: str, rates: list[float], seconds: float, rows: int, send) 
         r = send(rate, n)
         r["rate"] = rate
         out.append(r)
-        print(f"  {name:24s} {rate:7.0f} req/s  achieved {r['achieved']:8.1f}  lag p50 {r['lag_p50_ms']:.3f}  "
-              f"p99 {r['lag_p99_ms']:.3f}  max {r['lag_max_ms']:.3f} ms  answered {r['ok']}/{n}{r.get('why', '')}",
-              file=sys.stderr, flush=True)
+        print(
+            f"  {name:24s} {rate:7.0f} req/s  achieved {r['achieved']:8.1f}  lag p50 {r['lag_p50_ms']:.3f}  "
+            f"p99 {r['lag_p99_ms']:.3f}  max {r['lag_max_ms']:.3f} ms  answered {r['ok']}/{n}{r.get('why', '')}",
+            file=sys.stderr,
+            flush=True,
+        )
         time.sleep(0.5)
     return out
 
@@ -189,8 +214,11 @@ def table(title: str, rates: list[float], results: dict[str, list[dict]]) -> Non
         cells = []
         for name in names:
             r = next((r for r in results[name] if r["rate"] == rate), None)
-            cells.append(f"{r['achieved']:.0f}, {r['lag_p50_ms']:.3f} / {r['lag_p99_ms']:.3f} / {r['lag_max_ms']:.3f}, "
-                         f"{r['ok']}/{r['n']}" if r else "not run (saturated below)")
+            cells.append(
+                f"{r['achieved']:.0f}, {r['lag_p50_ms']:.3f} / {r['lag_p99_ms']:.3f} / {r['lag_max_ms']:.3f}, {r['ok']}/{r['n']}"
+                if r
+                else "not run (saturated below)"
+            )
         print(f"| {rate:.0f} | " + " | ".join(cells) + " |")
     print()
     for bound in BOUNDS_MS:
@@ -224,10 +252,11 @@ def main() -> int:
         rows = token_only.df.height
         bodies = peer_bodies(stored) if not args.no_peer else []
         sizes = np.array([len(b) for b in bodies]) if bodies else None
-        print(f"Azure conversation trace: {rows} requests"
-              + (f", bodies p50 {np.percentile(sizes, 50):.0f} B / p99 {np.percentile(sizes, 99):.0f} B" if bodies
-                 else "")
-              + f"; prepared in {time.perf_counter() - t:.1f} s, peak RSS {rss_mb():.0f} MB")
+        print(
+            f"Azure conversation trace: {rows} requests"
+            + (f", bodies p50 {np.percentile(sizes, 50):.0f} B / p99 {np.percentile(sizes, 99):.0f} B" if bodies else "")
+            + f"; prepared in {time.perf_counter() - t:.1f} s, peak RSS {rss_mb():.0f} MB"
+        )
         by_source = {"token-only": token_only, "stored": stored}
         for server in servers:
             if server == "nginx":
@@ -240,15 +269,21 @@ def main() -> int:
                 for source in sources:
                     trace = by_source[source]
                     print(f"{server}, {source} bodies:", file=sys.stderr)
-                    results = {"ours": sweep_rates("ours", rates, args.seconds, rows,
-                                                   lambda r, n, tr=trace: run_ours(tr, url, r, n))}
+                    results = {
+                        "ours": sweep_rates("ours", rates, args.seconds, rows, lambda r, n, tr=trace: run_ours(tr, url, r, n))
+                    }
                     if server == "nginx" and not args.no_https:
                         results["ours https"] = sweep_rates(
-                            "ours https", rates, args.seconds, rows,
-                            lambda r, n, tr=trace: run_ours(tr, nginx.url, r, n, ca_cert=str(nginx.ca)))
+                            "ours https",
+                            rates,
+                            args.seconds,
+                            rows,
+                            lambda r, n, tr=trace: run_ours(tr, nginx.url, r, n, ca_cert=str(nginx.ca)),
+                        )
                     if source == "stored" and not args.no_peer:
-                        results["asyncio"] = sweep_rates("asyncio", rates, args.seconds, rows,
-                                                         lambda r, n: run_peer(bodies, url, r, n))
+                        results["asyncio"] = sweep_rates(
+                            "asyncio", rates, args.seconds, rows, lambda r, n: run_peer(bodies, url, r, n)
+                        )
                     table(f"{server}, {source} bodies", rates, results)
             finally:
                 stop()

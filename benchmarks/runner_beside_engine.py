@@ -53,18 +53,27 @@ def make_trace(tmp: Path, given: str | None) -> Path:
 
 
 def start_engine() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-u", "-m", "replay.cli.main", "serve-sim", "--port", "0",
-                             "--time-scale", "0.1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-m", "replay.cli.main", "serve-sim", "--port", "0", "--time-scale", "0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     for line in proc.stdout:
         if "http://" in line:
-            url = line[line.index("http://"):].split()[0].rstrip("/.,")
+            url = line[line.index("http://") :].split()[0].rstrip("/.,")
             return proc, url
     raise SystemExit("serve-sim did not print its URL")
 
 
 def lag_stats(lag_ms: np.ndarray) -> dict:
-    return {"n": len(lag_ms), "p50": float(np.percentile(lag_ms, 50)), "p99": float(np.percentile(lag_ms, 99)),
-            "max": float(lag_ms.max()), "late": int((lag_ms > 1.0).sum())}
+    return {
+        "n": len(lag_ms),
+        "p50": float(np.percentile(lag_ms, 50)),
+        "p99": float(np.percentile(lag_ms, 99)),
+        "max": float(lag_ms.max()),
+        "late": int((lag_ms > 1.0).sum()),
+    }
 
 
 def run_ours(trace_path: Path, url: str, rate: float, seconds: float, mode: str) -> dict:
@@ -98,9 +107,8 @@ def run_peer(trace_path: Path, url: str, rate: float, seconds: float) -> dict:
     from replay.plan import build_plan
     from replay.trace import read_trace
 
-    plan = build_plan(read_trace(trace_path, bodies=False),
-                      RunConfig(url=url, rate=rate, duration_s=seconds), model="sim")
-    bodies = [data[int(a):int(b)] for data, offsets in plan.body_windows() for a, b in zip(offsets, offsets[1:])]
+    plan = build_plan(read_trace(trace_path, bodies=False), RunConfig(url=url, rate=rate, duration_s=seconds), model="sim")
+    bodies = [data[int(a) : int(b)] for data, offsets in plan.body_windows() for a, b in zip(offsets, offsets[1:])]
     intended, sent, _ = send_open_loop(url, plan.offsets_ns / 1e9, bodies.__getitem__, timeout_s=600.0)
     return lag_stats((sent - intended) * 1e3) | {"priority": "-", "dispatcher_preempted": None, "io_preempted": None}
 
@@ -129,15 +137,21 @@ def main() -> int:
         finally:
             engine.terminate()
             engine.wait(10)
-    print(f"\nsend lag beside `replay serve-sim --time-scale 0.1`, {args.rate:g} req/s for {args.seconds:g} s "
-          f"({trace.name}), same 2-core machine\n")
-    print("| sender | dispatcher | requests | lag p50 ms | lag p99 ms | lag max ms | > 1 ms late "
-          "| dispatcher preempted | I/O threads preempted |")
+    print(
+        f"\nsend lag beside `replay serve-sim --time-scale 0.1`, {args.rate:g} req/s for {args.seconds:g} s "
+        f"({trace.name}), same 2-core machine\n"
+    )
+    print(
+        "| sender | dispatcher | requests | lag p50 ms | lag p99 ms | lag max ms | > 1 ms late "
+        "| dispatcher preempted | I/O threads preempted |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, r in rows:
-        print(f"| {name} | {r['priority']} | {r['n']} | {r['p50']:.3f} | {r['p99']:.3f} | {r['max']:.3f} | {r['late']} "
-              f"| {'-' if r['dispatcher_preempted'] is None else r['dispatcher_preempted']} "
-              f"| {'-' if r['io_preempted'] is None else r['io_preempted']} |")
+        print(
+            f"| {name} | {r['priority']} | {r['n']} | {r['p50']:.3f} | {r['p99']:.3f} | {r['max']:.3f} | {r['late']} "
+            f"| {'-' if r['dispatcher_preempted'] is None else r['dispatcher_preempted']} "
+            f"| {'-' if r['io_preempted'] is None else r['io_preempted']} |"
+        )
     peer = np.median([r["p99"] for name, r in rows if name == "asyncio+aiohttp"])
     for mode in MODES:
         ours = np.median([r["p99"] for name, r in rows if name == f"ours ({mode})"])

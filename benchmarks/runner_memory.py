@@ -65,21 +65,23 @@ TEXT_CHARS = (4000, 5000)
 PRIOR_BYTES_PER_REQUEST = 30_000  # projection before any size is measured (several copies of a body)
 TARGET_PEAK_MB = 1.5 * 1024  # at 1M requests (1.5 GB; MB here are 2**20 bytes)
 TARGET_GROWTH_B = 1024.0  # per request, past the first window
-WORDS = ("the of and to in is that for it as was with be by on not he this are or his from at which but have "
-         "an they you were her she there been one all we their has would when if so no more out up into do "
-         "any your what time some could them other than then now only its also about after two first new "
-         "like over such our these may well way even most made where many through must before back years "
-         "much good should people because each those very great while under last might both own world still "
-         "between life being never another same general number small part system place point case power "
-         "order model request server token stream cache memory latency schedule trace replay").split()
+WORDS = (
+    "the of and to in is that for it as was with be by on not he this are or his from at which but have "
+    "an they you were her she there been one all we their has would when if so no more out up into do "
+    "any your what time some could them other than then now only its also about after two first new "
+    "like over such our these may well way even most made where many through must before back years "
+    "much good should people because each those very great while under last might both own world still "
+    "between life being never another same general number small part system place point case power "
+    "order model request server token stream cache memory latency schedule trace replay"
+).split()
 PREFIX = '{"model":"m","messages":[{"role":"user","content":"'
 # what build_plan makes of a trace body (keys in this order, compact separators); the peer sends these
 SUFFIX_TRACE = '"}],"max_tokens":%d}' % CHUNKS
-SUFFIX_SENT = ('"}],"max_tokens":%d,"stream":true,"stream_options":{"include_usage":true},"ignore_eos":true}'
-               % CHUNKS)
+SUFFIX_SENT = '"}],"max_tokens":%d,"stream":true,"stream_options":{"include_usage":true},"ignore_eos":true}' % CHUNKS
 
 
 # ---------------------------------------------------------------- child: one replay, one process
+
 
 def proc_mb(path: str, key: str) -> float:
     """A kB field of a /proc file (VmRSS of /proc/<pid>/status, MemAvailable of /proc/meminfo) in
@@ -126,8 +128,7 @@ def bodies_frame(n: int, suffix: str):
     i = pl.int_range(0, n, eager=True).alias("i")
     return pl.DataFrame({"i": i, "text": texts.gather(i % N_TEXTS)}).select(
         pl.format("req-{}", pl.col("i")).alias("request_id"),
-        pl.concat_str([pl.lit(PREFIX), pl.col("i").cast(pl.String), pl.lit(": "), pl.col("text"),
-                       pl.lit(suffix)]).alias("body"),
+        pl.concat_str([pl.lit(PREFIX), pl.col("i").cast(pl.String), pl.lit(": "), pl.col("text"), pl.lit(suffix)]).alias("body"),
         (pl.col("i") * 200).cast(pl.Int64).alias("arrival_us"),  # 5,000 req/s as recorded
     )
 
@@ -149,8 +150,12 @@ def write_trace(n: int, path: Path) -> None:
     try:
         for start in range(0, n, WRITE_ROWS):
             df = full.slice(start, WRITE_ROWS).with_columns(
-                api=pl.lit("chat"), model=pl.lit("m"), input_tokens=pl.lit(PROMPT_TOKENS, pl.Int32),
-                output_tokens=pl.lit(CHUNKS, pl.Int32), max_tokens=pl.lit(CHUNKS, pl.Int32))
+                api=pl.lit("chat"),
+                model=pl.lit("m"),
+                input_tokens=pl.lit(PROMPT_TOKENS, pl.Int32),
+                output_tokens=pl.lit(CHUNKS, pl.Int32),
+                max_tokens=pl.lit(CHUNKS, pl.Int32),
+            )
             table = validate(df, meta, source="memory benchmark trace").to_arrow()
             if writer is None:
                 schema = table.schema.with_metadata(meta.to_metadata())
@@ -176,8 +181,7 @@ def child_ours(n: int, url: str, rate: float, warm: int, trace_path: Path) -> di
     t = time.perf_counter()
     plan = build_plan(trace, config)
     first, offsets = next(plan.body_windows())
-    out |= {"plan_mb": rss_mb(), "plan_s": time.perf_counter() - t,
-            "body_bytes": len(first) / (len(offsets) - 1) * n}
+    out |= {"plan_mb": rss_mb(), "plan_s": time.perf_counter() - t, "body_bytes": len(first) / (len(offsets) - 1) * n}
     print(f"  ours n={n}: plan built, RSS {out['plan_mb']:.0f} MB", file=sys.stderr, flush=True)
     t = time.perf_counter()
     result = run_plan(plan, config)
@@ -194,8 +198,11 @@ def send_stats(sent_s, lag_ms, ok: int) -> dict:
     import numpy as np
 
     span = float(sent_s.max() - sent_s.min()) if len(sent_s) > 1 else 0.0
-    return {"achieved": (len(sent_s) - 1) / span if span > 0 else float("nan"),
-            "lag_p99_ms": float(np.percentile(lag_ms, 99)) if len(lag_ms) else float("nan"), "ok": ok}
+    return {
+        "achieved": (len(sent_s) - 1) / span if span > 0 else float("nan"),
+        "lag_p99_ms": float(np.percentile(lag_ms, 99)) if len(lag_ms) else float("nan"),
+        "ok": ok,
+    }
 
 
 def child_peer(n: int, url: str, rate: float) -> dict:
@@ -236,13 +243,17 @@ def child_main(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- parent: sizes, limits, table
 
+
 def start_server(path: Path, threads: int) -> tuple[subprocess.Popen, str]:
     if not path.exists():
         if path != SERVER:
             sys.exit(f"error: --server {path}: no such file")
         subprocess.run(["cargo", "build", "--release", "-p", "sse-bench-server"], cwd=ROOT, check=True)
-    proc = subprocess.Popen([str(path), "--port", "0", "--chunks", str(CHUNKS), "--threads", str(threads),
-                             "--prompt-tokens", str(PROMPT_TOKENS)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(path), "--port", "0", "--chunks", str(CHUNKS), "--threads", str(threads), "--prompt-tokens", str(PROMPT_TOKENS)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stdout.readline().strip()
     return proc, "http://" + line.rsplit(" ", 1)[-1]
 
@@ -254,8 +265,22 @@ def run_child(kind: str, n: int, args: argparse.Namespace, url: str, limit_mb: f
     with tempfile.TemporaryDirectory(prefix="runner-memory-") as tmp:
         out = Path(tmp) / "out.json"
         trace = Path(tmp) / "trace.parquet"
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--n", str(n), "--url", url, "--rate", str(args.rate),
-               "--warm-connections", str(args.warm_connections), "--out", str(out), "--trace", str(trace)]
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--n",
+            str(n),
+            "--url",
+            url,
+            "--rate",
+            str(args.rate),
+            "--warm-connections",
+            str(args.warm_connections),
+            "--out",
+            str(out),
+            "--trace",
+            str(trace),
+        ]
         if kind == "ours":  # the trace file is made by a process of its own, not counted
             print(f"  writing the trace file of {n} requests", file=sys.stderr, flush=True)
             subprocess.run(cmd + ["--child", "write"], check=True, timeout=600)
@@ -311,9 +336,17 @@ def growths(rows: list[dict]) -> list[float | None]:
 
 def report(r: dict) -> None:
     name = "ours" if r["kind"] == "ours" else "asyncio+aiohttp"
-    print(f"{name} n={r['n']}: " + (r["failed"] if "failed" in r else
-          f"peak {r['peak_mb']:.0f} MB (its own ru_maxrss after the run {r['self_peak_mb']:.0f} MB), "
-          f"wall {r['wall_s']:.1f} s (run {r['run_s']:.1f} s), ok {r['ok']}/{r['n']}"), file=sys.stderr, flush=True)
+    print(
+        f"{name} n={r['n']}: "
+        + (
+            r["failed"]
+            if "failed" in r
+            else f"peak {r['peak_mb']:.0f} MB (its own ru_maxrss after the run {r['self_peak_mb']:.0f} MB), "
+            f"wall {r['wall_s']:.1f} s (run {r['run_s']:.1f} s), ok {r['ok']}/{r['n']}"
+        ),
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def fmt(x: float | None, spec: str) -> str:
@@ -321,8 +354,10 @@ def fmt(x: float | None, spec: str) -> str:
 
 
 def print_table(rows: list[dict], peer: dict | None) -> None:
-    print("\n| sender | requests | peak RSS MB | RSS after trace MB | RSS after plan MB | RSS after run MB | wall s "
-          "| achieved req/s | send lag p99 ms | ok | bytes/request | growth B/request |")
+    print(
+        "\n| sender | requests | peak RSS MB | RSS after trace MB | RSS after plan MB | RSS after run MB | wall s "
+        "| achieved req/s | send lag p99 ms | ok | bytes/request | growth B/request |"
+    )
     print("|---|" + "---:|" * 11)
     measured = [r for r in rows if "failed" not in r]
     growth = dict(zip((r["n"] for r in measured), growths(measured)))
@@ -333,20 +368,31 @@ def print_table(rows: list[dict], peer: dict | None) -> None:
             continue
         per = (r["peak_mb"] - r["baseline_mb"]) * 2**20 / r["n"]
         g = growth.get(r["n"]) if r["kind"] == "ours" else None
-        print(f"| {name} | {r['n']} | {r['peak_mb']:.0f} | {r['trace_mb']:.0f} | {r['plan_mb']:.0f} "
-              f"| {r['run_mb']:.0f} | {r['wall_s']:.1f} | {fmt(r['achieved'], '.0f')} | {fmt(r['lag_p99_ms'], '.2f')} "
-              f"| {r['ok']}/{r['n']} | {per:.0f} | {fmt(g, '.0f')} |")
+        print(
+            f"| {name} | {r['n']} | {r['peak_mb']:.0f} | {r['trace_mb']:.0f} | {r['plan_mb']:.0f} "
+            f"| {r['run_mb']:.0f} | {r['wall_s']:.1f} | {fmt(r['achieved'], '.0f')} | {fmt(r['lag_p99_ms'], '.2f')} "
+            f"| {r['ok']}/{r['n']} | {per:.0f} | {fmt(g, '.0f')} |"
+        )
     if measured:
         base = measured[0]
-        print(f"\nbaseline (after imports): {base['baseline_mb']:.0f} MB; bodies {base['body_bytes'] / base['n']:.0f} "
-              f"bytes/request as sent")
+        print(
+            f"\nbaseline (after imports): {base['baseline_mb']:.0f} MB; bodies {base['body_bytes'] / base['n']:.0f} "
+            f"bytes/request as sent"
+        )
     at_1m = next((r for r in measured if r["n"] == 1_000_000), None)
-    print(f"target: peak <= {TARGET_PEAK_MB:.0f} MB at 1M requests: "
-          + (f"{at_1m['peak_mb']:.0f} MB, {'met' if at_1m['peak_mb'] <= TARGET_PEAK_MB else 'NOT met'}"
-             if at_1m else "not measured"))
+    print(
+        f"target: peak <= {TARGET_PEAK_MB:.0f} MB at 1M requests: "
+        + (
+            f"{at_1m['peak_mb']:.0f} MB, {'met' if at_1m['peak_mb'] <= TARGET_PEAK_MB else 'NOT met'}"
+            if at_1m
+            else "not measured"
+        )
+    )
     pairs = [(a, b, g) for a, b, g in zip(measured, measured[1:], growths(measured)[1:])]
-    verdict = ", ".join(f"{a['n']}->{b['n']}: {g:.0f} B ({'met' if g <= TARGET_GROWTH_B else 'NOT met'})"
-                        for a, b, g in pairs) or "needs two sizes"
+    verdict = (
+        ", ".join(f"{a['n']}->{b['n']}: {g:.0f} B ({'met' if g <= TARGET_GROWTH_B else 'NOT met'})" for a, b, g in pairs)
+        or "needs two sizes"
+    )
     print(f"target: growth <= {TARGET_GROWTH_B:.0f} B/request past the first window: {verdict}")
     if peer and "failed" not in peer:
         ours = next((r for r in measured if r["n"] == peer["n"]), None)
@@ -376,8 +422,7 @@ def main() -> int:
 
     sizes = sorted({int(s) for s in args.sizes.split(",")})
     limit_mb = min(args.max_rss_gb * 1024, 0.8 * proc_mb("/proc/meminfo", "MemAvailable"))
-    print(f"RSS limit {limit_mb:.0f} MB (--max-rss-gb {args.max_rss_gb:g}, 80% of available memory)",
-          file=sys.stderr)
+    print(f"RSS limit {limit_mb:.0f} MB (--max-rss-gb {args.max_rss_gb:g}, 80% of available memory)", file=sys.stderr)
     proc, url = start_server(args.server, args.server_threads)
     rows: list[dict] = []
     peer = None
@@ -385,8 +430,11 @@ def main() -> int:
         for n in sizes:
             guess = projected_mb(n, rows)
             if guess > limit_mb:
-                print(f"note: skipping N={n}: projected peak {guess:.0f} MB over the {limit_mb:.0f} MB limit",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"note: skipping N={n}: projected peak {guess:.0f} MB over the {limit_mb:.0f} MB limit",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 continue
             print(f"ours n={n}: projected peak {guess:.0f} MB", file=sys.stderr, flush=True)
             r = run_child("ours", n, args, url, limit_mb)
@@ -397,8 +445,11 @@ def main() -> int:
         if args.no_peer:
             pass
         elif guess > limit_mb:
-            print(f"note: skipping the peer at N={args.peer_n}: projected peak {guess:.0f} MB over the limit",
-                  file=sys.stderr, flush=True)
+            print(
+                f"note: skipping the peer at N={args.peer_n}: projected peak {guess:.0f} MB over the limit",
+                file=sys.stderr,
+                flush=True,
+            )
         else:
             print(f"asyncio+aiohttp n={args.peer_n}: projected peak {guess:.0f} MB", file=sys.stderr, flush=True)
             peer = run_child("peer", args.peer_n, args, url, limit_mb)

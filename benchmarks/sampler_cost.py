@@ -49,7 +49,9 @@ def rss_mb() -> float:
 def start(folder: Path):
     """nginx: the static SSE chat stream, /v1/models, and the vLLM scrape at /metrics."""
     models = '{"object": "list", "data": [{"id": "m", "object": "model"}]}'
-    return start_nginx(folder, locations=f"""
+    return start_nginx(
+        folder,
+        locations=f"""
         location /v1/models {{
             default_type application/json;
             return 200 {_quoted(models)};
@@ -60,18 +62,32 @@ def start(folder: Path):
         }}
         location ~ ^/v1/(chat/)?completions$ {{
             default_type text/event-stream;
-            return 200 {_quoted(''.join(sse_events()))};
-        }}""")
+            return 200 {_quoted("".join(sse_events()))};
+        }}""",
+    )
 
 
 def stage(trace, url: str, rate: float, n: int, sampler: bool) -> dict:
-    config = RunConfig(url=url, rate=rate, arrivals=Arrivals(kind="constant"), requests=n,
-                       metrics_url=None if sampler else "none", timeout_s=30.0, chunk_times=False)
+    config = RunConfig(
+        url=url,
+        rate=rate,
+        arrivals=Arrivals(kind="constant"),
+        requests=n,
+        metrics_url=None if sampler else "none",
+        timeout_s=30.0,
+        chunk_times=False,
+    )
     result = run_stage(trace, config, model="m")
     s = result.summary
     reads = (s.get("engine_metrics") or {}).get("samples") if sampler else None
-    return {"p50": s["send_lag_ms"]["p50"], "p99": s["send_lag_ms"]["p99"], "max": s["send_lag_ms"]["max"],
-            "ok": s["completed"], "n": n, "reads": reads}
+    return {
+        "p50": s["send_lag_ms"]["p50"],
+        "p99": s["send_lag_ms"]["p99"],
+        "max": s["send_lag_ms"]["max"],
+        "ok": s["completed"],
+        "n": n,
+        "reads": reads,
+    }
 
 
 def read_cost(url: str, times: int = 50) -> float:
@@ -100,8 +116,10 @@ def main() -> None:
         nginx = start(Path(tmp) / "nginx")
         try:
             url = nginx.http_url
-            print(f"one read + parse of the {SCRAPE.stat().st_size / 1024:.0f} KB vLLM scrape: "
-                  f"{read_cost(url):.2f} ms (median of 50)")
+            print(
+                f"one read + parse of the {SCRAPE.stat().st_size / 1024:.0f} KB vLLM scrape: "
+                f"{read_cost(url):.2f} ms (median of 50)"
+            )
             print(f"{'rate':>7} {'mode':>4} {'lag p50':>8} {'p99':>7} {'max':>7} {'reads':>5} {'ok':>11}  p99 on/off")
             for rate in rates:
                 n = int(rate * args.seconds)
@@ -117,8 +135,11 @@ def main() -> None:
                     reads = "-" if mode == "off" else str(statistics.median(x["reads"] or 0 for x in r))
                     ok = f"{sum(x['ok'] for x in r)}/{sum(x['n'] for x in r)}"
                     ratio = f"  {p99['on'] / p99['off']:.2f}" if mode == "on" and p99["off"] else ""
-                    print(f"{rate:>7g} {mode:>4} {med['p50']:>8.3f} {med['p99']:>7.3f} {med['max']:>7.2f} "
-                          f"{reads:>5} {ok:>11}{ratio}", flush=True)
+                    print(
+                        f"{rate:>7g} {mode:>4} {med['p50']:>8.3f} {med['p99']:>7.3f} {med['max']:>7.2f} "
+                        f"{reads:>5} {ok:>11}{ratio}",
+                        flush=True,
+                    )
         finally:
             nginx.stop()
     print(f"peak RSS {rss_mb():.0f} MB")

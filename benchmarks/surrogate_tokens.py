@@ -21,8 +21,7 @@ import string
 import sys
 import time
 
-LOCALES = ["hi_IN", "vi_VN", "pl_PL", "tr_TR", "de_DE", "fr_FR", "es_ES", "pt_BR", "it_IT",
-           "nl_NL", "sv_SE", "cs_CZ"]
+LOCALES = ["hi_IN", "vi_VN", "pl_PL", "tr_TR", "de_DE", "fr_FR", "es_ES", "pt_BR", "it_IT", "nl_NL", "sv_SE", "cs_CZ"]
 
 
 def values(per_type: int, seed: int) -> dict[str, list[str]]:
@@ -46,13 +45,19 @@ def values(per_type: int, seed: int) -> dict[str, list[str]]:
         "IBAN_CODE": lambda f: f.iban(),
         "CREDIT_CARD": lambda f: f.credit_card_number(),
         "IP_ADDRESS": lambda f: rng.choice([f.ipv4, f.ipv6])(),
-        "API_KEY": lambda f: rng.choice(["sk-proj-", "ghp_", "AKIA", "xoxb-", "hf_"]) + "".join(
-            rng.choices(string.ascii_letters + string.digits, k=rng.choice([16, 32, 40]))),
-        "JWT": lambda f: ".".join([base64.urlsafe_b64encode(json.dumps(
-            {"alg": "HS256", "typ": "JWT"}).encode()).decode().rstrip("="),
-            base64.urlsafe_b64encode(json.dumps({"sub": f.uuid4(), "name": f.name(),
-                                                 "email": f.email()}).encode()).decode().rstrip("="),
-            b64(32)]),
+        "API_KEY": lambda f: (
+            rng.choice(["sk-proj-", "ghp_", "AKIA", "xoxb-", "hf_"])
+            + "".join(rng.choices(string.ascii_letters + string.digits, k=rng.choice([16, 32, 40])))
+        ),
+        "JWT": lambda f: ".".join(
+            [
+                base64.urlsafe_b64encode(json.dumps({"alg": "HS256", "typ": "JWT"}).encode()).decode().rstrip("="),
+                base64.urlsafe_b64encode(json.dumps({"sub": f.uuid4(), "name": f.name(), "email": f.email()}).encode())
+                .decode()
+                .rstrip("="),
+                b64(32),
+            ]
+        ),
     }
     for entity, make in makers.items():
         got = out.setdefault(entity, set())
@@ -71,11 +76,14 @@ def main() -> None:
     from replay.tokenizer import load_tokenizer
 
     vals = values(args.per_type, args.seed)
-    print(f"{args.per_type} distinct values a type from Faker locales {', '.join(LOCALES)} "
-          f"(seed {args.seed}); kept = token count unchanged bare and after a space")
+    print(
+        f"{args.per_type} distinct values a type from Faker locales {', '.join(LOCALES)} "
+        f"(seed {args.seed}); kept = token count unchanged bare and after a space"
+    )
     print(f"{'type':16s} {'gpt2 kept':>10s} {'qwen2 kept':>11s} {'ms/value':>9s}")
-    subs = {name: Surrogates(RedactionKey(b"surrogate-benchmark-key-0123456789"), load_tokenizer(name))
-            for name in ("gpt2", "qwen2")}
+    subs = {
+        name: Surrogates(RedactionKey(b"surrogate-benchmark-key-0123456789"), load_tokenizer(name)) for name in ("gpt2", "qwen2")
+    }
     totals = {name: [0, 0] for name in subs}
     for entity, vs in vals.items():
         row, spent = [], 0.0

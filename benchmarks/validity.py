@@ -41,16 +41,17 @@ def replay(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 def stage_rows(summary: dict) -> list[dict]:
-    return [{"valid": bool(s["valid"]), "p99": s["send_lag_ms"]["p99"] or 0.0, "max": s["send_lag_ms"]["max"] or 0.0}
-            for s in summary["stages"]]
+    return [
+        {"valid": bool(s["valid"]), "p99": s["send_lag_ms"]["p99"] or 0.0, "max": s["send_lag_ms"]["max"] or 0.0}
+        for s in summary["stages"]
+    ]
 
 
 def readme_sweep(tmp: Path, run: int) -> list[dict]:
     trace = tmp / "generated.parquet"
     if not trace.exists():
         replay("generate", "-o", str(trace), "--requests", "400", "--seed", "0")
-    done = replay("sweep", str(trace), "--rates", "1,2,4,8", "--duration", "20s", "--out", str(tmp / f"sweep{run}"),
-                  "--json")
+    done = replay("sweep", str(trace), "--rates", "1,2,4,8", "--duration", "20s", "--out", str(tmp / f"sweep{run}"), "--json")
     return stage_rows(json.loads(done.stdout))
 
 
@@ -61,11 +62,15 @@ def bursty(tmp: Path, run: int, url: str) -> list[dict]:
 
 
 def start_serve_sim() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-u", "-m", "replay.cli.main", "serve-sim", "--port", "0",
-                             "--time-scale", "0.1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-m", "replay.cli.main", "serve-sim", "--port", "0", "--time-scale", "0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     for line in proc.stdout:
         if "http://" in line:
-            return proc, line[line.index("http://"):].split()[0].rstrip("/.,")
+            return proc, line[line.index("http://") :].split()[0].rstrip("/.,")
     raise SystemExit("replay serve-sim printed no URL")
 
 
@@ -74,10 +79,27 @@ def optimize_baseline(tmp: Path, run: int) -> list[dict]:
     if not trace.exists():
         replay("generate", "-o", str(trace), "--requests", "400", "--seed", "0")
     out = tmp / f"optimize{run}"
-    done = replay("optimize", str(trace), "--engine", "sim", "--rate", "8", "--requests", "64", "--budget",
-                  "trials=1", "--repeats", "3", "--objective", "throughput", "--allow-inconclusive", "--out", str(out),
-                  "--json",
-                  check=False)
+    done = replay(
+        "optimize",
+        str(trace),
+        "--engine",
+        "sim",
+        "--rate",
+        "8",
+        "--requests",
+        "64",
+        "--budget",
+        "trials=1",
+        "--repeats",
+        "3",
+        "--objective",
+        "throughput",
+        "--allow-inconclusive",
+        "--out",
+        str(out),
+        "--json",
+        check=False,
+    )
     if done.returncode not in (0, 1):
         raise SystemExit(f"replay optimize failed ({done.returncode}): {done.stderr[-2000:]}")
     result = json.loads(done.stdout)
@@ -98,8 +120,9 @@ def _measured_stages(out: Path) -> list[dict]:
     for (details,) in rows:
         s = json.loads(details).get("summary")
         if s:
-            stages.append({"valid": bool(s["valid"]), "p99": s["send_lag_ms"]["p99"] or 0.0,
-                           "max": s["send_lag_ms"]["max"] or 0.0})
+            stages.append(
+                {"valid": bool(s["valid"]), "p99": s["send_lag_ms"]["p99"] or 0.0, "max": s["send_lag_ms"]["max"] or 0.0}
+            )
     return stages
 
 
@@ -133,8 +156,11 @@ def main() -> int:
                     rows = runner(run)
                     valid = sum(r["valid"] for r in rows)
                     clean += valid == len(rows)
-                    print(f"{scenario:18s} run {run + 1}: {valid}/{len(rows)} stages valid, worst lag p99 "
-                          f"{max(r['p99'] for r in rows):.3f} ms, max {max(r['max'] for r in rows):.3f} ms", flush=True)
+                    print(
+                        f"{scenario:18s} run {run + 1}: {valid}/{len(rows)} stages valid, worst lag p99 "
+                        f"{max(r['p99'] for r in rows):.3f} ms, max {max(r['max'] for r in rows):.3f} ms",
+                        flush=True,
+                    )
                 print(f"{scenario}: every stage valid in {clean} of {args.runs} runs\n", flush=True)
                 if server is not None:
                     server.terminate()

@@ -6,5 +6,4 @@ from capture.importers import import_azure, import_log, import_mooncake
 from capture.proxy import CaptureProxy, run_capture
 from capture.recorder import CaptureConfig
 
-__all__ = ["import_azure", "import_log", "import_mooncake", "CaptureConfig", "CaptureProxy",
-           "run_capture"]
+__all__ = ["import_azure", "import_log", "import_mooncake", "CaptureConfig", "CaptureProxy", "run_capture"]

@@ -60,7 +60,7 @@ def mooncake_hash_ids(token_ids: np.ndarray, block_size: int, numbering: dict[in
     out: list[int] = []
     parent = None
     for start in range(0, len(token_ids), block_size):
-        parent = chain_hash(parent, token_ids[start:start + block_size])
+        parent = chain_hash(parent, token_ids[start : start + block_size])
         out.append(numbering.setdefault(parent, len(numbering)))
     return out
 
@@ -119,9 +119,20 @@ def export_trace(
     out = Path(out)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     write_line = {"mooncake": _Mooncake, "aiperf": _AIPerf, "openai": _OpenAI}[format](trace, block_size)
-    small = trace.df.select("request_id", "session_id", "arrival_us", "input_tokens", "output_tokens",
-                            "max_tokens", "hash_ids", "response", "cached_tokens", "status", "ttft_us",
-                            "e2e_us")
+    small = trace.df.select(
+        "request_id",
+        "session_id",
+        "arrival_us",
+        "input_tokens",
+        "output_tokens",
+        "max_tokens",
+        "hash_ids",
+        "response",
+        "cached_tokens",
+        "status",
+        "ttft_us",
+        "e2e_us",
+    )
     done = written = 0
     try:
         with tmp.open("w", encoding="utf-8") as f:
@@ -175,8 +186,12 @@ class _Mooncake:
     def __call__(self, row: dict, body: str | None) -> dict:
         ids = self.token_ids(row, body)
         out = row["output_tokens"] if row["output_tokens"] is not None else (row["max_tokens"] or 0)
-        return {"timestamp": _ms(row["arrival_us"]), "input_length": len(ids), "output_length": out,
-                "hash_ids": mooncake_hash_ids(ids, self.block_size, self.numbering)}
+        return {
+            "timestamp": _ms(row["arrival_us"]),
+            "input_length": len(ids),
+            "output_length": out,
+            "hash_ids": mooncake_hash_ids(ids, self.block_size, self.numbering),
+        }
 
 
 class _AIPerf:

@@ -50,9 +50,21 @@ from redact.lock import LOCK_TYPES
 __all__ = ["CaptureProxy", "run_capture"]
 
 # hop-by-hop headers (RFC 9110 7.6.1) and those aiohttp sets itself: never forwarded
-_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authenticate",
-                  "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade", "host",
-                  "content-length"})
+_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
 # the longest an ended exchange waits in the proxy before it is handed to the recorder (s)
 HAND_OFF_S = 0.005
 
@@ -81,9 +93,9 @@ class CaptureProxy:
         self.recovered_rows = 0
         self._pending: list[Exchange] = []
         self._flush: asyncio.TimerHandle | None = None
-        self._handed = 0             # exchanges put on the queue to the recorder
+        self._handed = 0  # exchanges put on the queue to the recorder
         self._recorder_gone = False  # the recorder process has ended (see _recorder_ended)
-        self._lost = 0               # records the proxy counted dropped_recorder_error
+        self._lost = 0  # records the proxy counted dropped_recorder_error
 
     # recorder ------------------------------------------------------------------------------------
 
@@ -99,8 +111,9 @@ class CaptureProxy:
         self._queue = ctx.Queue(maxsize=max(1, self.cfg.queue_size // self.cfg.hand_off))
         self._shared = ctx.RawArray(ctypes.c_longlong, len(COUNTERS))
         ready = ctx.Queue()
-        self._proc = ctx.Process(target=run_recorder, name="capture-recorder",
-                                 args=(self.cfg, info, self._queue, self._shared, ready))
+        self._proc = ctx.Process(
+            target=run_recorder, name="capture-recorder", args=(self.cfg, info, self._queue, self._shared, ready)
+        )
         self._proc.start()
         while True:
             try:
@@ -116,8 +129,9 @@ class CaptureProxy:
                 if not self._proc.is_alive():
                     from replay.errors import ReplayError
 
-                    raise ReplayError(f"capture: the recorder process failed to start "
-                                      f"(exit {self._proc.exitcode}; see its error above)")
+                    raise ReplayError(
+                        f"capture: the recorder process failed to start (exit {self._proc.exitcode}; see its error above)"
+                    )
 
     def counters(self) -> dict[str, int]:
         return dict(zip(COUNTERS, self._shared[:])) if self._shared is not None else {}
@@ -169,18 +183,18 @@ class CaptureProxy:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self._start_recorder)
         loop.add_reader(self._proc.sentinel, self._recorder_ended)
-        timeout = aiohttp.ClientTimeout(total=None, connect=self.cfg.connect_timeout_s,
-                                        sock_read=self.cfg.read_timeout_s)
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.cfg.connect_timeout_s, sock_read=self.cfg.read_timeout_s)
         self._session = aiohttp.ClientSession(
-            timeout=timeout, auto_decompress=False,
+            timeout=timeout,
+            auto_decompress=False,
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
-            skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"))
+            skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
+        )
         app = web.Application(client_max_size=1 << 30)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         # a client that goes away cancels its handler: the upstream request is closed at once
         # (as a proxy does), whether the answer was streaming or not yet begun
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                     handler_cancellation=True)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.cfg.host, self.cfg.port, backlog=1024)
         await site.start()
@@ -196,6 +210,7 @@ class CaptureProxy:
             await self._session.close()
         self._hand_off()
         if self._proc is not None:
+
             def finish():
                 # the end marker, unless the recorder is gone (then nothing reads the queue)
                 while self._proc.is_alive():
@@ -207,6 +222,7 @@ class CaptureProxy:
                 self._proc.join(timeout=120)
                 if self._proc.is_alive():
                     self._proc.kill()
+
             await asyncio.get_running_loop().run_in_executor(None, finish)
             if not self._recorder_gone:
                 self._recorder_ended()
@@ -226,8 +242,11 @@ class CaptureProxy:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                print(f"capture: {self._lost} records lost with the recorder are not in "
-                      f"{self.cfg.out} (another capture holds it)", file=sys.stderr, flush=True)
+                print(
+                    f"capture: {self._lost} records lost with the recorder are not in {self.cfg.out} (another capture holds it)",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return
             write_counts(self.cfg.out, {"dropped_recorder_error": self._lost})
 
@@ -240,47 +259,49 @@ class CaptureProxy:
         class _Collector:
             def collect(self):
                 c = proxy.counters()
-                yield CounterMetricFamily("replay_capture_requests", "Requests proxied.",
-                                          value=proxy.requests)
-                out = CounterMetricFamily("replay_capture_outcomes",
-                                          "Recorded requests by outcome.", labels=["outcome"])
+                yield CounterMetricFamily("replay_capture_requests", "Requests proxied.", value=proxy.requests)
+                out = CounterMetricFamily("replay_capture_outcomes", "Recorded requests by outcome.", labels=["outcome"])
                 for k, v in sorted(proxy.outcomes.items()):
                     out.add_metric([k], v)
                 yield out
-                dropped = CounterMetricFamily("replay_capture_records_dropped",
-                                              "Records dropped (never written), by reason.",
-                                              labels=["reason"])
+                dropped = CounterMetricFamily(
+                    "replay_capture_records_dropped", "Records dropped (never written), by reason.", labels=["reason"]
+                )
                 for reason in ("queue_full", "redaction_failed", "recorder_error", "lock"):
                     dropped.add_metric([reason], c.get(f"dropped_{reason}", 0))
                 yield dropped
-                locked = CounterMetricFamily("replay_capture_lock_records",
-                                             "Records the second lock kept out (a PII shape left after "
-                                             "redaction), by the type found in them.", labels=["type"])
+                locked = CounterMetricFamily(
+                    "replay_capture_lock_records",
+                    "Records the second lock kept out (a PII shape left after redaction), by the type found in them.",
+                    labels=["type"],
+                )
                 for t in LOCK_TYPES:
                     locked.add_metric([t], c.get(f"lock_{t}", 0))
                 yield locked
-                yield CounterMetricFamily("replay_capture_records_written",
-                                          "Records written to the spool.", value=c.get("recorded", 0))
-                yield CounterMetricFamily("replay_capture_records_not_sampled",
-                                          "Records of sessions --sample left out.",
-                                          value=c.get("not_sampled", 0))
-                yield CounterMetricFamily("replay_capture_segments",
-                                          "Parquet segments written.",
-                                          value=c.get("segments_written", 0))
-                yield CounterMetricFamily("replay_capture_segment_roll_failures",
-                                          "Rolls of the spool into a segment that failed (the rows "
-                                          "stay in the spool and roll later).",
-                                          value=c.get("segment_roll_failed", 0))
+                yield CounterMetricFamily(
+                    "replay_capture_records_written", "Records written to the spool.", value=c.get("recorded", 0)
+                )
+                yield CounterMetricFamily(
+                    "replay_capture_records_not_sampled", "Records of sessions --sample left out.", value=c.get("not_sampled", 0)
+                )
+                yield CounterMetricFamily(
+                    "replay_capture_segments", "Parquet segments written.", value=c.get("segments_written", 0)
+                )
+                yield CounterMetricFamily(
+                    "replay_capture_segment_roll_failures",
+                    "Rolls of the spool into a segment that failed (the rows stay in the spool and roll later).",
+                    value=c.get("segment_roll_failed", 0),
+                )
                 try:
                     depth = proxy._queue.qsize()
                 except (NotImplementedError, AttributeError):
                     depth = 0
-                yield GaugeMetricFamily("replay_capture_queue_depth",
-                                        "Exchanges waiting for the recorder.", value=depth)
-                yield GaugeMetricFamily("replay_capture_recorder_up",
-                                        "1 while the recorder process runs.",
-                                        value=1 if proxy._proc is not None and proxy._proc.is_alive()
-                                        else 0)
+                yield GaugeMetricFamily("replay_capture_queue_depth", "Exchanges waiting for the recorder.", value=depth)
+                yield GaugeMetricFamily(
+                    "replay_capture_recorder_up",
+                    "1 while the recorder process runs.",
+                    value=1 if proxy._proc is not None and proxy._proc.is_alive() else 0,
+                )
 
         registry = CollectorRegistry()
         registry.register(_Collector())
@@ -291,8 +312,7 @@ class CaptureProxy:
         from aiohttp import web
 
         if request.method == "GET" and request.path == self.cfg.metrics_path:
-            return web.Response(body=self._metrics(),
-                                content_type="text/plain", charset="utf-8")
+            return web.Response(body=self._metrics(), content_type="text/plain", charset="utf-8")
         start = _now_us()
         arrival_unix_us = time.time_ns() // 1000
         self.requests += 1
@@ -309,16 +329,19 @@ class CaptureProxy:
                 stream = True
                 opts = obj.get("stream_options")
                 if not (isinstance(opts, dict) and opts.get("include_usage") is True):
-                    obj["stream_options"] = {**(opts if isinstance(opts, dict) else {}),
-                                             "include_usage": True}
+                    obj["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
                     send = json.dumps(obj, ensure_ascii=False).encode()
                     strip = True
         ex = None
         if api is not None:
-            ex = Exchange(request_id=secrets.token_hex(12), api=api,
-                          arrival_unix_us=arrival_unix_us, body=body,
-                          session_header=request.headers.get(self.cfg.session_header),
-                          stream=stream)
+            ex = Exchange(
+                request_id=secrets.token_hex(12),
+                api=api,
+                arrival_unix_us=arrival_unix_us,
+                body=body,
+                session_header=request.headers.get(self.cfg.session_header),
+                stream=stream,
+            )
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP]
         resp = None
         outcome = "completed"
@@ -326,9 +349,9 @@ class CaptureProxy:
         delivered = False
         tail = b""
         try:
-            async with self._session.request(request.method, self.upstream + request.path_qs,
-                                             data=send, headers=headers,
-                                             allow_redirects=False) as up:
+            async with self._session.request(
+                request.method, self.upstream + request.path_qs, data=send, headers=headers, allow_redirects=False
+            ) as up:
                 first = _now_us()
                 if ex is not None:
                     ex.status = up.status
@@ -387,9 +410,11 @@ class CaptureProxy:
         from aiohttp import web
 
         if resp is None or not resp.prepared:
-            return web.Response(status=status, text=json.dumps(
-                {"error": {"message": f"capture proxy: {why}", "type": "proxy_error",
-                           "code": status}}), content_type="application/json")
+            return web.Response(
+                status=status,
+                text=json.dumps({"error": {"message": f"capture proxy: {why}", "type": "proxy_error", "code": status}}),
+                content_type="application/json",
+            )
         if request.transport is not None:
             request.transport.abort()
         return resp
@@ -426,7 +451,7 @@ def _without_usage_events(data: bytes) -> tuple[bytes, bytes]:
     out = []
     at = 0
     for m in _EVENT_END.finditer(data):
-        event = data[at:m.end()]
+        event = data[at : m.end()]
         at = m.end()
         if b'"usage"' not in event or not _usage_only(event):
             out.append(event)
@@ -440,8 +465,7 @@ def _usage_only(event: bytes) -> bool:
                 obj = json.loads(line[5:])
             except ValueError:
                 return False
-            return (isinstance(obj, dict) and obj.get("choices") == []
-                    and isinstance(obj.get("usage"), dict))
+            return isinstance(obj, dict) and obj.get("choices") == [] and isinstance(obj.get("usage"), dict)
     return False
 
 

@@ -36,8 +36,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-__all__ = ["Exchange", "Answer", "parse_response", "RowBuilder", "API_OF_PATH",
-           "TOKEN_CACHE_BYTES", "SAMPLE_SEED"]
+__all__ = ["Exchange", "Answer", "parse_response", "RowBuilder", "API_OF_PATH", "TOKEN_CACHE_BYTES", "SAMPLE_SEED"]
 
 # --sample P keeps the sessions `replay sample --sessions P --seed SAMPLE_SEED` keeps
 SAMPLE_SEED = 0
@@ -58,12 +57,12 @@ class Exchange:
     request_id: str
     api: str
     arrival_unix_us: int
-    body: bytes                  # the request body as the client sent it
-    session_header: str | None   # the session header's value, if the request had one
+    body: bytes  # the request body as the client sent it
+    session_header: str | None  # the session header's value, if the request had one
     stream: bool = False
     status: int | None = None
-    ttfb_us: int | None = None   # arrival -> first byte of the upstream's response
-    end_us: int | None = None    # arrival -> the last byte (or the failure)
+    ttfb_us: int | None = None  # arrival -> first byte of the upstream's response
+    end_us: int | None = None  # arrival -> the last byte (or the failure)
     outcome: str = "completed"
     # the upstream's response as it came: (µs after arrival, bytes) per read
     chunks: list[tuple[int, bytes]] = field(default_factory=list)
@@ -77,8 +76,8 @@ class Answer:
     text: str | None = None
     usage: dict | None = None
     finish_reason: str | None = None
-    first_token_us: int | None = None     # µs after arrival
-    chunk_us: list[int] | None = None     # token-bearing chunks, µs after the first token
+    first_token_us: int | None = None  # µs after arrival
+    chunk_us: list[int] | None = None  # token-bearing chunks, µs after the first token
 
 
 def _choice_text(choice: dict, stream: bool) -> str | None:
@@ -112,9 +111,8 @@ def _sse_events(chunks: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
                     cut = (at, len(sep))
             if cut is None:
                 break
-            event, pending = pending[:cut[0]], pending[cut[0] + cut[1]:]
-            payload = b"\n".join(line[5:].lstrip(b" ") for line in event.splitlines()
-                                 if line.startswith(b"data:"))
+            event, pending = pending[: cut[0]], pending[cut[0] + cut[1] :]
+            payload = b"\n".join(line[5:].lstrip(b" ") for line in event.splitlines() if line.startswith(b"data:"))
             if payload:
                 out.append((t, payload))
     return out
@@ -192,8 +190,16 @@ class RowBuilder:
     (``--no-redact``). ``counts`` collects what was recorded, not sampled and dropped, by reason.
     """
 
-    def __init__(self, t0_unix_us: int, *, tokenizer: str, block_size: int, sample: float,
-                 redactor: Any | None, max_sessions_requests: int = 200_000):
+    def __init__(
+        self,
+        t0_unix_us: int,
+        *,
+        tokenizer: str,
+        block_size: int,
+        sample: float,
+        redactor: Any | None,
+        max_sessions_requests: int = 200_000,
+    ):
         from capture.importers.logs import TokenCache
         from capture.importers.linker import SessionLinker
         from replay.tokenizer import load_tokenizer
@@ -231,14 +237,12 @@ class RowBuilder:
                 self.counts["not_json"] += 1
                 continue
             ans = parse_response(ex)
-            sid, parent, turn = self.linker.add(ex.request_id, ex.api, body, ans.text,
-                                                ex.session_header)
+            sid, parent, turn = self.linker.add(ex.request_id, ex.api, body, ans.text, ex.session_header)
             if self.sample < 1.0 and not session_kept(sid, self.sample, SAMPLE_SEED):
                 self.counts["not_sampled"] += 1
                 continue
             kept.append((ex, body, ans, sid, parent, turn))
-        token_ids = self.tokens.prompts_ids([[s.text for s in text_slots(body)]
-                                             for _, body, *_ in kept])
+        token_ids = self.tokens.prompts_ids([[s.text for s in text_slots(body)] for _, body, *_ in kept])
         rows: list[dict] = []
         for (ex, body, ans, sid, parent, turn), ids in zip(kept, token_ids):
             usage = ans.usage or {}
@@ -246,34 +250,36 @@ class RowBuilder:
             out_tokens = _int_or_none(usage.get("completion_tokens"))
             if out_tokens is None and ans.text is not None:
                 out_tokens = len(self.tok.encode(ans.text, add_special_tokens=False).ids)
-            limit = next((body[k] for k in ("max_completion_tokens", "max_tokens")
-                          if _int_or_none(body.get(k)) is not None), None)
+            limit = next(
+                (body[k] for k in ("max_completion_tokens", "max_tokens") if _int_or_none(body.get(k)) is not None), None
+            )
             model = body.get("model")
-            rows.append({
-                "request_id": ex.request_id,
-                "session_id": sid,
-                "parent_request_id": parent,
-                "turn": turn,
-                "api": ex.api,
-                "model": model if isinstance(model, str) else None,
-                "arrival_us": max(0, ex.arrival_unix_us - self.t0),
-                "body": ex.body.decode("utf-8", "replace"),
-                "input_tokens": len(ids),
-                "output_tokens": out_tokens,
-                "max_tokens": limit if limit is not None else out_tokens,
-                "block_hashes": block_hashes(np.asarray(ids), self.block_size),
-                "cached_tokens": _int_or_none(details.get("cached_tokens"))
-                if isinstance(details, dict) else None,
-                "status": ex.status,
-                # a non-streamed answer shows no first token, only its end (e2e_us)
-                "ttft_us": ans.first_token_us,
-                "e2e_us": ex.end_us,
-                "response": ans.text,
-                "ttfb_us": ex.ttfb_us,
-                "chunk_us": ans.chunk_us,
-                "finish_reason": ans.finish_reason if isinstance(ans.finish_reason, str) else None,
-                "outcome": ex.outcome,
-            })
+            rows.append(
+                {
+                    "request_id": ex.request_id,
+                    "session_id": sid,
+                    "parent_request_id": parent,
+                    "turn": turn,
+                    "api": ex.api,
+                    "model": model if isinstance(model, str) else None,
+                    "arrival_us": max(0, ex.arrival_unix_us - self.t0),
+                    "body": ex.body.decode("utf-8", "replace"),
+                    "input_tokens": len(ids),
+                    "output_tokens": out_tokens,
+                    "max_tokens": limit if limit is not None else out_tokens,
+                    "block_hashes": block_hashes(np.asarray(ids), self.block_size),
+                    "cached_tokens": _int_or_none(details.get("cached_tokens")) if isinstance(details, dict) else None,
+                    "status": ex.status,
+                    # a non-streamed answer shows no first token, only its end (e2e_us)
+                    "ttft_us": ans.first_token_us,
+                    "e2e_us": ex.end_us,
+                    "response": ans.text,
+                    "ttfb_us": ex.ttfb_us,
+                    "chunk_us": ans.chunk_us,
+                    "finish_reason": ans.finish_reason if isinstance(ans.finish_reason, str) else None,
+                    "outcome": ex.outcome,
+                }
+            )
         if not rows:
             return None
         df = pl.DataFrame(rows, schema=_ROW_SCHEMA)

@@ -32,12 +32,28 @@ __all__ = ["CaptureConfig", "COUNTERS", "run_recorder", "RECORDER_NICE", "LOCK_F
 # (segment_roll_failed: rolls of the spool into a segment that failed; their rows stay in the
 # spool, rolled at a later roll or recovered at the next start: nothing is lost)
 # (dropped_lock: records the second lock kept out, lock_<TYPE>: of those, the ones holding TYPE)
-COUNTERS = ("dropped_queue_full", "recorded", "dropped_redaction_failed", "dropped_recorder_error",
-            "not_sampled", "segments_written", "requests_recorder_saw", "segment_roll_failed",
-            "dropped_lock", *(f"lock_{t}" for t in LOCK_TYPES))
+COUNTERS = (
+    "dropped_queue_full",
+    "recorded",
+    "dropped_redaction_failed",
+    "dropped_recorder_error",
+    "not_sampled",
+    "segments_written",
+    "requests_recorder_saw",
+    "segment_roll_failed",
+    "dropped_lock",
+    *(f"lock_{t}" for t in LOCK_TYPES),
+)
 # the counters the recorder publishes from its own counts
-RECORDER_COUNTS = ("recorded", "dropped_redaction_failed", "dropped_recorder_error", "not_sampled",
-                   "segment_roll_failed", "dropped_lock", *(f"lock_{t}" for t in LOCK_TYPES))
+RECORDER_COUNTS = (
+    "recorded",
+    "dropped_redaction_failed",
+    "dropped_recorder_error",
+    "not_sampled",
+    "segment_roll_failed",
+    "dropped_lock",
+    *(f"lock_{t}" for t in LOCK_TYPES),
+)
 
 
 @dataclass
@@ -52,25 +68,27 @@ class CaptureConfig:
     session_header: str = "X-Session-Id"
     tokenizer: str = "gpt2"
     block_size: int = 16
-    key: Any = None                 # a redact.key.RedactionKey; None: --no-redact
+    key: Any = None  # a redact.key.RedactionKey; None: --no-redact
     redact_processes: int = 1
     redact_timeout_s: float = 60.0
-    queue_size: int = 10_000        # exchanges waiting for the recorder before drops begin
-    batch_size: int = 256           # exchanges the recorder takes at once (then fsync)
+    queue_size: int = 10_000  # exchanges waiting for the recorder before drops begin
+    batch_size: int = 256  # exchanges the recorder takes at once (then fsync)
     # exchanges are handed to the recorder in lists of up to this many, at least every
     # capture.proxy.HAND_OFF_S (one queue put per list, not per request: less work on the request path)
     hand_off: int = 32
     segment_rows: int = 100_000
     segment_seconds: float = 60.0
     connect_timeout_s: float = 10.0
-    read_timeout_s: float = 600.0   # no byte from the upstream for this long: timeout
+    read_timeout_s: float = 600.0  # no byte from the upstream for this long: timeout
     metrics_path: str = "/metrics"
     extra_recognizers: tuple = field(default_factory=tuple)  # library use: more Presidio recognizers
 
     def settings(self) -> dict:
         """What the capture folder records (and a restart must agree with)."""
         return {
-            "upstream": self.upstream, "sample": self.sample, "tokenizer": self.tokenizer,
+            "upstream": self.upstream,
+            "sample": self.sample,
+            "tokenizer": self.tokenizer,
             "block_size_tokens": self.block_size,
             "redaction_policy": "redacted" if self.key is not None else "none",
             "redaction_key": self.key.fingerprint if self.key is not None else "",
@@ -114,19 +132,37 @@ def run_recorder(cfg: CaptureConfig, info: dict, q: Any, shared: Any, ready: Any
     if cfg.key is not None:
         from redact.pipeline import Redactor
 
-        redactor = Redactor(cfg.key, cfg.tokenizer, processes=cfg.redact_processes,
-                            timeout_s=cfg.redact_timeout_s, extra_recognizers=cfg.extra_recognizers)
+        redactor = Redactor(
+            cfg.key,
+            cfg.tokenizer,
+            processes=cfg.redact_processes,
+            timeout_s=cfg.redact_timeout_s,
+            extra_recognizers=cfg.extra_recognizers,
+        )
         redactor._get_pool()  # the workers load Presidio before the proxy says it is ready
-    meta = TraceMeta(t0_unix_us=info["t0_unix_us"], source_format=SOURCE_FORMAT,
-                     tokenizer=cfg.tokenizer, block_size_tokens=cfg.block_size,
-                     redaction_policy=info["redaction_policy"],
-                     redaction_key=info["redaction_key"])
+    meta = TraceMeta(
+        t0_unix_us=info["t0_unix_us"],
+        source_format=SOURCE_FORMAT,
+        tokenizer=cfg.tokenizer,
+        block_size_tokens=cfg.block_size,
+        redaction_policy=info["redaction_policy"],
+        redaction_key=info["redaction_key"],
+    )
     base = {"upstream": cfg.upstream, "sample": cfg.sample, "no_redact": cfg.key is None}
     number, carry, recovered = recover(cfg.out, meta, base)
-    builder = RowBuilder(info["t0_unix_us"], tokenizer=cfg.tokenizer, block_size=cfg.block_size,
-                         sample=cfg.sample, redactor=redactor)
-    spool = Spool(cfg.out, meta, base, number, carry, redaction_report=None if redactor is None else (
-        lambda: json.dumps(builder.accounts.report.to_dict(), separators=(",", ":"))))
+    builder = RowBuilder(
+        info["t0_unix_us"], tokenizer=cfg.tokenizer, block_size=cfg.block_size, sample=cfg.sample, redactor=redactor
+    )
+    spool = Spool(
+        cfg.out,
+        meta,
+        base,
+        number,
+        carry,
+        redaction_report=None
+        if redactor is None
+        else (lambda: json.dumps(builder.accounts.report.to_dict(), separators=(",", ":"))),
+    )
     idx = {name: i for i, name in enumerate(COUNTERS)}
     reported: Counter = Counter()
     seen_queue_drops = 0
@@ -159,8 +195,12 @@ def run_recorder(cfg: CaptureConfig, info: dict, q: Any, shared: Any, ready: Any
             return True
         except Exception as e:  # noqa: BLE001 (never fatal: the rows stay in the spool)
             builder.counts["segment_roll_failed"] += 1
-            print(f"capture: recorder: rolling {spool.path.name} failed (its rows are kept in it "
-                  f"and rolled later): {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            print(
+                f"capture: recorder: rolling {spool.path.name} failed (its rows are kept in it "
+                f"and rolled later): {type(e).__name__}: {e}",
+                file=sys.stderr,
+                flush=True,
+            )
             return False
 
     ready.put({"recovered_rows": recovered})
@@ -196,8 +236,7 @@ def run_recorder(cfg: CaptureConfig, info: dict, q: Any, shared: Any, ready: Any
         # a roll is due after segment_seconds or segment_rows; one that failed is tried again
         # segment_seconds later, however many rows wait
         since = time.monotonic() - last_roll
-        if spool.rows and (since >= cfg.segment_seconds
-                           or (rolled and spool.rows >= cfg.segment_rows)):
+        if spool.rows and (since >= cfg.segment_seconds or (rolled and spool.rows >= cfg.segment_rows)):
             rolled = roll()
             last_roll = time.monotonic()
             report(force=False)

@@ -70,9 +70,11 @@ def open_folder(folder: Path, settings: dict) -> dict:
             raise ConfigError(f"{path}: unreadable ({e})") from None
         for name in _FIXED:
             if saved.get(name) != settings.get(name):
-                raise ConfigError(f"--out {folder}: this capture folder has {name}="
-                                  f"{saved.get(name)!r}, this run {settings.get(name)!r} "
-                                  "(use a new folder)")
+                raise ConfigError(
+                    f"--out {folder}: this capture folder has {name}="
+                    f"{saved.get(name)!r}, this run {settings.get(name)!r} "
+                    "(use a new folder)"
+                )
         return {**settings, "t0_unix_us": saved["t0_unix_us"]}
     info = {**settings, "t0_unix_us": time.time_ns() // 1000}
     tmp = path.with_name(f".{CAPTURE_FILE}.tmp")
@@ -115,8 +117,7 @@ def _read_spool(path: Path) -> tuple[list[dict], Counter, list[str]]:
     return rows, counts, exempt
 
 
-def _write_segment(path: Path, rows: list[dict], meta: TraceMeta, counts: Counter,
-                   report_base: dict, exempt: list[str]) -> None:
+def _write_segment(path: Path, rows: list[dict], meta: TraceMeta, counts: Counter, report_base: dict, exempt: list[str]) -> None:
     df = pl.DataFrame(rows, schema=SCHEMA).sort("arrival_us", maintain_order=True)
     report = {**report_base, **{k: int(v) for k, v in sorted(counts.items())}}
     lock_exempt = ""
@@ -126,8 +127,7 @@ def _write_segment(path: Path, rows: list[dict], meta: TraceMeta, counts: Counte
         lock_exempt = Exempt.union_meta(exempt)
     with TraceWriter(path, meta) as writer:
         writer.write(df)
-        writer.close(replace(meta, capture_report=json.dumps(report, separators=(",", ":")),
-                             lock_exempt=lock_exempt))
+        writer.close(replace(meta, capture_report=json.dumps(report, separators=(",", ":")), lock_exempt=lock_exempt))
 
 
 def recover(folder: Path, meta: TraceMeta, report_base: dict) -> tuple[int, Counter, int]:
@@ -173,8 +173,9 @@ class Spool:
     """The append-only spool of one capture run: :meth:`append` rows and counts, :meth:`sync`
     (flush + fsync) after each small batch, :meth:`roll` into a segment when due."""
 
-    def __init__(self, folder: Path, meta: TraceMeta, report_base: dict, number: int,
-                 carry: Counter | None = None, redaction_report=None):
+    def __init__(
+        self, folder: Path, meta: TraceMeta, report_base: dict, number: int, carry: Counter | None = None, redaction_report=None
+    ):
         self.folder = folder
         self.meta = meta
         # () -> the redaction report so far (JSON), written in each segment's metadata

@@ -45,8 +45,15 @@ def sessions_of(n_sessions: int, seed: int = 0) -> list[Session]:
     return sorted(out, key=lambda s: s.start_s)
 
 
-def run(base_url: str, n_sessions: int = 30, seed: int = 0, speedup: float = 2.0, max_tokens: int = 48,
-        model: str = "sim", think_s: tuple[float, float] = (0.3, 1.5)) -> dict[str, int]:
+def run(
+    base_url: str,
+    n_sessions: int = 30,
+    seed: int = 0,
+    speedup: float = 2.0,
+    max_tokens: int = 48,
+    model: str = "sim",
+    think_s: tuple[float, float] = (0.3, 1.5),
+) -> dict[str, int]:
     """Play the sessions against ``base_url`` (an OpenAI-compatible /v1); returns counts."""
     from openai import OpenAI
 
@@ -61,8 +68,7 @@ def run(base_url: str, n_sessions: int = 30, seed: int = 0, speedup: float = 2.0
         for text in session.user_turns:
             history.append({"role": "user", "content": text})
             try:
-                stream = client.chat.completions.create(model=model, messages=history, stream=True,
-                                                        max_tokens=max_tokens)
+                stream = client.chat.completions.create(model=model, messages=history, stream=True, max_tokens=max_tokens)
                 answer = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
             except Exception:  # noqa: BLE001 - a failed request ends its session, as a user would leave
                 with lock:

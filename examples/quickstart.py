@@ -48,8 +48,7 @@ REPLAY = [sys.executable, "-m", "replay.cli.main"]
 TIME_SCALE = "0.2"  # the embedded engine runs 5x faster than the modelled A100, to keep this short
 # the main job, and the shortened one (--short, for tests/e2e/test_quickstart.py)
 SIZES = {
-    "full": {"sessions": 1000, "speedup": 15.0, "rates": "1,2,4,8", "requests": "60", "trials": "2",
-             "lag_bound_ms": "1"},
+    "full": {"sessions": 1000, "speedup": 15.0, "rates": "1,2,4,8", "requests": "60", "trials": "2", "lag_bound_ms": "1"},
     # a test on a shared CI machine: the sweep's send-lag bound is looser than the 1 ms a measurement holds
     "short": {"sessions": 16, "speedup": 2.0, "rates": "2,8", "requests": "20", "trials": "1", "lag_bound_ms": "10"},
 }
@@ -91,15 +90,31 @@ def capture(trace_dir: Path, key_file: Path, sessions: int, speedup: float) -> N
     from chat_client import run as run_client
 
     engine_port, proxy_port = free_port(), free_port()
-    engine = subprocess.Popen([*REPLAY, "serve-sim", "--port", str(engine_port), "--time-scale", TIME_SCALE],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    engine = subprocess.Popen(
+        [*REPLAY, "serve-sim", "--port", str(engine_port), "--time-scale", TIME_SCALE],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     proxy = None
     try:
         wait_http(f"http://127.0.0.1:{engine_port}/v1/models", engine, "the embedded engine")
-        args = ["capture", "--upstream", f"http://127.0.0.1:{engine_port}", "--listen", f"127.0.0.1:{proxy_port}",
-                "--out", str(trace_dir), "--key-file", str(key_file), "--segment-seconds", "10"]
-        print(f"\n== 1. capture: a chat client with PII -> replay capture -> the embedded engine\n"
-              f"$ replay {shlex.join(args)}", flush=True)
+        args = [
+            "capture",
+            "--upstream",
+            f"http://127.0.0.1:{engine_port}",
+            "--listen",
+            f"127.0.0.1:{proxy_port}",
+            "--out",
+            str(trace_dir),
+            "--key-file",
+            str(key_file),
+            "--segment-seconds",
+            "10",
+        ]
+        print(
+            f"\n== 1. capture: a chat client with PII -> replay capture -> the embedded engine\n$ replay {shlex.join(args)}",
+            flush=True,
+        )
         proxy = subprocess.Popen([*REPLAY, *args])
         wait_http(f"http://127.0.0.1:{proxy_port}/metrics", proxy, "replay capture")
         counts = run_client(f"http://127.0.0.1:{proxy_port}/v1", n_sessions=sessions, seed=1, speedup=speedup)
@@ -116,9 +131,14 @@ def inconclusive(report: Path) -> list[str]:
     """The groups of MUST_BE_CONCLUSIVE that some stage of the fidelity report (its JSON) did not
     judge conclusively: no metric of the group judged against live's halves passed."""
     stages = json.loads(report.read_text())["stages"]
-    return [what for what, prefix in MUST_BE_CONCLUSIVE.items()
-            if not all(any(m["name"].startswith(prefix) and m["state"] == "pass" and m.get("ceiling") is not None
-                           for m in s["metrics"]) for s in stages)]
+    return [
+        what
+        for what, prefix in MUST_BE_CONCLUSIVE.items()
+        if not all(
+            any(m["name"].startswith(prefix) and m["state"] == "pass" and m.get("ceiling") is not None for m in s["metrics"])
+            for s in stages
+        )
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,37 +159,92 @@ def main(argv: list[str] | None = None) -> int:
     capture(trace, key_file, size["sessions"], size["speedup"])
     step("2. inspect the captured, redacted trace", "inspect", str(trace))
     sweep = out / "sweep"
-    step("3. sweep at rising rates on the embedded engine, each stage judged against the capture",
-         "sweep", str(trace), "--rates", size["rates"], "--requests", size["requests"], "--slo", "ttft=1s,tpot=50ms",
-         "--lag-bound-ms", size["lag_bound_ms"], *sim, "--fidelity", str(trace), "--allow-inconclusive",
-         "--out", str(sweep))
+    step(
+        "3. sweep at rising rates on the embedded engine, each stage judged against the capture",
+        "sweep",
+        str(trace),
+        "--rates",
+        size["rates"],
+        "--requests",
+        size["requests"],
+        "--slo",
+        "ttft=1s,tpot=50ms",
+        "--lag-bound-ms",
+        size["lag_bound_ms"],
+        *sim,
+        "--fidelity",
+        str(trace),
+        "--allow-inconclusive",
+        "--out",
+        str(sweep),
+    )
     whole = out / "replay"
-    step("4a. replay every captured request at twice the captured pace, each turn after the previous one",
-         "run", str(trace), "--speedup", "2", "--sessions", "causal", "--lag-bound-ms", size["lag_bound_ms"], *sim,
-         "--out", str(whole))
+    step(
+        "4a. replay every captured request at twice the captured pace, each turn after the previous one",
+        "run",
+        str(trace),
+        "--speedup",
+        "2",
+        "--sessions",
+        "causal",
+        "--lag-bound-ms",
+        size["lag_bound_ms"],
+        *sim,
+        "--out",
+        str(whole),
+    )
     report = out / "fidelity"
-    verdict = step("4b. the fidelity report on that replay", "fidelity", str(trace), str(whole), "--out", str(report),
-                   ok=(0, 3))
+    verdict = step("4b. the fidelity report on that replay", "fidelity", str(trace), str(whole), "--out", str(report), ok=(0, 3))
     missing = inconclusive(report / "fidelity.json")
     if verdict == 3:
-        print("fidelity: cannot tell (exit 3): nothing failed, but a metric group could not be judged on a capture "
-              "this size; the report says what each needs", flush=True)
+        print(
+            "fidelity: cannot tell (exit 3): nothing failed, but a metric group could not be judged on a capture "
+            "this size; the report says what each needs",
+            flush=True,
+        )
     if missing and not args.short:
-        raise SystemExit(f"quickstart: the fidelity report is not conclusive on {', '.join(missing)}, which the "
-                         f"replay of the whole capture should pin down (see {report / 'fidelity.md'})")
-    step("5. a short tuning campaign, from a deliberately small max_num_seqs",
-         "optimize", str(trace), "--engine", "sim", "--sim-time-scale", TIME_SCALE, "--rate", "16", "--requests", "40",
-         "--slo", "ttft=1s", "--baseline", '{"max_num_seqs": 1}', "--knobs", "max_num_seqs", "--repeats", "2",
-         "--budget", f"trials={size['trials']}", "--lag-bound-ms", "5", "--allow-inconclusive",
-         "--out", str(out / "optimize"))
+        raise SystemExit(
+            f"quickstart: the fidelity report is not conclusive on {', '.join(missing)}, which the "
+            f"replay of the whole capture should pin down (see {report / 'fidelity.md'})"
+        )
+    step(
+        "5. a short tuning campaign, from a deliberately small max_num_seqs",
+        "optimize",
+        str(trace),
+        "--engine",
+        "sim",
+        "--sim-time-scale",
+        TIME_SCALE,
+        "--rate",
+        "16",
+        "--requests",
+        "40",
+        "--slo",
+        "ttft=1s",
+        "--baseline",
+        '{"max_num_seqs": 1}',
+        "--knobs",
+        "max_num_seqs",
+        "--repeats",
+        "2",
+        "--budget",
+        f"trials={size['trials']}",
+        "--lag-bound-ms",
+        "5",
+        "--allow-inconclusive",
+        "--out",
+        str(out / "optimize"),
+    )
     conclusive = [what for what in MUST_BE_CONCLUSIVE if what not in missing]
-    print(f"\nartifacts in {out}:\n"
-          f"  captured trace (redacted):   {trace}\n"
-          f"  sweep results:               {sweep} (summary.json, a Parquet file per stage, fidelity.html)\n"
-          f"  replay of the whole capture: {whole}\n"
-          f"  fidelity report:             {report / 'fidelity.html'} (and .md, .json); conclusive on "
-          f"{', '.join(conclusive) or 'no group'}\n"
-          f"  tuning campaign:             {out / 'optimize' / 'optimize.md'} (and .json, ledger.sqlite)")
+    print(
+        f"\nartifacts in {out}:\n"
+        f"  captured trace (redacted):   {trace}\n"
+        f"  sweep results:               {sweep} (summary.json, a Parquet file per stage, fidelity.html)\n"
+        f"  replay of the whole capture: {whole}\n"
+        f"  fidelity report:             {report / 'fidelity.html'} (and .md, .json); conclusive on "
+        f"{', '.join(conclusive) or 'no group'}\n"
+        f"  tuning campaign:             {out / 'optimize' / 'optimize.md'} (and .json, ledger.sqlite)"
+    )
     return 0
 
 

@@ -44,16 +44,27 @@ def main(out: Path = OUT, requests: int = 40, trials: int = 6) -> None:
         space=space,
         # with the baseline, a lossless change must answer a greedy sample as the baseline did
         measure=measure_on_engine(engine, trace, run, Objective("goodput"), baseline=baseline),
-        ledger=out / "ledger.sqlite", identity={"engine": "sim", "example": "tuning_loop", "requests": requests},
-        baseline=baseline, repeats=3, budget=Budget(trials=trials))
+        ledger=out / "ledger.sqlite",
+        identity={"engine": "sim", "example": "tuning_loop", "requests": requests},
+        baseline=baseline,
+        repeats=3,
+        budget=Budget(trials=trials),
+    )
     noise = campaign.start()
-    print(f"baseline {noise.median:.3g} req/s ± {noise.spread:.2g}; bottleneck: {campaign.diagnosis.bottleneck} "
-          f"({campaign.diagnosis.evidence})")
+    print(
+        f"baseline {noise.median:.3g} req/s ± {noise.spread:.2g}; bottleneck: {campaign.diagnosis.bottleneck} "
+        f"({campaign.diagnosis.evidence})"
+    )
     # the loop's own idea first, then whatever the built-in coordinate descent suggests
-    mine = Proposal({"max_num_seqs": 32}, {
-        "explanation": "requests queue behind a batch of 2 while the KV cache is nearly empty",
-        "change": "max_num_seqs 2 -> 32", "prediction": "goodput rises to the offered rate",
-        "falsified_by": "goodput within the baseline's noise"})
+    mine = Proposal(
+        {"max_num_seqs": 32},
+        {
+            "explanation": "requests queue behind a batch of 2 while the KV cache is nearly empty",
+            "change": "max_num_seqs 2 -> 32",
+            "prediction": "goodput rises to the offered rate",
+            "falsified_by": "goodput within the baseline's noise",
+        },
+    )
     proposal: Proposal | None = mine
     while proposal is not None and len(campaign.result.steps) < trials:
         verdict = campaign.tell(proposal)
@@ -73,8 +84,13 @@ def main(out: Path = OUT, requests: int = 40, trials: int = 6) -> None:
             return Measurement(None, summary["invalid_reason"])
         return Measurement(summary["goodput_rps"] or 0.0)
 
-    mine_too = Campaign(space=space, ledger=out / "ledger-own.sqlite", baseline=baseline, repeats=3,
-                        identity={"engine": "sim", "example": "tuning_loop", "requests": requests, "measured": "own"})
+    mine_too = Campaign(
+        space=space,
+        ledger=out / "ledger-own.sqlite",
+        baseline=baseline,
+        repeats=3,
+        identity={"engine": "sim", "example": "tuning_loop", "requests": requests, "measured": "own"},
+    )
     noise = mine_too.start([my_measure(baseline) for _ in range(mine_too.baseline_runs_needed())])
     print(f"baseline {noise.median:.3g} req/s ± {noise.spread:.2g} (measured by the loop)")
     told = 0

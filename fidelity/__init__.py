@@ -8,5 +8,14 @@ results folder against the live Trace; ``drift(OLD, NEW)`` judges two Traces. Se
 from fidelity.compare import AA_FACTOR, FIXED_BOUNDS, Metric, FidelityVerdict
 from fidelity.judge import FidelityReport, StageFidelity, compare_results, compare_stage, drift
 
-__all__ = ["AA_FACTOR", "FIXED_BOUNDS", "Metric", "FidelityVerdict", "FidelityReport", "StageFidelity",
-           "compare_results", "compare_stage", "drift"]
+__all__ = [
+    "AA_FACTOR",
+    "FIXED_BOUNDS",
+    "Metric",
+    "FidelityVerdict",
+    "FidelityReport",
+    "StageFidelity",
+    "compare_results",
+    "compare_stage",
+    "drift",
+]

@@ -31,7 +31,7 @@ def flat_hashes(hashes: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     if arr.null_count:
         arr = pa.compute.fill_null(arr, pa.scalar([], type=arr.type))
     offsets = arr.offsets.to_numpy().astype(np.int64)
-    values = arr.values.to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]].astype(np.uint64, copy=False)
+    values = arr.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]].astype(np.uint64, copy=False)
     return np.ascontiguousarray(values), (offsets - offsets[0]).astype(np.uint64)
 
 

@@ -218,8 +218,13 @@ class FidelityVerdict:
         return [m for m in self.metrics if m.state == CANNOT_TELL]
 
     def to_json(self) -> dict:
-        return {"state": self.state, "faithful": self.faithful, "reason": self.reason, "diagnosis": self.diagnosis,
-                "metrics": [m.to_json() for m in self.metrics]}
+        return {
+            "state": self.state,
+            "faithful": self.faithful,
+            "reason": self.reason,
+            "diagnosis": self.diagnosis,
+            "metrics": [m.to_json() for m in self.metrics],
+        }
 
 
 # --- metrics ------------------------------------------------------------------------------------
@@ -237,6 +242,7 @@ def _quantile_error(get: Callable[[Side], np.ndarray], q: int) -> MetricFn:
     def fn(a: Side, b: Side):
         x, y = _clean_pct(get(a), q), _clean_pct(get(b), q)
         return x, y, stats.relative_difference(x, y)
+
     return fn
 
 
@@ -250,6 +256,7 @@ def _max_quantile_error(get: Callable[[Side], np.ndarray]) -> MetricFn:
     def fn(a: Side, b: Side):
         errors = [e for e in stats.quantile_errors(get(a), get(b)).values() if e is not None]
         return None, None, (max(errors) if errors else None)
+
     return fn
 
 
@@ -259,6 +266,7 @@ def _scalar(value: Callable[[Side], float | None], relative: bool) -> MetricFn:
         if x is None or y is None:
             return x, y, None
         return x, y, (stats.relative_difference(x, y) if relative else abs(y - x))
+
     return fn
 
 
@@ -289,9 +297,11 @@ def _turns(s: Side) -> float | None:
 
 def _scaled(get: Callable[[Side], np.ndarray | None]) -> Callable[[Side], np.ndarray]:
     """Times of a side in live seconds (multiplied by its time scale)."""
+
     def fn(s: Side) -> np.ndarray:
         v = get(s)
         return np.zeros(0) if v is None else v * s.time_scale
+
     return fn
 
 
@@ -312,6 +322,7 @@ def _needs(attr: str, what: str) -> Callable[[Side, Side], str | None]:
             if v is None or not np.isfinite(np.asarray(v, dtype=np.float64)).any():
                 return f"{side.name} has no {what}"
         return None
+
     return check
 
 
@@ -319,6 +330,7 @@ def _enough_windows(window_s: float) -> Callable[[Side, Side], str | None]:
     def check(a: Side, b: Side) -> str | None:
         windows = len(_counts(a, window_s))
         return None if windows >= MIN_WINDOWS else f"{a.name} spans {windows} windows of {window_s:g} s (< {MIN_WINDOWS})"
+
     return check
 
 
@@ -327,44 +339,99 @@ def _specs(outcomes_judged: bool) -> list[_Spec]:
         get = lambda s: getattr(s, side_attr)  # noqa: E731
         return [
             _Spec("lengths", f"{side_attr}.ks", _two_sample(stats.ks_distance, get), f"{side_attr} distribution (KS D)"),
-            _Spec("lengths", f"{side_attr}.wasserstein", _two_sample(stats.wasserstein_over_median, get),
-                  f"{side_attr} distribution (Wasserstein / live median)"),
-        ] + [_Spec("lengths", f"{side_attr}.p{q}", _quantile_error(get, q), f"{side_attr} p{q} (relative error)")
-             for q in stats.QUANTILES]
+            _Spec(
+                "lengths",
+                f"{side_attr}.wasserstein",
+                _two_sample(stats.wasserstein_over_median, get),
+                f"{side_attr} distribution (Wasserstein / live median)",
+            ),
+        ] + [
+            _Spec("lengths", f"{side_attr}.p{q}", _quantile_error(get, q), f"{side_attr} p{q} (relative error)")
+            for q in stats.QUANTILES
+        ]
 
-    specs = lengths("input_tokens") + lengths("output_tokens") + [
-        _Spec("lengths", "lengths.spearman", _scalar(_spearman, relative=False),
-              "input/output length rank correlation (Spearman, absolute difference)"),
-        _Spec("cache", "cache.engine_hit_rate", _scalar(_engine_hit_rate, relative=False),
-              "engine-reported cached / prompt tokens (absolute difference)",
-              applicable=_needs("engine_cached", "engine-reported cached tokens")),
-        _Spec("cache", "cache.reuse_time.ks", _two_sample(stats.ks_distance, Side.reuse_s),
-              "time since a request's longest cached prefix was last used (KS D, in live seconds)"),
-        _Spec("arrivals", "arrivals.interarrival_cv", _scalar(lambda s: stats.interarrival_cv(s.times_s), relative=True),
-              "interarrival CV (relative difference)"),
-    ]
+    specs = (
+        lengths("input_tokens")
+        + lengths("output_tokens")
+        + [
+            _Spec(
+                "lengths",
+                "lengths.spearman",
+                _scalar(_spearman, relative=False),
+                "input/output length rank correlation (Spearman, absolute difference)",
+            ),
+            _Spec(
+                "cache",
+                "cache.engine_hit_rate",
+                _scalar(_engine_hit_rate, relative=False),
+                "engine-reported cached / prompt tokens (absolute difference)",
+                applicable=_needs("engine_cached", "engine-reported cached tokens"),
+            ),
+            _Spec(
+                "cache",
+                "cache.reuse_time.ks",
+                _two_sample(stats.ks_distance, Side.reuse_s),
+                "time since a request's longest cached prefix was last used (KS D, in live seconds)",
+            ),
+            _Spec(
+                "arrivals",
+                "arrivals.interarrival_cv",
+                _scalar(lambda s: stats.interarrival_cv(s.times_s), relative=True),
+                "interarrival CV (relative difference)",
+            ),
+        ]
+    )
     for w in COUNT_WINDOWS_S:
-        specs.append(_Spec("arrivals", f"arrivals.dispersion_{w:g}s", _scalar(_dispersion(w), relative=True),
-                           f"index of dispersion of counts per {w:g} s live window (relative difference)",
-                           applicable=_enough_windows(w)))
+        specs.append(
+            _Spec(
+                "arrivals",
+                f"arrivals.dispersion_{w:g}s",
+                _scalar(_dispersion(w), relative=True),
+                f"index of dispersion of counts per {w:g} s live window (relative difference)",
+                applicable=_enough_windows(w),
+            )
+        )
     specs += [
-        _Spec("arrivals", "arrivals.lag1_autocorrelation",
-              _scalar(lambda s: stats.lag1_autocorrelation(_counts(s, 1.0)), relative=False),
-              "lag-1 autocorrelation of per-second counts (absolute difference)", applicable=_enough_windows(1.0)),
-        _Spec("arrivals", "arrivals.peak_to_mean", _scalar(lambda s: stats.peak_to_mean(_counts(s, 1.0)), relative=True),
-              "peak-to-mean of per-second counts (relative difference)", applicable=_enough_windows(1.0)),
-        _Spec("arrivals", "arrivals.rate_correlation",
-              lambda a, b: (None, None, _one_minus(stats.rate_correlation(a.times_s, b.times_s))),
-              "rate over time (1 - correlation of counts over 50 slices of each run)"),
+        _Spec(
+            "arrivals",
+            "arrivals.lag1_autocorrelation",
+            _scalar(lambda s: stats.lag1_autocorrelation(_counts(s, 1.0)), relative=False),
+            "lag-1 autocorrelation of per-second counts (absolute difference)",
+            applicable=_enough_windows(1.0),
+        ),
+        _Spec(
+            "arrivals",
+            "arrivals.peak_to_mean",
+            _scalar(lambda s: stats.peak_to_mean(_counts(s, 1.0)), relative=True),
+            "peak-to-mean of per-second counts (relative difference)",
+            applicable=_enough_windows(1.0),
+        ),
+        _Spec(
+            "arrivals",
+            "arrivals.rate_correlation",
+            lambda a, b: (None, None, _one_minus(stats.rate_correlation(a.times_s, b.times_s))),
+            "rate over time (1 - correlation of counts over 50 slices of each run)",
+        ),
         _Spec("sessions", "sessions.turns", _scalar(_turns, relative=True), "turns per session (relative difference)"),
-        _Spec("sessions", "sessions.think_time.ks", _two_sample(stats.ks_distance, _scaled(lambda s: s.think_s)),
-              "think time: previous turn's end to the next turn (KS D, live seconds)",
-              applicable=_needs("think_s", "think times (recorded durations)")),
+        _Spec(
+            "sessions",
+            "sessions.think_time.ks",
+            _two_sample(stats.ks_distance, _scaled(lambda s: s.think_s)),
+            "think time: previous turn's end to the next turn (KS D, live seconds)",
+            applicable=_needs("think_s", "think times (recorded durations)"),
+        ),
     ]
     for what, attr in (("ttft", "ttft_s"), ("e2e", "e2e_s"), ("itl", "itl_s")):
-        specs.append(_Spec("outcomes", f"outcomes.{what}", _max_quantile_error(_scaled_none(attr)),
-                           f"{what.upper()} p50/p90/p99 (largest relative error)", judged=outcomes_judged,
-                           applicable=_needs(attr, f"recorded {what.upper()}")))
+        specs.append(
+            _Spec(
+                "outcomes",
+                f"outcomes.{what}",
+                _max_quantile_error(_scaled_none(attr)),
+                f"{what.upper()} p50/p90/p99 (largest relative error)",
+                judged=outcomes_judged,
+                applicable=_needs(attr, f"recorded {what.upper()}"),
+            )
+        )
     return specs
 
 
@@ -391,7 +458,7 @@ def aa_splits(side: Side, seed: int = 0) -> list[tuple[Side, Side]]:
     if side.n > AA_MAX_REQUESTS:
         share = AA_MAX_REQUESTS / side.n
         codes = pl.Series(side.sessions).hash(seed + 1_000_003).to_numpy()
-        side = side.take(codes < np.uint64(share * float(2 ** 64 - 1)))
+        side = side.take(codes < np.uint64(share * float(2**64 - 1)))
     return [aa_halves(side, seed + k) for k in range(AA_SPLITS)]
 
 
@@ -412,8 +479,11 @@ def _size(name: str, live: Side) -> tuple[int, str]:
         window = next((w for w in COUNT_WINDOWS_S if name.endswith(f"_{w:g}s")), None)
         if window is None and name in ("arrivals.lag1_autocorrelation", "arrivals.peak_to_mean"):
             window = 1.0
-        count, what = ((len(_counts(live, window)), f"windows of {window:g} s of live traffic") if window is not None
-                       else (live.n, "live requests"))
+        count, what = (
+            (len(_counts(live, window)), f"windows of {window:g} s of live traffic")
+            if window is not None
+            else (live.n, "live requests")
+        )
     return int(round(count * sampled)), what
 
 
@@ -428,8 +498,14 @@ class _Decision:
     why: str = ""  # why it cannot tell
 
 
-def _decide(name: str, d: float, aa: float | None, live: Side,
-            distance: Callable[[Side, Side], float | None] | None = None, live_value: float | None = None) -> _Decision:
+def _decide(
+    name: str,
+    d: float,
+    aa: float | None,
+    live: Side,
+    distance: Callable[[Side, Side], float | None] | None = None,
+    live_value: float | None = None,
+) -> _Decision:
     """The bound rule, for every metric judged against A/A halves: the bound, the state, and the
     power (``distance``: the metric's own, for the search of :func:`fidelity.power.detectable`;
     ``live_value``: the metric's value on live, which a hit rate's loss cannot take below 0)."""
@@ -447,22 +523,38 @@ def _decide(name: str, d: float, aa: float | None, live: Side,
             detects = in_words(change.family, found)
         if change.unit == "points" and live_value is not None and live_value < found:
             # a loss cannot be larger than live's own hits, which are under the bound
-            detects += (f", as a gain (live has only {100 * live_value:.3g} points to lose)" if live_value > 0
-                        else ", as a gain (live has no hits to lose)")
+            detects += (
+                f", as a gain (live has only {100 * live_value:.3g} points to lose)"
+                if live_value > 0
+                else ", as a gain (live has no hits to lose)"
+            )
     power = None if found is None or not math.isfinite(found) else found
     if d > bound:
         return _Decision(bound, FAIL, ceiling, detectable=power, detects=detects)
     count, what = _size(name, live)
     if ceiling is not None and bound > ceiling:
         need = _round2(count * (bound / ceiling) ** 2)
-        return _Decision(bound, CANNOT_TELL, ceiling, f"about {need:,} {what} (has {count:,})", power, detects,
-                         f"live's own halves differ so much that the bound is {bound:.3g}, over its ceiling "
-                         f"{ceiling:.3g}")
+        return _Decision(
+            bound,
+            CANNOT_TELL,
+            ceiling,
+            f"about {need:,} {what} (has {count:,})",
+            power,
+            detects,
+            f"live's own halves differ so much that the bound is {bound:.3g}, over its ceiling {ceiling:.3g}",
+        )
     if most is not None and (power is None or power > most):
         size = f"about {_round2(count * (power / most) ** 2):,} {what} (has {count:,})" if power else "more live traffic"
-        return _Decision(bound, CANNOT_TELL, ceiling, size, power, detects,
-                         f"under the bound {bound:.3g} it would catch only {detects} (at most "
-                         f"{in_words(change.family, most, signed=False)} counts)")
+        return _Decision(
+            bound,
+            CANNOT_TELL,
+            ceiling,
+            size,
+            power,
+            detects,
+            f"under the bound {bound:.3g} it would catch only {detects} (at most "
+            f"{in_words(change.family, most, signed=False)} counts)",
+        )
     return _Decision(bound, PASS, ceiling, detectable=power, detects=detects)
 
 
@@ -474,22 +566,51 @@ def _stated(what: str, d: float, x: float | None, y: float | None, other: str, d
     return f"{what}: {d:.3g}{values}, {word} the bound {decision.bound:.3g}"
 
 
-def _metric(group: str, name: str, x, y, d: float, aa: float | None, decision: _Decision, reason: str,
-            flags: tuple[str, ...] = (), state: str | None = None) -> Metric:
-    return Metric(group, name, x, y, d, aa, decision.bound, state or decision.state, reason, flags, decision.ceiling,
-                  decision.needs, decision.detectable, decision.detects)
+def _metric(
+    group: str,
+    name: str,
+    x,
+    y,
+    d: float,
+    aa: float | None,
+    decision: _Decision,
+    reason: str,
+    flags: tuple[str, ...] = (),
+    state: str | None = None,
+) -> Metric:
+    return Metric(
+        group,
+        name,
+        x,
+        y,
+        d,
+        aa,
+        decision.bound,
+        state or decision.state,
+        reason,
+        flags,
+        decision.ceiling,
+        decision.needs,
+        decision.detectable,
+        decision.detects,
+    )
 
 
-def _judge(spec: _Spec, live: Side, other: Side, splits: list[tuple[Side, Side]], aa_side: Side,
-           replays: tuple[Side, ...] = (), aa_runs: int = AA_RUNS) -> Metric:
+def _judge(
+    spec: _Spec,
+    live: Side,
+    other: Side,
+    splits: list[tuple[Side, Side]],
+    aa_side: Side,
+    replays: tuple[Side, ...] = (),
+    aa_runs: int = AA_RUNS,
+) -> Metric:
     not_applicable = spec.applicable(live, other)
     if not_applicable:
-        return Metric(spec.group, spec.name, None, None, None, None, None, NOT_JUDGED,
-                      f"not applicable: {not_applicable}")
+        return Metric(spec.group, spec.name, None, None, None, None, None, NOT_JUDGED, f"not applicable: {not_applicable}")
     x, y, d = spec.fn(live, other)
     if d is None or (isinstance(d, float) and math.isnan(d)):
-        return Metric(spec.group, spec.name, x, y, None, None, None, NOT_JUDGED,
-                      f"not applicable: {spec.what} undefined")
+        return Metric(spec.group, spec.name, x, y, None, None, None, NOT_JUDGED, f"not applicable: {spec.what} undefined")
     aas = [spec.fn(*h)[2] for h in splits if spec.applicable(*h) is None]
     aas = [a for a in aas if a is not None and not math.isnan(a)]
     aa = float(np.max(aas)) if aas else None
@@ -501,32 +622,66 @@ def _judge(spec: _Spec, live: Side, other: Side, splits: list[tuple[Side, Side]]
         if n < MIN_SAMPLES:
             flags = (f"quantiles from {n} samples (< {MIN_SAMPLES})",)
         runs = (other, *replays)
-        pairs = [spec.fn(a, b)[2] for i, a in enumerate(runs) for b in runs[i + 1:]]
+        pairs = [spec.fn(a, b)[2] for i, a in enumerate(runs) for b in runs[i + 1 :]]
         pairs = [p for p in pairs if p is not None and not math.isnan(p)]
         bench = max(pairs) if len(runs) >= need and pairs else None
         if bench is not None:
             aa = max(aa or 0.0, bench)
     decision = _decide(spec.name, d, aa, aa_side, lambda a, b: spec.fn(a, b)[2], x)
     if not spec.judged:
-        return _metric(spec.group, spec.name, x, y, d, aa, decision,
-                       f"reported, not judged: {spec.what} {d:.3g} (bound {decision.bound:.3g})", flags, NOT_JUDGED)
+        return _metric(
+            spec.group,
+            spec.name,
+            x,
+            y,
+            d,
+            aa,
+            decision,
+            f"reported, not judged: {spec.what} {d:.3g} (bound {decision.bound:.3g})",
+            flags,
+            NOT_JUDGED,
+        )
     if spec.group == "outcomes":
         if bench is None:
-            return _metric(spec.group, spec.name, x, y, d, aa, replace(decision, needs=(
-                f"a replay A/A: {need} replays of this stage on the same engine and config "
-                f"(replay run / sweep --repeats {need}; has {len(runs)})")),
+            return _metric(
+                spec.group,
+                spec.name,
+                x,
+                y,
+                d,
+                aa,
+                replace(
+                    decision,
+                    needs=(
+                        f"a replay A/A: {need} replays of this stage on the same engine and config "
+                        f"(replay run / sweep --repeats {need}; has {len(runs)})"
+                    ),
+                ),
                 f"{spec.what}: {d:.3g}, but the bench's own noise was not measured: cannot tell; needs a replay "
-                f"A/A ({need} replays of this stage, has {len(runs)})", flags, CANNOT_TELL)
+                f"A/A ({need} replays of this stage, has {len(runs)})",
+                flags,
+                CANNOT_TELL,
+            )
         if decision.state == CANNOT_TELL and AA_FACTOR * bench > (decision.ceiling or math.inf):
-            return _metric(spec.group, spec.name, x, y, d, aa, replace(decision, needs="a steadier bench"),
-                           f"{spec.what}: {d:.3g}, but {len(runs)} replays of this stage differ by up to {bench:.3g} "
-                           f"among themselves, so the bound {decision.bound:.3g} is over its ceiling "
-                           f"{decision.ceiling:.3g}: cannot tell; needs a steadier bench", flags, CANNOT_TELL)
+            return _metric(
+                spec.group,
+                spec.name,
+                x,
+                y,
+                d,
+                aa,
+                replace(decision, needs="a steadier bench"),
+                f"{spec.what}: {d:.3g}, but {len(runs)} replays of this stage differ by up to {bench:.3g} "
+                f"among themselves, so the bound {decision.bound:.3g} is over its ceiling "
+                f"{decision.ceiling:.3g}: cannot tell; needs a steadier bench",
+                flags,
+                CANNOT_TELL,
+            )
         stated = _stated(spec.what, d, x, y, other.name, decision)
-        return _metric(spec.group, spec.name, x, y, d, aa, decision,
-                       f"{stated} (replay A/A over {len(runs)} replays: {bench:.3g})", flags)
-    return _metric(spec.group, spec.name, x, y, d, aa, decision, _stated(spec.what, d, x, y, other.name, decision),
-                   flags)
+        return _metric(
+            spec.group, spec.name, x, y, d, aa, decision, f"{stated} (replay A/A over {len(runs)} replays: {bench:.3g})", flags
+        )
+    return _metric(spec.group, spec.name, x, y, d, aa, decision, _stated(spec.what, d, x, y, other.name, decision), flags)
 
 
 _OUTCOME_ATTR = {"outcomes.ttft": "ttft_s", "outcomes.e2e": "e2e_s", "outcomes.itl": "itl_s"}
@@ -541,13 +696,13 @@ def _cache_sim_metrics(live: Side, other: Side, splits: list[tuple[Side, Side]],
     out = []
     capacities = cache.capacities_for(live.hashes)
     for label, capacity in capacities.items():
+
         def share(s: Side, c: int = capacity) -> float | None:
             return s.cache_share(c)
 
         x, y = share(live), share(other)
         name = f"cache.offered_reuse.{label}"
-        what = f"simulated prefix-cache hit share, {label.replace('_', ' ')}" + (
-            f" ({capacity} blocks)" if capacity else "")
+        what = f"simulated prefix-cache hit share, {label.replace('_', ' ')}" + (f" ({capacity} blocks)" if capacity else "")
         if x is None or y is None:
             out.append(Metric("cache", name, x, y, None, None, None, NOT_JUDGED, "not applicable: no prompt tokens"))
             continue
@@ -566,26 +721,34 @@ def _cache_diagnosis(metrics: list[Metric], other: str, live: Side) -> list[str]
     offered = by.get("cache.offered_reuse.unbounded")
     out = []
     if offered is not None and offered.passed is False:
-        out.append(f"cache hits: the {other} did not offer live's prefix reuse (simulated unbounded cache "
-                   f"{offered.replay:.3f} vs live {offered.live:.3f}): the workload side differs (prefix sharing "
-                   f"or arrival order)")
+        out.append(
+            f"cache hits: the {other} did not offer live's prefix reuse (simulated unbounded cache "
+            f"{offered.replay:.3f} vs live {offered.live:.3f}): the workload side differs (prefix sharing "
+            f"or arrival order)"
+        )
     if engine is not None and engine.passed is False and engine.live is not None and engine.replay is not None:
         side = "reproduced" if offered is not None and offered.passed else "not reproduced either"
         turns = _turns(live)
         if engine.replay < engine.live and turns is not None and turns > 1:
-            out.append(f"cache hits: the trace's own reuse is {side}, but the engine hit less than live "
-                       f"({engine.replay:.3f} vs {engine.live:.3f}). Live's sessions have {turns:.2g} turns on "
-                       f"average: each turn resends the earlier answers, which live's engine had generated and "
-                       f"cached, while a replay resends live's recorded answers, which its engine did not generate "
-                       f"(its own answers' blocks are not reused); or its prefix cache is smaller than live's, or "
-                       f"prefix caching is off")
+            out.append(
+                f"cache hits: the trace's own reuse is {side}, but the engine hit less than live "
+                f"({engine.replay:.3f} vs {engine.live:.3f}). Live's sessions have {turns:.2g} turns on "
+                f"average: each turn resends the earlier answers, which live's engine had generated and "
+                f"cached, while a replay resends live's recorded answers, which its engine did not generate "
+                f"(its own answers' blocks are not reused); or its prefix cache is smaller than live's, or "
+                f"prefix caching is off"
+            )
         elif engine.replay < engine.live:
-            out.append(f"cache hits: the trace's own reuse is {side}, but the engine hit less than live "
-                       f"({engine.replay:.3f} vs {engine.live:.3f}): its prefix cache is smaller than live's, "
-                       f"or prefix caching is off")
+            out.append(
+                f"cache hits: the trace's own reuse is {side}, but the engine hit less than live "
+                f"({engine.replay:.3f} vs {engine.live:.3f}): its prefix cache is smaller than live's, "
+                f"or prefix caching is off"
+            )
         else:
-            out.append(f"cache hits: the engine hit more than live ({engine.replay:.3f} vs {engine.live:.3f}): its "
-                       f"prefix cache is larger than live's, or live's was under more memory pressure")
+            out.append(
+                f"cache hits: the engine hit more than live ({engine.replay:.3f} vs {engine.live:.3f}): its "
+                f"prefix cache is larger than live's, or live's was under more memory pressure"
+            )
     return out
 
 
@@ -606,40 +769,92 @@ def _per_request(stage: pl.DataFrame, other: Side, lag_bound_ms: float | None = 
         off = (diff < -PER_REQUEST_SLACK) | (diff > TEMPLATE_MAX)
         share = float(off.mean())
         bound = FIXED_BOUNDS["lengths.prompt_tokens_per_request"]
-        out.append(Metric("lengths", "lengths.prompt_tokens_per_request", None, None, share, None, bound, _state(share <= bound),
-                          f"{off.sum()} of {finite.sum()} completed requests' prompt tokens, as the engine counted "
-                          f"them, are not between {PER_REQUEST_SLACK} fewer and {TEMPLATE_MAX} more (a chat template) "
-                          f"than the ones sent (share {share:.3g}, bound {bound:g})"))
+        out.append(
+            Metric(
+                "lengths",
+                "lengths.prompt_tokens_per_request",
+                None,
+                None,
+                share,
+                None,
+                bound,
+                _state(share <= bound),
+                f"{off.sum()} of {finite.sum()} completed requests' prompt tokens, as the engine counted "
+                f"them, are not between {PER_REQUEST_SLACK} fewer and {TEMPLATE_MAX} more (a chat template) "
+                f"than the ones sent (share {share:.3g}, bound {bound:g})",
+            )
+        )
     sent = stage.filter(pl.col("sent_ns").is_not_null() & pl.col("release_ns").is_not_null())
     if sent.height:
         lag_ms = float(np.percentile((sent["sent_ns"] - sent["release_ns"]).to_numpy(), 99)) / 1e6
         bound = FIXED_BOUNDS["arrivals.send_lag_p99_ms"] if lag_bound_ms is None else lag_bound_ms
-        out.append(Metric("arrivals", "arrivals.send_lag_p99_ms", None, lag_ms, lag_ms, None, bound, _state(lag_ms <= bound),
-                          f"the runner's own send lag p99: {lag_ms:.3g} ms ({'within' if lag_ms <= bound else 'over'} "
-                          f"{bound:g} ms): the requests left when they were due"))
+        out.append(
+            Metric(
+                "arrivals",
+                "arrivals.send_lag_p99_ms",
+                None,
+                lag_ms,
+                lag_ms,
+                None,
+                bound,
+                _state(lag_ms <= bound),
+                f"the runner's own send lag p99: {lag_ms:.3g} ms ({'within' if lag_ms <= bound else 'over'} "
+                f"{bound:g} ms): the requests left when they were due",
+            )
+        )
     held = sent.filter(pl.col("release_ns") > pl.col("intended_ns"))
     if held.height:  # causal sessions: turns held back until the previous turn ended (+ think time)
         slip = (held["release_ns"] - held["intended_ns"]).to_numpy() / 1e6
         p50, p99 = (float(np.percentile(slip, q)) for q in (50, 99))
-        out.append(Metric("sessions", "sessions.slip_ms", None, p99, None, None, None, NOT_JUDGED,
-                          f"reported, not judged: {held.height} turns waited for the previous turn past their "
-                          f"schedule, slip p50 {p50:.3g} ms, p99 {p99:.3g} ms (kept out of the send lag)"))
+        out.append(
+            Metric(
+                "sessions",
+                "sessions.slip_ms",
+                None,
+                p99,
+                None,
+                None,
+                None,
+                NOT_JUDGED,
+                f"reported, not judged: {held.height} turns waited for the previous turn past their "
+                f"schedule, slip p50 {p50:.3g} ms, p99 {p99:.3g} ms (kept out of the send lag)",
+            )
+        )
     done = stage.filter((pl.col("error") == "none") & pl.col("expected_output_tokens").is_not_null())
     if done.height:
         got = done["completion_tokens"].fill_null(done["output_chunks"])
         short = int((got != done["expected_output_tokens"]).sum())
         share = short / done.height
         bound = FIXED_BOUNDS["lengths.output_vs_max_tokens"]
-        out.append(Metric("lengths", "lengths.output_vs_max_tokens", None, None, share, None, bound, _state(share <= bound),
-                          f"{short} of {done.height} completed requests' output tokens differ from the max_tokens "
-                          f"they asked for (share {share:.3g}, bound {bound:g})"))
+        out.append(
+            Metric(
+                "lengths",
+                "lengths.output_vs_max_tokens",
+                None,
+                None,
+                share,
+                None,
+                bound,
+                _state(share <= bound),
+                f"{short} of {done.height} completed requests' output tokens differ from the max_tokens "
+                f"they asked for (share {share:.3g}, bound {bound:g})",
+            )
+        )
     return out
 
 
-def compare_sides(live: Side, other: Side, *, judge_outcomes: bool = False, seed: int = 0,
-                  stage: pl.DataFrame | None = None, aa_from: Side | None = None,
-                  lag_bound_ms: float | None = None, replays: tuple[Side, ...] = (),
-                  aa_runs: int = AA_RUNS) -> FidelityVerdict:
+def compare_sides(
+    live: Side,
+    other: Side,
+    *,
+    judge_outcomes: bool = False,
+    seed: int = 0,
+    stage: pl.DataFrame | None = None,
+    aa_from: Side | None = None,
+    lag_bound_ms: float | None = None,
+    replays: tuple[Side, ...] = (),
+    aa_runs: int = AA_RUNS,
+) -> FidelityVerdict:
     """Every metric between ``live`` and ``other``, judged against thresholds from the A/A halves
     of ``aa_from`` (default: live); ``stage`` (the replay's rows) adds the per-request checks.
     ``replays``: the other replays of ``other``'s stage (same engine, config and load), whose
@@ -669,18 +884,19 @@ def _overall(metrics: list[Metric], groups: tuple[tuple[str, str], ...] = JUDGED
         return UNFAITHFUL, "unfaithful: " + "; ".join(m.reason for m in failed)
     undecided = [m for m in metrics if m.state == CANNOT_TELL]
     judged = [m for m in metrics if m.ceiling is not None]  # against the A/A halves
-    missing = [what for what, prefix in groups
-               if not any(m.name.startswith(prefix) and m.state == PASS for m in judged)]
+    missing = [what for what, prefix in groups if not any(m.name.startswith(prefix) and m.state == PASS for m in judged)]
     if missing:
         why = []
         for what, prefix in groups:
             if what in missing:
                 cannot = [m for m in undecided if m.name.startswith(prefix)]
-                why.append(f"{what}: " + ("; ".join(f"{m.name} needs {m.needs}" for m in cannot) if cannot
-                                         else "no metric applies"))
-        return CANNOT_TELL, ("cannot tell: nothing failed, but " + ", ".join(missing) + " could not be judged on "
-                             "this live side (" + " | ".join(why) + ")")
+                why.append(
+                    f"{what}: " + ("; ".join(f"{m.name} needs {m.needs}" for m in cannot) if cannot else "no metric applies")
+                )
+        return CANNOT_TELL, (
+            "cannot tell: nothing failed, but " + ", ".join(missing) + " could not be judged on "
+            "this live side (" + " | ".join(why) + ")"
+        )
     passed = sum(m.state == PASS for m in metrics)
-    also = (f"; {len(undecided)} more cannot tell on this live side ({', '.join(m.name for m in undecided)})"
-            if undecided else "")
+    also = f"; {len(undecided)} more cannot tell on this live side ({', '.join(m.name for m in undecided)})" if undecided else ""
     return FAITHFUL, f"faithful: all {passed} conclusive metrics within their bounds{also}"

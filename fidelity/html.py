@@ -19,25 +19,31 @@ from replay.figures import STYLE_CSS, figure_html
 
 __all__ = ["html_report", "thresholds_note"]
 
+
 def thresholds_note(kind: str = "fidelity") -> str:
     """How a metric's bound is set, in words (plain text), as :mod:`fidelity.compare` sets it."""
     other = "the replay" if kind == "fidelity" else "the new trace"
-    halves = ("two random halves of the live trace (whole sessions to each half, seeded)" if kind == "fidelity"
-              else "two random halves of both traces together (whole sessions to each half, seeded)")
-    return (f"Each metric is a distance between live and {other} (0 = the same). Its bound is the larger of a "
-            f"fixed bound and {AA_FACTOR:g} times the largest of the same distances between {halves} over "
-            f"{AA_SPLITS} splits (the column A/A): a metric the live traffic itself does not pin down more tightly "
-            f"than that cannot fail. It fails over its bound; within it, it passes if the bound is within the "
-            f"metric's ceiling and the smallest change of its kind it would catch on this live side (the column "
-            f"detects) is within its maximum ({_maxima()}); else it is 'cannot tell' (the live side is too small "
-            f"to pin the metric down; the note says about how much live traffic would). A stage is unfaithful when "
-            f"a metric failed, cannot tell when none failed but input lengths, output lengths, cache or arrivals "
-            f"had no metric that passed so, and faithful otherwise. On more than {AA_MAX_REQUESTS:,} requests the "
-            f"halves come from a sample of sessions of about that size, and the fixed bounds decide. Metrics "
-            f"whose inputs are missing are not applicable and do not count; outcomes (TTFT / ITL / E2E) are "
-            f"judged only when asked (the target ran live's engine config at live's rate). Every time-based "
-            f"metric compares a stage at its own pace: counting windows are live's divided by the stage's "
-            f"compression, reuse and think times are multiplied by it.")
+    halves = (
+        "two random halves of the live trace (whole sessions to each half, seeded)"
+        if kind == "fidelity"
+        else "two random halves of both traces together (whole sessions to each half, seeded)"
+    )
+    return (
+        f"Each metric is a distance between live and {other} (0 = the same). Its bound is the larger of a "
+        f"fixed bound and {AA_FACTOR:g} times the largest of the same distances between {halves} over "
+        f"{AA_SPLITS} splits (the column A/A): a metric the live traffic itself does not pin down more tightly "
+        f"than that cannot fail. It fails over its bound; within it, it passes if the bound is within the "
+        f"metric's ceiling and the smallest change of its kind it would catch on this live side (the column "
+        f"detects) is within its maximum ({_maxima()}); else it is 'cannot tell' (the live side is too small "
+        f"to pin the metric down; the note says about how much live traffic would). A stage is unfaithful when "
+        f"a metric failed, cannot tell when none failed but input lengths, output lengths, cache or arrivals "
+        f"had no metric that passed so, and faithful otherwise. On more than {AA_MAX_REQUESTS:,} requests the "
+        f"halves come from a sample of sessions of about that size, and the fixed bounds decide. Metrics "
+        f"whose inputs are missing are not applicable and do not count; outcomes (TTFT / ITL / E2E) are "
+        f"judged only when asked (the target ran live's engine config at live's rate). Every time-based "
+        f"metric compares a stage at its own pace: counting windows are live's divided by the stage's "
+        f"compression, reuse and think times are multiplied by it."
+    )
 
 
 def _maxima() -> str:
@@ -62,16 +68,20 @@ def _row(m) -> str:
 def _stage(s: StageFidelity, plots: bool) -> str:
     rate = "as recorded" if s.requested_rate is None else f"{s.requested_rate:g} req/s"
     word = f'<span class="word {_tone(s.verdict.state)}">{verdict_word(s.verdict.state)}</span>'
-    parts = [f'<section class="stage"><h2><code>{escape(s.file)}</code> {word}</h2>',
-             f"<p>{escape(rate)}, {s.compression:.3g}x live's pace, {s.sent} of {s.requests} requests sent</p>",
-             f"<p><b>{escape(s.verdict.reason)}</b></p>"]
+    parts = [
+        f'<section class="stage"><h2><code>{escape(s.file)}</code> {word}</h2>',
+        f"<p>{escape(rate)}, {s.compression:.3g}x live's pace, {s.sent} of {s.requests} requests sent</p>",
+        f"<p><b>{escape(s.verdict.reason)}</b></p>",
+    ]
     if s.verdict.diagnosis:
-        parts.append('<ul class="diagnosis">' + "".join(f"<li>{escape(d)}</li>" for d in s.verdict.diagnosis)
-                     + "</ul>")
-    parts.append("<table><thead><tr><th>group</th><th>metric</th><th>verdict</th><th>distance</th><th>bound</th>"
-                 "<th>ceiling</th><th title=\"the smallest change of its kind this metric catches on this live side\">"
-                 "detects</th><th>A/A</th><th>live</th><th>replay</th><th>note</th></tr></thead><tbody>"
-                 + "".join(_row(m) for m in s.verdict.metrics) + "</tbody></table>")
+        parts.append('<ul class="diagnosis">' + "".join(f"<li>{escape(d)}</li>" for d in s.verdict.diagnosis) + "</ul>")
+    parts.append(
+        "<table><thead><tr><th>group</th><th>metric</th><th>verdict</th><th>distance</th><th>bound</th>"
+        '<th>ceiling</th><th title="the smallest change of its kind this metric catches on this live side">'
+        "detects</th><th>A/A</th><th>live</th><th>replay</th><th>note</th></tr></thead><tbody>"
+        + "".join(_row(m) for m in s.verdict.metrics)
+        + "</tbody></table>"
+    )
     if plots:
         parts += [figure_html(p) for p in stage_plots(s)]
     parts.append("</section>")
@@ -81,9 +91,10 @@ def _stage(s: StageFidelity, plots: bool) -> str:
 def html_report(report: FidelityReport, *, plots: bool = True) -> str:
     """The whole report as one HTML page (``plots=False``: tables and text only)."""
     title, verdict = headline(report)
-    bounds = "".join(f"<tr><td>{escape(name)}</td><td class=\"num\">{bound:g}</td>"
-                     f"<td class=\"num\">{_num(CEILINGS.get(name))}</td></tr>"
-                     for name, bound in FIXED_BOUNDS.items())
+    bounds = "".join(
+        f'<tr><td>{escape(name)}</td><td class="num">{bound:g}</td><td class="num">{_num(CEILINGS.get(name))}</td></tr>'
+        for name, bound in FIXED_BOUNDS.items()
+    )
     body = [
         f'<div class="banner {_tone(report.state)}"><h1>{escape(title)}: {escape(verdict)}</h1></div>',
         f"<p>live: <code>{escape(report.live)}</code><br>compared: <code>{escape(report.results)}</code><br>"
@@ -91,11 +102,16 @@ def html_report(report: FidelityReport, *, plots: bool = True) -> str:
     ]
     if plots and len(report.stages) > 1:
         body.append(figure_html(verdict_chart(report)))
-    body.append(f'<div class="note"><p><b>How thresholds are set.</b> {escape(thresholds_note(report.kind))}</p>'
-                f"<details><summary>fixed bounds and ceilings</summary><table><tr><th>metric</th><th>fixed bound</th>"
-                f"<th>ceiling</th></tr>"
-                f"{bounds}</table></details></div>")
+    body.append(
+        f'<div class="note"><p><b>How thresholds are set.</b> {escape(thresholds_note(report.kind))}</p>'
+        f"<details><summary>fixed bounds and ceilings</summary><table><tr><th>metric</th><th>fixed bound</th>"
+        f"<th>ceiling</th></tr>"
+        f"{bounds}</table></details></div>"
+    )
     body += [_stage(s, plots) for s in report.stages]
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{escape(title)}: {escape(verdict)}</title><style>{STYLE_CSS}</style></head><body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{escape(title)}: {escape(verdict)}</title><style>{STYLE_CSS}</style></head><body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )

@@ -36,8 +36,14 @@ class StageFidelity:
     replay_side: Side | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict:
-        return {"file": self.file, "requested_rate": self.requested_rate, "compression": self.compression,
-                "requests": self.requests, "sent": self.sent, **self.verdict.to_json()}
+        return {
+            "file": self.file,
+            "requested_rate": self.requested_rate,
+            "compression": self.compression,
+            "requests": self.requests,
+            "sent": self.sent,
+            **self.verdict.to_json(),
+        }
 
 
 @dataclass(frozen=True)
@@ -60,14 +66,19 @@ class FidelityReport:
         return self.state == FAITHFUL
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "live": self.live, "results": self.results, "state": self.state,
-                "faithful": self.faithful, "stages": [s.to_json() for s in self.stages]}
+        return {
+            "kind": self.kind,
+            "live": self.live,
+            "results": self.results,
+            "state": self.state,
+            "faithful": self.faithful,
+            "stages": [s.to_json() for s in self.stages],
+        }
 
 
 def _tagged(df: pl.DataFrame, tag: str) -> pl.DataFrame:
     """Request and session ids prefixed with ``tag`` (two traces' ids may coincide)."""
-    return df.with_columns(request_id=pl.lit(tag) + pl.col("request_id"),
-                           session_id=pl.lit(tag) + pl.col("session_id"))
+    return df.with_columns(request_id=pl.lit(tag) + pl.col("request_id"), session_id=pl.lit(tag) + pl.col("session_id"))
 
 
 def _live(live: Trace | str | Path) -> tuple[Trace, str]:
@@ -82,10 +93,19 @@ def _replay_of(live: Trace, sent: Trace, stage: pl.DataFrame) -> Side:
     return replace(replay_side(sent.df, stage, live.meta.block_size_tokens), time_scale=c)
 
 
-def compare_stage(live: Trace, stage: pl.DataFrame, *, sent: Trace | None = None, file: str = "<stage>",
-                  requested_rate: float | None = None, judge_outcomes: bool = False, seed: int = 0,
-                  lag_bound_ms: float | None = None, repeats: tuple[pl.DataFrame, ...] = (),
-                  aa_runs: int = AA_RUNS) -> StageFidelity:
+def compare_stage(
+    live: Trace,
+    stage: pl.DataFrame,
+    *,
+    sent: Trace | None = None,
+    file: str = "<stage>",
+    requested_rate: float | None = None,
+    judge_outcomes: bool = False,
+    seed: int = 0,
+    lag_bound_ms: float | None = None,
+    repeats: tuple[pl.DataFrame, ...] = (),
+    aa_runs: int = AA_RUNS,
+) -> StageFidelity:
     """Judge one stage's per-request results against the live rows it replayed. ``sent`` is the
     trace the stage replayed, when it is not ``live`` itself (a redacted or edited copy with the
     same request ids): its block hashes and lengths are what the replay offered. ``lag_bound_ms``
@@ -98,20 +118,38 @@ def compare_stage(live: Trace, stage: pl.DataFrame, *, sent: Trace | None = None
     for trace, what in ((live, "live trace"), (sent, "replayed trace")):
         missing = stage.join(trace.df.select("request_id"), on="request_id", how="anti")
         if missing.height:
-            raise ConfigError(f"{file}: {missing.height} requests are not in the {what} "
-                              f"(first: {missing['request_id'][0]!r}): was it replayed from another trace?")
+            raise ConfigError(
+                f"{file}: {missing.height} requests are not in the {what} "
+                f"(first: {missing['request_id'][0]!r}): was it replayed from another trace?"
+            )
     rows = live.df.filter(pl.col("request_id").is_in(stage["request_id"].implode()))
     ours = _replay_of(live, sent, stage)
     theirs = live_side(rows, live.meta.block_size_tokens)
-    verdict = compare_sides(theirs, ours, judge_outcomes=judge_outcomes, seed=seed, stage=stage,
-                            lag_bound_ms=lag_bound_ms, replays=tuple(_replay_of(live, sent, r) for r in repeats),
-                            aa_runs=aa_runs)
-    return StageFidelity(file=file, requested_rate=requested_rate, compression=ours.time_scale, requests=stage.height,
-                         sent=ours.n, verdict=verdict, live_side=theirs, replay_side=ours)
+    verdict = compare_sides(
+        theirs,
+        ours,
+        judge_outcomes=judge_outcomes,
+        seed=seed,
+        stage=stage,
+        lag_bound_ms=lag_bound_ms,
+        replays=tuple(_replay_of(live, sent, r) for r in repeats),
+        aa_runs=aa_runs,
+    )
+    return StageFidelity(
+        file=file,
+        requested_rate=requested_rate,
+        compression=ours.time_scale,
+        requests=stage.height,
+        sent=ours.n,
+        verdict=verdict,
+        live_side=theirs,
+        replay_side=ours,
+    )
 
 
-def compare_results(live: Trace | str | Path, results: str | Path, *, judge_outcomes: bool = False,
-                    seed: int = 0, aa_runs: int = AA_RUNS) -> FidelityReport:
+def compare_results(
+    live: Trace | str | Path, results: str | Path, *, judge_outcomes: bool = False, seed: int = 0, aa_runs: int = AA_RUNS
+) -> FidelityReport:
     """Judge every stage of a results folder (``replay run`` / ``replay sweep`` output). The
     trace the folder's summary names as replayed, when it is another file than ``live``, gives
     what the replay offered (:func:`compare_stage`'s ``sent``). With ``judge_outcomes`` the
@@ -131,8 +169,11 @@ def compare_results(live: Trace | str | Path, results: str | Path, *, judge_outc
         raise ConfigError(f"{summary_path}: not a results summary ({e})") from None
     sent = None
     replayed = summary.get("trace")
-    if replayed and Path(replayed).is_file() and (
-            live_name == "<trace>" or Path(replayed).resolve() != Path(live_name).resolve()):
+    if (
+        replayed
+        and Path(replayed).is_file()
+        and (live_name == "<trace>" or Path(replayed).resolve() != Path(live_name).resolve())
+    ):
         sent = read_trace(replayed, bodies=False)
     summaries = [stage_summaries[i] if i < len(stage_summaries) else {} for i in range(len(files))]
     loads = [(s.get("requested_rate"), s.get("concurrency")) for s in summaries]
@@ -141,11 +182,21 @@ def compare_results(live: Trace | str | Path, results: str | Path, *, judge_outc
         df, _ = read_stage(folder / name)
         repeats = ()
         if judge_outcomes:
-            repeats = tuple(read_stage(folder / other)[0] for j, other in enumerate(files)
-                            if j != i and loads[j] == loads[i])
-        stages.append(compare_stage(trace, df, sent=sent, file=name, requested_rate=summaries[i].get("requested_rate"),
-                                    judge_outcomes=judge_outcomes, seed=seed,
-                                    lag_bound_ms=summaries[i].get("lag_bound_ms"), repeats=repeats, aa_runs=aa_runs))
+            repeats = tuple(read_stage(folder / other)[0] for j, other in enumerate(files) if j != i and loads[j] == loads[i])
+        stages.append(
+            compare_stage(
+                trace,
+                df,
+                sent=sent,
+                file=name,
+                requested_rate=summaries[i].get("requested_rate"),
+                judge_outcomes=judge_outcomes,
+                seed=seed,
+                lag_bound_ms=summaries[i].get("lag_bound_ms"),
+                repeats=repeats,
+                aa_runs=aa_runs,
+            )
+        )
     return FidelityReport(live=live_name, results=str(folder), stages=stages)
 
 
@@ -156,12 +207,22 @@ def drift(old: Trace | str | Path, new: Trace | str | Path, *, seed: int = 0) ->
     old_trace, old_name = _live(old)
     new_trace, new_name = _live(new)
     if old_trace.meta.block_size_tokens != new_trace.meta.block_size_tokens:
-        raise ConfigError(f"{new_name}: block size {new_trace.meta.block_size_tokens} differs from {old_name}'s "
-                          f"{old_trace.meta.block_size_tokens}: the prefix metrics would not compare")
+        raise ConfigError(
+            f"{new_name}: block size {new_trace.meta.block_size_tokens} differs from {old_name}'s "
+            f"{old_trace.meta.block_size_tokens}: the prefix metrics would not compare"
+        )
     block = old_trace.meta.block_size_tokens
     both = pl.concat([_tagged(old_trace.df, "old:"), _tagged(new_trace.df, "new:")], how="diagonal_relaxed")
     old_side, new_side = live_side(old_trace.df, block, name="old"), live_side(new_trace.df, block, name="new")
     verdict = compare_sides(old_side, new_side, seed=seed, aa_from=live_side(both, block, name="old+new"))
-    stage = StageFidelity(file=new_name, requested_rate=None, compression=1.0, requests=new_trace.df.height,
-                          sent=new_trace.df.height, verdict=verdict, live_side=old_side, replay_side=new_side)
+    stage = StageFidelity(
+        file=new_name,
+        requested_rate=None,
+        compression=1.0,
+        requests=new_trace.df.height,
+        sent=new_trace.df.height,
+        verdict=verdict,
+        live_side=old_side,
+        replay_side=new_side,
+    )
     return FidelityReport(live=old_name, results=new_name, stages=[stage], kind="drift")

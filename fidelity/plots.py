@@ -20,8 +20,16 @@ from fidelity.sides import Side
 from fidelity.judge import FidelityReport, StageFidelity
 from replay.figures import Plot, empty, literal, new_figure, png_of
 
-__all__ = ["MAX_POINTS", "QQ_POINTS", "GROUPS", "ecdf_points", "counts_over_time", "stage_plots", "verdict_chart",
-           "group_verdicts"]
+__all__ = [
+    "MAX_POINTS",
+    "QQ_POINTS",
+    "GROUPS",
+    "ecdf_points",
+    "counts_over_time",
+    "stage_plots",
+    "verdict_chart",
+    "group_verdicts",
+]
 
 MAX_POINTS = 20_000
 QQ_POINTS = 199
@@ -39,6 +47,7 @@ STATE_COLOURS = {PASS: "#4caf50", FAIL: "#e53935", CANNOT_TELL: "#ffb300", NOT_J
 
 
 # --- data ---------------------------------------------------------------------------------------
+
 
 def _clean(values) -> np.ndarray:
     if values is None:
@@ -73,6 +82,7 @@ def group_verdicts(verdict: FidelityVerdict) -> dict[str, tuple[str, int, int, i
 
 # --- drawing ------------------------------------------------------------------------------------
 
+
 def _log_if_wide(ax, *arrays: np.ndarray) -> None:
     v = np.concatenate([a for a in arrays if len(a)]) if any(len(a) for a in arrays) else np.zeros(0)
     v = v[v > 0]
@@ -84,6 +94,7 @@ def _log_if_wide(ax, *arrays: np.ndarray) -> None:
 
 def _series(live: Side, replay: Side) -> list[tuple[str, str, np.ndarray, np.ndarray]]:
     """(label, unit, live values, replay values) of every distribution plotted, where one side has any."""
+
     def scaled(side: Side, attr: str) -> np.ndarray:
         return _clean(getattr(side, attr)) * side.time_scale
 
@@ -111,19 +122,24 @@ def cdf_plot(live: Side, replay: Side) -> Plot:
         for side, values, color in ((live, a, LIVE), (replay, b, REPLAY)):
             if len(values):
                 x, y = ecdf_points(values)
-                ax.step(x, y, where="post", color=color, linestyle=STYLE[color],
-                        label=literal(f"{side.name} (n={len(values):,})"))
+                ax.step(
+                    x, y, where="post", color=color, linestyle=STYLE[color], label=literal(f"{side.name} (n={len(values):,})")
+                )
         _log_if_wide(ax, a, b)
         ax.set_xlabel(literal(f"{label} ({unit})"))
         ax.set_ylabel("CDF")
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
         _legend(ax)
-    for ax in axes[len(rows):]:
+    for ax in axes[len(rows) :]:
         ax.set_visible(False)
     names = ", ".join(r[0] for r in rows)
-    return Plot("cdf", "Distributions (CDF)", f"Empirical CDFs of {names}; times in live seconds are the "
-                f"replay's multiplied by its pace ({replay.time_scale:.3g}x).", png_of(fig))
+    return Plot(
+        "cdf",
+        "Distributions (CDF)",
+        f"Empirical CDFs of {names}; times in live seconds are the replay's multiplied by its pace ({replay.time_scale:.3g}x).",
+        png_of(fig),
+    )
 
 
 def qq_plot(live: Side, replay: Side) -> Plot:
@@ -143,8 +159,12 @@ def qq_plot(live: Side, replay: Side) -> Plot:
         ax.set_title(literal(label), fontsize="medium")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
-    return Plot("qq", "QQ plots of lengths", f"{QQ_POINTS} quantiles (0.5% to 99.5%) of the replay against live's; "
-                "points on the diagonal mean the same distribution.", png_of(fig))
+    return Plot(
+        "qq",
+        "QQ plots of lengths",
+        f"{QQ_POINTS} quantiles (0.5% to 99.5%) of the replay against live's; points on the diagonal mean the same distribution.",
+        png_of(fig),
+    )
 
 
 def counts_over_time(live: Side, replay: Side, bins: int = COUNT_BINS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -174,8 +194,13 @@ def counts_plot(live: Side, replay: Side) -> Plot:
         ax.set_ylabel(f"requests per {window:.3g} s")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
-    return Plot("counts", "Counts over time", f"Requests per {window:.3g} s window of live time: live's arrivals and "
-                f"the replay's sends, its times multiplied by its pace ({replay.time_scale:.3g}x).", png_of(fig))
+    return Plot(
+        "counts",
+        "Counts over time",
+        f"Requests per {window:.3g} s window of live time: live's arrivals and "
+        f"the replay's sends, its times multiplied by its pace ({replay.time_scale:.3g}x).",
+        png_of(fig),
+    )
 
 
 def _metric_value(verdict: FidelityVerdict | None, name: str, attr: str) -> float | None:
@@ -201,27 +226,34 @@ def cache_plot(live: Side, replay: Side, verdict: FidelityVerdict | None = None)
                 ax.plot(capacities, shares, "o-", color=color, label=literal(f"{side.name}: LRU simulation"))
             unbounded = side.cache_share(0)
             if unbounded is not None:
-                ax.axhline(unbounded, color=color, linestyle="--", linewidth=1,
-                           label=literal(f"{side.name}: unbounded simulation"))
+                ax.axhline(
+                    unbounded, color=color, linestyle="--", linewidth=1, label=literal(f"{side.name}: unbounded simulation")
+                )
         for attr, side, color in (("live", live, LIVE), ("replay", replay, REPLAY)):
             engine = _metric_value(verdict, "cache.engine_hit_rate", attr)
             if engine is not None:
-                ax.axhline(engine, color=color, linestyle=":", linewidth=2,
-                           label=literal(f"{side.name}: engine-reported"))
+                ax.axhline(engine, color=color, linestyle=":", linewidth=2, label=literal(f"{side.name}: engine-reported"))
         ax.set_xscale("log")
         ax.set_xlabel(f"LRU capacity (blocks; live has {distinct:,} distinct)")
         ax.set_ylabel("share of prompt tokens hit")
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small", loc="lower right")
-    return Plot("cache", "Cache-hit curves", "Simulated prefix-cache hit share of the prompt tokens against the LRU "
-                "capacity (from the block hashes, in the order each side sent them), the unbounded cache (dashed) "
-                "and the hit rate the engines reported (dotted), where known.", png_of(fig))
+    return Plot(
+        "cache",
+        "Cache-hit curves",
+        "Simulated prefix-cache hit share of the prompt tokens against the LRU "
+        "capacity (from the block hashes, in the order each side sent them), the unbounded cache (dashed) "
+        "and the hit rate the engines reported (dotted), where known.",
+        png_of(fig),
+    )
 
 
 def survival_plot(live: Side, replay: Side) -> Plot | None:
-    rows = [(label, _clean(getattr(live, attr)), _clean(getattr(replay, attr)))
-            for label, attr in (("TTFT", "ttft_s"), ("E2E", "e2e_s"))]
+    rows = [
+        (label, _clean(getattr(live, attr)), _clean(getattr(replay, attr)))
+        for label, attr in (("TTFT", "ttft_s"), ("E2E", "e2e_s"))
+    ]
     rows = [r for r in rows if len(r[1]) or len(r[2])]
     if not rows:
         return None
@@ -231,8 +263,14 @@ def survival_plot(live: Side, replay: Side) -> Plot | None:
             if len(values):
                 x, f = ecdf_points(values)
                 keep = f < 1
-                ax.step(x[keep], 1 - f[keep], where="post", color=color, linestyle=STYLE[color],
-                        label=literal(f"{side.name} (n={len(values):,})"))
+                ax.step(
+                    x[keep],
+                    1 - f[keep],
+                    where="post",
+                    color=color,
+                    linestyle=STYLE[color],
+                    label=literal(f"{side.name} (n={len(values):,})"),
+                )
         ax.set_yscale("log")
         ax.set_xlabel(f"{label} (s)")
         ax.set_ylabel("P(X > x)")
@@ -246,8 +284,7 @@ def stage_plots(stage: StageFidelity) -> list[Plot]:
     live, replay = stage.live_side, stage.replay_side
     if live is None or replay is None:
         return []
-    plots = [cdf_plot(live, replay), qq_plot(live, replay), counts_plot(live, replay),
-             cache_plot(live, replay, stage.verdict)]
+    plots = [cdf_plot(live, replay), qq_plot(live, replay), counts_plot(live, replay), cache_plot(live, replay, stage.verdict)]
     survival = survival_plot(live, replay)
     return plots + ([survival] if survival is not None else [])
 
@@ -269,12 +306,16 @@ def verdict_chart(report: FidelityReport) -> Plot:
             grid[i, j] = list(STATE_COLOURS).index(state)
             word = {FAIL: f"FAIL {failed}/{judged}", CANNOT_TELL: f"cannot tell {undecided}"}.get(state, state)
             ax.text(j, i, word, ha="center", va="center", fontsize="small")
-    ax.imshow(grid, cmap=ListedColormap(list(STATE_COLOURS.values())), vmin=0, vmax=len(STATE_COLOURS) - 1,
-              aspect="auto")
+    ax.imshow(grid, cmap=ListedColormap(list(STATE_COLOURS.values())), vmin=0, vmax=len(STATE_COLOURS) - 1, aspect="auto")
     ax.set_xticks(range(len(GROUPS)), GROUPS)
     ax.set_yticks(range(n), [literal(_stage_label(s)) for s in report.stages])
     ax.tick_params(length=0)
     ax.xaxis.tick_top()
-    return Plot("verdicts", "Verdicts per stage", "Each stage's verdict per metric group: pass, FAIL (failed of judged "
-                "metrics), cannot tell (metrics the live side is too small to judge), or n/a when no metric of the "
-                "group applied.", png_of(fig))
+    return Plot(
+        "verdicts",
+        "Verdicts per stage",
+        "Each stage's verdict per metric group: pass, FAIL (failed of judged "
+        "metrics), cannot tell (metrics the live side is too small to judge), or n/a when no metric of the "
+        "group applied.",
+        png_of(fig),
+    )

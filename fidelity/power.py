@@ -56,6 +56,7 @@ def _scaled(attr: str) -> Callable[[Side, float], Side]:
     def apply(side: Side, d: float) -> Side:
         values = getattr(side, attr)
         return replace(side, **{attr: None if values is None else values * (1.0 + d)})
+
     return apply
 
 
@@ -135,8 +136,9 @@ def change_for(name: str) -> Change | None:
     return None
 
 
-def detectable(name: str, distance: Callable[[Side, Side], float | None], live: Side,
-               bound: float) -> tuple[float | None, Change | None]:
+def detectable(
+    name: str, distance: Callable[[Side, Side], float | None], live: Side, bound: float
+) -> tuple[float | None, Change | None]:
     """(the smallest change of its kind metric ``name`` catches on ``live`` under ``bound``, as
     stated; inf when none up to the change's ``d_max``; None when it has no change), and the
     change. ``distance(a, b)`` is the metric's distance. A hit rate's distance is the change itself,

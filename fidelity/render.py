@@ -62,30 +62,49 @@ def note(m) -> str:
 
 def stage_summary(stage: StageFidelity, live: str) -> dict:
     """A stage's verdict in brief, for a results summary (the full one is in fidelity.json)."""
-    return {"live": live, "state": stage.verdict.state, "faithful": stage.verdict.faithful,
-            "compression": stage.compression, "failed": [m.name for m in stage.verdict.failed],
-            "undecided": [m.name for m in stage.verdict.undecided], "reason": stage.verdict.reason,
-            "diagnosis": list(stage.verdict.diagnosis)}
+    return {
+        "live": live,
+        "state": stage.verdict.state,
+        "faithful": stage.verdict.faithful,
+        "compression": stage.compression,
+        "failed": [m.name for m in stage.verdict.failed],
+        "undecided": [m.name for m in stage.verdict.undecided],
+        "reason": stage.verdict.reason,
+        "diagnosis": list(stage.verdict.diagnosis),
+    }
 
 
 def markdown(report: FidelityReport) -> str:
     title, verdict = headline(report)
-    lines = [f"# {title}: {verdict}", "",
-             f"- live: `{_md_escape(report.live)}`", f"- compared: `{_md_escape(report.results)}`", ""]
+    lines = [
+        f"# {title}: {verdict}",
+        "",
+        f"- live: `{_md_escape(report.live)}`",
+        f"- compared: `{_md_escape(report.results)}`",
+        "",
+    ]
     for s in report.stages:
         rate = "as recorded" if s.requested_rate is None else f"{s.requested_rate:g} req/s"
-        lines += [f"## {_md_escape(s.file)} ({rate}, {s.compression:.3g}x live's pace, {s.sent} of {s.requests} sent)",
-                  "", f"**{_md_escape(s.verdict.reason)}**", ""]
+        lines += [
+            f"## {_md_escape(s.file)} ({rate}, {s.compression:.3g}x live's pace, {s.sent} of {s.requests} sent)",
+            "",
+            f"**{_md_escape(s.verdict.reason)}**",
+            "",
+        ]
         for d in s.verdict.diagnosis:
             lines.append(f"- {_md_escape(d)}")
         if s.verdict.diagnosis:
             lines.append("")
-        lines += ["| group | metric | verdict | distance | bound | ceiling | detects | A/A | live | replay | note |",
-                  "|---|---|---|---:|---:|---:|---|---:|---:|---:|---|"]
+        lines += [
+            "| group | metric | verdict | distance | bound | ceiling | detects | A/A | live | replay | note |",
+            "|---|---|---|---:|---:|---:|---|---:|---:|---:|---|",
+        ]
         for m in s.verdict.metrics:
-            lines.append(f"| {m.group} | {_md_escape(m.name)} | {_word(m.state)} | {_num(m.distance)} | "
-                         f"{_num(m.bound)} | {_num(m.ceiling)} | {_md_escape(m.detects) or '-'} | {_num(m.aa)} | "
-                         f"{_num(m.live)} | {_num(m.replay)} | {_md_escape(note(m))} |")
+            lines.append(
+                f"| {m.group} | {_md_escape(m.name)} | {_word(m.state)} | {_num(m.distance)} | "
+                f"{_num(m.bound)} | {_num(m.ceiling)} | {_md_escape(m.detects) or '-'} | {_num(m.aa)} | "
+                f"{_num(m.live)} | {_num(m.replay)} | {_md_escape(note(m))} |"
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -107,8 +126,7 @@ def print_report(report: FidelityReport, console=None) -> None:
         undecided = ", ".join(m.name for m in s.verdict.undecided) or "-"
         rate = "as recorded" if s.requested_rate is None else f"{s.requested_rate:g}"
         word = f"[{colour.get(s.verdict.state, 'red')}]{verdict_word(s.verdict.state, report.kind)}[/]"
-        table.add_row(escape(s.file), rate, f"{s.compression:.3g}x", word, str(judged), escape(failed),
-                      escape(undecided))
+        table.add_row(escape(s.file), rate, f"{s.compression:.3g}x", word, str(judged), escape(failed), escape(undecided))
     console.print(table)
     for s in report.stages:
         for m in s.verdict.failed + s.verdict.undecided:
@@ -117,4 +135,3 @@ def print_report(report: FidelityReport, console=None) -> None:
             console.print(f"{escape(s.file)}: {escape(s.verdict.reason)}", highlight=False)
         for d in s.verdict.diagnosis:
             console.print(f"{escape(s.file)}: {escape(d)}", highlight=False)
-

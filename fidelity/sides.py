@@ -17,8 +17,16 @@ import polars as pl
 
 from fidelity import cache
 
-__all__ = ["Side", "live_side", "replay_side", "compression", "template_overhead", "TEMPLATE_MAX",
-           "PER_REQUEST_SLACK", "REUSE_RESOLUTION_S"]
+__all__ = [
+    "Side",
+    "live_side",
+    "replay_side",
+    "compression",
+    "template_overhead",
+    "TEMPLATE_MAX",
+    "PER_REQUEST_SLACK",
+    "REUSE_RESOLUTION_S",
+]
 
 # A chat template adds tokens to every prompt (role markers, a few per message): a request whose
 # engine-counted prompt is between PER_REQUEST_SLACK fewer and TEMPLATE_MAX more tokens than
@@ -88,16 +96,27 @@ class Side:
 
     def take(self, mask: np.ndarray) -> Side:
         """The requests where ``mask`` is True (for A/A halves)."""
+
         def cut(a):
             return None if a is None else a[mask]
 
         return Side(
-            name=self.name, times_s=self.times_s[mask], input_tokens=self.input_tokens[mask],
-            output_tokens=self.output_tokens[mask], recorded_input=self.recorded_input[mask],
-            hashes=self.hashes.filter(pl.Series(mask)), block_size=self.block_size, sessions=self.sessions[mask],
-            think_s=self.think_s[mask], engine_cached=cut(self.engine_cached),
+            name=self.name,
+            times_s=self.times_s[mask],
+            input_tokens=self.input_tokens[mask],
+            output_tokens=self.output_tokens[mask],
+            recorded_input=self.recorded_input[mask],
+            hashes=self.hashes.filter(pl.Series(mask)),
+            block_size=self.block_size,
+            sessions=self.sessions[mask],
+            think_s=self.think_s[mask],
+            engine_cached=cut(self.engine_cached),
             template_tokens=self.template_tokens,
-            ttft_s=cut(self.ttft_s), e2e_s=cut(self.e2e_s), itl_s=None, time_scale=self.time_scale, notes=self.notes,
+            ttft_s=cut(self.ttft_s),
+            e2e_s=cut(self.e2e_s),
+            itl_s=None,
+            time_scale=self.time_scale,
+            notes=self.notes,
         )
 
 
@@ -130,9 +149,16 @@ def live_side(df: pl.DataFrame, block_size: int, name: str = "live") -> Side:
     ttft = _f64(df["ttft_us"]) / 1e6 if "ttft_us" in has else None
     recorded = _f64(df["input_tokens"])
     return Side(
-        name=name, times_s=df["_t"].to_numpy(), input_tokens=recorded, output_tokens=_f64(df["output_tokens"]),
-        recorded_input=recorded, hashes=df["block_hashes"], block_size=block_size,
-        sessions=df["_session"].to_numpy(), think_s=think, engine_cached=cached,
+        name=name,
+        times_s=df["_t"].to_numpy(),
+        input_tokens=recorded,
+        output_tokens=_f64(df["output_tokens"]),
+        recorded_input=recorded,
+        hashes=df["block_hashes"],
+        block_size=block_size,
+        sessions=df["_session"].to_numpy(),
+        think_s=think,
+        engine_cached=cached,
         ttft_s=None if ttft is None or np.isnan(ttft).all() else ttft,
         e2e_s=None if e2e is None or np.isnan(e2e).all() else e2e,
     )
@@ -169,12 +195,17 @@ def replay_side(sent: pl.DataFrame, stage: pl.DataFrame, block_size: int, name: 
     cols = ["request_id", "block_hashes", "input_tokens", "output_tokens"]
     df = stage.select(pl.exclude("input_tokens")).join(
         sent.select(cols).rename({"input_tokens": "recorded_input", "output_tokens": "recorded_output"}),
-        on="request_id", how="inner",
+        on="request_id",
+        how="inner",
     )
-    df = df.filter(pl.col("sent_ns").is_not_null()).sort("sent_ns", maintain_order=True).with_columns(
-        _session=pl.col("session_id").fill_null(pl.col("request_id")),
-        _t=pl.col("sent_ns").cast(pl.Float64) / 1e9,
-        _end=pl.col("end_ns").cast(pl.Float64) / 1e9,
+    df = (
+        df.filter(pl.col("sent_ns").is_not_null())
+        .sort("sent_ns", maintain_order=True)
+        .with_columns(
+            _session=pl.col("session_id").fill_null(pl.col("request_id")),
+            _t=pl.col("sent_ns").cast(pl.Float64) / 1e9,
+            _end=pl.col("end_ns").cast(pl.Float64) / 1e9,
+        )
     )
     ok = (df["error"] == "none").to_numpy()
     recorded = _f64(df["recorded_input"])
@@ -184,11 +215,15 @@ def replay_side(sent: pl.DataFrame, stage: pl.DataFrame, block_size: int, name: 
     if np.isfinite(engine_prompt).any():
         inputs = engine_prompt - (overhead or 0)
         if overhead:
-            notes.append(f"the engine counted a median {overhead:+d} tokens more per prompt than recorded (its "
-                         f"chat template); subtracted before comparing lengths")
+            notes.append(
+                f"the engine counted a median {overhead:+d} tokens more per prompt than recorded (its "
+                f"chat template); subtracted before comparing lengths"
+            )
         elif overhead is None:
-            notes.append("the engine's prompt tokens differ from the recorded ones by more than a chat template "
-                         "would add (another tokenizer than the trace's, or other prompts)")
+            notes.append(
+                "the engine's prompt tokens differ from the recorded ones by more than a chat template "
+                "would add (another tokenizer than the trace's, or other prompts)"
+            )
     else:
         inputs = recorded
         notes.append("the engine reported no prompt tokens: input lengths are the recorded ones of the requests sent")
@@ -198,15 +233,29 @@ def replay_side(sent: pl.DataFrame, stage: pl.DataFrame, block_size: int, name: 
     itl = None
     if "chunk_us" in df.columns:
         done = df.filter(pl.col("error") == "none")
-        itl = (done.select(pl.col("chunk_us").cast(pl.List(pl.Int64)).list.diff(null_behavior="drop").alias("d"))
-               .explode("d")["d"].drop_nulls().to_numpy() / 1e6)
+        itl = (
+            done.select(pl.col("chunk_us").cast(pl.List(pl.Int64)).list.diff(null_behavior="drop").alias("d"))
+            .explode("d")["d"]
+            .drop_nulls()
+            .to_numpy()
+            / 1e6
+        )
     t = df["_t"].to_numpy()
     return Side(
-        name=name, times_s=t, input_tokens=inputs, output_tokens=outputs, recorded_input=recorded,
-        hashes=df["block_hashes"], block_size=block_size, sessions=df["_session"].to_numpy(),
+        name=name,
+        times_s=t,
+        input_tokens=inputs,
+        output_tokens=outputs,
+        recorded_input=recorded,
+        hashes=df["block_hashes"],
+        block_size=block_size,
+        sessions=df["_session"].to_numpy(),
         think_s=_think_times(df, "_t", "_end"),
         engine_cached=None if np.isnan(cached).all() else cached,
         template_tokens=overhead or 0,
-        ttft_s=np.where(ok, first_token - t, np.nan), e2e_s=np.where(ok, df["_end"].to_numpy() - t, np.nan),
-        itl_s=itl, engine_prompt_all=engine_prompt, notes=tuple(notes),
+        ttft_s=np.where(ok, first_token - t, np.nan),
+        e2e_s=np.where(ok, df["_end"].to_numpy() - t, np.nan),
+        itl_s=itl,
+        engine_prompt_all=engine_prompt,
+        notes=tuple(notes),
     )

@@ -110,6 +110,7 @@ def interarrival_cv(times_s) -> float | None:
 def rate_correlation(a_times_s, b_times_s, windows: int = 50) -> float | None:
     """Pearson correlation of the two streams' counts over ``windows`` equal slices of each
     stream's own span: does the rate rise and fall at the same points of the run?"""
+
     def shape(t: np.ndarray) -> np.ndarray | None:
         t = np.sort(_clean(t))
         if len(t) < 2 or t[-1] == t[0]:

@@ -14,7 +14,25 @@ from optimizer.search import SEARCHERS, CoordinateDescent, Proposal, RandomSearc
 from optimizer.space import Space
 from optimizer.verdict import Measurement, NoiseFloor, Verdict, judge
 
-__all__ = ["Budget", "Campaign", "CampaignResult", "CampaignStopped", "EngineMeasure", "Objective", "measure_on_engine",
-           "LocalPool", "RayPool", "SerialPool", "SEARCHERS",
-           "CoordinateDescent", "Proposal", "RandomSearch", "TPE", "Space", "Measurement", "NoiseFloor", "Verdict",
-           "judge"]
+__all__ = [
+    "Budget",
+    "Campaign",
+    "CampaignResult",
+    "CampaignStopped",
+    "EngineMeasure",
+    "Objective",
+    "measure_on_engine",
+    "LocalPool",
+    "RayPool",
+    "SerialPool",
+    "SEARCHERS",
+    "CoordinateDescent",
+    "Proposal",
+    "RandomSearch",
+    "TPE",
+    "Space",
+    "Measurement",
+    "NoiseFloor",
+    "Verdict",
+    "judge",
+]

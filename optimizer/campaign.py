@@ -54,8 +54,7 @@ from optimizer.verdict import K, MAX_NOISE, REPEATS, Measurement, NoiseFloor, Ve
 from replay.errors import ReplayError
 from replay.trace import Trace
 
-__all__ = ["Objective", "Budget", "Campaign", "CampaignResult", "CampaignStopped", "Step", "workload_hash",
-           "RECHECK_EVERY"]
+__all__ = ["Objective", "Budget", "Campaign", "CampaignResult", "CampaignStopped", "Step", "workload_hash", "RECHECK_EVERY"]
 
 # candidate measurements between two measurements of the baseline (0: never measured again)
 RECHECK_EVERY = 4
@@ -79,6 +78,7 @@ class Objective:
     def __post_init__(self) -> None:
         if self.kind not in ("goodput", "throughput", "max_rate"):
             from replay.errors import ConfigError
+
             raise ConfigError(f"--objective: '{self.kind}' not one of goodput, throughput, max_rate")
 
     def value(self, summary: Mapping[str, Any]) -> float:
@@ -122,8 +122,13 @@ class Step:
         return list(self.hypothesis.get("checks") or [])
 
     def to_json(self) -> dict:
-        return {"config": self.config, "hypothesis": self.hypothesis, "verdict": self.verdict.to_json(),
-                "reused": self.reused, "needs_approval": list(self.needs_approval)}
+        return {
+            "config": self.config,
+            "hypothesis": self.hypothesis,
+            "verdict": self.verdict.to_json(),
+            "reused": self.reused,
+            "needs_approval": list(self.needs_approval),
+        }
 
 
 @dataclass
@@ -152,13 +157,20 @@ class CampaignResult:
         self.fidelity_inconclusive += bool(details.get("fidelity_inconclusive_allowed"))
 
     def to_json(self) -> dict:
-        return {"baseline": self.baseline, "noise": self.noise.to_json(), "rechecks": self.rechecks,
-                "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
-                "steps": [s.to_json() for s in self.steps],
-                "accepted": [s.to_json() for s in self.accepted],
-                "awaiting_approval": [s.to_json() for s in self.awaiting_approval], "best": self.best,
-                "best_noise": self.best_noise.to_json() if self.best_noise else None, "stopped": self.stopped,
-                "fidelity_overridden": self.fidelity_overridden, "fidelity_inconclusive": self.fidelity_inconclusive}
+        return {
+            "baseline": self.baseline,
+            "noise": self.noise.to_json(),
+            "rechecks": self.rechecks,
+            "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
+            "steps": [s.to_json() for s in self.steps],
+            "accepted": [s.to_json() for s in self.accepted],
+            "awaiting_approval": [s.to_json() for s in self.awaiting_approval],
+            "best": self.best,
+            "best_noise": self.best_noise.to_json() if self.best_noise else None,
+            "stopped": self.stopped,
+            "fidelity_overridden": self.fidelity_overridden,
+            "fidelity_inconclusive": self.fidelity_inconclusive,
+        }
 
 
 def workload_hash(trace: Trace) -> str:
@@ -179,14 +191,28 @@ class Campaign:
     ``pool`` is where measurements run (:mod:`optimizer.pool`): with more than one slot,
     :meth:`run` judges that many proposals a round, each on its own engine."""
 
-    def __init__(self, *, space: Space, measure: Callable[[Mapping[str, Any]], Measurement] | None = None,
-                 ledger: str | Path, identity: Mapping[str, Any], baseline: Mapping[str, Any] | None = None,
-                 repeats: int = REPEATS, budget: Budget = Budget(), searcher: str | Searcher = "coordinate",
-                 order: list[str] | None = None, seed: int = 0, gpus: int = 1,
-                 offered_reuse: float | None = None, pool: Pool | None = None,
-                 recheck_every: int = RECHECK_EVERY, max_noise: float = MAX_NOISE) -> None:
+    def __init__(
+        self,
+        *,
+        space: Space,
+        measure: Callable[[Mapping[str, Any]], Measurement] | None = None,
+        ledger: str | Path,
+        identity: Mapping[str, Any],
+        baseline: Mapping[str, Any] | None = None,
+        repeats: int = REPEATS,
+        budget: Budget = Budget(),
+        searcher: str | Searcher = "coordinate",
+        order: list[str] | None = None,
+        seed: int = 0,
+        gpus: int = 1,
+        offered_reuse: float | None = None,
+        pool: Pool | None = None,
+        recheck_every: int = RECHECK_EVERY,
+        max_noise: float = MAX_NOISE,
+    ) -> None:
         if repeats < 2:
             from replay.errors import ConfigError
+
             raise ConfigError("--repeats: the noise floor needs at least 2 baseline runs")
         self.space = space
         self._measure = measure
@@ -200,10 +226,12 @@ class Campaign:
         self.pool = pool or SerialPool()
         if recheck_every < 0:
             from replay.errors import ConfigError
+
             raise ConfigError(f"--recheck-every: {recheck_every} is negative (0: never measure the baseline again)")
         self.recheck_every = recheck_every
         if not max_noise > 0:
             from replay.errors import ConfigError
+
             raise ConfigError(f"--max-noise: {max_noise} must be above 0 (the baseline's spread, a share of its median)")
         self.max_noise = max_noise
         self._since_recheck = 0  # candidate measurements since the baseline was last measured
@@ -231,8 +259,9 @@ class Campaign:
         return max(1, slots)
 
     # -- measuring ---------------------------------------------------------------------------------
-    def _measure_many(self, configs: list[Mapping[str, Any]],
-                      candidates: bool = True) -> Iterator[tuple[Measurement, dict[str, float]]]:
+    def _measure_many(
+        self, configs: list[Mapping[str, Any]], candidates: bool = True
+    ) -> Iterator[tuple[Measurement, dict[str, float]]]:
         """Measure ``configs``, ``slots`` at a time: (measurement, when it started and finished)
         each, yielded as each group of ``slots`` ends, so the caller puts them in the ledger before
         the next group starts. Between ``candidates``, when a recheck of the baseline is due, it
@@ -242,7 +271,7 @@ class Campaign:
             recheck = candidates and bool(self.recheck_every) and self._since_recheck >= self.recheck_every
             group = [self.result.best] if recheck else []
             take = self.slots - len(group)
-            group += configs[i:i + take]
+            group += configs[i : i + take]
             i += take
             for k, t in enumerate(self.pool.map(self._measure, group)):
                 self._gpu_s += t.seconds * self.gpus
@@ -265,13 +294,14 @@ class Campaign:
             raise CampaignStopped(f"the baseline {config_key(config)} turned invalid when measured again: {m.invalid}")
         before = self.result.best_noise
         drifted = abs(m.value - before.median) > K * before.spread
-        self.result.rechecks.append({"config": dict(config), "value": m.value, "median": before.median,
-                                     "drifted": drifted})
+        self.result.rechecks.append({"config": dict(config), "value": m.value, "median": before.median, "drifted": drifted})
         floor = NoiseFloor(before.values + (m.value,))
         if floor.too_noisy(self.max_noise):
-            raise CampaignStopped(f"the environment is too unstable to decide: the baseline, measured again, gave "
-                                  f"{m.value:.4g} against a median of {before.median:.4g}; its runs now spread "
-                                  f"{floor.relative:.0%} of their median (more than {self.max_noise:.0%})")
+            raise CampaignStopped(
+                f"the environment is too unstable to decide: the baseline, measured again, gave "
+                f"{m.value:.4g} against a median of {before.median:.4g}; its runs now spread "
+                f"{floor.relative:.0%} of their median (more than {self.max_noise:.0%})"
+            )
         self.result.best_noise = floor
 
     def _floor_of(self, config: Mapping[str, Any], role: str, extra: list[Measurement] = ()) -> NoiseFloor:
@@ -285,9 +315,12 @@ class Campaign:
         if missing and self._measure is None:
             if role == "baseline":
                 from replay.errors import ConfigError
-                raise ConfigError(f"the baseline's noise floor needs {self.repeats} runs, each on a fresh engine "
-                                  f"start, and {len(done)} were given: pass them to start(), or give the campaign "
-                                  f"a measure")
+
+                raise ConfigError(
+                    f"the baseline's noise floor needs {self.repeats} runs, each on a fresh engine "
+                    f"start, and {len(done)} were given: pass them to start(), or give the campaign "
+                    f"a measure"
+                )
             missing = 0  # a win told from outside: its floor is the runs told (two at least)
         for m, t in self._measure_many([config] * missing, candidates=False):
             self.ledger.record(config, role, m, **t)
@@ -301,9 +334,11 @@ class Campaign:
                 adopt(m)
         floor = NoiseFloor(tuple(values))
         if floor.too_noisy(self.max_noise):
-            raise CampaignStopped(f"the environment is too unstable to decide: the baseline's runs "
-                                  f"{[round(v, 4) for v in values]} spread {floor.relative:.0%} of their median "
-                                  f"(more than {self.max_noise:.0%})")
+            raise CampaignStopped(
+                f"the environment is too unstable to decide: the baseline's runs "
+                f"{[round(v, 4) for v in values]} spread {floor.relative:.0%} of their median "
+                f"(more than {self.max_noise:.0%})"
+            )
         return floor
 
     def baseline_runs_needed(self) -> int:
@@ -325,14 +360,18 @@ class Campaign:
             first = self.ledger.entries(self.baseline, "baseline")[0].measurement
             sweep = self._sweep()
             if sweep:
-                self.diagnosis = diagnose_sweep(sweep, self.baseline, self._default_seqs(), self.space.names,
-                                                self.offered_reuse)
+                self.diagnosis = diagnose_sweep(sweep, self.baseline, self._default_seqs(), self.space.names, self.offered_reuse)
             else:
                 self.diagnosis = self._diagnose(self.baseline, first)
             self._reference = (first.details, first.value)
             self._incumbent_diagnosis = self.diagnosis
-            self.result = CampaignResult(baseline=dict(self.baseline), noise=self.noise, best=dict(self.baseline),
-                                         best_noise=self.noise, diagnosis=self.diagnosis)
+            self.result = CampaignResult(
+                baseline=dict(self.baseline),
+                noise=self.noise,
+                best=dict(self.baseline),
+                best_noise=self.noise,
+                diagnosis=self.diagnosis,
+            )
             for e in self.ledger.entries():
                 self.result.count_gate(e.measurement.details)
         return self.noise
@@ -349,8 +388,7 @@ class Campaign:
             return []
         t = self.pool.map(sweep, [self.baseline])[0]
         self._gpu_s += t.seconds * self.gpus
-        self.ledger.record(self.baseline, "diagnosis", t.measurement, started=t.started,
-                           finished=t.started + t.seconds)
+        self.ledger.record(self.baseline, "diagnosis", t.measurement, started=t.started, finished=t.started + t.seconds)
         return t.measurement.details.get("sweep") or []
 
     def evaluate(self, config: Mapping[str, Any], hypothesis: Mapping[str, str] | None = None) -> Verdict:
@@ -380,8 +418,14 @@ class Campaign:
                 reused.add(i)
             elif not self.space.allows(p.config):
                 verdicts[i] = Verdict("invalid", "the space's constraints forbid this config")
-                self.ledger.record(p.config, "candidate", Measurement(None, verdicts[i].reason),
-                                   hypothesis=p.hypothesis, verdict="invalid", reason=verdicts[i].reason)
+                self.ledger.record(
+                    p.config,
+                    "candidate",
+                    Measurement(None, verdicts[i].reason),
+                    hypothesis=p.hypothesis,
+                    verdict="invalid",
+                    reason=verdicts[i].reason,
+                )
             elif config_key(p.config) in twins:
                 reused.add(i)  # proposed twice in one round: measured once, judged once
             else:
@@ -401,19 +445,30 @@ class Campaign:
             self.ledger.record(proposals[i].config, "confirm", m, hypothesis=proposals[i].hypothesis, **t)
         for i in fresh:
             verdicts[i] = judge(noise, firsts[i], lambda i=i: seconds[i], confirm_noise=self.result.best_noise)
-            proposals[i] = Proposal(proposals[i].config, self._checked(proposals[i], firsts[i], verdicts[i].kind),
-                                    proposals[i].token)
+            proposals[i] = Proposal(
+                proposals[i].config, self._checked(proposals[i], firsts[i], verdicts[i].kind), proposals[i].token
+            )
             self.ledger.set_verdict(rows[i], verdicts[i].kind, verdicts[i].reason, proposals[i].hypothesis)
         for i, p in enumerate(proposals):
             if verdicts[i] is None:
                 verdicts[i] = verdicts[twins[config_key(p.config)]]
-        steps = [Step(dict(p.config), dict(p.hypothesis), v, reused=i in reused,
-                      needs_approval=tuple(self.space.lossy_changes(base, p.config)) if v.kind == "better" else ())
-                 for i, (p, v) in enumerate(zip(proposals, verdicts))]
+        steps = [
+            Step(
+                dict(p.config),
+                dict(p.hypothesis),
+                v,
+                reused=i in reused,
+                needs_approval=tuple(self.space.lossy_changes(base, p.config)) if v.kind == "better" else (),
+            )
+            for i, (p, v) in enumerate(zip(proposals, verdicts))
+        ]
         self.result.steps.extend(steps)
         self.result.awaiting_approval.extend(s for s in steps if s.needs_approval)
-        wins = [s for s in steps if s.verdict.kind == "better" and not s.needs_approval
-                and s.verdict.measurements[0].value > noise.median]
+        wins = [
+            s
+            for s in steps
+            if s.verdict.kind == "better" and not s.needs_approval and s.verdict.measurements[0].value > noise.median
+        ]
         if wins:
             self._accept(max(wins, key=lambda s: s.verdict.measurements[0].value))
         return verdicts
@@ -424,8 +479,12 @@ class Campaign:
         m, b = previous.measurement, noise.median
         gain = (m.value - b) / b if m.value is not None and b else None
         confirms = tuple(e.measurement for e in self.ledger.entries(previous.config, "confirm"))[:1]
-        return Verdict(previous.verdict or "invalid", f"(from the ledger) {previous.reason}", gain,
-                       measurements=(m, *confirms) if previous.verdict == "better" else (m,))
+        return Verdict(
+            previous.verdict or "invalid",
+            f"(from the ledger) {previous.reason}",
+            gain,
+            measurements=(m, *confirms) if previous.verdict == "better" else (m,),
+        )
 
     def _default_seqs(self) -> int | None:
         """The space's default max_num_seqs (the batch cap a config without one runs under)."""
@@ -434,8 +493,15 @@ class Campaign:
 
     def _diagnose(self, config: Mapping[str, Any], m: Measurement) -> Diagnosis:
         """The bottleneck of one run of ``config`` (its engine metrics)."""
-        return diagnose(m.details.get("peaks", {}), m.details.get("counters", {}), config, self._default_seqs(),
-                        self.space.names, self.offered_reuse, rate=(m.details.get("summary") or {}).get("offered_rate"))
+        return diagnose(
+            m.details.get("peaks", {}),
+            m.details.get("counters", {}),
+            config,
+            self._default_seqs(),
+            self.space.names,
+            self.offered_reuse,
+            rate=(m.details.get("summary") or {}).get("offered_rate"),
+        )
 
     def _checked(self, proposal: Proposal, first: Measurement, verdict: str) -> dict[str, Any]:
         """``proposal``'s hypothesis with its predictions checked against the incumbent's run
@@ -446,8 +512,7 @@ class Campaign:
             out["diagnosis"] = {"bottleneck": d.bottleneck, "evidence": d.evidence}
         if out.get("predictions"):
             details, value = self._reference
-            out["checks"] = check(out["predictions"], observed(details, value),
-                                  observed(first.details, first.value), verdict)
+            out["checks"] = check(out["predictions"], observed(details, value), observed(first.details, first.value), verdict)
         return out
 
     def describe(self, base: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
@@ -477,6 +542,7 @@ class Campaign:
         cls = SEARCHERS.get(spec)
         if cls is None:
             from replay.errors import ConfigError
+
             raise ConfigError(f"--search: '{spec}' not one of {', '.join(SEARCHERS)}")
         self.start()
         start = self.result.best  # the baseline, or what an outside loop already won
@@ -568,14 +634,18 @@ class Campaign:
     def _needs_measure(self, what: str) -> None:
         if self._measure is None:
             from replay.errors import ConfigError
-            raise ConfigError(f"{what} needs a campaign with a measure: this one's configs are measured by its "
-                              f"caller (tell(proposal, measurement))")
+
+            raise ConfigError(
+                f"{what} needs a campaign with a measure: this one's configs are measured by its "
+                f"caller (tell(proposal, measurement))"
+            )
 
     def _judge_told(self, proposal: Proposal, runs: list[Measurement]) -> tuple[Verdict, Step | None]:
         """:meth:`tell` with runs measured by the caller: (the verdict, its step; None while a
         first run that cleared the bar waits for its confirmation)."""
         if not runs:
             from replay.errors import ConfigError
+
             raise ConfigError("tell(): no measurement given (one Measurement, or a list of repeats)")
         self.start()
         noise, base, config = self.result.best_noise, self.result.best, dict(proposal.config)
@@ -588,8 +658,14 @@ class Campaign:
             return verdict, step
         if not self.space.allows(config):
             verdict = Verdict("invalid", "the space's constraints forbid this config")
-            self.ledger.record(config, "candidate", Measurement(None, verdict.reason), hypothesis=proposal.hypothesis,
-                               verdict="invalid", reason=verdict.reason)
+            self.ledger.record(
+                config,
+                "candidate",
+                Measurement(None, verdict.reason),
+                hypothesis=proposal.hypothesis,
+                verdict="invalid",
+                reason=verdict.reason,
+            )
             step = Step(config, dict(proposal.hypothesis), verdict)
             self.result.steps.append(step)
             return verdict, step
@@ -604,17 +680,25 @@ class Campaign:
         if not runs and judge(noise, first).kind == "better":
             self._pending[key] = replace(proposal, role="confirm")
             b = noise.median
-            return Verdict("pending", f"{first.value:.4g} clears the bar of the baseline {b:.4g} ± {noise.spread:.3g} "
-                                      f"once: a win must repeat; tell a second run on a fresh engine start",
-                           (first.value - b) / b if b else None, (first,)), None
+            return Verdict(
+                "pending",
+                f"{first.value:.4g} clears the bar of the baseline {b:.4g} ± {noise.spread:.3g} "
+                f"once: a win must repeat; tell a second run on a fresh engine start",
+                (first.value - b) / b if b else None,
+                (first,),
+            ), None
         for m in runs:  # repeats on fresh starts: the confirmation first, and with a win, its floor
             self.result.count_gate(m.details)
             self.ledger.record(config, "confirm", m, hypothesis=proposal.hypothesis)
         verdict = judge(noise, first, lambda: runs[0])
         checked = self._checked(proposal, first, verdict.kind)
         self.ledger.set_verdict(row, verdict.kind, verdict.reason, checked)
-        step = Step(config, checked, verdict,
-                    needs_approval=tuple(self.space.lossy_changes(base, config)) if verdict.kind == "better" else ())
+        step = Step(
+            config,
+            checked,
+            verdict,
+            needs_approval=tuple(self.space.lossy_changes(base, config)) if verdict.kind == "better" else (),
+        )
         self.result.steps.append(step)
         if step.needs_approval:
             self.result.awaiting_approval.append(step)

@@ -42,8 +42,17 @@ from typing import Any
 from replay.engine_metrics import KV_FULL  # one definition: the sweep's saturation line uses it too
 from replay.errors import ConfigError
 
-__all__ = ["SAMPLE_S", "SWEEP_FACTORS", "COUNTERS", "MetricSampler", "Diagnosis", "diagnose", "diagnose_sweep",
-           "counter_deltas", "phase_split"]
+__all__ = [
+    "SAMPLE_S",
+    "SWEEP_FACTORS",
+    "COUNTERS",
+    "MetricSampler",
+    "Diagnosis",
+    "diagnose",
+    "diagnose_sweep",
+    "counter_deltas",
+    "phase_split",
+]
 
 SAMPLE_S = 0.5
 KV_ROOM = 0.5
@@ -52,8 +61,18 @@ COLD_HIT = 0.1
 SWEEP_FACTORS = (0.5, 1.0, 2.0)
 # the engine's counters (common names, replay.targets.engine.COMMON_METRICS) a sweep stage
 # reports over its own span: the difference between the scrapes before and after it
-COUNTERS = ("preemptions", "prefix_cache_queries", "prefix_cache_hits", "prompt_tokens", "generation_tokens",
-            "requests_finished", "prefill_time_s", "prefill_requests", "decode_time_s", "decode_requests")
+COUNTERS = (
+    "preemptions",
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+    "prompt_tokens",
+    "generation_tokens",
+    "requests_finished",
+    "prefill_time_s",
+    "prefill_requests",
+    "decode_time_s",
+    "decode_requests",
+)
 
 
 class MetricSampler:
@@ -104,14 +123,22 @@ class Diagnosis:
     sweep: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"bottleneck": self.bottleneck, "evidence": self.evidence, "order": self.order, "rate": self.rate,
-                "sweep": self.sweep}
+        return {
+            "bottleneck": self.bottleneck,
+            "evidence": self.evidence,
+            "order": self.order,
+            "rate": self.rate,
+            "sweep": self.sweep,
+        }
 
     def sweep_lines(self) -> list[str]:
         """One line per rate of the sweep, for the reports."""
-        return [f"{_rate(s['rate'])}: {s['bottleneck']}, goodput {_num(s.get('goodput_rps'))} req/s, throughput "
-                f"{_num(s.get('throughput_rps'))} req/s{'' if s.get('valid', True) else ' (the runner fell behind)'}"
-                f" ({s['evidence']})" for s in self.sweep]
+        return [
+            f"{_rate(s['rate'])}: {s['bottleneck']}, goodput {_num(s.get('goodput_rps'))} req/s, throughput "
+            f"{_num(s.get('throughput_rps'))} req/s{'' if s.get('valid', True) else ' (the runner fell behind)'}"
+            f" ({s['evidence']})"
+            for s in self.sweep
+        ]
 
 
 def _rate(rate: float | None) -> str:
@@ -132,17 +159,25 @@ def phase_split(counters: Mapping[str, float]) -> str:
         return "no prefill or decode time reported"
     n = counters.get("prefill_requests")
     over = f" over {n:.0f} requests" if n else ""
-    return (f"prefill took {prefill / (prefill + decode):.0%} of the requests' running time (prefill {prefill:.3g} s, "
-            f"decode {decode:.3g} s{over})")
+    return (
+        f"prefill took {prefill / (prefill + decode):.0%} of the requests' running time (prefill {prefill:.3g} s, "
+        f"decode {decode:.3g} s{over})"
+    )
 
 
 def _ordered(preferred: list[str], names: list[str]) -> list[str]:
     return [n for n in preferred if n in names] + [n for n in names if n not in preferred]
 
 
-def diagnose(peaks: Mapping[str, float], counters: Mapping[str, float], config: Mapping[str, Any],
-             max_num_seqs_default: int | None, names: list[str], offered_reuse: float | None = None,
-             rate: float | None = None) -> Diagnosis:
+def diagnose(
+    peaks: Mapping[str, float],
+    counters: Mapping[str, float],
+    config: Mapping[str, Any],
+    max_num_seqs_default: int | None,
+    names: list[str],
+    offered_reuse: float | None = None,
+    rate: float | None = None,
+) -> Diagnosis:
     """The bottleneck of one stage (its gauge peaks and counters) offered at ``rate`` req/s, and
     the order to try ``names`` in."""
     found = _bottleneck(peaks, counters, config, max_num_seqs_default, names, offered_reuse)
@@ -150,24 +185,43 @@ def diagnose(peaks: Mapping[str, float], counters: Mapping[str, float], config: 
     return Diagnosis(found.bottleneck, f"{at}{found.evidence}; {phase_split(counters)}", found.order, rate)
 
 
-def diagnose_sweep(sweep: list[Mapping[str, Any]], config: Mapping[str, Any], max_num_seqs_default: int | None,
-                   names: list[str], offered_reuse: float | None = None) -> Diagnosis:
+def diagnose_sweep(
+    sweep: list[Mapping[str, Any]],
+    config: Mapping[str, Any],
+    max_num_seqs_default: int | None,
+    names: list[str],
+    offered_reuse: float | None = None,
+) -> Diagnosis:
     """The diagnosis of a sweep's stages (in rising rate: each with its rate, peaks and counters):
     the one at the lowest rate where a bottleneck shows, else "not saturated" at the highest;
     every rate's own, in ``sweep``."""
     if not sweep:
         raise ConfigError("diagnose_sweep: no stages")
-    found = [diagnose(s.get("peaks", {}), s.get("counters", {}), config, max_num_seqs_default, names, offered_reuse)
-             for s in sweep]
+    found = [
+        diagnose(s.get("peaks", {}), s.get("counters", {}), config, max_num_seqs_default, names, offered_reuse) for s in sweep
+    ]
     per_rate = [{**s, "bottleneck": d.bottleneck, "evidence": d.evidence} for s, d in zip(sweep, found)]
     i = next((i for i, d in enumerate(found) if d.bottleneck != "not saturated"), len(found) - 1)
-    pick = diagnose(sweep[i].get("peaks", {}), sweep[i].get("counters", {}), config, max_num_seqs_default, names,
-                    offered_reuse, rate=sweep[i].get("rate"))
+    pick = diagnose(
+        sweep[i].get("peaks", {}),
+        sweep[i].get("counters", {}),
+        config,
+        max_num_seqs_default,
+        names,
+        offered_reuse,
+        rate=sweep[i].get("rate"),
+    )
     return Diagnosis(pick.bottleneck, pick.evidence, pick.order, pick.rate, per_rate)
 
 
-def _bottleneck(peaks: Mapping[str, float], counters: Mapping[str, float], config: Mapping[str, Any],
-                max_num_seqs_default: int | None, names: list[str], offered_reuse: float | None) -> Diagnosis:
+def _bottleneck(
+    peaks: Mapping[str, float],
+    counters: Mapping[str, float],
+    config: Mapping[str, Any],
+    max_num_seqs_default: int | None,
+    names: list[str],
+    offered_reuse: float | None,
+) -> Diagnosis:
     running, waiting = peaks.get("running", 0.0), peaks.get("waiting", 0.0)
     kv = peaks.get("kv_usage")
     preemptions = counters.get("preemptions", 0.0) or 0.0
@@ -175,22 +229,37 @@ def _bottleneck(peaks: Mapping[str, float], counters: Mapping[str, float], confi
     queries, hits = counters.get("prefix_cache_queries"), counters.get("prefix_cache_hits")
     kv_text = "unknown (not in the engine's metrics)" if kv is None else f"{kv:.0%}"
     if preemptions > 0 or (kv is not None and kv >= KV_FULL):
-        return Diagnosis("KV-bound", f"{preemptions:.0f} preemptions, KV usage peaked at {kv_text}",
-                         _ordered(["enable_prefix_caching", "max_num_seqs", "max_num_batched_tokens",
-                                   "gpu_memory_utilization", "block_size"], names))
+        return Diagnosis(
+            "KV-bound",
+            f"{preemptions:.0f} preemptions, KV usage peaked at {kv_text}",
+            _ordered(
+                ["enable_prefix_caching", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "block_size"], names
+            ),
+        )
     if cap and running >= cap and waiting > 0 and (kv is None or kv <= KV_ROOM):
-        return Diagnosis("batch-capped", f"max-num-seqs ({cap}) reached with up to {waiting:.0f} waiting while KV "
-                                         f"usage peaked at {kv_text}",
-                         _ordered(["max_num_seqs", "max_num_batched_tokens"], names))
+        return Diagnosis(
+            "batch-capped",
+            f"max-num-seqs ({cap}) reached with up to {waiting:.0f} waiting while KV usage peaked at {kv_text}",
+            _ordered(["max_num_seqs", "max_num_batched_tokens"], names),
+        )
     if waiting > 0 and (not cap or running < cap) and (kv is None or kv < KV_FULL):
-        return Diagnosis("prefill-bound", f"up to {waiting:.0f} requests waited while the batch peaked at "
-                                          f"{running:.0f}{f' of {cap}' if cap else ''} and KV usage at {kv_text}",
-                         _ordered(["max_num_batched_tokens", "max_num_seqs", "enable_prefix_caching"], names))
+        return Diagnosis(
+            "prefill-bound",
+            f"up to {waiting:.0f} requests waited while the batch peaked at "
+            f"{running:.0f}{f' of {cap}' if cap else ''} and KV usage at {kv_text}",
+            _ordered(["max_num_batched_tokens", "max_num_seqs", "enable_prefix_caching"], names),
+        )
     caching = config.get("enable_prefix_caching", True)
     hit_rate = (hits / queries) if queries else None
     if (offered_reuse or 0) > COLD_HIT and (not caching or (hit_rate is not None and hit_rate < COLD_HIT)):
         why = "prefix caching is off" if not caching else f"the prefix cache hit {hit_rate:.0%} of its queries"
-        return Diagnosis("cache-cold", f"{why} while the workload offers {offered_reuse:.0%} prefix reuse",
-                         _ordered(["enable_prefix_caching", "block_size"], names))
-    return Diagnosis("not saturated", f"no queue: the batch peaked at {running:.0f} with {waiting:.0f} waiting, "
-                                      f"KV usage at {kv_text}", list(names))
+        return Diagnosis(
+            "cache-cold",
+            f"{why} while the workload offers {offered_reuse:.0%} prefix reuse",
+            _ordered(["enable_prefix_caching", "block_size"], names),
+        )
+    return Diagnosis(
+        "not saturated",
+        f"no queue: the batch peaked at {running:.0f} with {waiting:.0f} waiting, KV usage at {kv_text}",
+        list(names),
+    )

@@ -23,20 +23,38 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ROLES", "METRICS", "MECHANISMS", "MOVED", "HELD", "REFUTED", "NOT_MEASURABLE", "Mechanism",
-           "observed", "hypothesis", "check", "score"]
+__all__ = [
+    "ROLES",
+    "METRICS",
+    "MECHANISMS",
+    "MOVED",
+    "HELD",
+    "REFUTED",
+    "NOT_MEASURABLE",
+    "Mechanism",
+    "observed",
+    "hypothesis",
+    "check",
+    "score",
+]
 
 HELD, REFUTED, NOT_MEASURABLE = "held", "refuted", "not measurable"
 MOVED = 0.10  # a metric moved when it changed by more than this share of the incumbent's value
 
 # each engine's knob -> its role in the mechanisms, and whether "up" means turning the role up
 ROLES: dict[str, tuple[str, bool]] = {
-    "max_num_seqs": ("batch cap", True), "parallel": ("batch cap", True), "max_running_requests": ("batch cap", True),
-    "max_num_batched_tokens": ("token budget", True), "batch_size": ("token budget", True),
-    "max_prefill_tokens": ("token budget", True), "chunked_prefill_size": ("token budget", True),
-    "enable_prefix_caching": ("prefix cache", True), "disable_radix_cache": ("prefix cache", False),
+    "max_num_seqs": ("batch cap", True),
+    "parallel": ("batch cap", True),
+    "max_running_requests": ("batch cap", True),
+    "max_num_batched_tokens": ("token budget", True),
+    "batch_size": ("token budget", True),
+    "max_prefill_tokens": ("token budget", True),
+    "chunked_prefill_size": ("token budget", True),
+    "enable_prefix_caching": ("prefix cache", True),
+    "disable_radix_cache": ("prefix cache", False),
     "cache_reuse": ("prefix cache", True),
-    "gpu_memory_utilization": ("KV memory", True), "mem_fraction_static": ("KV memory", True),
+    "gpu_memory_utilization": ("KV memory", True),
+    "mem_fraction_static": ("KV memory", True),
 }
 
 # metric -> (what it is, the smallest change that counts as a move; :func:`observed` reads them)
@@ -60,36 +78,47 @@ class Mechanism:
 _M = Mechanism
 # (bottleneck, role, up?) -> mechanism; docs/optimizer.md lists the same table
 MECHANISMS: dict[tuple[str, str, bool], Mechanism] = {
-    ("batch-capped", "batch cap", True): _M("the cap admits more of the waiting requests at once",
-                                           (("running", 1), ("waiting", -1), ("ttft_p50_ms", -1))),
-    ("batch-capped", "batch cap", False): _M("a lower cap leaves more requests waiting",
-                                            (("running", -1), ("waiting", 1), ("ttft_p50_ms", 1))),
-    ("batch-capped", "token budget", True): _M("the cap, not the token budget, limits: a larger budget changes little",
-                                              (("objective", 0),)),
-    ("prefill-bound", "token budget", True): _M("more prompt tokens per step admit the waiting requests sooner",
-                                               (("waiting", -1), ("ttft_p50_ms", -1))),
-    ("prefill-bound", "token budget", False): _M("fewer prompt tokens per step admit requests more slowly",
-                                                (("waiting", 1), ("ttft_p50_ms", 1))),
-    ("prefill-bound", "batch cap", True): _M("the token budget, not the cap, limits admission: a higher cap "
-                                            "changes little", (("objective", 0),)),
-    ("KV-bound", "prefix cache", True): _M("shared prefixes are stored once and reused: fewer blocks per request",
-                                          (("prefix_hit_rate", 1), ("preemptions", -1))),
-    ("KV-bound", "batch cap", False): _M("fewer sequences hold KV blocks at once: fewer preemptions",
-                                        (("preemptions", -1), ("running", -1))),
-    ("KV-bound", "batch cap", True): _M("more sequences compete for the same KV blocks: more preemptions",
-                                       (("preemptions", 1),)),
-    ("KV-bound", "token budget", False): _M("smaller prefill chunks hold fewer new blocks per step",
-                                           (("preemptions", -1),)),
-    ("KV-bound", "KV memory", True): _M("more memory for KV blocks: fewer preemptions, lower usage",
-                                       (("preemptions", -1), ("kv_usage", -1))),
-    ("cache-cold", "prefix cache", True): _M("the workload's shared prefixes are served from the cache",
-                                            (("prefix_hit_rate", 1), ("ttft_p50_ms", -1))),
-    ("not saturated", "batch cap", True): _M("the engine kept up: a higher cap has nothing to admit",
-                                            (("objective", 0), ("waiting", 0))),
-    ("not saturated", "token budget", True): _M("the engine kept up: a larger token budget has no queue to drain",
-                                               (("objective", 0), ("waiting", 0))),
-    ("not saturated", "prefix cache", True): _M("the engine kept up; reuse served from the cache shortens prefill",
-                                               (("prefix_hit_rate", 1), ("ttft_p50_ms", -1))),
+    ("batch-capped", "batch cap", True): _M(
+        "the cap admits more of the waiting requests at once", (("running", 1), ("waiting", -1), ("ttft_p50_ms", -1))
+    ),
+    ("batch-capped", "batch cap", False): _M(
+        "a lower cap leaves more requests waiting", (("running", -1), ("waiting", 1), ("ttft_p50_ms", 1))
+    ),
+    ("batch-capped", "token budget", True): _M(
+        "the cap, not the token budget, limits: a larger budget changes little", (("objective", 0),)
+    ),
+    ("prefill-bound", "token budget", True): _M(
+        "more prompt tokens per step admit the waiting requests sooner", (("waiting", -1), ("ttft_p50_ms", -1))
+    ),
+    ("prefill-bound", "token budget", False): _M(
+        "fewer prompt tokens per step admit requests more slowly", (("waiting", 1), ("ttft_p50_ms", 1))
+    ),
+    ("prefill-bound", "batch cap", True): _M(
+        "the token budget, not the cap, limits admission: a higher cap changes little", (("objective", 0),)
+    ),
+    ("KV-bound", "prefix cache", True): _M(
+        "shared prefixes are stored once and reused: fewer blocks per request", (("prefix_hit_rate", 1), ("preemptions", -1))
+    ),
+    ("KV-bound", "batch cap", False): _M(
+        "fewer sequences hold KV blocks at once: fewer preemptions", (("preemptions", -1), ("running", -1))
+    ),
+    ("KV-bound", "batch cap", True): _M("more sequences compete for the same KV blocks: more preemptions", (("preemptions", 1),)),
+    ("KV-bound", "token budget", False): _M("smaller prefill chunks hold fewer new blocks per step", (("preemptions", -1),)),
+    ("KV-bound", "KV memory", True): _M(
+        "more memory for KV blocks: fewer preemptions, lower usage", (("preemptions", -1), ("kv_usage", -1))
+    ),
+    ("cache-cold", "prefix cache", True): _M(
+        "the workload's shared prefixes are served from the cache", (("prefix_hit_rate", 1), ("ttft_p50_ms", -1))
+    ),
+    ("not saturated", "batch cap", True): _M(
+        "the engine kept up: a higher cap has nothing to admit", (("objective", 0), ("waiting", 0))
+    ),
+    ("not saturated", "token budget", True): _M(
+        "the engine kept up: a larger token budget has no queue to drain", (("objective", 0), ("waiting", 0))
+    ),
+    ("not saturated", "prefix cache", True): _M(
+        "the engine kept up; reuse served from the cache shortens prefill", (("prefix_hit_rate", 1), ("ttft_p50_ms", -1))
+    ),
 }
 
 
@@ -138,8 +167,9 @@ def _words(predictions: list[dict]) -> str:
     return "; ".join(f"{METRICS[p['metric']][0]} {verb[p['direction']]}" for p in predictions)
 
 
-def hypothesis(base: Mapping[str, Any], config: Mapping[str, Any], bottleneck: str | None = None,
-               evidence: str = "") -> dict[str, Any]:
+def hypothesis(
+    base: Mapping[str, Any], config: Mapping[str, Any], bottleneck: str | None = None, evidence: str = ""
+) -> dict[str, Any]:
     """The hypothesis for moving from ``base`` (diagnosed as ``bottleneck``) to ``config``:
     explanation, change, mechanism, predictions (metric and direction), prediction and
     falsified_by in words."""
@@ -152,8 +182,10 @@ def hypothesis(base: Mapping[str, Any], config: Mapping[str, Any], bottleneck: s
                 predictions.append({"metric": metric, "direction": direction})
     if not predictions:
         predictions = [{"metric": "objective", "direction": 1}]
-    mechanism = "; ".join(f"{knob}: {m.text}" for knob, m in known) or \
-        f"no mechanism on record for this change at '{bottleneck or 'unknown'}': the objective should rise"
+    mechanism = (
+        "; ".join(f"{knob}: {m.text}" for knob, m in known)
+        or f"no mechanism on record for this change at '{bottleneck or 'unknown'}': the objective should rise"
+    )
     explanation = f"{bottleneck}: {evidence}" if bottleneck else (evidence or "the knob may be what limits the objective")
     return {
         "explanation": explanation,
@@ -161,13 +193,13 @@ def hypothesis(base: Mapping[str, Any], config: Mapping[str, Any], bottleneck: s
         "mechanism": mechanism,
         "predictions": predictions,
         "prediction": _words(predictions),
-        "falsified_by": "any of these moving the other way or not at all (by more than "
-                        f"{MOVED:.0%} of the incumbent's value)",
+        "falsified_by": f"any of these moving the other way or not at all (by more than {MOVED:.0%} of the incumbent's value)",
     }
 
 
-def check(predictions: list[dict], incumbent: Mapping[str, float], candidate: Mapping[str, float],
-          verdict: str | None = None) -> list[dict]:
+def check(
+    predictions: list[dict], incumbent: Mapping[str, float], candidate: Mapping[str, float], verdict: str | None = None
+) -> list[dict]:
     """Each prediction with what the metric did: incumbent and candidate values and held / refuted
     / not measurable (module docstring). The objective's move is the campaign's ``verdict`` on
     the candidate when given (better: rose, worse: fell, same: stayed; the noise decides, not

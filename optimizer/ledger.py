@@ -69,12 +69,16 @@ def _gpus() -> str:
     if smi is None:
         return "none"
     try:
-        done = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
-                              timeout=NVIDIA_SMI_TIMEOUT_S, check=False)
+        done = subprocess.run(
+            [smi, "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=NVIDIA_SMI_TIMEOUT_S,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return "none"
-    names = Counter(line.strip() for line in done.stdout.splitlines() if line.strip()) if done.returncode == 0 \
-        else Counter()
+    names = Counter(line.strip() for line in done.stdout.splitlines() if line.strip()) if done.returncode == 0 else Counter()
     return ", ".join(f"{name} x{n}" if n > 1 else name for name, n in names.items()) or "none"
 
 
@@ -116,16 +120,36 @@ class Ledger:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def record(self, config: Mapping[str, Any], role: str, measurement: Measurement, *,
-               hypothesis: Mapping[str, Any] | None = None, verdict: str | None = None,
-               reason: str | None = None, started: float | None = None, finished: float | None = None) -> int:
+    def record(
+        self,
+        config: Mapping[str, Any],
+        role: str,
+        measurement: Measurement,
+        *,
+        hypothesis: Mapping[str, Any] | None = None,
+        verdict: str | None = None,
+        reason: str | None = None,
+        started: float | None = None,
+        finished: float | None = None,
+    ) -> int:
         now = time.time()
         cur = self._db.execute(
             "INSERT INTO experiments (campaign, config, role, hypothesis, value, invalid, details, verdict, reason, "
             "started, finished) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (self.campaign, config_key(config), role, json.dumps(hypothesis) if hypothesis else None,
-             measurement.value, measurement.invalid, json.dumps(measurement.details, default=str), verdict, reason,
-             started or now, finished or now))
+            (
+                self.campaign,
+                config_key(config),
+                role,
+                json.dumps(hypothesis) if hypothesis else None,
+                measurement.value,
+                measurement.invalid,
+                json.dumps(measurement.details, default=str),
+                verdict,
+                reason,
+                started or now,
+                finished or now,
+            ),
+        )
         self._db.commit()
         return int(cur.lastrowid)
 
@@ -138,8 +162,7 @@ class Ledger:
 
     def entries(self, config: Mapping[str, Any] | None = None, role: str | None = None) -> list[Entry]:
         """This campaign's rows (of ``config`` / ``role`` when given), oldest first."""
-        sql = "SELECT id, config, role, hypothesis, value, invalid, details, verdict, reason FROM experiments " \
-              "WHERE campaign = ?"
+        sql = "SELECT id, config, role, hypothesis, value, invalid, details, verdict, reason FROM experiments WHERE campaign = ?"
         args: list[Any] = [self.campaign]
         if config is not None:
             sql += " AND config = ?"
@@ -148,9 +171,18 @@ class Ledger:
             sql += " AND role = ?"
             args.append(role)
         rows = self._db.execute(sql + " ORDER BY id", args).fetchall()
-        return [Entry(id=r[0], config=json.loads(r[1]), role=r[2], hypothesis=json.loads(r[3]) if r[3] else None,
-                      measurement=Measurement(r[4], r[5], json.loads(r[6]) if r[6] else {}), verdict=r[7],
-                      reason=r[8]) for r in rows]
+        return [
+            Entry(
+                id=r[0],
+                config=json.loads(r[1]),
+                role=r[2],
+                hypothesis=json.loads(r[3]) if r[3] else None,
+                measurement=Measurement(r[4], r[5], json.loads(r[6]) if r[6] else {}),
+                verdict=r[7],
+                reason=r[8],
+            )
+            for r in rows
+        ]
 
     def judged(self, config: Mapping[str, Any]) -> Entry | None:
         """The candidate row of ``config`` that got a verdict, if any (a config is judged once)."""

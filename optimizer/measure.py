@@ -28,13 +28,30 @@ BISECT_STEPS = 3
 MAX_DOUBLINGS = 6
 
 
-def measure_on_engine(engine, trace: Trace, run: RunConfig, objective: Objective, *,
-                      live: Trace | None = None, allow_unfaithful: bool = False,
-                      allow_inconclusive: bool = False, baseline: Mapping[str, Any] | None = None,
-                      check_outputs: bool = True) -> EngineMeasure:
+def measure_on_engine(
+    engine,
+    trace: Trace,
+    run: RunConfig,
+    objective: Objective,
+    *,
+    live: Trace | None = None,
+    allow_unfaithful: bool = False,
+    allow_inconclusive: bool = False,
+    baseline: Mapping[str, Any] | None = None,
+    check_outputs: bool = True,
+) -> EngineMeasure:
     """The measurement of a config on a real (or the embedded) engine (:class:`EngineMeasure`)."""
-    return EngineMeasure(engine, trace, run, objective, live=live, allow_unfaithful=allow_unfaithful,
-                         allow_inconclusive=allow_inconclusive, baseline=baseline, check_outputs=check_outputs)
+    return EngineMeasure(
+        engine,
+        trace,
+        run,
+        objective,
+        live=live,
+        allow_unfaithful=allow_unfaithful,
+        allow_inconclusive=allow_inconclusive,
+        baseline=baseline,
+        check_outputs=check_outputs,
+    )
 
 
 class EngineMeasure:
@@ -54,9 +71,19 @@ class EngineMeasure:
 
     It holds no engine between calls and pickles (for :class:`optimizer.pool.RayPool`)."""
 
-    def __init__(self, engine, trace: Trace, run: RunConfig, objective: Objective, *,
-                 live: Trace | None = None, allow_unfaithful: bool = False, allow_inconclusive: bool = False,
-                 baseline: Mapping[str, Any] | None = None, check_outputs: bool = True) -> None:
+    def __init__(
+        self,
+        engine,
+        trace: Trace,
+        run: RunConfig,
+        objective: Objective,
+        *,
+        live: Trace | None = None,
+        allow_unfaithful: bool = False,
+        allow_inconclusive: bool = False,
+        baseline: Mapping[str, Any] | None = None,
+        check_outputs: bool = True,
+    ) -> None:
         self.engine = engine
         self.trace = trace
         self.run = run
@@ -121,9 +148,14 @@ class EngineMeasure:
         reset = reset_prefix_cache(running.url, headers=config.request_headers(), context=config.ssl_context())
         stage, peaks, counters = self._observed(running, lambda: run_stage(self.trace, config))
         s = stage.summary
-        return {"rate": rate if rate else s["offered_rate"], "factor": factor, "peaks": peaks, "counters": counters,
-                "prefix_cache": reset,
-                **{k: s[k] for k in ("goodput_rps", "throughput_rps", "sent", "completed", "valid")}}
+        return {
+            "rate": rate if rate else s["offered_rate"],
+            "factor": factor,
+            "peaks": peaks,
+            "counters": counters,
+            "prefix_cache": reset,
+            **{k: s[k] for k in ("goodput_rps", "throughput_rps", "sent", "completed", "valid")},
+        }
 
     def _stage(self, running, rate: float | None):
         from replay.runner import run_stage
@@ -139,8 +171,12 @@ class EngineMeasure:
         def probe(rate: float):
             stage = self._stage(running, rate)
             s = stage.summary
-            passed = bool(s["valid"] and not s["cancelled"] and s["slo_pass"] is not False
-                          and (s["sent"] - s["completed"]) <= failed_share * max(s["sent"], 1))
+            passed = bool(
+                s["valid"]
+                and not s["cancelled"]
+                and s["slo_pass"] is not False
+                and (s["sent"] - s["completed"]) <= failed_share * max(s["sent"], 1)
+            )
             probes.append({"rate": rate, "passed": passed, "goodput_rps": s["goodput_rps"]})
             return stage, passed
 
@@ -170,8 +206,11 @@ class EngineMeasure:
         from replay.runner import resolve_model
 
         trace = self.trace
-        bodies = [json.loads(b) for batch in trace.body_batches(min(outputs.SAMPLE, trace.df.height),
-                                                                outputs.SAMPLE, synthesize=True) for b in batch]
+        bodies = [
+            json.loads(b)
+            for batch in trace.body_batches(min(outputs.SAMPLE, trace.df.height), outputs.SAMPLE, synthesize=True)
+            for b in batch
+        ]
         bodies = [b for b in bodies if "messages" in b]
         model = resolve_model(trace, dataclasses.replace(self.run, url=running.url, metrics_url="none"))
         return outputs.greedy_answers(running.url, bodies, model)
@@ -209,17 +248,29 @@ class EngineMeasure:
                 if changed:
                     return Measurement(None, f"outputs changed under a lossless knob: {changed}")
                 if objective.kind == "max_rate":
-                    (stage, best_rate, probes), peaks, counters = self._observed(
-                        running, lambda: self._search_rate(running))
+                    (stage, best_rate, probes), peaks, counters = self._observed(running, lambda: self._search_rate(running))
                 else:
                     stage, peaks, counters = self._observed(running, lambda: self._stage(running, run.rate))
             except ReplayError as e:
                 return Measurement(None, f"the replay failed: {e}")
         s = stage.summary
         details: dict[str, Any] = {
-            "summary": {k: s[k] for k in ("offered_rate", "sent", "completed", "errors", "throughput_rps",
-                                          "goodput_rps", "send_lag_ms", "valid", "ttft_ms", "tpot_ms",
-                                          "cache_hit_rate")},
+            "summary": {
+                k: s[k]
+                for k in (
+                    "offered_rate",
+                    "sent",
+                    "completed",
+                    "errors",
+                    "throughput_rps",
+                    "goodput_rps",
+                    "send_lag_ms",
+                    "valid",
+                    "ttft_ms",
+                    "tpot_ms",
+                    "cache_hit_rate",
+                )
+            },
             "peaks": peaks,
             "counters": counters,
         }

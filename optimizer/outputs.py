@@ -28,8 +28,18 @@ from collections.abc import Callable, Sequence
 
 from replay.errors import TargetError
 
-__all__ = ["SAMPLE", "TOKENS", "SEED", "NEAR_TIE_AFTER", "NEAR_TIE_REQUESTS", "MARK", "greedy_answers", "marked",
-           "compare", "encoder"]
+__all__ = [
+    "SAMPLE",
+    "TOKENS",
+    "SEED",
+    "NEAR_TIE_AFTER",
+    "NEAR_TIE_REQUESTS",
+    "MARK",
+    "greedy_answers",
+    "marked",
+    "compare",
+    "encoder",
+]
 
 SAMPLE = 8
 TOKENS = 16
@@ -57,12 +67,15 @@ def greedy_answers(url: str, bodies: Sequence[dict], model: str | None, timeout_
     replaced)."""
     out = []
     for body in bodies:
-        request = {"messages": marked(body["messages"]), "max_tokens": TOKENS, "temperature": 0, "seed": SEED,
-                   "stream": False}
+        request = {"messages": marked(body["messages"]), "max_tokens": TOKENS, "temperature": 0, "seed": SEED, "stream": False}
         if model or body.get("model"):
             request["model"] = model or body.get("model")
-        req = urllib.request.Request(f"{url.rstrip('/')}/v1/chat/completions", data=json.dumps(request).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
+        req = urllib.request.Request(
+            f"{url.rstrip('/')}/v1/chat/completions",
+            data=json.dumps(request).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
         try:
             with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - loopback engine
                 answer = json.loads(resp.read())
@@ -96,6 +109,8 @@ def compare(reference: Sequence[str], answers: Sequence[str], encode: Callable[[
             return f"request {i} of the greedy sample answered differently from token {first}"
         late.append(i)
     if len(late) > NEAR_TIE_REQUESTS:
-        return (f"{len(late)} requests of the greedy sample answered differently after {NEAR_TIE_AFTER} tokens "
-                f"(at most {NEAR_TIE_REQUESTS} may, at a near-tie)")
+        return (
+            f"{len(late)} requests of the greedy sample answered differently after {NEAR_TIE_AFTER} tokens "
+            f"(at most {NEAR_TIE_REQUESTS} may, at a near-tie)"
+        )
     return None

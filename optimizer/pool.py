@@ -69,6 +69,7 @@ class LocalPool:
     def __init__(self, slots: int) -> None:
         if slots < 1:
             from replay.errors import ConfigError
+
             raise ConfigError(f"--parallel: needs at least 1 engine instance, got {slots}")
         self.slots = slots
         self._threads = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="trial")
@@ -89,6 +90,7 @@ class RayPool:
             import ray
         except ImportError:
             from replay.errors import ConfigError
+
             raise ConfigError("--ray: Ray is not installed (pip install 'faithful-replay[ray]')") from None
         import logging
 
@@ -96,8 +98,7 @@ class RayPool:
         self._ray = ray
         self._owned = not ray.is_initialized()
         if self._owned:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                     logging_level=logging.WARNING)
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
         self._task = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=0)(timed)
 
     def map(self, measure: Measure, configs: Sequence[Mapping[str, Any]]) -> list[Timed]:
@@ -105,7 +106,7 @@ class RayPool:
         shared = ray.put(measure)
         out: list[Timed] = []
         for start in range(0, len(configs), self.slots):
-            out.extend(ray.get([self._task.remote(shared, dict(c)) for c in configs[start:start + self.slots]]))
+            out.extend(ray.get([self._task.remote(shared, dict(c)) for c in configs[start : start + self.slots]]))
         return out
 
     def close(self) -> None:

@@ -37,15 +37,21 @@ def _esc(text: str) -> str:
 def markdown(result: CampaignResult, engine=None, title: str = "Optimize") -> str:
     lines = [f"# {title}", ""]
     if result.diagnosis:
-        lines += [f"**Bottleneck: {result.diagnosis.bottleneck}** ({_esc(result.diagnosis.evidence)}); knobs tried "
-                  f"in the order {', '.join(result.diagnosis.order)}.", ""]
+        lines += [
+            f"**Bottleneck: {result.diagnosis.bottleneck}** ({_esc(result.diagnosis.evidence)}); knobs tried "
+            f"in the order {', '.join(result.diagnosis.order)}.",
+            "",
+        ]
         if result.diagnosis.sweep:
             lines += ["The baseline's diagnostic sweep, one engine start:", ""]
             lines += [f"- {_esc(line)}" for line in result.diagnosis.sweep_lines()] + [""]
     n = result.noise
-    lines += [f"Baseline `{_esc(flags(engine, result.baseline)) or '(engine defaults)'}`: {n.median:.4g} "
-              f"(runs {', '.join(f'{v:.4g}' for v in n.values)}; spread {n.spread:.3g}, {n.relative:.1%}; a win must "
-              f"clear +{n.bar():.3g} and repeat on a fresh restart).", ""]
+    lines += [
+        f"Baseline `{_esc(flags(engine, result.baseline)) or '(engine defaults)'}`: {n.median:.4g} "
+        f"(runs {', '.join(f'{v:.4g}' for v in n.values)}; spread {n.spread:.3g}, {n.relative:.1%}; a win must "
+        f"clear +{n.bar():.3g} and repeat on a fresh restart).",
+        "",
+    ]
     if result.rechecks:
         lines += [_esc(rechecks_line(result)), ""]
     lines += ["## Accepted changes", ""]
@@ -56,21 +62,35 @@ def markdown(result: CampaignResult, engine=None, title: str = "Optimize") -> st
         gain = "-" if v.gain is None else f"{v.gain:+.1%}"
         lines.append(f"{i}. {_esc(step.hypothesis.get('change', ''))}: gain {gain} ({_esc(v.reason)})")
     if result.awaiting_approval:
-        lines += ["", "## Needs a person's approval", "",
-                  "Wins that change lossy knobs (what the model computes); the campaign did not adopt them.", ""]
+        lines += [
+            "",
+            "## Needs a person's approval",
+            "",
+            "Wins that change lossy knobs (what the model computes); the campaign did not adopt them.",
+            "",
+        ]
         lines += [f"- {_esc(approval_line(step, engine))}" for step in result.awaiting_approval]
     best = flags(engine, result.best)
-    lines += ["", f"Final config: `{_esc(best) or '(engine defaults)'}`", "",
-              f"Stopped: {_esc(result.stopped)}", "", "## Experiments", "",
-              "| # | change | verdict | value | gain | predictions | why | hypothesis |",
-              "|---:|---|---|---:|---:|---|---|---|"]
+    lines += [
+        "",
+        f"Final config: `{_esc(best) or '(engine defaults)'}`",
+        "",
+        f"Stopped: {_esc(result.stopped)}",
+        "",
+        "## Experiments",
+        "",
+        "| # | change | verdict | value | gain | predictions | why | hypothesis |",
+        "|---:|---|---|---:|---:|---|---|---|",
+    ]
     for i, step in enumerate(result.steps, 1):
         v = step.verdict
         value = v.measurements[0].value if v.measurements and v.measurements[0].value is not None else None
-        lines.append(f"| {i} | {_esc(step.hypothesis.get('change', json.dumps(step.config)))} | "
-                     f"{verdict_text(step)} | {'-' if value is None else f'{value:.4g}'} | "
-                     f"{'-' if v.gain is None else f'{v.gain:+.1%}'} | {_esc(checks_text(step))} | {_esc(v.reason)} | "
-                     f"{_esc(hypothesis_text(step))} |")
+        lines.append(
+            f"| {i} | {_esc(step.hypothesis.get('change', json.dumps(step.config)))} | "
+            f"{verdict_text(step)} | {'-' if value is None else f'{value:.4g}'} | "
+            f"{'-' if v.gain is None else f'{v.gain:+.1%}'} | {_esc(checks_text(step))} | {_esc(v.reason)} | "
+            f"{_esc(hypothesis_text(step))} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -84,8 +104,13 @@ def checks_text(step: Step) -> str:
     def num(x: float | None) -> str:
         return "-" if x is None else f"{x:.3g}"
 
-    return (f"{score(checks)} (" + "; ".join(f"{c['metric']} {verb[c['direction']]}: {num(c['incumbent'])} -> "
-                                             f"{num(c['candidate'])} {c['outcome']}" for c in checks) + ")")
+    return (
+        f"{score(checks)} ("
+        + "; ".join(
+            f"{c['metric']} {verb[c['direction']]}: {num(c['incumbent'])} -> {num(c['candidate'])} {c['outcome']}" for c in checks
+        )
+        + ")"
+    )
 
 
 def hypothesis_text(step: Step) -> str:
@@ -103,28 +128,31 @@ def hypothesis_text(step: Step) -> str:
 
 def verdict_text(step: Step) -> str:
     """The verdict as the tables show it: marked when it came from the ledger or needs approval."""
-    return (step.verdict.kind + (" (needs a person's approval)" if step.needs_approval else "")
-            + (" (ledger)" if step.reused else ""))
+    return (
+        step.verdict.kind + (" (needs a person's approval)" if step.needs_approval else "") + (" (ledger)" if step.reused else "")
+    )
 
 
 def approval_line(step: Step, engine=None) -> str:
     """A lossy win: its change, its gain, the lossy knobs, that a person must approve it, its flags."""
     v = step.verdict
     gain = "-" if v.gain is None else f"{v.gain:+.1%}"
-    return (f"{step.hypothesis.get('change') or json.dumps(step.config)}: gain {gain}, confirmed on a fresh "
-            f"restart; lossy knob(s) {', '.join(step.needs_approval)}: needs a person's approval "
-            f"(config: {flags(engine, step.config) or '(engine defaults)'})")
+    return (
+        f"{step.hypothesis.get('change') or json.dumps(step.config)}: gain {gain}, confirmed on a fresh "
+        f"restart; lossy knob(s) {', '.join(step.needs_approval)}: needs a person's approval "
+        f"(config: {flags(engine, step.config) or '(engine defaults)'})"
+    )
 
 
 def rechecks_line(result: CampaignResult) -> str:
     """What the baseline's measurements between candidates showed."""
     r = result.rechecks
     drifted = [c for c in r if c["drifted"]]
-    line = (f"The baseline was measured again {len(r)} time(s) between candidates: "
-            + ", ".join(f"{c['value']:.4g}" for c in r))
+    line = f"The baseline was measured again {len(r)} time(s) between candidates: " + ", ".join(f"{c['value']:.4g}" for c in r)
     if drifted:
-        return line + (f"; {len(drifted)} landed more than {K:g} spreads from the median before them (drift), "
-                       "and widened the noise floor.")
+        return line + (
+            f"; {len(drifted)} landed more than {K:g} spreads from the median before them (drift), and widened the noise floor."
+        )
     return line + "; none drifted beyond the noise."
 
 
@@ -135,13 +163,11 @@ def print_result(result: CampaignResult, engine=None) -> None:
 
     console = Console()
     if result.diagnosis:
-        console.print(f"bottleneck: {escape(result.diagnosis.bottleneck)} ({escape(result.diagnosis.evidence)})",
-                      highlight=False)
+        console.print(f"bottleneck: {escape(result.diagnosis.bottleneck)} ({escape(result.diagnosis.evidence)})", highlight=False)
         for line in result.diagnosis.sweep_lines():
             console.print(f"  {escape(line)}", highlight=False)
     n = result.noise
-    console.print(f"baseline {n.median:.4g} ± {n.spread:.3g} ({n.relative:.1%}) over {len(n.values)} runs",
-                  highlight=False)
+    console.print(f"baseline {n.median:.4g} ± {n.spread:.3g} ({n.relative:.1%}) over {len(n.values)} runs", highlight=False)
     if result.rechecks:
         console.print(escape(rechecks_line(result)), highlight=False)
     table = Table(title="experiments")
@@ -149,11 +175,15 @@ def print_result(result: CampaignResult, engine=None) -> None:
         table.add_column(col)
     for i, step in enumerate(result.steps, 1):
         v = step.verdict
-        table.add_row(str(i), escape(step.hypothesis.get("change", "")), escape(verdict_text(step)),
-                      "-" if v.gain is None else f"{v.gain:+.1%}", escape(score(step.checks)))
+        table.add_row(
+            str(i),
+            escape(step.hypothesis.get("change", "")),
+            escape(verdict_text(step)),
+            "-" if v.gain is None else f"{v.gain:+.1%}",
+            escape(score(step.checks)),
+        )
     console.print(table)
     for step in result.awaiting_approval:
         console.print(escape(approval_line(step, engine)), highlight=False)
     console.print(f"final config: {escape(flags(engine, result.best)) or '(engine defaults)'}", highlight=False)
     console.print(f"stopped: {escape(result.stopped)}", highlight=False)
-

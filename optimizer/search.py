@@ -55,8 +55,9 @@ class CoordinateDescent:
     told result on the current line moves the search on. A "better" becomes the incumbent only
     when its value beats the incumbent's (``known`` holds the values told)."""
 
-    def __init__(self, space: Space, start: Mapping[str, Any], order: list[str] | None = None,
-                 describe: Describe = _generic) -> None:
+    def __init__(
+        self, space: Space, start: Mapping[str, Any], order: list[str] | None = None, describe: Describe = _generic
+    ) -> None:
         self.space = space
         self.incumbent = dict(start)
         self.order = order or space.names
@@ -92,8 +93,7 @@ class CoordinateDescent:
             config = self._neighbour(self.order[self._knob], self._direction)
             if config is not None:
                 self.tried.add(config_key(config))
-                return Proposal(config, self.describe(self.incumbent, config),
-                                token=(self._knob, self._direction))
+                return Proposal(config, self.describe(self.incumbent, config), token=(self._knob, self._direction))
             self._next_line()
         return None
 
@@ -143,8 +143,9 @@ class TPE:
     space's values. A proposal the constraints forbid, or one already judged, is told at once
     (a failure / its known value) and another is asked, up to ``max_redraws`` times."""
 
-    def __init__(self, space: Space, start: Mapping[str, Any], seed: int = 0, max_redraws: int = 50,
-                 describe: Describe = _generic) -> None:
+    def __init__(
+        self, space: Space, start: Mapping[str, Any], seed: int = 0, max_redraws: int = 50, describe: Describe = _generic
+    ) -> None:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -156,14 +157,12 @@ class TPE:
         self.known: dict[str, float | None] = {}
         self.study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
         self._index = {d.name: d.values for d in space.dimensions}
-        first = {d.name: d.values.index(self.start[d.name]) for d in space.dimensions
-                 if self.start.get(d.name) in d.values}
+        first = {d.name: d.values.index(self.start[d.name]) for d in space.dimensions if self.start.get(d.name) in d.values}
         if len(first) == len(space.dimensions):
             self.study.enqueue_trial(first)  # the baseline first: the model starts from it
 
     def _config(self, trial) -> dict[str, Any]:
-        picks = {name: values[trial.suggest_categorical(name, list(range(len(values))))]
-                 for name, values in self._index.items()}
+        picks = {name: values[trial.suggest_categorical(name, list(range(len(values))))] for name, values in self._index.items()}
         return {**self.start, **picks}
 
     def ask(self) -> Proposal | None:

@@ -37,8 +37,7 @@ else:  # pragma: no cover
 
 __all__ = ["Dimension", "Space", "Constraint", "config_key"]
 
-_OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq,
-        "!=": operator.ne}
+_OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq, "!=": operator.ne}
 _RULE = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*(>=|<=|==|!=|>|<)\s*([a-z_][a-z0-9_]*|-?\d+(?:\.\d+)?)\s*$")
 
 
@@ -66,8 +65,7 @@ class Constraint:
 
     def __post_init__(self) -> None:
         if not _RULE.match(self.text):
-            raise ConfigError(f"constraint {self.text!r}: expected 'knob OP knob|number' with OP one of "
-                              f"{', '.join(_OPS)}")
+            raise ConfigError(f"constraint {self.text!r}: expected 'knob OP knob|number' with OP one of {', '.join(_OPS)}")
 
     def holds(self, config: Mapping[str, Any]) -> bool:
         left, op, right = _RULE.match(self.text).groups()  # type: ignore[union-attr]
@@ -105,8 +103,14 @@ class Space:
     constraints: tuple[Constraint, ...] = field(default=())
 
     @classmethod
-    def of(cls, engine: str, knobs: Sequence[Knob], values: Mapping[str, Sequence[Any] | None],
-           constraints: Sequence[str] = (), allow_lossy: bool = False) -> Space:
+    def of(
+        cls,
+        engine: str,
+        knobs: Sequence[Knob],
+        values: Mapping[str, Sequence[Any] | None],
+        constraints: Sequence[str] = (),
+        allow_lossy: bool = False,
+    ) -> Space:
         """A space over ``values``' knobs (None: the default values), checked against the adapter's knobs."""
         by_name = {k.name: k for k in knobs}
         dims = []
@@ -115,8 +119,10 @@ class Space:
             if knob is None:
                 raise ConfigError(f"{engine}: unknown knob '{name}' (known: {', '.join(sorted(by_name))})")
             if not knob.lossless and not allow_lossy:
-                raise ConfigError(f"{engine}: knob '{name}' is lossy (it changes what the model computes); "
-                                  f"allow lossy knobs to try it, and have a person approve the result")
+                raise ConfigError(
+                    f"{engine}: knob '{name}' is lossy (it changes what the model computes); "
+                    f"allow lossy knobs to try it, and have a person approve the result"
+                )
             chosen = tuple(knob.check(v) for v in (vals if vals is not None else _default_values(knob)))
             if len(set(map(json.dumps, chosen))) != len(chosen) or not chosen:
                 raise ConfigError(f"{engine}: knob '{name}': values must be distinct and not empty")
@@ -164,6 +170,7 @@ class Space:
 
     def grid(self) -> Iterator[dict[str, Any]]:
         """Every allowed config of the space (for exhaustive search and tests)."""
+
         def rec(i: int, acc: dict[str, Any]) -> Iterator[dict[str, Any]]:
             if i == len(self.dimensions):
                 if self.allows(acc):
@@ -174,10 +181,14 @@ class Space:
                 acc[d.name] = v
                 yield from rec(i + 1, acc)
             acc.pop(d.name, None)
+
         yield from rec(0, {})
 
     def lossy_changes(self, base: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
         """The lossy knobs ``config`` sets differently from ``base`` (a knob either leaves out is at
         the engine's default)."""
-        return [d.name for d in self.dimensions if not d.knob.lossless
-                and config.get(d.name, d.knob.default) != base.get(d.name, d.knob.default)]
+        return [
+            d.name
+            for d in self.dimensions
+            if not d.knob.lossless and config.get(d.name, d.knob.default) != base.get(d.name, d.knob.default)
+        ]

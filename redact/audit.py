@@ -41,8 +41,10 @@ __all__ = ["DEEP_NOTE", "ROW_IDS_KEPT", "DEEP_CACHE_TEXTS", "Findings", "AuditRe
 ROW_IDS_KEPT = 1000
 DEEP_CACHE_TEXTS = 200_000
 BATCH_ROWS = 1024
-DEEP_NOTE = ("names and places a redaction wrote are surrogates that --deep cannot tell from raw ones "
-             "unless their strings are in the trace's lock_exempt")
+DEEP_NOTE = (
+    "names and places a redaction wrote are surrogates that --deep cannot tell from raw ones "
+    "unless their strings are in the trace's lock_exempt"
+)
 # the string columns of a trace, the body first
 _STRING_COLUMNS = ("body", *(name for name, kind in SCHEMA.items() if kind == SCHEMA["body"] and name != "body"))
 
@@ -83,9 +85,15 @@ class AuditResult:
         def part(found: dict[str, Findings]) -> dict[str, Any]:
             return {t: {"strings": f.strings, "rows": f.rows, "row_ids": f.row_ids} for t, f in sorted(found.items())}
 
-        out: dict[str, Any] = {"trace": self.trace, "rows": self.rows, "strings_scanned": self.strings,
-                               "redaction_policy": self.redaction_policy, "lock_exempt": self.exempt,
-                               "clean": self.clean, "lock": part(self.lock)}
+        out: dict[str, Any] = {
+            "trace": self.trace,
+            "rows": self.rows,
+            "strings_scanned": self.strings,
+            "redaction_policy": self.redaction_policy,
+            "lock_exempt": self.exempt,
+            "clean": self.clean,
+            "lock": part(self.lock),
+        }
         if self.deep is not None:
             out["deep"] = part(self.deep)
             out["texts_analysed"] = self.texts_analysed
@@ -93,8 +101,10 @@ class AuditResult:
         return out
 
     def summary(self, ids_shown: int = 10) -> str:
-        lines = [f"audit of {self.trace}: {self.rows} rows, {self.strings} strings scanned "
-                 f"(redaction_policy={self.redaction_policy}, lock_exempt: {self.exempt} surrogate digests)"]
+        lines = [
+            f"audit of {self.trace}: {self.rows} rows, {self.strings} strings scanned "
+            f"(redaction_policy={self.redaction_policy}, lock_exempt: {self.exempt} surrogate digests)"
+        ]
         parts = [("lock (shape scan)", self.lock)]
         if self.deep is not None:
             parts.append((f"analyzer (--deep, {self.texts_analysed} distinct texts)", self.deep))
@@ -109,8 +119,9 @@ class AuditResult:
                 lines.append(f"  {t:<16} {f.strings:>7} strings in {f.rows} rows: {ids}{more}")
         if self.deep is not None:
             lines.append(f"note: {DEEP_NOTE}")
-        lines.append("clean: no string has a PII shape" if self.clean else
-                     "found: strings with a PII shape remain (values not shown)")
+        lines.append(
+            "clean: no string has a PII shape" if self.clean else "found: strings with a PII shape remain (values not shown)"
+        )
         return "\n".join(lines)
 
 
@@ -197,13 +208,12 @@ class _Deep:
     def _found(self, text: str, found: Any) -> tuple[str, ...]:
         if isinstance(found, BaseException):
             return ("ANALYZER_ERROR",)
-        return tuple(sorted({f.entity for f in found if text[f.start:f.end] not in self.exempt}))
+        return tuple(sorted({f.entity for f in found if text[f.start : f.end] not in self.exempt}))
 
     def types(self, rows: list[list[str]]) -> list[Counter[str]]:
         """Per row, per type: how many of its texts hold a finding of that type."""
         digest = hashlib.blake2b
-        keys = [[digest(t.encode("utf-8", "surrogatepass"), digest_size=16).digest() for t in row]
-                for row in rows]
+        keys = [[digest(t.encode("utf-8", "surrogatepass"), digest_size=16).digest() for t in row] for row in rows]
         todo: dict[bytes, str] = {}
         for row, row_keys in zip(rows, keys):
             for t, k in zip(row, row_keys):
@@ -231,8 +241,9 @@ class _Deep:
         return out
 
 
-def audit_trace(path: str | os.PathLike[str], *, deep: bool = False, analyzer: Any = None,
-                progress: Callable[[int, int], None] | None = None) -> AuditResult:
+def audit_trace(
+    path: str | os.PathLike[str], *, deep: bool = False, analyzer: Any = None, progress: Callable[[int, int], None] | None = None
+) -> AuditResult:
     """Audit the trace at ``path`` (see the module docstring). ``analyzer``: a
     :class:`redact.analyzer.TextAnalyzer` to use with ``deep`` (default: a new one).
     ``progress(rows done, rows in all)``. Raises TraceError naming the file on bad input."""
@@ -254,7 +265,7 @@ def audit_trace(path: str | os.PathLike[str], *, deep: bool = False, analyzer: A
             per_type: Counter[str] = Counter()
             for s in _row_strings(columns, bodies, i):
                 strings += 1
-                per_type.update({h.entity for h in scan(s) if s[h.start:h.end] not in exempt})
+                per_type.update({h.entity for h in scan(s) if s[h.start : h.end] not in exempt})
             for t, n in per_type.items():
                 lock.setdefault(t, Findings()).add(row_id, n)
         if deeper is not None:
@@ -265,6 +276,13 @@ def audit_trace(path: str | os.PathLike[str], *, deep: bool = False, analyzer: A
         rows += len(ids)
         if progress is not None:
             progress(rows, total)
-    return AuditResult(trace=str(path), rows=rows, strings=strings, redaction_policy=meta.redaction_policy,
-                       exempt=len(exempt), lock=lock, deep=deep_found,
-                       texts_analysed=deeper.analysed if deeper is not None else 0)
+    return AuditResult(
+        trace=str(path),
+        rows=rows,
+        strings=strings,
+        redaction_policy=meta.redaction_policy,
+        exempt=len(exempt),
+        lock=lock,
+        deep=deep_found,
+        texts_analysed=deeper.analysed if deeper is not None else 0,
+    )

@@ -22,9 +22,11 @@ __all__ = ["KEY_ENV", "MIN_KEY_BYTES", "RedactionKey", "load_key"]
 
 KEY_ENV = "REPLAY_REDACT_KEY"
 MIN_KEY_BYTES = 16
-_HOW = (f"set {KEY_ENV} to a secret of at least {MIN_KEY_BYTES} characters "
-        f"(e.g. export {KEY_ENV}=$(openssl rand -hex 32)) or pass --key-file FILE, "
-        "or --no-redact to keep raw text")
+_HOW = (
+    f"set {KEY_ENV} to a secret of at least {MIN_KEY_BYTES} characters "
+    f"(e.g. export {KEY_ENV}=$(openssl rand -hex 32)) or pass --key-file FILE, "
+    "or --no-redact to keep raw text"
+)
 
 
 @dataclass(frozen=True)
@@ -35,8 +37,7 @@ class RedactionKey:
 
     def __post_init__(self) -> None:
         if len(self.secret) < MIN_KEY_BYTES:
-            raise ConfigError(f"redaction key: {len(self.secret)} bytes, need at least "
-                              f"{MIN_KEY_BYTES}; {_HOW}")
+            raise ConfigError(f"redaction key: {len(self.secret)} bytes, need at least {MIN_KEY_BYTES}; {_HOW}")
 
     @property
     def fingerprint(self) -> str:

@@ -61,7 +61,13 @@ from typing import Any
 __all__ = ["LOCK_TYPES", "Hit", "scan", "strings_of", "Exempt", "check"]
 
 LOCK_TYPES: tuple[str, ...] = (
-    "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE", "API_KEY", "JWT", "PRIVATE_KEY",
+    "EMAIL_ADDRESS",
+    "PHONE_NUMBER",
+    "CREDIT_CARD",
+    "IBAN_CODE",
+    "API_KEY",
+    "JWT",
+    "PRIVATE_KEY",
     "IP_ADDRESS",
 )
 
@@ -76,32 +82,47 @@ _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 _NANP_END = r"\d{3}[.-]\d{4}(?![\w]|[.-]\d)"
 # (gate: a substring the text must hold, a regex it must match, or None; the regex)
 _SCANNERS: tuple[tuple[str | re.Pattern[str] | None, re.Pattern[str]], ...] = (
-    ("PRIVATE KEY", re.compile(
-        r"(?P<PRIVATE_KEY>-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"
-        r"(?:[A-Za-z0-9+/=\s\\:,.-]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|[A-Za-z0-9+/=\s\\]*))")),
-    ("eyJ", re.compile(
-        r"(?P<JWT>eyJ(?<![\w-]eyJ)[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*)(?![\w-])")),
-    (None, re.compile(
-        r"[Aghprsx](?<![\w-][Aghprsx])(?P<API_KEY>"
-        r"(?<=s)k-ant-[A-Za-z0-9_-]{20,}"
-        r"|(?<=s)k-(?=[A-Za-z_-]*\d)[A-Za-z0-9_-]{20,}"
-        r"|(?<=g)h[opsur]_[A-Za-z0-9]{30,}|(?<=g)ithub_pat_[A-Za-z0-9_]{30,}"
-        r"|(?<=A)(?:KIA|SIA)[A-Z0-9]{16}|(?<=A)Iza[A-Za-z0-9_-]{30,}"
-        r"|(?<=x)ox[a-z]-[A-Za-z0-9-]{10,}"
-        r"|(?<=[spr])k_(?:live|test)_[A-Za-z0-9]{16,}"
-        r"|(?<=h)f_[A-Za-z0-9]{30,})(?![\w-])")),
+    (
+        "PRIVATE KEY",
+        re.compile(
+            r"(?P<PRIVATE_KEY>-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"
+            r"(?:[A-Za-z0-9+/=\s\\:,.-]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|[A-Za-z0-9+/=\s\\]*))"
+        ),
+    ),
+    ("eyJ", re.compile(r"(?P<JWT>eyJ(?<![\w-]eyJ)[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*)(?![\w-])")),
+    (
+        None,
+        re.compile(
+            r"[Aghprsx](?<![\w-][Aghprsx])(?P<API_KEY>"
+            r"(?<=s)k-ant-[A-Za-z0-9_-]{20,}"
+            r"|(?<=s)k-(?=[A-Za-z_-]*\d)[A-Za-z0-9_-]{20,}"
+            r"|(?<=g)h[opsur]_[A-Za-z0-9]{30,}|(?<=g)ithub_pat_[A-Za-z0-9_]{30,}"
+            r"|(?<=A)(?:KIA|SIA)[A-Z0-9]{16}|(?<=A)Iza[A-Za-z0-9_-]{30,}"
+            r"|(?<=x)ox[a-z]-[A-Za-z0-9-]{10,}"
+            r"|(?<=[spr])k_(?:live|test)_[A-Za-z0-9]{16,}"
+            r"|(?<=h)f_[A-Za-z0-9]{30,})(?![\w-])"
+        ),
+    ),
     ("+", re.compile(r"(?P<PHONE_NUMBER>\+(?<![\w+]\+)\d{1,3}(?:[ .()-]{1,2}\d|\d){7,14})(?![\w]|[ .-]\d)")),
     ("(", re.compile(r"(?P<PHONE_NUMBER1>\((?<![\w+.-]\()\d{3}\) ?" + _NANP_END + ")")),
     # the shapes that start with a digit, in one regex (one pass over the digits)
-    (None, re.compile(
-        r"\d(?<![\w+.-]\d)(?:"
-        r"(?P<PHONE_NUMBER2>(?<=1)[ .-](?:\(\d{3}\) ?|\d{3}[.-])" + _NANP_END + ")"
-        r"|(?P<PHONE_NUMBER3>\d{2}[.-]" + _NANP_END + ")"
-        r"|(?P<CREDIT_CARD>(?<=[2-6])(?:\d{12,18}|\d{3}(?:[ -]\d{4}){1,3}[ -]\d{1,4}|\d{3}[ -]\d{6}[ -]\d{4,5}))(?!\w)"
-        r"|(?P<IP_ADDRESS>\d{0,2}(?:\.\d{1,3}){3})(?![\w]|\.\d))")),
-    (re.compile(r":[0-9A-Fa-f]{0,4}:"), re.compile(
-        r"(?P<IP_ADDRESS1>[0-9A-Fa-f:](?<![\w:.][0-9A-Fa-f:])(?=[0-9A-Fa-f]{0,3}:[0-9A-Fa-f]{0,4}:|:)"
-        r"[0-9A-Fa-f:]{1,38}(?:(?<=:)" + _OCTET + r"(?:\." + _OCTET + r"){3})?)(?![\w:]|\.\d)")),
+    (
+        None,
+        re.compile(
+            r"\d(?<![\w+.-]\d)(?:"
+            r"(?P<PHONE_NUMBER2>(?<=1)[ .-](?:\(\d{3}\) ?|\d{3}[.-])" + _NANP_END + ")"
+            r"|(?P<PHONE_NUMBER3>\d{2}[.-]" + _NANP_END + ")"
+            r"|(?P<CREDIT_CARD>(?<=[2-6])(?:\d{12,18}|\d{3}(?:[ -]\d{4}){1,3}[ -]\d{1,4}|\d{3}[ -]\d{6}[ -]\d{4,5}))(?!\w)"
+            r"|(?P<IP_ADDRESS>\d{0,2}(?:\.\d{1,3}){3})(?![\w]|\.\d))"
+        ),
+    ),
+    (
+        re.compile(r":[0-9A-Fa-f]{0,4}:"),
+        re.compile(
+            r"(?P<IP_ADDRESS1>[0-9A-Fa-f:](?<![\w:.][0-9A-Fa-f:])(?=[0-9A-Fa-f]{0,3}:[0-9A-Fa-f]{0,4}:|:)"
+            r"[0-9A-Fa-f:]{1,38}(?:(?<=:)" + _OCTET + r"(?:\." + _OCTET + r"){3})?)(?![\w:]|\.\d)"
+        ),
+    ),
     (None, re.compile(r"(?P<IBAN_CODE>[A-Z](?<![\w-][A-Z])[A-Z]\d{2}(?:[ -]?[A-Z0-9]){11,32})(?!\w)")),
 )
 # an email is found from its "@" and domain, then its local part is read backwards: 3x faster than
@@ -211,7 +232,7 @@ def scan(text: str) -> list[Hit]:
             group = m.lastgroup
             entity = group.rstrip("0123456789")
             start = m.start()  # a group of the digit regex starts after its first digit
-            end = _ok_end(entity, text[start:m.end(group)])
+            end = _ok_end(entity, text[start : m.end(group)])
             if end:
                 found.append(Hit(entity, start, start + end))
     if "@" in text:
@@ -264,7 +285,7 @@ class Exempt:
     def digests_of(surrogate: str) -> tuple[int, ...]:
         """What :meth:`add` adds for ``surrogate``: its digest and those of the lock-shaped
         strings in it."""
-        return (_digest(surrogate), *(_digest(surrogate[h.start:h.end]) for h in scan(surrogate)))
+        return (_digest(surrogate), *(_digest(surrogate[h.start : h.end]) for h in scan(surrogate)))
 
     def add(self, surrogate: str) -> None:
         """Exempt ``surrogate`` and every lock-shaped string in it."""
@@ -300,12 +321,12 @@ class Exempt:
             if not part.startswith(_META_TAG):
                 raise ValueError(f"not a lock exemption set (no '{_META_TAG}' tag)")
             try:
-                raw = base64.b64decode(part[len(_META_TAG):], validate=True)
+                raw = base64.b64decode(part[len(_META_TAG) :], validate=True)
             except binascii.Error:
                 raise ValueError("lock exemption set is not valid base64") from None
             if len(raw) % 8:
                 raise ValueError(f"lock exemption set holds {len(raw)} bytes, not a multiple of 8")
-            out._digests.update(int.from_bytes(raw[i:i + 8], "big") for i in range(0, len(raw), 8))
+            out._digests.update(int.from_bytes(raw[i : i + 8], "big") for i in range(0, len(raw), 8))
         return out
 
     @classmethod
@@ -322,6 +343,6 @@ def check(strings: Iterable[str], exempt: Exempt | None = None) -> Counter[str]:
     found: Counter[str] = Counter()
     for s in strings:
         for h in scan(s):
-            if exempt is None or s[h.start:h.end] not in exempt:
+            if exempt is None or s[h.start : h.end] not in exempt:
                 found[h.entity] += 1
     return found

@@ -70,107 +70,136 @@ def _class_of(pred, *ranges: tuple[int, int]) -> str:
 # capitals of the Latin (with Latin-1, Extended-A/B and Additional), Greek and Cyrillic blocks
 _UP = _class_of(str.isupper, (0x41, 0x5A), (0xC0, 0x24F), (0x370, 0x3FF), (0x400, 0x52F), (0x1E00, 0x1EFF))
 _LETTER = r"[^\W\d_]"
-_CASELESS = ("[\u0590-\u05ff\u0600-\u06ff\u0900-\u097f\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf"
-             "\u4e00-\u9fff\uac00-\ud7af]{1,8}")
-_PARTICLE = (r"(?:van|von|der|den|de|del|della|degli|di|da|do|dos|das|du|des|la|le|ter|ten|zu|bin|binti|bint|ibn|ben|"
-             r"al|el|af|av|Ó|Ní|Nic|Uí)")
+_CASELESS = "[\u0590-\u05ff\u0600-\u06ff\u0900-\u097f\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]{1,8}"
+_PARTICLE = (
+    r"(?:van|von|der|den|de|del|della|degli|di|da|do|dos|das|du|des|la|le|ter|ten|zu|bin|binti|bint|ibn|ben|"
+    r"al|el|af|av|Ó|Ní|Nic|Uí)"
+)
 # a word: capitalized (with an optional "al-", "d'", "O'" head), an initial, or a caseless run;
 # "'s" after it is not part of it
-_WORD = (rf"(?:(?:(?:[Aa]l|[Ee]l|[Aa]bu|[Ii]bn|[Bb]in|[Dd]|[Ll]|O)['’-])?{_UP}{_LETTER}+(?:['’-](?!s\b){_LETTER}+)*"
-         rf"|{_UP}\.|{_CASELESS})")
+_WORD = (
+    rf"(?:(?:(?:[Aa]l|[Ee]l|[Aa]bu|[Ii]bn|[Bb]in|[Dd]|[Ll]|O)['’-])?{_UP}{_LETTER}+(?:['’-](?!s\b){_LETTER}+)*"
+    rf"|{_UP}\.|{_CASELESS})"
+)
 _GAP = r"[ \t\u00a0]+"
-NAME_PATTERN = (rf"(?:{_PARTICLE}{_GAP}){{0,2}}{_WORD}(?:{_GAP}(?:{_PARTICLE}{_GAP}){{0,2}}{_WORD}){{0,3}}"
-                rf"(?![\w-])(?!['’](?!s\b)\w)")
+NAME_PATTERN = (
+    rf"(?:{_PARTICLE}{_GAP}){{0,2}}{_WORD}(?:{_GAP}(?:{_PARTICLE}{_GAP}){{0,2}}{_WORD}){{0,3}}"
+    rf"(?![\w-])(?!['’](?!s\b)\w)"
+)
 """One name (no group); see the module docstring."""
 _NAME = rf"(?P<s>{NAME_PATTERN})"
 # two words or more: where the context alone is weaker (a name line above an address line)
-_FULL_NAME = (rf"(?P<s>(?:{_PARTICLE}{_GAP}){{0,2}}{_WORD}(?:{_GAP}(?:{_PARTICLE}{_GAP}){{0,2}}{_WORD}){{1,3}}"
-              rf"(?![\w-])(?!['’](?!s\b)\w))")
+_FULL_NAME = (
+    rf"(?P<s>(?:{_PARTICLE}{_GAP}){{0,2}}{_WORD}(?:{_GAP}(?:{_PARTICLE}{_GAP}){{0,2}}{_WORD}){{1,3}}"
+    rf"(?![\w-])(?!['’](?!s\b)\w))"
+)
 _PHONE_SHAPE = r"\+?\(?\d[\d ().-]{6,}\d"
 # names joined by commas and "and" in its languages: "Hi Ana, Bo and Chen,"
-_NAMES = (rf"(?P<s>{NAME_PATTERN}(?:[ \t]*(?:,|&|\band\b|\bund\b|\bet\b|\by\b|\be\b|\ben\b)[ \t]*"
-          rf"{NAME_PATTERN})*)")
-_TITLE = (r"(?:Mr|Mrs|Ms|Mx|Dr|Prof|Professor|Miss|Mister|Madam|Madame|Mme|Mlle|Herr|Frau|Sr\.|Sra\.|Srta\.|"
-          r"Dña\.|Dhr\.|Mevr\.|Sig\.|Sig\.ra|Rev|Sir|Dame|Aunt|Auntie|Uncle|Tante|Onkel|Oncle|Tía|Tío|Tia|Tio|"
-          r"Oom)\.?")
+_NAMES = (
+    rf"(?P<s>{NAME_PATTERN}(?:[ \t]*(?:,|&|\band\b|\bund\b|\bet\b|\by\b|\be\b|\ben\b)[ \t]*"
+    rf"{NAME_PATTERN})*)"
+)
+_TITLE = (
+    r"(?:Mr|Mrs|Ms|Mx|Dr|Prof|Professor|Miss|Mister|Madam|Madame|Mme|Mlle|Herr|Frau|Sr\.|Sra\.|Srta\.|"
+    r"Dña\.|Dhr\.|Mevr\.|Sig\.|Sig\.ra|Rev|Sir|Dame|Aunt|Auntie|Uncle|Tante|Onkel|Oncle|Tía|Tío|Tia|Tio|"
+    r"Oom)\.?"
+)
 _TITLED = rf"(?:{_TITLE}{_GAP})?"
 
-_GREETING = (r"(?:(?i:hi|hello|hey|hiya|heya|howdy|dear|dearest|greetings|good (?:morning|afternoon|evening|day)|"
-             r"hallo|hoi|moin|bonjour|bonsoir|salut|coucou|hola|buenas|buenos días|olá|ola|ciao|salve|"
-             r"hej|hei|merhaba|namaste|shalom)"
-             r"|Liebe|Lieber|Sehr geehrte|Sehr geehrter|Cher|Chère|Chers|Querido|Querida|Estimado|Estimada|"
-             r"Prezado|Prezada|Caro|Cara|Beste|Geachte|Oi|Yo|Morning)")
-_SIGN_OFF = (r"(?i:thanks(?: again| so much| a lot)?|thank you(?: so much)?|many thanks|thx|ty|best|all the best|"
-             r"best wishes|(?:best|kind|warm|warmest|many)? ?regards|cheers|sincerely|yours(?: truly| sincerely)?|"
-             r"love|take care|talk soon|respectfully|cordially|with thanks|"
-             r"mit freundlichen grüßen|viele grüße|beste grüße|liebe grüße|grüße|gruß|lg|vg|mfg|"
-             r"cordialement|bien cordialement|bien à vous|amicalement|merci|bisous|"
-             r"saludos|un saludo|atentamente|gracias|abrazos|atenciosamente|abraços|obrigad[oa]|cumprimentos|"
-             r"met vriendelijke groet|groeten|groetjes|bedankt|cordiali saluti|grazie)")
-_THANKS = (r"(?i:thanks(?: again| so much| a lot)?|thank you(?: so much)?|many thanks|thx|cheers|"
-           r"(?:best|kind|warm)? ?regards|merci|danke|gracias|obrigad[oa]|bedankt|grazie)")
+_GREETING = (
+    r"(?:(?i:hi|hello|hey|hiya|heya|howdy|dear|dearest|greetings|good (?:morning|afternoon|evening|day)|"
+    r"hallo|hoi|moin|bonjour|bonsoir|salut|coucou|hola|buenas|buenos días|olá|ola|ciao|salve|"
+    r"hej|hei|merhaba|namaste|shalom)"
+    r"|Liebe|Lieber|Sehr geehrte|Sehr geehrter|Cher|Chère|Chers|Querido|Querida|Estimado|Estimada|"
+    r"Prezado|Prezada|Caro|Cara|Beste|Geachte|Oi|Yo|Morning)"
+)
+_SIGN_OFF = (
+    r"(?i:thanks(?: again| so much| a lot)?|thank you(?: so much)?|many thanks|thx|ty|best|all the best|"
+    r"best wishes|(?:best|kind|warm|warmest|many)? ?regards|cheers|sincerely|yours(?: truly| sincerely)?|"
+    r"love|take care|talk soon|respectfully|cordially|with thanks|"
+    r"mit freundlichen grüßen|viele grüße|beste grüße|liebe grüße|grüße|gruß|lg|vg|mfg|"
+    r"cordialement|bien cordialement|bien à vous|amicalement|merci|bisous|"
+    r"saludos|un saludo|atentamente|gracias|abrazos|atenciosamente|abraços|obrigad[oa]|cumprimentos|"
+    r"met vriendelijke groet|groeten|groetjes|bedankt|cordiali saluti|grazie)"
+)
+_THANKS = (
+    r"(?i:thanks(?: again| so much| a lot)?|thank you(?: so much)?|many thanks|thx|cheers|"
+    r"(?:best|kind|warm)? ?regards|merci|danke|gracias|obrigad[oa]|bedankt|grazie)"
+)
 _WROTE = r"(?:wrote|writes|said|says|schrieb|a écrit|escribió|escreveu|schreef|scrisse|ha scritto)"
-_FROM_NOUNS = (r"(?i:e-?mails?|mails?|messages?|msgs?|notes?|texts?|calls?|letters?|replies|reply|responses?|"
-               r"feedback|updates?|invites?|invitations?|requests?|DMs?|pings?|voicemails?|memos?|comments?|"
-               r"reviews?|quotes?|offers?|complaints?|tickets?|news|word|heard|hear|got|received|forwarded)")
-_PERSON_NOUNS = (r"(?:number|phone|mobile|cell|email|e-mail|address|birthday|birth date|wife|husband|partner|"
-                 r"boyfriend|girlfriend|fianc[ée]e?|mother|mom|mum|father|dad|son|daughter|brother|sister|kids?|"
-                 r"children|child|baby|family|parents|boss|manager|assistant|colleague|friend|desk|office|"
-                 r"car|house|home|flat|apartment|flight|passport|visa|salary|SSN|resume|résumé|CV|contract|"
-                 r"appointment|calendar|schedule|diagnosis|prescription|account|signature|laptop|password|"
-                 r"login|handwriting|surname|maiden name|nickname|age|wedding|funeral|leave|vacation|"
-                 r"sick leave|medical|health|insurance|bank|card|payslip|paycheck|timesheet|performance)")
-_ROLE = (r"(?i:customer|client|patient|tenant|applicant|candidate|employee|colleague|co-?worker|contractor|"
-         r"intern|student|guest|caller|passenger|landlord|neighbou?r|new hire|"
-         r"(?:my|our|your|his|her|their) (?:friend|boss|manager|wife|husband|partner|son|daughter|mother|mom|"
-         r"mum|father|dad|brother|sister|cousin|uncle|aunt|grandma|grandmother|grandpa|grandfather|colleague|"
-         r"coworker|doctor|lawyer|teacher|neighbou?r|roommate|landlord|accountant|client|assistant|"
-         r"friend and colleague))")
-_NAME_IS = (r"(?:(?i:my name is|my name's|name's|i am called|call me|je m'appelle|je m’appelle|mon nom est|"
-            r"ich heiße|ich heisse|mein name ist|me llamo|mi nombre es|meu nome é|eu sou o|eu sou a|"
-            r"ik heet|mijn naam is|mi chiamo|named|called))")
-_HOLDER = (r"(?i:account holder|card ?holder|holder|beneficiary|payee|recipient|attn|c/o|"
-           r"signed by|approved by|reviewed by|assigned to|reported by|requested by|contact person|"
-           r"emergency contact|next of kin|guardian|authori[sz]ed by|prepared by|on behalf of|"
-           r"attendees|participants|invitees|present|speakers|panelists|organi[sz]er|reviewers?|assignees?)")
-_NAME_KEYS = (r"(?:full_?name|fullName|first_?name|firstName|last_?name|lastName|given_?name|family_?name|"
-              r"display_?name|displayName|customer_?name|contact_?name|holder(?:_?name)?|account_?holder|"
-              r"card_?holder|cardholder(?:_?name)?|beneficiary(?:_?name)?|recipient(?:_?name)?|payee|"
-              r"assignee|reporter|requester|signer|employee(?:_?name)?|patient(?:_?name)?|author|owner|name)")
+_FROM_NOUNS = (
+    r"(?i:e-?mails?|mails?|messages?|msgs?|notes?|texts?|calls?|letters?|replies|reply|responses?|"
+    r"feedback|updates?|invites?|invitations?|requests?|DMs?|pings?|voicemails?|memos?|comments?|"
+    r"reviews?|quotes?|offers?|complaints?|tickets?|news|word|heard|hear|got|received|forwarded)"
+)
+_PERSON_NOUNS = (
+    r"(?:number|phone|mobile|cell|email|e-mail|address|birthday|birth date|wife|husband|partner|"
+    r"boyfriend|girlfriend|fianc[ée]e?|mother|mom|mum|father|dad|son|daughter|brother|sister|kids?|"
+    r"children|child|baby|family|parents|boss|manager|assistant|colleague|friend|desk|office|"
+    r"car|house|home|flat|apartment|flight|passport|visa|salary|SSN|resume|résumé|CV|contract|"
+    r"appointment|calendar|schedule|diagnosis|prescription|account|signature|laptop|password|"
+    r"login|handwriting|surname|maiden name|nickname|age|wedding|funeral|leave|vacation|"
+    r"sick leave|medical|health|insurance|bank|card|payslip|paycheck|timesheet|performance)"
+)
+_ROLE = (
+    r"(?i:customer|client|patient|tenant|applicant|candidate|employee|colleague|co-?worker|contractor|"
+    r"intern|student|guest|caller|passenger|landlord|neighbou?r|new hire|"
+    r"(?:my|our|your|his|her|their) (?:friend|boss|manager|wife|husband|partner|son|daughter|mother|mom|"
+    r"mum|father|dad|brother|sister|cousin|uncle|aunt|grandma|grandmother|grandpa|grandfather|colleague|"
+    r"coworker|doctor|lawyer|teacher|neighbou?r|roommate|landlord|accountant|client|assistant|"
+    r"friend and colleague))"
+)
+_NAME_IS = (
+    r"(?:(?i:my name is|my name's|name's|i am called|call me|je m'appelle|je m’appelle|mon nom est|"
+    r"ich heiße|ich heisse|mein name ist|me llamo|mi nombre es|meu nome é|eu sou o|eu sou a|"
+    r"ik heet|mijn naam is|mi chiamo|named|called))"
+)
+_HOLDER = (
+    r"(?i:account holder|card ?holder|holder|beneficiary|payee|recipient|attn|c/o|"
+    r"signed by|approved by|reviewed by|assigned to|reported by|requested by|contact person|"
+    r"emergency contact|next of kin|guardian|authori[sz]ed by|prepared by|on behalf of|"
+    r"attendees|participants|invitees|present|speakers|panelists|organi[sz]er|reviewers?|assignees?)"
+)
+_NAME_KEYS = (
+    r"(?:full_?name|fullName|first_?name|firstName|last_?name|lastName|given_?name|family_?name|"
+    r"display_?name|displayName|customer_?name|contact_?name|holder(?:_?name)?|account_?holder|"
+    r"card_?holder|cardholder(?:_?name)?|beneficiary(?:_?name)?|recipient(?:_?name)?|payee|"
+    r"assignee|reporter|requester|signer|employee(?:_?name)?|patient(?:_?name)?|author|owner|name)"
+)
 _END = r"(?=[ \t]*(?:[^\w\s]|\n|$)|[ \t]+[a-z])"  # punctuation, emoji, line end, or a lowercase word
 
 # where prompts name people in a fixed shape that spaCy's small model often misses
 _PERSON_CONTEXTS: dict[str, str] = {
     "greeting": rf"(?<![\w-]){_GREETING}(?:[ \t]+(?i:again|there))?[ \t]*,?[ \t]+{_TITLED}{_NAMES}{_END}",
     "sign_off_line": rf"(?<![\w-]){_SIGN_OFF}[ \t]*[,!.]?[ \t]*\n(?:[ \t]*\n)?[ \t]*{_TITLED}{_NAME}[ \t]*[,.]?"
-                     rf"(?=[ \t]*(?:\n|$))",
+    rf"(?=[ \t]*(?:\n|$))",
     # "Best, X" / "Thanks, X" with a comma; without one only after thanks and regards ("Thanks Anna!")
     "sign_off_comma": rf"(?<![\w-]){_SIGN_OFF}[ \t]*,[ \t]*{_TITLED}{_NAME}(?=[ \t]*(?:[,.!]|\n|$))",
     "thanks_name": rf"(?<![\w-]){_THANKS}[ \t]+{_TITLED}{_NAME}(?=[ \t]*[!.]?[ \t]*(?:\n|$))",
     "signature": r"(?m)^[ \t]*(?:--|—|–)[ \t]*(?:\n[ \t]*)?" + _NAME + r"[ \t]*$",  # "-- \n" of e-mail
     "cc": rf"(?:(?m:^)|(?<![\w-])(?i:also|please|pls|and)[ \t]+)(?i:b?cc)(?:'?(?:ing|d|ed))?"
-          rf"(?:[ \t]*:[ \t]*|[ \t]+)@?{_NAMES}",
+    rf"(?:[ \t]*:[ \t]*|[ \t]+)@?{_NAMES}",
     "cc_colon": rf"(?<![\w-])(?i:b?cc):[ \t]*{_NAMES}",
     "from": rf"(?<![\w-]){_FROM_NOUNS}[ \t]+(?:back[ \t]+)?from[ \t]+{_TITLED}{_NAME}",
     "from_title": rf"(?<![\w-])from[ \t]+{_TITLE}{_GAP}{_NAME}",
     "wrote": rf"{_NAME}(?:[ \t]*[<(\[][^>)\]\n]{{1,80}}[>)\]])?[ \t]+{_WROTE}[ \t]*:",
     "title": rf"(?<![\w.]){_TITLE}{_GAP}{_NAME}",
     "possessive": rf"(?<![\w.'’-]){_NAME}['’]s[ \t]+(?:(?:new|old|current|own|personal|work|home|private|mobile|"
-                  rf"cell|direct|first|last|latest)[ \t]+)?{_PERSON_NOUNS}\b",
+    rf"cell|direct|first|last|latest)[ \t]+)?{_PERSON_NOUNS}\b",
     "name_is": rf"(?<![\w-]){_NAME_IS}[ \t]+{_TITLED}{_NAME}",
     "role": rf"(?<![\w-]){_ROLE}[ \t]*,?[ \t]+{_TITLED}{_NAME}",
     "holder": rf"(?<![\w-]){_HOLDER}(?:[ \t]*:[ \t]*|[ \t]+(?i:is|was|are|were)[ \t]+|[ \t]+){_TITLED}{_NAMES}",
     # a list or table row: a name, then (an optional "(City)" and) a phone number on the same line
     "name_then_phone": rf"(?m)(?:^|(?<=\|))[ \t]*(?:\d{{1,3}}[.)][ \t]+|[-*•][ \t]+)?{_FULL_NAME}[ \t]*"
-                       rf"(?:\([^()\n]{{1,40}}\)[ \t]*(?:[-–—,:|][ \t]*)?|[-–—,:|][ \t]*){_PHONE_SHAPE}",
+    rf"(?:\([^()\n]{{1,40}}\)[ \t]*(?:[-–—,:|][ \t]*)?|[-–—,:|][ \t]*){_PHONE_SHAPE}",
     "call_on": rf"(?<![\w-])(?i:call|phone|ring|text|whatsapp|contact|ping|reach)[ \t]+{_TITLED}{_NAME}"
-               rf"[ \t]+(?i:on|at)\b",
+    rf"[ \t]+(?i:on|at)\b",
     "display_name": rf"{_NAME}[ \t]*[<(][\w.+-]+@",  # Name <user@host>, Name (user@host)
     "quoted_display_name": rf"[\"']{_NAME}[\"'][ \t]*,[ \t]*[\"'][\w.+-]+@",  # ('Name', 'user@host')
     "contact_block": rf"(?m)^[ \t]*{_NAME}[ \t]*\n[ \t]*(?:\+?\(?\d[\d ().-]{{6,}}|[\w.+-]+@[\w-]+\.)",
     # a full name alone on its line above an address line (a house number and a word, or a unit)
     "address_block": rf"(?m)^[ \t]*(?:\d{{1,3}}[.)][ \t]+)?{_FULL_NAME}[ \t]*,?[ \t]*\n[ \t]*"
-                     rf"(?:\d{{1,5}}[a-zA-Z]?,?[ \t]+[^\W\d_]|(?i:unit|apt|flat|suite)\b)",
+    rf"(?:\d{{1,5}}[a-zA-Z]?,?[ \t]+[^\W\d_]|(?i:unit|apt|flat|suite)\b)",
     # "Jane Roe, phone ..." at a line's start or after ":", ";", "(" (not "Lead at Acme Corp, phone")
     "contact_words": rf"(?m)(?:^|(?<=[:;(]))[ \t]*{_NAME}[ \t]*,[ \t]*(?i:phone|tel|mobile|cell|email|e-mail)\b",
     "from_header": rf"(?m)^(?:From|To|Cc|Bcc|Reply-To|Sender):[ \t]*{_NAMES}",
@@ -189,7 +218,8 @@ _NEEDLES: dict[str, re.Pattern[str]] = {
 _TITLE_AHEAD = re.compile(rf"{_TITLE}{_GAP}$")
 
 # words that are not names when they stand where a name would: lower case
-NOT_A_NAME: frozenset[str] = frozenset("""
+NOT_A_NAME: frozenset[str] = frozenset(
+    """
     a about above across after again against all almost alone along already also although always am among an and
     another any anyone anything are around as at back be because been before behind being below beside besides
     between beyond both but by can cannot could did do does doing done down during each either else enough even
@@ -242,7 +272,8 @@ NOT_A_NAME: frozenset[str] = frozenset("""
     prefer ask platform cloud required optional diary salary salaries wage wages bonus expenses refund refunds
     actually also apparently unfortunately luckily basically honestly anyway sure hmm wait btw fyi maybe
     sadly hopefully currently recently finally meanwhile oh ah yep nope
-""".split())
+""".split()
+)
 
 
 def _word_ok(word: str, titled: bool, listed: bool = True) -> bool:
@@ -256,8 +287,7 @@ def _word_ok(word: str, titled: bool, listed: bool = True) -> bool:
     letters = [c for c in bare if c.isalpha()]
     if len(letters) > 1 and all(c.isupper() for c in letters):
         return titled
-    return all(not bare[i].isupper() or not bare[i - 1].isalpha() or _prefix_ok(bare[:i])
-               for i in range(1, len(bare)))
+    return all(not bare[i].isupper() or not bare[i - 1].isalpha() or _prefix_ok(bare[:i]) for i in range(1, len(bare)))
 
 
 _NAME_PREFIXES = ("mc", "mac", "de", "di", "da", "le", "la", "van", "von", "fitz", "du", "del", "della", "st")
@@ -278,8 +308,7 @@ class NameRecognizer(EntityRecognizer):
 
     def __init__(self) -> None:
         self._patterns = [(re.compile(rx), _NEEDLES.get(name)) for name, rx in _PERSON_CONTEXTS.items()]
-        super().__init__(supported_entities=["PERSON"], name="person_context_recognizer",
-                         supported_language="en")
+        super().__init__(supported_entities=["PERSON"], name="person_context_recognizer", supported_language="en")
 
     def load(self) -> None:
         pass
@@ -323,8 +352,7 @@ def name_span(text: str, start: int, end: int, check_tail: bool = True) -> tuple
         return None
     first = words[0][0]
     titled = _titled(text, first)
-    if check_tail and not all(text[a:b].islower() or _word_ok(text[a:b], titled, listed=False)
-                              for a, b in words[1:]):
+    if check_tail and not all(text[a:b].islower() or _word_ok(text[a:b], titled, listed=False) for a, b in words[1:]):
         return None
     return first, words[-1][1]
 

@@ -69,8 +69,17 @@ from replay.blocks import block_hashes
 from replay.errors import RedactionError, TraceError
 from replay.trace import Trace, TraceWriter, read_trace
 
-__all__ = ["CHUNK_TEXTS", "ROW_BATCH", "DEFAULT_TIMEOUT_S", "ID_FIELDS", "Redactor", "pseudonymize_ids",
-           "redact_trace", "redact_file", "finish_output"]
+__all__ = [
+    "CHUNK_TEXTS",
+    "ROW_BATCH",
+    "DEFAULT_TIMEOUT_S",
+    "ID_FIELDS",
+    "Redactor",
+    "pseudonymize_ids",
+    "redact_trace",
+    "redact_file",
+    "finish_output",
+]
 
 CHUNK_TEXTS = 32
 # where a message name (alice_smith, Alice-Smith) splits into words
@@ -89,6 +98,7 @@ ID_FIELDS = ("user", "safety_identifier", "prompt_cache_key")
 def pseudonymize_ids(body: dict, key: RedactionKey) -> bool:
     """Replace ``body``'s identifier fields and ``metadata`` string values, in place, with keyed
     pseudonyms (see the module docstring); True when anything changed."""
+
     def pseudonym(field_name: str, value: str) -> str:
         return "id-" + key.digest("ID:" + field_name, value).hex()[:24]
 
@@ -165,18 +175,18 @@ def default_processes() -> int:
 class _Entry:
     """One distinct text: what the analyzer found in it, and once built, its redaction."""
 
-    digest: bytes       # blake2b-128 of the raw text
-    chars: int          # characters of the raw text
+    digest: bytes  # blake2b-128 of the raw text
+    chars: int  # characters of the raw text
     failed: str | None  # why its analysis failed (then the text is never written)
-    found: tuple[tuple[str, int, int], ...] = ()   # the analyzer's spans (raw offsets)
-    text: str = ""      # the redacted text
+    found: tuple[tuple[str, int, int], ...] = ()  # the analyzer's spans (raw offsets)
+    text: str = ""  # the redacted text
     ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint32))  # its token ids
-    delta: int = 0      # tokens(redacted) - tokens(raw)
-    entities: tuple[str, ...] = ()                 # the type of each span replaced
-    off: tuple[tuple[str, bytes], ...] = ()        # (type, keyed digest) of surrogates off in length
-    spans: tuple[tuple[str, int, int], ...] = ()   # what was replaced: found + mentions (raw offsets)
-    mentions: int = 0   # of those, mentions of values found elsewhere (redact.mentions)
-    scanned: int = -1   # Mentions.learned when it was built (-1: not yet)
+    delta: int = 0  # tokens(redacted) - tokens(raw)
+    entities: tuple[str, ...] = ()  # the type of each span replaced
+    off: tuple[tuple[str, bytes], ...] = ()  # (type, keyed digest) of surrogates off in length
+    spans: tuple[tuple[str, int, int], ...] = ()  # what was replaced: found + mentions (raw offsets)
+    mentions: int = 0  # of those, mentions of values found elsewhere (redact.mentions)
+    scanned: int = -1  # Mentions.learned when it was built (-1: not yet)
     lock: tuple[str, ...] = ()  # types of the second lock's hits outside surrogates (never written)
     exempt: tuple[int, ...] = ()  # Exempt.digests_of its surrogates (the output's lock_exempt)
 
@@ -195,10 +205,18 @@ class Redactor:
     Use as a context manager (or call :meth:`close`) to stop the worker processes.
     """
 
-    def __init__(self, key: RedactionKey, tokenizer: str = "gpt2", *,
-                 processes: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 entities: Sequence[str] = ENTITIES, threshold: float = SCORE_THRESHOLD,
-                 extra_recognizers: Sequence[Any] = (), cache_chars: int = CACHE_CHARS):
+    def __init__(
+        self,
+        key: RedactionKey,
+        tokenizer: str = "gpt2",
+        *,
+        processes: int | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        entities: Sequence[str] = ENTITIES,
+        threshold: float = SCORE_THRESHOLD,
+        extra_recognizers: Sequence[Any] = (),
+        cache_chars: int = CACHE_CHARS,
+    ):
         from redact.surrogates import Surrogates
         from replay.tokenizer import load_tokenizer
 
@@ -236,8 +254,11 @@ class Redactor:
             import multiprocessing
 
             pool = ProcessPoolExecutor(
-                max_workers=self.processes, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_init_worker, initargs=self._init_args)
+                max_workers=self.processes,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker,
+                initargs=self._init_args,
+            )
             try:
                 for fut in [pool.submit(_analyze_chunk, [""]) for _ in range(self.processes)]:
                     fut.result(timeout=START_TIMEOUT_S)
@@ -245,7 +266,8 @@ class Redactor:
                 pool.shutdown(wait=False, cancel_futures=True)
                 raise RedactionError(
                     f"redaction: worker processes did not start ({type(e).__name__}: {e}); a "
-                    "script that redacts must run under `if __name__ == \"__main__\":`") from None
+                    'script that redacts must run under `if __name__ == "__main__":`'
+                ) from None
             self._pool = pool
         return self._pool
 
@@ -258,9 +280,11 @@ class Redactor:
             proc.kill()
         pool.shutdown(wait=False, cancel_futures=True)
 
-    def _analyze(self, texts: list[str],
-                 on_result: Callable[[int, list[tuple[str, int, int]] | str], None] | None = None,
-                 ) -> list[list[tuple[str, int, int]] | str]:
+    def _analyze(
+        self,
+        texts: list[str],
+        on_result: Callable[[int, list[tuple[str, int, int]] | str], None] | None = None,
+    ) -> list[list[tuple[str, int, int]] | str]:
         """Entities of each text, or the reason it could not be analysed. ``on_result(i, r)`` is
         called with each text's final result as it comes in (while the workers go on with the
         rest)."""
@@ -271,12 +295,12 @@ class Redactor:
             if on_result is not None:
                 on_result(i, r)
 
-        queue = [list(range(i, min(i + CHUNK_TEXTS, len(texts))))
-                 for i in range(0, len(texts), CHUNK_TEXTS)]
+        queue = [list(range(i, min(i + CHUNK_TEXTS, len(texts)))) for i in range(0, len(texts), CHUNK_TEXTS)]
         while queue:
             pool = self._get_pool()
             futures: list[tuple[list[int], Future]] = [
-                (idx, pool.submit(_analyze_chunk, [texts[i] for i in idx])) for idx in queue]
+                (idx, pool.submit(_analyze_chunk, [texts[i] for i in idx])) for idx in queue
+            ]
             queue = []
             for n, (idx, fut) in enumerate(futures):
                 try:
@@ -287,7 +311,7 @@ class Redactor:
                         settle(idx[0], f"timeout: analysis took over {self.timeout_s:g} s")
                     else:  # find the slow text: retry this chunk's texts one at a time
                         queue.extend([i] for i in idx)
-                    queue.extend(i for i, _ in futures[n + 1:])
+                    queue.extend(i for i, _ in futures[n + 1 :])
                     break
                 except Exception as e:  # noqa: BLE001 (a worker died: fail closed on its texts)
                     self._kill_pool()
@@ -295,14 +319,15 @@ class Redactor:
                         settle(idx[0], f"{type(e).__name__}: analysis failed")
                     else:
                         queue.extend([i] for i in idx)
-                    queue.extend(i for i, _ in futures[n + 1:])
+                    queue.extend(i for i, _ in futures[n + 1 :])
                     break
                 for i, r in zip(idx, got):
                     settle(i, r)
         return results
 
-    def _apply(self, text: str, spans: Sequence[tuple[str, int, int]]
-               ) -> tuple[str, tuple[str, ...], tuple[tuple[str, bytes], ...], list[tuple[int, int]], tuple[int, ...]]:
+    def _apply(
+        self, text: str, spans: Sequence[tuple[str, int, int]]
+    ) -> tuple[str, tuple[str, ...], tuple[tuple[str, bytes], ...], list[tuple[int, int]], tuple[int, ...]]:
         """``text`` with its spans replaced, the type of each, the surrogates off in length,
         where each surrogate stands in the new text, and their :meth:`Exempt.digests_of`."""
         out, at, off, placed, length, exempt = [], 0, [], [], 0, set()
@@ -331,19 +356,36 @@ class Redactor:
             spans = tuple(sorted((*e.found, *extra), key=lambda s: s[1])) if extra else e.found
             redacted, entities, off, placed, exempt = self._apply(text, spans) if spans else (text, (), (), [], ())
             # the second lock: a PII shape in the new text outside every surrogate keeps it out
-            lock = tuple(sorted({h.entity for h in lock_scan(redacted)
-                                 if not any(a <= h.start and h.end <= b for a, b in placed)}))
+            lock = tuple(
+                sorted({h.entity for h in lock_scan(redacted) if not any(a <= h.start and h.end <= b for a, b in placed)})
+            )
             made.append((text, e, redacted, entities, off, spans, len(extra), lock, exempt))
         ids = self.tok.encode_batch([m[2] for m in made], add_special_tokens=False)
         changed = [i for i, m in enumerate(made) if m[0] != m[2]]
-        raw_len = dict(zip(changed, (len(x.ids) for x in self.tok.encode_batch(
-            [made[i][0] for i in changed], add_special_tokens=False))))
+        raw_len = dict(
+            zip(changed, (len(x.ids) for x in self.tok.encode_batch([made[i][0] for i in changed], add_special_tokens=False)))
+        )
         out = []
         for i, (text, e, redacted, entities, off, spans, mentions, lock, exempt) in enumerate(made):
             red_ids = np.asarray(ids[i].ids, dtype=np.uint32)
-            out.append(_Entry(e.digest, e.chars, None, e.found, redacted, red_ids,
-                              len(red_ids) - raw_len.get(i, len(red_ids)), entities, off, spans, mentions,
-                              self.mentions.learned, lock, exempt))
+            out.append(
+                _Entry(
+                    e.digest,
+                    e.chars,
+                    None,
+                    e.found,
+                    redacted,
+                    red_ids,
+                    len(red_ids) - raw_len.get(i, len(red_ids)),
+                    entities,
+                    off,
+                    spans,
+                    mentions,
+                    self.mentions.learned,
+                    lock,
+                    exempt,
+                )
+            )
         return out
 
     def _remember(self, entry: _Entry) -> None:
@@ -435,14 +477,12 @@ class Redactor:
         slots = [text_slots(b) if b is not None else [] for b in bodies]
         names = [name_slots(b) if b is not None else [] for b in bodies]
         learn_names(self.mentions, [s.text for row in names for s in row])
-        responses = (df.get_column("response").to_list() if "response" in df.columns
-                     else [None] * df.height)
+        responses = df.get_column("response").to_list() if "response" in df.columns else [None] * df.height
         done = self.redact_texts([s.text for row in slots for s in row] + [r for r in responses if r])
         stored = df.get_column("block_hashes").to_list() if "block_hashes" in df.columns else None
         # the row's other strings (ids, session, model...) are stored as they are: the lock
         # checks them too
-        columns = [df.get_column(c).to_list() for c, t in df.schema.items()
-                   if t == pl.String and c not in ("body", "response")]
+        columns = [df.get_column(c).to_list() for c, t in df.schema.items() if t == pl.String and c not in ("body", "response")]
         new_bodies: list[str | None] = []
         new_responses: list[str | None] = []
         accounts: list[RowAccount] = []
@@ -463,9 +503,13 @@ class Redactor:
             if body is not None and (ids_changed or texts_changed or names[row]):
                 # a message's name is replaced whole by a PERSON surrogate (the same at its mentions)
                 new_names = [self.surrogates.make("PERSON", s.text)[0] for s in names[row]]
-                new_bodies.append(json.dumps(replace_texts(body, [*row_slots, *names[row]],
-                                                           [*(e.text for e in entries), *new_names]),
-                                             separators=(",", ":"), ensure_ascii=False))
+                new_bodies.append(
+                    json.dumps(
+                        replace_texts(body, [*row_slots, *names[row]], [*(e.text for e in entries), *new_names]),
+                        separators=(",", ":"),
+                        ensure_ascii=False,
+                    )
+                )
             else:
                 new_bodies.append(bodies_raw[row])
             new_responses.append(resp.text if resp is not None else response)
@@ -476,16 +520,15 @@ class Redactor:
             raw = None
             if stored is None or not stored[row]:
                 raw = block_hashes(prompt_token_ids([s.text for s in row_slots], self.tok), block_size)
-            accounts.append(RowAccount(None, sum(e.delta for e in entries),
-                                       block_hashes(ids, block_size), raw, texts))
+            accounts.append(RowAccount(None, sum(e.delta for e in entries), block_hashes(ids, block_size), raw, texts))
         out = df.with_columns(pl.Series("body", new_bodies, dtype=pl.String))
         if "response" in df.columns:
             out = out.with_columns(pl.Series("response", new_responses, dtype=pl.String))
         return out, accounts
 
-
-    def _locked(self, body: dict | None, row_slots: list, entries: list[_Entry], resp: _Entry | None,
-                columns: list[list], row: int) -> str | None:
+    def _locked(
+        self, body: dict | None, row_slots: list, entries: list[_Entry], resp: _Entry | None, columns: list[list], row: int
+    ) -> str | None:
         """Why the second lock keeps this row out (``"lock: TYPE,..."``), or None. The texts were
         checked when redacted (:attr:`_Entry.lock`); here the body's other strings (keys, roles,
         names, tool schemas...) and the row's string columns, which are stored as they are."""
@@ -503,22 +546,28 @@ def finish_output(writer, accounts: Accounts, started: float, src: Path, meta, k
     report = accounts.finish(started)
     if report.written == 0:
         writer.abort()
-        raise RedactionError(f"{src.name}: all {report.requests} requests quarantined "
-                             f"({dict(report.quarantine_reasons)}); nothing written")
+        raise RedactionError(
+            f"{src.name}: all {report.requests} requests quarantined ({dict(report.quarantine_reasons)}); nothing written"
+        )
     writer.close(_redacted_meta(meta, key, accounts))
     return report
 
 
 def _redacted_meta(meta, key: RedactionKey, accounts: Accounts):
-    return replace(meta, redaction_policy=POLICY, redaction_key=key.fingerprint,
-                   redaction_report=json.dumps(accounts.report.to_dict(), separators=(",", ":")),
-                   lock_exempt=accounts.exempt.to_meta())
+    return replace(
+        meta,
+        redaction_policy=POLICY,
+        redaction_key=key.fingerprint,
+        redaction_report=json.dumps(accounts.report.to_dict(), separators=(",", ":")),
+        lock_exempt=accounts.exempt.to_meta(),
+    )
 
 
 def _check_input(trace_meta, source: str) -> None:
     if trace_meta.redaction_policy == POLICY:
-        raise TraceError(f"{source}: already redacted (key {trace_meta.redaction_key or '?'}); "
-                         "redacting again would change its surrogates")
+        raise TraceError(
+            f"{source}: already redacted (key {trace_meta.redaction_key or '?'}); redacting again would change its surrogates"
+        )
 
 
 def _frames(trace: Trace, size: int) -> Iterator[pl.DataFrame]:
@@ -540,8 +589,7 @@ def learn_names(mentions: Mentions, names: Sequence[str]) -> None:
 def frame_names(df: pl.DataFrame) -> list[str]:
     """The message names (:func:`replay.bodies.name_slots`) of ``df``'s bodies, for
     :meth:`Redactor.learn`."""
-    return [s.text for b in df.get_column("body").to_list() if b is not None
-            for s in name_slots(json.loads(b))]
+    return [s.text for b in df.get_column("body").to_list() if b is not None for s in name_slots(json.loads(b))]
 
 
 def frame_texts(df: pl.DataFrame) -> list[str]:
@@ -553,9 +601,14 @@ def frame_texts(df: pl.DataFrame) -> list[str]:
     return texts
 
 
-def redact_trace(trace: Trace, key: RedactionKey, *, processes: int | None = None,
-                 timeout_s: float = DEFAULT_TIMEOUT_S,
-                 extra_recognizers: Sequence[Any] = ()) -> tuple[Trace, RedactionReport]:
+def redact_trace(
+    trace: Trace,
+    key: RedactionKey,
+    *,
+    processes: int | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    extra_recognizers: Sequence[Any] = (),
+) -> tuple[Trace, RedactionReport]:
     """Redact an in-memory trace (with its bodies); returns the redacted trace and the report.
 
     Raises :class:`RedactionError` if every request was quarantined."""
@@ -566,24 +619,29 @@ def redact_trace(trace: Trace, key: RedactionKey, *, processes: int | None = Non
     _check_input(trace.meta, "trace")
     started = time.perf_counter()
     accounts = Accounts()
-    with Redactor(key, trace.meta.tokenizer, processes=processes, timeout_s=timeout_s,
-                  extra_recognizers=extra_recognizers) as r:
+    with Redactor(key, trace.meta.tokenizer, processes=processes, timeout_s=timeout_s, extra_recognizers=extra_recognizers) as r:
         for f in _frames(trace, ROW_BATCH):  # first pass: every value found, before any row
             r.learn(frame_texts(f), frame_names(f))
-        parts = [accounts.add(*r.redact_rows(f, trace.meta.block_size_tokens))
-                 for f in _frames(trace, ROW_BATCH)]
+        parts = [accounts.add(*r.redact_rows(f, trace.meta.block_size_tokens)) for f in _frames(trace, ROW_BATCH)]
         report = accounts.finish(started)
     if report.written == 0:
-        raise RedactionError(f"redaction: all {report.requests} requests quarantined "
-                             f"({dict(report.quarantine_reasons)}); nothing written")
+        raise RedactionError(
+            f"redaction: all {report.requests} requests quarantined ({dict(report.quarantine_reasons)}); nothing written"
+        )
     meta = _redacted_meta(trace.meta, key, accounts)
     return Trace(validate(pl.concat(parts), meta, "redacted trace"), meta), report
 
 
-def redact_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], key: RedactionKey, *,
-                processes: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-                extra_recognizers: Sequence[Any] = (),
-                progress: Callable[[int, int], None] | None = None) -> RedactionReport:
+def redact_file(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    key: RedactionKey,
+    *,
+    processes: int | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    extra_recognizers: Sequence[Any] = (),
+    progress: Callable[[int, int], None] | None = None,
+) -> RedactionReport:
     """Redact the trace file ``src`` into ``dst`` a row batch at a time (memory bounded by the
     batch and the text cache), atomically, in two passes: the first analyses every text (learning
     every value found: :meth:`Redactor.learn`), the second redacts and writes the rows. Each batch
@@ -599,18 +657,20 @@ def redact_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], key: R
     if src.is_dir():
         # a capture folder taken with --no-redact: its segments overlap in arrival, so it is read
         # whole (in arrival order) and redacted in memory
-        trace, report = redact_trace(read_trace(src), key, processes=processes, timeout_s=timeout_s,
-                                     extra_recognizers=extra_recognizers)
+        trace, report = redact_trace(
+            read_trace(src), key, processes=processes, timeout_s=timeout_s, extra_recognizers=extra_recognizers
+        )
         trace.write(dst)
         if progress is not None:
             progress(total, total)
         return report
     started = time.perf_counter()
     accounts = Accounts()
-    with Redactor(key, meta.tokenizer, processes=processes, timeout_s=timeout_s,
-                  extra_recognizers=extra_recognizers) as r, \
-            TraceWriter(dst, meta) as writer, \
-            pq.ParquetFile(src, buffer_size=1 << 20, pre_buffer=False) as f:
+    with (
+        Redactor(key, meta.tokenizer, processes=processes, timeout_s=timeout_s, extra_recognizers=extra_recognizers) as r,
+        TraceWriter(dst, meta) as writer,
+        pq.ParquetFile(src, buffer_size=1 << 20, pre_buffer=False) as f,
+    ):
         row = 0
         # first pass: analyse every text (the slow part: the progress counts it), learning every
         # value found, before any row is written

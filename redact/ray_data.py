@@ -41,8 +41,16 @@ import polars as pl
 
 from redact.key import RedactionKey
 from redact.mentions import Mentions
-from redact.pipeline import (DEFAULT_TIMEOUT_S, ROW_BATCH, Redactor, _check_input, finish_output, frame_names,
-                             frame_texts, learn_names)
+from redact.pipeline import (
+    DEFAULT_TIMEOUT_S,
+    ROW_BATCH,
+    Redactor,
+    _check_input,
+    finish_output,
+    frame_names,
+    frame_texts,
+    learn_names,
+)
 from redact.report import Accounts, RedactionReport
 from replay.errors import ConfigError, ReplayError
 
@@ -59,14 +67,14 @@ class _AnalyseBatches:
     hands back, per batch, what it found in the texts it had not seen (by digest) and the values
     found (``map_batches``' callable class)."""
 
-    def __init__(self, secret: bytes, meta_md: dict[str, str], source: str, timeout_s: float,
-                 extra_recognizers: Sequence[Any]):
+    def __init__(self, secret: bytes, meta_md: dict[str, str], source: str, timeout_s: float, extra_recognizers: Sequence[Any]):
         from replay.trace import TraceMeta
 
         self.meta = TraceMeta.from_metadata(meta_md, source)
         self.source = source
-        self.redactor = Redactor(RedactionKey(secret), self.meta.tokenizer, processes=1,
-                                 timeout_s=timeout_s, extra_recognizers=extra_recognizers)
+        self.redactor = Redactor(
+            RedactionKey(secret), self.meta.tokenizer, processes=1, timeout_s=timeout_s, extra_recognizers=extra_recognizers
+        )
         self.sent: set[bytes] = set()
 
     def __call__(self, batch):
@@ -93,14 +101,23 @@ class _RedactBatches:
     """One Ray actor of the second pass: redacts the row batches it is given (``map_batches``'
     callable class), with the first pass's analyses and values."""
 
-    def __init__(self, secret: bytes, meta_md: dict[str, str], source: str, timeout_s: float,
-                 extra_recognizers: Sequence[Any], found: Any, values: list[tuple[str, str]]):
+    def __init__(
+        self,
+        secret: bytes,
+        meta_md: dict[str, str],
+        source: str,
+        timeout_s: float,
+        extra_recognizers: Sequence[Any],
+        found: Any,
+        values: list[tuple[str, str]],
+    ):
         from replay.trace import TraceMeta
 
         self.meta = TraceMeta.from_metadata(meta_md, source)
         self.source = source
-        self.redactor = Redactor(RedactionKey(secret), self.meta.tokenizer, processes=1,
-                                 timeout_s=timeout_s, extra_recognizers=extra_recognizers)
+        self.redactor = Redactor(
+            RedactionKey(secret), self.meta.tokenizer, processes=1, timeout_s=timeout_s, extra_recognizers=extra_recognizers
+        )
         import ray
 
         # Ray Data hands the constructor the reference as it is
@@ -113,8 +130,7 @@ class _RedactBatches:
 
         rows = validate(pl.from_arrow(batch), self.meta, f"{self.source} (a row batch)")
         out, accounts = self.redactor.redact_rows(rows, self.meta.block_size_tokens)
-        return out.with_columns(pl.Series(ACCOUNT_COLUMN, [pickle.dumps(a) for a in accounts],
-                                          dtype=pl.Binary)).to_arrow()
+        return out.with_columns(pl.Series(ACCOUNT_COLUMN, [pickle.dumps(a) for a in accounts], dtype=pl.Binary)).to_arrow()
 
     def __del__(self):
         self.redactor.close()
@@ -125,8 +141,7 @@ def _ray():
         import ray
         import ray.data  # noqa: F401
     except ImportError:
-        raise ConfigError("--ray: Ray Data is not installed (pip install 'faithful-replay[ray]', "
-                          "which pins ray[data])") from None
+        raise ConfigError("--ray: Ray Data is not installed (pip install 'faithful-replay[ray]', which pins ray[data])") from None
     return ray
 
 
@@ -145,10 +160,17 @@ def _cause(e: BaseException) -> BaseException:
     return e
 
 
-def redact_file_ray(src: str | os.PathLike[str], dst: str | os.PathLike[str], key: RedactionKey, *,
-                    actors: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-                    extra_recognizers: Sequence[Any] = (), batch_rows: int = ROW_BATCH,
-                    progress: Callable[[int, int], None] | None = None) -> RedactionReport:
+def redact_file_ray(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    key: RedactionKey,
+    *,
+    actors: int | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    extra_recognizers: Sequence[Any] = (),
+    batch_rows: int = ROW_BATCH,
+    progress: Callable[[int, int], None] | None = None,
+) -> RedactionReport:
     """Redact the trace file ``src`` into ``dst`` on Ray (see the module docstring): the same
     output and report as :func:`redact.pipeline.redact_file`. ``actors``: the redacting actors
     (default: the cluster's CPUs), each with one analysis worker process.
@@ -159,8 +181,10 @@ def redact_file_ray(src: str | os.PathLike[str], dst: str | os.PathLike[str], ke
     meta, total = read_meta(src)
     _check_input(meta, src.name)
     if src.is_dir():
-        raise ConfigError(f"--ray: {src.name} is a capture folder, whose segments overlap in "
-                          "arrival; redact it without --ray (it is read whole)")
+        raise ConfigError(
+            f"--ray: {src.name} is a capture folder, whose segments overlap in "
+            "arrival; redact it without --ray (it is read whole)"
+        )
     if actors is not None and actors < 1:
         raise ConfigError(f"--actors: must be >= 1, got {actors}")
     ray = _ray()
@@ -187,9 +211,13 @@ def redact_file_ray(src: str | os.PathLike[str], dst: str | os.PathLike[str], ke
 
         def over_actors(actor, *more):
             return ray.data.read_parquet(str(src), num_cpus=0, override_num_blocks=blocks).map_batches(
-                actor, batch_size=batch_rows, batch_format="pyarrow",
-                compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=actor_cpus,
-                fn_constructor_args=(*args, *more))
+                actor,
+                batch_size=batch_rows,
+                batch_format="pyarrow",
+                compute=ray.data.ActorPoolStrategy(size=actors),
+                num_cpus=actor_cpus,
+                fn_constructor_args=(*args, *more),
+            )
 
         # first pass: every text analysed once on the actors, every value found learned here
         found: dict[bytes, Any] = {}

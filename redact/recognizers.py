@@ -74,20 +74,22 @@ def _jwt_header_ok(token: str) -> bool:
 
 
 def _high_entropy(token: str) -> bool:
-    return (any(c.isupper() for c in token) and any(c.islower() for c in token)
-            and any(c.isdigit() for c in token) and shannon_entropy(token) >= MIN_SECRET_ENTROPY)
+    return (
+        any(c.isupper() for c in token)
+        and any(c.islower() for c in token)
+        and any(c.isdigit() for c in token)
+        and shannon_entropy(token) >= MIN_SECRET_ENTROPY
+    )
 
 
 class SecretRecognizer(EntityRecognizer):
     """One entity type found by regexes; the named group ``s`` (else the match) is the span."""
 
-    def __init__(self, entity: str, patterns: list[tuple[str, str]], score: float,
-                 check: Callable[[str], bool] | None = None):
+    def __init__(self, entity: str, patterns: list[tuple[str, str]], score: float, check: Callable[[str], bool] | None = None):
         self._patterns = [(name, re.compile(rx)) for name, rx in patterns]
         self._score = score
         self._check = check
-        super().__init__(supported_entities=[entity], name=f"{entity.lower()}_recognizer",
-                         supported_language="en")
+        super().__init__(supported_entities=[entity], name=f"{entity.lower()}_recognizer", supported_language="en")
 
     def load(self) -> None:
         pass
@@ -109,21 +111,46 @@ def secret_recognizers() -> list[EntityRecognizer]:
     """The secret recognizers, one per entity type."""
     return [
         SecretRecognizer("API_KEY", list(_API_KEYS.items()), 0.95),
-        SecretRecognizer("JWT", [("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")],
-                         0.95, _jwt_header_ok),
-        SecretRecognizer("PRIVATE_KEY", [(
-            "pem", r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----[\s\S]{16,}?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
-        )], 0.99),
-        SecretRecognizer("BEARER_TOKEN", [(
-            "bearer", r"\b[Bb]earer[ \t]+(?P<s>[A-Za-z0-9._~+/-]{16,}=*)",
-        )], 0.9),
-        SecretRecognizer("URL_PASSWORD", [
-            # scheme://user:password@host (postgres, mysql, redis, amqp, mongodb, https, ...)
-            ("url", r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]+:(?P<s>[^\s@/]+)@[^\s/]"),
-        ], 0.9),  # key=value connection strings (Password=...;) are PASSWORD's
-        SecretRecognizer("SECRET", [(
-            "entropy", rf"(?<![A-Za-z0-9+/_-])(?P<s>[A-Za-z0-9+/_-]{{{_SECRET_MIN_LEN},}}={{0,2}})(?![A-Za-z0-9+/_=-])",
-        )], 0.6, _high_entropy),
+        SecretRecognizer("JWT", [("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")], 0.95, _jwt_header_ok),
+        SecretRecognizer(
+            "PRIVATE_KEY",
+            [
+                (
+                    "pem",
+                    r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----[\s\S]{16,}?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
+                )
+            ],
+            0.99,
+        ),
+        SecretRecognizer(
+            "BEARER_TOKEN",
+            [
+                (
+                    "bearer",
+                    r"\b[Bb]earer[ \t]+(?P<s>[A-Za-z0-9._~+/-]{16,}=*)",
+                )
+            ],
+            0.9,
+        ),
+        SecretRecognizer(
+            "URL_PASSWORD",
+            [
+                # scheme://user:password@host (postgres, mysql, redis, amqp, mongodb, https, ...)
+                ("url", r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]+:(?P<s>[^\s@/]+)@[^\s/]"),
+            ],
+            0.9,
+        ),  # key=value connection strings (Password=...;) are PASSWORD's
+        SecretRecognizer(
+            "SECRET",
+            [
+                (
+                    "entropy",
+                    rf"(?<![A-Za-z0-9+/_-])(?P<s>[A-Za-z0-9+/_-]{{{_SECRET_MIN_LEN},}}={{0,2}})(?![A-Za-z0-9+/_=-])",
+                )
+            ],
+            0.6,
+            _high_entropy,
+        ),
         PasswordRecognizer(),
         NameRecognizer(),
     ]

@@ -39,13 +39,13 @@ class RedactionReport:
     quarantined: int = 0
     quarantine_reasons: Counter = field(default_factory=Counter)
     lock: Counter = field(default_factory=Counter)  # type -> records the second lock kept out
-    texts: int = 0           # prompt and response strings seen
-    analysed: int = 0        # distinct strings analysed (cache misses)
+    texts: int = 0  # prompt and response strings seen
+    analysed: int = 0  # distinct strings analysed (cache misses)
     chars_analysed: int = 0
-    entities: Counter = field(default_factory=Counter)          # type -> spans replaced
-    mentions: int = 0        # of those, mentions of a value found in another place (redact.mentions)
+    entities: Counter = field(default_factory=Counter)  # type -> spans replaced
+    mentions: int = 0  # of those, mentions of a value found in another place (redact.mentions)
     token_exceptions: Counter = field(default_factory=Counter)  # type -> surrogates off in length
-    token_delta: Counter = field(default_factory=Counter)       # tokens(redacted) - tokens(raw) -> requests
+    token_delta: Counter = field(default_factory=Counter)  # tokens(redacted) - tokens(raw) -> requests
     shared_blocks_raw: int = 0
     shared_blocks_kept: int = 0
     prefix_checked_requests: int = 0
@@ -60,18 +60,23 @@ class RedactionReport:
     def delta_quantiles(self) -> dict[str, int]:
         if not self.token_delta:
             return {}
-        values = np.repeat(np.array(list(self.token_delta.keys())),
-                           np.array(list(self.token_delta.values())))
-        return {f"p{int(q * 100)}": int(np.quantile(values, q, method="inverted_cdf"))
-                for q in (0.01, 0.5, 0.99)} | {"min": int(values.min()), "max": int(values.max())}
+        values = np.repeat(np.array(list(self.token_delta.keys())), np.array(list(self.token_delta.values())))
+        return {f"p{int(q * 100)}": int(np.quantile(values, q, method="inverted_cdf")) for q in (0.01, 0.5, 0.99)} | {
+            "min": int(values.min()),
+            "max": int(values.max()),
+        }
 
     def to_dict(self) -> dict[str, Any]:
         exact = self.token_delta.get(0, 0)
         return {
-            "requests": self.requests, "written": self.written, "quarantined": self.quarantined,
+            "requests": self.requests,
+            "written": self.written,
+            "quarantined": self.quarantined,
             "quarantine_reasons": dict(self.quarantine_reasons),
             "lock": dict(sorted(self.lock.items())),
-            "texts": self.texts, "analysed": self.analysed, "chars_analysed": self.chars_analysed,
+            "texts": self.texts,
+            "analysed": self.analysed,
+            "chars_analysed": self.chars_analysed,
             "entities": dict(sorted(self.entities.items())),
             "mentions": self.mentions,
             "token_exceptions": dict(sorted(self.token_exceptions.items())),
@@ -92,20 +97,25 @@ class RedactionReport:
             f"redacted {self.written} of {self.requests} requests in {self.seconds:.1f} s "
             f"({self.analysed} distinct texts analysed of {self.texts}; "
             f"{self.quarantined} quarantined)",
-            f"entities: {ents}" + (f" ({self.mentions} of them mentions of a value found elsewhere)"
-                                   if self.mentions else ""),
-            "token count unchanged in " + ("-" if exact is None else f"{exact:.1%}") +
-            f" of requests; delta {d['token_delta']}" +
-            (f"; surrogates off in length: {d['token_exceptions']}" if self.token_exceptions else ""),
-            "prefix sharing kept: " + ("no shared blocks" if kept is None else
-                                       f"{kept:.2%} of {self.shared_blocks_raw} shared blocks "
-                                       f"(first {self.prefix_checked_requests} requests)"),
+            f"entities: {ents}" + (f" ({self.mentions} of them mentions of a value found elsewhere)" if self.mentions else ""),
+            "token count unchanged in "
+            + ("-" if exact is None else f"{exact:.1%}")
+            + f" of requests; delta {d['token_delta']}"
+            + (f"; surrogates off in length: {d['token_exceptions']}" if self.token_exceptions else ""),
+            "prefix sharing kept: "
+            + (
+                "no shared blocks"
+                if kept is None
+                else f"{kept:.2%} of {self.shared_blocks_raw} shared blocks (first {self.prefix_checked_requests} requests)"
+            ),
         ]
         if self.quarantine_reasons:
             lines.append(f"quarantined because: {dict(self.quarantine_reasons)}")
         if self.lock:
-            lines.append("kept out by the second lock (a PII shape left after redaction), records per type: "
-                         + ", ".join(f"{k} {v}" for k, v in sorted(self.lock.items())))
+            lines.append(
+                "kept out by the second lock (a PII shape left after redaction), records per type: "
+                + ", ".join(f"{k} {v}" for k, v in sorted(self.lock.items()))
+            )
         return "\n".join(lines)
 
 
@@ -113,8 +123,8 @@ class RedactionReport:
 class RowAccount:
     """What the report needs of one redacted row (it travels with the row from a Ray actor)."""
 
-    reason: str | None          # why the row is quarantined (None: it is written)
-    delta: int                  # tokens(redacted prompt) - tokens(raw prompt)
+    reason: str | None  # why the row is quarantined (None: it is written)
+    delta: int  # tokens(redacted prompt) - tokens(raw prompt)
     red_hashes: list[int] | None  # block hashes of the redacted prompt (None: a null body)
     raw_hashes: list[int] | None  # of the raw prompt, when the row has none stored
     texts: list[tuple[bytes, int, tuple[str, ...], tuple[tuple[str, bytes], ...], int, tuple[int, ...]]]  # _Entry.info()
@@ -149,8 +159,15 @@ class Accounts:
         out, self.exempt = self.exempt, Exempt()
         return out
 
-    def _text(self, digest: bytes, chars: int, entities: tuple[str, ...],
-              off: tuple[tuple[str, bytes], ...], mentions: int, exempt: tuple[int, ...]) -> None:
+    def _text(
+        self,
+        digest: bytes,
+        chars: int,
+        entities: tuple[str, ...],
+        off: tuple[tuple[str, bytes], ...],
+        mentions: int,
+        exempt: tuple[int, ...],
+    ) -> None:
         rep = self.report
         rep.texts += 1
         if exempt:

@@ -62,13 +62,26 @@ from collections.abc import Iterator
 
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 
-__all__ = ["SHAPE_ENTITIES", "PHONE_WORDS", "ShapeRecognizer", "EmailShape", "PhoneShape", "CardShape",
-           "IbanShape", "IpShape", "shape_recognizers", "luhn_ok", "iban_ok"]
+__all__ = [
+    "SHAPE_ENTITIES",
+    "PHONE_WORDS",
+    "ShapeRecognizer",
+    "EmailShape",
+    "PhoneShape",
+    "CardShape",
+    "IbanShape",
+    "IpShape",
+    "shape_recognizers",
+    "luhn_ok",
+    "iban_ok",
+]
 
 SHAPE_ENTITIES = ("EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE", "IP_ADDRESS")
 # a word before a number that says it is a phone number (tel covers telefon, teléfono, téléphone)
-PHONE_WORDS = re.compile(r"(?i)(?:phone|call|tel|mobile|cell|fax|sms|whatsapp|contact|reach|handy|móvil|movil|"
-                         r"celular|portable|e\.164)")
+PHONE_WORDS = re.compile(
+    r"(?i)(?:phone|call|tel|mobile|cell|fax|sms|whatsapp|contact|reach|handy|móvil|movil|"
+    r"celular|portable|e\.164)"
+)
 _CONTEXT_CHARS = 40
 _BY_CONTEXT = 0.45  # the score of a phone found by its context only
 
@@ -84,8 +97,7 @@ class ShapeRecognizer(EntityRecognizer):
     ENTITY = ""
 
     def __init__(self) -> None:
-        super().__init__(supported_entities=[self.ENTITY], name=f"{self.ENTITY.lower()}_shape",
-                         supported_language="en")
+        super().__init__(supported_entities=[self.ENTITY], name=f"{self.ENTITY.lower()}_shape", supported_language="en")
 
     def load(self) -> None:
         pass
@@ -122,8 +134,7 @@ class EmailShape(ShapeRecognizer):
         while (m := self.PATTERN.search(text, at)) is not None:
             start, end = m.span()
             at = text.index("@", start) + 1  # "a@b.cc@d.ee" holds two, overlapping: merged
-            if start and not text[start - 1].isspace() and _USERINFO.search(
-                    text, max(0, start - _USERINFO_CHARS), start):
+            if start and not text[start - 1].isspace() and _USERINFO.search(text, max(0, start - _USERINFO_CHARS), start):
                 continue
             if found and start < found[-1][1]:
                 found[-1] = (found[-1][0], max(end, found[-1][1]), 0.9)
@@ -142,9 +153,18 @@ _GROUP = re.compile(r"\d+")
 _MAX_GROUPS = 8  # groups in one phone number at most
 # group-length layouts of national numbers written without a trunk prefix: (lengths, first digits)
 _NATIONAL = {
-    (3, 3, 4): "123456789", (5, 5): "6789", (3, 4, 4): "123456789", (2, 4, 4): "123456789",
-    (2, 5, 4): "123456789", (3, 3, 3): "6789", (3, 2, 2, 2): "6789", (2, 3, 2, 2): "123456789",
-    (3, 3, 2, 2): "123456789", (1, 3, 3, 2, 2): "78", (3, 7): "123456789", (1, 3, 3, 4): "1",
+    (3, 3, 4): "123456789",
+    (5, 5): "6789",
+    (3, 4, 4): "123456789",
+    (2, 4, 4): "123456789",
+    (2, 5, 4): "123456789",
+    (3, 3, 3): "6789",
+    (3, 2, 2, 2): "6789",
+    (2, 3, 2, 2): "123456789",
+    (3, 3, 2, 2): "123456789",
+    (1, 3, 3, 2, 2): "78",
+    (3, 7): "123456789",
+    (1, 3, 3, 4): "1",
 }
 _NO_DOTS = {(3, 3, 3), (3, 7)}  # "912.345.678" is a number with thousands dots
 
@@ -157,8 +177,14 @@ def _is_date(a: str, b: str, c: str, sep: str) -> bool:
     """dd.mm.yyyy / mm/dd/yyyy / yyyy-mm-dd (and dd/mm/yy with slashes) as three digit groups."""
     if _is_year(a):
         return len(b) <= 2 and len(c) <= 2 and 1 <= int(b) <= 12 and 1 <= int(c) <= 31
-    return (len(a) <= 2 and len(b) <= 2 and (_is_year(c) or (len(c) == 2 and sep == "/"))
-            and 1 <= int(a) <= 31 and 1 <= int(b) <= 31 and min(int(a), int(b)) <= 12)
+    return (
+        len(a) <= 2
+        and len(b) <= 2
+        and (_is_year(c) or (len(c) == 2 and sep == "/"))
+        and 1 <= int(a) <= 31
+        and 1 <= int(b) <= 31
+        and min(int(a), int(b)) <= 12
+    )
 
 
 class PhoneShape(ShapeRecognizer):
@@ -177,16 +203,15 @@ class PhoneShape(ShapeRecognizer):
 
     def _run(self, text: str, start: int, end: int, last: int) -> list[tuple[int, int, float]]:
         groups = [(g.start(), g.end()) for g in _GROUP.finditer(text, start, end)]
-        lead = text[start:groups[0][0]]
+        lead = text[start : groups[0][0]]
         plus = "+" in lead
         n = len(groups)
-        seps = [text[groups[k][1]:groups[k + 1][0]] for k in range(n - 1)]
+        seps = [text[groups[k][1] : groups[k + 1][0]] for k in range(n - 1)]
         # groups glued to a word or an id ("ORD-2024-973417", a UUID's groups) end every phone;
         # dates and IPv4 addresses end those without a "+"
         glued = [False] * n
         before = lead[-1] if lead else _char(text, start - 1)
-        if not plus and (before.isalnum() or before == "_" or (
-                before in "-." and _char(text, start - 2).isalnum())):
+        if not plus and (before.isalnum() or before == "_" or (before in "-." and _char(text, start - 2).isalnum())):
             glued[0] = True
         if _char(text, end).isalnum() or _char(text, end) == "_":
             glued[-1] = True
@@ -194,13 +219,22 @@ class PhoneShape(ShapeRecognizer):
         digits = [text[a:b] for a, b in groups]
         for k in range(n - 2):  # a date: its two separators alike, unlike those around it
             sep = seps[k]
-            if (sep in ("-", ".", "/") and seps[k + 1] == sep and (k == 0 or seps[k - 1] != sep)
-                    and (k + 2 == n - 1 or seps[k + 2] != sep) and _is_date(*digits[k:k + 3], sep)):
+            if (
+                sep in ("-", ".", "/")
+                and seps[k + 1] == sep
+                and (k == 0 or seps[k - 1] != sep)
+                and (k + 2 == n - 1 or seps[k + 2] != sep)
+                and _is_date(*digits[k : k + 3], sep)
+            ):
                 cut[k] = cut[k + 1] = cut[k + 2] = True
         for k in range(n - 3):  # an IPv4 address: four dotted groups, no more
-            if (all(s == "." for s in seps[k:k + 3]) and all(len(d) <= 3 for d in digits[k:k + 4])
-                    and (k == 0 or seps[k - 1] != ".") and (k + 3 == n - 1 or seps[k + 3] != ".")):
-                cut[k:k + 4] = [True] * 4
+            if (
+                all(s == "." for s in seps[k : k + 3])
+                and all(len(d) <= 3 for d in digits[k : k + 4])
+                and (k == 0 or seps[k - 1] != ".")
+                and (k + 3 == n - 1 or seps[k + 3] != ".")
+            ):
+                cut[k : k + 4] = [True] * 4
         found: list[tuple[int, int, float]] = []
         for k in range(n):  # the longest phone from each start; overlapping ones are merged
             ends = glued if plus and k == 0 else cut
@@ -210,12 +244,18 @@ class PhoneShape(ShapeRecognizer):
             while stop < n and not ends[stop] and stop - k < _MAX_GROUPS:
                 stop += 1
             at = groups[k][0]
-            context = (at - last <= _CONTEXT_CHARS
-                       or PHONE_WORDS.search(text, max(0, at - _CONTEXT_CHARS), at) is not None)
+            context = at - last <= _CONTEXT_CHARS or PHONE_WORDS.search(text, max(0, at - _CONTEXT_CHARS), at) is not None
             for j in range(stop, k, -1):
                 stop_at = groups[j - 1][1]
-                score = self.score(text, groups[k:j], seps[k:j - 1], plus and k == 0,
-                                   lead if k == 0 else seps[k - 1], _char(text, stop_at), context)
+                score = self.score(
+                    text,
+                    groups[k:j],
+                    seps[k : j - 1],
+                    plus and k == 0,
+                    lead if k == 0 else seps[k - 1],
+                    _char(text, stop_at),
+                    context,
+                )
                 if score is not None:
                     first = self._start(text, start, groups, seps, k, j, lead)
                     if found and first < found[-1][1]:
@@ -226,20 +266,20 @@ class PhoneShape(ShapeRecognizer):
         return found
 
     @staticmethod
-    def _start(text: str, start: int, groups: list[tuple[int, int]], seps: list[str], k: int, j: int,
-               lead: str) -> int:
+    def _start(text: str, start: int, groups: list[tuple[int, int]], seps: list[str], k: int, j: int, lead: str) -> int:
         """Where the phone made of groups k..j-1 starts: at its "+", or at the "(" of a bracketed
         first group, else at its first digit."""
         if k > 0:
             return groups[k][0] - (1 if seps[k - 1].endswith("(") else 0)
-        after = seps[0] if j > 1 else text[groups[0][1]:groups[0][1] + 1]
+        after = seps[0] if j > 1 else text[groups[0][1] : groups[0][1] + 1]
         if lead.startswith("(") and after.lstrip(" ").startswith(")"):
             return start
         return start + lead.index("+") if "+" in lead else groups[0][0]
 
     @staticmethod
-    def score(text: str, groups: list[tuple[int, int]], seps: list[str], plus: bool, lead: str,
-              after: str, near: bool) -> float | None:
+    def score(
+        text: str, groups: list[tuple[int, int]], seps: list[str], plus: bool, lead: str, after: str, near: bool
+    ) -> float | None:
         """The score of the digit groups ``groups`` (offsets in ``text``) as a phone number, or
         None. ``seps`` lie between them, ``lead`` before the first ("+", "(" or a separator),
         ``after`` is the character after the last; ``near``: a phone word or a phone of a known
@@ -281,12 +321,16 @@ class PhoneShape(ShapeRecognizer):
 # -- cards ------------------------------------------------------------------------------------------
 
 # a lookahead, so that every start is tried ("8761 4512 5758 8560 3484" holds two cards)
-_CARD_GROUPED = re.compile(r"(?<!\w)(?=(\d{4}[ -](?:\d{6}[ -]\d{4,5}"
-                           r"|\d{4}[ -]\d{4}[ -](?:\d{4}[ -]\d{1,3}|\d{1,4})))(?!\w))")
+_CARD_GROUPED = re.compile(
+    r"(?<!\w)(?=(\d{4}[ -](?:\d{6}[ -]\d{4,5}"
+    r"|\d{4}[ -]\d{4}[ -](?:\d{4}[ -]\d{1,3}|\d{1,4})))(?!\w))"
+)
 _CARD_RUN = re.compile(r"(?<!\w)\d{13,19}(?!\w)")
-_CARD_WORDS = re.compile(r"(?i)(?:card|credit|debit|visa|master|amex|american express|discover|diners|jcb|"
-                         r"maestro|unionpay|\bcc\b|\bpan\b|\bpay|charge|billing|checkout|purchase|karte|carte|"
-                         r"tarjeta|cartão)")
+_CARD_WORDS = re.compile(
+    r"(?i)(?:card|credit|debit|visa|master|amex|american express|discover|diners|jcb|"
+    r"maestro|unionpay|\bcc\b|\bpan\b|\bpay|charge|billing|checkout|purchase|karte|carte|"
+    r"tarjeta|cartão)"
+)
 
 
 def luhn_ok(digits: str) -> bool:
@@ -325,15 +369,95 @@ class CardShape(ShapeRecognizer):
 _IBAN = re.compile(r"(?ai)(?<!\w)[a-z]{2}\d{2}(?:[ -]?[a-z0-9]){11,32}(?!\w)")
 # ISO 13616 registry: total length of each country's IBAN
 _IBAN_LENGTHS = {
-    "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22, "BH": 22, "BI": 27,
-    "BR": 29, "BY": 28, "CH": 21, "CR": 22, "CY": 28, "CZ": 24, "DE": 22, "DJ": 27, "DK": 18, "DO": 28,
-    "EE": 20, "EG": 29, "ES": 24, "FI": 18, "FK": 18, "FO": 18, "FR": 27, "GB": 22, "GE": 22, "GI": 23,
-    "GL": 18, "GR": 27, "GT": 28, "HN": 28, "HR": 21, "HU": 28, "IE": 22, "IL": 23, "IQ": 23, "IS": 26,
-    "IT": 27, "JO": 30, "KW": 30, "KZ": 20, "LB": 28, "LC": 32, "LI": 21, "LT": 20, "LU": 20, "LV": 21,
-    "LY": 25, "MC": 27, "MD": 24, "ME": 22, "MK": 19, "MN": 20, "MR": 27, "MT": 31, "MU": 30, "NI": 28,
-    "NL": 18, "NO": 15, "OM": 23, "PK": 24, "PL": 28, "PS": 29, "PT": 25, "QA": 29, "RO": 24, "RS": 22,
-    "RU": 33, "SA": 24, "SC": 31, "SD": 18, "SE": 24, "SI": 19, "SK": 24, "SM": 27, "SO": 23, "ST": 25,
-    "SV": 28, "TL": 23, "TN": 24, "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20, "YE": 30,
+    "AD": 24,
+    "AE": 23,
+    "AL": 28,
+    "AT": 20,
+    "AZ": 28,
+    "BA": 20,
+    "BE": 16,
+    "BG": 22,
+    "BH": 22,
+    "BI": 27,
+    "BR": 29,
+    "BY": 28,
+    "CH": 21,
+    "CR": 22,
+    "CY": 28,
+    "CZ": 24,
+    "DE": 22,
+    "DJ": 27,
+    "DK": 18,
+    "DO": 28,
+    "EE": 20,
+    "EG": 29,
+    "ES": 24,
+    "FI": 18,
+    "FK": 18,
+    "FO": 18,
+    "FR": 27,
+    "GB": 22,
+    "GE": 22,
+    "GI": 23,
+    "GL": 18,
+    "GR": 27,
+    "GT": 28,
+    "HN": 28,
+    "HR": 21,
+    "HU": 28,
+    "IE": 22,
+    "IL": 23,
+    "IQ": 23,
+    "IS": 26,
+    "IT": 27,
+    "JO": 30,
+    "KW": 30,
+    "KZ": 20,
+    "LB": 28,
+    "LC": 32,
+    "LI": 21,
+    "LT": 20,
+    "LU": 20,
+    "LV": 21,
+    "LY": 25,
+    "MC": 27,
+    "MD": 24,
+    "ME": 22,
+    "MK": 19,
+    "MN": 20,
+    "MR": 27,
+    "MT": 31,
+    "MU": 30,
+    "NI": 28,
+    "NL": 18,
+    "NO": 15,
+    "OM": 23,
+    "PK": 24,
+    "PL": 28,
+    "PS": 29,
+    "PT": 25,
+    "QA": 29,
+    "RO": 24,
+    "RS": 22,
+    "RU": 33,
+    "SA": 24,
+    "SC": 31,
+    "SD": 18,
+    "SE": 24,
+    "SI": 19,
+    "SK": 24,
+    "SM": 27,
+    "SO": 23,
+    "ST": 25,
+    "SV": 28,
+    "TL": 23,
+    "TN": 24,
+    "TR": 26,
+    "UA": 29,
+    "VA": 22,
+    "VG": 24,
+    "XK": 20,
+    "YE": 30,
 }
 
 
@@ -387,8 +511,10 @@ class IbanShape(ShapeRecognizer):
 _OCTET = r"(?:25[0-5]|2[0-4]\d|[01]?\d?\d)"
 _IPV4 = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
 _IP4 = re.compile(rf"(?a)(?<![\w.]){_IPV4}(?:/\d{{1,2}})?(?![\w]|\.\d)")
-_IP6 = re.compile(rf"(?a)(?<![\w:.])(?P<a>(?:[0-9A-Fa-f]{{1,4}}|:)(?::[0-9A-Fa-f]{{0,4}}){{1,8}}(?:(?<=:){_IPV4})?)"
-                  r"(?:%[\w.~-]+)?(?:/\d{1,3})?(?![\w:]|\.\d)")
+_IP6 = re.compile(
+    rf"(?a)(?<![\w:.])(?P<a>(?:[0-9A-Fa-f]{{1,4}}|:)(?::[0-9A-Fa-f]{{0,4}}){{1,8}}(?:(?<=:){_IPV4})?)"
+    r"(?:%[\w.~-]+)?(?:/\d{1,3})?(?![\w:]|\.\d)"
+)
 
 
 class IpShape(ShapeRecognizer):
@@ -412,8 +538,12 @@ class IpShape(ShapeRecognizer):
                 continue
             start, end = m.span()
             groups = sum(1 for g in re.split(r"[:.]", address) if g)
-            if groups <= 2 and _char(text, start - 1) == "[" and _char(text, end) == "]" and (
-                    _char(text, start - 2).isalnum() or _char(text, start - 2) in "_])"):
+            if (
+                groups <= 2
+                and _char(text, start - 1) == "["
+                and _char(text, end) == "]"
+                and (_char(text, start - 2).isalnum() or _char(text, start - 2) in "_])")
+            ):
                 continue  # x[1::2], x[::2]: a slice
             yield start, end, 0.8
 

@@ -85,11 +85,30 @@ TRIES = 64
 # surrogates (and token counts) remembered; a capture with more distinct values recomputes some
 CACHE_VALUES = 1_000_000
 # email domains shared by millions of people: kept, as they identify no one
-PUBLIC_MAIL_DOMAINS = frozenset({
-    "gmail.com", "googlemail.com", "yahoo.com", "outlook.com", "hotmail.com", "live.com",
-    "icloud.com", "me.com", "aol.com", "proton.me", "protonmail.com", "gmx.com", "gmx.de",
-    "mail.com", "yandex.ru", "qq.com", "163.com", "example.com", "example.org", "example.net",
-})
+PUBLIC_MAIL_DOMAINS = frozenset(
+    {
+        "gmail.com",
+        "googlemail.com",
+        "yahoo.com",
+        "outlook.com",
+        "hotmail.com",
+        "live.com",
+        "icloud.com",
+        "me.com",
+        "aol.com",
+        "proton.me",
+        "protonmail.com",
+        "gmx.com",
+        "gmx.de",
+        "mail.com",
+        "yandex.ru",
+        "qq.com",
+        "163.com",
+        "example.com",
+        "example.org",
+        "example.net",
+    }
+)
 _WHOLE_TRIES = 16
 # pools whose words are matched bare and after a space wherever they stand (see Surrogates._piece)
 _WORD_POOLS = frozenset({"name", "word"})
@@ -122,13 +141,17 @@ _IP_SUFFIX = re.compile(r"(?:%[^/]*)?(?:/\d+)?$")
 _IPV4_TAIL = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}$")
 _IPV6_PREFIX = re.compile(r"[0-9A-Fa-f]{1,4}:[0-9A-Fa-f]{1,4}:(?!:)")
 # kanji common in Japanese place names (none of JP_KEPT): Japanese-script surrogates draw from these
-_KANJI = ("山川田中野原松本井上下大小東西南北高橋木林森石岡島崎宮沢浜谷藤長新広平安福吉和清水池沼津江湖"
-          "海港坂岩尾根口内外前後里城宿泉浦瀬戸門寺神園花桜梅竹杉柳桑菊葉青赤白黒金銀光明日月星風雲雨雪"
-          "春夏秋冬朝夕千万百旭昭栄富豊穂稲麦米秀英真美代賀茨栃群埼葛飾墨目品渋練足荒板台鶴亀龍鳳伏見堀丸"
-          "駒込巣鴨蒲荻窪祥佐加久志多恵留羽生成辺宇治奈良仙札幌函館盛形潟甲静岐阜彦根")
-_KANA = {"katakana": "アイウエオカキクケコサシスセソタチツテトナニヌネノハヒフヘホマミムメモヤユヨラリルレロワン"
-                     "ガギグゲゴザジズゼゾダヂヅデドバビブベボパピプペポ",
-         "hiragana": "あいうえおかきくけこさしすせそたちつてとなにぬねのはひふへほまみむめもやゆよらりるれろわん"}
+_KANJI = (
+    "山川田中野原松本井上下大小東西南北高橋木林森石岡島崎宮沢浜谷藤長新広平安福吉和清水池沼津江湖"
+    "海港坂岩尾根口内外前後里城宿泉浦瀬戸門寺神園花桜梅竹杉柳桑菊葉青赤白黒金銀光明日月星風雲雨雪"
+    "春夏秋冬朝夕千万百旭昭栄富豊穂稲麦米秀英真美代賀茨栃群埼葛飾墨目品渋練足荒板台鶴亀龍鳳伏見堀丸"
+    "駒込巣鴨蒲荻窪祥佐加久志多恵留羽生成辺宇治奈良仙札幌函館盛形潟甲静岐阜彦根"
+)
+_KANA = {
+    "katakana": "アイウエオカキクケコサシスセソタチツテトナニヌネノハヒフヘホマミムメモヤユヨラリルレロワン"
+    "ガギグゲゴザジズゼゾダヂヅデドバビブベボパピプペポ",
+    "hiragana": "あいうえおかきくけこさしすせそたちつてとなにぬねのはひふへほまみむめもやゆよらりるれろわん",
+}
 _CJK_RUN = "\u3041-\u3096\u30a1-\u30fc\u3400-\u4dbf\u4e00-\u9fff々〆ヵヶ"
 # an address's parts that are not shaped word by word (see the module docstring): a postcode with
 # letters or a house number with one (random characters), a Japanese-script run, a German
@@ -147,8 +170,7 @@ def _random_letters(run: str, rng: random.Random) -> str:
     (accented, other scripts) kept."""
     n = len(run)
     upper, lower = rng.choices(_UPPER, k=n), rng.choices(_LOWER, k=n)
-    return "".join(u if c.isupper() else lo if c.islower() else c
-                   for c, u, lo in zip(run, upper, lower))
+    return "".join(u if c.isupper() else lo if c.islower() else c for c, u, lo in zip(run, upper, lower))
 
 
 def _split_length(total: int, parts: int, longest: int, rng: random.Random) -> list[int]:
@@ -170,8 +192,7 @@ def _split_length(total: int, parts: int, longest: int, rng: random.Random) -> l
 def _token_case(tok: str) -> str | None:
     """A vocabulary token's case, for :meth:`Surrogates._letter_tokens`: "lower", "upper",
     "title", or None (mixed)."""
-    return ("lower" if tok.islower() else "upper" if tok.isupper() else
-            "title" if tok[1:].islower() else None)
+    return "lower" if tok.islower() else "upper" if tok.isupper() else "title" if tok[1:].islower() else None
 
 
 def _case_of(word: str) -> str:
@@ -193,8 +214,7 @@ def _pools() -> dict[str, list[str]]:
     from faker.providers.lorem import en_US as lorem
     from faker.providers.person import en_US as person
 
-    names = {w for w in (*person.Provider.first_names, *person.Provider.last_names)
-             if w.isalpha() and w.isascii()}
+    names = {w for w in (*person.Provider.first_names, *person.Provider.last_names) if w.isalpha() and w.isascii()}
     words = names | {w for w in lorem.Provider.word_list if w.isalpha() and w.isascii()}
     name_list = sorted(names)
     return {"name": name_list, "place": name_list, "word": sorted(words)}
@@ -257,8 +277,10 @@ class Surrogates:
     def _count_once(self, piece: str, first: bool) -> tuple[int, int]:
         """:meth:`_count` of a string that will not be counted again (not cached)."""
         enc = self.tok.encode
-        return (len(enc(piece, add_special_tokens=False).ids),
-                len(enc(" " + piece, add_special_tokens=False).ids) if first else 0)
+        return (
+            len(enc(piece, add_special_tokens=False).ids),
+            len(enc(" " + piece, add_special_tokens=False).ids) if first else 0,
+        )
 
     def _count(self, piece: str, first: bool) -> tuple[int, int]:
         # a value's first piece may follow a space in the text, where BPE can merge differently
@@ -283,12 +305,11 @@ class Surrogates:
         if pool is not None:
             word = self._pool_word(counted, pool, target, first)
             if word is not None:  # a stripped space goes back in front of it
-                word = piece[:len(piece) - len(counted)] + word
+                word = piece[: len(piece) - len(counted)] + word
                 self._matched[(piece, pool, first)] = word
                 return word
         orders: dict[str, list[str]] = {}  # letter run -> the pool words to try, in order
-        runs = [(run, run.isdigit(), _LETTERS.fullmatch(run) is not None)
-                for run in _RUNS.findall(piece)]
+        runs = [(run, run.isdigit(), _LETTERS.fullmatch(run) is not None) for run in _RUNS.findall(piece)]
         # random candidates are counted without the cache (they never come again)
         count = self._count if pool is not None else self._count_once
         candidate = piece
@@ -325,11 +346,9 @@ class Surrogates:
         if lead is not None:
             # a word's build, like its pool order, depends on the word only (see above)
             crng = self._rng("compose " + pool, piece.lower()) if strip else rng
-            built = self._compose(lead.group(1), lead.group(2), target, first, strip, crng,
-                                  exact=pool is None)
+            built = self._compose(lead.group(1), lead.group(2), target, first, strip, crng, exact=pool is None)
             if built is None and strip:  # bare and after a space is too much to ask: as it stands
-                built = self._compose(lead.group(1), lead.group(2), self._count(piece, at_start),
-                                      at_start, False, crng)
+                built = self._compose(lead.group(1), lead.group(2), self._count(piece, at_start), at_start, False, crng)
             if built is not None:
                 self._matched[(piece, pool, first)] = built
                 return built
@@ -348,8 +367,7 @@ class Surrogates:
         if len(run) <= 2 or run.lower() in self._kept:
             return None
         both, bare, spaced = self._pool_index(pool, _case_of(run))
-        words = (both.get(target) if first else
-                 spaced.get(target[0]) if lead else bare.get(target[0]))
+        words = both.get(target) if first else spaced.get(target[0]) if lead else bare.get(target[0])
         if not words:
             return None
         rng = self._rng(pool, run.lower())
@@ -380,8 +398,7 @@ class Surrogates:
         """The vocabulary's tokens made of ASCII letters only, by case ("lower", "upper",
         "title", "any") and length, and those made of ASCII digits ("digits")."""
         if self._letters is None:
-            by: dict[str, dict[int, list[str]]] = {"lower": {}, "upper": {}, "title": {}, "any": {},
-                                                   "digits": {}}
+            by: dict[str, dict[int, list[str]]] = {"lower": {}, "upper": {}, "title": {}, "any": {}, "digits": {}}
             for tok in sorted(self.tok.get_vocab()):
                 if tok[:1] in _SPACE_MARKS and _ASCII_LETTERS.fullmatch(tok[1:]):
                     word = tok[1:]  # a word's first token after a space, without the space
@@ -398,8 +415,17 @@ class Surrogates:
             self._letters = by
         return self._letters
 
-    def _compose(self, lead: str, run: str, target: tuple[int, int], first: bool, strip: bool,
-                 rng: random.Random, tail: str = "", exact: bool = False) -> str | None:
+    def _compose(
+        self,
+        lead: str,
+        run: str,
+        target: tuple[int, int],
+        first: bool,
+        strip: bool,
+        rng: random.Random,
+        tail: str = "",
+        exact: bool = False,
+    ) -> str | None:
         """``lead + run + tail`` with ``run`` (letters, or digits) replaced by tokens of the vocabulary run together,
         as many as the piece needs, of ``run``'s case and, where the tokens allow, its length; the
         number of tokens drawn follows what the last draw counted (BPE may merge two drawn tokens
@@ -431,8 +457,7 @@ class Surrogates:
                 # with a token the vocabulary has after a space, as many tokens as that count
                 first_words = spaced[rng.choice(list(spaced))]
                 words.append(rng.choice(first_words))
-                parts = _split_length(max(len(run) - len(words[0]), target[1] - 1), target[1] - 1,
-                                      longest, rng)
+                parts = _split_length(max(len(run) - len(words[0]), target[1] - 1), target[1] - 1, longest, rng)
                 words.extend(rng.choice(vocab[rest].get(n) or vocab[rest][1]) for n in parts)
             for i, n in enumerate(parts if not words else ()):
                 pools = vocab[head] if i == 0 else vocab[rest]
@@ -452,8 +477,7 @@ class Surrogates:
     def _shape(self, value: str, pool: str | None, rng: random.Random, first: bool = True) -> str:
         """``value`` piece by piece: letters from ``pool`` (None: random letters), digits random;
         ``first``: ``value`` starts the whole value (its first piece may follow a space)."""
-        return "".join(self._piece(p, pool, rng, first and i == 0)
-                       for i, p in enumerate(self._pieces(value)))
+        return "".join(self._piece(p, pool, rng, first and i == 0) for i, p in enumerate(self._pieces(value)))
 
     # -- types -----------------------------------------------------------------------------------
 
@@ -528,7 +552,7 @@ class Surrogates:
         for k, at in enumerate(reversed(places[1:])):
             d = int(out[at])
             new = next(x for x in range(10) if (weight(k, x) - weight(k, d) + total) % 10 == 0)
-            candidate = out[:at] + str(new) + out[at + 1:]
+            candidate = out[:at] + str(new) + out[at + 1 :]
             if k == 0:
                 fixed = candidate
             if self._count_once(candidate, True) == want:
@@ -555,7 +579,7 @@ class Surrogates:
         cut = _IP_SUFFIX.search(value).start()  # a "%zone" and a "/prefix" are kept
         address, suffix = value[:cut], value[cut:]
         v4 = _IPV4_TAIL.search(address)
-        head, v4 = (address[:v4.start()], v4.group()) if v4 else (address, "")
+        head, v4 = (address[: v4.start()], v4.group()) if v4 else (address, "")
         lows = {1: (0, 9), 2: (10, 99), 3: (100, 255)}
 
         def octets() -> str:  # each within 0-255, with the original's number of digits
@@ -572,12 +596,17 @@ class Surrogates:
         for attempt in range(TRIES):
             # after half the tries the zeros stay (a run of them, "0000", is one token; where an
             # address has zeros says nothing of whose it is) and the other hex digits get non-zero ones
-            low, up = ("0123456789abcdef", "0123456789ABCDEF") if attempt < TRIES // 2 else \
-                      ("123456789abcdef", "123456789ABCDEF")
-            out = kept_text + "".join(c if c == "0" and attempt >= TRIES // 2 else
-                                      rng.choice(low) if c in "0123456789abcdef" else
-                                      rng.choice(up) if c in "ABCDEF" else c
-                                      for c in head[len(kept_text):])
+            low, up = ("0123456789abcdef", "0123456789ABCDEF") if attempt < TRIES // 2 else ("123456789abcdef", "123456789ABCDEF")
+            out = kept_text + "".join(
+                c
+                if c == "0" and attempt >= TRIES // 2
+                else rng.choice(low)
+                if c in "0123456789abcdef"
+                else rng.choice(up)
+                if c in "ABCDEF"
+                else c
+                for c in head[len(kept_text) :]
+            )
             out += octets() + suffix
             if self._count_once(out, True) == want:
                 break
@@ -587,29 +616,30 @@ class Surrogates:
         for _ in range(TRIES):
             out = self._shape(value, None, rng)
             digits = "".join(c for c in out if c.isdigit())
-            if len(digits) != 9 or (digits[:3] not in ("000", "666") and digits[0] != "9"
-                                    and digits[3:5] != "00" and digits[5:] != "0000"):
+            if len(digits) != 9 or (
+                digits[:3] not in ("000", "666") and digits[0] != "9" and digits[3:5] != "00" and digits[5:] != "0000"
+            ):
                 return out
         return out
 
     def _phone(self, value: str, rng: random.Random) -> str:
         head = _PHONE_HEAD.match(value).group()  # so that the surrogate has the value's layout
-        return head + self._shape(value[len(head):], None, rng)
+        return head + self._shape(value[len(head) :], None, rng)
 
     def _api_key(self, value: str, rng: random.Random) -> str:
         m = _KEY_PREFIX.match(value)
         head = m.group() if m else ""
-        return head + self._shape(value[len(head):], None, rng)
+        return head + self._shape(value[len(head) :], None, rng)
 
     def _jwt(self, value: str, rng: random.Random) -> str:
         header, _, rest = value.partition(".")  # the header (algorithm, type) is not secret
-        parts = [p[:3] + self._shape(p[3:], None, rng) if p.startswith("eyJ") else
-                 self._shape(p, None, rng) for p in rest.split(".")]
+        parts = [
+            p[:3] + self._shape(p[3:], None, rng) if p.startswith("eyJ") else self._shape(p, None, rng) for p in rest.split(".")
+        ]
         return ".".join([header, *parts])
 
     def _pem(self, value: str, rng: random.Random) -> str:
-        return "\n".join(line if _PEM_LINE.match(line.strip()) else self._shape(line, None, rng)
-                         for line in value.split("\n"))
+        return "\n".join(line if _PEM_LINE.match(line.strip()) else self._shape(line, None, rng) for line in value.split("\n"))
 
     def _address(self, value: str, rng: random.Random) -> str:
         """Same shape: random postcode letters, pool words, street words kept, other kanji and kana
@@ -617,7 +647,7 @@ class Surrogates:
         out, at = [], 0
         for m in _ADDRESS_PARTS.finditer(value):
             if m.start() > at:
-                out.append(self._shape(value[at:m.start()], "place", rng, at == 0))
+                out.append(self._shape(value[at : m.start()], "place", rng, at == 0))
             part, first = m.group(), m.start() == 0
             if m.lastgroup == "random":
                 out.append(self._shape(part, None, rng, first))
@@ -637,8 +667,8 @@ class Surrogates:
         done = self._matched.get((word, "compound", first))
         if done is not None:
             return done
-        lead = word[:len(word) - len(word.lstrip(" \t"))]
-        stem, tail = word[len(lead):len(word) - ending], word[len(word) - ending:]
+        lead = word[: len(word) - len(word.lstrip(" \t"))]
+        stem, tail = word[len(lead) : len(word) - ending], word[len(word) - ending :]
         target = self._count(word, first)
         order = self._pool_order("place", stem)
         candidate = word
@@ -650,8 +680,11 @@ class Surrogates:
             if self._count(candidate, first) == target:
                 self._matched[(word, "compound", first)] = candidate
                 return candidate
-        built = (self._compose(lead, stem, target, first, False, self._rng("compose place", stem.lower()), tail)
-                 if stem.isalpha() else None)
+        built = (
+            self._compose(lead, stem, target, first, False, self._rng("compose place", stem.lower()), tail)
+            if stem.isalpha()
+            else None
+        )
         if built is not None:
             self._matched[(word, "compound", first)] = built
             return built

@@ -14,10 +14,16 @@ from replay._lazy import lazy_exports
 
 _EXPORTS = {
     "replay.config": ("Arrivals", "RunConfig", "Slo"),
-    "replay.errors": ("ReplayError", "TraceError", "ConfigError", "TargetError", "RunnerError",
-                      "RedactionError", "BudgetExhausted"),
-    "replay.trace": ("Trace", "TraceMeta", "read_trace", "validate", "SCHEMA", "REQUIRED_COLUMNS",
-                     "SCHEMA_VERSION"),
+    "replay.errors": (
+        "ReplayError",
+        "TraceError",
+        "ConfigError",
+        "TargetError",
+        "RunnerError",
+        "RedactionError",
+        "BudgetExhausted",
+    ),
+    "replay.trace": ("Trace", "TraceMeta", "read_trace", "validate", "SCHEMA", "REQUIRED_COLUMNS", "SCHEMA_VERSION"),
     "replay.generate": ("GenerateConfig", "generate"),
     "replay.traffic": ("trace_summary",),
     "replay.tokenizer": ("load_tokenizer",),

@@ -47,9 +47,13 @@ def run(
     paths: list[str],
     path_index: npt.NDArray[np.uint8],
     offsets_ns: npt.NDArray[np.int64],
-    bodies: bytes | Callable[[], tuple[bytes, npt.NDArray[np.uint64]]
-                             | tuple[bytes, npt.NDArray[np.uint64], npt.NDArray[np.int64], npt.NDArray[np.uint64]]
-                             | None],
+    bodies: bytes
+    | Callable[
+        [],
+        tuple[bytes, npt.NDArray[np.uint64]]
+        | tuple[bytes, npt.NDArray[np.uint64], npt.NDArray[np.int64], npt.NDArray[np.uint64]]
+        | None,
+    ],
     *,
     body_offsets: npt.NDArray[np.uint64] | None = None,
     after: npt.NDArray[np.int64] | None = None,
@@ -110,7 +114,6 @@ class SimServer:
     def stop(self) -> None: ...
     def __enter__(self) -> SimServer: ...
     def __exit__(self, *args: object) -> bool: ...
-
 
 def prefix_cache_hits(
     hashes: npt.NDArray[np.uint64],

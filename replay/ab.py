@@ -47,9 +47,25 @@ from replay.errors import ConfigError
 from replay.metrics import completed, load_label, slo_met
 from replay.results import read_stage
 
-__all__ = ["METRICS", "BOOTSTRAP", "MIN_COMPLETED", "BETTER", "SAME", "WORSE", "CANNOT_TELL", "NOT_WORSE",
-           "EXIT_CODES", "Change", "StagePair", "Comparison", "compare_folders", "markdown", "html", "print_comparison",
-           "write"]
+__all__ = [
+    "METRICS",
+    "BOOTSTRAP",
+    "MIN_COMPLETED",
+    "BETTER",
+    "SAME",
+    "WORSE",
+    "CANNOT_TELL",
+    "NOT_WORSE",
+    "EXIT_CODES",
+    "Change",
+    "StagePair",
+    "Comparison",
+    "compare_folders",
+    "markdown",
+    "html",
+    "print_comparison",
+    "write",
+]
 
 BETTER, SAME, WORSE, CANNOT_TELL = "better", "same", "worse", "cannot tell"
 NOT_WORSE = "not worse"
@@ -133,8 +149,9 @@ def _run(folder: Path, file: str, summary: dict) -> _Run:
         slo = Slo(ttft_s=slo_json.get("ttft_s"), tpot_s=slo_json.get("tpot_s"), e2e_s=slo_json.get("e2e_s"))
         met[:] = False
         met[rows] = slo_met(ok_rows, slo)
-    return _Run(file, summary, ok, met, spread("ttft_ns"), spread("tpot_ns"), spread("e2e_ns"),
-                float(summary.get("duration_s") or 0.0))
+    return _Run(
+        file, summary, ok, met, spread("ttft_ns"), spread("tpot_ns"), spread("e2e_ns"), float(summary.get("duration_s") or 0.0)
+    )
 
 
 @dataclass(frozen=True)
@@ -155,8 +172,16 @@ class Change:
         return (self.b - self.a) / abs(self.a)
 
     def to_json(self) -> dict:
-        return {"metric": self.metric, "unit": METRICS[self.metric][1], "a": self.a, "b": self.b,
-                "relative_change": self.relative, "bar": self.bar, "verdict": self.verdict, "reason": self.reason}
+        return {
+            "metric": self.metric,
+            "unit": METRICS[self.metric][1],
+            "a": self.a,
+            "b": self.b,
+            "relative_change": self.relative,
+            "bar": self.bar,
+            "verdict": self.verdict,
+            "reason": self.reason,
+        }
 
 
 @dataclass(frozen=True)
@@ -172,8 +197,14 @@ class StagePair:
         return _overall([c.verdict for c in self.changes])
 
     def to_json(self) -> dict:
-        return {"load": self.load, "a_files": list(self.a_files), "b_files": list(self.b_files), "method": self.method,
-                "verdict": self.verdict, "changes": [c.to_json() for c in self.changes]}
+        return {
+            "load": self.load,
+            "a_files": list(self.a_files),
+            "b_files": list(self.b_files),
+            "method": self.method,
+            "verdict": self.verdict,
+            "changes": [c.to_json() for c in self.changes],
+        }
 
 
 @dataclass(frozen=True)
@@ -196,11 +227,24 @@ class Comparison:
         return EXIT_CODES[self.state]
 
     def to_json(self) -> dict:
-        return {"a": self.a, "b": self.b, "state": self.state, "metrics": list(self.metrics), "seed": self.seed,
-                "rule": {"K": K, "min_gain": MIN_GAIN, "max_noise": MAX_NOISE, "bootstrap": BOOTSTRAP,
-                         "min_completed": MIN_COMPLETED},
-                "pairs": [p.to_json() for p in self.pairs], "only_a": list(self.only_a), "only_b": list(self.only_b),
-                "notes": list(self.notes)}
+        return {
+            "a": self.a,
+            "b": self.b,
+            "state": self.state,
+            "metrics": list(self.metrics),
+            "seed": self.seed,
+            "rule": {
+                "K": K,
+                "min_gain": MIN_GAIN,
+                "max_noise": MAX_NOISE,
+                "bootstrap": BOOTSTRAP,
+                "min_completed": MIN_COMPLETED,
+            },
+            "pairs": [p.to_json() for p in self.pairs],
+            "only_a": list(self.only_a),
+            "only_b": list(self.only_b),
+            "notes": list(self.notes),
+        }
 
 
 def _overall(verdicts: list[str], *, whole: bool = False) -> str:
@@ -250,8 +294,15 @@ def _judge(metric: str, a: float | None, b: float | None, spread: float, why_not
     if gain < -bar:
         return Change(metric, a, b, bar, WORSE, f"{shown}: worse by more than the bar {bar:.3g} {unit}")
     if not spread <= MAX_NOISE * abs(a):  # nan or inf spread too
-        return Change(metric, a, b, bar, CANNOT_TELL, f"{shown}: within the bar {bar:.3g} {unit}, but the noise "
-                                                      f"({spread:.3g} {unit}) is over {100 * MAX_NOISE:g}% of A's value")
+        return Change(
+            metric,
+            a,
+            b,
+            bar,
+            CANNOT_TELL,
+            f"{shown}: within the bar {bar:.3g} {unit}, but the noise "
+            f"({spread:.3g} {unit}) is over {100 * MAX_NOISE:g}% of A's value",
+        )
     return Change(metric, a, b, bar, SAME, f"{shown}: within the bar {bar:.3g} {unit}")
 
 
@@ -273,8 +324,11 @@ def _pair(load: str, a: list[_Run], b: list[_Run], metrics: tuple[str, ...], see
     repeats = len(a) >= 2 and len(b) >= 2
     method = f"repeats ({len(a)} A x {len(b)} B)" if repeats else "bootstrap over requests"
     rng = np.random.default_rng(seed)
-    draws = {} if repeats else {id(r): [rng.integers(0, len(r.ok), len(r.ok)) for _ in range(BOOTSTRAP)]
-                                for r in (a[0], b[0]) if len(r.ok)}
+    draws = (
+        {}
+        if repeats
+        else {id(r): [rng.integers(0, len(r.ok), len(r.ok)) for _ in range(BOOTSTRAP)] for r in (a[0], b[0]) if len(r.ok)}
+    )
     for metric in metrics:
         why_not = _untrusted(metric, a, b)
         if why_not is not None:
@@ -311,12 +365,22 @@ def compare_folders(a: Path, b: Path, *, metrics: tuple[str, ...] = tuple(METRIC
         pairs.append(_pair(load, runs_a, runs_b, tuple(metrics), seed))
     notes = []
     if any(p.method.startswith("bootstrap") for p in pairs):
-        notes.append("bootstrap over requests: sees the sampling noise of the requests, not an engine's run-to-run "
-                     "wobble; run each side with --repeats for that")
+        notes.append(
+            "bootstrap over requests: sees the sampling noise of the requests, not an engine's run-to-run "
+            "wobble; run each side with --repeats for that"
+        )
     if not pairs:
         notes.append("A and B share no stage load: nothing to compare")
-    return Comparison(str(a), str(b), tuple(pairs), tuple(k for k in sa if k not in sb),
-                      tuple(k for k in sb if k not in sa), tuple(metrics), seed, tuple(notes))
+    return Comparison(
+        str(a),
+        str(b),
+        tuple(pairs),
+        tuple(k for k in sa if k not in sb),
+        tuple(k for k in sb if k not in sa),
+        tuple(metrics),
+        seed,
+        tuple(notes),
+    )
 
 
 def _num(x: float | None) -> str:
@@ -329,11 +393,13 @@ def _pct(x: float | None) -> str:
 
 def rule_text() -> str:
     """The verdict rule in words, as :func:`_judge` applies it."""
-    return (f"better / worse when B moves from A, in its favour / against it, by more than the bar "
-            f"{K:g} x spread + {100 * MIN_GAIN:g}% of A; same within it; cannot tell when a stage is invalid, "
-            f"too small ({MIN_COMPLETED['p50']} completed requests for a p50 or a rate, {MIN_COMPLETED['p99']} "
-            f"for a p99), ran under different SLOs, or B is within the bar but the spread is over "
-            f"{100 * MAX_NOISE:g}% of A")
+    return (
+        f"better / worse when B moves from A, in its favour / against it, by more than the bar "
+        f"{K:g} x spread + {100 * MIN_GAIN:g}% of A; same within it; cannot tell when a stage is invalid, "
+        f"too small ({MIN_COMPLETED['p50']} completed requests for a p50 or a rate, {MIN_COMPLETED['p99']} "
+        f"for a p99), ran under different SLOs, or B is within the bar but the spread is over "
+        f"{100 * MAX_NOISE:g}% of A"
+    )
 
 
 def markdown(c: Comparison) -> str:
@@ -342,12 +408,19 @@ def markdown(c: Comparison) -> str:
     if c.only_a or c.only_b:
         lines.append(f"- not compared (one side only): A {', '.join(c.only_a) or '-'}; B {', '.join(c.only_b) or '-'}")
     for p in c.pairs:
-        lines += ["", f"## {p.load}: {p.verdict} ({p.method})", "",
-                  "| metric | A | B | change | bar | verdict | why |", "|---|---:|---:|---:|---:|---|---|"]
+        lines += [
+            "",
+            f"## {p.load}: {p.verdict} ({p.method})",
+            "",
+            "| metric | A | B | change | bar | verdict | why |",
+            "|---|---:|---:|---:|---:|---|---|",
+        ]
         for ch in p.changes:
             why = ch.reason.replace("|", "\\|")
-            lines.append(f"| {ch.metric} ({METRICS[ch.metric][1]}) | {_num(ch.a)} | {_num(ch.b)} | {_pct(ch.relative)} | "
-                         f"{_num(ch.bar)} | {ch.verdict} | {why} |")
+            lines.append(
+                f"| {ch.metric} ({METRICS[ch.metric][1]}) | {_num(ch.a)} | {_num(ch.b)} | {_pct(ch.relative)} | "
+                f"{_num(ch.bar)} | {ch.verdict} | {why} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -356,23 +429,32 @@ def html(c: Comparison) -> str:
 
     tone = {NOT_WORSE: "ok", CANNOT_TELL: "unsure"}.get(c.state, "bad")
     row_class = {BETTER: "pass", SAME: "na", WORSE: "fail", CANNOT_TELL: "undecided"}
-    body = [f'<div class="banner {tone}"><h1>Compare: {escape(c.state)}</h1></div>',
-            f"<p>A: <code>{escape(c.a)}</code><br>B: <code>{escape(c.b)}</code></p>",
-            f'<div class="note"><p><b>Rule.</b> {escape(rule_text())}.</p>'
-            + "".join(f"<p>{escape(n)}</p>" for n in c.notes) + "</div>"]
+    body = [
+        f'<div class="banner {tone}"><h1>Compare: {escape(c.state)}</h1></div>',
+        f"<p>A: <code>{escape(c.a)}</code><br>B: <code>{escape(c.b)}</code></p>",
+        f'<div class="note"><p><b>Rule.</b> {escape(rule_text())}.</p>'
+        + "".join(f"<p>{escape(n)}</p>" for n in c.notes)
+        + "</div>",
+    ]
     for p in c.pairs:
         rows = "".join(
             f'<tr class="{row_class[ch.verdict]}"><td>{escape(ch.metric)} ({METRICS[ch.metric][1]})</td>'
             f'<td class="num">{_num(ch.a)}</td><td class="num">{_num(ch.b)}</td><td class="num">{_pct(ch.relative)}</td>'
             f'<td class="num">{_num(ch.bar)}</td><td class="word">{escape(ch.verdict)}</td><td>{escape(ch.reason)}</td></tr>'
-            for ch in p.changes)
-        body.append(f'<section class="stage"><h2>{escape(p.load)}: {escape(p.verdict)}</h2><p>{escape(p.method)}; '
-                    f"A {escape(', '.join(p.a_files))}, B {escape(', '.join(p.b_files))}</p><table><thead><tr>"
-                    "<th>metric</th><th>A</th><th>B</th><th>change</th><th>bar</th><th>verdict</th><th>why</th>"
-                    f"</tr></thead><tbody>{rows}</tbody></table></section>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>Compare: {escape(c.state)}</title><style>{STYLE_CSS}</style></head><body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+            for ch in p.changes
+        )
+        body.append(
+            f'<section class="stage"><h2>{escape(p.load)}: {escape(p.verdict)}</h2><p>{escape(p.method)}; '
+            f"A {escape(', '.join(p.a_files))}, B {escape(', '.join(p.b_files))}</p><table><thead><tr>"
+            "<th>metric</th><th>A</th><th>B</th><th>change</th><th>bar</th><th>verdict</th><th>why</th>"
+            f"</tr></thead><tbody>{rows}</tbody></table></section>"
+        )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>Compare: {escape(c.state)}</title><style>{STYLE_CSS}</style></head><body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
 
 
 def print_comparison(c: Comparison, console=None) -> None:
@@ -388,8 +470,14 @@ def print_comparison(c: Comparison, console=None) -> None:
         for col in ("metric", "A", "B", "change", "bar", "verdict"):
             table.add_column(col)
         for ch in p.changes:
-            table.add_row(f"{ch.metric} ({METRICS[ch.metric][1]})", _num(ch.a), _num(ch.b), _pct(ch.relative),
-                          _num(ch.bar), f"[{colour[ch.verdict]}]{ch.verdict}[/]")
+            table.add_row(
+                f"{ch.metric} ({METRICS[ch.metric][1]})",
+                _num(ch.a),
+                _num(ch.b),
+                _pct(ch.relative),
+                _num(ch.bar),
+                f"[{colour[ch.verdict]}]{ch.verdict}[/]",
+            )
         console.print(table)
         for ch in p.changes:
             if ch.verdict in (WORSE, CANNOT_TELL):
@@ -397,8 +485,9 @@ def print_comparison(c: Comparison, console=None) -> None:
     for n in c.notes:
         console.print(rich_escape(n), highlight=False)
     if c.only_a or c.only_b:
-        console.print(f"not compared (one side only): A {', '.join(c.only_a) or '-'}; B {', '.join(c.only_b) or '-'}",
-                      highlight=False)
+        console.print(
+            f"not compared (one side only): A {', '.join(c.only_a) or '-'}; B {', '.join(c.only_b) or '-'}", highlight=False
+        )
     console.print(f"compare: {c.state}", highlight=False)
 
 

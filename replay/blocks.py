@@ -38,8 +38,7 @@ def block_hashes(token_ids: Sequence[int] | np.ndarray, block_size: int) -> list
         return []
     ids = ids[: n_full * block_size]
     if ids.dtype != np.dtype("<u4"):
-        if ids.size and (not np.issubdtype(ids.dtype, np.integer) or ids.min() < 0
-                         or ids.max() > 0xFFFFFFFF):
+        if ids.size and (not np.issubdtype(ids.dtype, np.integer) or ids.min() < 0 or ids.max() > 0xFFFFFFFF):
             raise ConfigError("token ids must be integers in [0, 2**32)")
         ids = ids.astype("<u4")
     data = np.ascontiguousarray(ids).tobytes()
@@ -48,7 +47,7 @@ def block_hashes(token_ids: Sequence[int] | np.ndarray, block_size: int) -> list
     parent = _ROOT_PARENT
     digests: list[bytes] = []
     for start in range(0, n_full * step, step):
-        parent = blake2b(parent + data[start:start + step], digest_size=8).digest()
+        parent = blake2b(parent + data[start : start + step], digest_size=8).digest()
         digests.append(parent)
     # the digests read little-endian, all at once
     return np.frombuffer(b"".join(digests), dtype="<u8").tolist()

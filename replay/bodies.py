@@ -25,8 +25,7 @@ import numpy as np
 
 from replay.errors import ConfigError
 
-__all__ = ["Slot", "text_slots", "name_slots", "replace_texts", "prompt_token_ids", "text_token_ids",
-           "message_texts"]
+__all__ = ["Slot", "text_slots", "name_slots", "replace_texts", "prompt_token_ids", "text_token_ids", "message_texts"]
 
 
 @dataclass(frozen=True)
@@ -55,8 +54,7 @@ def _tool_descriptions(tools: Any, path: tuple) -> Iterator[Slot]:
         if isinstance(props, dict):
             for name, spec in props.items():
                 if isinstance(spec, dict) and isinstance(spec.get("description"), str):
-                    yield Slot((*where, "parameters", "properties", name, "description"),
-                               spec["description"], "tool_description")
+                    yield Slot((*where, "parameters", "properties", name, "description"), spec["description"], "tool_description")
 
 
 def _message_slots(message: Any, path: tuple) -> Iterator[Slot]:
@@ -74,8 +72,7 @@ def _message_slots(message: Any, path: tuple) -> Iterator[Slot]:
         for j, call in enumerate(calls):
             fn = call.get("function") if isinstance(call, dict) else None
             if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
-                yield Slot((*path, "tool_calls", j, "function", "arguments"), fn["arguments"],
-                           "tool_arguments")
+                yield Slot((*path, "tool_calls", j, "function", "arguments"), fn["arguments"], "tool_arguments")
 
 
 def text_slots(body: dict) -> list[Slot]:
@@ -89,8 +86,7 @@ def text_slots(body: dict) -> list[Slot]:
     if isinstance(prompt, str):
         slots.append(Slot(("prompt",), prompt, "prompt"))
     elif isinstance(prompt, list):
-        slots.extend(Slot(("prompt", i), p, "prompt") for i, p in enumerate(prompt)
-                     if isinstance(p, str))
+        slots.extend(Slot(("prompt", i), p, "prompt") for i, p in enumerate(prompt) if isinstance(p, str))
     return slots
 
 
@@ -101,9 +97,11 @@ def name_slots(body: dict) -> list[Slot]:
     messages = body.get("messages")
     if not isinstance(messages, list):
         return []
-    return [Slot(("messages", i, "name"), m["name"], "name") for i, m in enumerate(messages)
-            if isinstance(m, dict) and isinstance(m.get("name"), str) and m["name"]
-            and m.get("role") not in ("function", "tool")]
+    return [
+        Slot(("messages", i, "name"), m["name"], "name")
+        for i, m in enumerate(messages)
+        if isinstance(m, dict) and isinstance(m.get("name"), str) and m["name"] and m.get("role") not in ("function", "tool")
+    ]
 
 
 def message_texts(message: Any) -> list[str]:

@@ -54,10 +54,20 @@ import numpy as np
 
 from replay.errors import ConfigError
 
-__all__ = ["StepSample", "ModelShape", "CostFit", "fit_step_costs", "refine", "write_profile", "mirror_knobs",
-           "probe_prefill", "probe_decode", "positions"]
+__all__ = [
+    "StepSample",
+    "ModelShape",
+    "CostFit",
+    "fit_step_costs",
+    "refine",
+    "write_profile",
+    "mirror_knobs",
+    "probe_prefill",
+    "probe_decode",
+    "positions",
+]
 
-GIB = 1024.0 ** 3
+GIB = 1024.0**3
 # bandwidth that makes the cost model's memory term negligible (the linear fit carries the cost)
 UNBOUNDED_BANDWIDTH_GBS = 1e7
 
@@ -90,8 +100,13 @@ class StepSample:
 
     def features(self) -> list[float]:
         n = self.seqs
-        return [1.0, float(n), float(n * self.new_tokens), n * positions(self.new_tokens, self.context),
-                1.0 if self.request else 0.0]
+        return [
+            1.0,
+            float(n),
+            float(n * self.new_tokens),
+            n * positions(self.new_tokens, self.context),
+            1.0 if self.request else 0.0,
+        ]
 
 
 @dataclass(frozen=True)
@@ -119,11 +134,9 @@ class ModelShape:
 
         s = shape or TinyLlama()
         hd = s.head_dim
-        layer = (s.hidden * s.heads * hd * 2 + s.hidden * s.kv_heads * hd * 2 + 3 * s.hidden * s.ffn
-                 + 2 * s.hidden)
+        layer = s.hidden * s.heads * hd * 2 + s.hidden * s.kv_heads * hd * 2 + 3 * s.hidden * s.ffn + 2 * s.hidden
         params = vocab_size * s.hidden * (1 if s.tied else 2) + s.layers * layer + s.hidden
-        return cls(params_b=params / 1e9, num_layers=s.layers, num_kv_heads=s.kv_heads, head_dim=hd,
-                   max_model_len=max_model_len)
+        return cls(params_b=params / 1e9, num_layers=s.layers, num_kv_heads=s.kv_heads, head_dim=hd, max_model_len=max_model_len)
 
     def kv_bytes_per_token(self) -> float:
         return 2.0 * self.num_layers * self.num_kv_heads * self.head_dim * 2.0
@@ -146,29 +159,38 @@ class CostFit:
         """Modelled seconds of one step of ``seqs`` equal sequences (plus a front-end pass with
         ``request``)."""
         x = StepSample(seqs, new_tokens, context, 1.0, request).features()
-        return float(np.dot(x, [self.step_overhead_s, self.per_seq_s, self.per_token_s, self.per_position_s,
-                                self.request_overhead_s]))
+        return float(
+            np.dot(x, [self.step_overhead_s, self.per_seq_s, self.per_token_s, self.per_position_s, self.request_overhead_s])
+        )
 
-    def profile(self, shape: ModelShape, name: str = "fitted", base: str = "cpu/tiny",
-                kv_capacity_tokens: int | None = None) -> dict[str, Any]:
+    def profile(
+        self, shape: ModelShape, name: str = "fitted", base: str = "cpu/tiny", kv_capacity_tokens: int | None = None
+    ) -> dict[str, Any]:
         """A profile JSON object (``"base"`` + overrides) that makes the engine price steps as fitted.
 
         ``kv_capacity_tokens`` sizes the device memory so that the KV pool holds about that many
         tokens at ``gpu_memory_utilization`` 0.9 (None: the base's memory).
         """
         flops_per_token = 2.0 * shape.params_b * 1e9
-        per_token = max(self.per_token_s, 1e-15)             # 0 would mean infinite FLOP/s
+        per_token = max(self.per_token_s, 1e-15)  # 0 would mean infinite FLOP/s
         flops_per_s = flops_per_token / per_token
         hidden = max(1, round(self.per_position_s * flops_per_s / (4.0 * shape.num_layers)))
         p: dict[str, Any] = {
-            "base": base, "name": name,
-            "params_b": shape.params_b, "weight_bytes_per_param": shape.weight_bytes_per_param,
-            "num_layers": int(shape.num_layers), "hidden_size": int(hidden),
-            "num_kv_heads": int(shape.num_kv_heads), "head_dim": int(shape.head_dim),
+            "base": base,
+            "name": name,
+            "params_b": shape.params_b,
+            "weight_bytes_per_param": shape.weight_bytes_per_param,
+            "num_layers": int(shape.num_layers),
+            "hidden_size": int(hidden),
+            "num_kv_heads": int(shape.num_kv_heads),
+            "head_dim": int(shape.head_dim),
             "max_model_len": int(shape.max_model_len),
-            "peak_tflops": flops_per_s / 1e12, "compute_efficiency": 1.0,
-            "memory_bandwidth_gbs": UNBOUNDED_BANDWIDTH_GBS, "memory_efficiency": 1.0,
-            "step_overhead_ms": self.step_overhead_s * 1e3, "per_seq_overhead_us": self.per_seq_s * 1e6,
+            "peak_tflops": flops_per_s / 1e12,
+            "compute_efficiency": 1.0,
+            "memory_bandwidth_gbs": UNBOUNDED_BANDWIDTH_GBS,
+            "memory_efficiency": 1.0,
+            "step_overhead_ms": self.step_overhead_s * 1e3,
+            "per_seq_overhead_us": self.per_seq_s * 1e6,
             "request_overhead_ms": self.request_overhead_s * 1e3,
             "tensor_parallel": 1,
         }
@@ -186,7 +208,7 @@ def _nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
         from scipy.optimize import nnls
 
         return nnls(a, y)[0]
-    except ImportError:                                     # numpy only: drop negative columns, refit
+    except ImportError:  # numpy only: drop negative columns, refit
         active = list(range(a.shape[1]))
         x = np.zeros(a.shape[1])
         while active:
@@ -210,18 +232,24 @@ def fit_step_costs(samples: Iterable[StepSample], shape: ModelShape | None = Non
             raise ConfigError(f"calibration sample {i}: expected a StepSample, got {type(s).__name__}")
         s.check(f"calibration sample {i}")
     if len({(s.seqs, s.new_tokens, s.context) for s in rows}) < 2:
-        raise ConfigError("calibration samples: need at least 2 samples of different shapes "
-                          f"(got {len(rows)})")
+        raise ConfigError(f"calibration samples: need at least 2 samples of different shapes (got {len(rows)})")
     x = np.array([s.features() for s in rows])
     y = np.array([s.seconds for s in rows])
-    w = 1.0 / y                                              # relative errors
+    w = 1.0 / y  # relative errors
     scale = np.abs(x * w[:, None]).max(axis=0)
     scale[scale == 0] = 1.0
     coef = _nnls(x * w[:, None] / scale, y * w) / scale
     rel = (x @ coef - y) / y
-    return CostFit(step_overhead_s=float(coef[0]), per_seq_s=float(coef[1]), per_token_s=float(coef[2]),
-                   per_position_s=float(coef[3]), request_overhead_s=float(coef[4]),
-                   rel_rms=float(np.sqrt(np.mean(rel ** 2))), rel_max=float(np.abs(rel).max()), n_samples=len(rows))
+    return CostFit(
+        step_overhead_s=float(coef[0]),
+        per_seq_s=float(coef[1]),
+        per_token_s=float(coef[2]),
+        per_position_s=float(coef[3]),
+        request_overhead_s=float(coef[4]),
+        rel_rms=float(np.sqrt(np.mean(rel**2))),
+        rel_max=float(np.abs(rel).max()),
+        n_samples=len(rows),
+    )
 
 
 def refine(samples: Sequence[StepSample], fit: CostFit, sim_samples: Sequence[StepSample]) -> CostFit:
@@ -260,16 +288,17 @@ def mirror_knobs(engine: str, config: Mapping[str, Any] | None = None) -> dict[s
     config = dict(config or {})
     if engine == "llama-server":
         slots = int(config.get("parallel") or 4)
-        out: dict[str, Any] = {"max_num_seqs": slots,
-                               "max_num_batched_tokens": int(config.get("batch_size") or 2048)}
+        out: dict[str, Any] = {"max_num_seqs": slots, "max_num_batched_tokens": int(config.get("batch_size") or 2048)}
         if config.get("ctx_size"):
             out["max_model_len"] = max(16, int(config["ctx_size"]) // slots)
         return out
     if engine == "vllm":
-        out = {"max_num_seqs": int(config.get("max_num_seqs") or 128),
-               "max_num_batched_tokens": int(config.get("max_num_batched_tokens") or 2048),
-               "block_size": int(config.get("block_size") or 128),
-               "enable_prefix_caching": bool(config.get("enable_prefix_caching", True))}
+        out = {
+            "max_num_seqs": int(config.get("max_num_seqs") or 128),
+            "max_num_batched_tokens": int(config.get("max_num_batched_tokens") or 2048),
+            "block_size": int(config.get("block_size") or 128),
+            "enable_prefix_caching": bool(config.get("enable_prefix_caching", True)),
+        }
         if config.get("max_model_len"):
             out["max_model_len"] = int(config["max_model_len"])
         return out
@@ -278,19 +307,29 @@ def mirror_knobs(engine: str, config: Mapping[str, Any] | None = None) -> dict[s
 
 # --- probes against a running engine --------------------------------------------------------------
 
-def _trace(prompts: Sequence[str], max_tokens: Sequence[int], arrival_us: Sequence[int],
-           input_tokens: Sequence[int]):
+
+def _trace(prompts: Sequence[str], max_tokens: Sequence[int], arrival_us: Sequence[int], input_tokens: Sequence[int]):
     import polars as pl
 
     from replay.trace import Trace, TraceMeta, validate
 
     n = len(prompts)
-    bodies = [json.dumps({"model": "m", "max_tokens": int(m), "messages": [{"role": "user", "content": p}]})
-              for p, m in zip(prompts, max_tokens)]
-    df = pl.DataFrame({"request_id": [f"p{i}" for i in range(n)], "api": ["chat"] * n, "model": ["m"] * n,
-                       "arrival_us": [int(a) for a in arrival_us], "body": bodies,
-                       "input_tokens": [int(t) for t in input_tokens], "output_tokens": [int(m) for m in max_tokens],
-                       "max_tokens": [int(m) for m in max_tokens]})
+    bodies = [
+        json.dumps({"model": "m", "max_tokens": int(m), "messages": [{"role": "user", "content": p}]})
+        for p, m in zip(prompts, max_tokens)
+    ]
+    df = pl.DataFrame(
+        {
+            "request_id": [f"p{i}" for i in range(n)],
+            "api": ["chat"] * n,
+            "model": ["m"] * n,
+            "arrival_us": [int(a) for a in arrival_us],
+            "body": bodies,
+            "input_tokens": [int(t) for t in input_tokens],
+            "output_tokens": [int(m) for m in max_tokens],
+            "max_tokens": [int(m) for m in max_tokens],
+        }
+    )
     meta = TraceMeta(source_format="calibration-probe", tokenizer="gpt2")
     return Trace(df=validate(df, meta, source="<calibration probe>"), meta=meta)
 
@@ -304,13 +343,21 @@ def _run(url: str, trace, cpus: tuple[int, ...]):
     if bad.height:
         from replay.errors import TargetError
 
-        raise TargetError(f"calibration probe against {url}: {bad.height} of {df.height} requests failed "
-                          f"({bad['error'][0]}: {bad['error_detail'][0]})")
+        raise TargetError(
+            f"calibration probe against {url}: {bad.height} of {df.height} requests failed "
+            f"({bad['error'][0]}: {bad['error_detail'][0]})"
+        )
     return df
 
 
-def probe_prefill(url: str, lengths: Sequence[int] = (32, 128, 256, 512, 1024), repeats: int = 3,
-                  gap_s: float = 0.3, seed: int = 7, cpus: tuple[int, ...] = ()) -> list[StepSample]:
+def probe_prefill(
+    url: str,
+    lengths: Sequence[int] = (32, 128, 256, 512, 1024),
+    repeats: int = 3,
+    gap_s: float = 0.3,
+    seed: int = 7,
+    cpus: tuple[int, ...] = (),
+) -> list[StepSample]:
     """Single requests (one output token) at each prompt length, ``gap_s`` apart so that each finds
     the engine idle, after one warm-up request (dropped); one sample per length: a front-end pass
     and a prefill step of the engine-reported prompt length, taking the median TTFT (from sending)
@@ -328,12 +375,20 @@ def probe_prefill(url: str, lengths: Sequence[int] = (32, 128, 256, 512, 1024), 
     for length, row in zip(order[1:], df.iter_rows(named=True)):
         n = row["prompt_tokens"] or row["input_tokens"]
         by_length.setdefault(length, []).append((int(n), (row["first_token_ns"] - row["sent_ns"]) / 1e9))
-    return [StepSample(1, int(np.median([n for n, _ in v])), 0, float(np.median([t for _, t in v])), request=True)
-            for v in by_length.values()]
+    return [
+        StepSample(1, int(np.median([n for n, _ in v])), 0, float(np.median([t for _, t in v])), request=True)
+        for v in by_length.values()
+    ]
 
 
-def probe_decode(url: str, batches: Sequence[int] = (1, 2, 4), prompt_tokens: int = 160,
-                 max_tokens: int = 48, seed: int = 11, cpus: tuple[int, ...] = ()) -> list[StepSample]:
+def probe_decode(
+    url: str,
+    batches: Sequence[int] = (1, 2, 4),
+    prompt_tokens: int = 160,
+    max_tokens: int = 48,
+    seed: int = 11,
+    cpus: tuple[int, ...] = (),
+) -> list[StepSample]:
     """For each batch size B: B requests sent at once; one sample per batch: a decode step of B
     sequences (context: prompt + half the output) taking the median time per output token.
     ``cpus`` pins the runner."""

@@ -24,8 +24,7 @@ import polars as pl
 __all__ = ["causal_gates"]
 
 
-def causal_gates(rows: pl.DataFrame, offsets_ns: np.ndarray,
-                 scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+def causal_gates(rows: pl.DataFrame, offsets_ns: np.ndarray, scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(after, think_ns)`` for the plan's rows (in send order) and their send offsets; the
     think times are scaled by ``scale``, default the stage's compression (1: as recorded)."""
     n = rows.height
@@ -34,12 +33,14 @@ def causal_gates(rows: pl.DataFrame, offsets_ns: np.ndarray,
         span_us = int(arrival.max() - arrival.min()) if n > 1 else 0
         span_ns = int(offsets_ns[-1] - offsets_ns[0]) if n > 1 else 0
         scale = span_ns / (span_us * 1000) if span_us > 0 else 1.0
-    frame = pl.DataFrame({
-        "i": np.arange(n, dtype=np.int64),
-        "session": rows["session_id"],
-        "arrival": arrival,
-        "e2e": rows["e2e_us"].cast(pl.Int64),
-    })
+    frame = pl.DataFrame(
+        {
+            "i": np.arange(n, dtype=np.int64),
+            "session": rows["session_id"],
+            "arrival": arrival,
+            "e2e": rows["e2e_us"].cast(pl.Int64),
+        }
+    )
     prev = frame.with_columns(
         parent=pl.when(pl.col("session").is_not_null()).then(pl.col("i").shift(1).over("session")),
         gap=pl.col("arrival") - pl.col("arrival").shift(1).over("session"),

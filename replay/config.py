@@ -16,8 +16,19 @@ from typing import Literal
 
 from replay.errors import ConfigError
 
-__all__ = ["Arrivals", "Slo", "RunConfig", "AutoRates", "RUNNER_DEFAULTS", "SESSION_MODES", "LAG_BOUND_MS",
-           "SLO_ATTAINMENT", "parse_duration_s", "parse_slo", "parse_rates"]
+__all__ = [
+    "Arrivals",
+    "Slo",
+    "RunConfig",
+    "AutoRates",
+    "RUNNER_DEFAULTS",
+    "SESSION_MODES",
+    "LAG_BOUND_MS",
+    "SLO_ATTAINMENT",
+    "parse_duration_s",
+    "parse_slo",
+    "parse_rates",
+]
 
 ArrivalKind = Literal["trace", "poisson", "gamma", "constant"]
 ARRIVAL_KINDS = ("trace", "poisson", "gamma", "constant")
@@ -184,14 +195,13 @@ class RunConfig:
         if self.rate is not None or self.speedup is not None:
             raise ConfigError("--concurrency: a closed-loop stage sets no rate; give --concurrency or --rate / --speedup")
         if self.duration_s is not None:
-            raise ConfigError("--concurrency: a closed-loop stage ends when its requests are done; use --requests, "
-                              "not --duration")
+            raise ConfigError(
+                "--concurrency: a closed-loop stage ends when its requests are done; use --requests, not --duration"
+            )
         if self.arrivals.kind != "trace":
-            raise ConfigError(f"--concurrency: a closed-loop stage has no arrivals to draw (--arrivals "
-                              f"{self.arrivals.kind})")
+            raise ConfigError(f"--concurrency: a closed-loop stage has no arrivals to draw (--arrivals {self.arrivals.kind})")
         if c > self.max_connections:
-            raise ConfigError(f"--concurrency: {c} users need as many connections; --max-connections is "
-                              f"{self.max_connections}")
+            raise ConfigError(f"--concurrency: {c} users need as many connections; --max-connections is {self.max_connections}")
 
     @property
     def closed_loop(self) -> bool:

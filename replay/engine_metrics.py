@@ -57,8 +57,14 @@ class EngineSampler:
     target's --header / --api-key); an https endpoint's certificate is checked under ``context``
     (the target's --ca-cert / --insecure); ``cpus`` pin the reading thread."""
 
-    def __init__(self, url: str, headers: Sequence[tuple[str, str]] = (), interval_s: float = SAMPLE_S,
-                 cpus: Sequence[int] = (), context: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        headers: Sequence[tuple[str, str]] = (),
+        interval_s: float = SAMPLE_S,
+        cpus: Sequence[int] = (),
+        context: ssl.SSLContext | None = None,
+    ) -> None:
         self.url = url
         self.headers = dict(headers)
         self.context = context
@@ -158,11 +164,13 @@ def exhausted(m: dict | None) -> str | None:
     waiting = (m.get("waiting") or {}).get("max")
     running = (m.get("running") or {}).get("max")
     if m.get("preemptions") or (kv is not None and kv >= KV_FULL):
-        return (f"the KV cache (usage max {kv:.0%}" if kv is not None else "the KV cache (") + \
-            f", {m.get('preemptions', 0):.0f} preemptions)"
+        return (
+            f"the KV cache (usage max {kv:.0%}" if kv is not None else "the KV cache ("
+        ) + f", {m.get('preemptions', 0):.0f} preemptions)"
     if waiting:
-        return f"the batch (up to {waiting:.0f} waited while {running or 0:.0f} ran" + \
-            (f", KV usage max {kv:.0%})" if kv is not None else ")")
+        return f"the batch (up to {waiting:.0f} waited while {running or 0:.0f} ran" + (
+            f", KV usage max {kv:.0%})" if kv is not None else ")"
+        )
     return None
 
 

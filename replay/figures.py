@@ -55,9 +55,12 @@ def empty(ax, what: str) -> None:
 
 def figure_html(plot: Plot) -> str:
     data = base64.b64encode(plot.png).decode("ascii")
-    return (f'<figure><img class="plot" data-kind="{plot.kind}" alt="{escape(plot.title)}" '
-            f'src="data:image/png;base64,{data}"><figcaption><b>{escape(plot.title)}.</b> '
-            f"{escape(plot.caption)}</figcaption></figure>")
+    return (
+        f'<figure><img class="plot" data-kind="{plot.kind}" alt="{escape(plot.title)}" '
+        f'src="data:image/png;base64,{data}"><figcaption><b>{escape(plot.title)}.</b> '
+        f"{escape(plot.caption)}</figcaption></figure>"
+    )
+
 
 STYLE_CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em auto; max-width: 1280px;
@@ -79,4 +82,3 @@ figure { margin: 1em 0; } figcaption { font-size: 0.85em; color: #555; }
 img.plot { max-width: 100%; height: auto; border: 1px solid #eee; }
 .note { background: #f7f7f7; padding: 0.6em 1em; border-left: 4px solid #90a4ae; }
 """
-

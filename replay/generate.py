@@ -72,42 +72,35 @@ class GenerateConfig:
     api: str = "chat"
 
     def __post_init__(self) -> None:
-        positive_ints = ("n_requests", "n_system_prompts", "system_prompt_tokens",
-                         "user_tokens_p50", "output_tokens_p50", "max_user_tokens",
-                         "max_output_tokens", "max_input_tokens", "block_size")
+        positive_ints = (
+            "n_requests",
+            "n_system_prompts",
+            "system_prompt_tokens",
+            "user_tokens_p50",
+            "output_tokens_p50",
+            "max_user_tokens",
+            "max_output_tokens",
+            "max_input_tokens",
+            "block_size",
+        )
         for name in positive_ints:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(
-                    f"generate: field '{name}' must be a positive integer, got {value!r}"
-                )
+                raise ConfigError(f"generate: field '{name}' must be a positive integer, got {value!r}")
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"generate: field 'seed' must be an integer >= 0, got {self.seed!r}")
         for name in ("rate", "burst_cv", "think_time_mean_s", "length_sigma"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise ConfigError(
-                    f"generate: field '{name}' must be a positive number, got {value!r}"
-                )
+                raise ConfigError(f"generate: field '{name}' must be a positive number, got {value!r}")
         if not (isinstance(self.turns_mean, (int, float)) and 1.0 <= self.turns_mean <= _MAX_TURNS):
-            raise ConfigError(
-                f"generate: field 'turns_mean' must be in [1, {_MAX_TURNS}], "
-                f"got {self.turns_mean!r}"
-            )
-        if not (isinstance(self.length_correlation, (int, float))
-                and -1.0 < self.length_correlation < 1.0):
-            raise ConfigError(
-                f"generate: field 'length_correlation' must be in (-1, 1), "
-                f"got {self.length_correlation!r}"
-            )
+            raise ConfigError(f"generate: field 'turns_mean' must be in [1, {_MAX_TURNS}], got {self.turns_mean!r}")
+        if not (isinstance(self.length_correlation, (int, float)) and -1.0 < self.length_correlation < 1.0):
+            raise ConfigError(f"generate: field 'length_correlation' must be in (-1, 1), got {self.length_correlation!r}")
         if self.api not in APIS:
-            raise ConfigError(
-                f"generate: field 'api' must be one of {', '.join(sorted(APIS))}, got {self.api!r}"
-            )
+            raise ConfigError(f"generate: field 'api' must be one of {', '.join(sorted(APIS))}, got {self.api!r}")
         if self.system_prompt_tokens >= self.max_input_tokens:
-            raise ConfigError(
-                "generate: field 'system_prompt_tokens' must be below 'max_input_tokens'"
-            )
+            raise ConfigError("generate: field 'system_prompt_tokens' must be below 'max_input_tokens'")
 
 
 def _lognormal_int(rng, median: float, sigma: float, z: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -136,12 +129,9 @@ def _sessions(cfg: GenerateConfig, rng: np.random.Generator, sys_len: np.ndarray
     rho = cfg.length_correlation
     z_user = rng.standard_normal(2 * n)
     z_out = rho * z_user + math.sqrt(1 - rho**2) * rng.standard_normal(2 * n)
-    user = _lognormal_int(rng, cfg.user_tokens_p50, cfg.length_sigma, z_user, 1,
-                          cfg.max_user_tokens).tolist()
-    out = _lognormal_int(rng, cfg.output_tokens_p50, cfg.length_sigma, z_out, 1,
-                         cfg.max_output_tokens).tolist()
-    think = rng.lognormal(math.log(cfg.think_time_mean_s) - _THINK_SIGMA**2 / 2, _THINK_SIGMA,
-                          2 * n).tolist()
+    user = _lognormal_int(rng, cfg.user_tokens_p50, cfg.length_sigma, z_user, 1, cfg.max_user_tokens).tolist()
+    out = _lognormal_int(rng, cfg.output_tokens_p50, cfg.length_sigma, z_out, 1, cfg.max_output_tokens).tolist()
+    think = rng.lognormal(math.log(cfg.think_time_mean_s) - _THINK_SIGMA**2 / 2, _THINK_SIGMA, 2 * n).tolist()
     rows: list[tuple[int, int, int, float, int, int, int]] = []
     due: list[tuple[float, int, int, int, int]] = []  # (ready_s, session, turn, created, prompt)
     created = sessions = 0
@@ -161,9 +151,19 @@ def _sessions(cfg: GenerateConfig, rng: np.random.Generator, sys_len: np.ndarray
             next_prompt = prompt + out[j] + user[nxt]
             if next_prompt <= cfg.max_input_tokens:
                 heapq.heappush(due, (t + think[nxt], session, turn + 1, nxt, next_prompt))
-    return pl.DataFrame(rows, orient="row", schema=[
-        "session", "turn", "system", "arrival_s", "user_tokens", "output_tokens", "input_tokens",
-    ])
+    return pl.DataFrame(
+        rows,
+        orient="row",
+        schema=[
+            "session",
+            "turn",
+            "system",
+            "arrival_s",
+            "user_tokens",
+            "output_tokens",
+            "input_tokens",
+        ],
+    )
 
 
 def generate(config: GenerateConfig | None = None) -> Trace:
@@ -173,8 +173,9 @@ def generate(config: GenerateConfig | None = None) -> Trace:
     cfg = config or GenerateConfig()
     vocab = prompt_vocab(cfg.tokenizer)
     rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, _SESSION_DOMAIN]))
-    sys_len = _lognormal_int(rng, cfg.system_prompt_tokens, _SYSTEM_SIGMA,
-                             rng.standard_normal(cfg.n_system_prompts), 1, cfg.max_input_tokens - 1)
+    sys_len = _lognormal_int(
+        rng, cfg.system_prompt_tokens, _SYSTEM_SIGMA, rng.standard_normal(cfg.n_system_prompts), 1, cfg.max_input_tokens - 1
+    )
     sys_units = [vocab.sample(int(n), rng) for n in sys_len]
 
     requests = _sessions(cfg, rng, sys_len)
@@ -219,23 +220,30 @@ def generate(config: GenerateConfig | None = None) -> Trace:
         raise AssertionError("generate: prompt lengths disagree with the schedule")
     _check_sample(cfg.tokenizer, contents)
 
-    df = pl.DataFrame({
-        "request_id": ids,
-        "session_id": [f"session-{s:05d}" for s in requests["session"].to_list()],
-        "parent_request_id": pl.Series(parents, dtype=pl.String),
-        "turn": requests["turn"],
-        "api": [cfg.api] * len(ids),
-        "model": [cfg.model] * len(ids),
-        "arrival_us": (requests["arrival_s"] * 1e6).round().cast(pl.Int64),
-        "body": bodies,
-        "input_tokens": requests["input_tokens"],
-        "output_tokens": requests["output_tokens"],
-        "max_tokens": requests["output_tokens"],
-        "block_hashes": pl.Series(hashes, dtype=pl.List(pl.UInt64)),
-    })
-    meta = TraceMeta(t0_unix_us=0, source_format="generated", tokenizer=cfg.tokenizer,
-                     block_size_tokens=cfg.block_size, hash_algo=HASH_ALGO,
-                     redaction_policy="synthetic")
+    df = pl.DataFrame(
+        {
+            "request_id": ids,
+            "session_id": [f"session-{s:05d}" for s in requests["session"].to_list()],
+            "parent_request_id": pl.Series(parents, dtype=pl.String),
+            "turn": requests["turn"],
+            "api": [cfg.api] * len(ids),
+            "model": [cfg.model] * len(ids),
+            "arrival_us": (requests["arrival_s"] * 1e6).round().cast(pl.Int64),
+            "body": bodies,
+            "input_tokens": requests["input_tokens"],
+            "output_tokens": requests["output_tokens"],
+            "max_tokens": requests["output_tokens"],
+            "block_hashes": pl.Series(hashes, dtype=pl.List(pl.UInt64)),
+        }
+    )
+    meta = TraceMeta(
+        t0_unix_us=0,
+        source_format="generated",
+        tokenizer=cfg.tokenizer,
+        block_size_tokens=cfg.block_size,
+        hash_algo=HASH_ALGO,
+        redaction_policy="synthetic",
+    )
     return Trace(validate(df, meta, source="generated trace"), meta)
 
 
@@ -256,6 +264,4 @@ def _check_sample(name: str, contents: list[_Prompt]) -> None:
     encoded = load_tokenizer(name).encode_batch(texts, add_special_tokens=False)
     for i, enc in zip(sorted(picks), encoded):
         if enc.ids != contents[i][1].tolist():
-            raise ConfigError(
-                f"tokenizer '{name}': request {i}'s synthesized prompt does not re-encode exactly"
-            )
+            raise ConfigError(f"tokenizer '{name}': request {i}'s synthesized prompt does not re-encode exactly")

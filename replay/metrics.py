@@ -108,12 +108,12 @@ def slo_met(ok: pl.DataFrame, slo) -> np.ndarray:
     token: no time per output token to judge) does not meet its objective."""
     mask = np.ones(ok.height, dtype=bool)
     if slo.ttft_s is not None:
-        mask &= (ok["ttft_ns"].fill_null(np.iinfo(np.int64).max).to_numpy() <= slo.ttft_s * 1e9)
+        mask &= ok["ttft_ns"].fill_null(np.iinfo(np.int64).max).to_numpy() <= slo.ttft_s * 1e9
     if slo.tpot_s is not None:
         tpot = ok["tpot_ns"].cast(pl.Float64).fill_nan(None).fill_null(float("inf")).to_numpy()
         mask &= tpot <= slo.tpot_s * 1e9
     if slo.e2e_s is not None:
-        mask &= (ok["e2e_ns"].to_numpy() <= slo.e2e_s * 1e9)
+        mask &= ok["e2e_ns"].to_numpy() <= slo.e2e_s * 1e9
     return mask
 
 
@@ -141,11 +141,12 @@ def _invalid_reason(result: StageResult, lag_p99_ms: float | None) -> str:
     runner = result.runner or {}
     if runner:
         d, w = runner["dispatcher_switches"], runner["worker_switches"]
-        why += (f"; the runner lost the CPU {d['involuntary']} times on its dispatcher "
-                f"({runner['dispatcher_priority']} priority) and {w['involuntary']} on its I/O threads")
+        why += (
+            f"; the runner lost the CPU {d['involuntary']} times on its dispatcher "
+            f"({runner['dispatcher_priority']} priority) and {w['involuntary']} on its I/O threads"
+        )
         if runner.get("body_waits"):
-            why += (f"; it waited for request bodies {runner['body_waits']} times "
-                    f"(longest {runner['body_wait_max_ms']:.1f} ms)")
+            why += f"; it waited for request bodies {runner['body_waits']} times (longest {runner['body_wait_max_ms']:.1f} ms)"
     return why
 
 
@@ -175,7 +176,10 @@ def summarize(result: StageResult) -> dict:
     lag = (sent["sent_ns"] - sent["release_ns"]).to_numpy()
     itl = (
         ok.select(pl.col("chunk_us").cast(pl.List(pl.Int64)).list.diff(null_behavior="drop").alias("d"))
-        .explode("d")["d"].drop_nulls().to_numpy() * 1000
+        .explode("d")["d"]
+        .drop_nulls()
+        .to_numpy()
+        * 1000
     )
     errors = df.filter(pl.col("error") != "none").group_by("error").len().sort("error")
     # refused as invalid (HTTP 4xx but 408 timeout / 429 too many requests): would fail at any rate
@@ -230,7 +234,8 @@ def summarize(result: StageResult) -> dict:
         "concurrency": config.concurrency,
         # closed loop: no schedule to slip behind (a request is due at its release)
         "slip_ms": {**_pcts(slip.astype(np.float64), 1e6), "max": float(slip.max()) / 1e6 if len(slip) else None}
-        if config.sessions == "causal" and not config.closed_loop else None,
+        if config.sessions == "causal" and not config.closed_loop
+        else None,
         "cancelled": result.cancelled,
         "cut_off": int((df["error"] == "cut_off").sum()),
         "runner": result.runner,

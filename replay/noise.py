@@ -56,5 +56,12 @@ class NoiseFloor:
         return K * self.spread + MIN_GAIN * abs(self.median)
 
     def to_json(self) -> dict:
-        return {"values": list(self.values), "median": self.median, "mad": self.mad, "sd": self.sd, "spread": self.spread,
-                "relative": self.relative, "bar": self.bar()}
+        return {
+            "values": list(self.values),
+            "median": self.median,
+            "mad": self.mad,
+            "sd": self.sd,
+            "spread": self.spread,
+            "relative": self.relative,
+            "bar": self.bar(),
+        }

@@ -78,9 +78,12 @@ class Plan:
                 for k, obj in zip(empty, builder.objects(self.rows.slice(row, len(batch))[empty])):
                     batch[k] = obj
             tokens = max_tokens.slice(row, len(batch)).to_list()
-            made = [_rewrite_body(body, row + k, model=self.model, max_tokens=mt, ignore_eos=self.ignore_eos,
-                                  mark_answers=self.mark_answers)
-                    for k, (body, mt) in enumerate(zip(batch, tokens))]
+            made = [
+                _rewrite_body(
+                    body, row + k, model=self.model, max_tokens=mt, ignore_eos=self.ignore_eos, mark_answers=self.mark_answers
+                )
+                for k, (body, mt) in enumerate(zip(batch, tokens))
+            ]
             offsets = np.zeros(len(made) + 1, dtype=np.uint64)
             np.cumsum([len(p) for p, _ in made], out=offsets[1:])
             if self.mark_answers:
@@ -135,8 +138,10 @@ def _fit_window(base_ns: np.ndarray, rate: float, duration_s: float) -> np.ndarr
     if target < 1:
         raise ConfigError(f"--duration: {duration_s:g}s at {rate:g} req/s keeps no request")
     if target > n - 1:
-        raise ConfigError(f"--duration: {duration_s:g}s at {rate:g} req/s needs more than {target} requests; "
-                          f"the trace has {n} (shorten --duration or lower the rate)")
+        raise ConfigError(
+            f"--duration: {duration_s:g}s at {rate:g} req/s needs more than {target} requests; "
+            f"the trace has {n} (shorten --duration or lower the rate)"
+        )
     cuts = np.flatnonzero(np.diff(base_ns) > 0) + 1  # k such that request k is due after request k - 1
     if len(cuts) == 0:
         return np.zeros(target, np.int64)  # all at one instant
@@ -178,8 +183,7 @@ def schedule(trace: Trace, config: RunConfig) -> np.ndarray:
     elif rate is None:
         raise ConfigError(f"--arrivals {arrivals.kind}: needs --rate")
     else:
-        base = _engine.arrival_offsets(arrivals.kind, n, np.zeros(0, np.int64), rate=rate, cv=arrivals.cv,
-                                       seed=arrivals.seed)
+        base = _engine.arrival_offsets(arrivals.kind, n, np.zeros(0, np.int64), rate=rate, cv=arrivals.cv, seed=arrivals.seed)
     base = np.asarray(base, dtype=np.int64)
     if rate is not None:
         return _fit_window(base, rate, duration_s) if duration_s is not None else _fit_requests(base, rate)
@@ -204,8 +208,11 @@ def _with_answer_spans(obj: dict) -> tuple[bytes, list[int]]:
     messages = obj.get("messages")
     if not isinstance(messages, list):
         return _dumps(obj).encode(), []
-    at = [i for i, m in enumerate(messages[:-1])
-          if isinstance(m, dict) and m.get("role") == "assistant" and isinstance(m.get("content"), str)]
+    at = [
+        i
+        for i, m in enumerate(messages[:-1])
+        if isinstance(m, dict) and m.get("role") == "assistant" and isinstance(m.get("content"), str)
+    ]
     if not at:
         return _dumps(obj).encode(), []
     recorded = [messages[i]["content"] for i in at]
@@ -225,8 +232,9 @@ def _with_answer_spans(obj: dict) -> tuple[bytes, list[int]]:
     return bytes(out), spans
 
 
-def _rewrite_body(body: str | dict | None, row: int, *, model: str | None, max_tokens: int | None,
-                  ignore_eos: bool, mark_answers: bool = False) -> tuple[bytes, list[int]]:
+def _rewrite_body(
+    body: str | dict | None, row: int, *, model: str | None, max_tokens: int | None, ignore_eos: bool, mark_answers: bool = False
+) -> tuple[bytes, list[int]]:
     """The body as sent: a stored body (JSON text) or a synthesized one (an object), streaming with
     usage, ``max_tokens`` (with ``ignore_eos``) and ``model`` set; and with ``mark_answers`` the
     byte spans of its earlier answers (:func:`_with_answer_spans`), else none."""

@@ -26,7 +26,12 @@ import numpy as np
 from replay.errors import ConfigError
 
 __all__ = [
-    "PromptVocab", "prompt_vocab", "text_of_tokens", "block_text", "block_units", "count_tokens",
+    "PromptVocab",
+    "prompt_vocab",
+    "text_of_tokens",
+    "block_text",
+    "block_units",
+    "count_tokens",
 ]
 
 _WORDS = """
@@ -143,8 +148,7 @@ def prompt_vocab(tokenizer: str = "gpt2") -> PromptVocab:
     want = np.concatenate([vocab.ids(sample), vocab.ids(sample[:-1])]).tolist()
     if got != want:
         raise ConfigError(
-            f"tokenizer '{tokenizer}': one-token words do not tokenize additively; "
-            "prompts need a byte-level BPE tokenizer"
+            f"tokenizer '{tokenizer}': one-token words do not tokenize additively; prompts need a byte-level BPE tokenizer"
         )
     return vocab
 
@@ -170,9 +174,7 @@ def text_of_tokens(n: int, seed: int, tokenizer: str = "gpt2") -> str:
     return vocab.render(vocab.sample(n, text_rng(seed)))
 
 
-def block_text(
-    hash_id: int, block_tokens: int, n_tokens: int | None = None, tokenizer: str = "gpt2"
-) -> str:
+def block_text(hash_id: int, block_tokens: int, n_tokens: int | None = None, tokenizer: str = "gpt2") -> str:
     """The text of block ``hash_id``: ``block_tokens`` tokens, or its first ``n_tokens`` tokens.
 
     The same hash id always gives the same text, so blocks laid end to end keep a trace's

@@ -32,9 +32,19 @@ from replay.plan import Plan, build_plan, send_limits
 from replay.targets.url import base_url, check_target
 from replay.trace import Trace
 
-__all__ = ["StageResult", "run_stage", "run_plan", "resolve_model", "warm_connections", "Progress", "RowsSink",
-           "ERROR_KINDS", "WARM_CAP",
-           "READER_STALL_S", "WARM_STALL_CAP"]
+__all__ = [
+    "StageResult",
+    "run_stage",
+    "run_plan",
+    "resolve_model",
+    "warm_connections",
+    "Progress",
+    "RowsSink",
+    "ERROR_KINDS",
+    "WARM_CAP",
+    "READER_STALL_S",
+    "WARM_STALL_CAP",
+]
 
 # most connections opened before t0 for the requests in flight (Little's law)
 WARM_CAP = 64
@@ -104,9 +114,7 @@ def _results_frame(plan: Plan, raw: dict) -> pl.DataFrame:
     # -1 marks "never happened" in Rust; nulls are clearer in Parquet and polars.
     time_cols = ["release_ns", "conn_ns", "sent_ns", "first_byte_ns", "first_token_ns", "end_ns"]
     count_cols = ["prompt_tokens", "completion_tokens", "cached_tokens"]
-    return frame.with_columns(
-        [pl.when(pl.col(c) >= 0).then(pl.col(c)).alias(c) for c in time_cols + count_cols]
-    )
+    return frame.with_columns([pl.when(pl.col(c) >= 0).then(pl.col(c)).alias(c) for c in time_cols + count_cols])
 
 
 def warm_connections(plan: Plan, config: RunConfig) -> int:
@@ -140,8 +148,7 @@ def warm_connections(plan: Plan, config: RunConfig) -> int:
     return int(min(config.max_connections, max(1, wanted)))
 
 
-def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None,
-             on_rows: RowsSink | None = None) -> StageResult:
+def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None, on_rows: RowsSink | None = None) -> StageResult:
     """Send a prepared plan; returns when every request finished, the drain ended or the run was
     cancelled. The bodies are made a window at a time (:meth:`Plan.body_windows`) while it runs.
 
@@ -168,8 +175,11 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None,
         callback = lambda sent, completed, errors: progress(sent, completed, errors, total)  # noqa: E731
 
     headers = config.request_headers()
-    after, think_ns = (causal_gates(plan.rows, plan.offsets_ns, scale=1.0 if config.closed_loop else None)
-                       if config.sessions == "causal" else (None, None))
+    after, think_ns = (
+        causal_gates(plan.rows, plan.offsets_ns, scale=1.0 if config.closed_loop else None)
+        if config.sessions == "causal"
+        else (None, None)
+    )
     windows = plan.body_windows()
     sampler = engine_sampler(config)
     with sampler if sampler is not None else contextlib.nullcontext():
@@ -229,8 +239,7 @@ def engine_sampler(config: RunConfig) -> EngineSampler | None:
     context = config.ssl_context()
     if config.metrics_url:
         return EngineSampler(config.metrics_url, cpus=config.cpus, context=context)
-    return EngineSampler(base_url(config.url) + "/metrics", config.request_headers(), cpus=config.cpus,
-                         context=context)
+    return EngineSampler(base_url(config.url) + "/metrics", config.request_headers(), cpus=config.cpus, context=context)
 
 
 def resolve_model(trace: Trace, config: RunConfig) -> str | None:
@@ -238,8 +247,9 @@ def resolve_model(trace: Trace, config: RunConfig) -> str | None:
     :func:`~replay.targets.url.check_target`) and pick the model name to send: --model, else None
     (keep the bodies' own) when the target serves every model the trace names or lists none, else
     the target's first."""
-    served = check_target(config.url, headers=config.request_headers(), timeout_s=config.connect_timeout_s,
-                          context=config.ssl_context())
+    served = check_target(
+        config.url, headers=config.request_headers(), timeout_s=config.connect_timeout_s, context=config.ssl_context()
+    )
     if config.model:
         return config.model
     if not served:
@@ -250,8 +260,9 @@ def resolve_model(trace: Trace, config: RunConfig) -> str | None:
     return served[0]
 
 
-def run_stage(trace: Trace, config: RunConfig, progress: Progress | None = None, model: str | None = None,
-              on_rows: RowsSink | None = None) -> StageResult:
+def run_stage(
+    trace: Trace, config: RunConfig, progress: Progress | None = None, model: str | None = None, on_rows: RowsSink | None = None
+) -> StageResult:
     """Replay `trace` against `config.url` once (one stage). Without `model`, first checks the
     target and picks the model (:func:`resolve_model`). `on_rows`: see :func:`run_plan`."""
     if model is None:

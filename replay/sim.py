@@ -51,30 +51,87 @@ PROFILES: tuple[str, ...] = (
 
 # The engine knobs worth tuning: vLLM's flag names, the simulator's own defaults and ranges.
 KNOBS: tuple[Knob, ...] = (
-    Knob("max_num_seqs", "--max-num-seqs", "int", default=_D["max_num_seqs"], range=(1, 4096),
-         doc="most sequences running in one step; more batches more decodes per weight read"),
-    Knob("max_num_batched_tokens", "--max-num-batched-tokens", "int", default=_D["max_num_batched_tokens"], range=(16, 131072),
-         doc="token budget of one step, shared by decodes and prefill chunks (chunked prefill)"),
-    Knob("enable_prefix_caching", "--enable-prefix-caching", "bool", default=_D["enable_prefix_caching"],
-         off_flag="--no-enable-prefix-caching", doc="reuse KV blocks of shared full-block prompt prefixes"),
-    Knob("gpu_memory_utilization", "--gpu-memory-utilization", "float", default=_D["gpu_memory_utilization"], range=(0.05, 1.0),
-         doc="share of device memory for weights + KV; the rest of it sets the number of KV blocks"),
-    Knob("block_size", "--block-size", "choice", default=str(_D["block_size"]),
-         choices=("8", "16", "32", "64", "128", "256"),
-         doc="tokens per KV block: the prefix-cache granularity"),
-    Knob("scheduling_policy", "--scheduling-policy", "choice", default=_D["scheduling_policy"],
-         choices=("fcfs", "priority"),
-         doc="waiting order (priority: the request's 'priority' field, lower first) and preemption victim"),
-    Knob("long_prefill_token_threshold", "--long-prefill-token-threshold", "int",
-         default=_D["long_prefill_token_threshold"], range=(0, 1 << 20),
-         doc="largest prefill chunk of one request per step (0 = only the step budget)"),
-    Knob("speculative_config", "--speculative-config", "json", default=None,
-         doc='n-gram speculation, e.g. {"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4,'
-             '"prompt_lookup_min":2}; outputs are unchanged'),
-    Knob("kv_cache_dtype", "--kv-cache-dtype", "choice", default=_D["kv_cache_dtype"], choices=("auto", "fp8"), lossless=False,
-         doc="fp8 halves KV bytes per token (about twice the blocks, less KV traffic) and changes outputs"),
-    Knob("max_model_len", "--max-model-len", "int", default=None, range=(16, 1 << 22),
-         doc="longest prompt + max_tokens accepted (default: the profile's)"),
+    Knob(
+        "max_num_seqs",
+        "--max-num-seqs",
+        "int",
+        default=_D["max_num_seqs"],
+        range=(1, 4096),
+        doc="most sequences running in one step; more batches more decodes per weight read",
+    ),
+    Knob(
+        "max_num_batched_tokens",
+        "--max-num-batched-tokens",
+        "int",
+        default=_D["max_num_batched_tokens"],
+        range=(16, 131072),
+        doc="token budget of one step, shared by decodes and prefill chunks (chunked prefill)",
+    ),
+    Knob(
+        "enable_prefix_caching",
+        "--enable-prefix-caching",
+        "bool",
+        default=_D["enable_prefix_caching"],
+        off_flag="--no-enable-prefix-caching",
+        doc="reuse KV blocks of shared full-block prompt prefixes",
+    ),
+    Knob(
+        "gpu_memory_utilization",
+        "--gpu-memory-utilization",
+        "float",
+        default=_D["gpu_memory_utilization"],
+        range=(0.05, 1.0),
+        doc="share of device memory for weights + KV; the rest of it sets the number of KV blocks",
+    ),
+    Knob(
+        "block_size",
+        "--block-size",
+        "choice",
+        default=str(_D["block_size"]),
+        choices=("8", "16", "32", "64", "128", "256"),
+        doc="tokens per KV block: the prefix-cache granularity",
+    ),
+    Knob(
+        "scheduling_policy",
+        "--scheduling-policy",
+        "choice",
+        default=_D["scheduling_policy"],
+        choices=("fcfs", "priority"),
+        doc="waiting order (priority: the request's 'priority' field, lower first) and preemption victim",
+    ),
+    Knob(
+        "long_prefill_token_threshold",
+        "--long-prefill-token-threshold",
+        "int",
+        default=_D["long_prefill_token_threshold"],
+        range=(0, 1 << 20),
+        doc="largest prefill chunk of one request per step (0 = only the step budget)",
+    ),
+    Knob(
+        "speculative_config",
+        "--speculative-config",
+        "json",
+        default=None,
+        doc='n-gram speculation, e.g. {"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4,'
+        '"prompt_lookup_min":2}; outputs are unchanged',
+    ),
+    Knob(
+        "kv_cache_dtype",
+        "--kv-cache-dtype",
+        "choice",
+        default=_D["kv_cache_dtype"],
+        choices=("auto", "fp8"),
+        lossless=False,
+        doc="fp8 halves KV bytes per token (about twice the blocks, less KV traffic) and changes outputs",
+    ),
+    Knob(
+        "max_model_len",
+        "--max-model-len",
+        "int",
+        default=None,
+        range=(16, 1 << 22),
+        doc="longest prompt + max_tokens accepted (default: the profile's)",
+    ),
 )
 
 
@@ -110,8 +167,14 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         knobs = {k.name: k for k in KNOBS}
-        for name in ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
-                     "long_prefill_token_threshold", "scheduling_policy", "kv_cache_dtype"):
+        for name in (
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "gpu_memory_utilization",
+            "long_prefill_token_threshold",
+            "scheduling_policy",
+            "kv_cache_dtype",
+        ):
             object.__setattr__(self, name, knobs[name].check(getattr(self, name)))
         caching = knobs["enable_prefix_caching"].check(self.enable_prefix_caching)
         object.__setattr__(self, "enable_prefix_caching", caching)

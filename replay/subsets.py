@@ -52,8 +52,7 @@ def _row_batches(src: Path, meta) -> Iterator[pl.DataFrame]:
         trace = read_trace(src, bodies=False)
         n = len(trace)
         for start, bodies in zip(range(0, n, _BATCH_ROWS), trace.body_batches(n, _BATCH_ROWS)):
-            rows = trace.df.slice(start, len(bodies)).with_columns(
-                pl.Series("body", bodies, dtype=pl.String))
+            rows = trace.df.slice(start, len(bodies)).with_columns(pl.Series("body", bodies, dtype=pl.String))
             yield validate(rows, meta, f"{src.name} (row batch from row {start})")
         return
     done = 0
@@ -64,9 +63,13 @@ def _row_batches(src: Path, meta) -> Iterator[pl.DataFrame]:
             yield rows
 
 
-def _copy(src: str | os.PathLike[str], out: str | os.PathLike[str],
-          keep: Callable[[pl.DataFrame], pl.DataFrame], meta_change: dict | None = None,
-          progress: Callable[[int, int], None] | None = None) -> int:
+def _copy(
+    src: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    keep: Callable[[pl.DataFrame], pl.DataFrame],
+    meta_change: dict | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
     src, out = Path(src), Path(out)
     meta, total = read_meta(src)
     new_meta = replace(meta, **(meta_change or {}))
@@ -86,8 +89,13 @@ def _copy(src: str | os.PathLike[str], out: str | os.PathLike[str],
         return writer.rows
 
 
-def sample_sessions(src: str | os.PathLike[str], out: str | os.PathLike[str], fraction: float,
-                    seed: int = 0, progress: Callable[[int, int], None] | None = None) -> int:
+def sample_sessions(
+    src: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    fraction: float,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
     """Write the whole sessions of ``src`` that the seeded draw keeps to ``out``; return the rows
     written (see the module docstring)."""
     if not 0 < fraction <= 1:
@@ -96,15 +104,19 @@ def sample_sessions(src: str | os.PathLike[str], out: str | os.PathLike[str], fr
     def keep(rows: pl.DataFrame) -> pl.DataFrame:
         sessions = rows.get_column("session_id").fill_null(rows.get_column("request_id")).to_list()
         cache: dict[str, bool] = {}
-        mask = [cache[s] if s in cache else cache.setdefault(s, session_kept(s, fraction, seed))
-                for s in sessions]
+        mask = [cache[s] if s in cache else cache.setdefault(s, session_kept(s, fraction, seed)) for s in sessions]
         return rows.filter(pl.Series(mask, dtype=pl.Boolean))
 
     return _copy(src, out, keep, progress=progress)
 
 
-def slice_window(src: str | os.PathLike[str], out: str | os.PathLike[str], start_s: float,
-                 end_s: float | None = None, progress: Callable[[int, int], None] | None = None) -> int:
+def slice_window(
+    src: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    start_s: float,
+    end_s: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
     """Write the rows of ``src`` arriving in ``[start_s, end_s)`` (seconds from its start; no end:
     to the last) to ``out``, time 0 moved to ``start_s``; return the rows written."""
     if start_s < 0 or (end_s is not None and end_s <= start_s):

@@ -49,8 +49,22 @@ from replay.runner import Progress, RowsSink, StageResult, resolve_model, run_pl
 from replay.targets.url import reset_prefix_cache
 from replay.trace import Trace
 
-__all__ = ["SweepResult", "Saturation", "HeldInterval", "RateSearch", "sweep", "saturation", "held_interval",
-           "by_load", "find_rates", "check_stages", "check_repeats", "QUEUE_GROWTH_S", "MAX_FAILED_SHARE", "REPEAT_METRICS"]
+__all__ = [
+    "SweepResult",
+    "Saturation",
+    "HeldInterval",
+    "RateSearch",
+    "sweep",
+    "saturation",
+    "held_interval",
+    "by_load",
+    "find_rates",
+    "check_stages",
+    "check_repeats",
+    "QUEUE_GROWTH_S",
+    "MAX_FAILED_SHARE",
+    "REPEAT_METRICS",
+]
 
 QUEUE_GROWTH_S = 0.25
 MAX_FAILED_SHARE = 0.1  # a stage where more than this share of the sent requests failed has saturated
@@ -98,8 +112,10 @@ def _symptom(s: dict, queue_growth_s: float) -> str | None:
         return f"{failed} of {s['sent']} requests sent failed (more than {MAX_FAILED_SHARE:.0%})"
     q = s["queue"]
     if q["growth_ms"] is not None and q["growth_ms"] > max(queue_growth_s * 1e3, q["ttft_first_third_ms"]):
-        return (f"a queue built up: TTFT p50 grew from {q['ttft_first_third_ms']:.0f} ms to "
-                f"{q['ttft_last_third_ms']:.0f} ms through the stage")
+        return (
+            f"a queue built up: TTFT p50 grew from {q['ttft_first_third_ms']:.0f} ms to "
+            f"{q['ttft_last_third_ms']:.0f} ms through the stage"
+        )
     if s["slo_pass"] is False:
         return f"SLO attainment {s['slo_attainment']:.0%} below target"
     return None
@@ -114,9 +130,7 @@ def _invalid_because(s: dict) -> str:
     return f"send lag p99 {p99:.1f} ms above the {s['lag_bound_ms']:g} ms bound"
 
 
-def saturation(
-    rates: Sequence[float | None], summaries: Sequence[dict], queue_growth_s: float = QUEUE_GROWTH_S
-) -> Saturation:
+def saturation(rates: Sequence[float | None], summaries: Sequence[dict], queue_growth_s: float = QUEUE_GROWTH_S) -> Saturation:
     """The saturation point of stages run at `rates` (in order), from their summaries (module docstring)."""
     for rate, s in zip(rates, summaries):
         reason = _symptom(s, queue_growth_s)
@@ -125,9 +139,13 @@ def saturation(
         resource = exhausted(s.get("engine_metrics"))
         users = s.get("concurrency")
         if not s["valid"]:
-            return Saturation("undetermined", undetermined_at=rate,
-                              reason=f"{reason}, but {_invalid_because(s)}: it may be the runner's",
-                              resource=resource, concurrency=users)
+            return Saturation(
+                "undetermined",
+                undetermined_at=rate,
+                reason=f"{reason}, but {_invalid_because(s)}: it may be the runner's",
+                resource=resource,
+                concurrency=users,
+            )
         return Saturation("saturated", rate=rate, reason=reason, resource=resource, concurrency=users)
     return Saturation("not_reached")
 
@@ -182,11 +200,15 @@ class HeldInterval:
             head = f"below {interval['not_held']:g} {unit}: the lowest load did not hold in every repeat"
         elif interval["not_held"] is None:
             top = shares[-1]["load"]
-            head = (f"held up to {interval['held']:g} {unit} in every repeat" if interval["held"] == top else
-                    f"between {interval['held']:g} {unit} (held in every repeat) and above {top:g} {unit}")
+            head = (
+                f"held up to {interval['held']:g} {unit} in every repeat"
+                if interval["held"] == top
+                else f"between {interval['held']:g} {unit} (held in every repeat) and above {top:g} {unit}"
+            )
         else:
-            head = (f"between {interval['held']:g} {unit} (held in every repeat) and {interval['not_held']:g} {unit} "
-                    f"(held in none)")
+            head = (
+                f"between {interval['held']:g} {unit} (held in every repeat) and {interval['not_held']:g} {unit} (held in none)"
+            )
         return f"saturation interval: {head}; held: {each} ({unit})"
 
 
@@ -201,8 +223,7 @@ def held_interval(summaries: Sequence[dict], queue_growth_s: float = QUEUE_GROWT
     for stages in _passes(summaries):
         ran = {_load(s) for s in stages}
         # the lowest load of this repeat that did not keep up or was invalid
-        failed_at = min((_load(s) for s in stages if not s["valid"] or _symptom(s, queue_growth_s)),
-                        default=math.inf)
+        failed_at = min((_load(s) for s in stages if not s["valid"] or _symptom(s, queue_growth_s)), default=math.inf)
         for load in set(loads):
             if load in ran or load > failed_at:  # a load skipped after the saturation point did not hold
                 judged[load] = judged.get(load, 0) + 1
@@ -254,11 +275,17 @@ def by_load(summaries: Sequence[dict]) -> list[dict]:
                 if v is not None and math.isfinite(v):
                     values.append(float(v))
             floor = NoiseFloor(tuple(values)) if values else None
-            metrics[name] = None if floor is None else {"median": floor.median, "spread": floor.spread,
-                                                        "values": values}
-        out.append({"load": load, "requested_rate": runs[0]["requested_rate"],
-                    "concurrency": runs[0].get("concurrency"), "runs": len(runs), "valid": len(valid),
-                    "metrics": metrics})
+            metrics[name] = None if floor is None else {"median": floor.median, "spread": floor.spread, "values": values}
+        out.append(
+            {
+                "load": load,
+                "requested_rate": runs[0]["requested_rate"],
+                "concurrency": runs[0].get("concurrency"),
+                "runs": len(runs),
+                "valid": len(valid),
+                "metrics": metrics,
+            }
+        )
     return out
 
 
@@ -274,8 +301,14 @@ class RateSearch:
     interrupted: bool = False  # Ctrl-C during a probe: the search stopped there
 
     def to_json(self) -> dict:
-        return {"probes": self.probes, "kept_up_rate": self.kept_up_rate, "saturation": self.saturation.to_json(),
-                "rates": self.rates, "elapsed_s": self.elapsed_s, "interrupted": self.interrupted}
+        return {
+            "probes": self.probes,
+            "kept_up_rate": self.kept_up_rate,
+            "saturation": self.saturation.to_json(),
+            "rates": self.rates,
+            "elapsed_s": self.elapsed_s,
+            "interrupted": self.interrupted,
+        }
 
 
 @dataclass(frozen=True)
@@ -296,16 +329,31 @@ class SweepResult:
     repeats: int = 1  # each stage ran this many times (the rates of `rates` once per repeat)
 
     @classmethod
-    def of(cls, config: RunConfig, rates: Sequence[float | None], stages: Sequence[StageResult], *,
-           queue_growth_s: float = QUEUE_GROWTH_S, rate_search: RateSearch | None = None,
-           concurrency: Sequence[int] | None = None, repeats: int = 1) -> SweepResult:
+    def of(
+        cls,
+        config: RunConfig,
+        rates: Sequence[float | None],
+        stages: Sequence[StageResult],
+        *,
+        queue_growth_s: float = QUEUE_GROWTH_S,
+        rate_search: RateSearch | None = None,
+        concurrency: Sequence[int] | None = None,
+        repeats: int = 1,
+    ) -> SweepResult:
         """The result of `stages`, run at the first rates of `rates` (or users of `concurrency`):
         summaries and saturation computed (over the repeats, module docstring)."""
         summaries = [s.summary for s in stages]
-        return cls(config=config, rates=list(rates), stages=list(stages), summaries=summaries,
-                   saturation=_saturation_over(summaries, queue_growth_s), queue_growth_s=queue_growth_s,
-                   rate_search=rate_search, concurrency=None if concurrency is None else list(concurrency),
-                   repeats=repeats)
+        return cls(
+            config=config,
+            rates=list(rates),
+            stages=list(stages),
+            summaries=summaries,
+            saturation=_saturation_over(summaries, queue_growth_s),
+            queue_growth_s=queue_growth_s,
+            rate_search=rate_search,
+            concurrency=None if concurrency is None else list(concurrency),
+            repeats=repeats,
+        )
 
     @property
     def interval(self) -> HeldInterval | None:
@@ -351,8 +399,9 @@ class SweepResult:
         return {**context, **body}
 
 
-def check_stages(trace: Trace, config: RunConfig, rates: Sequence[float],
-                 concurrency: Sequence[int] | None = None) -> list[RunConfig]:
+def check_stages(
+    trace: Trace, config: RunConfig, rates: Sequence[float], concurrency: Sequence[int] | None = None
+) -> list[RunConfig]:
     """Each stage's config (a closed-loop sweep: one per number of users in `concurrency`, and no
     rates); every stage's schedule is built, so a bad flag is a ConfigError before any runs."""
     if concurrency is not None:
@@ -430,15 +479,23 @@ def sweep(
 
         def configs_of(aimed: RunConfig) -> list[RunConfig]:
             return check_stages(trace, aimed, [] if users is not None else rates, users)
+
     stages: list[StageResult] = []
 
     def result_of() -> SweepResult:
-        return SweepResult.of(config, rates * repeats, stages, queue_growth_s=queue_growth_s, rate_search=search,
-                              concurrency=None if users is None else users * repeats, repeats=repeats)
+        return SweepResult.of(
+            config,
+            rates * repeats,
+            stages,
+            queue_growth_s=queue_growth_s,
+            rate_search=search,
+            concurrency=None if users is None else users * repeats,
+            repeats=repeats,
+        )
 
     result = result_of()
     for k in range(repeats):
-        with (target(config) if target else contextlib.nullcontext(config)) as aimed:
+        with target(config) if target else contextlib.nullcontext(config) as aimed:
             model = resolve_model(trace, aimed)
             for stage_config in configs_of(aimed):
                 plan = build_plan(trace, stage_config, model=model)
@@ -447,18 +504,25 @@ def sweep(
                     label += f", repeat {k + 1} of {repeats}"
                 reset = "kept (--keep-prefix-cache)"
                 if reset_cache:
-                    reset = reset_prefix_cache(stage_config.url, headers=stage_config.request_headers(),
-                                               context=stage_config.ssl_context())
-                stage = run_plan(plan, stage_config, progress(label) if progress else None,
-                                 on_rows(len(stages), stage_config) if on_rows else None)
+                    reset = reset_prefix_cache(
+                        stage_config.url, headers=stage_config.request_headers(), context=stage_config.ssl_context()
+                    )
+                stage = run_plan(
+                    plan,
+                    stage_config,
+                    progress(label) if progress else None,
+                    on_rows(len(stages), stage_config) if on_rows else None,
+                )
                 stages.append(dataclasses.replace(stage, prefix_cache=reset, repeat=k if repeats > 1 else None))
                 result = result_of()
                 if on_stage is not None:
                     on_stage(result)
                 if stages[-1].interrupted:
                     return result
-                if stop_after_saturation and _saturation_over(_passes(result.summaries)[-1],
-                                                              queue_growth_s).status != "not_reached":
+                if (
+                    stop_after_saturation
+                    and _saturation_over(_passes(result.summaries)[-1], queue_growth_s).status != "not_reached"
+                ):
                     break
     return result
 
@@ -527,14 +591,21 @@ def find_rates(
     while len(probes) < max_probes:
         window = probe_s if round(rate * probe_s) < rows else None  # else: all the rows at this rate
         probe_config = dataclasses.replace(config, rate=rate, duration_s=window, timeout_s=timeout_s)
-        stage = run_plan(build_plan(trace, probe_config, model=model), probe_config,
-                         progress(rate) if progress else None)
+        stage = run_plan(build_plan(trace, probe_config, model=model), probe_config, progress(rate) if progress else None)
         s = stage.summary
         verdict = saturation([rate], [s], queue_growth_s)
         status = "kept_up" if verdict.status == "not_reached" else verdict.status
-        probes.append({"rate": rate, "offered_rate": s["offered_rate"], "sent": s["sent"],
-                       "completed": s["completed"], "valid": s["valid"], "status": status,
-                       "reason": verdict.reason})
+        probes.append(
+            {
+                "rate": rate,
+                "offered_rate": s["offered_rate"],
+                "sent": s["sent"],
+                "completed": s["completed"],
+                "valid": s["valid"],
+                "status": status,
+                "reason": verdict.reason,
+            }
+        )
         if stage.interrupted:
             break
         if status == "kept_up":
@@ -555,6 +626,11 @@ def find_rates(
             rate = float(f"{math.sqrt(kept_up * worst[0]):.3g}")
     found = worst[1] if worst else Saturation("not_reached")
     center = worst[0] if worst else (kept_up or start_rate)
-    return RateSearch(probes=probes, kept_up_rate=kept_up, saturation=found,
-                      rates=_spread(center, points, top, bottom), elapsed_s=time.monotonic() - started,
-                      interrupted=stage.interrupted)
+    return RateSearch(
+        probes=probes,
+        kept_up_rate=kept_up,
+        saturation=found,
+        rates=_spread(center, points, top, bottom),
+        elapsed_s=time.monotonic() - started,
+        interrupted=stage.interrupted,
+    )

@@ -69,9 +69,14 @@ def sweep_points(summary: dict) -> dict:
     if sat.get("status") in ("saturated", "undetermined"):
         at = sat.get("rate") if sat["status"] == "saturated" else sat.get("undetermined_at")
         users = sat.get("concurrency")
-        x = next((p["achieved"] for p in points
-                  if (p["concurrency"] == users if users is not None else at is not None and p["requested"] == at)),
-                 None)
+        x = next(
+            (
+                p["achieved"]
+                for p in points
+                if (p["concurrency"] == users if users is not None else at is not None and p["requested"] == at)
+            ),
+            None,
+        )
     return {"stages": points, "saturation": sat, "saturation_x": x}
 
 
@@ -80,8 +85,13 @@ def _mark_saturation(ax, data: dict) -> None:
     if x is None:
         return
     saturated = data["saturation"].get("status") == "saturated"
-    ax.axvline(x, color=SATURATED if saturated else UNDETERMINED, linestyle=":", linewidth=1.5,
-               label="saturation" if saturated else "undetermined")
+    ax.axvline(
+        x,
+        color=SATURATED if saturated else UNDETERMINED,
+        linestyle=":",
+        linewidth=1.5,
+        label="saturation" if saturated else "undetermined",
+    )
 
 
 def _series(ax, xs, ys, valid, color, style, label) -> bool:
@@ -102,8 +112,10 @@ def _panel(ax, data: dict, series: dict[str, list], title: str, missing: str, yl
     stages = data["stages"]
     xs = [s["achieved"] for s in stages]
     valid = [s["valid"] for s in stages]
-    drawn = [_series(ax, xs, ys, valid, color, style, label)
-             for (label, ys), color, style in zip(series.items(), (P50, P99), ("-", "--"))]
+    drawn = [
+        _series(ax, xs, ys, valid, color, style, label)
+        for (label, ys), color, style in zip(series.items(), (P50, P99), ("-", "--"))
+    ]
     if not any(drawn):
         empty(ax, missing)
         return
@@ -119,12 +131,15 @@ def _panel(ax, data: dict, series: dict[str, list], title: str, missing: str, yl
 def _latency_plot(data: dict) -> Plot:
     fig, axes = new_figure(3, width=4.2, height=3.2)
     for ax, (key, name) in zip(axes, LATENCIES):
-        _panel(ax, data, {p: [s[key][p] for s in data["stages"]] for p in ("p50", "p99")}, name,
-               f"no {name} measured", "ms")
-    return Plot("latency", "Latency against load",
-                "TTFT, TPOT and E2E p50 (solid) and p99 (dashed) per stage against the rate it achieved; TTFT "
-                "and E2E from the intended send. Hollow: a stage the runner fell behind in (invalid). Dotted: "
-                "the saturation point.", png_of(fig))
+        _panel(ax, data, {p: [s[key][p] for s in data["stages"]] for p in ("p50", "p99")}, name, f"no {name} measured", "ms")
+    return Plot(
+        "latency",
+        "Latency against load",
+        "TTFT, TPOT and E2E p50 (solid) and p99 (dashed) per stage against the rate it achieved; TTFT "
+        "and E2E from the intended send. Hollow: a stage the runner fell behind in (invalid). Dotted: "
+        "the saturation point.",
+        png_of(fig),
+    )
 
 
 def _goodput_plot(data: dict) -> Plot:
@@ -142,21 +157,27 @@ def _goodput_plot(data: dict) -> Plot:
         ax.legend(fontsize=8)
     else:
         empty(ax, "no request completed")
-    return Plot("goodput", "Goodput against load",
-                "Requests that met every SLO per second (every completed one when no SLO was set) against the "
-                "rate achieved; below the grey line, some completed requests missed an SLO.", png_of(fig))
+    return Plot(
+        "goodput",
+        "Goodput against load",
+        "Requests that met every SLO per second (every completed one when no SLO was set) against the "
+        "rate achieved; below the grey line, some completed requests missed an SLO.",
+        png_of(fig),
+    )
 
 
 def _engine_plot(data: dict) -> Plot:
     fig, axes = new_figure(2, width=4.5, height=3.2)
-    for ax, (key, name, scale) in zip(axes, (("kv_usage", "KV-cache usage (%)", 100.0),
-                                              ("waiting", "requests waiting", 1.0))):
-        series = {p: [s[key][p] * scale if s[key] and p in s[key] else None for s in data["stages"]]
-                  for p in ("p50", "max")}
+    for ax, (key, name, scale) in zip(axes, (("kv_usage", "KV-cache usage (%)", 100.0), ("waiting", "requests waiting", 1.0))):
+        series = {p: [s[key][p] * scale if s[key] and p in s[key] else None for s in data["stages"]] for p in ("p50", "max")}
         _panel(ax, data, series, name, f"{name}: not read from the engine")
-    return Plot("engine", "The engine per stage",
-                "The engine's own KV-cache usage and waiting requests (its /metrics, read every second during "
-                "the stage), p50 (solid) and max (dashed), against the rate achieved.", png_of(fig))
+    return Plot(
+        "engine",
+        "The engine per stage",
+        "The engine's own KV-cache usage and waiting requests (its /metrics, read every second during "
+        "the stage), p50 (solid) and max (dashed), against the rate achieved.",
+        png_of(fig),
+    )
 
 
 def sweep_plots(summary: dict) -> list[Plot]:
@@ -197,33 +218,49 @@ def sweep_html(summary: dict, *, plots: bool = True) -> str:
     for s, p in zip(summary.get("stages") or [], data["stages"]):
         word = "valid" if p["valid"] else f"invalid: {s.get('invalid_reason') or ''}"
         requested = load_label(None, p["concurrency"]) if p["concurrency"] is not None else _fmt(p["requested"], "g")
-        cells = [requested, _fmt(p["offered"]), _fmt(p["achieved"]),
-                 f"{s.get('completed', 0)} / {s.get('sent', 0)}", *(_fmt(p[k][q]) for k, _ in LATENCIES
-                                                                      for q in ("p50", "p99")),
-                 _fmt(p["goodput"]), _fmt((p["kv_usage"] or {}).get("max"), ".0%"),
-                 _fmt((p["waiting"] or {}).get("max"))]
+        cells = [
+            requested,
+            _fmt(p["offered"]),
+            _fmt(p["achieved"]),
+            f"{s.get('completed', 0)} / {s.get('sent', 0)}",
+            *(_fmt(p[k][q]) for k, _ in LATENCIES for q in ("p50", "p99")),
+            _fmt(p["goodput"]),
+            _fmt((p["kv_usage"] or {}).get("max"), ".0%"),
+            _fmt((p["waiting"] or {}).get("max")),
+        ]
         cls = "pass" if p["valid"] else "fail"
-        rows.append(f'<tr class="{cls}">' + "".join(f'<td class="num">{escape(c)}</td>' for c in cells)
-                    + f'<td class="word">{escape(word)}</td></tr>')
-    head = ("<tr><th>requested req/s (or users)</th><th>offered</th><th>achieved</th><th>completed / sent</th>"
-            "<th>TTFT p50 ms</th><th>TTFT p99</th><th>TPOT p50</th><th>TPOT p99</th><th>E2E p50</th><th>E2E p99</th>"
-            "<th>goodput req/s</th><th>KV max</th><th>waiting max</th><th>runner</th></tr>")
+        rows.append(
+            f'<tr class="{cls}">'
+            + "".join(f'<td class="num">{escape(c)}</td>' for c in cells)
+            + f'<td class="word">{escape(word)}</td></tr>'
+        )
+    head = (
+        "<tr><th>requested req/s (or users)</th><th>offered</th><th>achieved</th><th>completed / sent</th>"
+        "<th>TTFT p50 ms</th><th>TTFT p99</th><th>TPOT p50</th><th>TPOT p99</th><th>E2E p50</th><th>E2E p99</th>"
+        "<th>goodput req/s</th><th>KV max</th><th>waiting max</th><th>runner</th></tr>"
+    )
     ok = sat.get("status") != "undetermined"
-    body = [f'<div class="banner {"ok" if ok else "bad"}"><h1>Sweep: {escape(headline)}</h1></div>',
-            f"<p>trace: <code>{escape(str(summary.get('trace', '')))}</code><br>"
-            f"target: <code>{escape(str(summary.get('url', '')))}</code><br>"
-            f"{len(summary.get('stages') or [])} stages; arrivals: {escape(_arrivals(summary.get('arrivals')))}</p>",
-            f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"]
+    body = [
+        f'<div class="banner {"ok" if ok else "bad"}"><h1>Sweep: {escape(headline)}</h1></div>',
+        f"<p>trace: <code>{escape(str(summary.get('trace', '')))}</code><br>"
+        f"target: <code>{escape(str(summary.get('url', '')))}</code><br>"
+        f"{len(summary.get('stages') or [])} stages; arrivals: {escape(_arrivals(summary.get('arrivals')))}</p>",
+        f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>",
+    ]
     if summary.get("interval"):  # --repeats
         from replay.sweep import HeldInterval
 
-        body.insert(1, f"<p><b>{escape(HeldInterval.line(summary['interval']))}</b> "
-                       f"({summary.get('repeats')} repeats of each stage)</p>")
+        body.insert(
+            1, f"<p><b>{escape(HeldInterval.line(summary['interval']))}</b> ({summary.get('repeats')} repeats of each stage)</p>"
+        )
     if plots:
         body += [figure_html(plot) for plot in sweep_plots(summary)]
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>Sweep: {escape(headline)}</title><style>{STYLE_CSS}</style></head><body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>Sweep: {escape(headline)}</title><style>{STYLE_CSS}</style></head><body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
 
 
 def write_sweep_html(out: str | Path, summary: dict) -> Path:

@@ -73,8 +73,7 @@ class Synthesis:
         if not isinstance(obj, dict):
             raise TraceError(f"{source}: metadata 'synthesis' is not a JSON object")
         if obj.get("rule") != SYNTH_RULE:
-            raise TraceError(f"{source}: metadata 'synthesis' has rule {obj.get('rule')!r}, "
-                             f"this build knows {SYNTH_RULE!r}")
+            raise TraceError(f"{source}: metadata 'synthesis' has rule {obj.get('rule')!r}, this build knows {SYNTH_RULE!r}")
         for name in ("seed", "block_tokens"):
             if not isinstance(obj.get(name), int) or isinstance(obj.get(name), bool):
                 raise TraceError(f"{source}: metadata 'synthesis' field '{name}' is not an integer")
@@ -93,8 +92,10 @@ class Synthesis:
         bad = has & (ids.list.len().cast(pl.Int64) != want)
         if bad.any():
             row = int(bad.arg_true()[0])
-            raise TraceError(f"{source}: column 'hash_ids' has {ids[row].len()} ids at row {row}, "
-                             f"expected ceil(input_tokens / {self.block_tokens}) = {want[row]}")
+            raise TraceError(
+                f"{source}: column 'hash_ids' has {ids[row].len()} ids at row {row}, "
+                f"expected ceil(input_tokens / {self.block_tokens}) = {want[row]}"
+            )
 
 
 class Synthesizer:
@@ -129,8 +130,7 @@ class Synthesizer:
             entropy = [int(self.synthesis.seed) % _U64, request_key(request_id), _REQUEST_DOMAIN]
             return _engine.prompt_units(entropy, [int(n_tokens)], self.vocab.n_words)
         bt = self.synthesis.block_tokens
-        parts = [self._units_of_block(h)[: max(0, min(bt, n_tokens - k * bt))]
-                 for k, h in enumerate(hash_ids)]
+        parts = [self._units_of_block(h)[: max(0, min(bt, n_tokens - k * bt))] for k, h in enumerate(hash_ids)]
         return np.concatenate(parts) if parts else np.zeros(0, np.int32)
 
     def token_ids(self, request_id: str, n_tokens: int, hash_ids: list[int] | None) -> np.ndarray:
@@ -141,8 +141,9 @@ class Synthesizer:
         from replay import _engine
 
         keys = np.array([request_key(r) for r in request_ids], dtype=np.uint64)
-        return _engine.prompt_texts(list(self.vocab.units), int(self.synthesis.seed) % _U64, keys,
-                                    np.asarray(n_tokens, dtype=np.int64), _REQUEST_DOMAIN)
+        return _engine.prompt_texts(
+            list(self.vocab.units), int(self.synthesis.seed) % _U64, keys, np.asarray(n_tokens, dtype=np.int64), _REQUEST_DOMAIN
+        )
 
     def text(self, request_id: str, n_tokens: int, hash_ids: list[int] | None) -> str:
         if hash_ids is None:
@@ -163,8 +164,7 @@ class Synthesizer:
                 out.append(self.vocab.render(self._units_of_block(h)[:left]))
         return "".join(out)
 
-    def block_hashes(self, request_id: str, n_tokens: int, hash_ids: list[int] | None,
-                     block_size: int) -> list[int]:
+    def block_hashes(self, request_id: str, n_tokens: int, hash_ids: list[int] | None, block_size: int) -> list[int]:
         """:func:`replay.blocks.block_hashes` of the row's token ids; for a row of hash ids
         hashed at the ids' own block size, one chained hash per full block, cached by
         (parent hash, id)."""
@@ -209,11 +209,13 @@ class BodyBuilder:
     def objects(self, rows: pl.DataFrame) -> list[dict]:
         """The bodies of `rows` as the synthesis rule builds them, as objects (the replay sends
         them without a round trip through JSON text)."""
-        cols = rows.select("request_id", "api", "model", "input_tokens", "max_tokens",
-                           "output_tokens", "hash_ids").to_dict(as_series=False)
+        cols = rows.select("request_id", "api", "model", "input_tokens", "max_tokens", "output_tokens", "hash_ids").to_dict(
+            as_series=False
+        )
         plain = [i for i, ids in enumerate(cols["hash_ids"]) if ids is None]
-        texts = dict(zip(plain, self.synth.texts([cols["request_id"][i] for i in plain],
-                                                 [cols["input_tokens"][i] for i in plain])))
+        texts = dict(
+            zip(plain, self.synth.texts([cols["request_id"][i] for i in plain], [cols["input_tokens"][i] for i in plain]))
+        )
         out = []
         for i in range(rows.height):
             mt = cols["max_tokens"][i]

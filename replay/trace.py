@@ -94,10 +94,10 @@ SCHEMA: dict[str, pl.DataType] = {
     # the answer live traffic got (redacted like the body), where the source recorded it
     "response": pl.String(),
     # schema 2: what a live stream showed (captured traffic; null elsewhere)
-    "ttfb_us": pl.Int64(),                 # arrival -> the response's first byte
-    "chunk_us": pl.List(pl.UInt32()),      # each streamed chunk's arrival, µs after the first token
+    "ttfb_us": pl.Int64(),  # arrival -> the response's first byte
+    "chunk_us": pl.List(pl.UInt32()),  # each streamed chunk's arrival, µs after the first token
     "finish_reason": pl.String(),
-    "outcome": pl.String(),                # one of OUTCOMES
+    "outcome": pl.String(),  # one of OUTCOMES
     # a null body built from blocks (Mooncake): the source's id of each block of
     # ``synthesis.block_tokens`` prompt tokens, the partial last block included (replay.synth)
     "hash_ids": pl.List(pl.UInt64()),
@@ -107,16 +107,27 @@ SCHEMA: dict[str, pl.DataType] = {
 REQUIRED_COLUMNS: tuple[str, ...] = ("request_id", "api", "arrival_us", "body", "input_tokens")
 # 'body' may be null only where the metadata has a 'synthesis' rule (see replay.synth)
 NOT_NULL_COLUMNS: tuple[str, ...] = (
-    "request_id", "turn", "api", "arrival_us", "input_tokens", "block_hashes",
+    "request_id",
+    "turn",
+    "api",
+    "arrival_us",
+    "input_tokens",
+    "block_hashes",
 )
 _NON_NEGATIVE = (
-    "turn", "arrival_us", "input_tokens", "output_tokens", "max_tokens", "cached_tokens",
-    "ttft_us", "e2e_us", "ttfb_us",
+    "turn",
+    "arrival_us",
+    "input_tokens",
+    "output_tokens",
+    "max_tokens",
+    "cached_tokens",
+    "ttft_us",
+    "e2e_us",
+    "ttfb_us",
 )
 
 
-_OPTIONAL_META = frozenset({"redaction_key", "redaction_report", "import_report", "synthesis",
-                            "capture_report", "lock_exempt"})
+_OPTIONAL_META = frozenset({"redaction_key", "redaction_report", "import_report", "synthesis", "capture_report", "lock_exempt"})
 
 
 @dataclass(frozen=True)
@@ -155,8 +166,7 @@ class TraceMeta:
 
     def to_metadata(self) -> dict[str, str]:
         out = {VERSION_KEY: str(self.schema_version)}
-        out.update({f.name: str(getattr(self, f.name)) for f in fields(self)
-                    if f.name != "schema_version"})
+        out.update({f.name: str(getattr(self, f.name)) for f in fields(self) if f.name != "schema_version"})
         return out
 
     @classmethod
@@ -166,8 +176,7 @@ class TraceMeta:
             raise TraceError(f"{source}: not a faithful-replay trace (no '{VERSION_KEY}' metadata)")
         if version not in {str(v) for v in READ_VERSIONS}:
             raise TraceError(
-                f"{source}: schema version '{version}' unknown (this build reads "
-                f"{', '.join(map(str, READ_VERSIONS))})"
+                f"{source}: schema version '{version}' unknown (this build reads {', '.join(map(str, READ_VERSIONS))})"
             )
         values: dict[str, object] = {}
         for f in fields(cls):
@@ -182,9 +191,7 @@ class TraceMeta:
                 try:
                     values[f.name] = int(raw)
                 except ValueError:
-                    raise TraceError(
-                        f"{source}: metadata '{f.name}' is {raw!r}, expected an integer"
-                    ) from None
+                    raise TraceError(f"{source}: metadata '{f.name}' is {raw!r}, expected an integer") from None
             else:
                 values[f.name] = raw
         meta = cls(**values)  # type: ignore[arg-type]
@@ -246,8 +253,9 @@ class Trace:
     def write(self, path: str | os.PathLike[str]) -> Path:
         """Validate and write to ``path`` (Parquet, zstd), atomically; return the path."""
         if self.body_file is not None:
-            raise TraceError(f"{Path(path).name}: this trace was read without its bodies "
-                             f"(read_trace(..., bodies=True) to write it)")
+            raise TraceError(
+                f"{Path(path).name}: this trace was read without its bodies (read_trace(..., bodies=True) to write it)"
+            )
         with TraceWriter(path, self.meta) as writer:
             writer.write(self.df)
         return Path(path)
@@ -288,8 +296,7 @@ class TraceWriter:
         df = validate(df, self.meta, source=source)
         arrival = df.get_column("arrival_us")
         if self._last_arrival is not None and arrival[0] < self._last_arrival:
-            raise TraceError(f"{source}: column 'arrival_us' is not sorted "
-                             f"(row {self.rows} goes back in time)")
+            raise TraceError(f"{source}: column 'arrival_us' is not sorted (row {self.rows} goes back in time)")
         ids = df.get_column("request_id").to_list()
         for row, rid in enumerate(ids, self.rows):
             if rid in self._ids:
@@ -345,13 +352,10 @@ def _cast_column(s: pl.Series, want: pl.DataType, source: str) -> pl.Series:
     ok = (
         got == pl.Null
         or (want.is_integer() and got.is_integer())
-        or (isinstance(want, pl.List) and isinstance(got, pl.List)
-            and (got.inner == pl.Null or got.inner.is_integer()))
+        or (isinstance(want, pl.List) and isinstance(got, pl.List) and (got.inner == pl.Null or got.inner.is_integer()))
     )
     if not ok:
-        raise TraceError(
-            f"{source}: column '{name}' has type {got}, expected {want}"
-        )
+        raise TraceError(f"{source}: column '{name}' has type {got}, expected {want}")
     try:
         return s.cast(want, strict=True)
     except pl.exceptions.InvalidOperationError:
@@ -359,9 +363,7 @@ def _cast_column(s: pl.Series, want: pl.DataType, source: str) -> pl.Series:
         if isinstance(want, pl.List):
             bad = s.cast(want, strict=False).list.eval(pl.element().is_null()).list.any() | bad
         row = int(bad.arg_max() or 0)
-        raise TraceError(
-            f"{source}: column '{name}' value at row {row} does not fit {want}"
-        ) from None
+        raise TraceError(f"{source}: column '{name}' value at row {row} does not fit {want}") from None
 
 
 def validate(df: pl.DataFrame, meta: TraceMeta, source: str, bodies: bool = True) -> pl.DataFrame:
@@ -374,8 +376,7 @@ def validate(df: pl.DataFrame, meta: TraceMeta, source: str, bodies: bool = True
     """
     if meta.schema_version not in READ_VERSIONS:
         raise TraceError(
-            f"{source}: schema version '{meta.schema_version}' unknown "
-            f"(this build reads {', '.join(map(str, READ_VERSIONS))})"
+            f"{source}: schema version '{meta.schema_version}' unknown (this build reads {', '.join(map(str, READ_VERSIONS))})"
         )
     schema = SCHEMA if bodies else {k: v for k, v in SCHEMA.items() if k != "body"}
     for name in REQUIRED_COLUMNS:
@@ -427,9 +428,7 @@ def _check_values(df: pl.DataFrame, source: str, synthesis: bool = False) -> Non
     arrival = df.get_column("arrival_us")
     row = _first_row((arrival.diff() < 0).fill_null(False))
     if row is not None:
-        raise TraceError(
-            f"{source}: column 'arrival_us' is not sorted (row {row} goes back in time)"
-        )
+        raise TraceError(f"{source}: column 'arrival_us' is not sorted (row {row} goes back in time)")
     ids = df.get_column("request_id")
     row = _first_row(ids.is_duplicated())
     if row is not None:
@@ -438,28 +437,24 @@ def _check_values(df: pl.DataFrame, source: str, synthesis: bool = False) -> Non
     row = _first_row(~outcome.is_in(sorted(OUTCOMES)) & outcome.is_not_null())
     if row is not None:
         raise TraceError(
-            f"{source}: column 'outcome' is {outcome[row]!r} at row {row}, "
-            f"expected one of {', '.join(sorted(OUTCOMES))}"
+            f"{source}: column 'outcome' is {outcome[row]!r} at row {row}, expected one of {', '.join(sorted(OUTCOMES))}"
         )
     row = _first_row(~df.get_column("api").is_in(sorted(APIS)))
     if row is not None:
-        raise TraceError(
-            f"{source}: column 'api' is {df['api'][row]!r} at row {row}, "
-            f"expected one of {', '.join(sorted(APIS))}"
-        )
+        raise TraceError(f"{source}: column 'api' is {df['api'][row]!r} at row {row}, expected one of {', '.join(sorted(APIS))}")
     if "body" in df.columns:
         _check_bodies(df.get_column("body").to_list(), 0, source, synthesis)
 
 
-def _check_bodies(bodies: list[str | None], first_row: int, source: str,
-                  synthesis: bool = False) -> None:
+def _check_bodies(bodies: list[str | None], first_row: int, source: str, synthesis: bool = False) -> None:
     loads = json.loads
     for row, body in enumerate(bodies, first_row):
         if body is None:
             if synthesis:
                 continue
-            raise TraceError(f"{source}: column 'body' is null at row {row} "
-                             "(and the metadata has no 'synthesis' rule to build it)")
+            raise TraceError(
+                f"{source}: column 'body' is null at row {row} (and the metadata has no 'synthesis' rule to build it)"
+            )
         try:
             ok = isinstance(loads(body), dict)
         except ValueError:
@@ -516,11 +511,15 @@ def _segments(folder: Path) -> list[Path]:
         counts = _spooled_counts(folder)
         said = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()) if v)
         if said and not counts.get("recorded"):
-            raise TraceError(f"{folder.name}: a capture folder with no trace segments "
-                             f"({SEGMENT_GLOB}): no request was recorded; its spool counts {said}")
-        raise TraceError(f"{folder.name}: a folder with no trace segments ({SEGMENT_GLOB}); "
-                         "a capture writes its first segment within seconds of its first request"
-                         + (f" (its spool counts {said})" if said else ""))
+            raise TraceError(
+                f"{folder.name}: a capture folder with no trace segments "
+                f"({SEGMENT_GLOB}): no request was recorded; its spool counts {said}"
+            )
+        raise TraceError(
+            f"{folder.name}: a folder with no trace segments ({SEGMENT_GLOB}); "
+            "a capture writes its first segment within seconds of its first request"
+            + (f" (its spool counts {said})" if said else "")
+        )
     return segments
 
 
@@ -541,7 +540,7 @@ def _spooled_counts(folder: Path) -> dict[str, int]:
             except ValueError:
                 continue
             got = obj.get("counts") if isinstance(obj, dict) else None
-            for k, v in (got.items() if isinstance(got, dict) else ()):
+            for k, v in got.items() if isinstance(got, dict) else ():
                 if isinstance(v, int) and not isinstance(v, bool):
                     counts[k] = counts.get(k, 0) + v
     return counts
@@ -568,17 +567,21 @@ def _folder_meta(folder: Path, segments: list[Path], metas: list[TraceMeta]) -> 
     :meth:`redact.lock.Exempt.from_meta`; the trace layer does not decode them)."""
     first = metas[0]
     for seg, m in zip(segments[1:], metas[1:]):
-        for name in ("t0_unix_us", "tokenizer", "block_size_tokens", "hash_algo",
-                     "redaction_policy", "redaction_key"):
+        for name in ("t0_unix_us", "tokenizer", "block_size_tokens", "hash_algo", "redaction_policy", "redaction_key"):
             if getattr(m, name) != getattr(first, name):
-                raise TraceError(f"{folder.name}/{seg.name}: metadata '{name}' is "
-                                 f"{getattr(m, name)!r}, the folder's first segment has "
-                                 f"{getattr(first, name)!r}")
+                raise TraceError(
+                    f"{folder.name}/{seg.name}: metadata '{name}' is "
+                    f"{getattr(m, name)!r}, the folder's first segment has "
+                    f"{getattr(first, name)!r}"
+                )
     reports = [json.loads(m.capture_report) for m in metas if m.capture_report]
     exempt = dict.fromkeys(m.lock_exempt for m in metas if m.lock_exempt)
-    return replace(first, redaction_report=metas[-1].redaction_report,
-                   capture_report=json.dumps(_sum_reports(reports), separators=(",", ":"))
-                   if reports else "", lock_exempt=" ".join(exempt))
+    return replace(
+        first,
+        redaction_report=metas[-1].redaction_report,
+        capture_report=json.dumps(_sum_reports(reports), separators=(",", ":")) if reports else "",
+        lock_exempt=" ".join(exempt),
+    )
 
 
 def _segment_body_batches(index, n: int, size: int) -> Iterator[list[str]]:
@@ -594,7 +597,7 @@ def _segment_body_batches(index, n: int, size: int) -> Iterator[list[str]]:
     held: dict[int, list[str]] = {}
     for start in range(0, n, size):
         out = []
-        for s, r in zip(seg[start:start + size].tolist(), row[start:start + size].tolist()):
+        for s, r in zip(seg[start : start + size].tolist(), row[start : start + size].tolist()):
             bodies = held.get(s)
             if bodies is None:
                 with _open_parquet(paths[s]) as f:
@@ -618,8 +621,7 @@ def _read_footer(path: Path):
     except (pa.ArrowInvalid, OSError) as e:
         raise TraceError(f"{source}: not a Parquet file") from e
     # the file's key-value metadata (written with the schema, or at the end by TraceWriter)
-    md = {k.decode(errors="replace"): v.decode(errors="replace")
-          for k, v in (file_md.metadata or {}).items()}
+    md = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in (file_md.metadata or {}).items()}
     return TraceMeta.from_metadata(md, source), file_md
 
 
@@ -661,5 +663,6 @@ def _read_folder(folder: Path, bodies: bool) -> Trace:
     source = folder.name
     if bodies:
         return Trace(validate(df, meta, source), meta)
-    return Trace(validate(df, meta, source, bodies=False), meta, body_file=folder,
-                 body_index=(tuple(segments), seg[order], row[order]))
+    return Trace(
+        validate(df, meta, source, bodies=False), meta, body_file=folder, body_index=(tuple(segments), seg[order], row[order])
+    )

@@ -22,9 +22,20 @@ import polars as pl
 
 from replay.trace import Trace
 
-__all__ = ["BUCKETED_ZERO_SHARE", "SERIES_BINS", "IDC_WINDOWS_S", "trace_summary", "prefix_reuse_share",
-           "counting_stats", "window_counts", "index_of_dispersion", "lag1_autocorrelation", "peak_to_mean",
-           "rate_series", "sparkline"]
+__all__ = [
+    "BUCKETED_ZERO_SHARE",
+    "SERIES_BINS",
+    "IDC_WINDOWS_S",
+    "trace_summary",
+    "prefix_reuse_share",
+    "counting_stats",
+    "window_counts",
+    "index_of_dispersion",
+    "lag1_autocorrelation",
+    "peak_to_mean",
+    "rate_series",
+    "sparkline",
+]
 
 # A trace whose share of zero interarrival gaps exceeds this is flagged as having bucketed
 # timestamps (many requests stamped with one time); replaying it verbatim makes bursts that
@@ -99,8 +110,7 @@ def sparkline(values: list[float]) -> str:
     top = max(values, default=0.0)
     if top <= 0:
         return _SPARKS[0] * len(values)
-    return "".join(_SPARKS[min(len(_SPARKS) - 1, int(v / top * (len(_SPARKS) - 1) + 0.5))]
-                   for v in values)
+    return "".join(_SPARKS[min(len(_SPARKS) - 1, int(v / top * (len(_SPARKS) - 1) + 0.5))] for v in values)
 
 
 def prefix_reuse_share(trace: Trace) -> float:
@@ -120,8 +130,7 @@ def prefix_reuse_share(trace: Trace) -> float:
 
 def _quantiles(s: pl.Series, prefix: str) -> dict[str, float | None]:
     s = s.drop_nulls()
-    return {f"{prefix}_p{round(q * 100)}": (float(s.quantile(q, "linear")) if len(s) else None)
-            for q in _QUANTILES}
+    return {f"{prefix}_p{round(q * 100)}": (float(s.quantile(q, "linear")) if len(s) else None) for q in _QUANTILES}
 
 
 def trace_summary(trace: Trace) -> dict[str, object]:

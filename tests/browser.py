@@ -99,12 +99,12 @@ async def _drive(port: int, url: str) -> PageLoad:
                         continue
                     method, params = data.get("method"), data.get("params", {})
                     if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-                        out.console_errors.append(" ".join(str(a.get("value", a.get("description")))
-                                                           for a in params.get("args", [])))
+                        out.console_errors.append(
+                            " ".join(str(a.get("value", a.get("description"))) for a in params.get("args", []))
+                        )
                     elif method == "Runtime.exceptionThrown":
                         details = params.get("exceptionDetails", {})
-                        out.exceptions.append(details.get("exception", {}).get("description")
-                                              or details.get("text", "exception"))
+                        out.exceptions.append(details.get("exception", {}).get("description") or details.get("text", "exception"))
                     elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
                         entry = params["entry"]
                         out.log_errors.append(f"{entry.get('source')}: {entry.get('text')} {entry.get('url', '')}")
@@ -122,8 +122,12 @@ async def _drive(port: int, url: str) -> PageLoad:
                 await asyncio.sleep(0.2)  # late console messages and exceptions
                 state = await call("Runtime.evaluate", expression=_PAGE_STATE, returnByValue=True)
                 values = json.loads(state["result"]["value"])
-                out.title, out.images, out.resources, out.text = (values["title"], values["images"],
-                                                                 values["resources"], values["text"])
+                out.title, out.images, out.resources, out.text = (
+                    values["title"],
+                    values["images"],
+                    values["resources"],
+                    values["text"],
+                )
             finally:
                 reader.cancel()
     return out
@@ -133,10 +137,20 @@ def load_page(chromium: str, path: Path) -> PageLoad:
     """Open ``path`` in a fresh headless Chromium (its own profile in a temporary folder) and
     report how it loaded. The browser is killed before this returns, whatever happened."""
     with tempfile.TemporaryDirectory(prefix="chromium-") as user_data:
-        args = [chromium, "--headless", "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
-                f"--user-data-dir={user_data}", "--no-first-run", "--no-default-browser-check", "--disable-gpu",
-                "--disable-extensions", "--disable-background-networking", "--disable-dev-shm-usage",
-                "about:blank"]
+        args = [
+            chromium,
+            "--headless",
+            "--remote-debugging-address=127.0.0.1",
+            "--remote-debugging-port=0",
+            f"--user-data-dir={user_data}",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--disable-gpu",
+            "--disable-extensions",
+            "--disable-background-networking",
+            "--disable-dev-shm-usage",
+            "about:blank",
+        ]
         if os.geteuid() == 0:
             args.insert(1, "--no-sandbox")  # Chromium refuses to run as root with its sandbox (CI runs as root)
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)

@@ -34,24 +34,26 @@ def make_trace() -> Callable[..., object]:
     from replay.trace import Trace, TraceMeta, validate
 
     def make(n: int = 4, meta: TraceMeta | None = None, **columns: object) -> Trace:
-        df = pl.DataFrame({
-            "request_id": [f"r{i}" for i in range(n)],
-            "session_id": ["s0" if i % 2 == 0 else None for i in range(n)],
-            "parent_request_id": [None] + [f"r{i - 1}" for i in range(1, n)],
-            "turn": list(range(n)),
-            "api": ["chat" if i % 2 == 0 else "completions" for i in range(n)],
-            "model": ["m"] * n,
-            "arrival_us": [i * 1000 for i in range(n)],
-            "body": [f'{{"prompt":"x{i}","max_tokens":{i + 1}}}' for i in range(n)],
-            "input_tokens": [10 * i for i in range(n)],
-            "output_tokens": [i + 1 for i in range(n)],
-            "max_tokens": [i + 1 for i in range(n)],
-            "block_hashes": pl.Series([list(range(i)) for i in range(n)], dtype=pl.List(pl.UInt64)),
-            "cached_tokens": [None] + [0] * (n - 1),
-            "status": [200] * n,
-            "ttft_us": [100 + i for i in range(n)],
-            "e2e_us": [1000 + i for i in range(n)],
-        })
+        df = pl.DataFrame(
+            {
+                "request_id": [f"r{i}" for i in range(n)],
+                "session_id": ["s0" if i % 2 == 0 else None for i in range(n)],
+                "parent_request_id": [None] + [f"r{i - 1}" for i in range(1, n)],
+                "turn": list(range(n)),
+                "api": ["chat" if i % 2 == 0 else "completions" for i in range(n)],
+                "model": ["m"] * n,
+                "arrival_us": [i * 1000 for i in range(n)],
+                "body": [f'{{"prompt":"x{i}","max_tokens":{i + 1}}}' for i in range(n)],
+                "input_tokens": [10 * i for i in range(n)],
+                "output_tokens": [i + 1 for i in range(n)],
+                "max_tokens": [i + 1 for i in range(n)],
+                "block_hashes": pl.Series([list(range(i)) for i in range(n)], dtype=pl.List(pl.UInt64)),
+                "cached_tokens": [None] + [0] * (n - 1),
+                "status": [200] * n,
+                "ttft_us": [100 + i for i in range(n)],
+                "e2e_us": [1000 + i for i in range(n)],
+            }
+        )
         if columns:
             df = df.with_columns(**columns)
         meta = meta or TraceMeta(t0_unix_us=1_700_000_000_000_000, source_format="test")

@@ -86,7 +86,8 @@ class ScriptedServer:
         if fault in ("close_before_headers", "reset_before_headers"):
             if fault == "reset_before_headers":  # linger 0: close sends RST
                 request.transport.get_extra_info("socket").setsockopt(
-                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
             request.transport.close()
             raise asyncio.CancelledError  # no response: the connection is gone
         if self.headers_delay_s:
@@ -97,15 +98,26 @@ class ScriptedServer:
         n = int(body.get("max_tokens") or 4)
         pieces = ["tok"] * n
         if self.echo:
-            said = next((m.get("content") for m in reversed(body.get("messages") or [])
-                         if isinstance(m, dict) and m.get("role") == "user"), None) or body.get("prompt") or ""
+            said = (
+                next(
+                    (
+                        m.get("content")
+                        for m in reversed(body.get("messages") or [])
+                        if isinstance(m, dict) and m.get("role") == "user"
+                    ),
+                    None,
+                )
+                or body.get("prompt")
+                or ""
+            )
             pieces = [w + " " for w in str(said).split(" ")]
             n = len(pieces)
         usage = {"prompt_tokens": 11, "completion_tokens": n, "prompt_tokens_details": {"cached_tokens": self.cached_tokens}}
         if fault == "json" or not body.get("stream"):
             content = "".join(pieces) if self.echo else "x" * n
-            return web.json_response({"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
-                                      "usage": usage})
+            return web.json_response(
+                {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}], "usage": usage}
+            )
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
 

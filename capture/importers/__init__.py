@@ -20,8 +20,7 @@ from capture.importers.tokens import ImportResult
 from capture.importers.vidur import import_vidur
 
 # the token-only formats (as the CLI spells them) and their importers
-TOKEN_FORMATS = {"azure": import_azure, "burstgpt": import_burstgpt, "vidur": import_vidur,
-                 "mooncake": import_mooncake}
+TOKEN_FORMATS = {"azure": import_azure, "burstgpt": import_burstgpt, "vidur": import_vidur, "mooncake": import_mooncake}
 
 
 def import_token_trace(format: str, path, out, **kwargs) -> ImportResult:
@@ -60,15 +59,13 @@ def import_log(
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit: must be >= 1, got {limit}")
     check_block_size(block_size)
-    common = dict(tokenizer=tokenizer, block_size=block_size, skip_bad=skip_bad, limit=limit,
-                  key=key, progress=progress)
+    common = dict(tokenizer=tokenizer, block_size=block_size, skip_bad=skip_bad, limit=limit, key=key, progress=progress)
     if format == "openai":
         return import_openai(path, out, rate=rate, seed=seed, **common)
     if format not in LOG_FORMATS:
         raise ConfigError(f"log format '{format}' unknown (known: {', '.join(LOG_FORMATS)})")
     if rate is not None:
-        raise ConfigError(f"--rate: only for OpenAI Batch input files, not {format} logs "
-                          "(they have their own times)")
+        raise ConfigError(f"--rate: only for OpenAI Batch input files, not {format} logs (they have their own times)")
     if format == "litellm":
         return import_litellm(path, out, **common)
     return import_langfuse(path, out, **common)

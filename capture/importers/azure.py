@@ -102,6 +102,14 @@ def import_azure(
     path = Path(path)
     bad = BadLines(path.name, skip_bad)
     return write_token_trace(
-        _records(path, bad, model), out, source=path.name, source_format=SOURCE_FORMAT,
-        tokenizer=tokenizer, block_size=block_size, synthesis=Synthesis(seed=seed), bad=bad,
-        limit=limit, progress=progress)
+        _records(path, bad, model),
+        out,
+        source=path.name,
+        source_format=SOURCE_FORMAT,
+        tokenizer=tokenizer,
+        block_size=block_size,
+        synthesis=Synthesis(seed=seed),
+        bad=bad,
+        limit=limit,
+        progress=progress,
+    )

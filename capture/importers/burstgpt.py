@@ -73,6 +73,15 @@ def import_burstgpt(
             yield rec
 
     return write_token_trace(
-        records(), out, source=path.name, source_format=SOURCE_FORMAT, tokenizer=tokenizer,
-        block_size=block_size, synthesis=Synthesis(seed=seed), bad=bad, limit=limit,
-        progress=progress, report=counts)
+        records(),
+        out,
+        source=path.name,
+        source_format=SOURCE_FORMAT,
+        tokenizer=tokenizer,
+        block_size=block_size,
+        synthesis=Synthesis(seed=seed),
+        bad=bad,
+        limit=limit,
+        progress=progress,
+        report=counts,
+    )

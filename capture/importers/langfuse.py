@@ -59,10 +59,21 @@ __all__ = ["import_langfuse", "parse_langfuse_line"]
 
 SOURCE_FORMAT = "langfuse-jsonl"
 # model parameters that are numbers (Langfuse may hold them as strings)
-_NUMERIC_PARAMS = frozenset({
-    "temperature", "top_p", "top_k", "min_p", "max_tokens", "max_completion_tokens", "n", "seed",
-    "frequency_penalty", "presence_penalty", "repetition_penalty",
-})
+_NUMERIC_PARAMS = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "max_tokens",
+        "max_completion_tokens",
+        "n",
+        "seed",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+    }
+)
 
 
 def _get(obj: dict, *names: str) -> tuple[Any, str]:
@@ -136,9 +147,17 @@ def _body(obj: dict, model: str | None) -> tuple[str, dict]:
 def _answer(obj: dict) -> str | None:
     raw = obj.get("output")
     value = _decoded(raw)
-    if isinstance(raw, str) and isinstance(value, (dict, list)) and not (
-            isinstance(value, dict) and {"content", "choices", "role", "text"} & value.keys()
-            or isinstance(value, list) and value and isinstance(value[0], dict)):
+    if (
+        isinstance(raw, str)
+        and isinstance(value, (dict, list))
+        and not (
+            isinstance(value, dict)
+            and {"content", "choices", "role", "text"} & value.keys()
+            or isinstance(value, list)
+            and value
+            and isinstance(value[0], dict)
+        )
+    ):
         return raw  # text that happens to be JSON (an answer in JSON), not a message
     return answer_text(value) if raw != "" else None
 
@@ -160,9 +179,11 @@ def _usage(obj: dict) -> Usage | None:
     prompt, key = _get(usage, "input", "promptTokens")
     completion, ckey = _get(usage, "output", "completionTokens")
     cached, cache_key = _get(usage, "input_cached_tokens", "input_cache_read")
-    return Usage(prompt_tokens=count(prompt, f"{name}.{key}"),
-                 completion_tokens=count(completion, f"{name}.{ckey}"),
-                 cached_tokens=count(cached, f"{name}.{cache_key}"))
+    return Usage(
+        prompt_tokens=count(prompt, f"{name}.{key}"),
+        completion_tokens=count(completion, f"{name}.{ckey}"),
+        cached_tokens=count(cached, f"{name}.{cache_key}"),
+    )
 
 
 def _time(obj: dict, *names: str) -> int | None:
@@ -216,5 +237,13 @@ def import_langfuse(
     ``out`` (raw text unless ``key`` is given: :func:`capture.importers.logs.write_log_trace`)."""
     index = scan_log(Path(path), parse_langfuse_line, skip_bad=skip_bad, limit=limit)
     index.report.setdefault("non_generation_observations", 0)
-    return write_log_trace(index, parse_langfuse_line, out, source_format=SOURCE_FORMAT,
-                           tokenizer=tokenizer, block_size=block_size, key=key, progress=progress)
+    return write_log_trace(
+        index,
+        parse_langfuse_line,
+        out,
+        source_format=SOURCE_FORMAT,
+        tokenizer=tokenizer,
+        block_size=block_size,
+        key=key,
+        progress=progress,
+    )

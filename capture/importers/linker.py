@@ -40,8 +40,7 @@ def _message_key(message: Any) -> bytes:
     from replay.bodies import message_texts
 
     role = message.get("role") if isinstance(message, dict) else None
-    return json.dumps([role, message_texts(message)], ensure_ascii=False,
-                      separators=(",", ":")).encode()
+    return json.dumps([role, message_texts(message)], ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _chain(parent: bytes, message_key: bytes) -> bytes:
@@ -70,7 +69,7 @@ class SessionLinker:
         self.max_requests = max_requests
         self._n = 0
         self._info: dict[int, tuple[str, str, int]] = {}  # index -> (request id, session, turn)
-        self._keys: dict[int, tuple[dict, bytes]] = {}    # index -> where it is registered
+        self._keys: dict[int, tuple[dict, bytes]] = {}  # index -> where it is registered
         self._last_of_session: dict[str, int] = {}
         self._turns_in_session: dict[str, int] = defaultdict(int)
         # key -> earlier requests (indices) it continues: after their answer, or (no answer)
@@ -81,8 +80,9 @@ class SessionLinker:
         self.linked = 0
         self.in_log_sessions = 0
 
-    def add(self, request_id: str, api: str, body: dict, response: str | None,
-            log_session: str | None = None) -> tuple[str, str | None, int]:
+    def add(
+        self, request_id: str, api: str, body: dict, response: str | None, log_session: str | None = None
+    ) -> tuple[str, str | None, int]:
         """``(session_id, parent_request_id, turn)`` of this request; it is then known as a
         conversation later requests may continue."""
         i = self._n
@@ -104,8 +104,7 @@ class SessionLinker:
                 self._has_child.add(prev)
             turn = self._turns_in_session[sid]
         else:
-            parent = _continued(prefix, messages, self._answered, self._unanswered,
-                                self._has_child)
+            parent = _continued(prefix, messages, self._answered, self._unanswered, self._has_child)
             if parent is None:
                 sid, turn = request_id, 0
             else:
@@ -150,8 +149,7 @@ class SessionLinker:
         return len(self._turns_in_session)
 
 
-def _continued(prefix: list[bytes], messages: Any, answered: dict, unanswered: dict,
-               has_child: set[int]) -> int | None:
+def _continued(prefix: list[bytes], messages: Any, answered: dict, unanswered: dict, has_child: set[int]) -> int | None:
     """The earlier request this chat request continues (longest match), or None."""
     for k in range(len(prefix), 0, -1):  # k messages matched, the last an assistant message
         candidates = answered.get(prefix[k - 1])

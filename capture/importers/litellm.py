@@ -85,8 +85,7 @@ def _prompt(messages: Any) -> str | list[str]:
         prompt = content_text(messages[0].get("content"))
         if prompt is not None:
             return prompt
-    raise LineError("is not a text completion's prompt (a string, a list of strings or one "
-                    "message)", "messages")
+    raise LineError("is not a text completion's prompt (a string, a list of strings or one message)", "messages")
 
 
 def _body(obj: dict, api: str, model: str | None) -> dict:
@@ -162,8 +161,9 @@ def parse_litellm_line(obj: dict) -> LogRecord:
     if obj.get("startTime") is None:
         raise LineError("is missing", "startTime")
     start = parse_time_us(obj["startTime"], "startTime")
-    first = (parse_time_us(obj["completionStartTime"], "completionStartTime")
-             if obj.get("completionStartTime") is not None else None)
+    first = (
+        parse_time_us(obj["completionStartTime"], "completionStartTime") if obj.get("completionStartTime") is not None else None
+    )
     end = parse_time_us(obj["endTime"], "endTime") if obj.get("endTime") is not None else None
     model = opt_str(obj.get("model"), "model")
     response = obj.get("response")
@@ -201,5 +201,13 @@ def import_litellm(
     """Import a JSON Lines file of LiteLLM StandardLoggingPayloads into the Trace file ``out``
     (raw text unless ``key`` is given: :func:`capture.importers.logs.write_log_trace`)."""
     index = scan_log(Path(path), parse_litellm_line, skip_bad=skip_bad, limit=limit)
-    return write_log_trace(index, parse_litellm_line, out, source_format=SOURCE_FORMAT,
-                           tokenizer=tokenizer, block_size=block_size, key=key, progress=progress)
+    return write_log_trace(
+        index,
+        parse_litellm_line,
+        out,
+        source_format=SOURCE_FORMAT,
+        tokenizer=tokenizer,
+        block_size=block_size,
+        key=key,
+        progress=progress,
+    )

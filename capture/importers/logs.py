@@ -98,10 +98,10 @@ class LogIndex:
     report. A few numbers a request, never its text."""
 
     path: Path
-    lines: np.ndarray     # int64, 1-based line numbers
-    offsets: np.ndarray   # int64, where those lines start
+    lines: np.ndarray  # int64, 1-based line numbers
+    offsets: np.ndarray  # int64, where those lines start
     arrivals: np.ndarray  # int64
-    untimed: int | None   # the first request's line that has no time (None: all have one)
+    untimed: int | None  # the first request's line that has no time (None: all have one)
     shared_groups: frozenset[str]
     report: dict
 
@@ -126,16 +126,15 @@ class LogIndex:
             raise TraceError(f"{source}: cannot read ({e.strerror or e})") from e
         with f:
             for start in range(0, len(order), CHUNK_ROWS):  # Python ints a block at a time
-                part = order[start:start + CHUNK_ROWS]
-                for line, offset, arrival in zip(self.lines[part].tolist(),
-                                                 self.offsets[part].tolist(),
-                                                 self.arrivals[part].tolist()):
+                part = order[start : start + CHUNK_ROWS]
+                for line, offset, arrival in zip(
+                    self.lines[part].tolist(), self.offsets[part].tolist(), self.arrivals[part].tolist()
+                ):
                     f.seek(offset)  # in arrival order: within the read buffer, no system call
                     try:
                         record = _parsed(f.readline(), parse_line, line)
                     except (LineError, NotARequest):
-                        raise TraceError(f"{source}: line {line}: changed while it was "
-                                         "imported") from None
+                        raise TraceError(f"{source}: line {line}: changed while it was imported") from None
                     yield replace(record, arrival_us=arrival)
 
 
@@ -175,8 +174,7 @@ def scan_log(
             try:
                 record = _parsed(raw, parse_line, number)
                 if record.request_id in seen:
-                    raise LineError(f"request id {record.request_id!r} repeats line "
-                                    f"{seen[record.request_id]}", "request id")
+                    raise LineError(f"request id {record.request_id!r} repeats line {seen[record.request_id]}", "request id")
             except LineError as e:
                 bad.bad(number, e)
                 continue
@@ -199,12 +197,21 @@ def scan_log(
         **dict(sorted(not_requests.items())),
     }
     if not lines:
-        raise TraceError(f"{source}: no requests imported ({lines_read} lines read, "
-                         f"{bad.count} skipped as malformed"
-                         + "".join(f", {n} {kind.replace('_', ' ')}"
-                                   for kind, n in sorted(not_requests.items())) + ")")
-    return LogIndex(path, np.frombuffer(lines, np.int64), np.frombuffer(offsets, np.int64),
-                    np.frombuffer(arrivals, np.int64), untimed, _shared(groups), report)
+        raise TraceError(
+            f"{source}: no requests imported ({lines_read} lines read, "
+            f"{bad.count} skipped as malformed"
+            + "".join(f", {n} {kind.replace('_', ' ')}" for kind, n in sorted(not_requests.items()))
+            + ")"
+        )
+    return LogIndex(
+        path,
+        np.frombuffer(lines, np.int64),
+        np.frombuffer(offsets, np.int64),
+        np.frombuffer(arrivals, np.int64),
+        untimed,
+        _shared(groups),
+        report,
+    )
 
 
 def _parsed(raw: bytes, parse_line: Callable[[dict], LogRecord], line: int) -> LogRecord:
@@ -272,10 +279,10 @@ class TokenCache:
         encoded in one batch (the recorder's batch of requests)."""
         from replay.bodies import text_token_ids
 
-        keys = [[hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-                 for t in texts] for texts in prompts]
-        missing = {k: t for texts, ks in zip(prompts, keys) for k, t in zip(ks, texts)
-                   if k not in self._ids}
+        keys = [
+            [hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest() for t in texts] for texts in prompts
+        ]
+        missing = {k: t for texts, ks in zip(prompts, keys) for k, t in zip(ks, texts) if k not in self._ids}
         new = dict(zip(missing, text_token_ids(list(missing.values()), self.tok))) if missing else {}
         out = []
         for ks in keys:
@@ -286,8 +293,7 @@ class TokenCache:
                     ids = self._ids[k]
                     self._ids.move_to_end(k)
                 parts.append(ids)
-            out.append(np.zeros(0, np.uint32) if not parts
-                       else parts[0] if len(parts) == 1 else np.concatenate(parts))
+            out.append(np.zeros(0, np.uint32) if not parts else parts[0] if len(parts) == 1 else np.concatenate(parts))
         for k, ids in new.items():
             self._ids[k] = ids
             self.bytes += ids.nbytes + TOKEN_CACHE_ENTRY_BYTES
@@ -335,8 +341,7 @@ class _Rows:
         log_session = rec.session_id
         if log_session is None and rec.group_id in self.shared_groups:
             log_session = rec.group_id
-        sid, parent, turn = self.linker.add(rec.request_id, rec.api, rec.body, rec.response,
-                                            log_session)
+        sid, parent, turn = self.linker.add(rec.request_id, rec.api, rec.body, rec.response, log_session)
         if self.t0 is None:
             self.t0 = rec.arrival_us
         ids = self.tokens.prompt_ids([s.text for s in text_slots(rec.body)])
@@ -347,13 +352,22 @@ class _Rows:
         body = json.dumps(rec.body, separators=(",", ":"), ensure_ascii=False)
         self.chars += len(body) + len(rec.response or "")
         for name, value in (
-            ("request_id", rec.request_id), ("session_id", sid), ("parent_request_id", parent),
-            ("turn", turn), ("api", rec.api), ("model", rec.model),
-            ("arrival_us", rec.arrival_us - self.t0), ("body", body), ("input_tokens", len(ids)),
-            ("output_tokens", out), ("max_tokens", limit if limit is not None else out),
+            ("request_id", rec.request_id),
+            ("session_id", sid),
+            ("parent_request_id", parent),
+            ("turn", turn),
+            ("api", rec.api),
+            ("model", rec.model),
+            ("arrival_us", rec.arrival_us - self.t0),
+            ("body", body),
+            ("input_tokens", len(ids)),
+            ("output_tokens", out),
+            ("max_tokens", limit if limit is not None else out),
             ("block_hashes", block_hashes(ids, self.block_size)),
             ("cached_tokens", rec.usage.cached_tokens if rec.usage else None),
-            ("status", rec.status), ("ttft_us", rec.ttft_us), ("e2e_us", rec.e2e_us),
+            ("status", rec.status),
+            ("ttft_us", rec.ttft_us),
+            ("e2e_us", rec.e2e_us),
             ("response", rec.response),
         ):
             self._cols[name].append(value)
@@ -364,27 +378,46 @@ class _Rows:
     def frame(self) -> pl.DataFrame:
         """The rows added since the last call."""
         cols, self._cols, self.chars = self._cols, defaultdict(list), 0
-        return pl.DataFrame({name: pl.Series(cols[name], dtype=dtype)
-                             for name, dtype in _ROW_TYPES.items()})
+        return pl.DataFrame({name: pl.Series(cols[name], dtype=dtype) for name, dtype in _ROW_TYPES.items()})
 
     def meta(self, source_format: str, report: dict | None) -> TraceMeta:
         """The metadata, once every row was added: the import report ends with the sessions."""
-        full_report = {"format": source_format, **(report or {}),
-                       "sessions": self.linker.sessions,
-                       "requests_in_log_sessions": self.linker.in_log_sessions,
-                       "turns_linked_by_conversation": self.linker.linked}
-        return TraceMeta(t0_unix_us=self.t0 or 0, source_format=source_format,
-                         tokenizer=self.tokenizer, block_size_tokens=self.block_size,
-                         hash_algo=HASH_ALGO, redaction_policy="none",
-                         import_report=json.dumps(full_report, separators=(",", ":")))
+        full_report = {
+            "format": source_format,
+            **(report or {}),
+            "sessions": self.linker.sessions,
+            "requests_in_log_sessions": self.linker.in_log_sessions,
+            "turns_linked_by_conversation": self.linker.linked,
+        }
+        return TraceMeta(
+            t0_unix_us=self.t0 or 0,
+            source_format=source_format,
+            tokenizer=self.tokenizer,
+            block_size_tokens=self.block_size,
+            hash_algo=HASH_ALGO,
+            redaction_policy="none",
+            import_report=json.dumps(full_report, separators=(",", ":")),
+        )
 
 
 _ROW_TYPES = {
-    "request_id": pl.String, "session_id": pl.String, "parent_request_id": pl.String,
-    "turn": pl.Int32, "api": pl.String, "model": pl.String, "arrival_us": pl.Int64,
-    "body": pl.String, "input_tokens": pl.Int64, "output_tokens": pl.Int64,
-    "max_tokens": pl.Int64, "block_hashes": pl.List(pl.UInt64), "cached_tokens": pl.Int64,
-    "status": pl.Int64, "ttft_us": pl.Int64, "e2e_us": pl.Int64, "response": pl.String,
+    "request_id": pl.String,
+    "session_id": pl.String,
+    "parent_request_id": pl.String,
+    "turn": pl.Int32,
+    "api": pl.String,
+    "model": pl.String,
+    "arrival_us": pl.Int64,
+    "body": pl.String,
+    "input_tokens": pl.Int64,
+    "output_tokens": pl.Int64,
+    "max_tokens": pl.Int64,
+    "block_hashes": pl.List(pl.UInt64),
+    "cached_tokens": pl.Int64,
+    "status": pl.Int64,
+    "ttft_us": pl.Int64,
+    "e2e_us": pl.Int64,
+    "response": pl.String,
 }
 
 
@@ -454,8 +487,7 @@ class _Output:
 
         block_size = self.writer.meta.block_size_tokens
         for start in range(0, df.height, ROW_BATCH):
-            part = self.accounts.add(*self.redactor.redact_rows(df.slice(start, ROW_BATCH),
-                                                                block_size))
+            part = self.accounts.add(*self.redactor.redact_rows(df.slice(start, ROW_BATCH), block_size))
             if part.height:
                 self.writer.write(part)
 
@@ -466,8 +498,7 @@ class _Output:
             return None
         from redact.pipeline import finish_output
 
-        return finish_output(self.writer, self.accounts, self.started, self.writer.path, meta,
-                             self.key)
+        return finish_output(self.writer, self.accounts, self.started, self.writer.path, meta, self.key)
 
 
 def write_log_trace(
@@ -491,8 +522,13 @@ def write_log_trace(
     check_block_size(block_size)
     out = Path(out)
     rows = _Rows(tokenizer, block_size, index.shared_groups)
-    start = TraceMeta(source_format=source_format, tokenizer=tokenizer,
-                      block_size_tokens=block_size, hash_algo=HASH_ALGO, redaction_policy="none")
+    start = TraceMeta(
+        source_format=source_format,
+        tokenizer=tokenizer,
+        block_size_tokens=block_size,
+        hash_algo=HASH_ALGO,
+        redaction_policy="none",
+    )
     done = 0
     with _Output(out, start, key) as output:
         if output.redactor is not None:
@@ -529,4 +565,3 @@ def write_log_trace(
         redaction = output.close(rows.meta(source_format, index.report))
     meta, n = read_meta(out)
     return ImportResult(out, n, meta, redaction)
-

@@ -36,8 +36,7 @@ SOURCE_FORMAT = "mooncake-jsonl"
 
 
 def _ms(value, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise LineError(f"{value!r} is not a time in ms >= 0", field)
     return float(value)
 
@@ -68,8 +67,7 @@ class _Parser:
         body = None
         messages, text = obj.get("messages"), obj.get("text_input")
         if messages is not None:
-            if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages) \
-                    or not messages:
+            if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages) or not messages:
                 raise LineError("is not a list of message objects", "messages")
             body = {"messages": messages}
         elif text is not None:
@@ -87,13 +85,17 @@ class _Parser:
             ids = obj.get("hash_ids")
             if ids is not None:
                 if not isinstance(ids, list) or not all(
-                        isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 64 for v in ids):
+                    isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 64 for v in ids
+                ):
                     raise LineError("is not a list of integers >= 0", "hash_ids")
                 want = -(-n_in // self.hash_block)
                 if len(ids) != want:
-                    raise LineError(f"has {len(ids)} ids, expected ceil(input_length / "
-                                    f"{self.hash_block}) = {want} (a file written at another block "
-                                    f"size needs --hash-block)", "hash_ids")
+                    raise LineError(
+                        f"has {len(ids)} ids, expected ceil(input_length / "
+                        f"{self.hash_block}) = {want} (a file written at another block "
+                        f"size needs --hash-block)",
+                        "hash_ids",
+                    )
                 hash_ids = ids
         else:
             if self.model is not None:
@@ -102,10 +104,18 @@ class _Parser:
                 body["max_tokens"] = output
         if session is not None:
             self.session_last[session] = arrival
-        rec = TokenRecord(line=line, arrival_us=arrival, input_tokens=n_in, output_tokens=output,
-                          request_id=f"mooncake-{self.row:06d}",
-                          api="chat" if body is not None else "completions", model=self.model,
-                          session_id=session, hash_ids=hash_ids, body=body)
+        rec = TokenRecord(
+            line=line,
+            arrival_us=arrival,
+            input_tokens=n_in,
+            output_tokens=output,
+            request_id=f"mooncake-{self.row:06d}",
+            api="chat" if body is not None else "completions",
+            model=self.model,
+            session_id=session,
+            hash_ids=hash_ids,
+            body=body,
+        )
         self.row += 1
         return rec
 
@@ -132,6 +142,7 @@ def import_mooncake(
     path = Path(path)
     if hash_block < 1:
         from replay.errors import ConfigError
+
         raise ConfigError(f"--hash-block: {hash_block} tokens per hash id; need at least 1")
     bad = BadLines(path.name, skip_bad)
     parser = _Parser(model, hash_block)
@@ -144,6 +155,14 @@ def import_mooncake(
                 bad.bad(line, e)
 
     return write_token_trace(
-        records(), out, source=path.name, source_format=SOURCE_FORMAT, tokenizer=tokenizer,
-        block_size=block_size, synthesis=Synthesis(seed=seed, block_tokens=hash_block),
-        bad=bad, limit=limit, progress=progress)
+        records(),
+        out,
+        source=path.name,
+        source_format=SOURCE_FORMAT,
+        tokenizer=tokenizer,
+        block_size=block_size,
+        synthesis=Synthesis(seed=seed, block_tokens=hash_block),
+        bad=bad,
+        limit=limit,
+        progress=progress,
+    )

@@ -77,8 +77,7 @@ def _batch_line(obj: dict) -> LogRecord:
     body = obj.get("body")
     if api_of_body(body) != api:
         raise LineError(f"does not match url {url!r}", "body")
-    return LogRecord(arrival_us=None, api=api, model=_model(body, None), body=body,
-                     request_id=custom_id)
+    return LogRecord(arrival_us=None, api=api, model=_model(body, None), body=body, request_id=custom_id)
 
 
 def parse_openai_line(obj: dict) -> LogRecord:
@@ -153,11 +152,11 @@ def import_openai(
         if not kind:
             kind.append(batch)
             if batch and rate is None:
-                raise ConfigError(f"{source}: an OpenAI Batch input file has no times: pass "
-                                  "--rate R to space its requests as a Poisson process")
+                raise ConfigError(
+                    f"{source}: an OpenAI Batch input file has no times: pass --rate R to space its requests as a Poisson process"
+                )
             if not batch and rate is not None:
-                raise ConfigError(f"--rate: only for OpenAI Batch input files ({source} is a "
-                                  "request log with its own times)")
+                raise ConfigError(f"--rate: only for OpenAI Batch input files ({source} is a request log with its own times)")
         elif batch != kind[0]:
             if batch:
                 raise LineError("an OpenAI Batch line in a request log", "custom_id")
@@ -172,6 +171,13 @@ def import_openai(
         index = index.timed(np.rint(np.concatenate([[0.0], np.cumsum(gaps_s)]) * 1e6))
         index.report["rate"] = rate
         index.report["seed"] = seed
-    return write_log_trace(index, parse, out,
-                           source_format=BATCH_SOURCE_FORMAT if batch else SOURCE_FORMAT,
-                           tokenizer=tokenizer, block_size=block_size, key=key, progress=progress)
+    return write_log_trace(
+        index,
+        parse,
+        out,
+        source_format=BATCH_SOURCE_FORMAT if batch else SOURCE_FORMAT,
+        tokenizer=tokenizer,
+        block_size=block_size,
+        key=key,
+        progress=progress,
+    )

@@ -18,9 +18,24 @@ from typing import Any
 
 from replay.errors import TraceError
 
-__all__ = ["Usage", "LogRecord", "LineError", "BadLines", "NotARequest", "REPORT_FIRST_SKIPPED", "parse_time_us",
-           "duration_us", "ms_to_us", "count", "opt_str", "http_status", "content_text", "answer_text",
-           "openai_usage", "api_of_body"]
+__all__ = [
+    "Usage",
+    "LogRecord",
+    "LineError",
+    "BadLines",
+    "NotARequest",
+    "REPORT_FIRST_SKIPPED",
+    "parse_time_us",
+    "duration_us",
+    "ms_to_us",
+    "count",
+    "opt_str",
+    "http_status",
+    "content_text",
+    "answer_text",
+    "openai_usage",
+    "api_of_body",
+]
 
 # skipped lines whose line number and reason the import report keeps
 REPORT_FIRST_SKIPPED = 5
@@ -119,10 +134,14 @@ def parse_time_us(value: Any, field: str) -> int:
         if m:
             year, month, day, hh, mm, ss, frac, zone = m.groups()
             try:
-                secs = calendar.timegm((int(year), int(month), int(day), int(hh or 0),
-                                        int(mm or 0), int(ss or 0), 0, 0, 0))
-                valid = (1 <= int(month) <= 12 and 1 <= int(day) <= 31 and int(hh or 0) < 24
-                         and int(mm or 0) < 60 and int(ss or 0) < 61)
+                secs = calendar.timegm((int(year), int(month), int(day), int(hh or 0), int(mm or 0), int(ss or 0), 0, 0, 0))
+                valid = (
+                    1 <= int(month) <= 12
+                    and 1 <= int(day) <= 31
+                    and int(hh or 0) < 24
+                    and int(mm or 0) < 60
+                    and int(ss or 0) < 61
+                )
             except (ValueError, OverflowError):
                 valid = False
             if valid:
@@ -149,8 +168,7 @@ def ms_to_us(value: Any, field: str) -> int | None:
     """A duration in milliseconds (a number >= 0, or null) in µs."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise LineError(f"{value!r} is not a duration in ms >= 0", field)
     return round(value * 1000)
 

@@ -34,8 +34,7 @@ from replay.errors import ConfigError, TraceError
 from replay.synth import Synthesis, Synthesizer
 from replay.trace import TraceMeta, TraceWriter, read_meta
 
-__all__ = ["CHUNK_ROWS", "TokenRecord", "read_csv_rows", "read_jsonl_rows", "write_token_trace",
-           "ImportResult"]
+__all__ = ["CHUNK_ROWS", "TokenRecord", "read_csv_rows", "read_jsonl_rows", "write_token_trace", "ImportResult"]
 
 # rows written per Parquet row group (and held in memory at once)
 CHUNK_ROWS = 65_536
@@ -68,8 +67,11 @@ class ImportResult:
     redaction: Any = None  # the RedactionReport of a log redacted as it was imported
 
 
-def read_csv_rows(path: Path, columns: tuple[str, ...], format_name: str,
-                  ) -> Iterator[tuple[int, dict[str, str] | LineError]]:
+def read_csv_rows(
+    path: Path,
+    columns: tuple[str, ...],
+    format_name: str,
+) -> Iterator[tuple[int, dict[str, str] | LineError]]:
     """``(line, {column: text})`` for each data row of a CSV file with a header (blank lines
     skipped), or ``(line, LineError)`` for a row with the wrong number of fields; a missing
     required column is an error naming the file."""
@@ -109,9 +111,13 @@ def read_csv_rows(path: Path, columns: tuple[str, ...], format_name: str,
             yield reader.line_num, {name: cells[i] for name, i in index.items()}
 
 
-def csv_records(path: Path, columns: tuple[str, ...], format_name: str,
-                parse: Callable[[int, dict[str, str], int], TokenRecord], bad: BadLines,
-                ) -> Iterator[tuple[dict[str, str], TokenRecord]]:
+def csv_records(
+    path: Path,
+    columns: tuple[str, ...],
+    format_name: str,
+    parse: Callable[[int, dict[str, str], int], TokenRecord],
+    bad: BadLines,
+) -> Iterator[tuple[dict[str, str], TokenRecord]]:
     """Each good row's cells and its record, ``parse(line, cells, row)`` (``row`` counts the good
     rows from 0). A row with the wrong number of fields, or one ``parse`` refuses with a
     LineError, goes to ``bad`` (an error, or skipped and counted with ``--skip-bad``)."""
@@ -171,9 +177,15 @@ def write_token_trace(
         raise ConfigError(f"--limit: must be >= 1, got {limit}")
     synthesis = synthesis or Synthesis()
     synth = Synthesizer(tokenizer, synthesis)
-    meta = TraceMeta(t0_unix_us=0, source_format=source_format, tokenizer=tokenizer,
-                     block_size_tokens=block_size, hash_algo=HASH_ALGO,
-                     redaction_policy="synthetic", synthesis=synthesis.to_json())
+    meta = TraceMeta(
+        t0_unix_us=0,
+        source_format=source_format,
+        tokenizer=tokenizer,
+        block_size_tokens=block_size,
+        hash_algo=HASH_ALGO,
+        redaction_policy="synthetic",
+        synthesis=synthesis.to_json(),
+    )
     state = _State(synth, block_size, tokenizer)
     out = Path(out)
     chunk: list[TokenRecord] = []
@@ -196,12 +208,21 @@ def write_token_trace(
         if writer.rows == 0:
             writer.abort()
             raise TraceError(f"{source}: no requests imported ({bad.count} lines skipped as malformed)")
-        full_report = {"format": source_format, "records_imported": writer.rows, **bad.report(),
-                       "real_text_rows": state.real_text, "synthesized_rows": writer.rows - state.real_text,
-                       "sessions": len(state.sessions), **(report or {})}
+        full_report = {
+            "format": source_format,
+            "records_imported": writer.rows,
+            **bad.report(),
+            "real_text_rows": state.real_text,
+            "synthesized_rows": writer.rows - state.real_text,
+            "sessions": len(state.sessions),
+            **(report or {}),
+        }
         final = TraceMeta(
-            t0_unix_us=state.t0 or 0, source_format=source_format, tokenizer=tokenizer,
-            block_size_tokens=block_size, hash_algo=HASH_ALGO,
+            t0_unix_us=state.t0 or 0,
+            source_format=source_format,
+            tokenizer=tokenizer,
+            block_size_tokens=block_size,
+            hash_algo=HASH_ALGO,
             redaction_policy="none" if state.real_text else "synthetic",
             import_report=json.dumps(full_report, separators=(",", ":")),
             synthesis=synthesis.to_json() if writer.rows > state.real_text else "",
@@ -240,7 +261,8 @@ class _State:
         if self.last is not None and first.arrival_us < self.last[0]:
             raise TraceError(
                 f"{source}: line {first.line}: time is earlier than line {self.last[1]}, already "
-                f"written (the file is out of time order by more than {CHUNK_ROWS} rows; sort it by time)")
+                f"written (the file is out of time order by more than {CHUNK_ROWS} rows; sort it by time)"
+            )
         if self.t0 is None:
             self.t0 = first.arrival_us
         t0 = self.t0
@@ -261,26 +283,26 @@ class _State:
                 self.real_text += 1
             else:
                 inputs[i] = r.input_tokens
-                hashes[i] = self.synth.block_hashes(r.request_id, r.input_tokens, r.hash_ids,
-                                                    self.block_size)
+                hashes[i] = self.synth.block_hashes(r.request_id, r.input_tokens, r.hash_ids, self.block_size)
         self.last = (chunk[-1].arrival_us, chunk[-1].line)
         outputs = [r.output_tokens for r in chunk]
         limits = [r.output_tokens if r.max_tokens is None else r.max_tokens for r in chunk]
-        return pl.DataFrame({
-            "request_id": [r.request_id for r in chunk],
-            "session_id": pl.Series(sessions, dtype=pl.String),
-            "parent_request_id": pl.Series(parents, dtype=pl.String),
-            "turn": pl.Series(turns, dtype=pl.Int32),
-            "api": [r.api for r in chunk],
-            "model": pl.Series([r.model for r in chunk], dtype=pl.String),
-            "arrival_us": pl.Series([r.arrival_us - t0 for r in chunk], dtype=pl.Int64),
-            "body": pl.Series(bodies, dtype=pl.String),
-            "input_tokens": pl.Series(inputs, dtype=pl.Int64),
-            "output_tokens": pl.Series(outputs, dtype=pl.Int64),
-            "max_tokens": pl.Series(limits, dtype=pl.Int64),
-            "block_hashes": pl.Series(hashes, dtype=pl.List(pl.UInt64)),
-            "status": pl.Series([r.status for r in chunk], dtype=pl.Int64),
-            "e2e_us": pl.Series([r.e2e_us for r in chunk], dtype=pl.Int64),
-            "hash_ids": pl.Series([r.hash_ids if r.body is None else None for r in chunk],
-                                  dtype=pl.List(pl.UInt64)),
-        })
+        return pl.DataFrame(
+            {
+                "request_id": [r.request_id for r in chunk],
+                "session_id": pl.Series(sessions, dtype=pl.String),
+                "parent_request_id": pl.Series(parents, dtype=pl.String),
+                "turn": pl.Series(turns, dtype=pl.Int32),
+                "api": [r.api for r in chunk],
+                "model": pl.Series([r.model for r in chunk], dtype=pl.String),
+                "arrival_us": pl.Series([r.arrival_us - t0 for r in chunk], dtype=pl.Int64),
+                "body": pl.Series(bodies, dtype=pl.String),
+                "input_tokens": pl.Series(inputs, dtype=pl.Int64),
+                "output_tokens": pl.Series(outputs, dtype=pl.Int64),
+                "max_tokens": pl.Series(limits, dtype=pl.Int64),
+                "block_hashes": pl.Series(hashes, dtype=pl.List(pl.UInt64)),
+                "status": pl.Series([r.status for r in chunk], dtype=pl.Int64),
+                "e2e_us": pl.Series([r.e2e_us for r in chunk], dtype=pl.Int64),
+                "hash_ids": pl.Series([r.hash_ids if r.body is None else None for r in chunk], dtype=pl.List(pl.UInt64)),
+            }
+        )

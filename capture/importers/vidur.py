@@ -45,12 +45,23 @@ def import_vidur(
             arrival_us=round(csv_seconds(cells, "arrived_at") * 1_000_000),
             input_tokens=csv_count(cells, "num_prefill_tokens"),
             output_tokens=csv_count(cells, "num_decode_tokens"),
-            request_id=f"vidur-{row:07d}", api="chat", model=model)
+            request_id=f"vidur-{row:07d}",
+            api="chat",
+            model=model,
+        )
 
     def records() -> Iterator[TokenRecord]:
         return (rec for _, rec in csv_records(path, VIDUR_COLUMNS, "vidur / splitwise CSV", parse, bad))
 
     return write_token_trace(
-        records(), out, source=path.name, source_format=SOURCE_FORMAT, tokenizer=tokenizer,
-        block_size=block_size, synthesis=Synthesis(seed=seed), bad=bad, limit=limit,
-        progress=progress)
+        records(),
+        out,
+        source=path.name,
+        source_format=SOURCE_FORMAT,
+        tokenizer=tokenizer,
+        block_size=block_size,
+        synthesis=Synthesis(seed=seed),
+        bad=bad,
+        limit=limit,
+        progress=progress,
+    )

@@ -18,45 +18,62 @@ def _host_port(value: str) -> tuple[str, int]:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "capture", help="record live traffic: a proxy in front of an OpenAI-compatible server",
+        "capture",
+        help="record live traffic: a proxy in front of an OpenAI-compatible server",
         description="A reverse proxy that passes requests and streamed responses through byte for "
-                    "byte and records each chat / completions request (arrival, body, session, "
-                    "status, time to first byte and token, each chunk's time, usage with cached "
-                    "tokens, finish reason, outcome) into a capture folder that reads as one Trace. "
-                    "Token counts and block hashes come from the raw text; bodies and answers are "
-                    "redacted with the key from $REPLAY_REDACT_KEY or --key-file before anything is "
-                    "written, headers and query strings are never stored. Recording runs beside "
-                    "the traffic: if it falls behind, records are dropped and counted (in /metrics "
-                    "and the trace's metadata), never the requests. Stop with Ctrl-C (or SIGTERM).",
-        epilog="example: replay capture --upstream http://127.0.0.1:8000 --listen 127.0.0.1:8080 "
-               "--out capture/",
+        "byte and records each chat / completions request (arrival, body, session, "
+        "status, time to first byte and token, each chunk's time, usage with cached "
+        "tokens, finish reason, outcome) into a capture folder that reads as one Trace. "
+        "Token counts and block hashes come from the raw text; bodies and answers are "
+        "redacted with the key from $REPLAY_REDACT_KEY or --key-file before anything is "
+        "written, headers and query strings are never stored. Recording runs beside "
+        "the traffic: if it falls behind, records are dropped and counted (in /metrics "
+        "and the trace's metadata), never the requests. Stop with Ctrl-C (or SIGTERM).",
+        epilog="example: replay capture --upstream http://127.0.0.1:8000 --listen 127.0.0.1:8080 --out capture/",
     )
     p.add_argument("--upstream", required=True, help="the server's base URL, e.g. http://127.0.0.1:8000")
-    p.add_argument("--listen", type=_host_port, default=("127.0.0.1", 8080), metavar="HOST:PORT",
-                   help="address to listen on (default 127.0.0.1:8080: loopback; port 0 = any free)")
-    p.add_argument("--out", type=Path, required=True,
-                   help="capture folder (created; a restart into it recovers and continues it)")
-    p.add_argument("--sample", type=float, default=1.0,
-                   help="share of sessions to record, 0 < P <= 1, whole sessions (default 1)")
-    p.add_argument("--session-header", default="X-Session-Id",
-                   help="request header naming the session (default X-Session-Id); without it the "
-                        "session is derived from the conversation, as `replay import openai` does")
+    p.add_argument(
+        "--listen",
+        type=_host_port,
+        default=("127.0.0.1", 8080),
+        metavar="HOST:PORT",
+        help="address to listen on (default 127.0.0.1:8080: loopback; port 0 = any free)",
+    )
+    p.add_argument(
+        "--out", type=Path, required=True, help="capture folder (created; a restart into it recovers and continues it)"
+    )
+    p.add_argument(
+        "--sample", type=float, default=1.0, help="share of sessions to record, 0 < P <= 1, whole sessions (default 1)"
+    )
+    p.add_argument(
+        "--session-header",
+        default="X-Session-Id",
+        help="request header naming the session (default X-Session-Id); without it the "
+        "session is derived from the conversation, as `replay import openai` does",
+    )
     p.add_argument("--tokenizer", default="gpt2", help="gpt2, qwen2 or a tokenizer.json path (default gpt2)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per hashed block (default 16)")
     p.add_argument("--key-file", type=Path, help="file holding the redaction key (default: $REPLAY_REDACT_KEY)")
-    p.add_argument("--no-redact", action="store_true",
-                   help="store raw text (local experiments only; recorded as redaction_policy=none)")
-    p.add_argument("--redact-processes", type=int, default=1,
-                   help="redaction worker processes (default 1)")
-    p.add_argument("--queue", type=int, default=10_000,
-                   help="requests waiting to be recorded before records are dropped (default 10000)")
-    p.add_argument("--segment-rows", type=int, default=100_000,
-                   help="roll the spool into a Parquet segment after this many rows (default 100000)")
-    p.add_argument("--segment-seconds", type=float, default=60.0,
-                   help="... or after this many seconds (default 60)")
-    p.add_argument("--timeout", type=float, default=600.0,
-                   help="seconds without a byte from the upstream before the request times out "
-                        "(504 before its headers; default 600)")
+    p.add_argument(
+        "--no-redact", action="store_true", help="store raw text (local experiments only; recorded as redaction_policy=none)"
+    )
+    p.add_argument("--redact-processes", type=int, default=1, help="redaction worker processes (default 1)")
+    p.add_argument(
+        "--queue", type=int, default=10_000, help="requests waiting to be recorded before records are dropped (default 10000)"
+    )
+    p.add_argument(
+        "--segment-rows",
+        type=int,
+        default=100_000,
+        help="roll the spool into a Parquet segment after this many rows (default 100000)",
+    )
+    p.add_argument("--segment-seconds", type=float, default=60.0, help="... or after this many seconds (default 60)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="seconds without a byte from the upstream before the request times out (504 before its headers; default 600)",
+    )
     p.set_defaults(func=cmd_capture)
 
 
@@ -65,8 +82,12 @@ def cmd_capture(args: argparse.Namespace) -> int:
 
     if not 0 < args.sample <= 1:
         raise ConfigError(f"--sample: must be in (0, 1], got {args.sample}")
-    for flag, value in (("--block-size", args.block_size), ("--redact-processes", args.redact_processes),
-                        ("--queue", args.queue), ("--segment-rows", args.segment_rows)):
+    for flag, value in (
+        ("--block-size", args.block_size),
+        ("--redact-processes", args.redact_processes),
+        ("--queue", args.queue),
+        ("--segment-rows", args.segment_rows),
+    ):
         if value < 1:
             raise ConfigError(f"{flag}: must be >= 1, got {value}")
     for flag, value in (("--segment-seconds", args.segment_seconds), ("--timeout", args.timeout)):
@@ -87,21 +108,37 @@ def cmd_capture(args: argparse.Namespace) -> int:
     from capture.recorder import CaptureConfig
 
     host, port = args.listen
-    cfg = CaptureConfig(upstream=args.upstream, out=args.out, host=host, port=port,
-                        sample=args.sample, session_header=args.session_header,
-                        tokenizer=args.tokenizer, block_size=args.block_size, key=key,
-                        redact_processes=args.redact_processes, queue_size=args.queue,
-                        segment_rows=args.segment_rows, segment_seconds=args.segment_seconds,
-                        read_timeout_s=args.timeout)
+    cfg = CaptureConfig(
+        upstream=args.upstream,
+        out=args.out,
+        host=host,
+        port=port,
+        sample=args.sample,
+        session_header=args.session_header,
+        tokenizer=args.tokenizer,
+        block_size=args.block_size,
+        key=key,
+        redact_processes=args.redact_processes,
+        queue_size=args.queue,
+        segment_rows=args.segment_rows,
+        segment_seconds=args.segment_seconds,
+        read_timeout_s=args.timeout,
+    )
 
     def ready(proxy) -> None:
         if proxy.recovered_rows:
             print(f"recovered {proxy.recovered_rows} records from the spool", flush=True)
-        print(f"listening on {proxy.url} -> {args.upstream}; recording into {args.out}"
-              + ("" if key else " (RAW TEXT: --no-redact, the analyzer and the second lock are bypassed)"), flush=True)
+        print(
+            f"listening on {proxy.url} -> {args.upstream}; recording into {args.out}"
+            + ("" if key else " (RAW TEXT: --no-redact, the analyzer and the second lock are bypassed)"),
+            flush=True,
+        )
 
     counts = run_capture(cfg, on_ready=ready)
     dropped = sum(v for k, v in counts.items() if k.startswith("dropped_"))
-    print(f"recorded {counts.get('recorded', 0)} requests into {args.out} "
-          f"({dropped} dropped, {counts.get('not_sampled', 0)} not sampled)", file=sys.stderr)
+    print(
+        f"recorded {counts.get('recorded', 0)} requests into {args.out} "
+        f"({dropped} dropped, {counts.get('not_sampled', 0)} not sampled)",
+        file=sys.stderr,
+    )
     return 0

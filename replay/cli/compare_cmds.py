@@ -20,25 +20,32 @@ def register(sub: argparse._SubParsersAction) -> None:
         "compare",
         help="is results folder B better, the same or worse than A, stage by stage (a CI regression gate)",
         description="Pair the stages of two `replay run` / `replay sweep` results folders by load and judge "
-                    "each metric of B against A with the optimizer's rule: better / worse when B moves by more "
-                    "than 3 x the noise + 1% of A, same within that, cannot tell when a stage is invalid, too "
-                    "small or too noisy. The noise comes from the stage's repeats where both folders have them, "
-                    "else from a bootstrap over requests (which does not see run-to-run wobble). Exit 0 when "
-                    "nothing is worse, 1 when something is, 3 when nothing is worse but something cannot be "
-                    "told. A and B may also be two Traces: each is first replayed by `replay sweep` with the "
-                    "flags of --sweep (the same rates, target and repeats for both) into OUT/a and OUT/b.",
+        "each metric of B against A with the optimizer's rule: better / worse when B moves by more "
+        "than 3 x the noise + 1% of A, same within that, cannot tell when a stage is invalid, too "
+        "small or too noisy. The noise comes from the stage's repeats where both folders have them, "
+        "else from a bootstrap over requests (which does not see run-to-run wobble). Exit 0 when "
+        "nothing is worse, 1 when something is, 3 when nothing is worse but something cannot be "
+        "told. A and B may also be two Traces: each is first replayed by `replay sweep` with the "
+        "flags of --sweep (the same rates, target and repeats for both) into OUT/a and OUT/b.",
     )
     p.add_argument("a", type=Path, help="the reference (the baseline): a results folder, or a Trace with --sweep")
     p.add_argument("b", type=Path, help="judged against it: a results folder, or a Trace with --sweep")
-    p.add_argument("--sweep", metavar="'FLAGS'",
-                   help="with two Traces: `replay sweep`'s flags for both, quoted as one argument, e.g. "
-                        "--sweep '--rates 2,4,8 --duration 30s --repeats 2 --url http://127.0.0.1:8000' "
-                        "(without --url both run on fresh starts of the embedded engine); results go to "
-                        "OUT/a and OUT/b"),
-    p.add_argument("--metrics", default=",".join(METRICS),
-                   help=f"comma-separated, of {', '.join(METRICS)} (default: all)")
-    p.add_argument("--out", type=Path, help="write compare.json, compare.md and compare.html here (with two "
-                                             "Traces, default results/compare-<A>-<B>)")
+    (
+        p.add_argument(
+            "--sweep",
+            metavar="'FLAGS'",
+            help="with two Traces: `replay sweep`'s flags for both, quoted as one argument, e.g. "
+            "--sweep '--rates 2,4,8 --duration 30s --repeats 2 --url http://127.0.0.1:8000' "
+            "(without --url both run on fresh starts of the embedded engine); results go to "
+            "OUT/a and OUT/b",
+        ),
+    )
+    p.add_argument("--metrics", default=",".join(METRICS), help=f"comma-separated, of {', '.join(METRICS)} (default: all)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="write compare.json, compare.md and compare.html here (with two Traces, default results/compare-<A>-<B>)",
+    )
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resamples (default 0)")
     p.set_defaults(func=cmd_compare)
@@ -57,8 +64,10 @@ def _swept(args: argparse.Namespace) -> tuple[Path, Path] | int:
 
     if args.sweep is None:
         first = args.a if not _is_results(args.a) else args.b
-        raise ConfigError(f"{first}: not a results folder (no summary.json); to replay two Traces and compare "
-                          f"them, give the sweep's flags: --sweep '--rates 2,4,8 --duration 30s'")
+        raise ConfigError(
+            f"{first}: not a results folder (no summary.json); to replay two Traces and compare "
+            f"them, give the sweep's flags: --sweep '--rates 2,4,8 --duration 30s'"
+        )
     if _is_results(args.a) or _is_results(args.b):
         raise ConfigError("compare: give two results folders, or two Traces with --sweep, not one of each")
     try:

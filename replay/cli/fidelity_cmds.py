@@ -15,17 +15,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "fidelity",
         help="judge a replay against live traffic: token lengths, cache hits, arrivals, sessions",
         description="Compare every stage of a `replay run` / `replay sweep` results folder with the live Trace "
-                    "it replayed (at the stage's own pace) and give a verdict per metric and per stage. A "
-                    "metric passes within the larger of a fixed bound and 3 times the largest of its distances "
-                    "between two random halves of the live trace, and is 'cannot tell' where that bound is over "
-                    "the metric's ceiling (the live trace is too small to judge it; docs/fidelity.md). Exit 0 "
-                    "when every stage is faithful, 1 when one is not, 3 when none is unfaithful but one cannot "
-                    "be told.",
+        "it replayed (at the stage's own pace) and give a verdict per metric and per stage. A "
+        "metric passes within the larger of a fixed bound and 3 times the largest of its distances "
+        "between two random halves of the live trace, and is 'cannot tell' where that bound is over "
+        "the metric's ceiling (the live trace is too small to judge it; docs/fidelity.md). Exit 0 "
+        "when every stage is faithful, 1 when one is not, 3 when none is unfaithful but one cannot "
+        "be told.",
     )
     p.add_argument("live", type=Path, help="the live Trace (captured or imported, with what live traffic observed)")
     p.add_argument("results", type=Path, help="the results folder of replay run / replay sweep")
-    p.add_argument("--out", type=Path,
-                   help="write fidelity.json, fidelity.md and fidelity.html (plots embedded) here")
+    p.add_argument("--out", type=Path, help="write fidelity.json, fidelity.md and fidelity.html (plots embedded) here")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     add_outcome_flags(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the random A/A halves (default 0)")
@@ -35,8 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "drift",
         help="has live traffic drifted from the workload a config was tuned on?",
         description="Compare two Traces (OLD: the workload a config was tuned on, NEW: today's traffic) with the "
-                    "fidelity metrics. Exit 0 when NEW matches OLD, 1 when it drifted, 3 when the traces are too "
-                    "small to tell.",
+        "fidelity metrics. Exit 0 when NEW matches OLD, 1 when it drifted, 3 when the traces are too "
+        "small to tell.",
     )
     p.add_argument("old", type=Path, help="the Trace the config was tuned on")
     p.add_argument("new", type=Path, help="the recent Trace")
@@ -50,14 +49,21 @@ def add_outcome_flags(p: argparse.ArgumentParser) -> None:
     """--judge-outcomes and --aa-runs, for `replay fidelity` and for run / sweep --fidelity."""
     from fidelity.compare import AA_RUNS
 
-    p.add_argument("--judge-outcomes", action="store_true",
-                   help="judge TTFT / ITL / E2E too (when the target ran live's engine config at live's rate): "
-                        "within a band that also covers how much the replays of a stage differ among themselves "
-                        "(a replay A/A: record them with replay run / sweep --repeats 2); without them, the "
-                        "outcomes cannot be told")
-    p.add_argument("--aa-runs", type=int, default=AA_RUNS, metavar="N",
-                   help=f"with --judge-outcomes: the replays of a stage (same load) its replay A/A needs "
-                        f"(default {AA_RUNS})")
+    p.add_argument(
+        "--judge-outcomes",
+        action="store_true",
+        help="judge TTFT / ITL / E2E too (when the target ran live's engine config at live's rate): "
+        "within a band that also covers how much the replays of a stage differ among themselves "
+        "(a replay A/A: record them with replay run / sweep --repeats 2); without them, the "
+        "outcomes cannot be told",
+    )
+    p.add_argument(
+        "--aa-runs",
+        type=int,
+        default=AA_RUNS,
+        metavar="N",
+        help=f"with --judge-outcomes: the replays of a stage (same load) its replay A/A needs (default {AA_RUNS})",
+    )
 
 
 def check_outcome_flags(args: argparse.Namespace) -> None:
@@ -87,8 +93,9 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     from fidelity import compare_results
 
     check_outcome_flags(args)
-    return _finish(args, compare_results(args.live, args.results, judge_outcomes=args.judge_outcomes, seed=args.seed,
-                                         aa_runs=args.aa_runs))
+    return _finish(
+        args, compare_results(args.live, args.results, judge_outcomes=args.judge_outcomes, seed=args.seed, aa_runs=args.aa_runs)
+    )
 
 
 def cmd_drift(args: argparse.Namespace) -> int:

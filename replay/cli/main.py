@@ -31,8 +31,17 @@ examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from replay.cli import (audit_cmds, capture_cmds, compare_cmds, engine_cmds, fidelity_cmds, optimize_cmds,
-                            run_cmds, sim_cmds, trace_cmds)
+    from replay.cli import (
+        audit_cmds,
+        capture_cmds,
+        compare_cmds,
+        engine_cmds,
+        fidelity_cmds,
+        optimize_cmds,
+        run_cmds,
+        sim_cmds,
+        trace_cmds,
+    )
 
     parser = Parser(
         prog="replay",

@@ -25,8 +25,10 @@ class _Bar:
 
 def raw_text_warning(path) -> str:
     """The one-line warning for a trace whose bodies hold raw, unredacted text."""
-    return (f"warning: {path} holds raw request text, not redacted (redaction_policy=none: the "
-            "analyzer and the second lock were both bypassed): keep it private, or redact it before sharing")
+    return (
+        f"warning: {path} holds raw request text, not redacted (redaction_policy=none: the "
+        "analyzer and the second lock were both bypassed): keep it private, or redact it before sharing"
+    )
 
 
 @contextmanager
@@ -97,15 +99,31 @@ def print_stages(summary: dict) -> None:
     from replay.engine_metrics import describe
     from replay.metrics import load_label
 
-    table = Table(title="replay stages (req/s requested, or users of a closed loop; offered over the stage's "
-                        "window, achieved; ms from the intended send time, a closed loop's from the release; "
-                        "lag = send lag)")
+    table = Table(
+        title="replay stages (req/s requested, or users of a closed loop; offered over the stage's "
+        "window, achieved; ms from the intended send time, a closed loop's from the release; "
+        "lag = send lag)"
+    )
     judged = any("fidelity" in s for s in summary["stages"])  # replay run / sweep --fidelity LIVE
     repeated = summary.get("repeats", 1) > 1
     if repeated:
         table.add_column("repeat", justify="right")
-    for col in ("requested", "offered", "achieved", "ok", "errors", "req/s", "tok/s", "TTFT p50/p99", "TPOT p50",
-                "ITL p50", "E2E p50/p99", "lag p99", "goodput", "valid") + (("fidelity",) if judged else ()):
+    for col in (
+        "requested",
+        "offered",
+        "achieved",
+        "ok",
+        "errors",
+        "req/s",
+        "tok/s",
+        "TTFT p50/p99",
+        "TPOT p50",
+        "ITL p50",
+        "E2E p50/p99",
+        "lag p99",
+        "goodput",
+        "valid",
+    ) + (("fidelity",) if judged else ()):
         table.add_column(col, justify="right")
     for s in summary["stages"]:
         errors = ", ".join(f"{k} {v}" for k, v in s["errors"].items()) or "0"
@@ -162,8 +180,10 @@ def _repeats_table(summary: dict):
 
     from replay.sweep import REPEAT_METRICS
 
-    table = Table(title=f"over {summary['repeats']} repeats: median +- spread of the valid runs (spread: "
-                        f"replay.noise.NoiseFloor, as replay compare and the optimizer count it)")
+    table = Table(
+        title=f"over {summary['repeats']} repeats: median +- spread of the valid runs (spread: "
+        f"replay.noise.NoiseFloor, as replay compare and the optimizer count it)"
+    )
     for col in ("requested", "valid", *REPEAT_METRICS):
         table.add_column(col, justify="right")
     for row in summary["by_load"]:

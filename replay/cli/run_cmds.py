@@ -13,155 +13,280 @@ from pathlib import Path
 
 from replay.cli.fidelity_cmds import add_outcome_flags, check_outcome_flags
 from replay.cli.report import print_stages, progress_bar, raw_text_warning
-from replay.config import (LAG_BOUND_MS, RUNNER_DEFAULTS, SLO_ATTAINMENT, Arrivals, RunConfig, Slo, parse_duration_s,
-                           parse_header, parse_rates, parse_slo, parse_users)
+from replay.config import (
+    LAG_BOUND_MS,
+    RUNNER_DEFAULTS,
+    SLO_ATTAINMENT,
+    Arrivals,
+    RunConfig,
+    Slo,
+    parse_duration_s,
+    parse_header,
+    parse_rates,
+    parse_slo,
+    parse_users,
+)
 from replay.errors import ConfigError
 
 __all__ = ["register"]
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("trace", type=Path,
-                   help="a Trace: a Parquet file (from `replay generate` or `import`) or a `replay capture` folder")
-    p.add_argument("--url", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000 or "
-                                 "https://gateway.example.com (default: start the embedded simulated engine)")
-    p.add_argument("--sim-profile", default="a100-80g/llama-3-8b",
-                   help="without --url: the embedded engine's hardware + model profile (default a100-80g/llama-3-8b)")
-    p.add_argument("--sim-config", metavar="JSON",
-                   help='without --url: embedded engine knobs, e.g. \'{"max_num_seqs": 64, "time_scale": 0.5}\'')
-    p.add_argument("--arrivals", default="trace", choices=["trace", "poisson", "gamma", "constant"],
-                   help="send times: the trace's own timing (default, keeps bursts) or new poisson / gamma / "
-                        "constant arrivals, compressed uniformly so each stage offers the rate over its window")
+    p.add_argument(
+        "trace", type=Path, help="a Trace: a Parquet file (from `replay generate` or `import`) or a `replay capture` folder"
+    )
+    p.add_argument(
+        "--url",
+        help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000 or "
+        "https://gateway.example.com (default: start the embedded simulated engine)",
+    )
+    p.add_argument(
+        "--sim-profile",
+        default="a100-80g/llama-3-8b",
+        help="without --url: the embedded engine's hardware + model profile (default a100-80g/llama-3-8b)",
+    )
+    p.add_argument(
+        "--sim-config",
+        metavar="JSON",
+        help='without --url: embedded engine knobs, e.g. \'{"max_num_seqs": 64, "time_scale": 0.5}\'',
+    )
+    p.add_argument(
+        "--arrivals",
+        default="trace",
+        choices=["trace", "poisson", "gamma", "constant"],
+        help="send times: the trace's own timing (default, keeps bursts) or new poisson / gamma / "
+        "constant arrivals, compressed uniformly so each stage offers the rate over its window",
+    )
     p.add_argument("--cv", type=float, default=1.0, help="coefficient of variation of gamma arrivals (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed for generated arrivals (default 0)")
     limit = p.add_mutually_exclusive_group()
-    limit.add_argument("--duration", help="the stage's window: send the requests due in its first S seconds "
-                                          "(e.g. 60s, 5m); with a rate, the window offers that rate")
-    limit.add_argument("--requests", type=int, help="send only the first N requests; with a rate, they offer "
-                                                    "that rate from the first send to the last")
+    limit.add_argument(
+        "--duration",
+        help="the stage's window: send the requests due in its first S seconds "
+        "(e.g. 60s, 5m); with a rate, the window offers that rate",
+    )
+    limit.add_argument(
+        "--requests",
+        type=int,
+        help="send only the first N requests; with a rate, they offer that rate from the first send to the last",
+    )
     p.add_argument("--model", help="model name to send (default: the trace's if served, else the server's first)")
-    p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
-                   help="let the engine stop at EOS (default: ignore_eos so output lengths follow the trace)")
-    p.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY") or None,
-                   help="sent as 'Authorization: Bearer KEY' on every request and the target check "
-                        "(default: $OPENAI_API_KEY); never stored")
+    p.add_argument(
+        "--no-ignore-eos",
+        dest="ignore_eos",
+        action="store_false",
+        help="let the engine stop at EOS (default: ignore_eos so output lengths follow the trace)",
+    )
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("OPENAI_API_KEY") or None,
+        help="sent as 'Authorization: Bearer KEY' on every request and the target check (default: $OPENAI_API_KEY); never stored",
+    )
     tls = p.add_mutually_exclusive_group()
-    tls.add_argument("--ca-cert", metavar="FILE",
-                     help="an https target's certificate must chain to a certificate in this PEM file (a private "
-                          "CA, a self-signed gateway) instead of the system's roots")
-    tls.add_argument("--insecure", action="store_true",
-                     help="accept an https target's certificate unchecked (still encrypted)")
-    p.add_argument("--metrics-url", metavar="URL|none",
-                   help="the engine's Prometheus endpoint, read every second during each stage (KV usage, "
-                        "running / waiting, prefix-cache hits, preemptions: summary.json's engine_metrics; "
-                        "default: the target's /metrics when it answers; none: not read)")
-    p.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
-                   help="an HTTP header sent on every request and the target check (repeatable; "
-                        "e.g. a gateway's tenant or route header); never stored")
+    tls.add_argument(
+        "--ca-cert",
+        metavar="FILE",
+        help="an https target's certificate must chain to a certificate in this PEM file (a private "
+        "CA, a self-signed gateway) instead of the system's roots",
+    )
+    tls.add_argument("--insecure", action="store_true", help="accept an https target's certificate unchecked (still encrypted)")
+    p.add_argument(
+        "--metrics-url",
+        metavar="URL|none",
+        help="the engine's Prometheus endpoint, read every second during each stage (KV usage, "
+        "running / waiting, prefix-cache hits, preemptions: summary.json's engine_metrics; "
+        "default: the target's /metrics when it answers; none: not read)",
+    )
+    p.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="an HTTP header sent on every request and the target check (repeatable; "
+        "e.g. a gateway's tenant or route header); never stored",
+    )
     p.add_argument("--slo", help="objectives for goodput, e.g. ttft=2s,tpot=100ms,e2e=30s")
-    p.add_argument("--slo-attainment", type=float, default=SLO_ATTAINMENT,
-                   help=f"share of requests that must meet the SLO for a stage to pass (default {SLO_ATTAINMENT:g})")
-    p.add_argument("--lag-bound-ms", type=float, default=LAG_BOUND_MS,
-                   help=f"a stage whose send lag p99 exceeds this is invalid (default {LAG_BOUND_MS:g} ms)")
+    p.add_argument(
+        "--slo-attainment",
+        type=float,
+        default=SLO_ATTAINMENT,
+        help=f"share of requests that must meet the SLO for a stage to pass (default {SLO_ATTAINMENT:g})",
+    )
+    p.add_argument(
+        "--lag-bound-ms",
+        type=float,
+        default=LAG_BOUND_MS,
+        help=f"a stage whose send lag p99 exceeds this is invalid (default {LAG_BOUND_MS:g} ms)",
+    )
     d = RUNNER_DEFAULTS
-    p.add_argument("--sessions", default="open", choices=["open", "causal"],
-                   help="open (default): every request at its scheduled time; causal: a session's turn k "
-                        "also waits for the end of turn k-1 plus the recorded think time (first turns stay "
-                        "open-loop; how far turns slipped is reported apart from the send lag)")
-    p.add_argument("--answers", default="engine", choices=["engine", "recorded"],
-                   help="with --sessions causal, the earlier answers a turn resends: engine (default): the "
-                        "ones the target streamed, as a live client resends them (its prefix cache then sees "
-                        "its own answers); recorded: the trace's, as stored")
-    p.add_argument("--timeout", default=f"{d['timeout_s']:g}s",
-                   help=f"per-request deadline from its send, queueing in the engine included "
-                        f"(default {d['timeout_s']:g}s)")
-    p.add_argument("--stall-timeout", default=f"{d['stall_timeout_s']:g}s",
-                   help=f"longest silence inside a response once its first token arrived "
-                        f"(default {d['stall_timeout_s']:g}s)")
-    p.add_argument("--drain", default=f"{d['drain_s']:g}s",
-                   help=f"how long a stage waits after its last scheduled send; requests still open then are "
-                        f"cut off and miss the SLO (default {d['drain_s']:g}s, 0 = no limit)")
-    p.add_argument("--warm-connections", type=int,
-                   help="keep-alive connections opened before t0 and kept open while the stage runs (default: "
-                        "the most requests the schedule has in flight at once, each taking its recorded or "
-                        "expected response time, at most 64; or, when more, the most requests due within any "
-                        "0.1 s, at most 2,048: a cushion while the I/O thread is off its CPU)")
-    p.add_argument("--chunk-times", default="all", choices=["all", "none"],
-                   help="keep every chunk's arrival time (all, default: 4 bytes a chunk) or only count chunks")
-    p.add_argument("--max-connections", type=int, default=d["max_connections"],
-                   help=f"cap on requests in flight, hence open connections (default {d['max_connections']})")
-    p.add_argument("--worker-threads", type=int, default=d["worker_threads"],
-                   help=f"runner I/O threads (default {d['worker_threads']})")
+    p.add_argument(
+        "--sessions",
+        default="open",
+        choices=["open", "causal"],
+        help="open (default): every request at its scheduled time; causal: a session's turn k "
+        "also waits for the end of turn k-1 plus the recorded think time (first turns stay "
+        "open-loop; how far turns slipped is reported apart from the send lag)",
+    )
+    p.add_argument(
+        "--answers",
+        default="engine",
+        choices=["engine", "recorded"],
+        help="with --sessions causal, the earlier answers a turn resends: engine (default): the "
+        "ones the target streamed, as a live client resends them (its prefix cache then sees "
+        "its own answers); recorded: the trace's, as stored",
+    )
+    p.add_argument(
+        "--timeout",
+        default=f"{d['timeout_s']:g}s",
+        help=f"per-request deadline from its send, queueing in the engine included (default {d['timeout_s']:g}s)",
+    )
+    p.add_argument(
+        "--stall-timeout",
+        default=f"{d['stall_timeout_s']:g}s",
+        help=f"longest silence inside a response once its first token arrived (default {d['stall_timeout_s']:g}s)",
+    )
+    p.add_argument(
+        "--drain",
+        default=f"{d['drain_s']:g}s",
+        help=f"how long a stage waits after its last scheduled send; requests still open then are "
+        f"cut off and miss the SLO (default {d['drain_s']:g}s, 0 = no limit)",
+    )
+    p.add_argument(
+        "--warm-connections",
+        type=int,
+        help="keep-alive connections opened before t0 and kept open while the stage runs (default: "
+        "the most requests the schedule has in flight at once, each taking its recorded or "
+        "expected response time, at most 64; or, when more, the most requests due within any "
+        "0.1 s, at most 2,048: a cushion while the I/O thread is off its CPU)",
+    )
+    p.add_argument(
+        "--chunk-times",
+        default="all",
+        choices=["all", "none"],
+        help="keep every chunk's arrival time (all, default: 4 bytes a chunk) or only count chunks",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=d["max_connections"],
+        help=f"cap on requests in flight, hence open connections (default {d['max_connections']})",
+    )
+    p.add_argument(
+        "--worker-threads", type=int, default=d["worker_threads"], help=f"runner I/O threads (default {d['worker_threads']})"
+    )
     p.add_argument("--out", type=Path, help="results folder (default results/<trace name>-<command>)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    p.add_argument("--fidelity", type=Path, metavar="LIVE",
-                   help="after the stages, judge each one against the live Trace LIVE (as `replay fidelity` does): "
-                        "a fidelity column in the table, a fidelity entry per stage in the summary, and "
-                        "fidelity.json / .md / .html in the results folder; exit 1 when a stage is unfaithful, "
-                        "3 when one cannot be told (the live trace is too small to judge a metric)")
-    p.add_argument("--allow-inconclusive", action="store_true",
-                   help="with --fidelity: exit 0 when no stage is unfaithful but some cannot be told "
-                        "(recorded in summary.json)")
+    p.add_argument(
+        "--fidelity",
+        type=Path,
+        metavar="LIVE",
+        help="after the stages, judge each one against the live Trace LIVE (as `replay fidelity` does): "
+        "a fidelity column in the table, a fidelity entry per stage in the summary, and "
+        "fidelity.json / .md / .html in the results folder; exit 1 when a stage is unfaithful, "
+        "3 when one cannot be told (the live trace is too small to judge a metric)",
+    )
+    p.add_argument(
+        "--allow-inconclusive",
+        action="store_true",
+        help="with --fidelity: exit 0 when no stage is unfaithful but some cannot be told (recorded in summary.json)",
+    )
     add_outcome_flags(p)  # --judge-outcomes, --aa-runs: with --fidelity
-    p.add_argument("--repeats", type=int, default=1, metavar="K",
-                   help="run every stage K times (default 1): the stages once per repeat, each repeat on a fresh "
-                        "start of the embedded engine when it is the target; the table then shows each load's "
-                        "median +- spread over its valid repeats, and a sweep's saturation as an interval (the "
-                        "highest rate that held in every repeat, the lowest that held in none, the share between). "
-                        "`replay compare` judges two such folders by their repeats")
-    p.add_argument("--keep-prefix-cache", action="store_true",
-                   help="do not ask the target to drop its prefix cache before each stage (a sweep's stages and "
-                        "the repeats of a run; by default it POSTs /reset_prefix_cache, vLLM's and the embedded "
-                        "engine's, or /flush_cache, SGLang's: else a stage hits what the stages before it cached "
-                        "of the same requests)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        metavar="K",
+        help="run every stage K times (default 1): the stages once per repeat, each repeat on a fresh "
+        "start of the embedded engine when it is the target; the table then shows each load's "
+        "median +- spread over its valid repeats, and a sweep's saturation as an interval (the "
+        "highest rate that held in every repeat, the lowest that held in none, the share between). "
+        "`replay compare` judges two such folders by their repeats",
+    )
+    p.add_argument(
+        "--keep-prefix-cache",
+        action="store_true",
+        help="do not ask the target to drop its prefix cache before each stage (a sweep's stages and "
+        "the repeats of a run; by default it POSTs /reset_prefix_cache, vLLM's and the embedded "
+        "engine's, or /flush_cache, SGLang's: else a stage hits what the stages before it cached "
+        "of the same requests)",
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="replay a trace once against a server",
-                       description="Replay a trace open-loop once: each request is sent at its scheduled time "
-                                   "whatever the server does; latencies count from that time. With "
-                                   "--concurrency N, closed loop instead: N users back to back.")
+    p = sub.add_parser(
+        "run",
+        help="replay a trace once against a server",
+        description="Replay a trace open-loop once: each request is sent at its scheduled time "
+        "whatever the server does; latencies count from that time. With "
+        "--concurrency N, closed loop instead: N users back to back.",
+    )
     _add_common(p)
     rate = p.add_mutually_exclusive_group()
-    rate.add_argument("--rate", type=float, help="req/s the stage offers over its window (--duration or "
-                                                 "--requests); the arrivals' shape is compressed uniformly to it")
+    rate.add_argument(
+        "--rate",
+        type=float,
+        help="req/s the stage offers over its window (--duration or "
+        "--requests); the arrivals' shape is compressed uniformly to it",
+    )
     rate.add_argument("--speedup", type=float, help="compress the trace's own timing K times (default 1 = as recorded)")
-    rate.add_argument("--concurrency", type=int, metavar="N",
-                      help=f"closed loop instead: N users, each sending its next request the moment its last one "
-                           f"ended ({CLOSED_LOOP}); with --requests, not --duration")
+    rate.add_argument(
+        "--concurrency",
+        type=int,
+        metavar="N",
+        help=f"closed loop instead: N users, each sending its next request the moment its last one "
+        f"ended ({CLOSED_LOOP}); with --requests, not --duration",
+    )
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("sweep", help="replay a trace at rising rates and find the saturation point",
-                       description="Replay the trace once per rate; the summary names the first rate where "
-                                   "the server stops keeping up (more than 10% of requests fail, a queue "
-                                   "builds, or the SLO fails), or says it is undetermined there when that "
-                                   "stage's own send lag made it invalid. Beside summary.json it writes "
-                                   "sweep.html: latency p50 / p99 and goodput against the achieved rate, the "
-                                   "saturation point marked, and the engine's KV usage and queue per stage.")
+    p = sub.add_parser(
+        "sweep",
+        help="replay a trace at rising rates and find the saturation point",
+        description="Replay the trace once per rate; the summary names the first rate where "
+        "the server stops keeping up (more than 10% of requests fail, a queue "
+        "builds, or the SLO fails), or says it is undetermined there when that "
+        "stage's own send lag made it invalid. Beside summary.json it writes "
+        "sweep.html: latency p50 / p99 and goodput against the achieved rate, the "
+        "saturation point marked, and the engine's KV usage and queue per stage.",
+    )
     _add_common(p)
     load = p.add_mutually_exclusive_group(required=True)
-    load.add_argument("--concurrency", metavar="N,N,...",
-                      help=f"closed-loop stages instead of rates, one per number of users, e.g. 1,4,16 "
-                           f"({CLOSED_LOOP})")
-    load.add_argument("--rates",
-                   help="comma-separated req/s, e.g. 1,2,4,8; or auto[:N] to find the saturation rate with short "
-                        "probe stages (--probe-duration each, at most 10: doubling, then bisecting to within 10%%) and run N "
-                        "stages (default 5) from a quarter of it to 1.5 times it")
-    p.add_argument("--max-queue-growth", default="250ms",
-                   help="saturated when TTFT (from the intended send) at least doubles through a stage and "
-                        "grows by more than this (default 250ms)")
-    p.add_argument("--probe-duration", default="10s",
-                   help="with --rates auto: the window of each probe stage (default 10s); the search takes at "
-                        "most 10 probes of this window plus up to 60s each for their last responses")
-    p.add_argument("--stop-after-saturation", action="store_true",
-                   help="skip the rates after the saturation point (or after the stage where it is undetermined)")
+    load.add_argument(
+        "--concurrency",
+        metavar="N,N,...",
+        help=f"closed-loop stages instead of rates, one per number of users, e.g. 1,4,16 ({CLOSED_LOOP})",
+    )
+    load.add_argument(
+        "--rates",
+        help="comma-separated req/s, e.g. 1,2,4,8; or auto[:N] to find the saturation rate with short "
+        "probe stages (--probe-duration each, at most 10: doubling, then bisecting to within 10%%) and run N "
+        "stages (default 5) from a quarter of it to 1.5 times it",
+    )
+    p.add_argument(
+        "--max-queue-growth",
+        default="250ms",
+        help="saturated when TTFT (from the intended send) at least doubles through a stage and "
+        "grows by more than this (default 250ms)",
+    )
+    p.add_argument(
+        "--probe-duration",
+        default="10s",
+        help="with --rates auto: the window of each probe stage (default 10s); the search takes at "
+        "most 10 probes of this window plus up to 60s each for their last responses",
+    )
+    p.add_argument(
+        "--stop-after-saturation",
+        action="store_true",
+        help="skip the rates after the saturation point (or after the stage where it is undetermined)",
+    )
     p.set_defaults(func=cmd_sweep)
 
 
 # how a closed-loop stage differs, for --help
-CLOSED_LOOP = ("as vLLM's benchmark --max-concurrency and GuideLLM's concurrent profile: at most N in flight, no "
-               "rate; latencies count from each request's release; the table's load column says 'N users'; with "
-               "--sessions causal each user replays whole sessions, with their recorded think times")
+CLOSED_LOOP = (
+    "as vLLM's benchmark --max-concurrency and GuideLLM's concurrent profile: at most N in flight, no "
+    "rate; latencies count from each request's release; the table's load column says 'N users'; with "
+    "--sessions causal each user replays whole sessions, with their recorded think times"
+)
 
 # RunConfig needs a URL before the embedded engine has one: flags are checked with this, before it starts
 _EMBEDDED_URL = "http://127.0.0.1:0"
@@ -201,8 +326,7 @@ def _target(args: argparse.Namespace, config: RunConfig, sim_config, quiet: bool
     server = start_sim(sim_config, cpus=engine_cpus)
     try:
         if not quiet:
-            print(f"no --url: replaying against the embedded engine ({args.sim_profile}) at {server.url}",
-                  file=sys.stderr)
+            print(f"no --url: replaying against the embedded engine ({args.sim_profile}) at {server.url}", file=sys.stderr)
         yield dataclasses.replace(config, url=server.url, cpus=runner_cpus)
     finally:
         server.stop()
@@ -277,8 +401,11 @@ class _Saver:
         if self.fidelity is not None:
             for stage, verdict in zip(summary["stages"], self.fidelity):
                 stage["fidelity"] = verdict
-            summary["fidelity"] = {"live": str(self.args.fidelity), "state": self.fidelity_state,
-                                   "inconclusive_allowed": bool(self.args.allow_inconclusive)}
+            summary["fidelity"] = {
+                "live": str(self.args.fidelity),
+                "state": self.fidelity_state,
+                "inconclusive_allowed": bool(self.args.allow_inconclusive),
+            }
         return summary
 
 
@@ -292,9 +419,11 @@ def _check_live(args: argparse.Namespace, trace) -> None:
     live = read_trace(args.fidelity, bodies=False)
     missing = trace.df.select("request_id").join(live.df.select("request_id"), on="request_id", how="anti")
     if missing.height:
-        raise ConfigError(f"--fidelity: {missing.height} of the {trace.df.height} requests of {args.trace} are not "
-                          f"in {args.fidelity} (first: {missing['request_id'][0]!r}): judge a replay against the "
-                          f"live trace it was made from")
+        raise ConfigError(
+            f"--fidelity: {missing.height} of the {trace.df.height} requests of {args.trace} are not "
+            f"in {args.fidelity} (first: {missing['request_id'][0]!r}): judge a replay against the "
+            f"live trace it was made from"
+        )
 
 
 def _judge(args: argparse.Namespace, result, saver: _Saver) -> None:
@@ -309,8 +438,9 @@ def _judge(args: argparse.Namespace, result, saver: _Saver) -> None:
 
     if not args.json:
         print(f"judging {len(saver.files)} stage(s) against {args.fidelity}...", file=sys.stderr)
-    report = compare_results(args.fidelity, saver.out, judge_outcomes=args.judge_outcomes,
-                             aa_runs=args.aa_runs)  # as `replay fidelity` judges it
+    report = compare_results(
+        args.fidelity, saver.out, judge_outcomes=args.judge_outcomes, aa_runs=args.aa_runs
+    )  # as `replay fidelity` judges it
     paths = write_report(report, saver.out, html=True)
     saver.fidelity = [stage_summary(s, str(args.fidelity)) for s in report.stages]
     saver.fidelity_state = report.state
@@ -335,11 +465,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     sim_config = _sim_config(args)
     saver = _Saver(args, _out(args, "run"))
     fresh = _fresh_target(args, sim_config)
-    with (contextlib.nullcontext(config) if fresh else _target(args, config, sim_config, args.json)) as config, \
-            progress_bar(quiet=args.json) as bar:
+    with (
+        contextlib.nullcontext(config) if fresh else _target(args, config, sim_config, args.json) as config,
+        progress_bar(quiet=args.json) as bar,
+    ):
         # one stage; its repeats start from an empty prefix cache, as the first did
-        result = sweep(trace, config, None, progress=bar.stage, on_stage=saver, on_rows=saver.rows,
-                       reset_cache=repeats > 1 and not args.keep_prefix_cache, repeats=repeats, target=fresh)
+        result = sweep(
+            trace,
+            config,
+            None,
+            progress=bar.stage,
+            on_stage=saver,
+            on_rows=saver.rows,
+            reset_cache=repeats > 1 and not args.keep_prefix_cache,
+            repeats=repeats,
+            target=fresh,
+        )
     return _report(args, result, saver)
 
 
@@ -371,16 +512,32 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             config = held.enter_context(_target(args, config, sim_config, args.json))
         if isinstance(rates, AutoRates):
             with _target(args, config, sim_config, True) if fresh else contextlib.nullcontext(config) as probed:
-                rates = find_rates(trace, probed, rates.points, probe_s=probe_s, queue_growth_s=growth_s,
-                                   progress=lambda rate: bar.stage(f"probe {rate:.3g} req/s"))
+                rates = find_rates(
+                    trace,
+                    probed,
+                    rates.points,
+                    probe_s=probe_s,
+                    queue_growth_s=growth_s,
+                    progress=lambda rate: bar.stage(f"probe {rate:.3g} req/s"),
+                )
             print(_search_line(rates), file=sys.stderr)
             if rates.interrupted:
                 print("interrupted during the rate search", file=sys.stderr)
                 return 130
-        result = sweep(trace, config, rates, concurrency=users, queue_growth_s=growth_s,
-                       progress=bar.stage, on_stage=saver, on_rows=saver.rows,
-                       stop_after_saturation=args.stop_after_saturation, reset_cache=not args.keep_prefix_cache,
-                       repeats=repeats, target=fresh)
+        result = sweep(
+            trace,
+            config,
+            rates,
+            concurrency=users,
+            queue_growth_s=growth_s,
+            progress=bar.stage,
+            on_stage=saver,
+            on_rows=saver.rows,
+            stop_after_saturation=args.stop_after_saturation,
+            reset_cache=not args.keep_prefix_cache,
+            repeats=repeats,
+            target=fresh,
+        )
     return _report(args, result, saver, page=True)
 
 
@@ -396,8 +553,7 @@ def _search_line(search) -> str:
     if search.kept_up_rate is not None:
         found += f", kept up at {search.kept_up_rate:.3g} req/s"
     stages = ", ".join(f"{r:g}" for r in search.rates)
-    return (f"auto rates: probed {probed} req/s in {search.elapsed_s:.0f}s: {found}; "
-            f"stages at {stages} req/s")
+    return f"auto rates: probed {probed} req/s in {search.elapsed_s:.0f}s: {found}; stages at {stages} req/s"
 
 
 def _report(args: argparse.Namespace, result, saver: _Saver, page: bool = False) -> int:

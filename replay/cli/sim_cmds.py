@@ -20,45 +20,78 @@ def register(sub: argparse._SubParsersAction) -> None:
     from replay.sim import PROFILES, SIM_DEFAULTS, SimConfig
 
     p = sub.add_parser(
-        "serve-sim", help="serve the embedded simulated LLM engine (OpenAI-compatible)",
+        "serve-sim",
+        help="serve the embedded simulated LLM engine (OpenAI-compatible)",
         description="An OpenAI-compatible server that behaves like an LLM engine under load: real tokenizer, "
-                    "prefix cache, continuous batching with chunked prefill and preemption, n-gram speculation, "
-                    "and step times from a hardware + model cost model. Flags follow vLLM's names.")
+        "prefix cache, continuous batching with chunked prefill and preemption, n-gram speculation, "
+        "and step times from a hardware + model cost model. Flags follow vLLM's names.",
+    )
     d = SIM_DEFAULTS
     p.add_argument("--host", default=d["host"], help=f"address to listen on (default {d['host']})")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = any free port)")
-    p.add_argument("--profile", default=d["profile"],
-                   help=f"simulated hardware + model: {', '.join(PROFILES)}, or a profile .json "
-                        f"(default {d['profile']})")
-    p.add_argument("--tokenizer", default=SimConfig.tokenizer,
-                   help=f"gpt2, qwen2 or a tokenizer.json path (default {SimConfig.tokenizer})")
-    p.add_argument("--time-scale", type=float, default=d["time_scale"],
-                   help=f"wall time = modelled time x this (default {d['time_scale']:g}; 0.1 runs 10x faster; "
-                        f"0 = no waiting)")
-    p.add_argument("--served-model-name", default=d["served_model_name"],
-                   help=f"the model name served (default {d['served_model_name']})")
-    p.add_argument("--max-num-seqs", type=int, default=d["max_num_seqs"],
-                   help=f"most sequences per step (default {d['max_num_seqs']})")
-    p.add_argument("--max-num-batched-tokens", type=int, default=d["max_num_batched_tokens"],
-                   help=f"token budget of one step (default {d['max_num_batched_tokens']})")
-    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
-                   default=d["enable_prefix_caching"],
-                   help=f"reuse KV blocks of shared prompt prefixes (default {'on' if d['enable_prefix_caching'] else 'off'})")
-    p.add_argument("--gpu-memory-utilization", type=float, default=d["gpu_memory_utilization"],
-                   help=f"share of device memory for weights + KV cache; sets the KV blocks "
-                        f"(default {d['gpu_memory_utilization']:g})")
-    p.add_argument("--block-size", type=int, default=d["block_size"],
-                   help=f"tokens per KV block (default {d['block_size']})")
-    p.add_argument("--scheduling-policy", choices=["fcfs", "priority"], default=d["scheduling_policy"],
-                   help=f"fcfs or priority (request field 'priority', lower first; default {d['scheduling_policy']})")
-    p.add_argument("--long-prefill-token-threshold", type=int, default=d["long_prefill_token_threshold"],
-                   help=f"largest prefill chunk of one request per step "
-                        f"(default {d['long_prefill_token_threshold']}; 0 = no cap)")
-    p.add_argument("--speculative-config", metavar="JSON",
-                   help='n-gram speculation, e.g. \'{"method":"ngram","num_speculative_tokens":4,'
-                        '"prompt_lookup_max":4,"prompt_lookup_min":2}\'')
-    p.add_argument("--kv-cache-dtype", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"], default=d["kv_cache_dtype"],
-                   help="fp8 halves KV bytes (about twice the blocks) and changes outputs (lossy)")
+    p.add_argument(
+        "--profile",
+        default=d["profile"],
+        help=f"simulated hardware + model: {', '.join(PROFILES)}, or a profile .json (default {d['profile']})",
+    )
+    p.add_argument(
+        "--tokenizer", default=SimConfig.tokenizer, help=f"gpt2, qwen2 or a tokenizer.json path (default {SimConfig.tokenizer})"
+    )
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=d["time_scale"],
+        help=f"wall time = modelled time x this (default {d['time_scale']:g}; 0.1 runs 10x faster; 0 = no waiting)",
+    )
+    p.add_argument(
+        "--served-model-name", default=d["served_model_name"], help=f"the model name served (default {d['served_model_name']})"
+    )
+    p.add_argument(
+        "--max-num-seqs", type=int, default=d["max_num_seqs"], help=f"most sequences per step (default {d['max_num_seqs']})"
+    )
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=d["max_num_batched_tokens"],
+        help=f"token budget of one step (default {d['max_num_batched_tokens']})",
+    )
+    p.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=d["enable_prefix_caching"],
+        help=f"reuse KV blocks of shared prompt prefixes (default {'on' if d['enable_prefix_caching'] else 'off'})",
+    )
+    p.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=d["gpu_memory_utilization"],
+        help=f"share of device memory for weights + KV cache; sets the KV blocks (default {d['gpu_memory_utilization']:g})",
+    )
+    p.add_argument("--block-size", type=int, default=d["block_size"], help=f"tokens per KV block (default {d['block_size']})")
+    p.add_argument(
+        "--scheduling-policy",
+        choices=["fcfs", "priority"],
+        default=d["scheduling_policy"],
+        help=f"fcfs or priority (request field 'priority', lower first; default {d['scheduling_policy']})",
+    )
+    p.add_argument(
+        "--long-prefill-token-threshold",
+        type=int,
+        default=d["long_prefill_token_threshold"],
+        help=f"largest prefill chunk of one request per step (default {d['long_prefill_token_threshold']}; 0 = no cap)",
+    )
+    p.add_argument(
+        "--speculative-config",
+        metavar="JSON",
+        help='n-gram speculation, e.g. \'{"method":"ngram","num_speculative_tokens":4,'
+        '"prompt_lookup_max":4,"prompt_lookup_min":2}\'',
+    )
+    p.add_argument(
+        "--kv-cache-dtype",
+        choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"],
+        default=d["kv_cache_dtype"],
+        help="fp8 halves KV bytes (about twice the blocks) and changes outputs (lossy)",
+    )
     p.add_argument("--max-model-len", type=int, help="longest prompt + max_tokens (default: the profile's)")
     p.add_argument("--seed", type=int, default=d["seed"], help=f"output seed (default {d['seed']})")
     p.add_argument("--threads", type=int, default=d["threads"], help=f"server runtime threads (default {d['threads']})")
@@ -78,12 +111,23 @@ def config_from_args(args: argparse.Namespace):
             raise ConfigError(f"--speculative-config: not JSON ({e.msg})") from None
     kv = "fp8" if args.kv_cache_dtype.startswith("fp8") else args.kv_cache_dtype
     return SimConfig(
-        profile=args.profile, tokenizer=args.tokenizer, max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens, enable_prefix_caching=args.enable_prefix_caching,
-        gpu_memory_utilization=args.gpu_memory_utilization, block_size=args.block_size,
-        scheduling_policy=args.scheduling_policy, long_prefill_token_threshold=args.long_prefill_token_threshold,
-        speculative_config=spec, kv_cache_dtype=kv, max_model_len=args.max_model_len, seed=args.seed,
-        served_model_name=args.served_model_name, time_scale=args.time_scale, host=args.host, port=args.port,
+        profile=args.profile,
+        tokenizer=args.tokenizer,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        enable_prefix_caching=args.enable_prefix_caching,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        block_size=args.block_size,
+        scheduling_policy=args.scheduling_policy,
+        long_prefill_token_threshold=args.long_prefill_token_threshold,
+        speculative_config=spec,
+        kv_cache_dtype=kv,
+        max_model_len=args.max_model_len,
+        seed=args.seed,
+        served_model_name=args.served_model_name,
+        time_scale=args.time_scale,
+        host=args.host,
+        port=args.port,
         threads=args.threads,
     )
 
@@ -105,9 +149,12 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, previous)
         return 0
     print(f"listening on {server.url}", flush=True)
-    print(f"profile {config.profile} | {server.num_gpu_blocks} KV blocks of {config.block_size} tokens | "
-          f"max-model-len {server.max_model_len} | model {config.served_model_name} | "
-          f"time scale {config.time_scale:g}", flush=True)
+    print(
+        f"profile {config.profile} | {server.num_gpu_blocks} KV blocks of {config.block_size} tokens | "
+        f"max-model-len {server.max_model_len} | model {config.served_model_name} | "
+        f"time scale {config.time_scale:g}",
+        flush=True,
+    )
     try:
         while True:
             time.sleep(0.5)

@@ -23,8 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "generate",
         help="write a seeded synthetic workload shaped like production traffic",
         description="Sessions of several turns with think times, shared system prompts, gamma-bursty "
-                    "arrivals and heavy-tailed prompt and output lengths, with exact token counts under "
-                    "a real tokenizer.",
+        "arrivals and heavy-tailed prompt and output lengths, with exact token counts under "
+        "a real tokenizer.",
     )
     p.add_argument("-o", "--out", type=Path, required=True, help="Trace Parquet file to write")
     p.add_argument("--requests", type=int, default=1000, help="number of requests (default 1000)")
@@ -38,76 +38,97 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="default", help="model name written in the bodies")
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("import", help="convert a public trace (Azure, BurstGPT, vidur CSV; Mooncake / AIPerf "
-                                      "JSONL) or a request log (OpenAI, LiteLLM, Langfuse JSONL) to a Trace",
-                       description="Token-only traces are read in one streaming pass and stored without text: "
-                                   "the replay synthesizes each prompt, with the trace's token counts (and, for "
-                                   "Mooncake, its prefix sharing) under a real tokenizer; an AIPerf mooncake_trace row "
-                                   "with text_input or messages keeps its text. "
-                                   "Request logs keep their real requests, read in two streaming passes "
-                                   "(where each request is and when it arrived; then the requests in "
-                                   "arrival order, a chunk at a time): tokens, block hashes and sessions "
-                                   "come from the raw text, which is redacted with the key from "
-                                   "$REPLAY_REDACT_KEY or --key-file before anything is written "
-                                   "(--no-redact writes the raw text).")
+    p = sub.add_parser(
+        "import",
+        help="convert a public trace (Azure, BurstGPT, vidur CSV; Mooncake / AIPerf "
+        "JSONL) or a request log (OpenAI, LiteLLM, Langfuse JSONL) to a Trace",
+        description="Token-only traces are read in one streaming pass and stored without text: "
+        "the replay synthesizes each prompt, with the trace's token counts (and, for "
+        "Mooncake, its prefix sharing) under a real tokenizer; an AIPerf mooncake_trace row "
+        "with text_input or messages keeps its text. "
+        "Request logs keep their real requests, read in two streaming passes "
+        "(where each request is and when it arrived; then the requests in "
+        "arrival order, a chunk at a time): tokens, block hashes and sessions "
+        "come from the raw text, which is redacted with the key from "
+        "$REPLAY_REDACT_KEY or --key-file before anything is written "
+        "(--no-redact writes the raw text).",
+    )
     p.add_argument("format", choices=IMPORT_FORMATS, help="the input format")
     p.add_argument("path", type=Path, help="the input file")
     p.add_argument("-o", "--out", type=Path, required=True, help="Trace Parquet file to write")
     p.add_argument("--limit", type=int, help="import only the first N rows")
     p.add_argument("--tokenizer", default="gpt2", help="gpt2, qwen2 or a tokenizer.json path (default gpt2)")
     p.add_argument("--block-size", type=int, help="tokens per hashed block (default 16; mooncake: 512)")
-    p.add_argument("--hash-block", type=int,
-                   help="mooncake: tokens per hash id in the file (default 512, Mooncake's own; a file from "
-                        "`replay export mooncake --block-size N` has N)")
-    p.add_argument("--seed", type=int, default=0, help="seed for synthesized text (public traces) or the "
-                                                       "arrivals --rate draws (default 0)")
-    p.add_argument("--model", help="public traces: the model name of every request (default: the trace's, "
-                                   "else none)")
-    p.add_argument("--skip-bad", action="store_true",
-                   help="skip malformed lines (counted in the import report) instead of stopping at the first")
+    p.add_argument(
+        "--hash-block",
+        type=int,
+        help="mooncake: tokens per hash id in the file (default 512, Mooncake's own; a file from "
+        "`replay export mooncake --block-size N` has N)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed for synthesized text (public traces) or the arrivals --rate draws (default 0)"
+    )
+    p.add_argument("--model", help="public traces: the model name of every request (default: the trace's, else none)")
+    p.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="skip malformed lines (counted in the import report) instead of stopping at the first",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--rate", type=float, help="openai: an OpenAI Batch input file has no times; space its "
-                                              "requests as a Poisson process of R req/s")
-    p.add_argument("--key-file", type=Path, help="logs: file holding the redaction key (default: "
-                                                 "$REPLAY_REDACT_KEY)")
-    p.add_argument("--no-redact", action="store_true",
-                   help="logs: write the raw text, unredacted (the trace is marked redaction_policy=none)")
+    p.add_argument(
+        "--rate",
+        type=float,
+        help="openai: an OpenAI Batch input file has no times; space its requests as a Poisson process of R req/s",
+    )
+    p.add_argument("--key-file", type=Path, help="logs: file holding the redaction key (default: $REPLAY_REDACT_KEY)")
+    p.add_argument(
+        "--no-redact",
+        action="store_true",
+        help="logs: write the raw text, unredacted (the trace is marked redaction_policy=none)",
+    )
     p.set_defaults(func=cmd_import)
 
     p = sub.add_parser(
-        "redact", help="redact PII in a Trace with keyed, shape-keeping surrogates",
+        "redact",
+        help="redact PII in a Trace with keyed, shape-keeping surrogates",
         description="Every prompt string and recorded answer is analysed with Presidio (offline spaCy "
-                    "model, secret recognizers) and each entity is replaced by a keyed surrogate of "
-                    "the same type, format and token count, the same everywhere in the trace. Each "
-                    "distinct text is analysed once; a request whose text cannot be analysed is "
-                    "quarantined (left out and counted), never written raw. The report goes in the "
-                    "output's metadata and on the terminal.")
+        "model, secret recognizers) and each entity is replaced by a keyed surrogate of "
+        "the same type, format and token count, the same everywhere in the trace. Each "
+        "distinct text is analysed once; a request whose text cannot be analysed is "
+        "quarantined (left out and counted), never written raw. The report goes in the "
+        "output's metadata and on the terminal.",
+    )
     p.add_argument("trace", type=Path, help="the Trace Parquet file to redact")
     p.add_argument("-o", "--out", type=Path, required=True, help="the redacted Trace to write")
-    p.add_argument("--key-file", type=Path, help="file holding the redaction key (default: "
-                                                 "$REPLAY_REDACT_KEY)")
+    p.add_argument("--key-file", type=Path, help="file holding the redaction key (default: $REPLAY_REDACT_KEY)")
     p.add_argument("--processes", type=int, help="analyser worker processes (default: the CPUs, at most 8)")
-    p.add_argument("--timeout", type=float, default=60.0,
-                   help="seconds one text's analysis may take before it is quarantined (default 60)")
-    p.add_argument("--ray", action="store_true",
-                   help="redact on a Ray cluster (Ray Data: read Parquet, map_batches over actors, "
-                        "the rows written here in order; same output as without): the one "
-                        "RAY_ADDRESS names, else one started on this machine (pip install "
-                        "'faithful-replay[ray]')")
-    p.add_argument("--actors", type=int,
-                   help="with --ray: redacting actors, each with one analysis process (default: "
-                        "the cluster's CPUs)")
+    p.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds one text's analysis may take before it is quarantined (default 60)"
+    )
+    p.add_argument(
+        "--ray",
+        action="store_true",
+        help="redact on a Ray cluster (Ray Data: read Parquet, map_batches over actors, "
+        "the rows written here in order; same output as without): the one "
+        "RAY_ADDRESS names, else one started on this machine (pip install "
+        "'faithful-replay[ray]')",
+    )
+    p.add_argument(
+        "--actors", type=int, help="with --ray: redacting actors, each with one analysis process (default: the cluster's CPUs)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_redact)
 
     p = sub.add_parser(
-        "export", help="write a Trace in another tool's format (Mooncake, AIPerf mooncake_trace, OpenAI log)",
+        "export",
+        help="write a Trace in another tool's format (Mooncake, AIPerf mooncake_trace, OpenAI log)",
         description="mooncake: Mooncake JSON Lines with hash_ids at --block-size (ids numbered in order of "
-                    "first appearance; the partial last block gets one too). A reader must use the same "
-                    "block size: vLLM's timed_trace reader assumes 16 unless told, which turns 512-token "
-                    "ids into prompts 32x too short without a warning. aiperf: AIPerf's mooncake_trace with "
-                    "messages (the text is written out, synthesized where the trace stores none). openai: "
-                    "a request log as `replay import openai` reads it.")
+        "first appearance; the partial last block gets one too). A reader must use the same "
+        "block size: vLLM's timed_trace reader assumes 16 unless told, which turns 512-token "
+        "ids into prompts 32x too short without a warning. aiperf: AIPerf's mooncake_trace with "
+        "messages (the text is written out, synthesized where the trace stores none). openai: "
+        "a request log as `replay import openai` reads it.",
+    )
     p.add_argument("format", choices=EXPORT_FORMATS, help="the output format")
     p.add_argument("trace", type=Path, help="the Trace Parquet file")
     p.add_argument("-o", "--out", type=Path, required=True, help="the JSON Lines file to write")
@@ -115,19 +136,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("sample", help="keep a seeded share of a Trace's sessions, whole sessions at a time",
-                       description="Each session is kept or not by a seeded hash of its id, so all its turns "
-                                   "(and the prefix sharing between them) stay together; a request without a "
-                                   "session is a session of its own. Streams the file a row batch at a time.")
+    p = sub.add_parser(
+        "sample",
+        help="keep a seeded share of a Trace's sessions, whole sessions at a time",
+        description="Each session is kept or not by a seeded hash of its id, so all its turns "
+        "(and the prefix sharing between them) stay together; a request without a "
+        "session is a session of its own. Streams the file a row batch at a time.",
+    )
     p.add_argument("trace", type=Path, help="the Trace Parquet file")
     p.add_argument("-o", "--out", type=Path, required=True, help="the Trace to write")
     p.add_argument("--sessions", type=float, required=True, help="share of sessions to keep, in (0, 1]")
     p.add_argument("--seed", type=int, default=0, help="seed of the draw (default 0)")
     p.set_defaults(func=cmd_sample)
 
-    p = sub.add_parser("slice", help="cut a time window out of a Trace",
-                       description="Keeps the requests arriving in [--from, --to) seconds from the trace's "
-                                   "start; time 0 of the new trace is --from. Streams the file.")
+    p = sub.add_parser(
+        "slice",
+        help="cut a time window out of a Trace",
+        description="Keeps the requests arriving in [--from, --to) seconds from the trace's "
+        "start; time 0 of the new trace is --from. Streams the file.",
+    )
     p.add_argument("trace", type=Path, help="the Trace Parquet file")
     p.add_argument("-o", "--out", type=Path, required=True, help="the Trace to write")
     p.add_argument("--from", dest="start", type=float, default=0.0, help="window start, s (default 0)")
@@ -148,9 +175,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from replay.generate import GenerateConfig, generate
 
     config = GenerateConfig(
-        n_requests=args.requests, seed=args.seed, rate=args.rate, burst_cv=args.burst_cv,
-        n_system_prompts=args.system_prompts, turns_mean=args.turns, tokenizer=args.tokenizer,
-        block_size=args.block_size, model=args.model,
+        n_requests=args.requests,
+        seed=args.seed,
+        rate=args.rate,
+        burst_cv=args.burst_cv,
+        n_system_prompts=args.system_prompts,
+        turns_mean=args.turns,
+        tokenizer=args.tokenizer,
+        block_size=args.block_size,
+        model=args.model,
     )
     trace = generate(config)
     _wrote(trace, trace.write(args.out))
@@ -165,15 +198,20 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.hash_block is not None and args.format != "mooncake":
         raise ConfigError("--hash-block: only for mooncake (the other formats have no hash ids)")
     if args.format in SYNTHETIC_FORMATS:
-        for flag, given in (("--rate", args.rate is not None),
-                            ("--key-file", args.key_file is not None), ("--no-redact", args.no_redact)):
+        for flag, given in (
+            ("--rate", args.rate is not None),
+            ("--key-file", args.key_file is not None),
+            ("--no-redact", args.no_redact),
+        ):
             if given:
-                raise ConfigError(f"{flag}: only for request logs ({', '.join(LOG_FORMATS)}); "
-                                  f"{args.format} traces get synthesized text")
+                raise ConfigError(
+                    f"{flag}: only for request logs ({', '.join(LOG_FORMATS)}); {args.format} traces get synthesized text"
+                )
         return _import_synthetic(args)
     if args.model is not None:
-        raise ConfigError(f"--model: only for public traces ({', '.join(SYNTHETIC_FORMATS)}); a log keeps "
-                          "the model each request named")
+        raise ConfigError(
+            f"--model: only for public traces ({', '.join(SYNTHETIC_FORMATS)}); a log keeps the model each request named"
+        )
     if args.no_redact and args.key_file is not None:
         raise ConfigError("--key-file: not with --no-redact")
     key = None
@@ -183,10 +221,22 @@ def cmd_import(args: argparse.Namespace) -> int:
         key = load_key(args.key_file)  # before reading the input: no key, no work
     from capture.importers import import_log
 
-    return _import(args, lambda progress: import_log(
-        args.format, args.path, args.out, tokenizer=args.tokenizer,
-        block_size=16 if args.block_size is None else args.block_size, skip_bad=args.skip_bad,
-        rate=args.rate, seed=args.seed, limit=args.limit, key=key, progress=progress))
+    return _import(
+        args,
+        lambda progress: import_log(
+            args.format,
+            args.path,
+            args.out,
+            tokenizer=args.tokenizer,
+            block_size=16 if args.block_size is None else args.block_size,
+            skip_bad=args.skip_bad,
+            rate=args.rate,
+            seed=args.seed,
+            limit=args.limit,
+            key=key,
+            progress=progress,
+        ),
+    )
 
 
 def cmd_redact(args: argparse.Namespace) -> int:
@@ -207,12 +257,12 @@ def cmd_redact(args: argparse.Namespace) -> int:
         from redact.ray_data import redact_file_ray
 
         def run(progress):
-            return redact_file_ray(args.trace, args.out, key, actors=args.actors,
-                                   timeout_s=args.timeout, progress=progress)
+            return redact_file_ray(args.trace, args.out, key, actors=args.actors, timeout_s=args.timeout, progress=progress)
     else:
+
         def run(progress):
-            return redact_file(args.trace, args.out, key, processes=args.processes,
-                               timeout_s=args.timeout, progress=progress)
+            return redact_file(args.trace, args.out, key, processes=args.processes, timeout_s=args.timeout, progress=progress)
+
     if args.quiet:
         report = run(None)
     else:
@@ -229,14 +279,12 @@ def cmd_redact(args: argparse.Namespace) -> int:
 def _import_synthetic(args: argparse.Namespace) -> int:
     from capture.importers import import_token_trace
 
-    kwargs = dict(tokenizer=args.tokenizer, seed=args.seed, limit=args.limit, model=args.model,
-                  skip_bad=args.skip_bad)
+    kwargs = dict(tokenizer=args.tokenizer, seed=args.seed, limit=args.limit, model=args.model, skip_bad=args.skip_bad)
     if args.block_size is not None:
         kwargs["block_size"] = args.block_size
     if args.hash_block is not None:
         kwargs["hash_block"] = args.hash_block
-    return _import(args, lambda progress: import_token_trace(args.format, args.path, args.out,
-                                                             progress=progress, **kwargs))
+    return _import(args, lambda progress: import_token_trace(args.format, args.path, args.out, progress=progress, **kwargs))
 
 
 def _import(args: argparse.Namespace, work) -> int:
@@ -252,8 +300,10 @@ def _import(args: argparse.Namespace, work) -> int:
             result = work(lambda rows: bar.update(task, completed=rows))
     report = json.loads(result.meta.import_report)
     if report.get("skipped_lines"):
-        print(f"skipped {report['skipped_lines']} malformed lines (first: "
-              f"{report['first_skipped'][0]['line']}: {report['first_skipped'][0]['reason']})")
+        print(
+            f"skipped {report['skipped_lines']} malformed lines (first: "
+            f"{report['first_skipped'][0]['line']}: {report['first_skipped'][0]['reason']})"
+        )
     if result.redaction is not None:
         print(result.redaction.summary())
     print(f"wrote {result.path} ({result.rows} requests)")
@@ -279,12 +329,14 @@ def cmd_export(args: argparse.Namespace) -> int:
 
         with Progress(transient=True) as bar:
             task = bar.add_task(f"exporting {args.trace.name}", total=len(trace))
-            result = export_trace(args.format, trace, args.out,
-                                  progress=lambda done: bar.update(task, completed=done), **kwargs)
+            result = export_trace(args.format, trace, args.out, progress=lambda done: bar.update(task, completed=done), **kwargs)
     if result.quarantined:
-        print("kept out by the second lock (a PII shape that is not a surrogate of this trace), records per "
-              "type: " + ", ".join(f"{k} {v}" for k, v in sorted(result.quarantined.items()))
-              + ("" if trace.meta.lock_exempt else " (the trace lists no surrogates: its lock_exempt is empty)"))
+        print(
+            "kept out by the second lock (a PII shape that is not a surrogate of this trace), records per "
+            "type: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(result.quarantined.items()))
+            + ("" if trace.meta.lock_exempt else " (the trace lists no surrogates: its lock_exempt is empty)")
+        )
     print(f"wrote {args.out} ({result.written} requests)")
     if not result.locked:
         print("the second lock is bypassed: the trace is raw (redaction_policy=none)", file=sys.stderr)
@@ -305,8 +357,9 @@ def _rows_progress(label: str, work) -> int:
 def cmd_sample(args: argparse.Namespace) -> int:
     from replay.subsets import sample_sessions
 
-    n = _rows_progress("sampling", lambda progress: sample_sessions(
-        args.trace, args.out, args.sessions, seed=args.seed, progress=progress))
+    n = _rows_progress(
+        "sampling", lambda progress: sample_sessions(args.trace, args.out, args.sessions, seed=args.seed, progress=progress)
+    )
     print(f"wrote {args.out} ({n} requests)")
     return 0
 
@@ -314,8 +367,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
 def cmd_slice(args: argparse.Namespace) -> int:
     from replay.subsets import slice_window
 
-    n = _rows_progress("slicing", lambda progress: slice_window(
-        args.trace, args.out, args.start, args.end, progress=progress))
+    n = _rows_progress("slicing", lambda progress: slice_window(args.trace, args.out, args.start, args.end, progress=progress))
     print(f"wrote {args.out} ({n} requests)")
     return 0
 
@@ -348,6 +400,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     console.print(f"rate over time ({series['bin_s']:g} s bins, peak {max(rps, default=0):.3g} req/s):")
     print(sparkline(rps))
     if summary.get("bucketed_timestamps"):
-        print("warning: timestamps look bucketed (many requests share one time); replaying them "
-              "verbatim makes synchronized bursts")
+        print(
+            "warning: timestamps look bucketed (many requests share one time); replaying them verbatim makes synchronized bursts"
+        )
     return 0

@@ -20,8 +20,7 @@ from replay._lazy import lazy_exports
 
 _EXPORTS = {
     "replay.targets.url": ("base_url", "check_target"),
-    "replay.targets.engine": ("Engine", "Knob", "KnobKind", "COMMON_METRICS", "check_config",
-                              "config_args"),
+    "replay.targets.engine": ("Engine", "Knob", "KnobKind", "COMMON_METRICS", "check_config", "config_args"),
     "replay.targets.process": ("ProcessEngine", "RunningEngine", "free_port"),
     "replay.targets.prometheus": ("Scrape", "Sample", "Histogram", "parse"),
     "replay.targets.sim_engine": ("SimEngine", "SIM_KNOBS"),
@@ -30,8 +29,14 @@ _EXPORTS = {
     "replay.targets.sglang_engine": ("SGLang", "SGLANG_KNOBS"),
     "replay.targets.llamacpp_build": ("build_llama_server", "llama_server_path"),
     "replay.targets.vllm_install": ("install_vllm", "vllm_python"),
-    "replay.targets.tiny_models": ("TinyLlama", "make_tiny_gguf", "make_tiny_hf", "tiny_gguf_path", "tiny_hf_path",
-                                   "smollm2_path"),
+    "replay.targets.tiny_models": (
+        "TinyLlama",
+        "make_tiny_gguf",
+        "make_tiny_hf",
+        "tiny_gguf_path",
+        "tiny_hf_path",
+        "smollm2_path",
+    ),
     "replay.targets.registry": ("ENGINES", "engine_class"),
 }
 __all__, __getattr__, __dir__ = lazy_exports("replay.targets", _EXPORTS)

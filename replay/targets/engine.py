@@ -18,8 +18,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from replay.errors import ConfigError
 
 
-__all__ = ["KnobKind", "Knob", "Engine", "Running", "check_config", "config_args",
-           "COMMON_METRICS"]
+__all__ = ["KnobKind", "Knob", "Engine", "Running", "check_config", "config_args", "COMMON_METRICS"]
 
 KnobKind = Literal["int", "float", "bool", "choice", "json"]
 KNOB_KINDS = ("int", "float", "bool", "choice", "json")
@@ -93,8 +92,9 @@ class Knob:
                         raise ValueError
                     number = int(number)
             except (TypeError, ValueError):
-                raise ConfigError(f"{where}: expected {'an integer' if self.kind == 'int' else 'a number'}, "
-                                  f"got {value!r}") from None
+                raise ConfigError(
+                    f"{where}: expected {'an integer' if self.kind == 'int' else 'a number'}, got {value!r}"
+                ) from None
             if self.range is not None and not self.range[0] <= number <= self.range[1]:
                 raise ConfigError(f"{where}: {number} outside [{_fmt(self.range[0])}, {_fmt(self.range[1])}]")
             return number
@@ -127,8 +127,14 @@ class Knob:
 
     def describe(self) -> dict[str, Any]:
         """A JSON-ready description (for `replay engines list --json` and tuners)."""
-        out: dict[str, Any] = {"name": self.name, "flag": self.flag, "kind": self.kind,
-                               "default": self.default, "lossless": self.lossless, "doc": self.doc}
+        out: dict[str, Any] = {
+            "name": self.name,
+            "flag": self.flag,
+            "kind": self.kind,
+            "default": self.default,
+            "lossless": self.lossless,
+            "doc": self.doc,
+        }
         if self.range is not None:
             out["range"] = list(self.range)
         if self.choices:
@@ -195,4 +201,3 @@ def config_args(engine_name: str, knobs: Sequence[Knob], config: Mapping[str, An
         if knob.name in checked:
             words += knob.args(checked[knob.name])
     return words
-

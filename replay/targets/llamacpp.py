@@ -24,30 +24,68 @@ __all__ = ["LlamaServer", "LLAMACPP_KNOBS", "LLAMACPP_METRICS", "KV_CACHE_TYPES"
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
 LLAMACPP_KNOBS: tuple[Knob, ...] = (
-    Knob("ctx_size", "-c", "int", default=None, range=(0, 1 << 20),
-         doc="KV cache size in tokens, shared by all slots (0: the model's context)"),
-    Knob("parallel", "-np", "int", default=None, range=(1, 256),
-         doc="server slots: requests decoded at once (default: auto)"),
-    Knob("batch_size", "-b", "int", default=2048, range=(1, 1 << 16),
-         doc="logical batch: most prompt tokens submitted per decode call"),
-    Knob("ubatch_size", "-ub", "int", default=512, range=(1, 1 << 16),
-         doc="physical batch: most tokens per compute step"),
-    Knob("threads", "-t", "int", default=None, range=(1, 512),
-         doc="CPU threads for generation (default: all cores)"),
-    Knob("cache_reuse", "--cache-reuse", "int", default=0, range=(0, 1 << 16),
-         doc="smallest chunk reused from the cache by KV shifting (0: off)"),
-    Knob("flash_attn", "-fa", "choice", default="auto", choices=("on", "off", "auto"),
-         doc="flash attention"),
-    Knob("cont_batching", "--cont-batching", "bool", default=True, off_flag="--no-cont-batching",
-         doc="continuous (in-flight) batching"),
-    Knob("kv_unified", "--kv-unified", "bool", default=None, off_flag="--no-kv-unified",
-         doc="one KV buffer shared by all slots (default: on when slots are auto)"),
-    Knob("cache_ram", "--cache-ram", "int", default=8192, range=(-1, 1 << 20),
-         doc="MiB of host RAM for the prompt cache across slots (-1: no limit, 0: off)"),
-    Knob("cache_type_k", "-ctk", "choice", default="f16", choices=KV_CACHE_TYPES, lossless=False,
-         doc="K cache precision"),
-    Knob("cache_type_v", "-ctv", "choice", default="f16", choices=KV_CACHE_TYPES, lossless=False,
-         doc="V cache precision (quantized V needs flash attention)"),
+    Knob(
+        "ctx_size",
+        "-c",
+        "int",
+        default=None,
+        range=(0, 1 << 20),
+        doc="KV cache size in tokens, shared by all slots (0: the model's context)",
+    ),
+    Knob("parallel", "-np", "int", default=None, range=(1, 256), doc="server slots: requests decoded at once (default: auto)"),
+    Knob(
+        "batch_size",
+        "-b",
+        "int",
+        default=2048,
+        range=(1, 1 << 16),
+        doc="logical batch: most prompt tokens submitted per decode call",
+    ),
+    Knob("ubatch_size", "-ub", "int", default=512, range=(1, 1 << 16), doc="physical batch: most tokens per compute step"),
+    Knob("threads", "-t", "int", default=None, range=(1, 512), doc="CPU threads for generation (default: all cores)"),
+    Knob(
+        "cache_reuse",
+        "--cache-reuse",
+        "int",
+        default=0,
+        range=(0, 1 << 16),
+        doc="smallest chunk reused from the cache by KV shifting (0: off)",
+    ),
+    Knob("flash_attn", "-fa", "choice", default="auto", choices=("on", "off", "auto"), doc="flash attention"),
+    Knob(
+        "cont_batching",
+        "--cont-batching",
+        "bool",
+        default=True,
+        off_flag="--no-cont-batching",
+        doc="continuous (in-flight) batching",
+    ),
+    Knob(
+        "kv_unified",
+        "--kv-unified",
+        "bool",
+        default=None,
+        off_flag="--no-kv-unified",
+        doc="one KV buffer shared by all slots (default: on when slots are auto)",
+    ),
+    Knob(
+        "cache_ram",
+        "--cache-ram",
+        "int",
+        default=8192,
+        range=(-1, 1 << 20),
+        doc="MiB of host RAM for the prompt cache across slots (-1: no limit, 0: off)",
+    ),
+    Knob("cache_type_k", "-ctk", "choice", default="f16", choices=KV_CACHE_TYPES, lossless=False, doc="K cache precision"),
+    Knob(
+        "cache_type_v",
+        "-ctv",
+        "choice",
+        default="f16",
+        choices=KV_CACHE_TYPES,
+        lossless=False,
+        doc="V cache precision (quantized V needs flash attention)",
+    ),
 )
 
 # llama.cpp counts the prompt tokens it evaluated (llamacpp:prompt_tokens_total, "excluding cached
@@ -96,8 +134,7 @@ class LlamaServer(ProcessEngine):
         return str(found) if found is not None else "llama-server"
 
     def command(self, config: Mapping[str, Any], port: int) -> list[str]:
-        cmd = [self._binary(), "-m", str(self.model), "--host", "127.0.0.1", "--port", str(port),
-               "--metrics", "--no-webui"]
+        cmd = [self._binary(), "-m", str(self.model), "--host", "127.0.0.1", "--port", str(port), "--metrics", "--no-webui"]
         if self.alias:
             cmd += ["--alias", self.alias]
         return cmd + config_args(self.name, self.knobs, config) + list(self.extra_args)
@@ -106,8 +143,7 @@ class LlamaServer(ProcessEngine):
         binary = self._binary()
         if os.sep not in binary:
             if shutil.which(binary) is None:
-                raise TargetError("llama-server: not built; run `replay engines build-llama-server` "
-                                  "(or pass binary=...)")
+                raise TargetError("llama-server: not built; run `replay engines build-llama-server` (or pass binary=...)")
         elif not os.access(binary, os.X_OK):
             raise TargetError(f"llama-server: {binary} is not an executable file")
 

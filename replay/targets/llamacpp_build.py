@@ -24,8 +24,7 @@ from pathlib import Path
 from replay.errors import TargetError
 from replay.llamacpp_sdist import SDIST_VERSION, cache_dir, extract_tree
 
-__all__ = ["LLAMA_SERVER_VERSION", "CMAKE_FLAGS", "llama_server_dir", "llama_server_path",
-           "build_llama_server"]
+__all__ = ["LLAMA_SERVER_VERSION", "CMAKE_FLAGS", "llama_server_dir", "llama_server_path", "build_llama_server"]
 
 LLAMA_SERVER_VERSION = SDIST_VERSION
 ENV_BINARY = "FAITHFUL_REPLAY_LLAMA_SERVER"
@@ -75,8 +74,7 @@ def _say(msg: str) -> None:
     print(f"llama-server: {msg}", file=sys.stderr, flush=True)
 
 
-def build_llama_server(jobs: int | None = None, progress: Callable[[str], None] | None = _say,
-                       force: bool = False) -> Path:
+def build_llama_server(jobs: int | None = None, progress: Callable[[str], None] | None = _say, force: bool = False) -> Path:
     """Build (once) and return the path of the cached ``llama-server`` binary.
 
     ``jobs`` defaults to the number of CPUs; ``progress`` gets one-line status messages (None to
@@ -92,9 +90,9 @@ def build_llama_server(jobs: int | None = None, progress: Callable[[str], None] 
     engines.mkdir(parents=True, exist_ok=True)
     with open(engines / ".llama-server.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not force and binary.is_file():   # someone else built it while we waited
+        if not force and binary.is_file():  # someone else built it while we waited
             return binary
-        for stale in engines.glob(".build-llama-server-*"):   # left by a build that was killed
+        for stale in engines.glob(".build-llama-server-*"):  # left by a build that was killed
             shutil.rmtree(stale, ignore_errors=True)
         return _build(final, jobs or os.cpu_count() or 1, say)
 
@@ -102,8 +100,10 @@ def build_llama_server(jobs: int | None = None, progress: Callable[[str], None] 
 def _build(final: Path, jobs: int, say: Callable[[str], None]) -> Path:
     cmake = _tool("cmake")
     if cmake is None:
-        raise TargetError("llama-server build: cmake not found; `python -m pip install cmake ninja` "
-                          "(or apt-get install cmake ninja-build) and retry")
+        raise TargetError(
+            "llama-server build: cmake not found; `python -m pip install cmake ninja` "
+            "(or apt-get install cmake ninja-build) and retry"
+        )
     ninja = _tool("ninja")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(dir=final.parent, prefix=".build-llama-server-") as tmp:
@@ -117,7 +117,7 @@ def _build(final: Path, jobs: int, say: Callable[[str], None]) -> Path:
             configure += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
         compile_ = [cmake, "--build", str(build), "--target", "llama-server", "-j", str(jobs)]
         say(f"building with {jobs} job(s) (about 10 min on 2 cores); log: {log_path}")
-        with open(log_path, "w", buffering=1) as log:   # line-buffered: the log is live
+        with open(log_path, "w", buffering=1) as log:  # line-buffered: the log is live
             _run(configure, log, log_path, say, "configure")
             _run(compile_, log, log_path, say, "compile")
         built = build / "bin" / "llama-server"
@@ -131,8 +131,7 @@ def _build(final: Path, jobs: int, say: Callable[[str], None]) -> Path:
         stage.mkdir()
         shutil.copy2(built, stage / "llama-server")
         shutil.copy2(log_path, stage / "build.log")
-        (stage / "VERSION").write_text(
-            f"{LLAMA_SERVER_VERSION}\n{(check.stdout + check.stderr).strip()}\n")
+        (stage / "VERSION").write_text(f"{LLAMA_SERVER_VERSION}\n{(check.stdout + check.stderr).strip()}\n")
         if final.exists():
             old = final.with_name(final.name + ".old")
             shutil.rmtree(old, ignore_errors=True)
@@ -148,8 +147,7 @@ def _build(final: Path, jobs: int, say: Callable[[str], None]) -> Path:
 def _run(cmd: list[str], log, log_path: Path, say: Callable[[str], None], step: str) -> None:
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
     assert proc.stdout is not None
     last_tenth = -1
     for line in proc.stdout:

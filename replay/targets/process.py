@@ -99,8 +99,14 @@ class ProcessEngine:
     def check(self, config: Mapping[str, Any] | None) -> dict[str, Any]:
         return check_config(self.name, self.knobs, {**self.defaults, **(config or {})})
 
-    def launch(self, config: Mapping[str, Any] | None = None, port: int = 0, *,
-               log_path: str | Path | None = None, ready_timeout_s: float | None = None) -> RunningEngine:
+    def launch(
+        self,
+        config: Mapping[str, Any] | None = None,
+        port: int = 0,
+        *,
+        log_path: str | Path | None = None,
+        ready_timeout_s: float | None = None,
+    ) -> RunningEngine:
         """Start with ``config``, wait for health, return the running engine.
 
         ``port`` 0 picks a free one. The log goes to ``log_path`` if given (kept afterwards),
@@ -118,8 +124,9 @@ class ProcessEngine:
         started = time.monotonic()
         with open(log, "wb") as out:
             try:
-                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        env=env, start_new_session=True)
+                proc = subprocess.Popen(
+                    cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+                )
             except OSError as e:
                 shutil.rmtree(scratch, ignore_errors=True)
                 raise TargetError(f"{self.name}: cannot start `{shlex.join(cmd)}` ({e.strerror or e})") from e
@@ -136,15 +143,23 @@ class ProcessEngine:
 class RunningEngine:
     """A started engine: its URL, process, log and metrics; a context manager that stops it."""
 
-    def __init__(self, engine: ProcessEngine, command: list[str], process: subprocess.Popen,
-                 url: str, log_path: Path, scratch: Path, config: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        engine: ProcessEngine,
+        command: list[str],
+        process: subprocess.Popen,
+        url: str,
+        log_path: Path,
+        scratch: Path,
+        config: dict[str, Any],
+    ) -> None:
         self.engine = engine
         self.command = command
         self.process = process
         self.url = url
         self.log_path = log_path
         self.config = config
-        self.start_s: float | None = None   # seconds from spawn to healthy
+        self.start_s: float | None = None  # seconds from spawn to healthy
         self._scratch = scratch
         self._final_tail: list[str] | None = None
 
@@ -224,7 +239,7 @@ class RunningEngine:
             pass
 
     def _group_alive(self) -> bool:
-        self.process.poll()     # reap the leader, so that a zombie does not count
+        self.process.poll()  # reap the leader, so that a zombie does not count
         try:
             os.killpg(self.process.pid, 0)
         except (ProcessLookupError, PermissionError):

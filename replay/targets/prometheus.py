@@ -111,15 +111,16 @@ class Scrape:
         for s in self.find(f"{name}_bucket", **labels):
             le = s.label("le")
             if le is not None:
-                bound = float(le)                       # "+Inf" included
+                bound = float(le)  # "+Inf" included
                 buckets[bound] = buckets.get(bound, 0.0) + s.value
         if not buckets:
             return None
         total = self.value(f"{name}_sum", **labels)
         count = self.value(f"{name}_count", **labels)
         ordered = tuple(sorted(buckets.items()))
-        return Histogram(buckets=ordered, sum=total if total is not None else math.nan,
-                         count=count if count is not None else ordered[-1][1])
+        return Histogram(
+            buckets=ordered, sum=total if total is not None else math.nan, count=count if count is not None else ordered[-1][1]
+        )
 
     def flat(self) -> dict[str, float]:
         """Every sample keyed as Prometheus writes it (``name{labels}``)."""
@@ -160,15 +161,14 @@ class _Lines:
 def _add_family(scrape: Scrape, family: Metric, types: dict[str, str]) -> None:
     """Add one parsed family to ``scrape`` under the names its text declared and wrote."""
     name = family.name
-    renamed = family.type == "counter" and types.get(name) == "counter"   # declared without _total
+    renamed = family.type == "counter" and types.get(name) == "counter"  # declared without _total
     if family.type == "counter" and not renamed:
-        name += "_total"                                # the parser drops a declared counter's _total
+        name += "_total"  # the parser drops a declared counter's _total
     if family.documentation:
         scrape.help[name] = family.documentation
     for s in family.samples:
         sample_name = s.name[: -len("_total")] if renamed and s.name.endswith("_total") else s.name
-        scrape.samples.append(Sample(name=sample_name, labels=tuple(sorted(s.labels.items())),
-                                     value=float(s.value)))
+        scrape.samples.append(Sample(name=sample_name, labels=tuple(sorted(s.labels.items())), value=float(s.value)))
 
 
 def parse(text: str, source: str = "/metrics") -> Scrape:
@@ -178,11 +178,10 @@ def parse(text: str, source: str = "/metrics") -> Scrape:
     lines = _Lines(text)
     scrape = Scrape()
     try:
-        for family in text_fd_to_metric_families(lines):   # type: ignore[arg-type]
+        for family in text_fd_to_metric_families(lines):  # type: ignore[arg-type]
             _add_family(scrape, family, lines.types)
-    except (ValueError, IndexError) as e:           # the parser raises both on malformed lines
+    except (ValueError, IndexError) as e:  # the parser raises both on malformed lines
         reason = " ".join(str(e).split()) or type(e).__name__
-        raise TargetError(f"{source}: line {lines.number}: cannot parse {lines.line.strip()[:120]!r} "
-                          f"({reason[:120]})") from e
+        raise TargetError(f"{source}: line {lines.number}: cannot parse {lines.line.strip()[:120]!r} ({reason[:120]})") from e
     scrape.types = lines.types
     return scrape

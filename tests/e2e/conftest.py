@@ -11,8 +11,9 @@ from tests.integration.conftest import scripted  # noqa: F401  (re-exported fixt
 
 
 def run_cli(*args: str, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "replay.cli.main", *args], capture_output=True, text=True,
-                          timeout=timeout, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "replay.cli.main", *args], capture_output=True, text=True, timeout=timeout, **kwargs
+    )
 
 
 @pytest.fixture

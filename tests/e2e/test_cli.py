@@ -49,8 +49,7 @@ def test_generate_and_inspect(cli, small_trace):
 def test_run_writes_results_and_json(cli, small_trace, scripted, tmp_path):
     server = scripted()
     out = tmp_path / "res"
-    done = cli("run", str(small_trace), "--url", server.url, "--rate", "30", "--requests", "30",
-               "--out", str(out), "--json")
+    done = cli("run", str(small_trace), "--url", server.url, "--rate", "30", "--requests", "30", "--out", str(out), "--json")
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     stage = summary["stages"][0]
@@ -67,23 +66,41 @@ def test_run_writes_results_and_json(cli, small_trace, scripted, tmp_path):
     # the scripted server has no /metrics: the stage says so and went on; --metrics-url none reads nothing
     url = server.url + "/metrics"
     assert stage["engine_metrics"] == {"url": url, "unavailable": f"GET {url} answered HTTP 404"}
-    done = cli("run", str(small_trace), "--url", server.url, "--rate", "30", "--requests", "3",
-               "--metrics-url", "none", "--out", str(tmp_path / "none"), "--json")
+    done = cli(
+        "run",
+        str(small_trace),
+        "--url",
+        server.url,
+        "--rate",
+        "30",
+        "--requests",
+        "3",
+        "--metrics-url",
+        "none",
+        "--out",
+        str(tmp_path / "none"),
+        "--json",
+    )
     assert done.returncode == 0 and json.loads(done.stdout)["stages"][0]["engine_metrics"] is None
 
 
 def test_a_run_killed_mid_stage_keeps_the_requests_that_had_finished(cli, scripted, tmp_path):
     # 40 requests 100 ms apart, each answered at once; the CLI is SIGKILLed about 2.5 s in
     server = scripted()
-    trace = trace_of_bodies([{"model": "m", "max_tokens": 3, "messages": [{"role": "user", "content": f"q{i}"}]}
-                             for i in range(40)], arrival_us=[i * 100_000 for i in range(40)])
+    trace = trace_of_bodies(
+        [{"model": "m", "max_tokens": 3, "messages": [{"role": "user", "content": f"q{i}"}]} for i in range(40)],
+        arrival_us=[i * 100_000 for i in range(40)],
+    )
     path = tmp_path / "t.parquet"
     trace.write(path)
     out = tmp_path / "res"
     err = tmp_path / "stderr.txt"
     with err.open("w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "replay.cli.main", "run", str(path), "--url", server.url,
-                                 "--out", str(out), "--json"], stdout=subprocess.DEVNULL, stderr=stderr)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "replay.cli.main", "run", str(path), "--url", server.url, "--out", str(out), "--json"],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
     try:
         deadline = time.monotonic() + 60
         while len(server.arrivals) < 25 and proc.poll() is None and time.monotonic() < deadline:
@@ -111,8 +128,20 @@ def test_sweep_table_names_saturation(cli, scripted, tmp_path):
     server = scripted(concurrency=1, chunk_delay_s=0.02)
     path = tmp_path / "t.parquet"
     trace_of_bodies([{"max_tokens": 4} for _ in range(20)]).write(path)
-    done = cli("sweep", str(path), "--url", server.url, "--rates", "2,60", "--arrivals", "constant",
-               "--lag-bound-ms", "50", "--out", str(tmp_path / "sw"))
+    done = cli(
+        "sweep",
+        str(path),
+        "--url",
+        server.url,
+        "--rates",
+        "2,60",
+        "--arrivals",
+        "constant",
+        "--lag-bound-ms",
+        "50",
+        "--out",
+        str(tmp_path / "sw"),
+    )
     assert done.returncode == 0, done.stderr
     assert "saturation: 60 req/s" in done.stdout
     summary = json.loads((tmp_path / "sw" / "summary.json").read_text())
@@ -192,9 +221,24 @@ def test_ctrl_c_cancels_and_keeps_partial_results(scripted, small_trace, tmp_pat
     server = scripted(headers_delay_s=30.0)  # nothing ever completes on its own
     out = tmp_path / "partial"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "replay.cli.main", "run", str(small_trace), "--url", server.url, "--rate", "10",
-         "--arrivals", "constant", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "replay.cli.main",
+            "run",
+            str(small_trace),
+            "--url",
+            server.url,
+            "--rate",
+            "10",
+            "--arrivals",
+            "constant",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 30
     while len(server.arrivals) < 5 and time.monotonic() < deadline:
@@ -214,8 +258,21 @@ def test_ctrl_c_cancels_and_keeps_partial_results(scripted, small_trace, tmp_pat
 
 def test_without_url_the_embedded_engine_serves(cli, small_trace, tmp_path):
     out = tmp_path / "sim"
-    done = cli("run", str(small_trace), "--requests", "8", "--rate", "20", "--out", str(out), "--json",
-               "--sim-profile", "instant", "--sim-config", '{"max_num_seqs": 4}')
+    done = cli(
+        "run",
+        str(small_trace),
+        "--requests",
+        "8",
+        "--rate",
+        "20",
+        "--out",
+        str(out),
+        "--json",
+        "--sim-profile",
+        "instant",
+        "--sim-config",
+        '{"max_num_seqs": 4}',
+    )
     assert done.returncode == 0, done.stderr
     stage = json.loads(done.stdout)["stages"][0]
     assert stage["completed"] == 8 and stage["errors"] == {}
@@ -228,12 +285,15 @@ def test_without_url_the_embedded_engine_serves(cli, small_trace, tmp_path):
     assert m["engine"] == "vllm" and m["url"].endswith("/metrics") and "preemptions" in m, m
 
 
-@pytest.mark.parametrize("flags, expected", [
-    (["--sim-config", "{nope"], "--sim-config: not JSON"),
-    (["--sim-config", '{"max_num_seqz": 4}'], "unknown knob 'max_num_seqz'"),
-    (["--sim-config", '{"max_num_seqs": 0}'], "--max-num-seqs"),
-    (["--url", "http://127.0.0.1:9", "--sim-config", "{}"], "only applies without --url"),
-])
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        (["--sim-config", "{nope"], "--sim-config: not JSON"),
+        (["--sim-config", '{"max_num_seqz": 4}'], "unknown knob 'max_num_seqz'"),
+        (["--sim-config", '{"max_num_seqs": 0}'], "--max-num-seqs"),
+        (["--url", "http://127.0.0.1:9", "--sim-config", "{}"], "only applies without --url"),
+    ],
+)
 def test_bad_embedded_engine_config(cli, small_trace, flags, expected):
     done = cli("run", str(small_trace), "--requests", "2", *flags)
     assert done.returncode == 2, done.stderr
@@ -244,8 +304,9 @@ def _result_keys() -> set[str]:
     from replay.config import RunConfig
     from replay.sweep import Saturation, SweepResult
 
-    empty = SweepResult(config=RunConfig(url="http://h:1"), rates=[], stages=[], summaries=[],
-                        saturation=Saturation("not_reached"))
+    empty = SweepResult(
+        config=RunConfig(url="http://h:1"), rates=[], stages=[], summaries=[], saturation=Saturation("not_reached")
+    )
     return set(empty.to_json(trace="", files=[]))
 
 
@@ -253,8 +314,20 @@ def test_run_and_sweep_print_and_write_the_one_result_json(cli, small_trace, scr
     server = scripted()
     for command, flags in (("run", ["--rate", "30"]), ("sweep", ["--rates", "20,30"])):
         out = tmp_path / command
-        done = cli(command, str(small_trace), "--url", server.url, *flags, "--requests", "10", "--lag-bound-ms", "50",
-                   "--out", str(out), "--json")
+        done = cli(
+            command,
+            str(small_trace),
+            "--url",
+            server.url,
+            *flags,
+            "--requests",
+            "10",
+            "--lag-bound-ms",
+            "50",
+            "--out",
+            str(out),
+            "--json",
+        )
         assert done.returncode == 0, done.stderr
         printed = json.loads(done.stdout)
         assert printed == json.loads((out / "summary.json").read_text())
@@ -271,8 +344,20 @@ def test_the_table_shows_requested_offered_and_achieved_rates(cli, tmp_path, scr
     # a burst of 30 requests 10 ms apart, then one request a second: 2 req/s over 5 s comes from the burst
     arrivals = [i * 10_000 for i in range(30)] + [300_000 + i * 1_000_000 for i in range(1, 31)]
     trace_of_bodies([{"max_tokens": 2} for _ in arrivals], arrival_us=arrivals).write(path)
-    done = cli("run", str(path), "--url", server.url, "--rate", "2", "--duration", "5s", "--lag-bound-ms", "50",
-               "--out", str(tmp_path / "r"))
+    done = cli(
+        "run",
+        str(path),
+        "--url",
+        server.url,
+        "--rate",
+        "2",
+        "--duration",
+        "5s",
+        "--lag-bound-ms",
+        "50",
+        "--out",
+        str(tmp_path / "r"),
+    )
     assert done.returncode == 0, done.stderr
     assert "requested" in done.stdout and "offered" in done.stdout and "achieved" in done.stdout
     row = next(line for line in done.stdout.splitlines() if line.strip("│ ").startswith("2 "))
@@ -285,20 +370,34 @@ def test_an_undetermined_saturation_is_printed(cli, scripted, tmp_path):
     server = scripted(concurrency=1, chunk_delay_s=0.02)
     path = tmp_path / "t.parquet"
     trace_of_bodies([{"max_tokens": 4} for _ in range(20)]).write(path)
-    done = cli("sweep", str(path), "--url", server.url, "--rates", "5,60", "--arrivals", "constant",
-               "--lag-bound-ms", "0.000001", "--out", str(tmp_path / "sw"))
+    done = cli(
+        "sweep",
+        str(path),
+        "--url",
+        server.url,
+        "--rates",
+        "5,60",
+        "--arrivals",
+        "constant",
+        "--lag-bound-ms",
+        "0.000001",
+        "--out",
+        str(tmp_path / "sw"),
+    )
     assert done.returncode == 0, done.stderr
     assert "saturation: undetermined at 60 req/s" in done.stdout and "send lag p99" in done.stdout
     summary = json.loads((tmp_path / "sw" / "summary.json").read_text())
     assert summary["saturation"]["rate"] is None and summary["saturation"]["undetermined_at"] == 60
 
 
-@pytest.mark.parametrize("target, expected", [
-    ("refused", "connection refused"),
-    ("wrong_key", "answered HTTP 401 (Unauthorized): check --api-key"),
-])
-def test_a_wrong_target_is_one_line_and_exit_2_before_any_stage(cli, small_trace, scripted, tmp_path, target,
-                                                                expected):
+@pytest.mark.parametrize(
+    "target, expected",
+    [
+        ("refused", "connection refused"),
+        ("wrong_key", "answered HTTP 401 (Unauthorized): check --api-key"),
+    ],
+)
+def test_a_wrong_target_is_one_line_and_exit_2_before_any_stage(cli, small_trace, scripted, tmp_path, target, expected):
     if target == "refused":
         from tests.integration.test_target_check import closed_port
 
@@ -315,19 +414,22 @@ def test_a_wrong_target_is_one_line_and_exit_2_before_any_stage(cli, small_trace
         assert not out.exists()  # no stage ran
 
 
-@pytest.mark.parametrize("flags, expected", [
-    (["run", "--rate", "-1"], "--rate: must be a finite number > 0"),
-    (["run", "--rate", "1", "--duration", "1ms"], "--duration: 0.001s at 1 req/s keeps no request"),
-    (["run", "--rate", "1", "--requests", "999"], "--requests: 999 asked, the trace has 60 rows"),
-    (["sweep", "--rates", "1,100", "--duration", "10s"], "--duration: 10s at 100 req/s needs more than 1000"),
-    (["sweep", "--rates", "auto:1"], "--rates auto:N: N must be a whole number >= 2"),
-    (["sweep", "--rates", "auto:x"], "--rates: 'auto:x' is not auto or auto:N"),
-    (["sweep", "--rates", "auto", "--probe-duration", "0s"], "--probe-duration: must be > 0"),
-    (["run", "--concurrency", "2", "--duration", "5s"], "--concurrency: a closed-loop stage ends when its requests"),
-    (["run", "--concurrency", "0"], "--concurrency: must be a whole number >= 1"),
-    (["sweep", "--concurrency", "1,x"], "--concurrency: '1,x' must list whole numbers of users"),
-    (["sweep", "--concurrency", "2", "--rates", "1"], "not allowed with argument"),
-])
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        (["run", "--rate", "-1"], "--rate: must be a finite number > 0"),
+        (["run", "--rate", "1", "--duration", "1ms"], "--duration: 0.001s at 1 req/s keeps no request"),
+        (["run", "--rate", "1", "--requests", "999"], "--requests: 999 asked, the trace has 60 rows"),
+        (["sweep", "--rates", "1,100", "--duration", "10s"], "--duration: 10s at 100 req/s needs more than 1000"),
+        (["sweep", "--rates", "auto:1"], "--rates auto:N: N must be a whole number >= 2"),
+        (["sweep", "--rates", "auto:x"], "--rates: 'auto:x' is not auto or auto:N"),
+        (["sweep", "--rates", "auto", "--probe-duration", "0s"], "--probe-duration: must be > 0"),
+        (["run", "--concurrency", "2", "--duration", "5s"], "--concurrency: a closed-loop stage ends when its requests"),
+        (["run", "--concurrency", "0"], "--concurrency: must be a whole number >= 1"),
+        (["sweep", "--concurrency", "1,x"], "--concurrency: '1,x' must list whole numbers of users"),
+        (["sweep", "--concurrency", "2", "--rates", "1"], "not allowed with argument"),
+    ],
+)
 def test_bad_flags_fail_before_the_embedded_engine_starts(cli, small_trace, flags, expected):
     command, *rest = flags
     done = cli(command, str(small_trace), *rest)
@@ -342,8 +444,24 @@ def test_sweep_auto_rates_probe_then_run_stages_around_the_saturation(cli, scrip
     path = tmp_path / "t.parquet"
     trace_of_bodies([{"max_tokens": 4} for _ in range(300)]).write(path)
     out = tmp_path / "auto"
-    done = cli("sweep", str(path), "--url", server.url, "--rates", "auto:3", "--probe-duration", "1s",
-               "--requests", "20", "--lag-bound-ms", "50", "--out", str(out), "--json", timeout=300)
+    done = cli(
+        "sweep",
+        str(path),
+        "--url",
+        server.url,
+        "--rates",
+        "auto:3",
+        "--probe-duration",
+        "1s",
+        "--requests",
+        "20",
+        "--lag-bound-ms",
+        "50",
+        "--out",
+        str(out),
+        "--json",
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     line = next(line for line in done.stderr.splitlines() if line.startswith("auto rates: "))
     summary = json.loads(done.stdout)
@@ -362,8 +480,22 @@ def test_drain_cuts_off_and_the_table_says_why(cli, small_trace, scripted, tmp_p
     # the server never answers in time: the stage ends 0.3 s after its last send, not at --timeout
     server = scripted(headers_delay_s=20.0)
     started = time.monotonic()
-    done = cli("run", str(small_trace), "--url", server.url, "--rate", "50", "--requests", "5",
-               "--drain", "0.3s", "--warm-connections", "0", "--out", str(tmp_path / "res"))
+    done = cli(
+        "run",
+        str(small_trace),
+        "--url",
+        server.url,
+        "--rate",
+        "50",
+        "--requests",
+        "5",
+        "--drain",
+        "0.3s",
+        "--warm-connections",
+        "0",
+        "--out",
+        str(tmp_path / "res"),
+    )
     assert done.returncode == 0, done.stderr
     assert time.monotonic() - started < 15
     assert "cut off at 50 req/s: 5 requests still open when the drain ended" in done.stdout
@@ -376,8 +508,23 @@ def test_drain_cuts_off_and_the_table_says_why(cli, small_trace, scripted, tmp_p
 def test_causal_sessions_and_chunk_times_flags(cli, small_trace, scripted, tmp_path):
     server = scripted()
     out = tmp_path / "res"
-    done = cli("run", str(small_trace), "--url", server.url, "--rate", "40", "--requests", "40",
-               "--sessions", "causal", "--chunk-times", "none", "--out", str(out), "--json")
+    done = cli(
+        "run",
+        str(small_trace),
+        "--url",
+        server.url,
+        "--rate",
+        "40",
+        "--requests",
+        "40",
+        "--sessions",
+        "causal",
+        "--chunk-times",
+        "none",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     stage = json.loads(done.stdout)["stages"][0]
     assert stage["sessions"] == "causal" and stage["completed"] == 40
@@ -397,20 +544,34 @@ def test_an_invalid_stage_says_why():
     from replay.metrics import _invalid_reason
     from replay.runner import StageResult
 
-    runner = {"dispatcher_switches": {"voluntary": 10, "involuntary": 7}, "dispatcher_priority": "nice",
-              "worker_switches": {"voluntary": 5, "involuntary": 3}}
-    result = StageResult(config=RunConfig(url="http://127.0.0.1:9", lag_bound_ms=1.0), requests=pl.DataFrame(),
-                         start_unix_ns=0, offered_rate=1.0, cancelled=False, interrupted=False, runner=runner)
+    runner = {
+        "dispatcher_switches": {"voluntary": 10, "involuntary": 7},
+        "dispatcher_priority": "nice",
+        "worker_switches": {"voluntary": 5, "involuntary": 3},
+    }
+    result = StageResult(
+        config=RunConfig(url="http://127.0.0.1:9", lag_bound_ms=1.0),
+        requests=pl.DataFrame(),
+        start_unix_ns=0,
+        offered_rate=1.0,
+        cancelled=False,
+        interrupted=False,
+        runner=runner,
+    )
     why = _invalid_reason(result, 2.5)
-    assert why == ("send lag p99 2.50 ms over the 1 ms bound; the runner lost the CPU 7 times on its dispatcher "
-                   "(nice priority) and 3 on its I/O threads")
+    assert why == (
+        "send lag p99 2.50 ms over the 1 ms bound; the runner lost the CPU 7 times on its dispatcher "
+        "(nice priority) and 3 on its I/O threads"
+    )
 
 
 def test_a_token_only_import_is_replayed_with_synthesized_prompts(cli, scripted, tmp_path, gpt2):
     # the stored trace has no text; the run builds each prompt, and the server receives exactly
     # the recorded token counts, sharing blocks where the hash ids do
-    rows = [{"timestamp": 10 * i, "input_length": 600 + 50 * i, "output_length": 3,
-             "hash_ids": [5, 60 + i] if i % 2 else [5, 6]} for i in range(8)]
+    rows = [
+        {"timestamp": 10 * i, "input_length": 600 + 50 * i, "output_length": 3, "hash_ids": [5, 60 + i] if i % 2 else [5, 6]}
+        for i in range(8)
+    ]
     src = tmp_path / "m.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     trace_path = tmp_path / "m.parquet"
@@ -421,26 +582,40 @@ def test_a_token_only_import_is_replayed_with_synthesized_prompts(cli, scripted,
     done = cli("run", str(trace_path), "--url", server.url, "--rate", "40", "--out", str(tmp_path / "res"))
     assert done.returncode == 0, done.stderr
     prompts = [a.body["prompt"] for a in sorted(server.arrivals, key=lambda a: a.t_unix_ns)]
-    assert [len(gpt2.encode(p, add_special_tokens=False).ids) for p in prompts] == \
-        [r["input_length"] for r in rows]
+    assert [len(gpt2.encode(p, add_special_tokens=False).ids) for p in prompts] == [r["input_length"] for r in rows]
     assert all(a.body["max_tokens"] == 3 and a.body["stream"] for a in server.arrivals)
     head = prompts[0][:2000]
     assert all(p.startswith(head) for p in prompts)  # hash id 5 first everywhere
     assert prompts[2].startswith(prompts[0])  # ids [5, 6] again, 100 tokens longer
-    assert not prompts[3].startswith(prompts[1][:len(prompts[1]) - 1])  # [5, 61] vs [5, 63]
+    assert not prompts[3].startswith(prompts[1][: len(prompts[1]) - 1])  # [5, 61] vs [5, 63]
 
 
-def test_headers_and_the_key_from_the_environment_go_with_every_request_never_stored(cli, small_trace, scripted,
-                                                                                  tmp_path):
+def test_headers_and_the_key_from_the_environment_go_with_every_request_never_stored(cli, small_trace, scripted, tmp_path):
     import os
 
     key, tenant = "sk-env-key-not-stored-4711", "tenant-not-stored-0815"
     server = scripted(api_key=key)  # answers 401 without it
     env = {**os.environ, "OPENAI_API_KEY": key}
     out = tmp_path / "h"
-    done = cli("run", str(small_trace), "--url", server.url, "--rate", "20", "--requests", "6",
-               "--header", f"X-Tenant: {tenant}", "--header", "X-Route:blue", "--lag-bound-ms", "50",
-               "--out", str(out), env=env)
+    done = cli(
+        "run",
+        str(small_trace),
+        "--url",
+        server.url,
+        "--rate",
+        "20",
+        "--requests",
+        "6",
+        "--header",
+        f"X-Tenant: {tenant}",
+        "--header",
+        "X-Route:blue",
+        "--lag-bound-ms",
+        "50",
+        "--out",
+        str(out),
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     assert len(server.arrivals) == 6
     for sent in [a.headers for a in server.arrivals] + server.models_requests:
@@ -450,18 +625,44 @@ def test_headers_and_the_key_from_the_environment_go_with_every_request_never_st
     stored = b"".join(p.read_bytes() for p in out.rglob("*") if p.is_file())
     assert stored and key.encode() not in stored and tenant.encode() not in stored
     # an explicit Authorization header wins over the key; a malformed header is one line, exit 2
-    done = cli("run", str(small_trace), "--url", server.url, "--rate", "20", "--requests", "2",
-               "--header", "Authorization: Bearer wrong", "--out", str(tmp_path / "w"), env=env)
+    done = cli(
+        "run",
+        str(small_trace),
+        "--url",
+        server.url,
+        "--rate",
+        "20",
+        "--requests",
+        "2",
+        "--header",
+        "Authorization: Bearer wrong",
+        "--out",
+        str(tmp_path / "w"),
+        env=env,
+    )
     assert done.returncode == 2 and "HTTP 401" in done.stderr
-    done = cli("run", str(small_trace), "--url", server.url, "--header", "X-Tenant", "--out", str(tmp_path / "b"),
-               env=env)
+    done = cli("run", str(small_trace), "--url", server.url, "--header", "X-Tenant", "--out", str(tmp_path / "b"), env=env)
     assert done.returncode == 2 and done.stderr.strip() == "error: --header: 'X-Tenant' is not 'Name: value'"
 
 
 def test_a_closed_loop_sweep_names_its_stages_by_users(cli, small_trace, tmp_path):
     out = tmp_path / "users"
-    done = cli("sweep", str(small_trace), "--concurrency", "1,4", "--requests", "20", "--sim-profile", "instant",
-               "--sim-config", '{"max_num_seqs": 4}', "--lag-bound-ms", "50", "--out", str(out))
+    done = cli(
+        "sweep",
+        str(small_trace),
+        "--concurrency",
+        "1,4",
+        "--requests",
+        "20",
+        "--sim-profile",
+        "instant",
+        "--sim-config",
+        '{"max_num_seqs": 4}',
+        "--lag-bound-ms",
+        "50",
+        "--out",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     rows = [line for line in done.stdout.splitlines() if line.strip("│ ").startswith(("1 user ", "4 users "))]
     assert len(rows) == 2, done.stdout
@@ -478,8 +679,22 @@ def test_repeats_run_on_a_fresh_engine_each_and_report_median_spread_and_interva
 
     def hits(*flags):
         out = tmp_path / f"r{len(list(tmp_path.iterdir()))}"
-        done = cli("run", str(small_trace), "--requests", "40", "--rate", "20", "--repeats", "2",
-                   "--lag-bound-ms", "50", "--out", str(out), "--json", *flags)
+        done = cli(
+            "run",
+            str(small_trace),
+            "--requests",
+            "40",
+            "--rate",
+            "20",
+            "--repeats",
+            "2",
+            "--lag-bound-ms",
+            "50",
+            "--out",
+            str(out),
+            "--json",
+            *flags,
+        )
         assert done.returncode == 0, done.stderr
         summary = json.loads(done.stdout)
         assert summary["repeats"] == 2 and [s["repeat"] for s in summary["stages"]] == [0, 1]
@@ -498,8 +713,22 @@ def test_repeats_run_on_a_fresh_engine_each_and_report_median_spread_and_interva
     assert warm[1] > warm[0] + 0.2 and reset[1] == pytest.approx(reset[0], abs=0.01)
 
     out = tmp_path / "sweep"
-    done = cli("sweep", str(small_trace), "--rates", "10,30", "--requests", "30", "--repeats", "2",
-               "--sim-profile", "instant", "--lag-bound-ms", "50", "--out", str(out))
+    done = cli(
+        "sweep",
+        str(small_trace),
+        "--rates",
+        "10,30",
+        "--requests",
+        "30",
+        "--repeats",
+        "2",
+        "--sim-profile",
+        "instant",
+        "--lag-bound-ms",
+        "50",
+        "--out",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert [(s["requested_rate"], s["repeat"]) for s in summary["stages"]] == [(10, 0), (30, 0), (10, 1), (30, 1)]

@@ -12,12 +12,25 @@ def test_a_smaller_batch_is_caught_as_worse_and_the_gate_exits_1(cli, tmp_path):
     runs = {}
     for name, seqs in (("wide", 16), ("narrow", 2)):
         runs[name] = tmp_path / name
-        done = cli("run", str(small_trace), "--rate", "10", "--requests", "30", "--lag-bound-ms", "20",
-                   "--sim-config", json.dumps({"max_num_seqs": seqs, "time_scale": 0.2}), "--out", str(runs[name]))
+        done = cli(
+            "run",
+            str(small_trace),
+            "--rate",
+            "10",
+            "--requests",
+            "30",
+            "--lag-bound-ms",
+            "20",
+            "--sim-config",
+            json.dumps({"max_num_seqs": seqs, "time_scale": 0.2}),
+            "--out",
+            str(runs[name]),
+        )
         assert done.returncode == 0, done.stderr
     out = tmp_path / "cmp"
-    gate = cli("compare", str(runs["wide"]), str(runs["narrow"]), "--metrics", "goodput,ttft_p50,e2e_p50",
-               "--out", str(out), "--json")
+    gate = cli(
+        "compare", str(runs["wide"]), str(runs["narrow"]), "--metrics", "goodput,ttft_p50,e2e_p50", "--out", str(out), "--json"
+    )
     assert gate.returncode == 1, gate.stderr
     report = json.loads(gate.stdout)
     assert report["state"] == "worse"
@@ -45,14 +58,41 @@ def test_two_traces_are_swept_alike_then_compared_by_their_repeats(cli, tmp_path
     traces = {}
     for name, answer in (("short", 8), ("long", 64)):  # the same questions, answers 8x longer in B
         traces[name] = tmp_path / f"{name}.parquet"
-        trace_of_bodies([{"model": "m", "messages": [{"role": "user", "content": f"question {i} about the weather"}],
-                          "max_tokens": answer} for i in range(30)],
-                        arrival_us=[i * 50_000 for i in range(30)]).write(traces[name])
-    flags = shlex.join(["--rates", "10", "--requests", "20", "--repeats", "2", "--lag-bound-ms", "20",
-                        "--sim-config", json.dumps({"time_scale": 0.2})])
+        trace_of_bodies(
+            [
+                {"model": "m", "messages": [{"role": "user", "content": f"question {i} about the weather"}], "max_tokens": answer}
+                for i in range(30)
+            ],
+            arrival_us=[i * 50_000 for i in range(30)],
+        ).write(traces[name])
+    flags = shlex.join(
+        [
+            "--rates",
+            "10",
+            "--requests",
+            "20",
+            "--repeats",
+            "2",
+            "--lag-bound-ms",
+            "20",
+            "--sim-config",
+            json.dumps({"time_scale": 0.2}),
+        ]
+    )
     out = tmp_path / "cmp"
-    done = cli("compare", str(traces["short"]), str(traces["long"]), "--sweep", flags, "--metrics", "e2e_p50",
-               "--out", str(out), "--json", timeout=300)
+    done = cli(
+        "compare",
+        str(traces["short"]),
+        str(traces["long"]),
+        "--sweep",
+        flags,
+        "--metrics",
+        "e2e_p50",
+        "--out",
+        str(out),
+        "--json",
+        timeout=300,
+    )
     assert done.returncode == 1, done.stderr
     report = json.loads(done.stdout)  # the sweeps' tables went to stderr
     pair = report["pairs"][0]

@@ -19,8 +19,7 @@ EMBEDDED = ["--sim-profile", "instant", "--sim-config", '{"max_num_seqs": 8}', "
 
 
 def chromium() -> str:
-    return str(require(find_chromium(), "chromium",
-                       "apt-get update && apt-get install -y --no-install-recommends chromium"))
+    return str(require(find_chromium(), "chromium", "apt-get update && apt-get install -y --no-install-recommends chromium"))
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +39,9 @@ def swept(live, tmp_path_factory):
     from tests.e2e.conftest import run_cli
 
     out = tmp_path_factory.mktemp("sweep") / HOSTILE
-    done = run_cli("sweep", str(live), "--rates", "20,40", "--requests", "40", *EMBEDDED,
-                   "--fidelity", str(live), "--out", str(out))
+    done = run_cli(
+        "sweep", str(live), "--rates", "20,40", "--requests", "40", *EMBEDDED, "--fidelity", str(live), "--out", str(out)
+    )
     assert done.returncode == 3, done.stderr
     return out, done
 
@@ -119,9 +119,11 @@ def test_the_browser_check_sees_broken_images_and_script_errors(tmp_path):
     """The page check itself: a broken image, a console error and an exception are all caught."""
     browser = chromium()
     bad = tmp_path / "bad.html"
-    bad.write_text('<!DOCTYPE html><html><head><meta charset="utf-8"><title>bad</title></head><body>'
-                   '<img data-kind="cdf" src="data:image/png;base64,AAAA">'
-                   "<script>console.error('boom'); undefinedFunction();</script></body></html>")
+    bad.write_text(
+        '<!DOCTYPE html><html><head><meta charset="utf-8"><title>bad</title></head><body>'
+        '<img data-kind="cdf" src="data:image/png;base64,AAAA">'
+        "<script>console.error('boom'); undefinedFunction();</script></body></html>"
+    )
     page = load_page(browser, bad)
     assert page.images == [{"kind": "cdf", "alt": "", "complete": True, "width": 0}]
     assert page.console_errors == ["boom"]
@@ -131,8 +133,22 @@ def test_the_browser_check_sees_broken_images_and_script_errors(tmp_path):
 @pytest.mark.slow
 def test_run_fidelity_prints_the_verdict_in_its_json(live, cli, tmp_path):
     out = tmp_path / "run"
-    done = cli("run", str(live), "--rate", "30", "--requests", "30", *EMBEDDED, "--fidelity", str(live),
-               "--judge-outcomes", "--allow-inconclusive", "--out", str(out), "--json")
+    done = cli(
+        "run",
+        str(live),
+        "--rate",
+        "30",
+        "--requests",
+        "30",
+        *EMBEDDED,
+        "--fidelity",
+        str(live),
+        "--judge-outcomes",
+        "--allow-inconclusive",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert done.returncode == 0, done.stderr  # cannot tell on 30 requests, allowed
     printed = json.loads(done.stdout)
     assert printed == json.loads((out / "summary.json").read_text())
@@ -150,15 +166,28 @@ def test_a_live_trace_without_the_replayed_requests_fails_before_any_stage(live,
     other = tmp_path / "other.parquet"
     assert cli("generate", "-o", str(other), "--requests", "20", "--seed", "9").returncode == 0
     out = tmp_path / "never"
-    done = cli("sweep", str(live), "--rates", "20,40", "--requests", "10", *EMBEDDED, "--fidelity", str(other),
-               "--out", str(out))
+    done = cli("sweep", str(live), "--rates", "20,40", "--requests", "10", *EMBEDDED, "--fidelity", str(other), "--out", str(out))
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: --fidelity: ") and f"are not in {other}" in done.stderr
     assert "embedded engine" not in done.stderr and not out.exists()
     missing = cli("run", str(live), "--requests", "5", *EMBEDDED, "--fidelity", str(tmp_path / "nope.parquet"))
     assert missing.returncode == 2 and "nope.parquet" in missing.stderr
-    one_replay = cli("sweep", str(live), "--rates", "20", "--requests", "10", *EMBEDDED, "--fidelity", str(live),
-                     "--judge-outcomes", "--aa-runs", "1", "--out", str(out))
+    one_replay = cli(
+        "sweep",
+        str(live),
+        "--rates",
+        "20",
+        "--requests",
+        "10",
+        *EMBEDDED,
+        "--fidelity",
+        str(live),
+        "--judge-outcomes",
+        "--aa-runs",
+        "1",
+        "--out",
+        str(out),
+    )
     assert one_replay.returncode == 2 and "--aa-runs" in one_replay.stderr and not out.exists()
 
 

@@ -19,12 +19,23 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.timeout(900)
 def test_the_quickstart_runs_every_step_and_writes_every_artifact(tmp_path):
     out = tmp_path / "quickstart"
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "quickstart.py"), "--short", "--out", str(out)],
-                          capture_output=True, text=True, timeout=880, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})  # this checkout, wherever it is installed
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "quickstart.py"), "--short", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=880,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # this checkout, wherever it is installed
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    for title in ("1. capture", "2. inspect", "3. sweep", "4a. replay every captured request",
-                  "4b. the fidelity report", "5. a short tuning campaign"):
+    for title in (
+        "1. capture",
+        "2. inspect",
+        "3. sweep",
+        "4a. replay every captured request",
+        "4b. the fidelity report",
+        "5. a short tuning campaign",
+    ):
         assert f"== {title}" in done.stdout
     sweep = json.loads((out / "sweep" / "summary.json").read_text())
     assert [s["requested_rate"] for s in sweep["stages"]] == [2.0, 8.0]

@@ -19,8 +19,7 @@ KEY = "capture-test-key-0123456789abcdef"
 class CaptureProcess:
     """A running `replay capture` (its own session: a kill reaches its recorder and workers too)."""
 
-    def __init__(self, upstream: str, out: Path, *flags: str, redact: bool = True,
-                 start_timeout_s: float = 240.0):
+    def __init__(self, upstream: str, out: Path, *flags: str, redact: bool = True, start_timeout_s: float = 240.0):
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         if redact:
             env["REPLAY_REDACT_KEY"] = KEY
@@ -29,10 +28,26 @@ class CaptureProcess:
         self.stderr_path = out.parent / f"{out.name}.stderr.{time.monotonic_ns()}"
         self._stderr = self.stderr_path.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "replay.cli.main", "capture", "--upstream", upstream,
-             "--listen", "127.0.0.1:0", "--out", str(out), *flags],
-            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
-            start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "replay.cli.main",
+                "capture",
+                "--upstream",
+                upstream,
+                "--listen",
+                "127.0.0.1:0",
+                "--out",
+                str(out),
+                *flags,
+            ],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            start_new_session=True,
+        )
         self.lines: queue.Queue[str] = queue.Queue()
         self._pumper = threading.Thread(target=self._pump, daemon=True)
         self._pumper.start()

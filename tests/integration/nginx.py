@@ -38,13 +38,16 @@ def private_ca(folder: Path, names: tuple[str, ...] = ("localhost",)) -> tuple[P
     now = datetime.datetime.now(datetime.timezone.utc)
 
     def build(subject: str, issuer: str, public_key, signer, ca: bool) -> x509.Certificate:
-        builder = (x509.CertificateBuilder()
-                   .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-                   .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
-                   .public_key(public_key).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(minutes=5))
-                   .not_valid_after(now + datetime.timedelta(days=1))
-                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+            .public_key(public_key)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
         if not ca:
             alt: list[x509.GeneralName] = []
             for name in names:
@@ -52,8 +55,9 @@ def private_ca(folder: Path, names: tuple[str, ...] = ("localhost",)) -> tuple[P
                     alt.append(x509.IPAddress(ipaddress.ip_address(name)))
                 except ValueError:
                     alt.append(x509.DNSName(name))
-            builder = (builder.add_extension(x509.SubjectAlternativeName(alt), critical=False)
-                       .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False))
+            builder = builder.add_extension(x509.SubjectAlternativeName(alt), critical=False).add_extension(
+                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+            )
         return builder.sign(signer, hashes.SHA256())
 
     ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
@@ -62,8 +66,9 @@ def private_ca(folder: Path, names: tuple[str, ...] = ("localhost",)) -> tuple[P
     paths = folder / "ca.pem", folder / "server.pem", folder / "server.key"
     paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     paths[1].write_bytes(server.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(server_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                  serialization.NoEncryption()))
+    paths[2].write_bytes(
+        server_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return paths
 
 
@@ -132,8 +137,11 @@ http {{
     }}
 }}
 """)
-    process = subprocess.Popen([str(nginx), "-p", str(folder), "-c", str(folder / "nginx.conf"), "-g", "daemon off;"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [str(nginx), "-p", str(folder), "-c", str(folder / "nginx.conf"), "-g", "daemon off;"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     server = Nginx(port=port, http_port=http_port, ca=ca, process=process)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -153,14 +161,18 @@ def start_gateway(upstream: str, folder: Path) -> Nginx:
     """nginx in front of `upstream` (http://host:port), streaming responses as they come (no
     buffering either way, keep-alive to the upstream)."""
     host_port = upstream.split("://", 1)[1].rstrip("/")
-    return start_nginx(folder, http_block=f"upstream engine {{ server {host_port}; keepalive 64; }}", locations="""
+    return start_nginx(
+        folder,
+        http_block=f"upstream engine {{ server {host_port}; keepalive 64; }}",
+        locations="""
         location / {
             proxy_pass http://engine;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
             proxy_buffering off;
             proxy_request_buffering off;
-        }""")
+        }""",
+    )
 
 
 def sse_events(tokens: int = 19) -> list[str]:
@@ -169,8 +181,9 @@ def sse_events(tokens: int = 19) -> list[str]:
     chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "m"}
     events = [{**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
     events += [{**chunk, "choices": [{"index": 0, "delta": {"content": f" tok{i}"}}]} for i in range(tokens)]
-    events.append({**chunk, "choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": tokens,
-                                                    "total_tokens": 11 + tokens}})
+    events.append(
+        {**chunk, "choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": tokens, "total_tokens": 11 + tokens}}
+    )
     return [f"data: {json.dumps(e)}\n\n" for e in events] + ["data: [DONE]\n\n"]
 
 
@@ -180,7 +193,9 @@ def start_static_sse(folder: Path, events: list[str] | None = None) -> Nginx:
     nobody here wrote, with nothing behind it to wait for."""
     body = "".join(events or sse_events())
     models = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]})
-    return start_nginx(folder, locations=f"""
+    return start_nginx(
+        folder,
+        locations=f"""
         location /v1/models {{
             default_type application/json;
             return 200 {_quoted(models)};
@@ -188,7 +203,8 @@ def start_static_sse(folder: Path, events: list[str] | None = None) -> Nginx:
         location ~ ^/v1/(chat/)?completions$ {{
             default_type text/event-stream;
             return 200 {_quoted(body)};
-        }}""")
+        }}""",
+    )
 
 
 def _quoted(text: str) -> str:

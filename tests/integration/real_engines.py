@@ -59,24 +59,42 @@ def require(found: Path | None, what: str, how: str) -> Path:
 
 def small_trace(n: int = 12, seed: int = 0, max_input_tokens: int = 1500) -> Trace:
     """A production-shaped trace (sessions, shared system prompts, bursts) scaled down for a CPU."""
-    return generate(GenerateConfig(
-        n_requests=n, seed=seed, rate=4.0, n_system_prompts=2, system_prompt_tokens=150,
-        turns_mean=2.0, think_time_mean_s=1.0, user_tokens_p50=30, output_tokens_p50=8,
-        max_user_tokens=200, max_output_tokens=16, max_input_tokens=max_input_tokens, tokenizer="gpt2"))
+    return generate(
+        GenerateConfig(
+            n_requests=n,
+            seed=seed,
+            rate=4.0,
+            n_system_prompts=2,
+            system_prompt_tokens=150,
+            turns_mean=2.0,
+            think_time_mean_s=1.0,
+            user_tokens_p50=30,
+            output_tokens_p50=8,
+            max_user_tokens=200,
+            max_output_tokens=16,
+            max_input_tokens=max_input_tokens,
+            tokenizer="gpt2",
+        )
+    )
 
 
 def shared_prefix_trace(system_tokens: int, n: int = 6, gap_ms: int = 500, max_tokens: int = 4) -> Trace:
     """``n`` chat requests sharing one ``system_tokens``-token system prompt, ``gap_ms`` apart."""
     system = text_of_tokens(system_tokens, seed=11)
-    bodies = [{"model": "m", "max_tokens": max_tokens,
-               "messages": [{"role": "system", "content": system},
-                            {"role": "user", "content": text_of_tokens(12, seed=100 + i)}]}
-              for i in range(n)]
+    bodies = [
+        {
+            "model": "m",
+            "max_tokens": max_tokens,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": text_of_tokens(12, seed=100 + i)}],
+        }
+        for i in range(n)
+    ]
     return trace_of_bodies(bodies, arrival_us=[i * gap_ms * 1000 for i in range(n)])
 
 
-def replay_through_a_crash(running: RunningEngine, *, n: int = 10, gap_ms: int = 250,
-                           kill_after_s: float = 1.0, max_tokens: int = 300):
+def replay_through_a_crash(
+    running: RunningEngine, *, n: int = 10, gap_ms: int = 250, kill_after_s: float = 1.0, max_tokens: int = 300
+):
     """Replay long requests and SIGKILL the engine, every process of it at once, ``kill_after_s``
     into the call (two warm connections keep the runner's own start-up short). Returns the
     requests and when the engine's port first refused a connection after the kill, in ns on the
@@ -91,20 +109,34 @@ def replay_through_a_crash(running: RunningEngine, *, n: int = 10, gap_ms: int =
     backlog until the core noticed and exited, and those connections were then reset (on CI every
     request due after the kill ended ``reset``, not ``connect_refused``).
     """
-    bodies = [{"model": "m", "max_tokens": max_tokens, "ignore_eos": True,
-               "messages": [{"role": "user", "content": text_of_tokens(20, seed=200 + i)}]}
-              for i in range(n)]
+    bodies = [
+        {
+            "model": "m",
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "messages": [{"role": "user", "content": text_of_tokens(20, seed=200 + i)}],
+        }
+        for i in range(n)
+    ]
     trace = trace_of_bodies(bodies, arrival_us=[i * gap_ms * 1000 for i in range(n)])
     # The kill comes from a process of its own, not a thread of this one (a timer thread here once
     # fired 4.6 s late); its clock starts once it is up, not while the interpreter loads.
     killer = subprocess.Popen(
-        [sys.executable, "-c", _KILLER, str(kill_after_s), str(running.process.pid),
-         str(urlsplit(running.url).port)],
-        stdout=subprocess.PIPE, text=True)
+        [sys.executable, "-c", _KILLER, str(kill_after_s), str(running.process.pid), str(urlsplit(running.url).port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert killer.stdout.readline().strip() == "up"
-        config = RunConfig(url=running.url, speedup=1.0, timeout_s=60, stall_timeout_s=20,
-                           connect_timeout_s=2, lag_bound_ms=50, warm_connections=2)
+        config = RunConfig(
+            url=running.url,
+            speedup=1.0,
+            timeout_s=60,
+            stall_timeout_s=20,
+            connect_timeout_s=2,
+            lag_bound_ms=50,
+            warm_connections=2,
+        )
         result = run_stage(trace, config)
     finally:
         if killer.poll() is None:

@@ -42,53 +42,60 @@ def _metrics(url: str) -> str:
         return r.read().decode()
 
 
-def test_the_openai_sdk_through_the_proxy_sees_what_it_sees_direct_and_every_request_is_recorded(
-        sim, tmp_path):
+def test_the_openai_sdk_through_the_proxy_sees_what_it_sees_direct_and_every_request_is_recorded(sim, tmp_path):
     out = tmp_path / "cap"
     direct = _client(sim.url)
-    msgs = [{"role": "system", "content": "You answer briefly."},
-            {"role": "user", "content": f"I am {EMAIL}; my key is {PROMPT_KEY}. Tell me a story."}]
+    msgs = [
+        {"role": "system", "content": "You answer briefly."},
+        {"role": "user", "content": f"I am {EMAIL}; my key is {PROMPT_KEY}. Tell me a story."},
+    ]
     with capture(sim.url, out, "--segment-seconds", "1") as proxy:
         client = _client(proxy.url)
         # not streamed: the same answer, usage included
         a = client.chat.completions.create(model="sim", messages=msgs, max_tokens=12)
         b = direct.chat.completions.create(model="sim", messages=msgs, max_tokens=12)
         assert a.choices[0].message.content == b.choices[0].message.content
-        assert (a.choices[0].finish_reason, a.usage.prompt_tokens, a.usage.completion_tokens) == \
-            (b.choices[0].finish_reason, b.usage.prompt_tokens, b.usage.completion_tokens)
+        assert (a.choices[0].finish_reason, a.usage.prompt_tokens, a.usage.completion_tokens) == (
+            b.choices[0].finish_reason,
+            b.usage.prompt_tokens,
+            b.usage.completion_tokens,
+        )
         # the next turn of that conversation
-        turn2 = [*msgs, {"role": "assistant", "content": a.choices[0].message.content},
-                 {"role": "user", "content": "And then?"}]
+        turn2 = [*msgs, {"role": "assistant", "content": a.choices[0].message.content}, {"role": "user", "content": "And then?"}]
         client.chat.completions.create(model="sim", messages=turn2, max_tokens=5)
         # streamed without include_usage: the proxy asks for usage, the client never sees it
         s1 = list(client.chat.completions.create(model="sim", messages=msgs, max_tokens=12, stream=True))
         s2 = list(direct.chat.completions.create(model="sim", messages=msgs, max_tokens=12, stream=True))
-        assert [c.choices[0].delta.content if c.choices else None for c in s1] == \
-            [c.choices[0].delta.content if c.choices else None for c in s2]
+        assert [c.choices[0].delta.content if c.choices else None for c in s1] == [
+            c.choices[0].delta.content if c.choices else None for c in s2
+        ]
         assert all(c.usage is None for c in s1) and all(c.usage is None for c in s2)
         # streamed with include_usage: the client gets its usage chunk
-        s3 = list(client.chat.completions.create(model="sim", messages=msgs, max_tokens=12, stream=True,
-                                                 stream_options={"include_usage": True}))
+        s3 = list(
+            client.chat.completions.create(
+                model="sim", messages=msgs, max_tokens=12, stream=True, stream_options={"include_usage": True}
+            )
+        )
         assert s3[-1].usage is not None and s3[-1].usage.completion_tokens == 12
         # completions, not streamed
         c1 = client.completions.create(model="sim", prompt="Once upon a time", max_tokens=6)
         c2 = direct.completions.create(model="sim", prompt="Once upon a time", max_tokens=6)
         assert c1.choices[0].text == c2.choices[0].text
         # a client that goes away mid-stream
-        stream = client.chat.completions.create(model="sim", messages=msgs, max_tokens=200, stream=True,
-                                                extra_body={"ignore_eos": True})
+        stream = client.chat.completions.create(
+            model="sim", messages=msgs, max_tokens=200, stream=True, extra_body={"ignore_eos": True}
+        )
         got = [next(stream) for _ in range(3)]
         stream.close()
         assert len(got) == 3
         # a client that gives up waiting for a long answer that is not streamed
         impatient = openai.OpenAI(base_url=proxy.url + "/v1", api_key=AUTH, max_retries=0, timeout=0.5)
         with pytest.raises(openai.APITimeoutError):
-            impatient.chat.completions.create(model="sim", messages=msgs, max_tokens=3000,
-                                              extra_body={"ignore_eos": True})
+            impatient.chat.completions.create(model="sim", messages=msgs, max_tokens=3000, extra_body={"ignore_eos": True})
         # anything but chat / completions passes through unrecorded
         assert [m.id for m in client.models.list()] == [m.id for m in direct.models.list()]
         deadline = time.monotonic() + 30
-        while 'replay_capture_records_written_total 7.0' not in _metrics(proxy.url):
+        while "replay_capture_records_written_total 7.0" not in _metrics(proxy.url):
             assert time.monotonic() < deadline, _metrics(proxy.url)
             time.sleep(0.2)
         metrics = _metrics(proxy.url)
@@ -114,8 +121,11 @@ def test_the_openai_sdk_through_the_proxy_sees_what_it_sees_direct_and_every_req
         assert r["cached_tokens"] is not None
         assert r["finish_reason"] == "length" and r["output_tokens"] == r["max_tokens"]
     # the second request continues the first: same session, next turn
-    assert (rows[1]["session_id"], rows[1]["parent_request_id"], rows[1]["turn"]) == \
-        (rows[0]["session_id"], rows[0]["request_id"], 1)
+    assert (rows[1]["session_id"], rows[1]["parent_request_id"], rows[1]["turn"]) == (
+        rows[0]["session_id"],
+        rows[0]["request_id"],
+        1,
+    )
     # streamed: first token and each token-bearing chunk's time, as the client received them
     for r, chunks in ((rows[2], s1), (rows[3], s3)):
         assert r["ttft_us"] is not None and r["ttfb_us"] <= r["ttft_us"] <= r["e2e_us"]
@@ -155,8 +165,7 @@ def _post(url: str, body: dict, timeout: float = 30.0) -> httpx.Response:
 
 
 def test_upstream_down_reset_slow_reach_the_client_as_502_504_and_are_recorded(tmp_path):
-    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
-            "stream": True}
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True}
     scripted = ScriptedServer(stall_s=30).start()
     stalled = ScriptedServer(headers_delay_s=30).start()
     try:
@@ -192,7 +201,11 @@ def test_upstream_down_reset_slow_reach_the_client_as_502_504_and_are_recorded(t
     assert slow[0]["e2e_us"] >= 1_000_000
     mid = read_trace(tmp_path / "mid").df.to_dicts()
     assert [(r["status"], r["outcome"]) for r in mid] == [
-        (200, "upstream_error"), (200, "timeout"), (500, "upstream_error"), (200, "completed")]
+        (200, "upstream_error"),
+        (200, "timeout"),
+        (500, "upstream_error"),
+        (200, "completed"),
+    ]
     assert mid[0]["response"] and mid[1]["response"]  # what came before the fault is kept
     assert mid[3]["cached_tokens"] == 7 and mid[3]["output_tokens"] == 4
     assert read_trace(tmp_path / "mid").meta.redaction_policy == "none"
@@ -201,8 +214,7 @@ def test_upstream_down_reset_slow_reach_the_client_as_502_504_and_are_recorded(t
     from redact import redact_file
     from redact.key import RedactionKey
 
-    report = redact_file(tmp_path / "mid", tmp_path / "mid.parquet", RedactionKey(KEY.encode()),
-                         processes=1)
+    report = redact_file(tmp_path / "mid", tmp_path / "mid.parquet", RedactionKey(KEY.encode()), processes=1)
     assert report.written == 4
     redacted = read_trace(tmp_path / "mid.parquet")
     assert redacted.meta.redaction_policy == "redacted"
@@ -222,9 +234,15 @@ def test_kill_9_under_load_loses_nothing_that_ended_a_second_before(sim, tmp_pat
                 sid = f"w{worker}-{i}"
                 i += 1
                 try:
-                    r = http.post(url + "/v1/chat/completions", headers={"X-Session-Id": sid},
-                                  json={"model": "sim", "max_tokens": 4, "messages": [
-                                      {"role": "user", "content": f"request {sid} from {EMAIL}"}]})
+                    r = http.post(
+                        url + "/v1/chat/completions",
+                        headers={"X-Session-Id": sid},
+                        json={
+                            "model": "sim",
+                            "max_tokens": 4,
+                            "messages": [{"role": "user", "content": f"request {sid} from {EMAIL}"}],
+                        },
+                    )
                 except httpx.TransportError:
                     return  # the proxy is gone
                 if r.status_code == 200:
@@ -282,19 +300,29 @@ def test_when_redaction_falls_behind_traffic_flows_and_the_drops_are_counted(sim
     from redact.key import RedactionKey
 
     n = 40
-    cfg = CaptureConfig(upstream=sim.url, out=tmp_path / "cap", port=0, key=RedactionKey(KEY.encode()),
-                        queue_size=2, batch_size=1, hand_off=1, segment_seconds=0.5,
-                        extra_recognizers=(SlowRecognizer(),))
+    cfg = CaptureConfig(
+        upstream=sim.url,
+        out=tmp_path / "cap",
+        port=0,
+        key=RedactionKey(KEY.encode()),
+        queue_size=2,
+        batch_size=1,
+        hand_off=1,
+        segment_seconds=0.5,
+        extra_recognizers=(SlowRecognizer(),),
+    )
 
     async def scenario():
         proxy = CaptureProxy(cfg)
         await proxy.start()
         try:
             async with aiohttp.ClientSession() as http:
+
                 async def one(i):
-                    async with http.post(proxy.url + "/v1/chat/completions", json={
-                            "model": "sim", "max_tokens": 2,
-                            "messages": [{"role": "user", "content": f"distinct text {i}"}]}) as r:
+                    async with http.post(
+                        proxy.url + "/v1/chat/completions",
+                        json={"model": "sim", "max_tokens": 2, "messages": [{"role": "user", "content": f"distinct text {i}"}]},
+                    ) as r:
                         return r.status, await r.json()
 
                 answers = await asyncio.gather(*(one(i) for i in range(n)))
@@ -328,12 +356,28 @@ def test_a_second_capture_into_the_same_folder_is_refused(tmp_path):
     upstream = f"http://127.0.0.1:{_free_port()}"
     with capture(upstream, tmp_path / "cap", redact=False) as first:
         second = subprocess.run(
-            [sys.executable, "-m", "replay.cli.main", "capture", "--upstream", upstream,
-             "--listen", "127.0.0.1:0", "--out", str(tmp_path / "cap"), "--no-redact"],
-            cwd=ROOT, capture_output=True, text=True, timeout=120)
+            [
+                sys.executable,
+                "-m",
+                "replay.cli.main",
+                "capture",
+                "--upstream",
+                upstream,
+                "--listen",
+                "127.0.0.1:0",
+                "--out",
+                str(tmp_path / "cap"),
+                "--no-redact",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert second.returncode == 2
         assert second.stderr.strip().splitlines() == [
-            f"error: --out {tmp_path / 'cap'}: another capture is recording into this folder"]
+            f"error: --out {tmp_path / 'cap'}: another capture is recording into this folder"
+        ]
         assert _post(first.url, {"messages": []}).status_code == 502  # the first goes on
         assert first.stop() == 0
 
@@ -343,13 +387,17 @@ def test_a_client_that_hangs_up_after_done_got_a_completed_answer(tmp_path):
     # last write finds the client gone. That exchange is complete (on CI it was once recorded as
     # an upstream error against llama-server); a client that leaves before [DONE] is not.
     scripted = ScriptedServer(stall_s=0.5).start()
-    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3,
-            "stream": True, "stream_options": {"include_usage": True}}
+    chat = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 3,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     try:
         with capture(scripted.url, tmp_path / "cap", redact=False) as proxy:
             for body in ({**chat, "x_fault": "slow_end"}, {**chat, "x_fault": "stall"}):
-                with httpx.stream("POST", proxy.url + "/v1/chat/completions", json=body,
-                                  timeout=30) as r:
+                with httpx.stream("POST", proxy.url + "/v1/chat/completions", json=body, timeout=30) as r:
                     for line in r.iter_lines():
                         if line == "data: [DONE]" or body["x_fault"] == "stall":
                             break
@@ -358,8 +406,7 @@ def test_a_client_that_hangs_up_after_done_got_a_completed_answer(tmp_path):
     finally:
         scripted.stop()
     rows = read_trace(tmp_path / "cap").df.to_dicts()
-    assert [(r["status"], r["outcome"]) for r in rows] == [
-        (200, "completed"), (200, "client_disconnected")]
+    assert [(r["status"], r["outcome"]) for r in rows] == [(200, "completed"), (200, "client_disconnected")]
     assert rows[0]["output_tokens"] == 3
 
 
@@ -368,8 +415,8 @@ def test_answers_pass_byte_for_byte(tmp_path):
     chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
     cases = [
         {**chat, "stream": True, "stream_options": {"include_usage": True}},  # nothing to take out
-        chat,                                                                # a JSON answer
-        {**chat, "stream": False, "x_fault": "http404"},                     # an error answer
+        chat,  # a JSON answer
+        {**chat, "stream": False, "x_fault": "http404"},  # an error answer
     ]
     try:
         with capture(scripted.url, tmp_path / "cap", redact=False) as proxy:
@@ -379,8 +426,9 @@ def test_answers_pass_byte_for_byte(tmp_path):
                 assert (via.status_code, via.content) == (direct.status_code, direct.content)
                 assert via.headers["content-type"] == direct.headers["content-type"]
             # a streamed answer arrives a chunk at a time, not at its end
-            with httpx.stream("POST", proxy.url + "/v1/chat/completions", timeout=30,
-                              json={**chat, "max_tokens": 40, "stream": True}) as r:
+            with httpx.stream(
+                "POST", proxy.url + "/v1/chat/completions", timeout=30, json={**chat, "max_tokens": 40, "stream": True}
+            ) as r:
                 reads = [time.monotonic() for _ in r.iter_raw()]
             assert len(reads) >= 10 and reads[-1] - reads[0] >= 0.2  # 40 chunks 10 ms apart
             assert proxy.stop() == 0
@@ -388,5 +436,9 @@ def test_answers_pass_byte_for_byte(tmp_path):
         scripted.stop()
     rows = read_trace(tmp_path / "cap").df.to_dicts()
     assert [(r["status"], r["outcome"]) for r in rows] == [
-        (200, "completed"), (200, "completed"), (404, "completed"), (200, "completed")]
+        (200, "completed"),
+        (200, "completed"),
+        (404, "completed"),
+        (200, "completed"),
+    ]
     assert len(rows[3]["chunk_us"]) == 40 and rows[3]["chunk_us"][-1] >= 200_000

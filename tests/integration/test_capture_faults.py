@@ -61,7 +61,7 @@ async def _metrics(http: aiohttp.ClientSession, url: str) -> str:
 
 def _dropped(metrics: str, reason: str) -> float:
     prefix = f'replay_capture_records_dropped_total{{reason="{reason}"}} '
-    return float(next(line for line in metrics.splitlines() if line.startswith(prefix))[len(prefix):])
+    return float(next(line for line in metrics.splitlines() if line.startswith(prefix))[len(prefix) :])
 
 
 async def _until(proxy: CaptureProxy, name: str, value: int, timeout_s: float = 60.0) -> None:
@@ -94,19 +94,24 @@ def _run(cfg: CaptureConfig, scenario):
 def test_when_redaction_raises_clients_get_their_answers_and_the_drops_are_counted(scripted, tmp_path):
     upstream = scripted()
     out = tmp_path / "cap"
-    cfg = CaptureConfig(upstream=upstream.url, out=out, port=0, key=RedactionKey(KEY.encode()),
-                        segment_seconds=0.5, extra_recognizers=(RaisingRecognizer(),))
+    cfg = CaptureConfig(
+        upstream=upstream.url,
+        out=out,
+        port=0,
+        key=RedactionKey(KEY.encode()),
+        segment_seconds=0.5,
+        extra_recognizers=(RaisingRecognizer(),),
+    )
 
     def poisoned(i):
-        return [_chat(f"{POISON} {i}: write to {EMAIL}"),
-                _chat(f"{POISON} streamed {i}", stream=True, stream_options=USAGE)]
+        return [_chat(f"{POISON} {i}: write to {EMAIL}"), _chat(f"{POISON} streamed {i}", stream=True, stream_options=USAGE)]
 
     def scenario(bodies):
         async def run(proxy, http):
-            answers = [(await _post(http, proxy.url, b), await _post(http, upstream.url, b))
-                       for b in bodies]
+            answers = [(await _post(http, proxy.url, b), await _post(http, upstream.url, b)) for b in bodies]
             await _until(proxy, "requests_recorder_saw", len(bodies))
             return answers, await _metrics(http, proxy.url), proxy.counters()
+
         return run
 
     # every record fails redaction: each client gets the upstream's answer, byte for byte
@@ -148,8 +153,7 @@ def test_when_the_recorder_dies_traffic_flows_and_the_drops_are_counted(scripted
         in_flight = [await _post(http, proxy.url, _chat(f"in flight {i}")) for i in range(2)]
         proxy._proc.kill()  # kill -9
         await asyncio.get_running_loop().run_in_executor(None, proxy._proc.join, 30)
-        bodies = [b for i in range(4)
-                  for b in (_chat(f"after {i}"), _chat(f"after {i}", stream=True, stream_options=USAGE))]
+        bodies = [b for i in range(4) for b in (_chat(f"after {i}"), _chat(f"after {i}", stream=True, stream_options=USAGE))]
         after = [(await _post(http, proxy.url, b), await _post(http, upstream.url, b)) for b in bodies]
         return before + in_flight, after, await _metrics(http, proxy.url), proxy.counters()
 
@@ -165,8 +169,12 @@ def test_when_the_recorder_dies_traffic_flows_and_the_drops_are_counted(scripted
     # the trace's metadata
     _run(cfg, lambda proxy, http: _post(http, proxy.url, _chat("after the restart")))
     trace = read_trace(out)
-    assert sorted(json.loads(b)["messages"][0]["content"] for b in trace.df["body"]) == \
-        ["after the restart", "before 0", "before 1", "before 2"]
+    assert sorted(json.loads(b)["messages"][0]["content"] for b in trace.df["body"]) == [
+        "after the restart",
+        "before 0",
+        "before 1",
+        "before 2",
+    ]
     assert json.loads(trace.meta.capture_report)["dropped_recorder_error"] == lost
 
 
@@ -188,8 +196,7 @@ def test_a_recorder_that_dies_before_writing_leaves_a_folder_that_names_the_drop
 def test_a_roll_that_fails_is_counted_and_tried_again_and_loses_nothing(scripted, tmp_path):
     upstream = scripted()
     out = tmp_path / "cap"
-    cfg = CaptureConfig(upstream=upstream.url, out=out, port=0, key=None, hand_off=1,
-                        segment_seconds=0.2)
+    cfg = CaptureConfig(upstream=upstream.url, out=out, port=0, key=None, hand_off=1, segment_seconds=0.2)
     ran = {}
 
     async def scenario(proxy, http):
@@ -213,7 +220,7 @@ def test_a_roll_that_fails_is_counted_and_tried_again_and_loses_nothing(scripted
     assert [status for status, _ in answers] == [200] * 5
     assert "replay_capture_recorder_up 1.0" in metrics
     prefix = "replay_capture_segment_roll_failures_total "
-    assert float(next(x for x in metrics.splitlines() if x.startswith(prefix))[len(prefix):]) >= 2
+    assert float(next(x for x in metrics.splitlines() if x.startswith(prefix))[len(prefix) :]) >= 2
     assert sum('"request_id"' in line for line in spooled.splitlines()) == 3
     counts = ran["proxy"].counters()
     assert counts["recorded"] == 5 and counts["segments_written"] == 1
@@ -224,8 +231,13 @@ def test_a_roll_that_fails_is_counted_and_tried_again_and_loses_nothing(scripted
     recovered = _run(cfg, lambda proxy, http: asyncio.sleep(0, proxy.recovered_rows))
     assert recovered == 2
     trace = read_trace(out)
-    assert sorted(json.loads(b)["messages"][0]["content"] for b in trace.df["body"]) == \
-        ["first 0", "first 1", "first 2", "second 0", "second 1"]
+    assert sorted(json.loads(b)["messages"][0]["content"] for b in trace.df["body"]) == [
+        "first 0",
+        "first 1",
+        "first 2",
+        "second 0",
+        "second 1",
+    ]
     report = json.loads(trace.meta.capture_report)
     assert report["segment_roll_failed"] == counts["segment_roll_failed"] >= 3
     assert report["recorded"] == 5
@@ -240,8 +252,7 @@ def _says_nothing_was_recorded(out, counts: str) -> None:
     from replay.cli.main import main
     from replay.errors import TraceError
 
-    said = f"{out.name}: a capture folder with no trace segments (segment-*.parquet): no request " \
-           f"was recorded; its spool counts "
+    said = f"{out.name}: a capture folder with no trace segments (segment-*.parquet): no request was recorded; its spool counts "
     with pytest.raises(TraceError) as e:
         read_trace(out)
     assert str(e.value).startswith(said) and counts in str(e.value)
@@ -270,16 +281,16 @@ def _wait_recorded(url: str, n: int, timeout_s: float = 60.0) -> None:
 def test_cookies_api_keys_and_query_secrets_pass_to_the_upstream_and_are_never_stored(scripted, tmp_path):
     upstream = scripted()
     out = tmp_path / "cap"
-    headers = {"Cookie": COOKIE, "api-key": AZURE_KEY, "Authorization": f"Bearer {AUTH}",
-               "x-api-key": AZURE_KEY}
-    query = {"api-version": "2024-06-01", "api_key": QUERY_KEYS[0], "key": QUERY_KEYS[1],
-             "access_token": QUERY_KEYS[2]}
+    headers = {"Cookie": COOKIE, "api-key": AZURE_KEY, "Authorization": f"Bearer {AUTH}", "x-api-key": AZURE_KEY}
+    query = {"api-version": "2024-06-01", "api_key": QUERY_KEYS[0], "key": QUERY_KEYS[1], "access_token": QUERY_KEYS[2]}
     secrets = (COOKIE.split("=")[1], AZURE_KEY, AUTH, *QUERY_KEYS)
     # --no-redact: nothing but the rule "headers and query strings are never stored" keeps them out
     with capture(upstream.url, out, "--segment-seconds", "600", redact=False) as proxy:
-        for path, body in (("/v1/chat/completions", _chat("visible prompt marker")),
-                           ("/v1/chat/completions", _chat("streamed marker", stream=True)),
-                           ("/v1/completions", {"model": "m", "prompt": "completion marker", "max_tokens": 2})):
+        for path, body in (
+            ("/v1/chat/completions", _chat("visible prompt marker")),
+            ("/v1/chat/completions", _chat("streamed marker", stream=True)),
+            ("/v1/completions", {"model": "m", "prompt": "completion marker", "max_tokens": 2}),
+        ):
             r = httpx.post(proxy.url + path, params=query, headers=headers, json=body, timeout=30)
             assert r.status_code == 200
         _wait_recorded(proxy.url, 3)
@@ -297,9 +308,12 @@ def test_cookies_api_keys_and_query_secrets_pass_to_the_upstream_and_are_never_s
 def test_a_non_default_session_header_sets_the_session_ids(scripted, tmp_path):
     upstream = scripted()
     out = tmp_path / "cap"
-    sends = [({"X-Conv-Id": "conv-a"}, "a first"), ({"X-Conv-Id": "conv-b"}, "b first"),
-             ({"X-Conv-Id": "conv-a"}, "a second"),
-             ({"X-Session-Id": "the-default-header"}, "not this header")]
+    sends = [
+        ({"X-Conv-Id": "conv-a"}, "a first"),
+        ({"X-Conv-Id": "conv-b"}, "b first"),
+        ({"X-Conv-Id": "conv-a"}, "a second"),
+        ({"X-Session-Id": "the-default-header"}, "not this header"),
+    ]
     with capture(upstream.url, out, "--session-header", "X-Conv-Id", redact=False) as proxy:
         for headers, text in sends:
             assert httpx.post(proxy.url + CHAT, headers=headers, json=_chat(text), timeout=30).status_code == 200
@@ -315,8 +329,7 @@ def test_a_non_default_session_header_sets_the_session_ids(scripted, tmp_path):
 # -- upstream faults, the listen address -----------------------------------------------------------
 
 
-def test_an_upstream_that_drops_the_connection_before_its_headers_gives_502_and_the_proxy_goes_on(
-        scripted, tmp_path):
+def test_an_upstream_that_drops_the_connection_before_its_headers_gives_502_and_the_proxy_goes_on(scripted, tmp_path):
     upstream = scripted()
     out = tmp_path / "cap"
     faults = ("reset_before_headers", "close_before_headers")
@@ -344,8 +357,7 @@ def test_without_listen_the_proxy_binds_loopback(tmp_path, monkeypatch):
     # what `replay capture` without --listen hands the proxy
     seen = []
     monkeypatch.setattr("capture.proxy.run_capture", lambda cfg, on_ready=None: seen.append(cfg) or {})
-    assert main(["capture", "--upstream", "http://127.0.0.1:9", "--out", str(tmp_path / "c"),
-                 "--no-redact"]) == 0
+    assert main(["capture", "--upstream", "http://127.0.0.1:9", "--out", str(tmp_path / "c"), "--no-redact"]) == 0
     assert (seen[0].host, seen[0].port) == ("127.0.0.1", 8080)
     assert CaptureConfig(upstream="u", out=tmp_path).host == "127.0.0.1"
 

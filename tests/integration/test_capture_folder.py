@@ -22,12 +22,15 @@ def captured(tmp_path_factory):
     trace as one file."""
     tmp = tmp_path_factory.mktemp("captured")
     out = tmp / "cap"
-    with start_sim(time_scale=0.05, served_model_name="sim") as sim, \
-            capture(sim.url, out, "--segment-seconds", "0.3") as proxy:
+    with start_sim(time_scale=0.05, served_model_name="sim") as sim, capture(sim.url, out, "--segment-seconds", "0.3") as proxy:
+
         def send(session: str, text: str, stream: bool) -> None:
-            r = httpx.post(proxy.url + "/v1/chat/completions", headers={"X-Session-Id": session},
-                           timeout=60, json={"model": "sim", "max_tokens": 6, "stream": stream,
-                                             "messages": [{"role": "user", "content": text}]})
+            r = httpx.post(
+                proxy.url + "/v1/chat/completions",
+                headers={"X-Session-Id": session},
+                timeout=60,
+                json={"model": "sim", "max_tokens": 6, "stream": stream, "messages": [{"role": "user", "content": text}]},
+            )
             assert r.status_code == 200
 
         for i in range(3):
@@ -72,8 +75,9 @@ def test_run_replays_the_folder_as_the_file(captured, tmp_path, capsys):
     folder, single = captured
     results = []
     for trace in (folder, single):
-        results.append(json.loads(_cli(capsys, "run", str(trace), "--speedup", "4", "--json",
-                                        "--out", str(tmp_path / trace.name))))
+        results.append(
+            json.loads(_cli(capsys, "run", str(trace), "--speedup", "4", "--json", "--out", str(tmp_path / trace.name)))
+        )
     # the same schedule, the same requests and prompts, all answered (latencies are the run's own)
     same = ("requests", "sent", "completed", "errors", "prompt_tokens", "window_s", "offered_rate")
     folder_stage, file_stage = (r["stages"][0] for r in results)

@@ -20,8 +20,7 @@ EMAIL = "eleanor.vance@example.net"
 @pytest.fixture(scope="module")
 def running():
     binary = require(llama_server_path(), "llama-server", "replay engines build-llama-server")
-    engine = LlamaServer(model=tiny_gguf_path("gpt-2"), binary=binary,
-                         defaults={"threads": 1, "parallel": 2, "ctx_size": 4096})
+    engine = LlamaServer(model=tiny_gguf_path("gpt-2"), binary=binary, defaults={"threads": 1, "parallel": 2, "ctx_size": 4096})
     with engine.launch() as r:
         yield r
 
@@ -30,12 +29,13 @@ def test_the_openai_sdk_through_the_proxy_to_llama_server(running, tmp_path):
     import openai
 
     def client(url):
-        return openai.OpenAI(base_url=url + "/v1", api_key="sk-llama-test-authorization-0000",
-                             max_retries=0, timeout=120)
+        return openai.OpenAI(base_url=url + "/v1", api_key="sk-llama-test-authorization-0000", max_retries=0, timeout=120)
 
     direct = client(running.url)
-    msgs = [{"role": "system", "content": "You are a helpful assistant. " * 10},
-            {"role": "user", "content": f"Write to {EMAIL} about the weather."}]
+    msgs = [
+        {"role": "system", "content": "You are a helpful assistant. " * 10},
+        {"role": "user", "content": f"Write to {EMAIL} about the weather."},
+    ]
     greedy = {"temperature": 0.0, "seed": 1, "max_tokens": 8}
     out = tmp_path / "cap"
     with capture(running.url, out, "--segment-seconds", "1") as proxy:
@@ -51,9 +51,9 @@ def test_the_openai_sdk_through_the_proxy_to_llama_server(running, tmp_path):
         assert text1 == text2 == a.choices[0].message.content
         assert [c.usage is None for c in s1] == [c.usage is None for c in s2]
         # a long answer (ignore_eos: the random-weight model may end early) the client leaves
-        stream = via.chat.completions.create(model="m", messages=msgs, stream=True,
-                                             extra_body={"ignore_eos": True},
-                                             **{**greedy, "max_tokens": 1000})
+        stream = via.chat.completions.create(
+            model="m", messages=msgs, stream=True, extra_body={"ignore_eos": True}, **{**greedy, "max_tokens": 1000}
+        )
         next(stream), next(stream)
         stream.close()
         assert proxy.stop() == 0

@@ -35,8 +35,10 @@ PLANTED = {
     "STREET_ADDRESS": ["221B Baker Street, London NW1 6XE", "Hauptstraße 12, 10115 Berlin"],
     "PERSON": ["Oluwaseun Adeyemi", "Kwame"],
 }
-PEM = ("-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj\n"
-       "MzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvu\n-----END PRIVATE KEY-----")
+PEM = (
+    "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj\n"
+    "MzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvu\n-----END PRIVATE KEY-----"
+)
 
 FIRST = (
     "Hi Kwame,\n"
@@ -71,35 +73,53 @@ def echo():
 def test_no_planted_value_is_stored_and_a_leftover_shape_is_kept_out(echo, tmp_path):
     out = tmp_path / "cap"
     with capture(echo.url, out, "--segment-seconds", "1") as proxy:
-        client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-client-key-not-stored-0000",
-                               max_retries=0, timeout=60)
-        first = [{"role": "system", "content": "You repeat what you are told."},
-                 {"role": "user", "content": FIRST}]
-        a = client.chat.completions.create(model="scripted", messages=first, max_tokens=8,
-                                           user="priya.raman@billing.internal",
-                                           metadata={"customer": "Oluwaseun Adeyemi"}, store=True)
+        client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-client-key-not-stored-0000", max_retries=0, timeout=60)
+        first = [{"role": "system", "content": "You repeat what you are told."}, {"role": "user", "content": FIRST}]
+        a = client.chat.completions.create(
+            model="scripted",
+            messages=first,
+            max_tokens=8,
+            user="priya.raman@billing.internal",
+            metadata={"customer": "Oluwaseun Adeyemi"},
+            store=True,
+        )
         assert "priya.raman@billing.internal" in a.choices[0].message.content  # the client sees it all
-        later = [*first, {"role": "assistant", "content": a.choices[0].message.content},
-                 {"role": "user", "content": LATER}]
-        chunks = list(client.chat.completions.create(model="scripted", messages=later, max_tokens=8,
-                                                     stream=True))
+        later = [*first, {"role": "assistant", "content": a.choices[0].message.content}, {"role": "user", "content": LATER}]
+        chunks = list(client.chat.completions.create(model="scripted", messages=later, max_tokens=8, stream=True))
         assert PASSWORD in "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-        tool = [{"role": "user", "content": "Log me in"},
-                {"role": "assistant", "content": None, "tool_calls": [{
-                    "id": "c1", "type": "function", "function": {"name": "login", "arguments": json.dumps(
-                        {"email": "priya.raman@billing.internal", "secret": PASSWORD})}}]},
-                {"role": "tool", "tool_call_id": "c1", "content": "ok"},
-                {"role": "user", "content": f"Done? I used {PASSWORD}."}]
+        tool = [
+            {"role": "user", "content": "Log me in"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {
+                            "name": "login",
+                            "arguments": json.dumps({"email": "priya.raman@billing.internal", "secret": PASSWORD}),
+                        },
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+            {"role": "user", "content": f"Done? I used {PASSWORD}."},
+        ]
         client.chat.completions.create(model="scripted", messages=tool, max_tokens=4)
         # a session id that is an email address is stored as it is: the second lock keeps the
         # record out and counts it
-        client.chat.completions.create(model="scripted", messages=[{"role": "user", "content": "hello"}],
-                                       max_tokens=2, extra_headers={"X-Session-Id": "kwame@corp.lan"})
+        client.chat.completions.create(
+            model="scripted",
+            messages=[{"role": "user", "content": "hello"}],
+            max_tokens=2,
+            extra_headers={"X-Session-Id": "kwame@corp.lan"},
+        )
         deadline = time.monotonic() + 120
         while 'replay_capture_records_dropped_total{reason="lock"} 1.0' not in _metrics(proxy.url):
             assert time.monotonic() < deadline, _metrics(proxy.url)
             time.sleep(0.2)
-        while 'replay_capture_records_written_total 3.0' not in _metrics(proxy.url):
+        while "replay_capture_records_written_total 3.0" not in _metrics(proxy.url):
             assert time.monotonic() < deadline, _metrics(proxy.url)
             time.sleep(0.2)
         metrics = _metrics(proxy.url)
@@ -117,7 +137,8 @@ def test_no_planted_value_is_stored_and_a_leftover_shape_is_kept_out(echo, tmp_p
     leaked = [v for v in values if v.encode() in stored or json.dumps(v)[1:-1].encode() in stored]
     assert leaked == []
     # the surrogates are known to the trace, so the audit finds nothing raw
-    audit = subprocess.run([sys.executable, "-m", "replay.cli.main", "audit", str(out)],
-                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+    audit = subprocess.run(
+        [sys.executable, "-m", "replay.cli.main", "audit", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert audit.returncode == 0, audit.stdout + audit.stderr
     assert KEY.encode() not in stored

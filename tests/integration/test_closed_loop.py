@@ -40,8 +40,9 @@ def test_a_concurrency_sweep_runs_one_closed_loop_stage_per_number_of_users(scri
     server = scripted(concurrency=2, chunk_delay_s=0.02)
     trace = trace_of_bodies([{"max_tokens": 5} for _ in range(16)])
     labels: list[str] = []
-    result = sweep(trace, RunConfig(url=server.url, lag_bound_ms=50), [], concurrency=[1, 4],
-                   progress=lambda label: labels.append(label))
+    result = sweep(
+        trace, RunConfig(url=server.url, lag_bound_ms=50), [], concurrency=[1, 4], progress=lambda label: labels.append(label)
+    )
     assert labels == ["1 user", "4 users"]
     one, four = result.summaries
     assert [one["concurrency"], four["concurrency"]] == [1, 4] and result.rates == [None, None]
@@ -60,13 +61,16 @@ def test_causal_sessions_in_closed_loop_hold_a_user_from_first_turn_to_last(scri
     # A3 300; every turn recorded as 20 ms long, so each later turn follows 130 ms of think time)
     server = scripted(concurrency=4, chunk_delay_s=0.005)
     sessions = ["A", "B", "C", "A", "D", "C", "A"]
-    base = trace_of_bodies([{"max_tokens": 3, "messages": [{"role": "user", "content": f"turn {i}"}]}
-                            for i in range(7)], arrival_us=[i * 50_000 for i in range(7)])
+    base = trace_of_bodies(
+        [{"max_tokens": 3, "messages": [{"role": "user", "content": f"turn {i}"}]} for i in range(7)],
+        arrival_us=[i * 50_000 for i in range(7)],
+    )
     df = base.df.with_columns(session_id=pl.Series(sessions), e2e_us=pl.lit(20_000, pl.Int64))
     trace = Trace(df=validate(df, base.meta, source="<test>"), meta=base.meta)
     stage = run_stage(trace, RunConfig(url=server.url, concurrency=2, sessions="causal", lag_bound_ms=50))
-    out = stage.requests.with_columns(session=pl.col("request_id").str.slice(1).cast(pl.Int64)
-                                      .map_elements(lambda i: sessions[i], return_dtype=pl.String))
+    out = stage.requests.with_columns(
+        session=pl.col("request_id").str.slice(1).cast(pl.Int64).map_elements(lambda i: sessions[i], return_dtype=pl.String)
+    )
     assert out["error"].to_list() == ["none"] * 7, out["error_detail"].to_list()
     think_ns = 130_000_000
     spans = {}
@@ -86,12 +90,15 @@ def test_causal_sessions_in_closed_loop_hold_a_user_from_first_turn_to_last(scri
     assert stage.summary["slip_ms"] is None and stage.summary["valid"]
 
 
-@pytest.mark.parametrize("extra, message", [
-    ({"rate": 5.0}, "sets no rate"),
-    ({"duration_s": 5.0}, "use --requests, not --duration"),
-    ({"max_connections": 2}, "--max-connections is 2"),
-    ({"concurrency": 0}, "whole number >= 1"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"rate": 5.0}, "sets no rate"),
+        ({"duration_s": 5.0}, "use --requests, not --duration"),
+        ({"max_connections": 2}, "--max-connections is 2"),
+        ({"concurrency": 0}, "whole number >= 1"),
+    ],
+)
 def test_a_closed_loop_stage_refuses_what_it_cannot_honour(extra, message):
     with pytest.raises(ConfigError, match=message):
         RunConfig(url="http://127.0.0.1:1", **{"concurrency": 3, **extra})

@@ -30,8 +30,7 @@ def allowed(thread_name: str) -> set[int]:
             status = (task / "status").read_text()
         except FileNotFoundError:  # the thread ended meanwhile
             continue
-        spec = next(line.split(":", 1)[1].strip() for line in status.splitlines()
-                    if line.startswith("Cpus_allowed_list"))
+        spec = next(line.split(":", 1)[1].strip() for line in status.splitlines() if line.startswith("Cpus_allowed_list"))
         for part in spec.split(","):
             lo, _, hi = part.partition("-")
             found.update(range(int(lo), int(hi or lo) + 1))
@@ -48,8 +47,7 @@ def test_split_gives_the_engine_the_last_cpus_and_the_runner_the_rest(monkeypatc
 
 
 @linux_only
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else True,
-                    reason="needs 2 CPUs")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else True, reason="needs 2 CPUs")
 def test_engine_and_runner_threads_run_on_their_own_cpus():
     engine_cpus, runner_cpus = split_cpus()
     seen: dict[str, set[int]] = {}
@@ -65,8 +63,16 @@ def test_engine_and_runner_threads_run_on_their_own_cpus():
         # what this test checks is its CPUs, so it reads again if the thread was not listed
         engine = next((cpus for _ in range(50) if (cpus := allowed("replay-sim"))), set())
         assert engine == set(engine_cpus)
-        bodies = [{"model": "sim", "max_tokens": 400, "ignore_eos": True, "stream": True,
-                   "messages": [{"role": "user", "content": f"story {i}"}]} for i in range(4)]
+        bodies = [
+            {
+                "model": "sim",
+                "max_tokens": 400,
+                "ignore_eos": True,
+                "stream": True,
+                "messages": [{"role": "user", "content": f"story {i}"}],
+            }
+            for i in range(4)
+        ]
         config = RunConfig(url=server.url, cpus=runner_cpus, lag_bound_ms=1000)
         result = run_stage(trace_of_bodies(bodies, arrival_us=[0, 300_000, 600_000, 900_000]), config, progress)
     assert result.summary["completed"] == 4
@@ -86,7 +92,8 @@ def test_a_cpu_that_cannot_be_used_is_a_config_error():
     with start_sim(SimConfig(profile="instant")) as server:
         config = RunConfig(url=server.url, cpus=(bad,))
         with pytest.raises(ConfigError, match="cpus"):
-            run_stage(trace_of_bodies([{"model": "sim", "max_tokens": 2,
-                                        "messages": [{"role": "user", "content": "hi"}]}]), config)
+            run_stage(
+                trace_of_bodies([{"model": "sim", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}]), config
+            )
     with pytest.raises(ConfigError, match="cpus"):
         RunConfig(url="http://127.0.0.1:1", cpus=(-1,))

@@ -51,17 +51,33 @@ def test_a_public_trace_replayed_at_its_pace_and_10x_faster_fails_no_metric(shar
     assert not result.verdict.failed, result.verdict.reason
     assert result.verdict.state == "cannot tell" and "needs about" in result.verdict.reason
     judged = {m.name for m in result.verdict.metrics if m.state != "n/a"}
-    assert {"input_tokens.ks", "lengths.prompt_tokens_per_request", "lengths.output_vs_max_tokens",
-            "arrivals.interarrival_cv", "arrivals.dispersion_1s", "cache.offered_reuse.unbounded"} <= judged
+    assert {
+        "input_tokens.ks",
+        "lengths.prompt_tokens_per_request",
+        "lengths.output_vs_max_tokens",
+        "arrivals.interarrival_cv",
+        "arrivals.dispersion_1s",
+        "cache.offered_reuse.unbounded",
+    } <= judged
 
 
 @pytest.mark.slow
 def test_poisson_arrivals_of_a_bursty_trace_fail_on_burstiness(sim):
-    live = generate(GenerateConfig(n_requests=400, seed=2, rate=40.0, burst_cv=4.0, system_prompt_tokens=32,
-                                   user_tokens_p50=24, output_tokens_p50=4, max_output_tokens=8, turns_mean=1.5))
+    live = generate(
+        GenerateConfig(
+            n_requests=400,
+            seed=2,
+            rate=40.0,
+            burst_cv=4.0,
+            system_prompt_tokens=32,
+            user_tokens_p50=24,
+            output_tokens_p50=4,
+            max_output_tokens=8,
+            turns_mean=1.5,
+        )
+    )
     offered = (live.df.height - 1) / ((live.df["arrival_us"].max() - live.df["arrival_us"].min()) / 1e6)
-    stage = run_stage(live, RunConfig(url=sim.url, rate=offered, arrivals=Arrivals(kind="poisson", seed=1),
-                                      lag_bound_ms=5))
+    stage = run_stage(live, RunConfig(url=sim.url, rate=offered, arrivals=Arrivals(kind="poisson", seed=1), lag_bound_ms=5))
     result = compare_stage(live, stage.requests, lag_bound_ms=5)
     failed = {m.name for m in result.verdict.failed}
     assert "arrivals.interarrival_cv" in failed, result.verdict.reason
@@ -70,9 +86,20 @@ def test_poisson_arrivals_of_a_bursty_trace_fail_on_burstiness(sim):
 
 @pytest.mark.slow
 def test_an_engine_without_prefix_caching_fails_on_the_engine_side_of_cache_hits(sim):
-    trace = generate(GenerateConfig(n_requests=120, seed=4, rate=20.0, n_system_prompts=2, system_prompt_tokens=256,
-                                    user_tokens_p50=24, output_tokens_p50=4, max_output_tokens=8, turns_mean=2.0,
-                                    think_time_mean_s=1.0))
+    trace = generate(
+        GenerateConfig(
+            n_requests=120,
+            seed=4,
+            rate=20.0,
+            n_system_prompts=2,
+            system_prompt_tokens=256,
+            user_tokens_p50=24,
+            output_tokens_p50=4,
+            max_output_tokens=8,
+            turns_mean=2.0,
+            think_time_mean_s=1.0,
+        )
+    )
     config = RunConfig(url=sim.url, speedup=1.0, lag_bound_ms=5)
     live = observed(trace, run_stage(trace, config).requests)  # "live": an engine that caches prefixes
     assert live.df["cached_tokens"].sum() > 0

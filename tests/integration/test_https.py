@@ -32,8 +32,7 @@ def gateway(tmp_path):
 
 
 def chat_trace(n: int, gap_ms: int = 20):
-    bodies = [{"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": f"question {i} " * 20}]}
-              for i in range(n)]
+    bodies = [{"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": f"question {i} " * 20}]} for i in range(n)]
     return trace_of_bodies(bodies, arrival_us=[i * gap_ms * 1000 for i in range(n)])
 
 
@@ -75,8 +74,9 @@ def test_the_cli_stops_before_any_stage_on_an_untrusted_certificate(gateway, tmp
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and gateway.url in lines[0] and "certificate" in lines[0], done.stderr
     assert not list(out.glob("stage*")), "no stage ran"
-    done = run_cli("run", str(trace), "--url", gateway.url, "--ca-cert", str(gateway.ca), "--out", str(out),
-                   "--lag-bound-ms", "50", "--json")
+    done = run_cli(
+        "run", str(trace), "--url", gateway.url, "--ca-cert", str(gateway.ca), "--out", str(out), "--lag-bound-ms", "50", "--json"
+    )
     assert done.returncode == 0, done.stderr
     stage = json.loads(done.stdout)["stages"][0]
     assert stage["completed"] == 6 and stage["errors"] == {}

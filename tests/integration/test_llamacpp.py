@@ -21,8 +21,7 @@ from replay.targets import LlamaServer
 from replay.targets.llamacpp_build import llama_server_path
 from replay.targets.tiny_models import smollm2_path, tiny_gguf_path
 from tests.integration.conftest import in_flight_at_sends
-from tests.integration.real_engines import (check_crash, replay_through_a_crash, require,
-                                            shared_prefix_trace, small_trace)
+from tests.integration.real_engines import check_crash, replay_through_a_crash, require, shared_prefix_trace, small_trace
 
 pytestmark = pytest.mark.engine
 
@@ -53,8 +52,10 @@ def test_sweep_completes_with_usage_parsed(running):
     for stage in result.stages:
         df = stage.requests
         failed = df.with_row_index().filter(df["error"] != "none")
-        assert failed.is_empty(), (stage.summary["requested_rate"],
-                                   failed.select("index", "error", "error_detail", "conn_ns").rows())
+        assert failed.is_empty(), (
+            stage.summary["requested_rate"],
+            failed.select("index", "error", "error_detail", "conn_ns").rows(),
+        )
         # ignore_eos: exactly the trace's output lengths; the engine counts our prompt tokens
         assert df["completion_tokens"].to_list() == df["expected_output_tokens"].to_list()
         assert df["prompt_tokens"].null_count() == 0 and (df["prompt_tokens"] > df["input_tokens"]).all()
@@ -102,7 +103,7 @@ def test_shared_prefix_hits_the_cache_in_responses_and_metrics(running):
     df = run_stage(trace, RunConfig(url=running.url, speedup=1.0, lag_bound_ms=20)).requests
     assert df["error"].to_list() == ["none"] * 5
     cached = df["cached_tokens"].to_list()
-    assert all(c >= 290 for c in cached[1:]), cached          # the 300-token system prompt, and more
+    assert all(c >= 290 for c in cached[1:]), cached  # the 300-token system prompt, and more
     after = running.metrics()
     assert after["prefix_cache_hits"] - before["prefix_cache_hits"] >= sum(cached[1:])
     assert after["prompt_tokens"] - before["prompt_tokens"] == df["prompt_tokens"].sum()
@@ -113,9 +114,26 @@ def test_shared_prefix_hits_the_cache_in_responses_and_metrics(running):
 def test_the_cli_sweeps_a_trace_file(running, tmp_path):
     path = small_trace(n=6, seed=1).write(tmp_path / "small.parquet")
     proc = subprocess.run(
-        [sys.executable, "-m", "replay.cli.main", "sweep", str(path), "--url", running.url,
-         "--rates", "3,6", "--lag-bound-ms", "20", "--json", "--out", str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "replay.cli.main",
+            "sweep",
+            str(path),
+            "--url",
+            running.url,
+            "--rates",
+            "3,6",
+            "--lag-bound-ms",
+            "20",
+            "--json",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout)
     assert [s["completed"] for s in summary["stages"]] == [6, 6]
@@ -129,8 +147,8 @@ def test_a_server_killed_mid_run_gives_recorded_errors(engine):
     df, gone_ns = replay_through_a_crash(engine.launch(), n=10, gap_ms=250, kill_after_s=0.6, max_tokens=1900)
     check_crash(df, gone_ns)
     errors = df["error"].to_list()
-    assert errors[0] == "reset", errors                     # in flight when it died
-    assert errors[-1] == "connect_refused", errors          # sent after the crash: nobody listens
+    assert errors[0] == "reset", errors  # in flight when it died
+    assert errors[-1] == "connect_refused", errors  # sent after the crash: nobody listens
 
 
 def test_a_config_that_fails_to_start_names_the_engine_and_its_log(engine, tmp_path):
@@ -175,20 +193,61 @@ rules = ["batch_size >= ubatch_size"]
 def test_an_optimize_campaign_over_llama_server_knobs_completes_with_verdicts_ledger_and_report(binary, tmp_path):
     from replay.generate import GenerateConfig, generate
 
-    trace = generate(GenerateConfig(n_requests=40, seed=5, rate=8.0, n_system_prompts=2, system_prompt_tokens=64,
-                                    user_tokens_p50=24, output_tokens_p50=32, max_output_tokens=48,
-                                    max_input_tokens=1000, tokenizer="gpt2"))
+    trace = generate(
+        GenerateConfig(
+            n_requests=40,
+            seed=5,
+            rate=8.0,
+            n_system_prompts=2,
+            system_prompt_tokens=64,
+            user_tokens_p50=24,
+            output_tokens_p50=32,
+            max_output_tokens=48,
+            max_input_tokens=1000,
+            tokenizer="gpt2",
+        )
+    )
     path = tmp_path / "work.parquet"
     trace.write(path)
     space = tmp_path / "space.toml"
     space.write_text(LLAMA_SPACE)
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, "-m", "replay.cli.main", "optimize", str(path), "--engine", "llama-server",
-         "--model", str(tiny_gguf_path("gpt-2")), "--space", str(space), "--baseline", '{"parallel": 1, "threads": 1}',
-         "--rate", "8", "--requests", "24", "--slo", "ttft=1s", "--lag-bound-ms", "20", "--repeats", "2",
-         "--budget", "trials=3", "--allow-inconclusive", "--out", str(out), "--json"],
-        capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            "-m",
+            "replay.cli.main",
+            "optimize",
+            str(path),
+            "--engine",
+            "llama-server",
+            "--model",
+            str(tiny_gguf_path("gpt-2")),
+            "--space",
+            str(space),
+            "--baseline",
+            '{"parallel": 1, "threads": 1}',
+            "--rate",
+            "8",
+            "--requests",
+            "24",
+            "--slo",
+            "ttft=1s",
+            "--lag-bound-ms",
+            "20",
+            "--repeats",
+            "2",
+            "--budget",
+            "trials=3",
+            "--allow-inconclusive",
+            "--out",
+            str(out),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert result["diagnosis"]["bottleneck"] and result["diagnosis"]["evidence"]

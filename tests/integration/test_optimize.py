@@ -40,10 +40,33 @@ def test_a_poor_baseline_is_beaten_failures_are_verdicts_and_the_campaign_resume
     space = tmp_path / "space.toml"
     space.write_text(SPACE)
     out = tmp_path / "out"
-    args = ["optimize", str(workload), "--engine", "sim", "--sim-time-scale", "0.1", "--rate", "20",
-            "--requests", "40", "--space", str(space), "--baseline", '{"max_num_seqs": 2}',
-            "--objective", "throughput", "--repeats", "3", "--budget", "trials=6", "--out", str(out), "--json", *LAG,
-            "--allow-inconclusive"]
+    args = [
+        "optimize",
+        str(workload),
+        "--engine",
+        "sim",
+        "--sim-time-scale",
+        "0.1",
+        "--rate",
+        "20",
+        "--requests",
+        "40",
+        "--space",
+        str(space),
+        "--baseline",
+        '{"max_num_seqs": 2}',
+        "--objective",
+        "throughput",
+        "--repeats",
+        "3",
+        "--budget",
+        "trials=6",
+        "--out",
+        str(out),
+        "--json",
+        *LAG,
+        "--allow-inconclusive",
+    ]
     done = run_cli(*args, timeout=600)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
@@ -78,15 +101,43 @@ def test_parallel_trials_on_several_engine_instances(workload, tmp_path, where):
     space = tmp_path / "space.toml"
     space.write_text(SPACE)
     out = tmp_path / "out"
-    done = run_cli("optimize", str(workload), "--engine", "sim", "--sim-time-scale", "0.1", "--rate", "20",
-                   "--requests", "40", "--space", str(space), "--baseline", '{"max_num_seqs": 2}',
-                   "--objective", "throughput", "--repeats", "2", "--budget", "trials=4", "--out", str(out),
-                   "--json", *LAG, *where, "--allow-inconclusive", timeout=600)
+    done = run_cli(
+        "optimize",
+        str(workload),
+        "--engine",
+        "sim",
+        "--sim-time-scale",
+        "0.1",
+        "--rate",
+        "20",
+        "--requests",
+        "40",
+        "--space",
+        str(space),
+        "--baseline",
+        '{"max_num_seqs": 2}',
+        "--objective",
+        "throughput",
+        "--repeats",
+        "2",
+        "--budget",
+        "trials=4",
+        "--out",
+        str(out),
+        "--json",
+        *LAG,
+        *where,
+        "--allow-inconclusive",
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["best"]["max_num_seqs"] == 16, result["steps"]
-    rows = sqlite3.connect(out / "ledger.sqlite").execute(
-        "SELECT role, started, finished FROM experiments WHERE role = 'baseline' ORDER BY id").fetchall()
+    rows = (
+        sqlite3.connect(out / "ledger.sqlite")
+        .execute("SELECT role, started, finished FROM experiments WHERE role = 'baseline' ORDER BY id")
+        .fetchall()
+    )
     assert len(rows) == 2
     (_, s1, f1), (_, s2, f2) = rows
     assert max(s1, s2) < min(f1, f2), "the baseline's two runs overlapped"
@@ -134,10 +185,10 @@ def test_the_max_rate_objective_finds_where_the_slo_breaks(scripted):
 
     # two responses at a time, each ~0.1 s (5 chunks 20 ms apart): about 20 req/s before a queue builds
     server = scripted(concurrency=2, chunk_delay_s=0.02)
-    trace = trace_of_bodies([{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": f"q{i}"}]}
-                             for i in range(30)])
-    run = RunConfig(url="http://127.0.0.1:0", rate=4.0, requests=30, lag_bound_ms=20,
-                    slo=Slo(ttft_s=0.3, attainment=0.9))
+    trace = trace_of_bodies(
+        [{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": f"q{i}"}]} for i in range(30)]
+    )
+    run = RunConfig(url="http://127.0.0.1:0", rate=4.0, requests=30, lag_bound_ms=20, slo=Slo(ttft_s=0.3, attainment=0.9))
     m = measure_on_engine(_Scripted(server), trace, run, Objective("max_rate"), check_outputs=False)({})
     assert m.invalid is None, m.invalid
     probes = m.details["probes"]
@@ -160,8 +211,7 @@ def test_a_lossless_knob_that_changes_the_answers_is_invalid(workload):
         fp8 writes other answers), as a misclassified knob of a real engine would. (The sampling
         seed cannot serve here: the greedy sample sends a fixed seed of its own.)"""
 
-        knobs = tuple(dataclasses.replace(k, lossless=True) if k.name == "kv_cache_dtype" else k
-                      for k in SimEngine.knobs)
+        knobs = tuple(dataclasses.replace(k, lossless=True) if k.name == "kv_cache_dtype" else k for k in SimEngine.knobs)
 
     trace = read_trace(workload)
     engine = MisclassifiedSim(time_scale=0.05)

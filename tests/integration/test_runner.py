@@ -61,8 +61,15 @@ def test_every_fault_is_recorded_and_the_run_goes_on(scripted):
     result = run_stage(trace, config)
     rows = _by_fault(result, faults)
     expected = {
-        "ok": "none", "http500": "http_5xx", "http404": "http_4xx", "http429": "http_4xx",
-        "malformed": "malformed_sse", "reset": "reset", "stall": "stall", "no_done": "reset", "json": "none",
+        "ok": "none",
+        "http500": "http_5xx",
+        "http404": "http_4xx",
+        "http429": "http_4xx",
+        "malformed": "malformed_sse",
+        "reset": "reset",
+        "stall": "stall",
+        "no_done": "reset",
+        "json": "none",
     }
     for fault, kind in expected.items():
         assert rows[fault]["error"] == kind, (fault, rows[fault])
@@ -234,9 +241,11 @@ def _chat_session(first_fault: str = "ok"):
     recorded = ['RECORDED "one" \u00e9\n', "RECORDED two"]
     u = [{"role": "user", "content": c} for c in ("alpha beta", "and then?", "why")]
     a = [{"role": "assistant", "content": c} for c in recorded]
-    bodies = [{"messages": [system, u[0]], "max_tokens": 2, "x_fault": first_fault},
-              {"messages": [system, u[0], a[0], u[1]], "max_tokens": 2},
-              {"messages": [system, u[0], a[0], u[1], a[1], u[2]], "max_tokens": 2}]
+    bodies = [
+        {"messages": [system, u[0]], "max_tokens": 2, "x_fault": first_fault},
+        {"messages": [system, u[0], a[0], u[1]], "max_tokens": 2},
+        {"messages": [system, u[0], a[0], u[1], a[1], u[2]], "max_tokens": 2},
+    ]
     base = trace_of_bodies(bodies, arrival_us=[0, 20_000, 40_000])
     df = base.df.with_columns(pl.Series("session_id", ["s"] * 3, dtype=pl.String))
     return Trace(df=validate(df, base.meta, source="<test>"), meta=base.meta), recorded
@@ -244,8 +253,10 @@ def _chat_session(first_fault: str = "ok"):
 
 def _answers_sent(server) -> list[list[str]]:
     """The assistant messages of each request the server got, in arrival order."""
-    return [[m["content"] for m in a.body["messages"] if m["role"] == "assistant"]
-            for a in sorted(server.arrivals, key=lambda a: a.t_unix_ns)]
+    return [
+        [m["content"] for m in a.body["messages"] if m["role"] == "assistant"]
+        for a in sorted(server.arrivals, key=lambda a: a.t_unix_ns)
+    ]
 
 
 def test_a_causal_turn_resends_the_answers_the_engine_streamed(scripted):
@@ -258,8 +269,10 @@ def test_a_causal_turn_resends_the_answers_the_engine_streamed(scripted):
     assert last["messages"][-1]["content"] == "why" and last["max_tokens"] == 2
     assert result.runner["answers_resent"] == 3 and result.runner["answers_recorded"] == 0
     # as recorded: asked for, or open-loop (a turn may leave before the answer exists)
-    for config in (RunConfig(url=server.url, sessions="causal", answers="recorded", lag_bound_ms=1000),
-                   RunConfig(url=server.url, lag_bound_ms=1000)):
+    for config in (
+        RunConfig(url=server.url, sessions="causal", answers="recorded", lag_bound_ms=1000),
+        RunConfig(url=server.url, lag_bound_ms=1000),
+    ):
         server.arrivals.clear()
         again = run_stage(trace, config)
         assert _answers_sent(server) == [[], recorded[:1], recorded]

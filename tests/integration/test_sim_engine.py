@@ -83,13 +83,13 @@ def chat(content: str, max_tokens: int, **extra) -> dict:
 
 # --- OpenAI shapes -----------------------------------------------------------------------------
 
+
 def test_openai_shapes(sim):
     server = sim(profile="instant")
     msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name three rivers."}]
     status, tok = post(server, "/tokenize", {"messages": msgs})
     assert status == 200 and tok["count"] == len(tok["tokens"]) and tok["max_model_len"] == 8192
-    status, body = post(server, "/v1/chat/completions", {"model": "sim", "messages": msgs, "max_tokens": 12,
-                                                         "ignore_eos": True})
+    status, body = post(server, "/v1/chat/completions", {"model": "sim", "messages": msgs, "max_tokens": 12, "ignore_eos": True})
     assert status == 200 and body["object"] == "chat.completion" and body["model"] == "sim"
     choice = body["choices"][0]
     assert choice["message"]["role"] == "assistant" and choice["message"]["content"]
@@ -99,8 +99,7 @@ def test_openai_shapes(sim):
     assert usage["total_tokens"] == tok["count"] + 12
     assert usage["prompt_tokens_details"]["cached_tokens"] == 0
     # the same prompt again hits the prefix cache: floor((n-1)/16)*16 tokens
-    _, again = post(server, "/v1/chat/completions", {"model": "sim", "messages": msgs, "max_tokens": 12,
-                                                     "ignore_eos": True})
+    _, again = post(server, "/v1/chat/completions", {"model": "sim", "messages": msgs, "max_tokens": 12, "ignore_eos": True})
     assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == (tok["count"] - 1) // 16 * 16
     assert again["choices"][0]["message"]["content"] == choice["message"]["content"], "deterministic"
     status, comp = post(server, "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 5, "ignore_eos": True})
@@ -111,12 +110,15 @@ def test_openai_shapes(sim):
 
     # a raw stream: role, content chunks, finish, usage with choices [], [DONE]
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-    conn.request("POST", "/v1/chat/completions", json.dumps(chat("Hello there", 6, ignore_eos=True, stream=True,
-                                                                 stream_options={"include_usage": True})),
-                 {"Content-Type": "application/json"})
+    conn.request(
+        "POST",
+        "/v1/chat/completions",
+        json.dumps(chat("Hello there", 6, ignore_eos=True, stream=True, stream_options={"include_usage": True})),
+        {"Content-Type": "application/json"},
+    )
     resp = conn.getresponse()
     assert resp.status == 200 and resp.getheader("Content-Type").startswith("text/event-stream")
-    events = [e[len("data: "):] for e in resp.read().decode().split("\n\n") if e]
+    events = [e[len("data: ") :] for e in resp.read().decode().split("\n\n") if e]
     conn.close()
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
@@ -133,12 +135,21 @@ def test_openai_shapes(sim):
     assert rows["cached_tokens"].null_count() == 0
 
     _, text = get(server, "/metrics")
-    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-                 "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:num_preemptions_total",
-                 "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
-                 "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
-                 "vllm:e2e_request_latency_seconds_bucket"):
-        assert f'{name}{{' in text and 'model_name="sim"' in text, name
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:num_preemptions_total",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:request_success_total",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:inter_token_latency_seconds_bucket",
+        "vllm:e2e_request_latency_seconds_bucket",
+    ):
+        assert f"{name}{{" in text and 'model_name="sim"' in text, name
     assert metric(server, "vllm:generation_tokens_total") == 12 * 2 + 5 + 6 + 8 * 7
     assert metric(server, "vllm:request_success_total") == 12
 
@@ -165,8 +176,17 @@ def test_errors_like_vllm(sim):
 def test_generated_trace_replays_against_the_engine(sim):
     from replay.generate import GenerateConfig, generate
 
-    trace = generate(GenerateConfig(n_requests=40, seed=1, rate=40.0, output_tokens_p50=24, max_output_tokens=64,
-                                    system_prompt_tokens=300, user_tokens_p50=60))
+    trace = generate(
+        GenerateConfig(
+            n_requests=40,
+            seed=1,
+            rate=40.0,
+            output_tokens_p50=24,
+            max_output_tokens=64,
+            system_prompt_tokens=300,
+            user_tokens_p50=60,
+        )
+    )
     server = sim(time_scale=0.05)
     summary = run_stage(trace, RunConfig(url=server.url, lag_bound_ms=50)).summary
     assert summary["completed"] == 40 and summary["cache_hit_rate"] > 0.2
@@ -178,9 +198,15 @@ SYSTEM = " ".join(["The assistant answers questions about the quarterly report i
 
 
 def test_prefix_caching_cuts_ttft_on_a_shared_prefix(sim):
-    bodies = [{"model": "sim", "max_tokens": 8, "ignore_eos": True,
-               "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Item {i}?"}]}
-              for i in range(32)]
+    bodies = [
+        {
+            "model": "sim",
+            "max_tokens": 8,
+            "ignore_eos": True,
+            "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Item {i}?"}],
+        }
+        for i in range(32)
+    ]
     arrivals = [i * 10_000 for i in range(32)]
     results = {}
     for caching in (True, False):
@@ -270,8 +296,7 @@ def test_fp8_kv_changes_outputs_not_lengths_and_doubles_blocks(sim):
 def test_priority_policy_serves_lower_values_first(sim):
     server = sim(time_scale=0.2, scheduling_policy="priority", max_num_seqs=1)
     priorities = [5, 1, 4, 2, 3]
-    bodies = [chat("blocker", 20, ignore_eos=True)] + [
-        chat(f"request {p}", 3, ignore_eos=True, priority=p) for p in priorities]
+    bodies = [chat("blocker", 20, ignore_eos=True)] + [chat(f"request {p}", 3, ignore_eos=True, priority=p) for p in priorities]
     arrivals = [0] + [5_000 + 1_000 * i for i in range(5)]
     _, rows = stage(server, bodies, arrivals)
     first = rows["first_token_ns"].to_list()[1:]
@@ -281,6 +306,7 @@ def test_priority_policy_serves_lower_values_first(sim):
 
 # --- the command ---------------------------------------------------------------------------------
 
+
 def test_serve_sim_flags_map_to_the_config():
     import argparse
 
@@ -288,9 +314,24 @@ def test_serve_sim_flags_map_to_the_config():
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
-    args = parser.parse_args(["serve-sim", "--max-num-seqs", "8", "--no-enable-prefix-caching",
-                              "--speculative-config", json.dumps(SPEC), "--kv-cache-dtype", "fp8",
-                              "--scheduling-policy", "priority", "--profile", "instant", "--time-scale", "0"])
+    args = parser.parse_args(
+        [
+            "serve-sim",
+            "--max-num-seqs",
+            "8",
+            "--no-enable-prefix-caching",
+            "--speculative-config",
+            json.dumps(SPEC),
+            "--kv-cache-dtype",
+            "fp8",
+            "--scheduling-policy",
+            "priority",
+            "--profile",
+            "instant",
+            "--time-scale",
+            "0",
+        ]
+    )
     config = config_from_args(args)
     assert (config.max_num_seqs, config.enable_prefix_caching, config.kv_cache_dtype) == (8, False, "fp8")
     assert json.loads(config.speculative_config) == SPEC and config.time_scale == 0
@@ -299,8 +340,12 @@ def test_serve_sim_flags_map_to_the_config():
 
 
 def test_replay_serve_sim_command():
-    proc = subprocess.Popen([sys.executable, "-m", "replay.cli.main", "serve-sim", "--port", "0",
-                             "--profile", "instant"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "replay.cli.main", "serve-sim", "--port", "0", "--profile", "instant"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         assert line.startswith("listening on http://127.0.0.1:"), line + proc.stderr.read()
@@ -311,6 +356,7 @@ def test_replay_serve_sim_command():
         proc.terminate()
         _, err = proc.communicate(timeout=10)  # also closes the pipes
     assert proc.returncode == 0, err
-    bad = subprocess.run([sys.executable, "-m", "replay.cli.main", "serve-sim", "--max-num-seqs", "0"],
-                         capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "replay.cli.main", "serve-sim", "--max-num-seqs", "0"], capture_output=True, text=True, timeout=60
+    )
     assert bad.returncode == 2 and bad.stderr.startswith("error: --max-num-seqs")

@@ -43,8 +43,13 @@ def test_a_stage_made_invalid_by_send_lag_leaves_the_saturation_point_undetermin
     # a 1 ns bound on the runner's own send lag: every stage is invalid
     config = RunConfig(url=server.url, arrivals=Arrivals(kind="constant"), lag_bound_ms=1e-6)
     seen: list[int] = []
-    result = sweep(trace, config, rates=[10.0, 80.0, 160.0], stop_after_saturation=True,
-                   on_stage=lambda partial: seen.append(len(partial.summaries)))
+    result = sweep(
+        trace,
+        config,
+        rates=[10.0, 80.0, 160.0],
+        stop_after_saturation=True,
+        on_stage=lambda partial: seen.append(len(partial.summaries)),
+    )
     assert [s["valid"] for s in result.summaries] == [False, False]  # stopped after the undetermined stage
     assert result.summaries[1]["queue"]["growth_ms"] > 500  # the symptom is there...
     assert result.saturation.status == "undetermined"  # ...but the stage cannot name the point

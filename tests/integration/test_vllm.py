@@ -17,13 +17,12 @@ from replay.sweep import sweep
 from replay.targets import Vllm
 from replay.targets.tiny_models import tiny_hf_path
 from replay.targets.vllm_install import vllm_python
-from tests.integration.real_engines import (check_crash, replay_through_a_crash, require,
-                                            shared_prefix_trace, small_trace)
+from tests.integration.real_engines import check_crash, replay_through_a_crash, require, shared_prefix_trace, small_trace
 
 pytestmark = pytest.mark.engine
 
 BASE = {"enforce_eager": True, "max_model_len": 2048, "max_num_seqs": 16}
-BLOCK = 128                     # vLLM's CPU block size: only full blocks are cached
+BLOCK = 128  # vLLM's CPU block size: only full blocks are cached
 
 
 @pytest.fixture(scope="module")

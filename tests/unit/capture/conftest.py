@@ -16,8 +16,7 @@ def jsonl(tmp_path) -> Callable[..., Path]:
 
     def write(lines: list, name: str = "log.jsonl") -> Path:
         path = tmp_path / name
-        path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n"
-                                for line in lines), encoding="utf-8")
+        path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines), encoding="utf-8")
         return path
 
     return write

@@ -17,8 +17,7 @@ from replay.trace import read_trace
 
 
 def _bodies(trace) -> list[dict]:
-    return [json.loads(b) for batch in trace.body_batches(len(trace), 512, synthesize=True)
-            for b in batch]
+    return [json.loads(b) for batch in trace.body_batches(len(trace), 512, synthesize=True) for b in batch]
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +42,7 @@ def test_full_shared_file(azure, gpt2):
     assert 5.3 < s["mean_rate_rps"] < 5.7
     assert s["input_tokens_p50"] == pytest.approx(raw["ContextTokens"].median())
     assert s["output_tokens_p50"] == pytest.approx(raw["GeneratedTokens"].median())
-    assert trace.meta.t0_unix_us == int(stamps.min().replace(tzinfo=timezone.utc).timestamp()
-                                        * 1_000_000)
+    assert trace.meta.t0_unix_us == int(stamps.min().replace(tzinfo=timezone.utc).timestamp() * 1_000_000)
     assert df["input_tokens"].to_list() == raw["ContextTokens"].to_list()  # file is in time order
     assert df["request_id"].n_unique() == df.height
     picked = set(np.linspace(0, df.height - 1, 12).astype(int).tolist())
@@ -81,18 +79,20 @@ def _import(tmp_path, path, **kwargs):
 
 
 def test_2023_and_2024_timestamp_forms_and_unsorted_rows(tmp_path, gpt2):
-    path = _csv(tmp_path, "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                          "2024-05-10 00:00:02.5+00:00,30,5\n"
-                          "2024-05-10T00:00:01Z,20,4\n"
-                          "2024-05-10 02:00:00.000001+02:00,10,3\n"
-                          "2024-05-10 00:00:01.1234567,0,2\n")
+    path = _csv(
+        tmp_path,
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2024-05-10 00:00:02.5+00:00,30,5\n"
+        "2024-05-10T00:00:01Z,20,4\n"
+        "2024-05-10 02:00:00.000001+02:00,10,3\n"
+        "2024-05-10 00:00:01.1234567,0,2\n",
+    )
     trace = _import(tmp_path, path, seed=1)
     t0 = int(datetime(2024, 5, 10, 0, 0, 0, tzinfo=timezone.utc).timestamp() * 1_000_000)
     assert trace.meta.t0_unix_us == t0 + 1
     assert trace.df["arrival_us"].to_list() == [0, 999_999, 1_123_455, 2_499_999]
     assert trace.df["input_tokens"].to_list() == [10, 20, 0, 30]
-    assert trace.df["request_id"].to_list() == ["azure-000002", "azure-000001", "azure-000003",
-                                                "azure-000000"]
+    assert trace.df["request_id"].to_list() == ["azure-000002", "azure-000001", "azure-000003", "azure-000000"]
     bodies = _bodies(trace)
     for body, n, mt in zip(bodies, trace.df["input_tokens"], trace.df["max_tokens"]):
         content = body["messages"][0]["content"]
@@ -107,23 +107,28 @@ def test_2023_and_2024_timestamp_forms_and_unsorted_rows(tmp_path, gpt2):
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.6805900,3\n",
-         "a.csv: column 'GeneratedTokens' missing (Azure LLM inference trace CSV)"),
-        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,3,4\n"
-         "2023-11-16 18:15:47.68,x3,4\n",
-         "a.csv: line 3: 'x3' is not an integer >= 0 (field 'ContextTokens')"),
-        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,3,-4\n",
-         "a.csv: line 2: '-4' is not an integer >= 0 (field 'GeneratedTokens')"),
-        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,3,4\n"
-         "2023-13-16 18:15:46.68,3,4\n",
-         "a.csv: line 3: time '2023-13-16 18:15:46.68' is not epoch seconds or an ISO 8601 time "
-         "(field 'TIMESTAMP')"),
-        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,,4\n",
-         "a.csv: line 2: '' is not an integer >= 0 (field 'ContextTokens')"),
-        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,3\n",
-         "a.csv: line 2: 2 fields, the header has 3"),
-        ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "a.csv: no requests imported (0 lines skipped "
-                                                      "as malformed)"),
+        (
+            "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.6805900,3\n",
+            "a.csv: column 'GeneratedTokens' missing (Azure LLM inference trace CSV)",
+        ),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,3,4\n2023-11-16 18:15:47.68,x3,4\n",
+            "a.csv: line 3: 'x3' is not an integer >= 0 (field 'ContextTokens')",
+        ),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,3,-4\n",
+            "a.csv: line 2: '-4' is not an integer >= 0 (field 'GeneratedTokens')",
+        ),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,3,4\n2023-13-16 18:15:46.68,3,4\n",
+            "a.csv: line 3: time '2023-13-16 18:15:46.68' is not epoch seconds or an ISO 8601 time (field 'TIMESTAMP')",
+        ),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,,4\n",
+            "a.csv: line 2: '' is not an integer >= 0 (field 'ContextTokens')",
+        ),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,3\n", "a.csv: line 2: 2 fields, the header has 3"),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "a.csv: no requests imported (0 lines skipped as malformed)"),
     ],
 )
 def test_bad_rows_name_file_line_and_field(tmp_path, text, expected):
@@ -134,11 +139,14 @@ def test_bad_rows_name_file_line_and_field(tmp_path, text, expected):
 
 
 def test_skip_bad_counts_the_skipped_lines(tmp_path):
-    path = _csv(tmp_path, "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                          "2023-11-16 18:15:46.68,3,4\n"
-                          "2023-11-16 18:15:47.68,x3,4\n"
-                          "2023-11-16 18:15:48.68,5,6\n"
-                          "soon,5,6\n")
+    path = _csv(
+        tmp_path,
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.68,3,4\n"
+        "2023-11-16 18:15:47.68,x3,4\n"
+        "2023-11-16 18:15:48.68,5,6\n"
+        "soon,5,6\n",
+    )
     trace = _import(tmp_path, path, skip_bad=True)
     assert trace.df["input_tokens"].to_list() == [3, 5]
     report = json.loads(trace.meta.import_report)

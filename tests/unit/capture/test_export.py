@@ -78,8 +78,7 @@ def test_mooncake_block_size_is_the_readers_too(mooncake_trace, tmp_path):
     from replay.cli.main import main
 
     assert main(["import", "mooncake", str(out), "-o", str(tmp_path / "x.parquet"), "--quiet"]) != 0
-    assert main(["import", "mooncake", str(out), "-o", str(tmp_path / "y.parquet"), "--quiet",
-                 "--hash-block", "16"]) == 0
+    assert main(["import", "mooncake", str(out), "-o", str(tmp_path / "y.parquet"), "--quiet", "--hash-block", "16"]) == 0
     assert read_trace(tmp_path / "y.parquet").df["input_tokens"].to_list() == first.df["input_tokens"].to_list()
     assert main(["import", "azure", str(out), "-o", str(tmp_path / "z.parquet"), "--hash-block", "16"]) == 2
 
@@ -89,8 +88,9 @@ def test_aiperf_round_trip_keeps_text_lengths_and_sharing(mooncake_trace, tmp_pa
     export_trace("aiperf", mooncake_trace, out)
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert all("text_input" in x and "messages" not in x for x in lines)  # completions rows
-    assert [len(gpt2.encode(x["text_input"], add_special_tokens=False).ids) for x in lines] == \
-        [r["input_length"] for r in MOONCAKE_ROWS]
+    assert [len(gpt2.encode(x["text_input"], add_special_tokens=False).ids) for x in lines] == [
+        r["input_length"] for r in MOONCAKE_ROWS
+    ]
     import_mooncake(out, tmp_path / "again.parquet")
     first, again = read_trace(mooncake_trace), read_trace(tmp_path / "again.parquet")
     assert again.df["input_tokens"].to_list() == first.df["input_tokens"].to_list()
@@ -100,23 +100,43 @@ def test_aiperf_round_trip_keeps_text_lengths_and_sharing(mooncake_trace, tmp_pa
 
 
 LOG = [
-    {"timestamp": "2024-05-10T12:00:00.000001Z", "request_id": "a", "session_id": "s",
-     "body": {"model": "m", "messages": [{"role": "system", "content": "Be brief. " * 20},
-                                         {"role": "user", "content": "Name three rivers."}],
-              "max_tokens": 30},
-     "response": {"object": "chat.completion", "choices": [
-         {"message": {"role": "assistant", "content": "Nile, Amazon, Danube."}}],
-         "usage": {"prompt_tokens": 60, "completion_tokens": 8,
-                   "prompt_tokens_details": {"cached_tokens": 32}}},
-     "ttft_ms": 12.5, "latency_ms": 80.25},
-    {"timestamp": "2024-05-10T12:00:03.5Z", "request_id": "b", "session_id": "s",
-     "body": {"model": "m", "messages": [{"role": "system", "content": "Be brief. " * 20},
-                                         {"role": "user", "content": "Name three rivers."},
-                                         {"role": "assistant", "content": "Nile, Amazon, Danube."},
-                                         {"role": "user", "content": "And lakes?"}]},
-     "status": 500},
-    {"timestamp": "2024-05-10T12:00:04Z", "request_id": "c",
-     "body": {"model": "m", "prompt": "Once upon a time", "max_tokens": 5}},
+    {
+        "timestamp": "2024-05-10T12:00:00.000001Z",
+        "request_id": "a",
+        "session_id": "s",
+        "body": {
+            "model": "m",
+            "messages": [{"role": "system", "content": "Be brief. " * 20}, {"role": "user", "content": "Name three rivers."}],
+            "max_tokens": 30,
+        },
+        "response": {
+            "object": "chat.completion",
+            "choices": [{"message": {"role": "assistant", "content": "Nile, Amazon, Danube."}}],
+            "usage": {"prompt_tokens": 60, "completion_tokens": 8, "prompt_tokens_details": {"cached_tokens": 32}},
+        },
+        "ttft_ms": 12.5,
+        "latency_ms": 80.25,
+    },
+    {
+        "timestamp": "2024-05-10T12:00:03.5Z",
+        "request_id": "b",
+        "session_id": "s",
+        "body": {
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": "Be brief. " * 20},
+                {"role": "user", "content": "Name three rivers."},
+                {"role": "assistant", "content": "Nile, Amazon, Danube."},
+                {"role": "user", "content": "And lakes?"},
+            ],
+        },
+        "status": 500,
+    },
+    {
+        "timestamp": "2024-05-10T12:00:04Z",
+        "request_id": "c",
+        "body": {"model": "m", "prompt": "Once upon a time", "max_tokens": 5},
+    },
 ]
 
 
@@ -126,9 +146,25 @@ def test_openai_round_trip(tmp_path):
     out = tmp_path / "back.jsonl"
     export_trace("openai", path, out)
     again = read_trace(import_openai(out, tmp_path / "back.parquet").path)
-    for col in ("request_id", "session_id", "parent_request_id", "turn", "api", "model", "arrival_us",
-                "body", "input_tokens", "output_tokens", "max_tokens", "block_hashes", "cached_tokens",
-                "status", "ttft_us", "e2e_us", "response"):
+    for col in (
+        "request_id",
+        "session_id",
+        "parent_request_id",
+        "turn",
+        "api",
+        "model",
+        "arrival_us",
+        "body",
+        "input_tokens",
+        "output_tokens",
+        "max_tokens",
+        "block_hashes",
+        "cached_tokens",
+        "status",
+        "ttft_us",
+        "e2e_us",
+        "response",
+    ):
         assert again.df[col].to_list() == first.df[col].to_list(), col
     assert again.meta.t0_unix_us == first.meta.t0_unix_us
 
@@ -144,8 +180,7 @@ def test_openai_export_of_a_token_only_trace_writes_the_synthesized_text(mooncak
 
 def test_cli_export_and_its_errors(mooncake_trace, tmp_path, capsys):
     out = tmp_path / "x.jsonl"
-    assert main(["export", "mooncake", str(mooncake_trace), "-o", str(out), "--block-size", "64",
-                 "--quiet"]) == 0
+    assert main(["export", "mooncake", str(mooncake_trace), "-o", str(out), "--block-size", "64", "--quiet"]) == 0
     assert "5 requests" in capsys.readouterr().out
     assert len(json.loads(out.read_text().splitlines()[0])["hash_ids"]) == 18
     assert main(["export", "aiperf", str(mooncake_trace), "-o", str(out), "--block-size", "64"]) == 2
@@ -159,9 +194,11 @@ def test_an_azure_import_round_trips_through_mooncake_and_aiperf(tmp_path):
     from capture.importers import import_azure
 
     src = tmp_path / "a.csv"
-    src.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                   "2024-05-10 00:00:00.000001+00:00,700,5\n2024-05-10 00:00:00.5,20,4\n"
-                   "2024-05-10 00:00:02.123456,1500,3\n")
+    src.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2024-05-10 00:00:00.000001+00:00,700,5\n2024-05-10 00:00:00.5,20,4\n"
+        "2024-05-10 00:00:02.123456,1500,3\n"
+    )
     import_azure(src, tmp_path / "a.parquet")
     first = read_trace(tmp_path / "a.parquet")
     for fmt in ("mooncake", "aiperf"):
@@ -172,5 +209,4 @@ def test_an_azure_import_round_trips_through_mooncake_and_aiperf(tmp_path):
             assert again.df[col].to_list() == first.df[col].to_list(), (fmt, col)
         assert prefix_hits(again.df["block_hashes"].to_list()) == [0, 0, 0]  # nothing shared, still
     # aiperf carries the text itself: the same token ids, the same hashes
-    assert read_trace(tmp_path / "aiperf.parquet").df["block_hashes"].to_list() == \
-        first.df["block_hashes"].to_list()
+    assert read_trace(tmp_path / "aiperf.parquet").df["block_hashes"].to_list() == first.df["block_hashes"].to_list()

@@ -27,13 +27,22 @@ def trace_with(make_trace, tmp_path):
     def write(policy: str, exempt: Exempt | None = None):
         bodies = [{"model": "m", "messages": [{"role": "user", "content": text}]} for text, _ in ROWS.values()]
         bodies[3]["metadata"] = {"+1 (415) 555-0132": "caller"}
-        meta = TraceMeta(t0_unix_us=1_700_000_000_000_000, source_format="test", redaction_policy=policy,
-                         lock_exempt=(exempt or Exempt()).to_meta())
+        meta = TraceMeta(
+            t0_unix_us=1_700_000_000_000_000,
+            source_format="test",
+            redaction_policy=policy,
+            lock_exempt=(exempt or Exempt()).to_meta(),
+        )
         n = len(ROWS)
         path = tmp_path / f"{policy}.parquet"
-        make_trace(n, meta, request_id=pl.Series(list(ROWS)), api=pl.Series(["chat"] * n),
-                   body=pl.Series([json.dumps(b) for b in bodies]),
-                   response=pl.Series([r for _, r in ROWS.values()])).write(path)
+        make_trace(
+            n,
+            meta,
+            request_id=pl.Series(list(ROWS)),
+            api=pl.Series(["chat"] * n),
+            body=pl.Series([json.dumps(b) for b in bodies]),
+            response=pl.Series([r for _, r in ROWS.values()]),
+        ).write(path)
         return path
 
     return write
@@ -47,8 +56,7 @@ def test_records_with_a_pii_shape_are_not_written(trace_with, tmp_path, fmt):
     text = out.read_text()
     assert result.locked and result.written == len(text.splitlines())
     if fmt == "openai":  # the response is written: the raw email there keeps its record out
-        assert result.written == 1 and result.quarantined == {"CREDIT_CARD": 1, "EMAIL_ADDRESS": 1,
-                                                              "PHONE_NUMBER": 1}
+        assert result.written == 1 and result.quarantined == {"CREDIT_CARD": 1, "EMAIL_ADDRESS": 1, "PHONE_NUMBER": 1}
         assert json.loads(text)["request_id"] == "ok"
     else:  # aiperf writes the messages only (not the response, not the body's metadata)
         assert result.written == 3 and result.quarantined == {"CREDIT_CARD": 1}

@@ -12,12 +12,19 @@ from replay.cli.main import main
 from replay.trace import read_trace
 
 LINES = [
-    {"timestamp": 1715299200.0, "request_id": "r1", "session_id": "s",
-     "body": {"model": "m", "messages": [{"role": "user", "content": "My name is Ada Lovelace."}]},
-     "response": {"object": "chat.completion",
-                  "choices": [{"message": {"role": "assistant", "content": "Hello Ada."}}]}},
-    {"timestamp": 1715299201.0, "request_id": "r2", "session_id": "s",
-     "body": {"model": "m", "messages": [{"role": "user", "content": "What is my name?"}]}},
+    {
+        "timestamp": 1715299200.0,
+        "request_id": "r1",
+        "session_id": "s",
+        "body": {"model": "m", "messages": [{"role": "user", "content": "My name is Ada Lovelace."}]},
+        "response": {"object": "chat.completion", "choices": [{"message": {"role": "assistant", "content": "Hello Ada."}}]},
+    },
+    {
+        "timestamp": 1715299201.0,
+        "request_id": "r2",
+        "session_id": "s",
+        "body": {"model": "m", "messages": [{"role": "user", "content": "What is my name?"}]},
+    },
 ]
 
 
@@ -49,8 +56,7 @@ def test_run_and_sweep_warn_about_raw_text(jsonl, tmp_path, capsys, no_key):
     assert main(["import", "openai", str(jsonl(LINES)), "-o", str(out), "--no-redact"]) == 0
     capsys.readouterr()
     # a bad flag value stops each command after it read the trace, before any engine starts
-    for argv in (["run", str(out), "--timeout", "soon"],
-                 ["sweep", str(out), "--rates", "1", "--timeout", "soon"]):
+    for argv in (["run", str(out), "--timeout", "soon"], ["sweep", str(out), "--rates", "1", "--timeout", "soon"]):
         assert main(argv) == 2
         err = capsys.readouterr().err.splitlines()
         assert err[0].startswith("warning:") and "raw request text" in err[0]
@@ -96,15 +102,25 @@ def test_flags_that_do_not_apply(jsonl, tmp_path, capsys, no_key):
 
 
 def test_batch_import_from_the_cli(jsonl, tmp_path, capsys, no_key):
-    batch = jsonl([{"custom_id": f"q{i}", "method": "POST", "url": "/v1/chat/completions",
-                    "body": {"model": "m", "messages": [{"role": "user", "content": f"task {i}"}]}}
-                   for i in range(5)])
+    batch = jsonl(
+        [
+            {
+                "custom_id": f"q{i}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {"model": "m", "messages": [{"role": "user", "content": f"task {i}"}]},
+            }
+            for i in range(5)
+        ]
+    )
     out = tmp_path / "b.parquet"
     assert main(["import", "openai", str(batch), "-o", str(out), "--no-redact"]) == 2
     err = capsys.readouterr().err
     assert "--rate" in err and len(err.strip().splitlines()) == 1
-    assert main(["import", "openai", str(batch), "-o", str(out), "--no-redact", "--rate", "5",
-                 "--seed", "1", "--block-size", "4"]) == 0
+    assert (
+        main(["import", "openai", str(batch), "-o", str(out), "--no-redact", "--rate", "5", "--seed", "1", "--block-size", "4"])
+        == 0
+    )
     trace = read_trace(out)
     assert trace.meta.source_format == "openai-batch" and trace.meta.block_size_tokens == 4
     assert trace.df["request_id"].to_list() == [f"q{i}" for i in range(5)]
@@ -121,8 +137,7 @@ def test_cli_formats_are_the_library_formats():
 
 def test_public_traces_still_import(tmp_path, capsys):
     csv = tmp_path / "a.csv"
-    csv.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:01,40,3\n"
-                   "2024-05-10 00:00:02,20,4\n")
+    csv.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:01,40,3\n2024-05-10 00:00:02,20,4\n")
     out = tmp_path / "azure.parquet"
     assert main(["import", "azure", str(csv), "-o", str(out), "--block-size", "8", "--seed", "2"]) == 0
     trace = read_trace(out)

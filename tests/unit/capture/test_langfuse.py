@@ -21,8 +21,10 @@ import pytest
 from capture.importers import import_langfuse, import_log
 from replay.errors import TraceError
 
-MESSAGES = [{"role": "system", "content": "You are a gardening expert."},
-            {"role": "user", "content": "When should I prune roses?"}]
+MESSAGES = [
+    {"role": "system", "content": "You are a gardening expert."},
+    {"role": "user", "content": "When should I prune roses?"},
+]
 ANSWER = "Prune roses in late winter, just as the buds swell."
 
 
@@ -91,14 +93,29 @@ def _rows(trace) -> dict[str, dict]:
 
 def test_api_shape_fields_and_non_generations(jsonl, imported):
     lines = [
-        {"id": "span-1", "traceId": "trace-1", "type": "SPAN", "name": "retrieve",
-         "startTime": "2024-06-01T10:00:00.000Z", "input": {"query": "roses"}},
+        {
+            "id": "span-1",
+            "traceId": "trace-1",
+            "type": "SPAN",
+            "name": "retrieve",
+            "startTime": "2024-06-01T10:00:00.000Z",
+            "input": {"query": "roses"},
+        },
         _api_generation("1", "2024-06-01T10:00:00.000Z"),
         {"id": "ev-1", "traceId": "trace-1", "type": "EVENT", "startTime": "2024-06-01T10:00:01.000Z"},
         # a string input is a completions prompt; an ERROR level a failed request
-        _api_generation("2", "2024-06-01T10:01:00.000Z", input="Roses are red,", output=" violets are blue.",
-                        modelParameters={"max_tokens": 10}, usageDetails=None, usage=None,
-                        completionStartTime=None, level="ERROR", statusMessage="upstream 502"),
+        _api_generation(
+            "2",
+            "2024-06-01T10:01:00.000Z",
+            input="Roses are red,",
+            output=" violets are blue.",
+            modelParameters={"max_tokens": 10},
+            usageDetails=None,
+            usage=None,
+            completionStartTime=None,
+            level="ERROR",
+            statusMessage="upstream 502",
+        ),
     ]
     trace = imported(import_langfuse, jsonl(lines))
     rows = _rows(trace)
@@ -110,44 +127,44 @@ def test_api_shape_fields_and_non_generations(jsonl, imported):
 
     g1 = rows["gen-1"]
     # numeric parameters held as strings are numbers again; an infinite max_tokens is not set
-    assert json.loads(g1["body"]) == {"model": "gpt-4o", "messages": MESSAGES, "temperature": 0.7,
-                                      "stop": "END"}
+    assert json.loads(g1["body"]) == {"model": "gpt-4o", "messages": MESSAGES, "temperature": 0.7, "stop": "END"}
     assert (g1["api"], g1["model"], g1["response"]) == ("chat", "gpt-4o", ANSWER)
     assert (g1["output_tokens"], g1["max_tokens"], g1["cached_tokens"]) == (12, 12, 8)
     assert (g1["ttft_us"], g1["e2e_us"], g1["status"]) == (400_000, 2_000_000, 200)
 
     g2 = rows["gen-2"]
     assert json.loads(g2["body"]) == {"model": "gpt-4o", "prompt": "Roses are red,", "max_tokens": 10}
-    assert (g2["api"], g2["response"], g2["status"], g2["ttft_us"]) == ("completions", " violets are blue.",
-                                                                        500, None)
+    assert (g2["api"], g2["response"], g2["status"], g2["ttft_us"]) == ("completions", " violets are blue.", 500, None)
 
 
 def test_blob_export_shape(jsonl, imported):
-    follow_up = [*MESSAGES, {"role": "assistant", "content": ANSWER},
-                 {"role": "user", "content": "And hydrangeas?"}]
+    follow_up = [*MESSAGES, {"role": "assistant", "content": ANSWER}, {"role": "user", "content": "And hydrangeas?"}]
     lines = [
         _blob_row("1", "2024-06-01 10:00:00.000000", session_id="chat-42"),
-        _blob_row("2", "2024-06-01 10:05:00.000000", session_id="chat-42",
-                  input=json.dumps({"messages": follow_up, "tools": []}),
-                  output=json.dumps({"role": "assistant", "content": "{\"month\": \"March\"}"}),
-                  completion_start_time="2024-06-01 10:05:00.250000"),
+        _blob_row(
+            "2",
+            "2024-06-01 10:05:00.000000",
+            session_id="chat-42",
+            input=json.dumps({"messages": follow_up, "tools": []}),
+            output=json.dumps({"role": "assistant", "content": '{"month": "March"}'}),
+            completion_start_time="2024-06-01 10:05:00.250000",
+        ),
         # no session: the trace id groups the generations of one run
-        _blob_row("3", "2024-06-01 11:00:00.000000", trace_id="run-9", output="{\"answer\": 1}"),
+        _blob_row("3", "2024-06-01 11:00:00.000000", trace_id="run-9", output='{"answer": 1}'),
         _blob_row("4", "2024-06-01 11:00:10.000000", trace_id="run-9", input="Plain prompt text"),
     ]
     trace = imported(import_log, "langfuse", jsonl(lines))
     rows = _rows(trace)
     assert trace.meta.t0_unix_us == 1_717_236_000_000_000  # 2024-06-01T10:00:00Z
     o1, o2 = rows["obs-1"], rows["obs-2"]
-    assert json.loads(o1["body"]) == {"model": "claude-sonnet", "messages": MESSAGES, "max_tokens": 300,
-                                      "temperature": 0}
+    assert json.loads(o1["body"]) == {"model": "claude-sonnet", "messages": MESSAGES, "max_tokens": 300, "temperature": 0}
     assert (o1["response"], o1["output_tokens"], o1["max_tokens"], o1["cached_tokens"]) == (ANSWER, 14, 300, None)
     assert (o1["ttft_us"], o1["e2e_us"], o1["status"]) == (None, 3_000_000, 200)
     assert (o2["session_id"], o2["parent_request_id"], o2["turn"]) == ("chat-42", "obs-1", 1)
     assert json.loads(o2["body"])["messages"] == follow_up and json.loads(o2["body"])["tools"] == []
-    assert o2["response"] == "{\"month\": \"March\"}" and o2["ttft_us"] == 250_000
+    assert o2["response"] == '{"month": "March"}' and o2["ttft_us"] == 250_000
     # an answer that is itself JSON text stays text
-    assert rows["obs-3"]["response"] == "{\"answer\": 1}"
+    assert rows["obs-3"]["response"] == '{"answer": 1}'
     assert rows["obs-3"]["session_id"] == rows["obs-4"]["session_id"] == "run-9"
     assert rows["obs-4"]["api"] == "completions"
     assert json.loads(rows["obs-4"]["body"])["prompt"] == "Plain prompt text"
@@ -158,17 +175,26 @@ def test_bad_lines(jsonl, imported):
     cases = [
         (_api_generation("x", "2024-06-01T10:00:00.000Z", startTime=None), "line 2: is missing (field 'startTime')"),
         (_api_generation("x", "2024-06-01T10:00:00.000Z", input=None), "line 2: is missing (field 'input')"),
-        (_api_generation("x", "2024-06-01T10:00:00.000Z", input=42),
-         "line 2: is not a list of messages or a prompt (field 'input')"),
-        (_api_generation("x", "2024-06-01T10:00:00.000Z", endTime="2024-06-01T09:00:00.000Z"),
-         "line 2: is before the request's start time (field 'endTime')"),
-        (_api_generation("x", "2024-06-01T10:00:00.000Z", usageDetails={"output": "many"}),
-         "line 2: 'many' is not a count >= 0 (field 'usageDetails.output')"),
+        (
+            _api_generation("x", "2024-06-01T10:00:00.000Z", input=42),
+            "line 2: is not a list of messages or a prompt (field 'input')",
+        ),
+        (
+            _api_generation("x", "2024-06-01T10:00:00.000Z", endTime="2024-06-01T09:00:00.000Z"),
+            "line 2: is before the request's start time (field 'endTime')",
+        ),
+        (
+            _api_generation("x", "2024-06-01T10:00:00.000Z", usageDetails={"output": "many"}),
+            "line 2: 'many' is not a count >= 0 (field 'usageDetails.output')",
+        ),
     ]
     for bad, message in cases:
         with pytest.raises(TraceError) as e:
             imported(import_langfuse, jsonl([good, bad]))
         assert str(e.value) == f"log.jsonl: {message}"
-    with pytest.raises(TraceError, match=r"no requests imported \(1 lines read, 0 skipped as malformed, "
-                                         r"1 non generation observations\)"):
+    with pytest.raises(
+        TraceError,
+        match=r"no requests imported \(1 lines read, 0 skipped as malformed, "
+        r"1 non generation observations\)",
+    ):
         imported(import_langfuse, jsonl([{"id": "s", "type": "SPAN", "startTime": "2024-06-01T10:00:00Z"}]))

@@ -21,9 +21,16 @@ SYSTEM = {"role": "system", "content": "You are a helpful assistant for a bakery
 
 
 def _chat(rid, t_s, messages, response=None, session=None, **kw) -> LogRecord:
-    return LogRecord(arrival_us=T0 + int(t_s * 1e6), api="chat", model="m",
-                     body={"model": "m", "messages": messages}, request_id=rid, session_id=session,
-                     response=response, **kw)
+    return LogRecord(
+        arrival_us=T0 + int(t_s * 1e6),
+        api="chat",
+        model="m",
+        body={"model": "m", "messages": messages},
+        request_id=rid,
+        session_id=session,
+        response=response,
+        **kw,
+    )
 
 
 def _rows(trace) -> dict[str, dict]:
@@ -35,27 +42,59 @@ def _build(records, **kw):
 
 
 def test_tokens_and_hashes_are_those_of_the_real_text(gpt2):
-    tools = [{"type": "function", "function": {
-        "name": "order", "description": "Place an order for baked goods.",
-        "parameters": {"type": "object", "properties": {
-            "item": {"type": "string", "description": "What to bake, e.g. a sourdough loaf."}}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "order",
+                "description": "Place an order for baked goods.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"item": {"type": "string", "description": "What to bake, e.g. a sourdough loaf."}},
+                },
+            },
+        }
+    ]
     long_text = "The quick brown fox jumps over the lazy dog. " * 12
     bodies = [
-        {"model": "m", "tools": tools, "messages": [
-            SYSTEM,
-            {"role": "user", "content": [{"type": "text", "text": long_text},
-                                         {"type": "image_url", "image_url": {"url": "x"}}]},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "c1", "type": "function",
-                 "function": {"name": "order", "arguments": "{\"item\": \"rye\"}"}}]},
-            {"role": "tool", "tool_call_id": "c1", "content": "ordered"}]},
+        {
+            "model": "m",
+            "tools": tools,
+            "messages": [
+                SYSTEM,
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": long_text}, {"type": "image_url", "image_url": {"url": "x"}}],
+                },
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": "c1", "type": "function", "function": {"name": "order", "arguments": '{"item": "rye"}'}}
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": "ordered"},
+            ],
+        },
         {"model": "m", "prompt": ["Once upon a time", " there was a loaf."], "max_tokens": 7},
     ]
     records = [
-        LogRecord(arrival_us=T0, api="chat", model="m", body=bodies[0], request_id="a",
-                  response="Your rye is on its way, thank you for ordering!"),
-        LogRecord(arrival_us=T0 + 5, api="completions", model="m", body=bodies[1], request_id="b",
-                  usage=Usage(prompt_tokens=9, completion_tokens=3)),
+        LogRecord(
+            arrival_us=T0,
+            api="chat",
+            model="m",
+            body=bodies[0],
+            request_id="a",
+            response="Your rye is on its way, thank you for ordering!",
+        ),
+        LogRecord(
+            arrival_us=T0 + 5,
+            api="completions",
+            model="m",
+            body=bodies[1],
+            request_id="b",
+            usage=Usage(prompt_tokens=9, completion_tokens=3),
+        ),
     ]
     trace = _build(records, block_size=4)
     rows = _rows(trace)
@@ -90,8 +129,18 @@ def test_three_turn_conversation_without_session_id_and_a_stranger_sharing_the_s
         _chat("x1", 1, [SYSTEM, other], response="At seven."),
         _chat("t2", 2, [SYSTEM, u1, {"role": "assistant", "content": a1}, u2], response=a2),
         # the same answer as content parts still matches (role + message texts)
-        _chat("t3", 3, [SYSTEM, u1, {"role": "assistant", "content": a1}, u2,
-                        {"role": "assistant", "content": [{"type": "text", "text": a2}]}, u3]),
+        _chat(
+            "t3",
+            3,
+            [
+                SYSTEM,
+                u1,
+                {"role": "assistant", "content": a1},
+                u2,
+                {"role": "assistant", "content": [{"type": "text", "text": a2}]},
+                u3,
+            ],
+        ),
         # a stranger with the same system prompt and nothing else in common
         _chat("x2", 4, [SYSTEM, {"role": "user", "content": "Do you sell cakes?"}]),
     ]
@@ -114,10 +163,18 @@ def test_two_sessions_sharing_a_system_prompt_do_not_merge():
     records = [
         _chat("a1", 0, [SYSTEM, q_a], response="Sure."),
         _chat("b1", 1, [SYSTEM, q_b], response="Sure."),
-        _chat("b2", 2, [SYSTEM, q_b, {"role": "assistant", "content": "Sure."},
-                        {"role": "user", "content": "Chocolate, please."}], response="Done."),
-        _chat("a2", 3, [SYSTEM, q_a, {"role": "assistant", "content": "Sure."},
-                        {"role": "user", "content": "Rye, please."}], response="Done."),
+        _chat(
+            "b2",
+            2,
+            [SYSTEM, q_b, {"role": "assistant", "content": "Sure."}, {"role": "user", "content": "Chocolate, please."}],
+            response="Done.",
+        ),
+        _chat(
+            "a2",
+            3,
+            [SYSTEM, q_a, {"role": "assistant", "content": "Sure."}, {"role": "user", "content": "Rye, please."}],
+            response="Done.",
+        ),
     ]
     rows = _rows(_build(records))
     assert rows["a2"]["session_id"] == "a1" and rows["a2"]["parent_request_id"] == "a1"
@@ -130,12 +187,14 @@ def test_answer_rule_and_no_answer_rule():
     records = [
         # answered "Rye." but the next request quotes another answer: not its next turn
         _chat("p", 0, [SYSTEM, u1], response="Rye."),
-        _chat("q", 1, [SYSTEM, u1, {"role": "assistant", "content": "Spelt."},
-                       {"role": "user", "content": "Another?"}]),
+        _chat("q", 1, [SYSTEM, u1, {"role": "assistant", "content": "Spelt."}, {"role": "user", "content": "Another?"}]),
         # no recorded answer: any assistant message after its messages continues it
         _chat("r", 2, [{"role": "user", "content": "Hello?"}]),
-        _chat("s", 3, [{"role": "user", "content": "Hello?"}, {"role": "assistant", "content": "Hi."},
-                       {"role": "user", "content": "Bye."}]),
+        _chat(
+            "s",
+            3,
+            [{"role": "user", "content": "Hello?"}, {"role": "assistant", "content": "Hi."}, {"role": "user", "content": "Bye."}],
+        ),
         # ... but a user message alone after them does not
         _chat("t", 4, [{"role": "user", "content": "Hello?"}, {"role": "user", "content": "Anyone?"}]),
     ]
@@ -149,8 +208,12 @@ def test_answer_rule_and_no_answer_rule():
 def test_identical_openings_pair_each_follow_up_with_an_unclaimed_one():
     opening = [SYSTEM, {"role": "user", "content": "Hi"}]
     follow = [*opening, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Bye"}]
-    records = [_chat("a1", 0, opening, response="Hello!"), _chat("b1", 1, opening, response="Hello!"),
-               _chat("x2", 2, follow), _chat("y2", 3, follow)]
+    records = [
+        _chat("a1", 0, opening, response="Hello!"),
+        _chat("b1", 1, opening, response="Hello!"),
+        _chat("x2", 2, follow),
+        _chat("y2", 3, follow),
+    ]
     rows = _rows(_build(records))
     # the latest opening without a next turn first, then the other one
     assert rows["x2"]["parent_request_id"] == "b1" and rows["y2"]["parent_request_id"] == "a1"
@@ -176,21 +239,22 @@ def test_sessions_from_the_log_and_group_ids():
     assert rows["h1"]["session_id"] == "h1"
     # rows in arrival order, arrival_us from the first
     assert trace.df["request_id"].to_list() == ["s1", "g1", "g2", "h1", "s2", "s3"]
-    assert trace.df["arrival_us"].to_list() == [0, 1_000_000, 2_000_000, 3_000_000, 4_000_000,
-                                                8_000_000]
+    assert trace.df["arrival_us"].to_list() == [0, 1_000_000, 2_000_000, 3_000_000, 4_000_000, 8_000_000]
     assert trace.meta.t0_unix_us == T0 + 1_000_000
 
 
 def test_equal_arrivals_keep_file_order(jsonl, imported):
-    lines = [{"timestamp": 100.0, "request_id": f"r{i}", "body": {"prompt": f"p{i}"}}
-             for i in (3, 1, 2)]
+    lines = [{"timestamp": 100.0, "request_id": f"r{i}", "body": {"prompt": f"p{i}"}} for i in (3, 1, 2)]
     trace = imported(import_log, "openai", jsonl(lines))
     assert trace.df["request_id"].to_list() == ["r3", "r1", "r2"]
 
 
 def _good(i: int, t: float = 0.0) -> dict:
-    return {"timestamp": 1_715_299_200 + t + i, "request_id": f"r{i}",
-            "body": {"model": "m", "messages": [{"role": "user", "content": f"question {i}"}]}}
+    return {
+        "timestamp": 1_715_299_200 + t + i,
+        "request_id": f"r{i}",
+        "body": {"model": "m", "messages": [{"role": "user", "content": f"question {i}"}]},
+    }
 
 
 def test_malformed_lines_name_file_line_and_field(jsonl, imported):
@@ -198,14 +262,16 @@ def test_malformed_lines_name_file_line_and_field(jsonl, imported):
         ("{not json", "line 3: not valid JSON"),
         ("[1, 2]", "line 3: not a JSON object"),
         ({"request_id": "x", "body": {"prompt": "p"}}, "line 3: is missing (or 'created') (field 'timestamp')"),
-        ({"timestamp": "yesterday", "body": {"prompt": "p"}},
-         "line 3: time 'yesterday' is not epoch seconds or an ISO 8601 time (field 'timestamp')"),
-        ({"timestamp": 5, "body": {"model": "m"}},
-         "line 3: has neither 'messages' (a list) nor 'prompt' (field 'body')"),
-        ({"timestamp": 5, "body": {"prompt": "p"}, "ttft_ms": -1},
-         "line 3: -1 is not a duration in ms >= 0 (field 'ttft_ms')"),
-        ({"timestamp": 5, "request_id": "r0", "body": {"prompt": "p"}},
-         "line 3: request id 'r0' repeats line 1 (field 'request id')"),
+        (
+            {"timestamp": "yesterday", "body": {"prompt": "p"}},
+            "line 3: time 'yesterday' is not epoch seconds or an ISO 8601 time (field 'timestamp')",
+        ),
+        ({"timestamp": 5, "body": {"model": "m"}}, "line 3: has neither 'messages' (a list) nor 'prompt' (field 'body')"),
+        ({"timestamp": 5, "body": {"prompt": "p"}, "ttft_ms": -1}, "line 3: -1 is not a duration in ms >= 0 (field 'ttft_ms')"),
+        (
+            {"timestamp": 5, "request_id": "r0", "body": {"prompt": "p"}},
+            "line 3: request id 'r0' repeats line 1 (field 'request id')",
+        ),
     ]
     for bad, message in cases:
         path = jsonl([_good(0), "", bad, _good(1)])  # the blank line 2 is skipped, not a row
@@ -216,8 +282,20 @@ def test_malformed_lines_name_file_line_and_field(jsonl, imported):
 
 
 def test_skip_bad_counts_and_reports(jsonl, imported):
-    lines = [_good(0), "{oops", _good(1), {"timestamp": 1, "body": {"model": "m"}}, "", _good(2),
-             "null", "[]", "7", "{", "{}", _good(3)]
+    lines = [
+        _good(0),
+        "{oops",
+        _good(1),
+        {"timestamp": 1, "body": {"model": "m"}},
+        "",
+        _good(2),
+        "null",
+        "[]",
+        "7",
+        "{",
+        "{}",
+        _good(3),
+    ]
     trace = imported(import_log, "openai", jsonl(lines), skip_bad=True)
     assert trace.df["request_id"].to_list() == ["r0", "r1", "r2", "r3"]
     report = json.loads(trace.meta.import_report)
@@ -256,17 +334,20 @@ def test_limit_and_bad_arguments(jsonl, imported):
         imported(import_log, "litellm", path, rate=2.0)
 
 
-@pytest.mark.parametrize("value, expected_s", [
-    (1715299200, 1715299200.0),
-    (1715299200.25, 1715299200.25),
-    ("2024-05-10T00:00:00Z", 1715299200.0),
-    ("2024-05-10T00:00:00.5+00:00", 1715299200.5),
-    ("2024-05-10T02:00:00.123456+02:00", 1715299200.123456),
-    ("2024-05-09T19:30:00-0430", 1715299200.0),
-    ("2024-05-10 00:00:01.963000", 1715299201.963),
-    ("2024-05-10T00:00:00.1234567", 1715299200.123456),
-    ("2024-05-10", 1715299200.0),
-])
+@pytest.mark.parametrize(
+    "value, expected_s",
+    [
+        (1715299200, 1715299200.0),
+        (1715299200.25, 1715299200.25),
+        ("2024-05-10T00:00:00Z", 1715299200.0),
+        ("2024-05-10T00:00:00.5+00:00", 1715299200.5),
+        ("2024-05-10T02:00:00.123456+02:00", 1715299200.123456),
+        ("2024-05-09T19:30:00-0430", 1715299200.0),
+        ("2024-05-10 00:00:01.963000", 1715299201.963),
+        ("2024-05-10T00:00:00.1234567", 1715299200.123456),
+        ("2024-05-10", 1715299200.0),
+    ],
+)
 def test_time_formats(value, expected_s):
     assert parse_time_us(value, "t") == round(expected_s * 1_000_000)
 
@@ -290,9 +371,14 @@ def _conversations(n_sessions: int = 6, turns: int = 4) -> list[dict]:
         for k in range(turns):
             messages = [*messages, {"role": "user", "content": f"session {s} question {k}: rye or spelt?"}]
             answer = f"Session {s} answer {k}: " + "spelt " * (k + s)
-            lines.append({"timestamp": 1_715_299_200 + 10 * k + 0.5 * s, "request_id": f"s{s}t{k}",
-                          "body": {"model": "m", "messages": messages},
-                          "response": {"choices": [{"message": {"role": "assistant", "content": answer}}]}})
+            lines.append(
+                {
+                    "timestamp": 1_715_299_200 + 10 * k + 0.5 * s,
+                    "request_id": f"s{s}t{k}",
+                    "body": {"model": "m", "messages": messages},
+                    "response": {"choices": [{"message": {"role": "assistant", "content": answer}}]},
+                }
+            )
             messages = [*messages, {"role": "assistant", "content": answer}]
     return sorted(lines, key=lambda line: line["timestamp"])
 
@@ -305,17 +391,14 @@ def _same(a, b) -> None:
 def test_an_out_of_order_log_imports_in_arrival_order_with_the_same_sessions(jsonl, imported):
     lines = _conversations()
     in_order = imported(import_log, "openai", jsonl(lines, "sorted.jsonl"))
-    shuffled = [lines[i] for i in (7, 0, 23, 3, 12, 1, 22, 2, 9, 4, 5, 6, 8, 10, 11, 13, 14, 15, 16,
-                                   17, 18, 19, 20, 21)]
-    assert sorted(shuffled, key=lambda line: line["request_id"]) == \
-        sorted(lines, key=lambda line: line["request_id"])
+    shuffled = [lines[i] for i in (7, 0, 23, 3, 12, 1, 22, 2, 9, 4, 5, 6, 8, 10, 11, 13, 14, 15, 16, 17, 18, 19, 20, 21)]
+    assert sorted(shuffled, key=lambda line: line["request_id"]) == sorted(lines, key=lambda line: line["request_id"])
     trace = imported(import_log, "openai", jsonl(["", *shuffled, ""], "shuffled.jsonl"))
     assert trace.df["request_id"].to_list() == [line["request_id"] for line in lines]
     rows = _rows(trace)
     for s in range(6):
         assert [rows[f"s{s}t{k}"]["session_id"] for k in range(4)] == [f"s{s}t0"] * 4
-        assert [rows[f"s{s}t{k}"]["parent_request_id"] for k in range(4)] == \
-            [None, f"s{s}t0", f"s{s}t1", f"s{s}t2"]
+        assert [rows[f"s{s}t{k}"]["parent_request_id"] for k in range(4)] == [None, f"s{s}t0", f"s{s}t1", f"s{s}t2"]
     # each row is its own line, read again where it starts
     for line in lines:
         assert json.loads(rows[line["request_id"]]["body"]) == line["body"]
@@ -330,8 +413,7 @@ def test_a_log_of_many_chunks_gives_the_one_chunk_trace(jsonl, imported, tmp_pat
 
     from capture.importers import logs
 
-    path = jsonl([*_conversations(), {"timestamp": 1_715_299_201, "request_id": "alone",
-                                      "body": {"prompt": "a loaf"}}])
+    path = jsonl([*_conversations(), {"timestamp": 1_715_299_201, "request_id": "alone", "body": {"prompt": "a loaf"}}])
     whole = imported(import_log, "openai", path)
     monkeypatch.setattr(logs, "CHUNK_ROWS", 5)
     out = tmp_path / "chunks.parquet"
@@ -376,9 +458,22 @@ def test_a_redacting_import_writes_what_redacting_the_raw_import_writes(jsonl, t
 
     monkeypatch.setattr(redact.pipeline, "default_processes", lambda: 1)
     key = RedactionKey(b"log-stream-test-key-0123456789")
-    pii = [{"timestamp": 1_715_299_200 + i, "request_id": f"p{i}", "body": {"model": "m", "messages": [
-        {"role": "user", "content": f"I am Ada Lovelace, mail me at ada{i}@example.com or call "
-                                    f"+44 20 7946 09{i:02d}."}]}} for i in range(5)]
+    pii = [
+        {
+            "timestamp": 1_715_299_200 + i,
+            "request_id": f"p{i}",
+            "body": {
+                "model": "m",
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": f"I am Ada Lovelace, mail me at ada{i}@example.com or call +44 20 7946 09{i:02d}.",
+                    }
+                ],
+            },
+        }
+        for i in range(5)
+    ]
     path = jsonl(sorted([*_conversations(3, 3), *pii], key=lambda line: line["timestamp"]))
     raw = import_log("openai", path, tmp_path / "raw.parquet").path
     two_steps = redact_file(raw, tmp_path / "two-steps.parquet", key, processes=1)
@@ -404,8 +499,9 @@ def test_a_bounded_linker_forgets_its_oldest_requests():
         return {"messages": [{"role": "user", "content": f"hi from {who}"}]}
 
     def follow_up(who):
-        return {"messages": [*opening(who)["messages"], {"role": "assistant", "content": "hello"},
-                             {"role": "user", "content": "bye"}]}
+        return {
+            "messages": [*opening(who)["messages"], {"role": "assistant", "content": "hello"}, {"role": "user", "content": "bye"}]
+        }
 
     linker = SessionLinker(max_requests=2)
     for who in ("a", "b", "c"):

@@ -20,8 +20,7 @@ BLOCK = 512
 
 
 def _bodies(trace) -> list[dict]:
-    return [json.loads(b) for batch in trace.body_batches(len(trace), 256, synthesize=True)
-            for b in batch]
+    return [json.loads(b) for batch in trace.body_batches(len(trace), 256, synthesize=True) for b in batch]
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +69,7 @@ def test_full_shared_file(mooncake, gpt2):
             continue
         n = raw["input_length"][r]
         prompt = json.loads(batch[0])["prompt"]
-        assert prompt == "".join(block_text(h, BLOCK, min(BLOCK, n - k * BLOCK))
-                                 for k, h in enumerate(ids[r]))
+        assert prompt == "".join(block_text(h, BLOCK, min(BLOCK, n - k * BLOCK)) for k, h in enumerate(ids[r]))
         token_ids = gpt2.encode(prompt, add_special_tokens=False).ids
         assert len(token_ids) == n
         assert block_hashes(token_ids, BLOCK) == df["block_hashes"][r].to_list()
@@ -94,11 +92,14 @@ def _import(tmp_path, path, **kwargs):
 
 
 def test_small_file_hashes_and_shared_blocks(tmp_path, gpt2):
-    path = _jsonl(tmp_path, [
-        _row(5, 1100, 7, [1, 2, 3]),
-        _row(0, 600, 3, [1, 9]),
-        _row(5, 1024, 2, [1, 2]),
-    ])
+    path = _jsonl(
+        tmp_path,
+        [
+            _row(5, 1100, 7, [1, 2, 3]),
+            _row(0, 600, 3, [1, 9]),
+            _row(5, 1024, 2, [1, 2]),
+        ],
+    )
     trace = _import(tmp_path, path)
     df = trace.df
     assert df["request_id"].to_list() == ["mooncake-000001", "mooncake-000000", "mooncake-000002"]
@@ -118,26 +119,37 @@ def test_small_file_hashes_and_shared_blocks(tmp_path, gpt2):
     # another block size hashes the same text in smaller blocks
     small = _import(tmp_path, path, block_size=16)
     assert small.meta.block_size_tokens == 16
-    assert small.df["block_hashes"][0].to_list() == block_hashes(
-        gpt2.encode(prompts[0], add_special_tokens=False).ids, 16)
+    assert small.df["block_hashes"][0].to_list() == block_hashes(gpt2.encode(prompts[0], add_special_tokens=False).ids, 16)
 
 
 def test_aiperf_variant_text_messages_sessions_and_delay(tmp_path, gpt2):
     # the forms of AIPerf's mooncake_trace documentation: hash ids, text_input, messages,
     # session_id with delay
-    path = _jsonl(tmp_path, [
-        {"timestamp": 0, "input_length": 700, "output_length": 4, "hash_ids": [10, 11]},
-        {"timestamp": 1000, "text_input": "Tell me a story about a cat.", "output_length": 20},
-        {"session_id": "s1", "timestamp": 2000, "messages": [
-            {"role": "system", "content": "You are terse."},
-            {"role": "user", "content": "Name a colour."}], "output_length": 3},
-        {"session_id": "s1", "delay": 500, "messages": [
-            {"role": "system", "content": "You are terse."},
-            {"role": "user", "content": "Name a colour."},
-            {"role": "assistant", "content": "Blue."},
-            {"role": "user", "content": "Another."}], "output_length": 3},
-        {"timestamp": 3000, "input_length": 40, "output_length": 5},
-    ])
+    path = _jsonl(
+        tmp_path,
+        [
+            {"timestamp": 0, "input_length": 700, "output_length": 4, "hash_ids": [10, 11]},
+            {"timestamp": 1000, "text_input": "Tell me a story about a cat.", "output_length": 20},
+            {
+                "session_id": "s1",
+                "timestamp": 2000,
+                "messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name a colour."}],
+                "output_length": 3,
+            },
+            {
+                "session_id": "s1",
+                "delay": 500,
+                "messages": [
+                    {"role": "system", "content": "You are terse."},
+                    {"role": "user", "content": "Name a colour."},
+                    {"role": "assistant", "content": "Blue."},
+                    {"role": "user", "content": "Another."},
+                ],
+                "output_length": 3,
+            },
+            {"timestamp": 3000, "input_length": 40, "output_length": 5},
+        ],
+    )
     trace = _import(tmp_path, path)
     df = trace.df
     assert df["arrival_us"].to_list() == [0, 1_000_000, 2_000_000, 2_500_000, 3_000_000]
@@ -145,10 +157,8 @@ def test_aiperf_variant_text_messages_sessions_and_delay(tmp_path, gpt2):
     assert df["body"].is_null().to_list() == [True, False, False, False, True]
     assert trace.meta.redaction_policy == "none"  # real text from the file
     story = json.loads(df["body"][1])
-    assert story == {"messages": [{"role": "user", "content": "Tell me a story about a cat."}],
-                     "max_tokens": 20}
-    assert df["input_tokens"][1] == len(gpt2.encode("Tell me a story about a cat.",
-                                                     add_special_tokens=False).ids)
+    assert story == {"messages": [{"role": "user", "content": "Tell me a story about a cat."}], "max_tokens": 20}
+    assert df["input_tokens"][1] == len(gpt2.encode("Tell me a story about a cat.", add_special_tokens=False).ids)
     assert df["session_id"].to_list() == [None, None, "s1", "s1", None]
     assert df["turn"].to_list()[2:4] == [0, 1]
     assert df["parent_request_id"][3] == df["request_id"][2]
@@ -162,22 +172,23 @@ def test_aiperf_variant_text_messages_sessions_and_delay(tmp_path, gpt2):
 @pytest.mark.parametrize(
     ("rows", "expected"),
     [
-        ([_row(0, 10, 1, [1]), {"timestamp": 1, "input_length": 10, "hash_ids": [2]}],
-         "m.jsonl: line 2: is missing (field 'output_length')"),
-        ([_row(0, 10, 1, [1]), _row(1, 1100, 1, [1, 2])],
-         "m.jsonl: line 2: has 2 ids, expected ceil(input_length / 512) = 3 (a file written at another "
-         "block size needs --hash-block) (field 'hash_ids')"),
-        ([_row(0, 10, 1, [1]), _row(1, -5, 1, [])],
-         "m.jsonl: line 2: -5 is not a count >= 0 (field 'input_length')"),
-        ([_row(0, 10, 1, [1]), '{"timestamp": 1, "input_length": 10,'],
-         "m.jsonl: line 2: not valid JSON"),
-        ([_row(0, 10, 1, [1]), _row(1, "ten", 1, [1])],
-         "m.jsonl: line 2: 'ten' is not a count >= 0 (field 'input_length')"),
-        ([_row(0, 10, 1, [-1])],
-         "m.jsonl: line 1: is not a list of integers >= 0 (field 'hash_ids')"),
-        ([{"delay": 5, "input_length": 3, "output_length": 1}],
-         "m.jsonl: line 1: is missing (a 'delay' needs an earlier turn of its session) "
-         "(field 'timestamp')"),
+        (
+            [_row(0, 10, 1, [1]), {"timestamp": 1, "input_length": 10, "hash_ids": [2]}],
+            "m.jsonl: line 2: is missing (field 'output_length')",
+        ),
+        (
+            [_row(0, 10, 1, [1]), _row(1, 1100, 1, [1, 2])],
+            "m.jsonl: line 2: has 2 ids, expected ceil(input_length / 512) = 3 (a file written at another "
+            "block size needs --hash-block) (field 'hash_ids')",
+        ),
+        ([_row(0, 10, 1, [1]), _row(1, -5, 1, [])], "m.jsonl: line 2: -5 is not a count >= 0 (field 'input_length')"),
+        ([_row(0, 10, 1, [1]), '{"timestamp": 1, "input_length": 10,'], "m.jsonl: line 2: not valid JSON"),
+        ([_row(0, 10, 1, [1]), _row(1, "ten", 1, [1])], "m.jsonl: line 2: 'ten' is not a count >= 0 (field 'input_length')"),
+        ([_row(0, 10, 1, [-1])], "m.jsonl: line 1: is not a list of integers >= 0 (field 'hash_ids')"),
+        (
+            [{"delay": 5, "input_length": 3, "output_length": 1}],
+            "m.jsonl: line 1: is missing (a 'delay' needs an earlier turn of its session) (field 'timestamp')",
+        ),
         ([_row(0, 10, 1, [1]), [1, 2]], "m.jsonl: line 2: not a JSON object"),
     ],
 )

@@ -24,8 +24,10 @@ from replay.errors import ConfigError, TraceError
 
 CHAT_BODY = {
     "model": "gpt-4o-mini",
-    "messages": [{"role": "system", "content": "You answer in one sentence."},
-                 {"role": "user", "content": "Why is the sky blue?"}],
+    "messages": [
+        {"role": "system", "content": "You answer in one sentence."},
+        {"role": "user", "content": "Why is the sky blue?"},
+    ],
     "temperature": 0.2,
     "max_completion_tokens": 64,
     "stream": True,
@@ -35,19 +37,22 @@ CHAT_RESPONSE = {
     "object": "chat.completion",
     "created": 1715299200,
     "model": "gpt-4o-mini-2024-07-18",
-    "choices": [{"index": 0, "message": {"role": "assistant",
-                                         "content": "Air scatters short blue wavelengths most."},
-                 "logprobs": None, "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 27, "completion_tokens": 9, "total_tokens": 36,
-              "prompt_tokens_details": {"cached_tokens": 16}},
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Air scatters short blue wavelengths most."},
+            "logprobs": None,
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {"prompt_tokens": 27, "completion_tokens": 9, "total_tokens": 36, "prompt_tokens_details": {"cached_tokens": 16}},
 }
 TEXT_RESPONSE = {
     "id": "cmpl-xyz789",
     "object": "text_completion",
     "created": 1715299203,
     "model": "gpt-3.5-turbo-instruct",
-    "choices": [{"text": " in a land of bread.", "index": 0, "logprobs": None,
-                 "finish_reason": "length"}],
+    "choices": [{"text": " in a land of bread.", "index": 0, "logprobs": None, "finish_reason": "length"}],
     "usage": {"prompt_tokens": 4, "completion_tokens": 6, "total_tokens": 10},
 }
 
@@ -58,17 +63,31 @@ def _rows(trace) -> dict[str, dict]:
 
 def test_log_fields(jsonl, imported):
     lines = [
-        {"timestamp": "2024-05-10T00:00:01.5Z", "request_id": "req-1", "session_id": "user-7",
-         "body": CHAT_BODY, "response": CHAT_RESPONSE, "ttft_ms": 120.5, "latency_ms": 830,
-         "status": 200},
+        {
+            "timestamp": "2024-05-10T00:00:01.5Z",
+            "request_id": "req-1",
+            "session_id": "user-7",
+            "body": CHAT_BODY,
+            "response": CHAT_RESPONSE,
+            "ttft_ms": 120.5,
+            "latency_ms": 830,
+            "status": 200,
+        },
         # time from `created`; id from the response; no status given: a response means 200
-        {"created": 1715299203, "body": {"model": "gpt-3.5-turbo-instruct", "prompt": "Once upon a time",
-                                          "max_tokens": 6},
-         "response": TEXT_RESPONSE},
+        {
+            "created": 1715299203,
+            "body": {"model": "gpt-3.5-turbo-instruct", "prompt": "Once upon a time", "max_tokens": 6},
+            "response": TEXT_RESPONSE,
+        },
         # no response; top-level usage; a failed request
-        {"timestamp": 1715299200.25, "request_id": "req-3", "session_id": "user-7",
-         "body": {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hi"}]},
-         "usage": {"prompt_tokens": 8, "completion_tokens": 0}, "status": 429},
+        {
+            "timestamp": 1715299200.25,
+            "request_id": "req-3",
+            "session_id": "user-7",
+            "body": {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hi"}]},
+            "usage": {"prompt_tokens": 8, "completion_tokens": 0},
+            "status": 429,
+        },
     ]
     trace = imported(import_openai, jsonl(lines))
     rows = _rows(trace)
@@ -97,8 +116,7 @@ def test_log_fields(jsonl, imported):
 
 
 def test_a_plain_text_response_is_the_answer(jsonl, gpt2, imported):
-    line = {"timestamp": 5, "body": {"messages": [{"role": "user", "content": "Say hi"}]},
-            "response": "Hi there, friend"}
+    line = {"timestamp": 5, "body": {"messages": [{"role": "user", "content": "Say hi"}]}, "response": "Hi there, friend"}
     row = imported(import_openai, jsonl([line])).df.row(0, named=True)
     assert row["response"] == "Hi there, friend"
     assert row["output_tokens"] == len(gpt2.encode("Hi there, friend", add_special_tokens=False).ids)
@@ -106,10 +124,19 @@ def test_a_plain_text_response_is_the_answer(jsonl, gpt2, imported):
 
 
 def _batch(n: int, url: str = "/v1/chat/completions") -> list[dict]:
-    return [{"custom_id": f"request-{i}", "method": "POST", "url": url,
-             "body": {"model": "gpt-4o-mini", "max_tokens": 100,
-                      "messages": [{"role": "user", "content": f"Summarize document {i}."}]}}
-            for i in range(n)]
+    return [
+        {
+            "custom_id": f"request-{i}",
+            "method": "POST",
+            "url": url,
+            "body": {
+                "model": "gpt-4o-mini",
+                "max_tokens": 100,
+                "messages": [{"role": "user", "content": f"Summarize document {i}."}],
+            },
+        }
+        for i in range(n)
+    ]
 
 
 def test_batch_file_with_rate_gives_seeded_poisson_arrivals(jsonl, imported):
@@ -133,8 +160,7 @@ def test_batch_file_with_rate_gives_seeded_poisson_arrivals(jsonl, imported):
     fast = imported(import_openai, path, rate=40.0, seed=3).df["arrival_us"].to_numpy()
     assert np.abs(fast - arrival / 2).max() <= 1
     # a completions batch
-    completions = [{"custom_id": "c0", "method": "POST", "url": "/v1/completions",
-                    "body": {"model": "m", "prompt": "Hello"}}]
+    completions = [{"custom_id": "c0", "method": "POST", "url": "/v1/completions", "body": {"model": "m", "prompt": "Hello"}}]
     trace = imported(import_openai, jsonl(completions, "c.jsonl"), rate=1.0)
     assert trace.df["api"].to_list() == ["completions"]
 
@@ -152,13 +178,19 @@ def test_batch_file_without_rate_is_an_error(jsonl, imported):
 
 def test_bad_batch_lines(jsonl, imported):
     cases = [
-        ({**_batch(1)[0], "custom_id": "x", "url": "/v1/embeddings"},
-         "line 2: '/v1/embeddings' is not one of /v1/chat/completions, /v1/completions (field 'url')"),
+        (
+            {**_batch(1)[0], "custom_id": "x", "url": "/v1/embeddings"},
+            "line 2: '/v1/embeddings' is not one of /v1/chat/completions, /v1/completions (field 'url')",
+        ),
         ({**_batch(1)[0], "custom_id": "x", "method": "GET"}, "line 2: 'GET' is not POST (field 'method')"),
-        ({**_batch(1)[0], "custom_id": "x", "url": "/v1/completions"},
-         "line 2: does not match url '/v1/completions' (field 'body')"),
-        ({"timestamp": 3, "body": {"prompt": "p"}},
-         "line 2: a request log line in an OpenAI Batch input file (field 'custom_id')"),
+        (
+            {**_batch(1)[0], "custom_id": "x", "url": "/v1/completions"},
+            "line 2: does not match url '/v1/completions' (field 'body')",
+        ),
+        (
+            {"timestamp": 3, "body": {"prompt": "p"}},
+            "line 2: a request log line in an OpenAI Batch input file (field 'custom_id')",
+        ),
     ]
     for bad, message in cases:
         with pytest.raises(TraceError) as e:

@@ -21,13 +21,13 @@ def _sse(*objs, crlf: bool = False) -> bytes:
 
 
 def _chunk(text=None, finish=None):
-    return {"object": "chat.completion.chunk",
-            "choices": [{"index": 0, "delta": {} if text is None else {"content": text},
-                         "finish_reason": finish}]}
+    return {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {} if text is None else {"content": text}, "finish_reason": finish}],
+    }
 
 
-USAGE = {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3,
-                                  "prompt_tokens_details": {"cached_tokens": 4}}}
+USAGE = {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 4}}}
 
 
 @pytest.mark.parametrize("crlf", [False, True])
@@ -53,40 +53,55 @@ def test_a_stream_split_anywhere_gives_the_text_usage_finish_and_chunk_times(crl
 
 
 def test_a_json_answer_plain_or_gzipped():
-    body = json.dumps({"choices": [{"message": {"role": "assistant", "content": "Hi"},
-                                    "finish_reason": "length"}],
-                       "usage": {"completion_tokens": 1}}).encode()
+    body = json.dumps(
+        {
+            "choices": [{"message": {"role": "assistant", "content": "Hi"}, "finish_reason": "length"}],
+            "usage": {"completion_tokens": 1},
+        }
+    ).encode()
     for data, enc in ((body, None), (gzip.compress(body), "gzip")):
-        ans = parse_response(Exchange("r", "chat", 0, b"{}", None, chunks=[(5, data[:7]), (6, data[7:])],
-                                      content_encoding=enc))
+        ans = parse_response(Exchange("r", "chat", 0, b"{}", None, chunks=[(5, data[:7]), (6, data[7:])], content_encoding=enc))
         assert (ans.text, ans.finish_reason, ans.usage) == ("Hi", "length", {"completion_tokens": 1})
         assert ans.first_token_us is None and ans.chunk_us is None
 
 
 def test_only_the_usage_only_event_is_taken_out_of_the_clients_stream():
-    keep = _sse(_chunk("a"), {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-                              "usage": {"completion_tokens": 1}})  # usage inside a choice: kept
-    raw = keep[:-len(b"data: [DONE]\n\n")] + b"data: " + json.dumps(USAGE).encode() + b"\n\ndata: [DONE]\n\n"
+    keep = _sse(
+        _chunk("a"), {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": {"completion_tokens": 1}}
+    )  # usage inside a choice: kept
+    raw = keep[: -len(b"data: [DONE]\n\n")] + b"data: " + json.dumps(USAGE).encode() + b"\n\ndata: [DONE]\n\n"
     out, rest = _without_usage_events(raw[:-3])
     out2, rest2 = _without_usage_events(rest + raw[-3:])
     assert out + out2 == keep and rest2 == b""
 
 
 def _ex(rid, body, answer, t, session=None):
-    data = json.dumps({"choices": [{"message": {"content": answer}, "finish_reason": "stop"}],
-                       "usage": {"completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 3}}})
-    return Exchange(rid, "chat", t, json.dumps(body).encode(), session, status=200, ttfb_us=50,
-                    end_us=90, chunks=[(90, data.encode())])
+    data = json.dumps(
+        {
+            "choices": [{"message": {"content": answer}, "finish_reason": "stop"}],
+            "usage": {"completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 3}},
+        }
+    )
+    return Exchange(
+        rid, "chat", t, json.dumps(body).encode(), session, status=200, ttfb_us=50, end_us=90, chunks=[(90, data.encode())]
+    )
 
 
 def test_rows_count_tokens_and_hash_blocks_like_import_and_link_turns():
     sys_msg = {"role": "system", "content": "You are a careful assistant. " * 20}
     b1 = {"model": "m", "messages": [sys_msg, {"role": "user", "content": "first question"}], "max_tokens": 5}
-    b2 = {"model": "m", "messages": [*b1["messages"], {"role": "assistant", "content": "an answer"},
-                                     {"role": "user", "content": "second"}]}
+    b2 = {
+        "model": "m",
+        "messages": [*b1["messages"], {"role": "assistant", "content": "an answer"}, {"role": "user", "content": "second"}],
+    }
     b3 = {"model": "m", "messages": [sys_msg, {"role": "user", "content": "unrelated"}]}
-    exs = [_ex("a", b1, "an answer", 1_000), _ex("b", b2, "ok", 2_000), _ex("c", b3, "x", 3_000),
-           _ex("d", b3, "y", 4_000, session="S1"), _ex("e", b1, "z", 5_000, session="S1")]
+    exs = [
+        _ex("a", b1, "an answer", 1_000),
+        _ex("b", b2, "ok", 2_000),
+        _ex("c", b3, "x", 3_000),
+        _ex("d", b3, "y", 4_000, session="S1"),
+        _ex("e", b1, "z", 5_000, session="S1"),
+    ]
     builder = RowBuilder(0, tokenizer="gpt2", block_size=16, sample=1.0, redactor=None)
     df = builder.build(exs[:2])
     df2 = builder.build(exs[2:])
@@ -94,9 +109,18 @@ def test_rows_count_tokens_and_hash_blocks_like_import_and_link_turns():
 
     rows = pl.concat([df, df2])
     # the import rule, over the same requests: the same counts, hashes and sessions
-    recs = [LogRecord(arrival_us=e.arrival_unix_us, api="chat", model="m", body=json.loads(e.body),
-                      request_id=e.request_id, session_id=e.session_header, response=r)
-            for e, r in zip(exs, ["an answer", "ok", "x", "y", "z"])]
+    recs = [
+        LogRecord(
+            arrival_us=e.arrival_unix_us,
+            api="chat",
+            model="m",
+            body=json.loads(e.body),
+            request_id=e.request_id,
+            session_id=e.session_header,
+            response=r,
+        )
+        for e, r in zip(exs, ["an answer", "ok", "x", "y", "z"])
+    ]
     ref = build_trace(recs, source="t", source_format="openai-jsonl").df
     for col in ("input_tokens", "block_hashes", "session_id", "parent_request_id", "turn"):
         assert rows[col].to_list() == ref[col].to_list(), col
@@ -157,7 +181,7 @@ def test_a_sample_keeps_whole_conversations():
         kept.setdefault(sid, []).append((rid, turn))
     assert 8 < len(kept) < 32
     for sid, turns in kept.items():  # every turn of a kept conversation, none of the others
-        c = sid[1:sid.index("t")]
+        c = sid[1 : sid.index("t")]
         assert turns == [(f"c{c}t{k}", k) for k in range(3)]
     assert builder.counts["not_sampled"] == 120 - df.height
     # the same sessions `replay sample --sessions 0.5 --seed 0` keeps

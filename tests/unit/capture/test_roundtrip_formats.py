@@ -14,11 +14,12 @@ from replay.trace import read_trace
 from tests.unit.capture.test_export import _canonical
 from tests.unit.capture.test_token_imports import BURST_FULL, BURST_SHORT
 
-VIDUR = ("arrived_at,num_prefill_tokens,num_decode_tokens,num_total_tokens\n"
-         "0.0,1200,40,1240\n0.25,16,1,17\n0.2500005,700,9,709\n1.75,33,128,161\n3.001,2048,2,2050\n")
+VIDUR = (
+    "arrived_at,num_prefill_tokens,num_decode_tokens,num_total_tokens\n"
+    "0.0,1200,40,1240\n0.25,16,1,17\n0.2500005,700,9,709\n1.75,33,128,161\n3.001,2048,2,2050\n"
+)
 # the BurstGPT release with sessions, a failed request (0 response tokens) among them
-CASES = {"burstgpt-sessions": ("burstgpt", BURST_FULL), "burstgpt": ("burstgpt", BURST_SHORT),
-         "vidur": ("vidur", VIDUR)}
+CASES = {"burstgpt-sessions": ("burstgpt", BURST_FULL), "burstgpt": ("burstgpt", BURST_SHORT), "vidur": ("vidur", VIDUR)}
 
 
 def _round_trip(src_trace, tmp_path, block_size: int):
@@ -55,10 +56,13 @@ def test_token_formats_round_trip_through_mooncake(case, block_size, tmp_path):
 
 @pytest.mark.data
 @pytest.mark.slow
-@pytest.mark.parametrize(("fmt", "name", "limit", "block_size"), [
-    ("azure", "azure_llm_2023_conv.csv", 3000, 16),
-    ("mooncake", "mooncake_synthetic.jsonl", 300, 16),
-])
+@pytest.mark.parametrize(
+    ("fmt", "name", "limit", "block_size"),
+    [
+        ("azure", "azure_llm_2023_conv.csv", 3000, 16),
+        ("mooncake", "mooncake_synthetic.jsonl", 300, 16),
+    ],
+)
 def test_public_traces_round_trip_through_mooncake(shared_traces, fmt, name, limit, block_size, tmp_path):
     import_token_trace(fmt, shared_traces / name, tmp_path / "first.parquet", limit=limit)
     first, again = _round_trip(tmp_path / "first.parquet", tmp_path, block_size)

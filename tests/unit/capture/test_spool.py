@@ -17,14 +17,23 @@ BASE = {"upstream": "http://u", "sample": 1.0}
 
 
 def _rows(ids, arrivals):
-    return pl.DataFrame({
-        "request_id": ids, "api": ["chat"] * len(ids), "arrival_us": arrivals,
-        "body": [json.dumps({"messages": [], "n": i}) for i in ids],
-        "input_tokens": [1] * len(ids), "outcome": ["completed"] * len(ids),
-        "chunk_us": [[0, 5]] * len(ids), "turn": [0] * len(ids),
-        "block_hashes": [[7]] * len(ids),
-    }).pipe(lambda df: df.with_columns([pl.lit(None, SCHEMA[c]).alias(c)
-                                        for c in SCHEMA if c not in df.columns])).select(list(SCHEMA))
+    return (
+        pl.DataFrame(
+            {
+                "request_id": ids,
+                "api": ["chat"] * len(ids),
+                "arrival_us": arrivals,
+                "body": [json.dumps({"messages": [], "n": i}) for i in ids],
+                "input_tokens": [1] * len(ids),
+                "outcome": ["completed"] * len(ids),
+                "chunk_us": [[0, 5]] * len(ids),
+                "turn": [0] * len(ids),
+                "block_hashes": [[7]] * len(ids),
+            }
+        )
+        .pipe(lambda df: df.with_columns([pl.lit(None, SCHEMA[c]).alias(c) for c in SCHEMA if c not in df.columns]))
+        .select(list(SCHEMA))
+    )
 
 
 def test_rolled_segments_read_as_one_trace_with_the_counts(tmp_path):
@@ -36,13 +45,16 @@ def test_rolled_segments_read_as_one_trace_with_the_counts(tmp_path):
     spool.append_rows(_rows(["c"], [15]))  # arrived before b ended: segments overlap in arrival
     spool.append_counts(Counter(dropped_queue_full=1, not_sampled=4))
     spool.close()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["segment-000001.parquet",
-                                                         "segment-000002.parquet"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["segment-000001.parquet", "segment-000002.parquet"]
     trace = read_trace(tmp_path)
     assert trace.df["request_id"].to_list() == ["a", "c", "b"]
     assert trace.df["chunk_us"].to_list() == [[0, 5]] * 3
-    assert json.loads(trace.meta.capture_report) == {"upstream": "http://u", "sample": 1.0,
-                                                     "dropped_queue_full": 3, "not_sampled": 4}
+    assert json.loads(trace.meta.capture_report) == {
+        "upstream": "http://u",
+        "sample": 1.0,
+        "dropped_queue_full": 3,
+        "not_sampled": 4,
+    }
 
 
 def test_recovery_rolls_a_crashed_spool_ignoring_its_torn_last_line(tmp_path):
@@ -82,8 +94,7 @@ def test_recovery_never_duplicates_and_carries_counts_of_a_spool_without_rows(tm
 
 
 def test_a_restart_must_agree_with_the_folder(tmp_path):
-    settings = {"tokenizer": "gpt2", "block_size_tokens": 16, "redaction_policy": "redacted",
-                "redaction_key": "abc"}
+    settings = {"tokenizer": "gpt2", "block_size_tokens": 16, "redaction_policy": "redacted", "redaction_key": "abc"}
     first = open_folder(tmp_path / "cap", settings)
     again = open_folder(tmp_path / "cap", settings)
     assert again["t0_unix_us"] == first["t0_unix_us"] > 0
@@ -123,11 +134,13 @@ def test_a_folder_that_recorded_nothing_names_what_its_spools_dropped(tmp_path):
     # then a recorder died before writing anything: the proxy leaves its count
     write_counts(tmp_path, {"dropped_recorder_error": 2})
     assert sorted(p.name for p in tmp_path.glob("segment-*")) == []
-    said = ("no request was recorded; its spool counts dropped_recorder_error=2, "
-            "dropped_redaction_failed=4, requests=4$")
+    said = "no request was recorded; its spool counts dropped_recorder_error=2, dropped_redaction_failed=4, requests=4$"
     for read in (read_trace, read_meta):
-        with pytest.raises(TraceError, match=f"^{tmp_path.name}: a capture folder with no trace "
-                                             rf"segments \(segment-\*.parquet\): {said}"):
+        with pytest.raises(
+            TraceError,
+            match=f"^{tmp_path.name}: a capture folder with no trace "
+            rf"segments \(segment-\*.parquet\): {said}",
+        ):
             read(tmp_path)
 
 
@@ -140,8 +153,11 @@ def test_a_folder_before_its_first_roll_says_a_segment_comes(tmp_path):
     spool.append_rows(_rows(["a"], [1]))
     spool.append_counts(Counter(recorded=1, not_sampled=2))
     spool.sync()
-    with pytest.raises(TraceError, match=r"first request \(its spool counts not_sampled=2, "
-                                         r"recorded=1\)$"):
+    with pytest.raises(
+        TraceError,
+        match=r"first request \(its spool counts not_sampled=2, "
+        r"recorded=1\)$",
+    ):
         read_trace(tmp_path)
     spool._f.close()
 

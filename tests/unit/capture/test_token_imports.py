@@ -12,14 +12,18 @@ from replay.errors import TraceError
 from replay.trace import read_trace
 
 # BurstGPT's release columns; the first release lacks Session ID and Elapsed time
-BURST_FULL = ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type,Session ID,Elapsed time\n"
-              "5,ChatGPT,472,18,490,Conversation log,1001,2.5\n"
-              "45,GPT-4,1087,0,1087,API log,,0.1\n"
-              "60,ChatGPT,530,41,571,Conversation log,1001,3.75\n"
-              "61,ChatGPT,20,5,25,Conversation log,2002,1\n")
-BURST_SHORT = ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-               "0,ChatGPT,100,20,120,Conversation log\n"
-               "1.5,GPT-4,50,7,57,API log\n")
+BURST_FULL = (
+    "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type,Session ID,Elapsed time\n"
+    "5,ChatGPT,472,18,490,Conversation log,1001,2.5\n"
+    "45,GPT-4,1087,0,1087,API log,,0.1\n"
+    "60,ChatGPT,530,41,571,Conversation log,1001,3.75\n"
+    "61,ChatGPT,20,5,25,Conversation log,2002,1\n"
+)
+BURST_SHORT = (
+    "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+    "0,ChatGPT,100,20,120,Conversation log\n"
+    "1.5,GPT-4,50,7,57,API log\n"
+)
 
 
 def _import(fn, tmp_path, text, name="in.csv", **kwargs):
@@ -30,8 +34,9 @@ def _import(fn, tmp_path, text, name="in.csv", **kwargs):
 
 
 def _texts(trace):
-    return [json.loads(b)["messages"][0]["content"]
-            for batch in trace.body_batches(len(trace), 64, synthesize=True) for b in batch]
+    return [
+        json.loads(b)["messages"][0]["content"] for batch in trace.body_batches(len(trace), 64, synthesize=True) for b in batch
+    ]
 
 
 def test_burstgpt_with_sessions_and_elapsed(tmp_path, gpt2):
@@ -70,14 +75,15 @@ def test_burstgpt_bad_rows(tmp_path):
     trace = _import(import_burstgpt, tmp_path, bad + "-3,ChatGPT,1,1,2,API log\n", skip_bad=True)
     report = json.loads(trace.meta.import_report)
     assert len(trace) == 2 and report["skipped_lines"] == 2
-    assert report["first_skipped"][1] == {"line": 5, "reason": "'-3' is not a number of seconds >= 0 "
-                                                                "(field 'Timestamp')"}
+    assert report["first_skipped"][1] == {"line": 5, "reason": "'-3' is not a number of seconds >= 0 (field 'Timestamp')"}
     with pytest.raises(TraceError, match=r"^b.csv: column 'Response tokens' missing \(BurstGPT CSV\)$"):
         _import(import_burstgpt, tmp_path, "Timestamp,Request tokens\n1,2\n", name="b.csv")
 
 
-VIDUR = ("arrived_at,num_prefill_tokens,num_decode_tokens,num_total_tokens\n"
-         "0.0,1024,128,1152\n0.731,35,300,335\n0.731,4000,12,4012\n2.5,1,1,2\n")
+VIDUR = (
+    "arrived_at,num_prefill_tokens,num_decode_tokens,num_total_tokens\n"
+    "0.0,1024,128,1152\n0.731,35,300,335\n0.731,4000,12,4012\n2.5,1,1,2\n"
+)
 
 
 def test_vidur(tmp_path, gpt2):
@@ -91,8 +97,7 @@ def test_vidur(tmp_path, gpt2):
     assert [len(gpt2.encode(t, add_special_tokens=False).ids) for t in texts] == [1024, 35, 4000, 1]
     assert len(set(texts)) == 4
     with pytest.raises(TraceError, match=r"^v.csv: line 3: 'x' is not an integer >= 0 \(field 'num_decode_tokens'\)$"):
-        _import(import_vidur, tmp_path, "arrived_at,num_prefill_tokens,num_decode_tokens\n0,1,2\n1,2,x\n",
-                name="v.csv")
+        _import(import_vidur, tmp_path, "arrived_at,num_prefill_tokens,num_decode_tokens\n0,1,2\n1,2,x\n", name="v.csv")
 
 
 def test_rows_are_sorted_within_a_chunk_and_must_not_go_back_across_chunks(tmp_path, monkeypatch):

@@ -24,23 +24,46 @@ def live() -> Trace:
 
 def live_trace(n: int, seed: int = 5) -> Trace:
     """``n`` requests at 15 req/s as the ``live`` fixture has them."""
-    trace = generate(GenerateConfig(n_requests=n, seed=seed, rate=15.0, burst_cv=3.0, n_system_prompts=3,
-                                    system_prompt_tokens=64, turns_mean=3.0, think_time_mean_s=4.0,
-                                    user_tokens_p50=40, output_tokens_p50=20, max_user_tokens=400,
-                                    max_output_tokens=200, max_input_tokens=2000))
+    trace = generate(
+        GenerateConfig(
+            n_requests=n,
+            seed=seed,
+            rate=15.0,
+            burst_cv=3.0,
+            n_system_prompts=3,
+            system_prompt_tokens=64,
+            turns_mean=3.0,
+            think_time_mean_s=4.0,
+            user_tokens_p50=40,
+            output_tokens_p50=20,
+            max_user_tokens=400,
+            max_output_tokens=200,
+            max_input_tokens=2000,
+        )
+    )
     df = trace.df
     from replay import _engine
+
     lengths = df["block_hashes"].list.len().to_numpy().astype(np.uint64)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.uint64)
     flat = df["block_hashes"].explode().drop_nulls().to_numpy().astype(np.uint64)
     hits = _engine.prefix_cache_hits(flat, offsets, 0).astype(np.int64) * trace.meta.block_size_tokens
-    df = df.with_columns(e2e_us=(pl.col("output_tokens") * E2E_PER_TOKEN_S * 1e6).cast(pl.Int64),
-                         cached_tokens=pl.Series(hits).cast(pl.Int32))
+    df = df.with_columns(
+        e2e_us=(pl.col("output_tokens") * E2E_PER_TOKEN_S * 1e6).cast(pl.Int64), cached_tokens=pl.Series(hits).cast(pl.Int32)
+    )
     return Trace(df=df, meta=trace.meta)
 
 
-def stage_of(live: Trace, *, speedup: float = 1.0, sent_s: np.ndarray | None = None, prompt_scale: float = 1.0,
-             template: int = 9, cached: np.ndarray | None = None, seed: int = 0) -> pl.DataFrame:
+def stage_of(
+    live: Trace,
+    *,
+    speedup: float = 1.0,
+    sent_s: np.ndarray | None = None,
+    prompt_scale: float = 1.0,
+    template: int = 9,
+    cached: np.ndarray | None = None,
+    seed: int = 0,
+) -> pl.DataFrame:
     """The results frame of a replay of every live row: sent at live's times / speedup (or
     ``sent_s``), each answered in its live E2E / speedup, the engine counting ``template`` more
     prompt tokens (and ``prompt_scale`` of the recorded ones)."""
@@ -54,22 +77,35 @@ def stage_of(live: Trace, *, speedup: float = 1.0, sent_s: np.ndarray | None = N
     cached = df["cached_tokens"].to_numpy() if cached is None else cached
     out = df["output_tokens"].to_numpy()
     ns = lambda s: (np.asarray(s) * 1e9).astype(np.int64)  # noqa: E731
-    return pl.DataFrame({
-        "request_id": df["request_id"], "session_id": df["session_id"], "api": df["api"],
-        "input_tokens": df["input_tokens"], "expected_output_tokens": df["max_tokens"].fill_null(df["output_tokens"]),
-        "intended_ns": ns(intended), "release_ns": ns(intended), "conn_ns": np.zeros(len(df), dtype=np.int64),
-        "sent_ns": ns(sent), "first_byte_ns": ns(sent + 0.01), "first_token_ns": ns(sent + 0.02),
-        "end_ns": ns(sent + e2e), "status": np.full(len(df), 200, dtype=np.int32), "error": ["none"] * len(df),
-        "error_detail": [""] * len(df), "prompt_tokens": prompt, "completion_tokens": out,
-        "cached_tokens": cached, "output_chunks": out,
-    })
+    return pl.DataFrame(
+        {
+            "request_id": df["request_id"],
+            "session_id": df["session_id"],
+            "api": df["api"],
+            "input_tokens": df["input_tokens"],
+            "expected_output_tokens": df["max_tokens"].fill_null(df["output_tokens"]),
+            "intended_ns": ns(intended),
+            "release_ns": ns(intended),
+            "conn_ns": np.zeros(len(df), dtype=np.int64),
+            "sent_ns": ns(sent),
+            "first_byte_ns": ns(sent + 0.01),
+            "first_token_ns": ns(sent + 0.02),
+            "end_ns": ns(sent + e2e),
+            "status": np.full(len(df), 200, dtype=np.int32),
+            "error": ["none"] * len(df),
+            "error_detail": [""] * len(df),
+            "prompt_tokens": prompt,
+            "completion_tokens": out,
+            "cached_tokens": cached,
+            "output_chunks": out,
+        }
+    )
 
 
 def unshared(df: pl.DataFrame) -> pl.Series:
     """Every request's block hashes made its own (hashed with its row number): no prefix is shared."""
     rows = df.with_row_index("_i").select("_i", "block_hashes").explode("block_hashes")
-    rows = rows.with_columns(h=pl.when(pl.col("block_hashes").is_not_null())
-                             .then(pl.struct("_i", "block_hashes").hash(7)))
+    rows = rows.with_columns(h=pl.when(pl.col("block_hashes").is_not_null()).then(pl.struct("_i", "block_hashes").hash(7)))
     return rows.group_by("_i", maintain_order=True).agg(pl.col("h").drop_nulls())["h"].alias("block_hashes")
 
 
@@ -85,9 +121,15 @@ def test_a_faithful_replay_passes_at_the_live_pace_and_10x_faster(live, speedup)
     judged = {m.name for m in result.verdict.metrics if m.state != "n/a"}
     # every group is judged (pass, or cannot tell on 6,000 requests), the 60 s counts not (400 s of
     # live traffic: not enough windows)
-    for name in ("input_tokens.ks", "cache.engine_hit_rate", "cache.offered_reuse.unbounded",
-                 "arrivals.dispersion_1s", "arrivals.dispersion_10s", "sessions.think_time.ks",
-                 "lengths.prompt_tokens_per_request"):
+    for name in (
+        "input_tokens.ks",
+        "cache.engine_hit_rate",
+        "cache.offered_reuse.unbounded",
+        "arrivals.dispersion_1s",
+        "arrivals.dispersion_10s",
+        "sessions.think_time.ks",
+        "lengths.prompt_tokens_per_request",
+    ):
         assert name in judged, name
     assert any("+9 tokens" in d for d in result.verdict.diagnosis)
 
@@ -152,7 +194,7 @@ def test_drift_flags_growing_prompts_and_not_two_random_halves(live):
     report = drift(old, new)
     assert not report.faithful
     assert "input_tokens.ks" in failed(report.stages[0])
-    picks = (df["session_id"].fill_null(df["request_id"]).hash(11) % 2 == 0)
+    picks = df["session_id"].fill_null(df["request_id"]).hash(11) % 2 == 0
     a, b = Trace(df=df.filter(picks), meta=live.meta), Trace(df=df.filter(~picks), meta=live.meta)
     same = drift(a, b, seed=1)
     assert same.faithful, same.stages[0].verdict.reason
@@ -166,8 +208,9 @@ def test_the_simulated_cache_sees_shared_system_prompts(live):
 
 def test_causal_slip_is_reported_not_judged(live):
     stage = stage_of(live)
-    held = stage.with_columns(release_ns=pl.col("intended_ns") + pl.when(pl.col("request_id").str.ends_with("1"))
-                              .then(250_000_000).otherwise(0))
+    held = stage.with_columns(
+        release_ns=pl.col("intended_ns") + pl.when(pl.col("request_id").str.ends_with("1")).then(250_000_000).otherwise(0)
+    )
     held = held.with_columns(sent_ns=pl.col("release_ns") + 50_000)
     result = compare_stage(live, held)
     slip = {m.name: m for m in result.verdict.metrics}["sessions.slip_ms"]
@@ -180,8 +223,7 @@ def test_reuse_times_of_requests_that_shared_a_timestamp_survive_a_replay_sent_u
     # whole-millisecond timestamps (as Mooncake's): requests in the same ms reuse a prefix 0 s
     # after it was last used; a replay sends them 0-200 µs apart
     trace = live_trace(300, seed=8)
-    same_ms = trace.df.with_row_index("_i").with_columns(
-        arrival_us=(pl.col("_i") // 3 * 200_000).cast(pl.Int64)).drop("_i")
+    same_ms = trace.df.with_row_index("_i").with_columns(arrival_us=(pl.col("_i") // 3 * 200_000).cast(pl.Int64)).drop("_i")
     live = Trace(df=same_ms, meta=trace.meta)
     result = compare_stage(live, stage_of(live))
     (reuse,) = [m for m in result.verdict.metrics if m.name == "cache.reuse_time.ks"]
@@ -200,8 +242,7 @@ def outcome(result, name="outcomes.e2e"):
 
 def test_judged_outcomes_need_a_replay_aa_and_fail_beyond_its_band(live):
     # E2E of 0.5 s + 1 ms a token: live's halves agree within a few % even at p99
-    live = Trace(df=live.df.with_columns(e2e_us=500_000 + 1_000 * pl.col("output_tokens").cast(pl.Int64)),
-                 meta=live.meta)
+    live = Trace(df=live.df.with_columns(e2e_us=500_000 + 1_000 * pl.col("output_tokens").cast(pl.Int64)), meta=live.meta)
     stage = stage_of(live)
     # not asked: reported only
     assert outcome(compare_stage(live, stage)).state == "n/a"
@@ -221,8 +262,10 @@ def test_judged_outcomes_need_a_replay_aa_and_fail_beyond_its_band(live):
     assert outcome(wobbly).state == "pass" and outcome(wobbly).bound == pytest.approx(0.18, abs=0.01)
     assert outcome(steady).state == "fail" and outcome(steady).bound == pytest.approx(0.1)
     # a third replay asked for (aa_runs=3) and missing: cannot tell again
-    assert outcome(compare_stage(live, stage, judge_outcomes=True, repeats=(stage_of(slower(live, 1.02)),),
-                                 aa_runs=3)).state == "cannot tell"
+    assert (
+        outcome(compare_stage(live, stage, judge_outcomes=True, repeats=(stage_of(slower(live, 1.02)),), aa_runs=3)).state
+        == "cannot tell"
+    )
     # answers 40% slower than live, the replays steady among themselves: fails
     slow = stage_of(slower(live, 1.4))
     worse = compare_stage(live, slow, judge_outcomes=True, repeats=(stage_of(slower(live, 1.41)),))

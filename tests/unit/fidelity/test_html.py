@@ -27,8 +27,10 @@ def plots_of(html: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def sweep_report(live) -> FidelityReport:  # noqa: F811
-    stages = [compare_stage(live, stage_of(live, speedup=1.0), file=f"stage-1 {HOSTILE}.parquet", requested_rate=15),
-              compare_stage(live, stage_of(live, prompt_scale=0.5), file="stage-2.parquet", requested_rate=30)]
+    stages = [
+        compare_stage(live, stage_of(live, speedup=1.0), file=f"stage-1 {HOSTILE}.parquet", requested_rate=15),
+        compare_stage(live, stage_of(live, prompt_scale=0.5), file="stage-2.parquet", requested_rate=30),
+    ]
     stages[1] = replace(stages[1], verdict=replace(stages[1].verdict, diagnosis=[*stages[1].verdict.diagnosis, HOSTILE]))
     return FidelityReport(live=f"live {HOSTILE}.parquet", results="results $x$ & co", stages=stages)
 
@@ -40,7 +42,7 @@ def sweep_html(sweep_report) -> str:
 
 def test_the_page_escapes_every_captured_text_and_loads_nothing_from_elsewhere(sweep_html):
     html = sweep_html
-    assert HOSTILE not in html and "<script" not in html and "onerror=\"" not in html
+    assert HOSTILE not in html and "<script" not in html and 'onerror="' not in html
     assert html.count("&lt;img src=x onerror=&quot;alert(1)&quot;&gt; &amp; &lt;script&gt;") >= 3
     # every image is an embedded PNG; no stylesheet, script, font or frame is fetched
     sources = re.findall(r'src="([^"]*)"', html)
@@ -107,7 +109,7 @@ def test_counts_over_time_put_a_faster_replay_on_live_s_time_axis(live):  # noqa
     assert np.corrcoef(live_counts, replay_counts)[0, 1] > 0.95
     # unscaled, the replay would crowd into the first tenth of the axis
     _, _, unscaled = counts_over_time(a, replace(b, time_scale=1.0))
-    assert unscaled[len(unscaled) // 5:].sum() == 0
+    assert unscaled[len(unscaled) // 5 :].sum() == 0
 
 
 def test_a_stage_read_without_its_sides_still_renders(sweep_report):
@@ -124,7 +126,11 @@ def test_names_with_dollar_signs_do_not_break_the_plots(live):  # noqa: F811
 def test_an_empty_hash_column_still_draws(live):  # noqa: F811
     stage = compare_stage(live, stage_of(live))
     empty = pl.Series([[]] * stage.live_side.n, dtype=pl.List(pl.UInt64))
-    bare = replace(stage, live_side=replace(stage.live_side, hashes=empty),
-                   replay_side=replace(stage.replay_side, hashes=empty))
+    bare = replace(stage, live_side=replace(stage.live_side, hashes=empty), replay_side=replace(stage.replay_side, hashes=empty))
     assert plots_of(html_report(FidelityReport(live="x", results="y", stages=[bare]))) == [
-        "cdf", "qq", "counts", "cache", "survival"]
+        "cdf",
+        "qq",
+        "counts",
+        "cache",
+        "survival",
+    ]

@@ -81,8 +81,9 @@ def test_a_faithful_replay_of_a_small_live_side_cannot_tell_and_says_what_it_nee
         assert "could not be judged" in faithful.verdict.reason and "needs about" in faithful.verdict.reason
     # a metric that cannot tell says how much live traffic would pin it down
     for m in faithful.verdict.undecided:
-        assert m.needs.startswith("about ") and f"(has {n:,})" in m.needs or "live sessions" in m.needs \
-            or "windows" in m.needs, m.needs
+        assert m.needs.startswith("about ") and f"(has {n:,})" in m.needs or "live sessions" in m.needs or "windows" in m.needs, (
+            m.needs
+        )
 
 
 def test_doubled_outputs_are_never_faithful(case):

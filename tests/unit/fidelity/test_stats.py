@@ -28,7 +28,7 @@ def test_quantile_errors_and_spearman():
     errors = stats.quantile_errors(a, a * 1.1)
     assert errors["p50"] == pytest.approx(0.1) and errors["p99"] == pytest.approx(0.1)
     x = np.arange(50, dtype=float)
-    assert stats.spearman(x, x ** 3) == pytest.approx(1.0)
+    assert stats.spearman(x, x**3) == pytest.approx(1.0)
     assert stats.spearman(x, -x) == pytest.approx(-1.0)
     assert stats.spearman(x, np.ones(50)) is None
     # ties share their mean rank: [1,1,2] ranks [0.5,0.5,2] correlate perfectly with [0,0,1]
@@ -39,8 +39,7 @@ def test_count_statistics_tell_a_poisson_stream_from_a_bursty_one():
     rng = np.random.default_rng(1)
     poisson = np.cumsum(rng.exponential(0.1, 20_000))
     # bursts: 10 s on, 10 s off, their size rising and falling slowly over the run
-    bursty = np.concatenate([k * 20 + np.sort(rng.uniform(0, 10, int(200 + 150 * np.sin(k / 8))))
-                             for k in range(100)])
+    bursty = np.concatenate([k * 20 + np.sort(rng.uniform(0, 10, int(200 + 150 * np.sin(k / 8)))) for k in range(100)])
     c_p, c_b = stats.window_counts(poisson, 1.0), stats.window_counts(bursty, 1.0)
     assert stats.index_of_dispersion(c_p) == pytest.approx(1.0, abs=0.1)
     assert stats.index_of_dispersion(c_b) > 5

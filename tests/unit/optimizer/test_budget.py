@@ -22,21 +22,23 @@ from tests.e2e.conftest import run_cli
 
 
 def test_parse_budget_reads_every_cap():
-    assert parse_budget("trials=5,time=90m,gpu_hours=1.5,gpus=4") == Budget(trials=5, time_s=5400.0, gpu_hours=1.5,
-                                                                          gpus=4)
+    assert parse_budget("trials=5,time=90m,gpu_hours=1.5,gpus=4") == Budget(trials=5, time_s=5400.0, gpu_hours=1.5, gpus=4)
     assert parse_budget(" trials=3 , time=30s ,") == Budget(trials=3, time_s=30.0)
     assert parse_budget("") == Budget()  # the defaults: 20 trials, 2 hours, no GPU caps
     assert parse_budget("time=2h") == Budget(time_s=7200.0)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("trials=many", "--budget: trials must be a whole number, got 'many'"),
-    ("trials=2.5", "--budget: trials must be a whole number, got '2.5'"),
-    ("gpu_hours=lots", "--budget: gpu_hours must be a number, got 'lots'"),
-    ("gpus=0.5", "--budget: gpus must be a whole number, got '0.5'"),
-    ("cost=5", "--budget: 'cost=5' is not one of trials=N, time=DURATION, gpu_hours=H, gpus=G"),
-    ("trials", "--budget: trials must be a whole number, got ''"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("trials=many", "--budget: trials must be a whole number, got 'many'"),
+        ("trials=2.5", "--budget: trials must be a whole number, got '2.5'"),
+        ("gpu_hours=lots", "--budget: gpu_hours must be a number, got 'lots'"),
+        ("gpus=0.5", "--budget: gpus must be a whole number, got '0.5'"),
+        ("cost=5", "--budget: 'cost=5' is not one of trials=N, time=DURATION, gpu_hours=H, gpus=G"),
+        ("trials", "--budget: trials must be a whole number, got ''"),
+    ],
+)
 def test_parse_budget_errors_name_the_flag(text, message):
     with pytest.raises(ConfigError) as info:
         parse_budget(text)
@@ -99,10 +101,18 @@ def campaign(tmp_path, monkeypatch, budget: Budget, gpus: int = 1) -> tuple[Camp
         calls.append(json.dumps(config, sort_keys=True))
         return Measurement(surface(config))
 
-    c = Campaign(space=Space.of("sim", KNOBS, {"max_num_seqs": [2, 4, 8, 16]}), measure=measure,
-                 ledger=tmp_path / "ledger.sqlite", identity={"engine": "sim", "workload": "w"},
-                 baseline={"max_num_seqs": 2}, repeats=2, budget=budget, gpus=gpus, pool=FixedPool(clock),
-                 recheck_every=0)
+    c = Campaign(
+        space=Space.of("sim", KNOBS, {"max_num_seqs": [2, 4, 8, 16]}),
+        measure=measure,
+        ledger=tmp_path / "ledger.sqlite",
+        identity={"engine": "sim", "workload": "w"},
+        baseline={"max_num_seqs": 2},
+        repeats=2,
+        budget=budget,
+        gpus=gpus,
+        pool=FixedPool(clock),
+        recheck_every=0,
+    )
     return c, calls
 
 
@@ -166,18 +176,46 @@ def workload(tmp_path_factory):
 def test_optimize_gpus_divides_values_and_counts_gpu_hours(workload, tmp_path):
     out = tmp_path / "out"
     # a GPU-hour budget of 3.6 ms: the baseline's first runs spend it, whatever their length
-    done = run_cli("optimize", str(workload), "--engine", "sim", "--sim-time-scale", "0.05", "--rate", "10",
-                   "--requests", "20", "--knobs", "max_num_seqs", "--objective", "throughput", "--repeats", "2",
-                   "--gpus", "2", "--budget", "trials=3,gpu_hours=0.000001", "--lag-bound-ms", "50",
-                   "--allow-inconclusive", "--out", str(out), "--json", timeout=300)
+    done = run_cli(
+        "optimize",
+        str(workload),
+        "--engine",
+        "sim",
+        "--sim-time-scale",
+        "0.05",
+        "--rate",
+        "10",
+        "--requests",
+        "20",
+        "--knobs",
+        "max_num_seqs",
+        "--objective",
+        "throughput",
+        "--repeats",
+        "2",
+        "--gpus",
+        "2",
+        "--budget",
+        "trials=3,gpu_hours=0.000001",
+        "--lag-bound-ms",
+        "50",
+        "--allow-inconclusive",
+        "--out",
+        str(out),
+        "--json",
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     # 20 live requests cannot tell, allowed: the stop says so
     assert result["steps"] == [] and result["stopped"] == (
-        "the GPU-hour budget (1e-06) is spent (--allow-inconclusive: 2 measurements could not be told faithful "
-        "and were kept)")
-    rows = sqlite3.connect(out / "ledger.sqlite").execute(
-        "SELECT campaign, value, details FROM experiments WHERE role = 'baseline'").fetchall()
+        "the GPU-hour budget (1e-06) is spent (--allow-inconclusive: 2 measurements could not be told faithful and were kept)"
+    )
+    rows = (
+        sqlite3.connect(out / "ledger.sqlite")
+        .execute("SELECT campaign, value, details FROM experiments WHERE role = 'baseline'")
+        .fetchall()
+    )
     assert len(rows) == 2
     for identity, value, details in rows:
         assert json.loads(identity)["gpus"] == 2
@@ -186,7 +224,19 @@ def test_optimize_gpus_divides_values_and_counts_gpu_hours(workload, tmp_path):
 
 
 def test_optimize_refuses_a_gpu_cap_under_one_engine(workload, tmp_path):
-    done = run_cli("optimize", str(workload), "--rate", "5", "--objective", "throughput", "--gpus", "4",
-                   "--budget", "gpus=2", "--out", str(tmp_path / "o"))
+    done = run_cli(
+        "optimize",
+        str(workload),
+        "--rate",
+        "5",
+        "--objective",
+        "throughput",
+        "--gpus",
+        "4",
+        "--budget",
+        "gpus=2",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert done.returncode == 2
     assert done.stderr.strip() == "error: --budget: gpus=2 is fewer than one engine's --gpus 4"

@@ -20,9 +20,12 @@ TOKENS = [512, 1024, 2048, 4096]
 
 
 def space() -> Space:
-    return Space.of("sim", KNOBS, {"max_num_seqs": SEQS, "max_num_batched_tokens": TOKENS,
-                                   "enable_prefix_caching": [False, True]},
-                    constraints=["max_num_batched_tokens >= max_num_seqs"])
+    return Space.of(
+        "sim",
+        KNOBS,
+        {"max_num_seqs": SEQS, "max_num_batched_tokens": TOKENS, "enable_prefix_caching": [False, True]},
+        constraints=["max_num_batched_tokens >= max_num_seqs"],
+    )
 
 
 def surface(config) -> float:
@@ -39,6 +42,7 @@ def noisy(rel_sd: float, seed: int, calls: list | None = None):
         if calls is not None:
             calls.append(config_key(config))
         return Measurement(surface(config) * (1 + rng.gauss(0, rel_sd)))
+
     return measure
 
 
@@ -47,8 +51,14 @@ BASE = {"max_num_seqs": 2, "max_num_batched_tokens": 512, "enable_prefix_caching
 
 def campaign(tmp_path, measure, **kw) -> Campaign:
     kw.setdefault("budget", Budget(trials=40))
-    return Campaign(space=space(), measure=measure, ledger=tmp_path / "ledger.sqlite",
-                    identity={"engine": "sim", "workload": "w"}, baseline=BASE, **kw)
+    return Campaign(
+        space=space(),
+        measure=measure,
+        ledger=tmp_path / "ledger.sqlite",
+        identity={"engine": "sim", "workload": "w"},
+        baseline=BASE,
+        **kw,
+    )
 
 
 def test_an_identical_candidate_is_almost_never_judged_better():
@@ -134,6 +144,7 @@ def test_a_killed_campaign_resumes_from_its_ledger(tmp_path):
             if len(calls) >= n:
                 raise Killed
             return measure(config)
+
         return m
 
     with pytest.raises(Killed):
@@ -162,8 +173,9 @@ def test_a_killed_campaign_resumes_from_its_ledger(tmp_path):
 
 def test_space_files_lossy_knobs_and_constraints(tmp_path):
     path = tmp_path / "space.toml"
-    path.write_text('[knobs.max_num_seqs]\nvalues = [4, 8]\n[knobs.enable_prefix_caching]\n'
-                    '[constraints]\nrules = ["max_num_seqs >= 8"]\n')
+    path.write_text(
+        '[knobs.max_num_seqs]\nvalues = [4, 8]\n[knobs.enable_prefix_caching]\n[constraints]\nrules = ["max_num_seqs >= 8"]\n'
+    )
     s = Space.load("sim", KNOBS, path)
     assert s.dimension("enable_prefix_caching").values == (False, True)
     assert [c["max_num_seqs"] for c in s.grid()] == [8, 8]
@@ -186,8 +198,14 @@ def test_the_diagnosis_names_the_bottleneck_and_orders_the_knobs():
     assert "max-num-seqs (8) reached" in capped.evidence
     kv = diagnose({"running": 40, "waiting": 5, "kv_usage": 0.97}, {"preemptions": 12}, {}, 256, names)
     assert kv.bottleneck == "KV-bound" and "12 preemptions" in kv.evidence
-    cold = diagnose({"running": 2, "waiting": 0, "kv_usage": 0.1}, {"prefix_cache_queries": 100,
-                    "prefix_cache_hits": 0}, {"enable_prefix_caching": False}, 256, names, offered_reuse=0.6)
+    cold = diagnose(
+        {"running": 2, "waiting": 0, "kv_usage": 0.1},
+        {"prefix_cache_queries": 100, "prefix_cache_hits": 0},
+        {"enable_prefix_caching": False},
+        256,
+        names,
+        offered_reuse=0.6,
+    )
     assert cold.bottleneck == "cache-cold" and cold.order[0] == "enable_prefix_caching"
     idle = diagnose({"running": 2, "waiting": 0, "kv_usage": 0.1}, {}, {}, 256, names)
     assert idle.bottleneck == "not saturated" and idle.order == names
@@ -216,8 +234,12 @@ def test_the_report_pages_show_the_search_and_escape_the_campaign_s_texts(tmp_pa
     c = campaign(tmp_path, noisy(0.005, seed=4), budget=Budget(trials=4))
     c.start()
     hostile = "<img src=x onerror=console.error(1)> & co"
-    c.tell(Proposal({**BASE, "max_num_seqs": 16}, {"explanation": hostile, "change": "seqs 2 -> 16",
-                                                     "prediction": "up", "falsified_by": "flat"}))
+    c.tell(
+        Proposal(
+            {**BASE, "max_num_seqs": 16},
+            {"explanation": hostile, "change": "seqs 2 -> 16", "prediction": "up", "falsified_by": "flat"},
+        )
+    )
     result = c.run()
     c.close()
     paths = write_result(result, tmp_path / "report")
@@ -234,9 +256,11 @@ def test_the_report_pages_show_the_search_and_escape_the_campaign_s_texts(tmp_pa
 def stepping(calls: list, at: int):
     """Every config measures the same, 100, until the bench steps up 10% at measurement ``at``
     (an engine settling at another level, a neighbour going quiet)."""
+
     def measure(config) -> Measurement:
         calls.append(config_key(config))
         return Measurement(110.0 if len(calls) > at else 100.0)
+
     return measure
 
 
@@ -273,8 +297,12 @@ def test_a_baseline_measured_beside_the_confirmation_keeps_drift_from_passing_as
 
 def test_the_baseline_is_measured_again_every_recheck_every_candidates(tmp_path):
     calls: list[str] = []
-    result = campaign(tmp_path, lambda config: (calls.append(config_key(config)), Measurement(100.0))[1],
-                      searcher="random", budget=Budget(trials=11)).run()
+    result = campaign(
+        tmp_path,
+        lambda config: (calls.append(config_key(config)), Measurement(100.0))[1],
+        searcher="random",
+        budget=Budget(trials=11),
+    ).run()
     base = config_key(BASE)
     later = calls[REPEATS:]
     assert [i for i, k in enumerate(later) if k == base] == [4, 9]  # after 4 candidates each
@@ -303,8 +331,14 @@ def test_a_negative_recheck_interval_is_a_config_error(tmp_path):
 
 def outside(tmp_path, **kw) -> Campaign:
     kw.setdefault("budget", Budget(trials=40))
-    return Campaign(space=space(), ledger=tmp_path / "outside.sqlite", identity={"engine": "sim", "workload": "w"},
-                    baseline=BASE, repeats=3, **kw)
+    return Campaign(
+        space=space(),
+        ledger=tmp_path / "outside.sqlite",
+        identity={"engine": "sim", "workload": "w"},
+        baseline=BASE,
+        repeats=3,
+        **kw,
+    )
 
 
 def test_an_outside_loop_measures_its_own_runs_and_finds_the_optimum_by_the_same_rule(tmp_path):

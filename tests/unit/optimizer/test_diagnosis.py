@@ -22,16 +22,17 @@ SPLIT = {"prefill_time_s": 6.2, "decode_time_s": 3.8, "prefill_requests": 10.0}
 def test_kv_bound_names_its_preemptions_and_rate():
     d = diagnose({"running": 8, "waiting": 3, "kv_usage": 0.95}, {"preemptions": 4, **SPLIT}, {}, 256, NAMES, rate=4)
     assert d.bottleneck == "KV-bound" and d.rate == 4
-    assert d.evidence == ("at 4 req/s: 4 preemptions, KV usage peaked at 95%; prefill took 62% of the requests' "
-                          "running time (prefill 6.2 s, decode 3.8 s over 10 requests)")
+    assert d.evidence == (
+        "at 4 req/s: 4 preemptions, KV usage peaked at 95%; prefill took 62% of the requests' "
+        "running time (prefill 6.2 s, decode 3.8 s over 10 requests)"
+    )
     assert d.order[0] == "enable_prefix_caching"
 
 
 def test_batch_capped_names_the_cap_and_rate():
     d = diagnose({"running": 2, "waiting": 5, "kv_usage": 0.1}, {}, {"max_num_seqs": 2}, 256, NAMES, rate=6.5)
     assert d.bottleneck == "batch-capped"
-    assert d.evidence.startswith("at 6.5 req/s: max-num-seqs (2) reached with up to 5 waiting while KV usage peaked "
-                                 "at 10%; ")
+    assert d.evidence.startswith("at 6.5 req/s: max-num-seqs (2) reached with up to 5 waiting while KV usage peaked at 10%; ")
     assert d.order[:2] == ["max_num_seqs", "max_num_batched_tokens"]
 
 
@@ -42,8 +43,9 @@ def test_prefill_bound_when_requests_wait_under_the_cap():
 
 
 def test_cache_cold_when_caching_is_off_on_a_workload_with_reuse():
-    d = diagnose({"running": 1, "waiting": 0, "kv_usage": 0.1}, {}, {"enable_prefix_caching": False}, 256, NAMES,
-                 offered_reuse=0.5, rate=2)
+    d = diagnose(
+        {"running": 1, "waiting": 0, "kv_usage": 0.1}, {}, {"enable_prefix_caching": False}, 256, NAMES, offered_reuse=0.5, rate=2
+    )
     assert d.bottleneck == "cache-cold" and d.order[0] == "enable_prefix_caching"
     assert d.evidence.startswith("at 2 req/s: prefix caching is off while the workload offers 50% prefix reuse")
 
@@ -51,8 +53,10 @@ def test_cache_cold_when_caching_is_off_on_a_workload_with_reuse():
 def test_not_saturated_and_an_unknown_rate():
     d = diagnose({"running": 1, "waiting": 0}, {}, {}, 256, NAMES)
     assert d.bottleneck == "not saturated" and d.rate is None and d.order == NAMES
-    assert d.evidence == ("no queue: the batch peaked at 1 with 0 waiting, KV usage at unknown (not in the engine's "
-                          "metrics); prefill vs decode time not reported by the engine")
+    assert d.evidence == (
+        "no queue: the batch peaked at 1 with 0 waiting, KV usage at unknown (not in the engine's "
+        "metrics); prefill vs decode time not reported by the engine"
+    )
 
 
 def test_the_prefill_decode_split():
@@ -60,7 +64,8 @@ def test_the_prefill_decode_split():
     assert phase_split({"prefill_time_s": 1.0}) == "prefill vs decode time not reported by the engine"
     # llama.cpp: times without request counts
     assert phase_split({"prefill_time_s": 1.0, "decode_time_s": 3.0}) == (
-        "prefill took 25% of the requests' running time (prefill 1 s, decode 3 s)")
+        "prefill took 25% of the requests' running time (prefill 1 s, decode 3 s)"
+    )
     assert phase_split({"prefill_time_s": 0.0, "decode_time_s": 0.0}) == "no prefill or decode time reported"
 
 
@@ -71,9 +76,17 @@ def test_counter_deltas_are_a_stages_own():
 
 
 def stage(rate, running=1, waiting=0, kv=0.1, **counters):
-    return {"rate": rate, "factor": rate / 4, "peaks": {"running": running, "waiting": waiting, "kv_usage": kv},
-            "counters": counters, "goodput_rps": rate * 0.9, "throughput_rps": rate, "sent": 20, "completed": 20,
-            "valid": True}
+    return {
+        "rate": rate,
+        "factor": rate / 4,
+        "peaks": {"running": running, "waiting": waiting, "kv_usage": kv},
+        "counters": counters,
+        "goodput_rps": rate * 0.9,
+        "throughput_rps": rate,
+        "sent": 20,
+        "completed": 20,
+        "valid": True,
+    }
 
 
 def test_the_sweep_takes_the_lowest_rate_where_a_bottleneck_shows():
@@ -105,8 +118,10 @@ class Sweeping:
         self.fails = fails
 
     def __call__(self, config) -> Measurement:
-        return Measurement(10.0 if config.get("max_num_seqs", 2) == 2 else 10.05,
-                           details={"peaks": {"running": 1}, "counters": {}, "summary": {"offered_rate": 2.0}})
+        return Measurement(
+            10.0 if config.get("max_num_seqs", 2) == 2 else 10.05,
+            details={"peaks": {"running": 1}, "counters": {}, "summary": {"offered_rate": 2.0}},
+        )
 
     def diagnose(self, config) -> Measurement:
         self.sweeps += 1
@@ -116,9 +131,15 @@ class Sweeping:
 
 
 def campaign(tmp_path, measure) -> Campaign:
-    return Campaign(space=Space.of("sim", KNOBS, {"max_num_seqs": [2, 4]}), measure=measure,
-                    ledger=tmp_path / "ledger.sqlite", identity={"engine": "sim", "workload": "w"},
-                    baseline={"max_num_seqs": 2}, repeats=2, budget=Budget(trials=1))
+    return Campaign(
+        space=Space.of("sim", KNOBS, {"max_num_seqs": [2, 4]}),
+        measure=measure,
+        ledger=tmp_path / "ledger.sqlite",
+        identity={"engine": "sim", "workload": "w"},
+        baseline={"max_num_seqs": 2},
+        repeats=2,
+        budget=Budget(trials=1),
+    )
 
 
 def test_a_campaign_sweeps_its_baseline_once_and_reads_it_back_when_resumed(tmp_path):
@@ -160,8 +181,7 @@ def test_a_failed_sweep_falls_back_to_the_first_run_and_is_not_retried(tmp_path)
 
 
 def test_a_measure_without_a_sweep_is_diagnosed_from_the_first_run(tmp_path):
-    c = campaign(tmp_path, lambda config: Measurement(10.0, details={"peaks": {"running": 2, "waiting": 4},
-                                                                        "counters": {}}))
+    c = campaign(tmp_path, lambda config: Measurement(10.0, details={"peaks": {"running": 2, "waiting": 4}, "counters": {}}))
     c.start()
     assert c.diagnosis.bottleneck == "batch-capped" and c.diagnosis.rate is None and c.diagnosis.sweep == []
     assert c.diagnosis.evidence.startswith("max-num-seqs (2) reached") and not c.ledger.entries(role="diagnosis")
@@ -176,9 +196,14 @@ def test_a_batch_capped_baseline_is_named_with_the_rate_of_its_sweep(tmp_path):
     trace = generate(GenerateConfig(n_requests=30, seed=1, rate=10))
     run = RunConfig(url="http://127.0.0.1:0", rate=8, requests=16, lag_bound_ms=50)
     measure = measure_on_engine(SimEngine(time_scale=0.05), trace, run, Objective("throughput"), check_outputs=False)
-    c = Campaign(space=Space.of("sim", KNOBS, {"max_num_seqs": [1, 8]}), measure=measure,
-                 ledger=tmp_path / "ledger.sqlite", identity={"engine": "sim", "workload": "w"},
-                 baseline={"max_num_seqs": 1}, repeats=2)
+    c = Campaign(
+        space=Space.of("sim", KNOBS, {"max_num_seqs": [1, 8]}),
+        measure=measure,
+        ledger=tmp_path / "ledger.sqlite",
+        identity={"engine": "sim", "workload": "w"},
+        baseline={"max_num_seqs": 1},
+        repeats=2,
+    )
     try:
         c.start()
     finally:
@@ -194,4 +219,3 @@ def test_a_batch_capped_baseline_is_named_with_the_rate_of_its_sweep(tmp_path):
         assert s["counters"]["decode_requests"] == 16 and s["counters"]["prefill_time_s"] > 0
         assert s["prefix_cache"] == "reset (POST /reset_prefix_cache)"  # each stage from a cold cache
     assert "prefill took" in d.evidence and "of the requests' running time" in d.evidence
-

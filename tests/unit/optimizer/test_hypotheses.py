@@ -19,8 +19,11 @@ ROOT = Path(__file__).resolve().parents[3]
 def test_a_batch_capped_incumbent_predicts_the_queue_shrinks_when_the_cap_rises():
     h = hypothesis({"max_num_seqs": 2}, {"max_num_seqs": 4}, "batch-capped", "max-num-seqs (2) reached")
     assert h["change"] == "max_num_seqs 2 -> 4"
-    assert h["predictions"] == [{"metric": "running", "direction": 1}, {"metric": "waiting", "direction": -1},
-                                {"metric": "ttft_p50_ms", "direction": -1}]
+    assert h["predictions"] == [
+        {"metric": "running", "direction": 1},
+        {"metric": "waiting", "direction": -1},
+        {"metric": "ttft_p50_ms", "direction": -1},
+    ]
     assert "admits more of the waiting requests" in h["mechanism"]
     # the same change on an engine that kept up predicts nothing moves
     idle = hypothesis({"max_num_seqs": 2}, {"max_num_seqs": 4}, "not saturated", "no queue")
@@ -35,8 +38,12 @@ def test_a_batch_capped_incumbent_predicts_the_queue_shrinks_when_the_cap_rises(
 
 
 def test_checks_hold_refute_or_cannot_measure():
-    preds = [{"metric": "waiting", "direction": -1}, {"metric": "running", "direction": 1},
-             {"metric": "kv_usage", "direction": -1}, {"metric": "objective", "direction": 1}]
+    preds = [
+        {"metric": "waiting", "direction": -1},
+        {"metric": "running", "direction": 1},
+        {"metric": "kv_usage", "direction": -1},
+        {"metric": "objective", "direction": 1},
+    ]
     inc = {"waiting": 12.0, "running": 2.0, "objective": 5.0}
     cand = {"waiting": 3.0, "running": 2.0, "objective": 5.1}
     out = check(preds, inc, cand, verdict="same")
@@ -46,11 +53,20 @@ def test_checks_hold_refute_or_cannot_measure():
 
 
 def test_observed_reads_a_runs_details():
-    details = {"peaks": {"running": 4, "waiting": 1, "kv_usage": 0.3},
-               "counters": {"preemptions": 0.0, "prefix_cache_queries": 200.0, "prefix_cache_hits": 50.0},
-               "summary": {"ttft_ms": {"from_intended": {"p50": 42.0}}}}
-    assert observed(details, 7.0) == {"running": 4.0, "waiting": 1.0, "kv_usage": 0.3, "preemptions": 0.0,
-                                      "prefix_hit_rate": 0.25, "ttft_p50_ms": 42.0, "objective": 7.0}
+    details = {
+        "peaks": {"running": 4, "waiting": 1, "kv_usage": 0.3},
+        "counters": {"preemptions": 0.0, "prefix_cache_queries": 200.0, "prefix_cache_hits": 50.0},
+        "summary": {"ttft_ms": {"from_intended": {"p50": 42.0}}},
+    }
+    assert observed(details, 7.0) == {
+        "running": 4.0,
+        "waiting": 1.0,
+        "kv_usage": 0.3,
+        "preemptions": 0.0,
+        "prefix_hit_rate": 0.25,
+        "ttft_p50_ms": 42.0,
+        "objective": 7.0,
+    }
 
 
 class CappedEngine:
@@ -59,20 +75,30 @@ class CappedEngine:
 
     def __call__(self, config) -> Measurement:
         k = config.get("max_num_seqs", 2)
-        return Measurement(min(k, 8) * 1.0, details={
-            "peaks": {"running": float(k), "waiting": float(max(0, 12 - k)), "kv_usage": 0.1},
-            "counters": {}, "summary": {"offered_rate": 4.0, "ttft_ms": {"from_intended": {"p50": 1000.0 / k}}}})
+        return Measurement(
+            min(k, 8) * 1.0,
+            details={
+                "peaks": {"running": float(k), "waiting": float(max(0, 12 - k)), "kv_usage": 0.1},
+                "counters": {},
+                "summary": {"offered_rate": 4.0, "ttft_ms": {"from_intended": {"p50": 1000.0 / k}}},
+            },
+        )
 
 
 def test_a_campaign_checks_each_prediction_and_diagnoses_each_candidate_again(tmp_path):
-    c = Campaign(space=Space.of("sim", KNOBS, {"max_num_seqs": [2, 4, 8, 16]}), measure=CappedEngine(),
-                 ledger=tmp_path / "ledger.sqlite", identity={"engine": "sim", "workload": "w"},
-                 baseline={"max_num_seqs": 2}, repeats=2, budget=Budget(trials=3))
+    c = Campaign(
+        space=Space.of("sim", KNOBS, {"max_num_seqs": [2, 4, 8, 16]}),
+        measure=CappedEngine(),
+        ledger=tmp_path / "ledger.sqlite",
+        identity={"engine": "sim", "workload": "w"},
+        baseline={"max_num_seqs": 2},
+        repeats=2,
+        budget=Budget(trials=3),
+    )
     result = c.run()
     first = result.steps[0]
     assert first.config == {"max_num_seqs": 4} and first.verdict.kind == "better"
-    assert [(k["metric"], k["outcome"]) for k in first.checks] == [("running", HELD), ("waiting", HELD),
-                                                                 ("ttft_p50_ms", HELD)]
+    assert [(k["metric"], k["outcome"]) for k in first.checks] == [("running", HELD), ("waiting", HELD), ("ttft_p50_ms", HELD)]
     assert first.hypothesis["diagnosis"]["bottleneck"] == "batch-capped"
     assert "max-num-seqs (4) reached" in first.hypothesis["diagnosis"]["evidence"]
     # the next proposal starts from the new incumbent: its explanation cites 4, not the baseline's 2
@@ -84,8 +110,10 @@ def test_a_campaign_checks_each_prediction_and_diagnoses_each_candidate_again(tm
     rows = [e for e in c.ledger.entries(role="candidate") if e.config == {"max_num_seqs": 4}]
     assert rows[0].hypothesis["checks"] == first.checks
     # the reports show the score beside the verdict
-    assert r"| 3 held (running up: 2 -\> 4 held; waiting down: 10 -\> 8 held; ttft\_p50\_ms down: 500 -\> 250 held) |" \
+    assert (
+        r"| 3 held (running up: 2 -\> 4 held; waiting down: 10 -\> 8 held; ttft\_p50\_ms down: 500 -\> 250 held) |"
         in markdown(result)
+    )
     assert "3 held (running up" in html_report(result)
     c.close()
 
@@ -94,7 +122,8 @@ def test_the_docs_table_is_the_code_table():
     text = (ROOT / "docs" / "optimizer.md").read_text()
     rows = re.findall(r"^\| (\S[^|]*?) \| (\S[^|]*?) \| (up|down) \| ([^|]+?) \| ([^|]+?) \|$", text, re.M)
     verbs = {"rises": 1, "falls": -1, "stays": 0}
-    documented = {(b, r, d == "up"): tuple((m.strip("` "), verbs[v]) for m, v in
-                                           (p.strip().rsplit(" ", 1) for p in preds.split(",")))
-                  for b, r, d, _, preds in rows}
+    documented = {
+        (b, r, d == "up"): tuple((m.strip("` "), verbs[v]) for m, v in (p.strip().rsplit(" ", 1) for p in preds.split(",")))
+        for b, r, d, _, preds in rows
+    }
     assert documented == {k: m.predictions for k, m in MECHANISMS.items()}

@@ -89,8 +89,15 @@ class _Scripted:
 @pytest.mark.parametrize("failing, invalid", [(2, False), (3, True)])
 def test_more_than_a_tenth_of_the_requests_failing_is_invalid(server, failing, invalid):
     # 20 requests, the first `failing` answered 500: 2 (10%) is within replay.sweep.MAX_FAILED_SHARE, 3 is over
-    bodies = [{"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": f"q{i}"}],
-               **({"x_fault": "http500"} if i < failing else {})} for i in range(20)]
+    bodies = [
+        {
+            "model": "m",
+            "max_tokens": 2,
+            "messages": [{"role": "user", "content": f"q{i}"}],
+            **({"x_fault": "http500"} if i < failing else {}),
+        }
+        for i in range(20)
+    ]
     m = measure(_Scripted(server), trace_of_bodies(bodies), dataclasses.replace(RUN, rate=50))({})
     if invalid:
         assert m.value is None and m.invalid == "3 of 20 requests failed: {'http_5xx': 3}", m.invalid
@@ -140,9 +147,31 @@ def test_a_config_the_engine_refuses_is_invalid_not_a_crash(engine, trace):
 def test_optimize_records_the_fidelity_override_in_its_results(trace, tmp_path):
     path = tmp_path / "cached.parquet"
     cached_live(trace).write(path)
-    args = ["optimize", str(path), "--engine", "sim", "--sim-time-scale", "0.05", "--rate", "10", "--requests", "20",
-            "--knobs", "max_num_seqs", "--baseline", '{"enable_prefix_caching": false}', "--objective", "throughput",
-            "--repeats", "2", "--budget", "trials=1", "--lag-bound-ms", "50", "--json"]
+    args = [
+        "optimize",
+        str(path),
+        "--engine",
+        "sim",
+        "--sim-time-scale",
+        "0.05",
+        "--rate",
+        "10",
+        "--requests",
+        "20",
+        "--knobs",
+        "max_num_seqs",
+        "--baseline",
+        '{"enable_prefix_caching": false}',
+        "--objective",
+        "throughput",
+        "--repeats",
+        "2",
+        "--budget",
+        "trials=1",
+        "--lag-bound-ms",
+        "50",
+        "--json",
+    ]
     refused = run_cli(*args, "--out", str(tmp_path / "refused"), timeout=300)
     assert refused.returncode == 1, refused.stderr
     line = refused.stderr.strip()
@@ -155,8 +184,7 @@ def test_optimize_records_the_fidelity_override_in_its_results(trace, tmp_path):
     # the 2 baseline runs and the candidate (and its confirmation, if it cleared the bar) all failed the gate
     measured = 2 + sum(len(s["verdict"]["measurements"]) for s in result["steps"])
     assert result["fidelity_overridden"] == measured >= 3
-    assert result["stopped"].endswith(f"(--allow-unfaithful: {measured} measurements failed the fidelity gate "
-                                      f"and were kept)")
+    assert result["stopped"].endswith(f"(--allow-unfaithful: {measured} measurements failed the fidelity gate and were kept)")
     written = json.loads((out / "optimize.json").read_text())
     assert written["fidelity_overridden"] == measured
     assert "--allow-unfaithful" in (out / "optimize.md").read_text()

@@ -37,8 +37,11 @@ def test_the_hardware_id_names_the_machine_cpu_and_gpus(tmp_path, monkeypatch, f
     assert f"; {os.cpu_count()} CPUs; " in text and text.endswith("GPUs: NVIDIA H200 x2, NVIDIA L4")
     cpu = text.split("; ")[1]
     info = Path("/proc/cpuinfo")
-    models = [line.split(":", 1)[1] for line in info.read_text().splitlines() if line.startswith("model name")] \
-        if info.exists() else []
+    models = (
+        [line.split(":", 1)[1] for line in info.read_text().splitlines() if line.startswith("model name")]
+        if info.exists()
+        else []
+    )
     assert cpu == (" ".join(models[0].split()) if models else platform.processor() or "unknown CPU")
 
 
@@ -59,9 +62,14 @@ def test_other_hardware_does_not_reuse_the_ledger_s_rows(tmp_path, monkeypatch):
     def judge_once(hardware: str) -> int:
         monkeypatch.setattr("optimizer.campaign.hardware_id", lambda: hardware)
         before = len(calls)
-        c = Campaign(space=Space.of("sim", KNOBS, {"max_num_seqs": [2, 4]}), measure=measure,
-                     ledger=tmp_path / "ledger.sqlite", identity={"engine": "sim", "workload": "w"},
-                     baseline={"max_num_seqs": 2}, repeats=2)
+        c = Campaign(
+            space=Space.of("sim", KNOBS, {"max_num_seqs": [2, 4]}),
+            measure=measure,
+            ledger=tmp_path / "ledger.sqlite",
+            identity={"engine": "sim", "workload": "w"},
+            baseline={"max_num_seqs": 2},
+            repeats=2,
+        )
         verdict = c.evaluate({"max_num_seqs": 4})
         assert c.ledger.campaign.count(hardware) == 1  # the default hardware key is in the identity
         c.close()

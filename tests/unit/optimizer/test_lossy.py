@@ -27,12 +27,20 @@ def measure(calls: list):
         value = 100.0 * (1.4 if config.get("kv_cache_dtype") == "fp8" else 1.0)
         value *= 1.2 ** [2, 4, 8].index(config.get("max_num_seqs", 2))
         return Measurement(value * (1 + rng.gauss(0, 0.01)))
+
     return m
 
 
 def campaign(tmp_path, calls, **kw) -> Campaign:
-    return Campaign(space=space(), measure=measure(calls), ledger=tmp_path / "ledger.sqlite",
-                    identity={"engine": "sim", "workload": "w"}, baseline=BASE, budget=Budget(trials=10), **kw)
+    return Campaign(
+        space=space(),
+        measure=measure(calls),
+        ledger=tmp_path / "ledger.sqlite",
+        identity={"engine": "sim", "workload": "w"},
+        baseline=BASE,
+        budget=Budget(trials=10),
+        **kw,
+    )
 
 
 def test_a_lossy_win_waits_for_approval_and_a_lossless_one_is_adopted(tmp_path):

@@ -24,13 +24,11 @@ def test_llama_cpp_is_llama_server_on_the_command_line_and_in_the_registry():
 
     assert engine_class("llama.cpp") is LlamaServer and engine_class("llama-server") is LlamaServer
     assert set(optimize_cmds.ENGINE_CHOICES) == {*ENGINES, *ALIASES}
-    args = build_parser().parse_args(["optimize", "t.parquet", "--engine", "llama.cpp", "--model", "m.gguf",
-                                      "--rate", "1"])
+    args = build_parser().parse_args(["optimize", "t.parquet", "--engine", "llama.cpp", "--model", "m.gguf", "--rate", "1"])
     engine = optimize_cmds._engine(args)
     assert isinstance(engine, LlamaServer) and engine.name == "llama-server" and engine.model == "m.gguf"
     with pytest.raises(ConfigError, match="--model: llama-server needs a model"):
-        optimize_cmds._engine(build_parser().parse_args(["optimize", "t.parquet", "--engine", "llama.cpp",
-                                                         "--rate", "1"]))
+        optimize_cmds._engine(build_parser().parse_args(["optimize", "t.parquet", "--engine", "llama.cpp", "--rate", "1"]))
     with pytest.raises(ConfigError, match=r"unknown \(one of .*llama\.cpp"):
         engine_class("llamacpp")
 
@@ -49,20 +47,29 @@ def test_every_engine_has_a_default_space_of_its_own_knobs(name):
 def breaks_after(n: int, calls: list):
     """Candidates measure 100 + their max_num_seqs / 100; the baseline 100 until ``n`` measurements
     were made, then its engine no longer starts."""
+
     def measure(config) -> Measurement:
         calls.append(config_key(config))
         if config == BASE and len(calls) > n:
             return Measurement(None, "the engine failed to start: the GPU fell off the bus")
         return Measurement(100.0 + config.get("max_num_seqs", 2) / 100 + 0.01 * (len(calls) % 2))
+
     return measure
 
 
 def test_a_baseline_that_turns_invalid_on_a_recheck_stops_run_with_what_was_judged(tmp_path):
     calls: list[str] = []
-    c = Campaign(space=Space.of("sim", KNOBS, {"max_num_seqs": [2, 4, 8, 16, 32, 64]}),
-                 measure=breaks_after(2, calls), ledger=tmp_path / "ledger.sqlite",
-                 identity={"engine": "sim", "workload": "w"}, baseline=BASE, repeats=2, recheck_every=2,
-                 searcher="random", budget=Budget(trials=5))
+    c = Campaign(
+        space=Space.of("sim", KNOBS, {"max_num_seqs": [2, 4, 8, 16, 32, 64]}),
+        measure=breaks_after(2, calls),
+        ledger=tmp_path / "ledger.sqlite",
+        identity={"engine": "sim", "workload": "w"},
+        baseline=BASE,
+        repeats=2,
+        recheck_every=2,
+        searcher="random",
+        budget=Budget(trials=5),
+    )
     with pytest.raises(CampaignStopped, match="turned invalid when measured again") as info:
         c.run()
     c.close()
@@ -85,9 +92,15 @@ def test_a_new_baseline_whose_floor_fails_stops_the_campaign_and_is_not_adopted(
             return Measurement(150.0)
         return Measurement(100.0 + 0.1 * (len(calls) % 2))
 
-    c = Campaign(space=Space.of("sim", KNOBS, {"max_num_seqs": [2, 8]}), measure=measure,
-                 ledger=tmp_path / "ledger.sqlite", identity={"engine": "sim", "workload": "w"},
-                 baseline=BASE, repeats=3, recheck_every=0)
+    c = Campaign(
+        space=Space.of("sim", KNOBS, {"max_num_seqs": [2, 8]}),
+        measure=measure,
+        ledger=tmp_path / "ledger.sqlite",
+        identity={"engine": "sim", "workload": "w"},
+        baseline=BASE,
+        repeats=3,
+        recheck_every=0,
+    )
     with pytest.raises(CampaignStopped, match="out of memory"):
         c.run()
     c.close()
@@ -106,9 +119,32 @@ def test_the_cli_writes_the_report_of_a_campaign_stopped_mid_run_and_exits_1(tmp
     out = tmp_path / "out"
     space = tmp_path / "space.toml"
     space.write_text("[knobs.max_num_seqs]\nvalues = [2, 4, 8, 16, 32]\n")
-    code = main(["optimize", str(trace), "--engine", "sim", "--rate", "5", "--objective", "throughput",
-                 "--space", str(space), "--baseline", json.dumps(BASE), "--repeats", "2", "--recheck-every", "2",
-                 "--search", "random", "--budget", "trials=5", "--out", str(out)])
+    code = main(
+        [
+            "optimize",
+            str(trace),
+            "--engine",
+            "sim",
+            "--rate",
+            "5",
+            "--objective",
+            "throughput",
+            "--space",
+            str(space),
+            "--baseline",
+            json.dumps(BASE),
+            "--repeats",
+            "2",
+            "--recheck-every",
+            "2",
+            "--search",
+            "random",
+            "--budget",
+            "trials=5",
+            "--out",
+            str(out),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1
     errors = [line for line in err.splitlines() if line.startswith("error:")]

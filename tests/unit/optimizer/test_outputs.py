@@ -34,8 +34,9 @@ def test_greedy_requests_send_temperature_0_and_a_fixed_seed():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
-        bodies = [{"messages": [{"role": "user", "content": f"q{i}"}], "temperature": 0.9, "seed": 77,
-                   "model": "m"} for i in range(2)]
+        bodies = [
+            {"messages": [{"role": "user", "content": f"q{i}"}], "temperature": 0.9, "seed": 77, "model": "m"} for i in range(2)
+        ]
         answers = outputs.greedy_answers(url, bodies, None)
     finally:
         server.shutdown()
@@ -55,10 +56,8 @@ def test_greedy_requests_send_temperature_0_and_a_fixed_seed():
 def test_the_mark_goes_before_the_first_message_only():
     parts = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "data:,"}}]
     messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": parts}]
-    assert outputs.marked(messages) == [{"role": "system", "content": outputs.MARK + "sys"},
-                                        {"role": "user", "content": parts}]
-    assert outputs.marked([{"role": "user", "content": parts}])[0]["content"] == [
-        {"type": "text", "text": outputs.MARK}, *parts]
+    assert outputs.marked(messages) == [{"role": "system", "content": outputs.MARK + "sys"}, {"role": "user", "content": parts}]
+    assert outputs.marked([{"role": "user", "content": parts}])[0]["content"] == [{"type": "text", "text": outputs.MARK}, *parts]
     assert outputs.marked([{"role": "assistant", "content": None}])[0]["content"] == outputs.MARK
 
 
@@ -81,8 +80,7 @@ def test_the_sample_is_answered_before_the_stage_and_kept_out_of_its_counters():
 
     trace = generate(GenerateConfig(n_requests=30, seed=1, rate=10))
     run = RunConfig(url="http://127.0.0.1:0", rate=8, requests=16, lag_bound_ms=50)
-    measure = measure_on_engine(SimEngine(time_scale=0.05), trace, run, Objective("throughput"),
-                                baseline={"max_num_seqs": 4})
+    measure = measure_on_engine(SimEngine(time_scale=0.05), trace, run, Objective("throughput"), baseline={"max_num_seqs": 4})
     m = measure({"max_num_seqs": 4})
     assert m.invalid is None and len(m.details["answers"]) == outputs.SAMPLE
     # the engine finished 16 + SAMPLE requests; the measurement's counters are the stage's 16

@@ -109,8 +109,12 @@ def test_measurements_as_ray_tasks(tmp_path):
     if ray.is_initialized():
         ray.shutdown()
     # the workers import this test module (the measure's globals) from the repo root
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}},
+    )
     pool = RayPool(2)
     try:
         done = pool.map(noisy(0.0, seed=0), [BASE, {**BASE, "max_num_seqs": 16}])

@@ -20,45 +20,111 @@ KEY = RedactionKey(b"test-key-0123456789abcdef")
 
 # hand-picked, each to be found as one span exactly
 ADDRESSES = {
-    "US": ["1600 Pennsylvania Avenue NW, Washington, DC 20500", "350 5th Ave, New York, NY 10118",
-           "123 Main St Apt 4B, Springfield, IL 62704", "500 W 34th St #12, New York, NY 10001-2345",
-           "7919 Christina Knoll Suite 658, Portland, OR 47456", "1234 State Route 7, Athens, OH 45701"],
-    "UK": ["221B Baker Street, London NW1 6XE", "10 Downing Street, London SW1A 2AA",
-           "Flat 2, 10 Downing St", "Church Lane, Little Snoring NR21 0AA",
-           "Studio 14, Jones Rue, London L6 2TH"],
-    "DE": ["Hauptstraße 12, 10115 Berlin", "Am Markt 3a, 28195 Bremen", "Karl-Marx-Allee 90, 10243 Berlin",
-           "Kurfürstendamm 21, 10719 Berlin", "Unter den Linden 5, 10117 Berlin", "Berliner Straße 12",
-           "Alma-Wende-Ring 4-3, 59115 Berlin", "Kaiserring 10, 68161 Mannheim"],
-    "FR": ["12 rue de la Paix, 75002 Paris", "3 bis avenue des Champs-Élysées, 75008 Paris",
-           "5, boulevard Saint-Germain", "3 place de la Concorde, 75008 Paris", "rue Pereira, 82533 Nice",
-           "8 rue de l'Église, 69001 Lyon Cedex 01"],
-    "ES": ["Calle Mayor 5, 3º B, 28013 Madrid", "C/ Mayor, 5", "C/Alcalá 42, 2º izq., 28014 Madrid",
-           "Avda. de la Constitución 12, 41001 Sevilla", "Paseo de la Castellana 100, 28046 Madrid",
-           "Carrer de Mallorca 401, bajo, 08013 Barcelona"],
-    "JP": ["1-2-3 Nishi-Shinjuku, Shinjuku-ku, Tokyo 160-0023", "1 Chome-1-2 Oshiage, Sumida City, Tokyo 131-0045",
-           "Nishi-Shinjuku 2-8-1, Shinjuku-ku, Tokyo 163-8001", "〒160-0023 東京都新宿区西新宿2-8-1",
-           "東京都千代田区千代田1-1", "大阪府大阪市北区梅田3丁目1番3号", "神奈川県横浜市中区日本大通1 県庁ビル5階"],
-    "CA": ["123 Main Street, Toronto, ON M5V 2T6", "1234 rue Sherbrooke Ouest, Montréal (Québec) H3A 1A1",
-           "456, boul. René-Lévesque Est, Québec, QC G1R 2B5", "4-123 Main St, Ottawa ON K1A 0B1",
-           "80 montée Paul, Laval, QC H7N 5K1"],
-    "AU": ["Unit 5, 12 Smith St, Surry Hills NSW 2010", "5/12 Smith Street, Surry Hills NSW 2010",
-           "Level 3, 100 George St, Sydney NSW 2000", "17 Kennedy Laneway, East Tony, VIC, 2609"],
+    "US": [
+        "1600 Pennsylvania Avenue NW, Washington, DC 20500",
+        "350 5th Ave, New York, NY 10118",
+        "123 Main St Apt 4B, Springfield, IL 62704",
+        "500 W 34th St #12, New York, NY 10001-2345",
+        "7919 Christina Knoll Suite 658, Portland, OR 47456",
+        "1234 State Route 7, Athens, OH 45701",
+    ],
+    "UK": [
+        "221B Baker Street, London NW1 6XE",
+        "10 Downing Street, London SW1A 2AA",
+        "Flat 2, 10 Downing St",
+        "Church Lane, Little Snoring NR21 0AA",
+        "Studio 14, Jones Rue, London L6 2TH",
+    ],
+    "DE": [
+        "Hauptstraße 12, 10115 Berlin",
+        "Am Markt 3a, 28195 Bremen",
+        "Karl-Marx-Allee 90, 10243 Berlin",
+        "Kurfürstendamm 21, 10719 Berlin",
+        "Unter den Linden 5, 10117 Berlin",
+        "Berliner Straße 12",
+        "Alma-Wende-Ring 4-3, 59115 Berlin",
+        "Kaiserring 10, 68161 Mannheim",
+    ],
+    "FR": [
+        "12 rue de la Paix, 75002 Paris",
+        "3 bis avenue des Champs-Élysées, 75008 Paris",
+        "5, boulevard Saint-Germain",
+        "3 place de la Concorde, 75008 Paris",
+        "rue Pereira, 82533 Nice",
+        "8 rue de l'Église, 69001 Lyon Cedex 01",
+    ],
+    "ES": [
+        "Calle Mayor 5, 3º B, 28013 Madrid",
+        "C/ Mayor, 5",
+        "C/Alcalá 42, 2º izq., 28014 Madrid",
+        "Avda. de la Constitución 12, 41001 Sevilla",
+        "Paseo de la Castellana 100, 28046 Madrid",
+        "Carrer de Mallorca 401, bajo, 08013 Barcelona",
+    ],
+    "JP": [
+        "1-2-3 Nishi-Shinjuku, Shinjuku-ku, Tokyo 160-0023",
+        "1 Chome-1-2 Oshiage, Sumida City, Tokyo 131-0045",
+        "Nishi-Shinjuku 2-8-1, Shinjuku-ku, Tokyo 163-8001",
+        "〒160-0023 東京都新宿区西新宿2-8-1",
+        "東京都千代田区千代田1-1",
+        "大阪府大阪市北区梅田3丁目1番3号",
+        "神奈川県横浜市中区日本大通1 県庁ビル5階",
+    ],
+    "CA": [
+        "123 Main Street, Toronto, ON M5V 2T6",
+        "1234 rue Sherbrooke Ouest, Montréal (Québec) H3A 1A1",
+        "456, boul. René-Lévesque Est, Québec, QC G1R 2B5",
+        "4-123 Main St, Ottawa ON K1A 0B1",
+        "80 montée Paul, Laval, QC H7N 5K1",
+    ],
+    "AU": [
+        "Unit 5, 12 Smith St, Surry Hills NSW 2010",
+        "5/12 Smith Street, Surry Hills NSW 2010",
+        "Level 3, 100 George St, Sydney NSW 2000",
+        "17 Kennedy Laneway, East Tony, VIC, 2609",
+    ],
 }
 UNITS_AND_BOXES = [
-    "123 Main St Apt 4B", "123 Main St, Suite 200", "123 Main St Ste. 5", "123 Main St #12",
-    "Unit 5, 12 Smith St", "Flat 2, 10 Downing St", "Apt 4, 123 Main St", "88 King St W, 3rd Floor",
-    "PO Box 1234, Springfield, IL 62704", "P.O. Box 77", "GPO Box 1234, Sydney NSW 2001",
-    "Postfach 12 34 56, 10115 Berlin", "Apartado de Correos 123, 28080 Madrid", "B.P. 12, 75001 Paris",
+    "123 Main St Apt 4B",
+    "123 Main St, Suite 200",
+    "123 Main St Ste. 5",
+    "123 Main St #12",
+    "Unit 5, 12 Smith St",
+    "Flat 2, 10 Downing St",
+    "Apt 4, 123 Main St",
+    "88 King St W, 3rd Floor",
+    "PO Box 1234, Springfield, IL 62704",
+    "P.O. Box 77",
+    "GPO Box 1234, Sydney NSW 2001",
+    "Postfach 12 34 56, 10115 Berlin",
+    "Apartado de Correos 123, 28080 Madrid",
+    "B.P. 12, 75001 Paris",
     "PSC 7602, Box 0776, APO AA 95814",
 ]
 NOT_ADDRESSES = [
-    "3 Main points to cover", "12 Days of Christmas", "Python 3.11.4 released, see version 2.0.1 notes",
-    "for i in range(10): street = streets[i]", "5 Park spaces left", "March 5, 2024", "on 2024-05-03 at 10:30",
-    "Im Jahr 2024 haben wir", "via Python 3, we call it", "Step 3 Click the Run button",
-    "I have 2 Google Drive folders", "The meeting is at 5 PM in Room 12", "see section 4.2 Main Results",
-    "We shipped 10 Route handlers today", "Windows 10, 12345 Users", "Top 10 Best Places to Visit",
-    "We need 3 Square brackets", "x = 5  # Place holder", "HTTP 404 Not Found", "the 3 Rivers project",
-    "measure 5 ft 3 in and 12 Square Feet", "String 5 and Spring 2024", "1-2-3 Go!",
+    "3 Main points to cover",
+    "12 Days of Christmas",
+    "Python 3.11.4 released, see version 2.0.1 notes",
+    "for i in range(10): street = streets[i]",
+    "5 Park spaces left",
+    "March 5, 2024",
+    "on 2024-05-03 at 10:30",
+    "Im Jahr 2024 haben wir",
+    "via Python 3, we call it",
+    "Step 3 Click the Run button",
+    "I have 2 Google Drive folders",
+    "The meeting is at 5 PM in Room 12",
+    "see section 4.2 Main Results",
+    "We shipped 10 Route handlers today",
+    "Windows 10, 12345 Users",
+    "Top 10 Best Places to Visit",
+    "We need 3 Square brackets",
+    "x = 5  # Place holder",
+    "HTTP 404 Not Found",
+    "the 3 Rivers project",
+    "measure 5 ft 3 in and 12 Square Feet",
+    "String 5 and Spring 2024",
+    "1-2-3 Go!",
 ]
 
 
@@ -71,7 +137,7 @@ def _addresses(analyzer, texts):
     out = []
     for text, spans in zip(texts, analyzer.analyze_batch(texts)):
         assert isinstance(spans, list), spans
-        out.append([text[f.start:f.end] for f in spans if f.entity == "STREET_ADDRESS"])
+        out.append([text[f.start : f.end] for f in spans if f.entity == "STREET_ADDRESS"])
     return out
 
 
@@ -89,10 +155,11 @@ def test_units_po_boxes_and_a_street_line_alone(analyzer):
 
 
 def test_an_address_over_lines_and_in_json(analyzer):
-    texts = ["Ship to:\nJohn Smith\n123 Main St\nSpringfield, IL 62704\nThanks",
-             '{"name": "Ana", "address": "Calle Mayor 5, 3º B, 28013 Madrid", "plan": "pro"}']
-    assert _addresses(analyzer, texts) == [["123 Main St\nSpringfield, IL 62704"],
-                                           ["Calle Mayor 5, 3º B, 28013 Madrid"]]
+    texts = [
+        "Ship to:\nJohn Smith\n123 Main St\nSpringfield, IL 62704\nThanks",
+        '{"name": "Ana", "address": "Calle Mayor 5, 3º B, 28013 Madrid", "plan": "pro"}',
+    ]
+    assert _addresses(analyzer, texts) == [["123 Main St\nSpringfield, IL 62704"], ["Calle Mayor 5, 3º B, 28013 Madrid"]]
 
 
 def test_texts_that_are_no_address(analyzer):
@@ -104,17 +171,18 @@ def test_a_whole_address_wins_over_the_ner_pieces_in_it(analyzer):
     text = "I met Sarah at 221B Baker Street, London NW1 6XE, then we walked to Hyde Park."
     spans = analyzer.analyze(text)
     address = [f for f in spans if f.entity == "STREET_ADDRESS"]
-    assert [text[f.start:f.end] for f in address] == ["221B Baker Street, London NW1 6XE"]
+    assert [text[f.start : f.end] for f in address] == ["221B Baker Street, London NW1 6XE"]
     inside = [f for f in spans if f.start < address[0].end and f.end > address[0].start]
     assert inside == address  # no LOCATION piece ("Baker Street", "London") left inside it
     # a name the NER reads into the street keeps its words outside the address
     text = "Contact Hans Müller Hauptstraße 12, 10115 Berlin for details."
-    found = {(f.entity, text[f.start:f.end]) for f in analyzer.analyze(text)}
+    found = {(f.entity, text[f.start : f.end]) for f in analyzer.analyze(text)}
     assert ("STREET_ADDRESS", "Hauptstraße 12, 10115 Berlin") in found
     assert ("PERSON", "Hans Müller") in found
 
 
 # -- surrogates ----------------------------------------------------------------------------------
+
 
 def _faker_addresses(per_locale: int = 30) -> dict[str, list[str]]:
     """Faker's addresses of the eight countries (one line each), and romaji ones of our own."""
@@ -124,15 +192,16 @@ def _faker_addresses(per_locale: int = 30) -> dict[str, list[str]]:
     for loc in ("en_US", "en_GB", "de_DE", "fr_FR", "es_ES", "ja_JP", "en_CA", "en_AU"):
         fake = Faker(loc)
         fake.seed_instance(7)
-        out[loc] = [re.sub(r"\s+,", ",", " ".join(fake.address().replace("\n", ", ").split()))
-                    for _ in range(per_locale)]
+        out[loc] = [re.sub(r"\s+,", ",", " ".join(fake.address().replace("\n", ", ").split())) for _ in range(per_locale)]
     r = random.Random(5)
     towns = ["Nishi-Shinjuku", "Marunouchi", "Roppongi", "Shibuya", "Umeda", "Namba", "Sakae", "Tenjin"]
     wards = ["Shinjuku-ku", "Chiyoda-ku", "Minato-ku", "Kita-ku", "Naka-ku", "Sumida City", "Yokohama-shi"]
     cities = ["Tokyo", "Osaka", "Nagoya", "Fukuoka", "Yokohama"]
-    out["ja_romaji"] = [f"{r.randint(1, 9)}-{r.randint(1, 30)}-{r.randint(1, 20)} {r.choice(towns)}, "
-                        f"{r.choice(wards)}, {r.choice(cities)} {r.randint(100, 999)}-{r.randint(0, 9999):04d}"
-                        for _ in range(per_locale)]
+    out["ja_romaji"] = [
+        f"{r.randint(1, 9)}-{r.randint(1, 30)}-{r.randint(1, 20)} {r.choice(towns)}, "
+        f"{r.choice(wards)}, {r.choice(cities)} {r.randint(100, 999)}-{r.randint(0, 9999):04d}"
+        for _ in range(per_locale)
+    ]
     return out
 
 

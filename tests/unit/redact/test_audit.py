@@ -14,8 +14,10 @@ from redact.lock import Exempt
 from replay.cli.main import main
 from replay.trace import TraceMeta, read_meta, read_trace
 
-PEM = ("-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj\n"
-       "MzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvu\n-----END PRIVATE KEY-----")
+PEM = (
+    "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj\n"
+    "MzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvu\n-----END PRIVATE KEY-----"
+)
 # request id -> (the type planted, the value, where it stands in the request)
 PLANTED = {
     "r-email": ("EMAIL_ADDRESS", "ops.lead@billing.internal", "Please write to {} about the outage."),
@@ -23,8 +25,11 @@ PLANTED = {
     "r-nanp": ("PHONE_NUMBER", "(393) 555-0142", "My desk line is {}."),
     "r-card": ("CREDIT_CARD", "4111 1111 1111 1111", "Charge {} for the renewal."),
     "r-key": ("API_KEY", "sk-proj-Q8vN2lR7xCt0bWzK4mJy9HfD3sGp", "Why does {} return 401?"),
-    "r-jwt": ("JWT", "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
-                     "dozjgNryP4J3jVmNHl0w5N_XgL0n3I3PGYqsvLhL0Ek", "Decode {} please."),
+    "r-jwt": (
+        "JWT",
+        "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I3PGYqsvLhL0Ek",
+        "Decode {} please.",
+    ),
     "r-pem": ("PRIVATE_KEY", PEM, "Is this key still valid?\n{}"),
     "r-ip6": ("IP_ADDRESS", "2001:db8:85a3::8a2e:370:7334", "The host {} is down."),
 }
@@ -35,12 +40,24 @@ def _log(tmp_path):
     """A request log (OpenAI JSON Lines) with the planted values, and one clean request."""
     lines = []
     for i, (rid, (_, value, template)) in enumerate(PLANTED.items()):
-        lines.append({"timestamp": 1715299200.0 + i, "request_id": rid, "session_id": f"s{i}",
-                      "body": {"model": "m", "messages": [{"role": "user", "content": template.format(value)}]}})
+        lines.append(
+            {
+                "timestamp": 1715299200.0 + i,
+                "request_id": rid,
+                "session_id": f"s{i}",
+                "body": {"model": "m", "messages": [{"role": "user", "content": template.format(value)}]},
+            }
+        )
     lines[0]["response"] = "I will write to ops.lead@billing.internal now."
-    lines.append({"timestamp": 1715299300.0, "request_id": "r-clean", "session_id": "s-clean",
-                  "body": {"model": "m", "messages": [{"role": "user", "content": CLEAN}]},
-                  "response": "Broadcasting stretches size-1 axes."})
+    lines.append(
+        {
+            "timestamp": 1715299300.0,
+            "request_id": "r-clean",
+            "session_id": "s-clean",
+            "body": {"model": "m", "messages": [{"role": "user", "content": CLEAN}]},
+            "response": "Broadcasting stretches size-1 axes.",
+        }
+    )
     path = tmp_path / "log.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     return path
@@ -86,16 +103,22 @@ def test_audit_of_a_redacted_import_is_clean(tmp_path, capsys, monkeypatch):
     assert (code, report["lock"], report["rows"]) == (0, {}, rows)
 
 
-def _segment(make_trace, path, rows: dict[str, str], exempt: Exempt, t0: int = 1_700_000_000_000_000,
-             first_arrival: int = 0) -> None:
+def _segment(
+    make_trace, path, rows: dict[str, str], exempt: Exempt, t0: int = 1_700_000_000_000_000, first_arrival: int = 0
+) -> None:
     """A trace file of one chat request per (request id, user text), its lock_exempt ``exempt``."""
     n = len(rows)
-    meta = TraceMeta(t0_unix_us=t0, source_format="capture", redaction_policy="redacted",
-                     lock_exempt=exempt.to_meta())
+    meta = TraceMeta(t0_unix_us=t0, source_format="capture", redaction_policy="redacted", lock_exempt=exempt.to_meta())
     bodies = [json.dumps({"model": "m", "messages": [{"role": "user", "content": text}]}) for text in rows.values()]
-    make_trace(n, meta, request_id=pl.Series(list(rows)), body=pl.Series(bodies),
-               api=pl.Series(["chat"] * n), parent_request_id=pl.Series([None] * n, dtype=pl.String),
-               arrival_us=pl.Series([first_arrival + 1000 * i for i in range(n)])).write(path)
+    make_trace(
+        n,
+        meta,
+        request_id=pl.Series(list(rows)),
+        body=pl.Series(bodies),
+        api=pl.Series(["chat"] * n),
+        parent_request_id=pl.Series([None] * n, dtype=pl.String),
+        arrival_us=pl.Series([first_arrival + 1000 * i for i in range(n)]),
+    ).write(path)
 
 
 def test_a_capture_folder_is_audited_with_the_union_of_its_segments_exemptions(make_trace, tmp_path, capsys):
@@ -103,11 +126,19 @@ def test_a_capture_folder_is_audited_with_the_union_of_its_segments_exemptions(m
     folder.mkdir()
     # two surrogates, each written (and exempted) in its own segment; the second segment also
     # holds a raw value that no segment exempts
-    _segment(make_trace, folder / "segment-000001.parquet", {"a1": "Mail kim.berg@corp.example today."},
-             Exempt(["kim.berg@corp.example"]))
-    _segment(make_trace, folder / "segment-000002.parquet",
-             {"b1": "Ring +44 20 7946 0958, or mail kim.berg@corp.example.", "b2": "Card 4111 1111 1111 1111."},
-             Exempt(["+44 20 7946 0958"]), first_arrival=500)
+    _segment(
+        make_trace,
+        folder / "segment-000001.parquet",
+        {"a1": "Mail kim.berg@corp.example today."},
+        Exempt(["kim.berg@corp.example"]),
+    )
+    _segment(
+        make_trace,
+        folder / "segment-000002.parquet",
+        {"b1": "Ring +44 20 7946 0958, or mail kim.berg@corp.example.", "b2": "Card 4111 1111 1111 1111."},
+        Exempt(["+44 20 7946 0958"]),
+        first_arrival=500,
+    )
     meta, rows = read_meta(folder)
     united = Exempt.from_meta(meta.lock_exempt)
     assert rows == 3 and len(united) == 2 and "kim.berg@corp.example" in united and "+44 20 7946 0958" in united
@@ -139,8 +170,12 @@ def test_bad_input_exits_2_with_one_line_naming_the_file(make_trace, tmp_path, c
     (tmp_path / "empty").mkdir()
     bad = tmp_path / "bad.parquet"
     make_trace(2, replace(TraceMeta(source_format="test"), lock_exempt="b2b8:???")).write(bad)
-    for path, name in ((tmp_path / "nope.parquet", "nope.parquet"), (tmp_path / "notes.parquet", "notes.parquet"),
-                       (tmp_path / "empty", "empty"), (bad, "bad.parquet")):
+    for path, name in (
+        (tmp_path / "nope.parquet", "nope.parquet"),
+        (tmp_path / "notes.parquet", "notes.parquet"),
+        (tmp_path / "empty", "empty"),
+        (bad, "bad.parquet"),
+    ):
         assert main(["audit", str(path), "--quiet"]) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and err.startswith(f"error: {name}"), err
@@ -152,14 +187,21 @@ def test_deep_runs_the_analyzer_and_skips_exempt_surrogates(make_trace, tmp_path
 
     path = tmp_path / "t.parquet"
     # a name the lock cannot see; the email is a surrogate of this trace
-    _segment(make_trace, path, {"a": "Please ask Margaret Thompson to mail kim.berg@corp.example.",
-                                "b": "Broadcasting stretches size-1 axes."},
-             Exempt(["kim.berg@corp.example"]))
+    _segment(
+        make_trace,
+        path,
+        {"a": "Please ask Margaret Thompson to mail kim.berg@corp.example.", "b": "Broadcasting stretches size-1 axes."},
+        Exempt(["kim.berg@corp.example"]),
+    )
     result = audit_trace(path, deep=True, analyzer=TextAnalyzer())
     assert result.lock == {} and result.texts_analysed == 2
     assert {t: f.row_ids for t, f in result.deep.items()} == {"PERSON": ["a"]}
     assert DEEP_NOTE in result.summary() and not result.clean
-    _segment(make_trace, path, {"a": "Please ask Margaret Thompson to mail kim.berg@corp.example."},
-             Exempt(["kim.berg@corp.example", "Margaret Thompson"]))  # the name is a surrogate too
+    _segment(
+        make_trace,
+        path,
+        {"a": "Please ask Margaret Thompson to mail kim.berg@corp.example."},
+        Exempt(["kim.berg@corp.example", "Margaret Thompson"]),
+    )  # the name is a surrogate too
     result = audit_trace(path, deep=True, analyzer=TextAnalyzer())
     assert result.clean and result.deep == {}

@@ -56,7 +56,7 @@ def test_spans_are_exact_sorted_and_disjoint(corpus):
         end = 0
         for s in lt.spans:
             assert s.entity in ENTITIES
-            assert lt.text[s.start:s.end] == s.value and s.value
+            assert lt.text[s.start : s.end] == s.value and s.value
             assert s.start >= end, (lt.text, lt.spans)
             end = s.end
 
@@ -70,11 +70,17 @@ def test_non_pii_strings_occur_outside_every_span(corpus):
             assert any(all(i + len(trap) <= s.start or i >= s.end for s in lt.spans) for i in hits), trap
     assert n > 1000
     traps = {t for lt in corpus.iter_labelled() for t in lt.non_pii}
-    for expected in ('"email"', '"user_id"', "requests.get", "get_user_email", "OPENAI_API_KEY",
-                     "DATABASE_URL", "hashlib.sha256"):
+    for expected in (
+        '"email"',
+        '"user_id"',
+        "requests.get",
+        "get_user_email",
+        "OPENAI_API_KEY",
+        "DATABASE_URL",
+        "hashlib.sha256",
+    ):
         assert expected in traps
-    assert any(re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", t)
-               for t in traps)
+    assert any(re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", t) for t in traps)
     assert any(re.fullmatch(r"[0-9a-f]{64}", t) for t in traps)
 
 
@@ -148,11 +154,19 @@ def test_jwts_have_a_json_header(corpus):
 
 
 def test_secrets_have_realistic_shapes(corpus):
-    shapes = [r"sk-proj-[A-Za-z0-9_-]{74}T3BlbkFJ[A-Za-z0-9_-]{74}", r"sk-[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20}",
-              r"sk-ant-api03-[A-Za-z0-9_-]{93}AA", r"ghp_[A-Za-z0-9]{36}", r"github_pat_[A-Z0-9]{22}_[A-Za-z0-9]{59}",
-              r"AKIA[0-9A-Z]{16}", r"[A-Za-z0-9/+]{40}", r"AIza[A-Za-z0-9_-]{35}",
-              r"xoxb-\d{11,13}-\d{11,13}-[A-Za-z0-9]{24}", r"(sk|rk)_live_([A-Za-z0-9]{24}|[A-Za-z0-9]{99})",
-              r"hf_[A-Za-z]{34}"]
+    shapes = [
+        r"sk-proj-[A-Za-z0-9_-]{74}T3BlbkFJ[A-Za-z0-9_-]{74}",
+        r"sk-[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20}",
+        r"sk-ant-api03-[A-Za-z0-9_-]{93}AA",
+        r"ghp_[A-Za-z0-9]{36}",
+        r"github_pat_[A-Z0-9]{22}_[A-Za-z0-9]{59}",
+        r"AKIA[0-9A-Z]{16}",
+        r"[A-Za-z0-9/+]{40}",
+        r"AIza[A-Za-z0-9_-]{35}",
+        r"xoxb-\d{11,13}-\d{11,13}-[A-Za-z0-9]{24}",
+        r"(sk|rk)_live_([A-Za-z0-9]{24}|[A-Za-z0-9]{99})",
+        r"hf_[A-Za-z]{34}",
+    ]
     seen = Counter()
     for s in _spans(corpus, "API_KEY"):
         matched = [i for i, p in enumerate(shapes) if re.fullmatch(p, s.value)]
@@ -162,10 +176,10 @@ def test_secrets_have_realistic_shapes(corpus):
     for lt in corpus.iter_labelled():
         for s in lt.spans:
             if s.entity == "BEARER_TOKEN":
-                assert lt.text[s.start - 7:s.start] == "Bearer ", lt.text
+                assert lt.text[s.start - 7 : s.start] == "Bearer ", lt.text
             elif s.entity == "URL_PASSWORD":
                 assert lt.text[s.start - 1] == ":" and lt.text[s.end] == "@"
-                assert re.search(r"[a-z+]+://[\w-]*:$", lt.text[:s.start])
+                assert re.search(r"[a-z+]+://[\w-]*:$", lt.text[: s.start])
             elif s.entity == "PRIVATE_KEY":
                 lines = s.value.split("\n")
                 assert re.fullmatch(r"-----BEGIN ((RSA|EC|OPENSSH) )?PRIVATE KEY-----", lines[0])
@@ -201,7 +215,7 @@ def test_requests_resend_the_conversation_so_far(corpus):
         for prev, cur in zip(idx, idx[1:]):
             multi += 1
             before, after = corpus.requests[prev]["messages"], corpus.requests[cur]["messages"]
-            assert after[:len(before)] == before
+            assert after[: len(before)] == before
             assert after[len(before)] == {"role": "assistant", "content": corpus.responses[prev]}
             assert after[len(before) + 1]["role"] == "user" and len(after) == len(before) + 2
     assert multi > 1000
@@ -218,8 +232,7 @@ def test_arrivals_increase_and_sessions_interleave(corpus):
 
 
 def test_system_prompts_are_shared(corpus):
-    use = Counter(corpus.requests[i]["messages"][0]["content"]
-                  for i, t in enumerate(corpus.turns) if t == 0)
+    use = Counter(corpus.requests[i]["messages"][0]["content"] for i, t in enumerate(corpus.turns) if t == 0)
     assert set(use) == set(corpus.system_prompts) and len(use) == 4
     assert min(use.values()) >= 5
     assert all(len(p) > 400 for p in corpus.system_prompts)

@@ -22,11 +22,29 @@ import pytest
 
 from tests.unit.redact import evalset as ev
 
-STRUCTURED = ("STREET_ADDRESS", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE", "IP_ADDRESS", "US_SSN",
-              "API_KEY", "JWT", "PRIVATE_KEY", "BEARER_TOKEN", "URL_PASSWORD", "PASSWORD")
+STRUCTURED = (
+    "STREET_ADDRESS",
+    "EMAIL_ADDRESS",
+    "PHONE_NUMBER",
+    "CREDIT_CARD",
+    "IBAN_CODE",
+    "IP_ADDRESS",
+    "US_SSN",
+    "API_KEY",
+    "JWT",
+    "PRIVATE_KEY",
+    "BEARER_TOKEN",
+    "URL_PASSWORD",
+    "PASSWORD",
+)
 RECALL_FLOOR = {**dict.fromkeys(STRUCTURED, 0.995), "PERSON": 0.95, ev.FIRST_NAME: 0.90}
-PRECISION_FLOOR = {**dict.fromkeys(STRUCTURED, 0.95), "PHONE_NUMBER": 0.90, "STREET_ADDRESS": 0.90,
-                   "PASSWORD": 0.90, "PERSON": 0.90}
+PRECISION_FLOOR = {
+    **dict.fromkeys(STRUCTURED, 0.95),
+    "PHONE_NUMBER": 0.90,
+    "STREET_ADDRESS": 0.90,
+    "PASSWORD": 0.90,
+    "PERSON": 0.90,
+}
 OVER_REDACTION_CEILING = 0.03
 # distinct values each type must have in the set (PEM keys are few in prompts)
 MIN_VALUES = {**dict.fromkeys(ev.TYPES, 10), "PRIVATE_KEY": 3}
@@ -72,10 +90,25 @@ def test_every_labelled_value_occurs_in_the_raw_trace(evalset):
 
 
 def test_every_typed_value_is_used(evalset):
-    typed = {*ev.FULL_NAMES, *ev.FIRST_NAMES, *(surname for _, surname in ev.TITLED), *ev.CITIES,
-             *(address for address, _ in ev.ADDRESSES), *ev.EMAILS, *ev.PHONES, *ev.CARDS, *ev.IBANS, *ev.IPS,
-             *ev.SSNS, *ev.API_KEYS, *ev.JWTS, *ev.PEM_KEYS, *ev.BEARER_TOKENS,
-             *(password for _, password in ev.URL_PASSWORDS), *ev.PASSWORDS}
+    typed = {
+        *ev.FULL_NAMES,
+        *ev.FIRST_NAMES,
+        *(surname for _, surname in ev.TITLED),
+        *ev.CITIES,
+        *(address for address, _ in ev.ADDRESSES),
+        *ev.EMAILS,
+        *ev.PHONES,
+        *ev.CARDS,
+        *ev.IBANS,
+        *ev.IPS,
+        *ev.SSNS,
+        *ev.API_KEYS,
+        *ev.JWTS,
+        *ev.PEM_KEYS,
+        *ev.BEARER_TOKENS,
+        *(password for _, password in ev.URL_PASSWORDS),
+        *ev.PASSWORDS,
+    }
     assert sorted(typed - set(evalset.labels)) == []
     assert sorted(set(evalset.labels) - typed) == []
 
@@ -95,8 +128,9 @@ def test_no_name_word_is_a_surrogate_word(evalset):
     from replay.tokenizer import load_tokenizer
 
     pool = set(Surrogates(RedactionKey(b"x" * 32), load_tokenizer("gpt2")).pools["name"])
-    words = {w for lab in evalset.labels.values() if lab.entity in ("PERSON", "LOCATION")
-             for w in (*lab.value.split(), *lab.parts)}
+    words = {
+        w for lab in evalset.labels.values() if lab.entity in ("PERSON", "LOCATION") for w in (*lab.value.split(), *lab.parts)
+    }
     assert sorted(words & pool) == []
 
 
@@ -125,7 +159,8 @@ def test_recall_per_type(scores, kind):
     recall = scores.recall(kind)
     assert recall >= RECALL_FLOOR[kind], (
         f"{kind}: recall {recall:.3f} ({scores.recall(kind, strict=False):.3f} for whole values) < "
-        f"{RECALL_FLOOR[kind]}; left: {scores.strict_left[kind]}")
+        f"{RECALL_FLOOR[kind]}; left: {scores.strict_left[kind]}"
+    )
 
 
 def test_over_redaction_on_code(scores):
@@ -140,7 +175,8 @@ def test_precision_per_type(scores, entity):
         pytest.skip(f"the analyzer found no {entity} span (its recall test says whether that is a miss)")
     assert precision >= PRECISION_FLOOR[entity], (
         f"{entity}: precision {precision:.3f} of {scores.found[entity]} spans; not on a label: "
-        f"{scores.false_positives[entity][:10]}")
+        f"{scores.false_positives[entity][:10]}"
+    )
 
 
 def test_no_analysis_errors(scores):

@@ -52,23 +52,41 @@ def test_the_oldest_values_are_forgotten_past_the_limit():
 
 def test_a_password_found_in_a_url_is_replaced_wherever_it_is_typed_again():
     url = f"postgres://app:{PASSWORD}@db.prod:5432/app"
-    first = {"model": "m", "messages": [
-        {"role": "user", "content": f"I typed {PASSWORD} by hand, it fails"},
-    ]}
-    second = {"model": "m", "messages": [
-        {"role": "user", "content": f"I typed {PASSWORD} by hand, it fails"},
-        {"role": "assistant", "content": "Which URL?"},
-        {"role": "user", "content": f"This one: {url}"},
-    ]}
-    third = {"model": "m", "messages": [
-        {"role": "user", "content": "Connect for me"},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
-            "name": "connect", "arguments": json.dumps({"text": PASSWORD, "host": "db.prod"})}}]},
-    ]}
-    records = [LogRecord(arrival_us=1_700_000_000_000_000 + i * 1_000_000, api="chat", model="m", body=b,
-                         request_id=f"r{i}", response=r)
-               for i, (b, r) in enumerate([(first, "Try again?"), (second, f"Is {PASSWORD} a typo?"),
-                                           (third, "done")])]
+    first = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": f"I typed {PASSWORD} by hand, it fails"},
+        ],
+    }
+    second = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": f"I typed {PASSWORD} by hand, it fails"},
+            {"role": "assistant", "content": "Which URL?"},
+            {"role": "user", "content": f"This one: {url}"},
+        ],
+    }
+    third = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "Connect for me"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "connect", "arguments": json.dumps({"text": PASSWORD, "host": "db.prod"})},
+                    }
+                ],
+            },
+        ],
+    }
+    records = [
+        LogRecord(arrival_us=1_700_000_000_000_000 + i * 1_000_000, api="chat", model="m", body=b, request_id=f"r{i}", response=r)
+        for i, (b, r) in enumerate([(first, "Try again?"), (second, f"Is {PASSWORD} a typo?"), (third, "done")])
+    ]
     trace = build_trace(records, source="mentions", source_format="openai-jsonl")
     out, report = redact_trace(trace, KEY, processes=1)
     stored = "\n".join(out.df["body"].to_list() + [r or "" for r in out.df["response"].to_list()])
@@ -87,17 +105,26 @@ def test_a_message_name_is_replaced_whole_and_at_its_mentions():
     # "name" on a chat message names a participant: replaced whatever the analyzer says, the same
     # surrogate in every request, its words replaced where they are typed, earlier requests too;
     # a function message's name is code's and stays
-    first = {"model": "m", "messages": [
-        {"role": "user", "content": "Please greet Moriarty_Vance-Okafor's team and ping Moriarty today."},
-    ]}
-    second = {"model": "m", "messages": [
-        {"role": "system", "name": "ops_bot", "content": "You route tickets."},
-        {"role": "user", "name": "Moriarty_Vance-Okafor", "content": "route it"},
-        {"role": "function", "name": "lookup_ticket", "content": "{}"},
-    ]}
-    records = [LogRecord(arrival_us=1_700_000_000_000_000 + i * 1_000_000, api="chat", model="m", body=b,
-                         request_id=f"r{i}", response="ok")
-               for i, b in enumerate([first, second, second])]
+    first = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "Please greet Moriarty_Vance-Okafor's team and ping Moriarty today."},
+        ],
+    }
+    second = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "name": "ops_bot", "content": "You route tickets."},
+            {"role": "user", "name": "Moriarty_Vance-Okafor", "content": "route it"},
+            {"role": "function", "name": "lookup_ticket", "content": "{}"},
+        ],
+    }
+    records = [
+        LogRecord(
+            arrival_us=1_700_000_000_000_000 + i * 1_000_000, api="chat", model="m", body=b, request_id=f"r{i}", response="ok"
+        )
+        for i, b in enumerate([first, second, second])
+    ]
     trace = build_trace(records, source="names", source_format="openai-jsonl")
     out, _ = redact_trace(trace, KEY, processes=1)
     stored = "\n".join(out.df["body"].to_list())

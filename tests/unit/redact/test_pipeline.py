@@ -24,8 +24,19 @@ from replay.tokenizer import load_tokenizer  # noqa: E402
 from replay.trace import read_trace  # noqa: E402
 
 KEY = RedactionKey(b"pipeline-test-key-0123456789")
-STRUCTURED = {"EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE", "IP_ADDRESS", "US_SSN",
-              "API_KEY", "JWT", "PRIVATE_KEY", "BEARER_TOKEN", "URL_PASSWORD"}
+STRUCTURED = {
+    "EMAIL_ADDRESS",
+    "PHONE_NUMBER",
+    "CREDIT_CARD",
+    "IBAN_CODE",
+    "IP_ADDRESS",
+    "US_SSN",
+    "API_KEY",
+    "JWT",
+    "PRIVATE_KEY",
+    "BEARER_TOKEN",
+    "URL_PASSWORD",
+}
 POISON = "please-make-the-analyzer-raise"
 SLOW = "please-make-the-analyzer-hang"
 
@@ -58,9 +69,16 @@ def _trace(corpus, extra: dict[int, str] | None = None):
         body = json.loads(json.dumps(body))
         if extra and i in extra:
             body["messages"][-1]["content"] += " " + extra[i]
-        records.append(LogRecord(arrival_us=1_700_000_000_000_000 + int(corpus.arrival_s[i] * 1e6),
-                                 api="chat", model=body.get("model"), body=body,
-                                 request_id=f"r{i:04d}", response=response))
+        records.append(
+            LogRecord(
+                arrival_us=1_700_000_000_000_000 + int(corpus.arrival_s[i] * 1e6),
+                api="chat",
+                model=body.get("model"),
+                body=body,
+                request_id=f"r{i:04d}",
+                response=response,
+            )
+        )
     return build_trace(records, source="corpus", source_format="openai-jsonl")
 
 
@@ -156,8 +174,7 @@ def test_a_text_that_makes_the_analyzer_raise_is_quarantined(corpus):
 
 def test_a_text_whose_analysis_hangs_is_quarantined(corpus):
     raw = _trace(corpus, {2: SLOW})
-    out, report = redact_trace(raw, KEY, processes=1, timeout_s=3,
-                               extra_recognizers=[RaisingRecognizer()])
+    out, report = redact_trace(raw, KEY, processes=1, timeout_s=3, extra_recognizers=[RaisingRecognizer()])
     bad = {rid for rid, body in zip(raw.df["request_id"], raw.df["body"]) if SLOW in body}
     assert bad and report.quarantined == len(bad) and report.quarantine_reasons == {"timeout": len(bad)}
     assert len(out) == len(raw) - len(bad)
@@ -186,8 +203,10 @@ def test_cli_needs_a_key_and_redacts(corpus, redacted, tmp_path, monkeypatch, ca
     assert not (tmp_path / "o.parquet").exists()
     key_file = tmp_path / "key"
     key_file.write_text("cli-test-key-0123456789\n")
-    assert main(["redact", str(src), "-o", str(tmp_path / "o.parquet"), "--key-file", str(key_file),
-                 "--quiet", "--processes", "1"]) == 0
+    assert (
+        main(["redact", str(src), "-o", str(tmp_path / "o.parquet"), "--key-file", str(key_file), "--quiet", "--processes", "1"])
+        == 0
+    )
     assert "entities:" in capsys.readouterr().out
     assert read_trace(tmp_path / "o.parquet").meta.redaction_key == RedactionKey(b"cli-test-key-0123456789").fingerprint
 
@@ -213,12 +232,21 @@ def test_null_bodies_stay_null_and_real_text_beside_them_is_redacted(tmp_path):
     from capture.importers import import_mooncake
 
     src = tmp_path / "aiperf.jsonl"
-    src.write_text("\n".join(json.dumps(r) for r in [
-        {"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1, 2]},
-        {"timestamp": 5, "output_length": 4, "messages": [
-            {"role": "user", "content": "Write to jane.roe@example.com about the invoice."}]},
-        {"timestamp": 9, "input_length": 30, "output_length": 2},
-    ]) + "\n")
+    src.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1, 2]},
+                {
+                    "timestamp": 5,
+                    "output_length": 4,
+                    "messages": [{"role": "user", "content": "Write to jane.roe@example.com about the invoice."}],
+                },
+                {"timestamp": 9, "input_length": 30, "output_length": 2},
+            ]
+        )
+        + "\n"
+    )
     imported = tmp_path / "raw.parquet"
     import_mooncake(src, imported)
     out = tmp_path / "red.parquet"
@@ -235,17 +263,32 @@ def test_null_bodies_stay_null_and_real_text_beside_them_is_redacted(tmp_path):
 
 def test_identifier_fields_and_metadata_values_are_pseudonymized(tmp_path):
     bodies = [
-        {"model": "m", "user": "alice@corp.example", "metadata": {"customer": "Acme Bank", "tier": 2},
-         "messages": [{"role": "user", "content": "Hello there."}], "temperature": 0.3},
-        {"model": "m", "user": "alice@corp.example", "prompt_cache_key": "tenant-42",
-         "metadata": {"customer": "Acme Bank"}, "messages": [{"role": "user", "content": "Hello again."}]},
-        {"model": "m", "safety_identifier": "bob-7781", "user": "bob@corp.example",
-         "messages": [{"role": "user", "content": "Hi."}]},
+        {
+            "model": "m",
+            "user": "alice@corp.example",
+            "metadata": {"customer": "Acme Bank", "tier": 2},
+            "messages": [{"role": "user", "content": "Hello there."}],
+            "temperature": 0.3,
+        },
+        {
+            "model": "m",
+            "user": "alice@corp.example",
+            "prompt_cache_key": "tenant-42",
+            "metadata": {"customer": "Acme Bank"},
+            "messages": [{"role": "user", "content": "Hello again."}],
+        },
+        {
+            "model": "m",
+            "safety_identifier": "bob-7781",
+            "user": "bob@corp.example",
+            "messages": [{"role": "user", "content": "Hi."}],
+        },
     ]
-    records = [LogRecord(arrival_us=1_700_000_000_000_000 + i * 1_000_000, api="chat", model="m",
-                         body=b, request_id=f"r{i}") for i, b in enumerate(bodies)]
-    out, report = redact_trace(build_trace(records, source="ids", source_format="openai-jsonl"), KEY,
-                               processes=1)
+    records = [
+        LogRecord(arrival_us=1_700_000_000_000_000 + i * 1_000_000, api="chat", model="m", body=b, request_id=f"r{i}")
+        for i, b in enumerate(bodies)
+    ]
+    out, report = redact_trace(build_trace(records, source="ids", source_format="openai-jsonl"), KEY, processes=1)
     assert report.quarantined == 0
     text = "\n".join(out.df["body"].to_list())
     for raw in ("alice@corp.example", "bob@corp.example", "Acme Bank", "tenant-42", "bob-7781"):
@@ -257,6 +300,9 @@ def test_identifier_fields_and_metadata_values_are_pseudonymized(tmp_path):
     assert b["prompt_cache_key"].startswith("id-") and c["safety_identifier"].startswith("id-")
     assert [m["content"] for m in a["messages"]] == ["Hello there."]  # nothing found: same text
     # the same values under another key get other pseudonyms
-    other, _ = redact_trace(build_trace(records, source="ids", source_format="openai-jsonl"),
-                            RedactionKey(b"another-key-0123456789abcdef"), processes=1)
+    other, _ = redact_trace(
+        build_trace(records, source="ids", source_format="openai-jsonl"),
+        RedactionKey(b"another-key-0123456789abcdef"),
+        processes=1,
+    )
     assert json.loads(other.df["body"][0])["user"] != a["user"]

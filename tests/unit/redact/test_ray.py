@@ -23,9 +23,12 @@ from replay.trace import read_trace  # noqa: E402
 from tests.unit.redact.test_pipeline import POISON, RaisingRecognizer, _trace  # noqa: E402
 
 # Ray warns about its own deprecated settings, and that a small input keeps some actors idle
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),
-              pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.filterwarnings("ignore:The minimum number of concurrent actors:UserWarning")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(600),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:The minimum number of concurrent actors:UserWarning"),
+]
 
 KEY = RedactionKey(b"ray-test-key-0123456789abcdef")
 
@@ -34,8 +37,12 @@ KEY = RedactionKey(b"ray-test-key-0123456789abcdef")
 def cluster():
     """Two CPUs on this machine; the workers import what this process imports (the test
     module's recognizer included)."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}},
+    )
     yield
     ray.shutdown()
 
@@ -55,8 +62,9 @@ def _without_seconds(report: dict) -> dict:
 def test_the_ray_path_writes_what_the_local_path_writes(cluster, raw_file, tmp_path):
     local = redact_file(raw_file, tmp_path / "local.parquet", KEY, processes=1)
     seen = []
-    on_ray = redact_file_ray(raw_file, tmp_path / "ray.parquet", KEY, actors=2, batch_rows=8,
-                             progress=lambda done, total: seen.append((done, total)))
+    on_ray = redact_file_ray(
+        raw_file, tmp_path / "ray.parquet", KEY, actors=2, batch_rows=8, progress=lambda done, total: seen.append((done, total))
+    )
     a, b = read_trace(tmp_path / "local.parquet"), read_trace(tmp_path / "ray.parquet")
     assert len(a) > 16 and a.df.equals(b.df)  # same rows, same surrogates, same order
     ma, mb = a.meta.to_metadata(), b.meta.to_metadata()
@@ -71,10 +79,10 @@ def test_the_ray_path_writes_what_the_local_path_writes(cluster, raw_file, tmp_p
 def test_the_ray_path_quarantines_what_makes_the_analyzer_raise(cluster, raw_file, tmp_path):
     raw = read_trace(raw_file)
     bad = {rid for rid, body in zip(raw.df["request_id"], raw.df["body"]) if POISON in body}
-    local = redact_file(raw_file, tmp_path / "local.parquet", KEY, processes=1,
-                        extra_recognizers=[RaisingRecognizer()])
-    on_ray = redact_file_ray(raw_file, tmp_path / "ray.parquet", KEY, actors=2, batch_rows=8,
-                             extra_recognizers=[RaisingRecognizer()])
+    local = redact_file(raw_file, tmp_path / "local.parquet", KEY, processes=1, extra_recognizers=[RaisingRecognizer()])
+    on_ray = redact_file_ray(
+        raw_file, tmp_path / "ray.parquet", KEY, actors=2, batch_rows=8, extra_recognizers=[RaisingRecognizer()]
+    )
     assert len(bad) >= 2 and on_ray.quarantined == len(bad)
     assert on_ray.quarantine_reasons == {"RuntimeError": len(bad)}
     out = read_trace(tmp_path / "ray.parquet")
@@ -91,16 +99,14 @@ class RaisesAlways(RaisingRecognizer):
 
 def test_all_quarantined_writes_nothing(cluster, raw_file, tmp_path):
     with pytest.raises(RedactionError, match="all .* requests quarantined"):
-        redact_file_ray(raw_file, tmp_path / "out.parquet", KEY, actors=1,
-                        extra_recognizers=[RaisesAlways()])
+        redact_file_ray(raw_file, tmp_path / "out.parquet", KEY, actors=1, extra_recognizers=[RaisesAlways()])
     assert not (tmp_path / "out.parquet").exists()
     assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
 
 
 def test_cli_ray_flag(cluster, raw_file, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("REPLAY_REDACT_KEY", KEY.secret.decode())
-    assert main(["redact", str(raw_file), "-o", str(tmp_path / "o.parquet"), "--ray",
-                 "--actors", "2", "--quiet"]) == 0
+    assert main(["redact", str(raw_file), "-o", str(tmp_path / "o.parquet"), "--ray", "--actors", "2", "--quiet"]) == 0
     assert "entities:" in capsys.readouterr().out
     out = read_trace(tmp_path / "o.parquet")
     assert out.meta.redaction_key == KEY.fingerprint
@@ -108,8 +114,7 @@ def test_cli_ray_flag(cluster, raw_file, tmp_path, monkeypatch, capsys):
     assert "--actors: only with --ray" in capsys.readouterr().err
 
 
-def test_a_bad_input_row_is_an_error_naming_the_file_and_nothing_is_written(cluster, raw_file,
-                                                                             tmp_path):
+def test_a_bad_input_row_is_an_error_naming_the_file_and_nothing_is_written(cluster, raw_file, tmp_path):
     import polars as pl
     import pyarrow.parquet as pq
 
@@ -131,12 +136,21 @@ def test_null_bodies_stay_null_on_ray_too(cluster, tmp_path):
     from capture.importers import import_mooncake
 
     src = tmp_path / "aiperf.jsonl"
-    src.write_text("\n".join(json.dumps(r) for r in [
-        {"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1, 2]},
-        {"timestamp": 5, "output_length": 4, "messages": [
-            {"role": "user", "content": "Write to jane.roe@example.com about the invoice."}]},
-        {"timestamp": 9, "input_length": 30, "output_length": 2},
-    ]) + "\n")
+    src.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1, 2]},
+                {
+                    "timestamp": 5,
+                    "output_length": 4,
+                    "messages": [{"role": "user", "content": "Write to jane.roe@example.com about the invoice."}],
+                },
+                {"timestamp": 9, "input_length": 30, "output_length": 2},
+            ]
+        )
+        + "\n"
+    )
     import_mooncake(src, tmp_path / "raw.parquet")
     local = redact_file(tmp_path / "raw.parquet", tmp_path / "local.parquet", KEY, processes=1)
     on_ray = redact_file_ray(tmp_path / "raw.parquet", tmp_path / "ray.parquet", KEY, actors=1)

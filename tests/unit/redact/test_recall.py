@@ -20,8 +20,19 @@ pytest.importorskip("faker")
 from redact.analyzer import TextAnalyzer  # noqa: E402
 from redact.corpus import make_corpus  # noqa: E402
 
-STRUCTURED = ("EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE", "IP_ADDRESS", "US_SSN",
-              "API_KEY", "JWT", "PRIVATE_KEY", "BEARER_TOKEN", "URL_PASSWORD")
+STRUCTURED = (
+    "EMAIL_ADDRESS",
+    "PHONE_NUMBER",
+    "CREDIT_CARD",
+    "IBAN_CODE",
+    "IP_ADDRESS",
+    "US_SSN",
+    "API_KEY",
+    "JWT",
+    "PRIVATE_KEY",
+    "BEARER_TOKEN",
+    "URL_PASSWORD",
+)
 # the floors for structured types (>= 0.995 of values) and full names (>= 0.95); the
 # others are the values measured on 2026-12-02 less a margin
 RECALL_FLOOR = {**dict.fromkeys(STRUCTURED, 0.995), "PERSON": 0.95, "LOCATION": 0.90}
@@ -39,11 +50,10 @@ def scored():
         assert isinstance(spans, list), spans
         labels = corpus.labels[text]
         for s in labels.spans:
-            covered = all(any(f.start <= i < f.end for f in spans)
-                          for i in range(s.start, s.end) if not text[i].isspace())
+            covered = all(any(f.start <= i < f.end for f in spans) for i in range(s.start, s.end) if not text[i].isspace())
             (hit if covered else miss)[s.entity] += 1
             if not covered and s.entity != "PERSON" and s.entity != "LOCATION":
-                print("missed", s.entity, repr(text[max(0, s.start - 40):s.end + 10]))
+                print("missed", s.entity, repr(text[max(0, s.start - 40) : s.end + 10]))
         for f in spans:
             overlaps = any(f.start < s.end and f.end > s.start for s in labels.spans)
             (right if overlaps else wrong)[f.entity] += 1

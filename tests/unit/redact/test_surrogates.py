@@ -23,10 +23,8 @@ VALUES = {
     "IP_ADDRESS": ["192.168.10.1", "10.0.0.254"],
     "US_SSN": ["123-45-6789"],
     "PHONE_NUMBER": ["+1 (415) 555-0132", "415.555.0199"],
-    "API_KEY": ["sk-proj-abcDEF1234567890abcdEFGH1234", "AKIAQ3EGRT5LXJ7ZK2PM",
-                "ghp_R8kTq2ZxV0mB7nLw4YhC9sDfJ3pG6uAeK1oQ"],
-    "JWT": ["eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
-            "dozjgNryP4J3jVmNHl0w5N_XgL0n3I3PGYqsvLhL0Ek"],
+    "API_KEY": ["sk-proj-abcDEF1234567890abcdEFGH1234", "AKIAQ3EGRT5LXJ7ZK2PM", "ghp_R8kTq2ZxV0mB7nLw4YhC9sDfJ3pG6uAeK1oQ"],
+    "JWT": ["eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I3PGYqsvLhL0Ek"],
     "SECRET": ["q8Vn2Lr7XcT0bWzK4mJy9HfD3sGpA6uNeR1oQi5t"],
 }
 
@@ -116,8 +114,10 @@ def test_the_bounded_cache_forgets_values_not_their_surrogates(sur, monkeypatch)
 def test_ipv6_addresses_keep_their_routing_prefix_and_token_count(sur):
     # cloud addresses (one provider's /32) were the most frequent IP token exceptions: the
     # random hex of their first groups rarely tokenized like "2600:1f18"
-    values = [f"2600:1f18:{a:x}:{b:x}::{c:x}" for a, b, c in [(0x1937, 0x540e, 0xb646), (0x34f4, 0x8663, 0x8268),
-                                                             (0x759f, 0xa6d9, 0xb257), (0xe583, 0xbab6, 0xcf40)]]
+    values = [
+        f"2600:1f18:{a:x}:{b:x}::{c:x}"
+        for a, b, c in [(0x1937, 0x540E, 0xB646), (0x34F4, 0x8663, 0x8268), (0x759F, 0xA6D9, 0xB257), (0xE583, 0xBAB6, 0xCF40)]
+    ]
     values += ["2600:1f18:634f:afb3:6851:443d:6a21:92bf", "2600:1f18:e29:d34e:a317:4334:222a:8399"]
     for v in values:
         out, off = sur.make("IP_ADDRESS", v)

@@ -14,8 +14,9 @@ from replay.errors import ConfigError
 MS = 1_000_000
 
 
-def stage_frame(n: int, rate: float, *, seed: int, ttft_ms: float = 50.0, tpot_ms: float = 10.0,
-                tokens: int = 40, failed: int = 0) -> pl.DataFrame:
+def stage_frame(
+    n: int, rate: float, *, seed: int, ttft_ms: float = 50.0, tpot_ms: float = 10.0, tokens: int = 40, failed: int = 0
+) -> pl.DataFrame:
     """A stage's results: n requests at ``rate`` req/s, lognormal TTFT and TPOT around the given
     medians (sigma 0.3), ``failed`` of them failed."""
     rng = np.random.default_rng(seed)
@@ -25,11 +26,17 @@ def stage_frame(n: int, rate: float, *, seed: int, ttft_ms: float = 50.0, tpot_m
     first = intended + ttft
     error = np.full(n, "none", dtype=object)
     error[rng.choice(n, failed, replace=False)] = "http_5xx"
-    return pl.DataFrame({
-        "intended_ns": intended, "sent_ns": intended, "first_token_ns": first,
-        "end_ns": first + tpot * (tokens - 1), "completion_tokens": np.full(n, tokens),
-        "output_chunks": np.full(n, tokens), "error": error.tolist(),
-    })
+    return pl.DataFrame(
+        {
+            "intended_ns": intended,
+            "sent_ns": intended,
+            "first_token_ns": first,
+            "end_ns": first + tpot * (tokens - 1),
+            "completion_tokens": np.full(n, tokens),
+            "output_chunks": np.full(n, tokens),
+            "error": error.tolist(),
+        }
+    )
 
 
 def write_folder(path, stages: list[tuple[float, pl.DataFrame]], *, valid: bool = True, slo: dict | None = None):
@@ -41,9 +48,17 @@ def write_folder(path, stages: list[tuple[float, pl.DataFrame]], *, valid: bool 
         df.write_parquet(path / name)
         ok = df.filter(pl.col("error") == "none")
         files.append(name)
-        summaries.append({"requested_rate": rate, "concurrency": None, "valid": valid, "cancelled": False,
-                          "invalid_reason": None if valid else "send lag p99 4.1 ms above the 1 ms bound",
-                          "duration_s": (ok["end_ns"].max() - df["intended_ns"].min()) / 1e9, "slo": slo})
+        summaries.append(
+            {
+                "requested_rate": rate,
+                "concurrency": None,
+                "valid": valid,
+                "cancelled": False,
+                "invalid_reason": None if valid else "send lag p99 4.1 ms above the 1 ms bound",
+                "duration_s": (ok["end_ns"].max() - df["intended_ns"].min()) / 1e9,
+                "slo": slo,
+            }
+        )
     (path / "summary.json").write_text(json.dumps({"files": files, "stages": summaries}))
     return path
 

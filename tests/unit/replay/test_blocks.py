@@ -15,7 +15,7 @@ def test_definition_matches_the_documented_chain():
     parent = bytes(8)
     want = []
     for start in (0, 4):
-        block = np.array(ids[start:start + 4], dtype="<u4").tobytes()
+        block = np.array(ids[start : start + 4], dtype="<u4").tobytes()
         parent = hashlib.blake2b(parent + block, digest_size=8).digest()
         want.append(int.from_bytes(parent, "little"))
     assert block_hashes(ids, 4) == want

@@ -7,8 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from replay.calibrate import (CostFit, ModelShape, StepSample, fit_step_costs, mirror_knobs, positions,
-                              refine, write_profile)
+from replay.calibrate import CostFit, ModelShape, StepSample, fit_step_costs, mirror_knobs, positions, refine, write_profile
 from replay.errors import ConfigError
 
 TRUE = {"a": 2e-3, "b": 0.4e-3, "c": 20e-6, "d": 4e-9, "r": 6e-3}
@@ -25,8 +24,10 @@ def synthetic(noise: float = 0.0, seed: int = 0) -> list[StepSample]:
     rng = np.random.default_rng(seed)
     shapes = [(1, n, 0, True) for n in (32, 256, 768, 1536) for _ in range(3)]
     shapes += [(b, 1, 184, False) for b in (1, 2, 4, 8, 16, 32)]
-    return [StepSample(seqs, new, ctx, exact(seqs, new, ctx, req) * (1 + noise * rng.standard_normal()), req)
-            for seqs, new, ctx, req in shapes]
+    return [
+        StepSample(seqs, new, ctx, exact(seqs, new, ctx, req) * (1 + noise * rng.standard_normal()), req)
+        for seqs, new, ctx, req in shapes
+    ]
 
 
 def test_exact_samples_recover_the_coefficients():
@@ -77,20 +78,26 @@ def test_profile_maps_the_fit_and_the_engine_loads_it(tmp_path):
 
 def test_mirror_knobs():
     assert mirror_knobs("llama-server", {"parallel": 4, "ctx_size": 8192}) == {
-        "max_num_seqs": 4, "max_num_batched_tokens": 2048, "max_model_len": 2048}
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 2048,
+        "max_model_len": 2048,
+    }
     v = mirror_knobs("vllm", {"enforce_eager": True})
     assert (v["max_num_seqs"], v["block_size"], v["max_num_batched_tokens"]) == (128, 128, 2048)
     with pytest.raises(ConfigError, match="engine"):
         mirror_knobs("sglang")
 
 
-@pytest.mark.parametrize("bad, field", [
-    (StepSample(1, 10, 0, -0.1), "seconds"),
-    (StepSample(1, 10, 0, float("nan")), "seconds"),
-    (StepSample(0, 10, 0, 0.1), "seqs"),
-    (StepSample(1, 0, 0, 0.1), "new_tokens"),
-    (StepSample(1, 10, -5, 0.1), "context"),
-])
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        (StepSample(1, 10, 0, -0.1), "seconds"),
+        (StepSample(1, 10, 0, float("nan")), "seconds"),
+        (StepSample(0, 10, 0, 0.1), "seqs"),
+        (StepSample(1, 0, 0, 0.1), "new_tokens"),
+        (StepSample(1, 10, -5, 0.1), "context"),
+    ],
+)
 def test_bad_samples_name_the_field(bad, field):
     with pytest.raises(ConfigError, match=rf"sample 2: {field}"):
         fit_step_costs([StepSample(1, 10, 0, 0.1), StepSample(2, 1, 10, 0.01), bad])
@@ -109,8 +116,7 @@ def test_refine_takes_out_what_the_engine_adds():
     real = synthetic()
     first = fit_step_costs(real)
     # the engine measured with `first`'s profile adds 1.5 ms to every step and 4 ms to every TTFT
-    sim = [StepSample(s.seqs, s.new_tokens, s.context, s.seconds + 1.5e-3 + (4e-3 if s.request else 0), s.request)
-           for s in real]
+    sim = [StepSample(s.seqs, s.new_tokens, s.context, s.seconds + 1.5e-3 + (4e-3 if s.request else 0), s.request) for s in real]
     second = refine(real, first, sim)
     assert second.step_overhead_s == pytest.approx(TRUE["a"] - 1.5e-3, rel=1e-3)
     assert second.request_overhead_s == pytest.approx(TRUE["r"] - 4e-3, rel=1e-3)

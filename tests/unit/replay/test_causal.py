@@ -10,11 +10,13 @@ from replay.causal import causal_gates
 
 def rows(session, arrival_us, e2e_us=None) -> pl.DataFrame:
     n = len(session)
-    return pl.DataFrame({
-        "session_id": pl.Series(session, dtype=pl.String),
-        "arrival_us": pl.Series(arrival_us, dtype=pl.Int64),
-        "e2e_us": pl.Series(e2e_us if e2e_us is not None else [None] * n, dtype=pl.Int64),
-    })
+    return pl.DataFrame(
+        {
+            "session_id": pl.Series(session, dtype=pl.String),
+            "arrival_us": pl.Series(arrival_us, dtype=pl.Int64),
+            "e2e_us": pl.Series(e2e_us if e2e_us is not None else [None] * n, dtype=pl.Int64),
+        }
+    )
 
 
 def test_each_turn_follows_the_previous_turn_of_its_session():

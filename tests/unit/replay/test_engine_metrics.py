@@ -24,13 +24,16 @@ class _Endpoint:
                 endpoint.headers.append(dict(self.headers))
                 k = endpoint.reads
                 endpoint.reads += 1
-                body = (text if text is not None else
-                        f"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running {min(k, 8)}\n"
-                        f"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting {max(0, k - 8)}\n"
-                        f"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc {min(1.0, k / 10)}\n"
-                        f"# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total {100 * k}\n"
-                        f"# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total {25 * k}\n"
-                        f"# TYPE vllm:num_preemptions counter\nvllm:num_preemptions_total {k // 4}\n").encode()
+                body = (
+                    text
+                    if text is not None
+                    else f"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running {min(k, 8)}\n"
+                    f"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting {max(0, k - 8)}\n"
+                    f"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc {min(1.0, k / 10)}\n"
+                    f"# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total {100 * k}\n"
+                    f"# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total {25 * k}\n"
+                    f"# TYPE vllm:num_preemptions counter\nvllm:num_preemptions_total {k // 4}\n"
+                ).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "text/plain")
                 self.send_header("Content-Length", str(len(body)))
@@ -103,7 +106,9 @@ def test_the_engine_is_told_by_its_names():
 def test_the_resource_that_ran_out():
     assert exhausted({"kv_usage": {"p50": 0.5, "max": 0.95}, "preemptions": 0}).startswith("the KV cache (usage max 95%")
     assert exhausted({"kv_usage": {"p50": 0.2, "max": 0.3}, "preemptions": 3}).endswith("3 preemptions)")
-    assert exhausted({"kv_usage": {"p50": 0.2, "max": 0.4}, "waiting": {"p50": 2, "max": 7},
-                      "running": {"p50": 4, "max": 4}}) == "the batch (up to 7 waited while 4 ran, KV usage max 40%)"
+    assert (
+        exhausted({"kv_usage": {"p50": 0.2, "max": 0.4}, "waiting": {"p50": 2, "max": 7}, "running": {"p50": 4, "max": 4}})
+        == "the batch (up to 7 waited while 4 ran, KV usage max 40%)"
+    )
     assert exhausted({"kv_usage": {"p50": 0.2, "max": 0.4}, "waiting": {"p50": 0, "max": 0}}) is None
     assert exhausted({"unavailable": "x"}) is None and exhausted(None) is None

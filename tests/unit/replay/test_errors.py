@@ -11,8 +11,12 @@ from replay import _engine
 from replay.errors import ConfigError, ReplayError, RunnerError, TargetError
 
 N = 2
-SCHEDULE = dict(url="http://127.0.0.1:1", paths=["/v1/chat/completions"], path_index=np.zeros(N, dtype=np.uint8),
-                offsets_ns=np.zeros(N, dtype=np.int64))
+SCHEDULE = dict(
+    url="http://127.0.0.1:1",
+    paths=["/v1/chat/completions"],
+    path_index=np.zeros(N, dtype=np.uint8),
+    offsets_ns=np.zeros(N, dtype=np.int64),
+)
 BODIES = b"{}{}"
 
 
@@ -30,11 +34,12 @@ def test_a_bad_argument_to_the_runner_is_a_config_error_naming_it():
     assert _field(lambda: _engine.run(**SCHEDULE, bodies=BODIES, body_offsets=offsets[:2])) == "body_offsets"
     assert _field(lambda: _engine.run(**SCHEDULE, bodies=BODIES)) == "body_offsets"
     assert _field(lambda: _engine.run(**SCHEDULE, bodies=3)) == "bodies"
-    assert _field(lambda: _engine.run(**SCHEDULE, bodies=BODIES, body_offsets=offsets,
-                                      after=np.zeros(N + 1, dtype=np.int64))) == "after"
+    assert (
+        _field(lambda: _engine.run(**SCHEDULE, bodies=BODIES, body_offsets=offsets, after=np.zeros(N + 1, dtype=np.int64)))
+        == "after"
+    )
     # a core error keeps its field too
-    assert _field(lambda: _engine.run(**SCHEDULE, bodies=BODIES, body_offsets=offsets, max_connections=0)) \
-        == "max_connections"
+    assert _field(lambda: _engine.run(**SCHEDULE, bodies=BODIES, body_offsets=offsets, max_connections=0)) == "max_connections"
     assert _field(lambda: _engine.arrival_offsets("zipf", 3, np.zeros(3, dtype=np.int64))) == "arrivals"
 
 
@@ -48,11 +53,12 @@ def test_a_bad_url_is_a_target_error_with_the_url():
 def test_prefix_cache_and_prompt_helpers_name_their_argument():
     hashes = np.arange(4, dtype=np.uint64)
     assert _field(lambda: _engine.prefix_cache_hits(hashes, np.array([1, 4], dtype=np.uint64), 0)) == "offsets"
-    assert _field(lambda: _engine.prefix_cache_hits(hashes, np.array([0, 4], dtype=np.uint64), 0,
-                                                    np.zeros(3))) == "times_s"
+    assert _field(lambda: _engine.prefix_cache_hits(hashes, np.array([0, 4], dtype=np.uint64), 0, np.zeros(3))) == "times_s"
     assert _field(lambda: _engine.prompt_units([1], [3], 0)) == "n_words"
-    assert _field(lambda: _engine.prompt_texts(["a", "."], 0, np.zeros(2, dtype=np.uint64),
-                                               np.array([1, -1], dtype=np.int64), 0)) == "lengths"
+    assert (
+        _field(lambda: _engine.prompt_texts(["a", "."], 0, np.zeros(2, dtype=np.uint64), np.array([1, -1], dtype=np.int64), 0))
+        == "lengths"
+    )
 
 
 def test_the_embedded_engine_names_the_flag_at_fault():

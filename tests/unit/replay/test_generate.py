@@ -61,11 +61,10 @@ def test_sessions_chain_their_turns(trace):
         assert parent["turn"] == row["turn"] - 1
         assert parent["arrival_us"] < row["arrival_us"]
         # turn k+1's prompt starts with turn k's whole prompt: its full blocks are shared
-        assert row["block_hashes"][:len(parent["block_hashes"])] == parent["block_hashes"]
+        assert row["block_hashes"][: len(parent["block_hashes"])] == parent["block_hashes"]
         roles = [m["role"] for m in json.loads(row["body"])["messages"]]
         assert roles == ["system"] + ["user", "assistant"] * row["turn"] + ["user"]
-    assert df.filter(pl.col("turn") == 0)["parent_request_id"].null_count() == df.filter(
-        pl.col("turn") == 0).height
+    assert df.filter(pl.col("turn") == 0)["parent_request_id"].null_count() == df.filter(pl.col("turn") == 0).height
 
 
 def test_system_prompts_are_shared_across_sessions(trace):
@@ -92,8 +91,7 @@ def _cv(arrival_us: pl.Series) -> float:
 
 
 def test_arrivals_are_bursty_with_burst_cv_2_and_not_without():
-    bursty = [_cv(generate(GenerateConfig(n_requests=800, seed=s)).df["arrival_us"])
-              for s in range(3)]
+    bursty = [_cv(generate(GenerateConfig(n_requests=800, seed=s)).df["arrival_us"]) for s in range(3)]
     poisson = _cv(generate(GenerateConfig(n_requests=800, seed=0, burst_cv=1.0)).df["arrival_us"])
     assert min(bursty) > 1.3
     assert 0.8 < poisson < 1.2
@@ -114,8 +112,7 @@ def test_rate_and_lengths_follow_the_config(trace, gpt2):
 
 
 def test_completions_api_uses_a_prompt():
-    t = generate(GenerateConfig(n_requests=50, seed=1, api="completions", model="m1",
-                                block_size=64))
+    t = generate(GenerateConfig(n_requests=50, seed=1, api="completions", model="m1", block_size=64))
     body = json.loads(t.df["body"][10])
     assert set(body) == {"model", "prompt", "max_tokens"}
     assert body["model"] == "m1"
@@ -125,9 +122,17 @@ def test_completions_api_uses_a_prompt():
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("n_requests", 0), ("rate", -1.0), ("burst_cv", 0.0), ("turns_mean", 0.5),
-     ("block_size", 0), ("api", "edit"), ("seed", -1), ("length_correlation", 1.0),
-     ("think_time_mean_s", float("nan"))],
+    [
+        ("n_requests", 0),
+        ("rate", -1.0),
+        ("burst_cv", 0.0),
+        ("turns_mean", 0.5),
+        ("block_size", 0),
+        ("api", "edit"),
+        ("seed", -1),
+        ("length_correlation", 1.0),
+        ("think_time_mean_s", float("nan")),
+    ],
 )
 def test_bad_config_names_the_field(field, value):
     with pytest.raises(ConfigError, match=f"'{field}'"):

@@ -12,11 +12,13 @@ MS = 1_000_000
 
 def _completed(ttft_ms, tpot_ms, e2e_ms) -> pl.DataFrame:
     """Completed requests as summarize derives them (tpot null: one output token)."""
-    return pl.DataFrame({
-        "ttft_ns": [None if t is None else int(t * MS) for t in ttft_ms],
-        "tpot_ns": pl.Series([None if t is None else t * MS for t in tpot_ms], dtype=pl.Float64),
-        "e2e_ns": [int(t * MS) for t in e2e_ms],
-    })
+    return pl.DataFrame(
+        {
+            "ttft_ns": [None if t is None else int(t * MS) for t in ttft_ms],
+            "tpot_ns": pl.Series([None if t is None else t * MS for t in tpot_ms], dtype=pl.Float64),
+            "e2e_ns": [int(t * MS) for t in e2e_ms],
+        }
+    )
 
 
 def test_a_request_without_tpot_does_not_meet_a_tpot_objective():

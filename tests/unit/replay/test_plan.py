@@ -115,7 +115,7 @@ def test_bodies_are_made_a_window_at_a_time():
     plan = build_plan(trace, RunConfig(url="http://127.0.0.1:9", requests=5), model="m")
     windows = list(plan.body_windows(size=2))
     assert [len(offsets) - 1 for _, offsets in windows] == [2, 2, 1]
-    bodies = [json.loads(data[int(a):int(b)]) for data, offsets in windows for a, b in zip(offsets, offsets[1:])]
+    bodies = [json.loads(data[int(a) : int(b)]) for data, offsets in windows for a, b in zip(offsets, offsets[1:])]
     assert [b["prompt"] for b in bodies] == ["p0", "p1", "p2", "p3", "p4"]
     assert all(b["model"] == "m" and b["stream"] and b["ignore_eos"] for b in bodies)
     assert [b["max_tokens"] for b in bodies] == [1, 2, 3, 4, 5]
@@ -130,17 +130,21 @@ def test_null_bodies_are_synthesized_a_window_at_a_time(tmp_path, gpt2):
     from replay.trace import read_trace
 
     src = tmp_path / "m.jsonl"
-    src.write_text("\n".join(json.dumps({"timestamp": i, "input_length": 600 + i, "output_length": 3 + i,
-                                         "hash_ids": [1, 100 + i]}) for i in range(5)) + "\n")
+    src.write_text(
+        "\n".join(
+            json.dumps({"timestamp": i, "input_length": 600 + i, "output_length": 3 + i, "hash_ids": [1, 100 + i]})
+            for i in range(5)
+        )
+        + "\n"
+    )
     import_mooncake(src, tmp_path / "t.parquet")
     trace = read_trace(tmp_path / "t.parquet", bodies=False)
     plan = build_plan(trace, RunConfig(url=URL, requests=4), model="m")
     windows = list(plan.body_windows(size=3))
     assert [len(offsets) - 1 for _, offsets in windows] == [3, 1]
-    bodies = [json.loads(data[int(a):int(b)]) for data, offsets in windows for a, b in zip(offsets, offsets[1:])]
+    bodies = [json.loads(data[int(a) : int(b)]) for data, offsets in windows for a, b in zip(offsets, offsets[1:])]
     assert [b["max_tokens"] for b in bodies] == [3, 4, 5, 6]
-    assert all(b["model"] == "m" and b["stream"] and b["prompt"].startswith(block_text(1, 512))
-               for b in bodies)
+    assert all(b["model"] == "m" and b["stream"] and b["prompt"].startswith(block_text(1, 512)) for b in bodies)
     assert [len(gpt2.encode(b["prompt"], add_special_tokens=False).ids) for b in bodies] == [600, 601, 602, 603]
 
 
@@ -149,8 +153,9 @@ def test_a_request_that_stopped_early_live_is_sent_its_observed_length():
 
     from replay.plan import send_limits
 
-    rows = pl.DataFrame({"output_tokens": [43, 48, None], "max_tokens": [48, 48, 64]},
-                        schema={"output_tokens": pl.Int32, "max_tokens": pl.Int32})
+    rows = pl.DataFrame(
+        {"output_tokens": [43, 48, None], "max_tokens": [48, 48, 64]}, schema={"output_tokens": pl.Int32, "max_tokens": pl.Int32}
+    )
     # ignore_eos decodes exactly max_tokens: the client's cap of 48 would lengthen a 43-token answer
     assert send_limits(rows, ignore_eos=True).to_list() == [43, 48, 64]
     # without it the engine stops where it will, within the request's own cap

@@ -35,16 +35,14 @@ def test_text_of_tokens_is_exactly_n_tokens(gpt2, n, seed):
 
 
 @_SETTINGS
-@given(parts=st.lists(st.tuples(st.integers(0, 300), st.integers(0, 10**6)), min_size=1,
-                      max_size=6))
+@given(parts=st.lists(st.tuples(st.integers(0, 300), st.integers(0, 10**6)), min_size=1, max_size=6))
 def test_concatenated_texts_tokenize_to_the_sum(gpt2, parts):
     texts = [text_of_tokens(n, seed) for n, seed in parts]
     assert _ntok(gpt2, "".join(texts)) == sum(n for n, _ in parts)
 
 
 @_SETTINGS
-@given(ids=st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=5),
-       last=st.integers(1, 64), size=st.sampled_from([16, 64]))
+@given(ids=st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=5), last=st.integers(1, 64), size=st.sampled_from([16, 64]))
 def test_blocks_concatenate_exactly(gpt2, ids, last, size):
     last = min(last, size)
     text = "".join(block_text(h, size) for h in ids[:-1]) + block_text(ids[-1], size, last)
@@ -52,7 +50,7 @@ def test_blocks_concatenate_exactly(gpt2, ids, last, size):
     assert len(encoded) == size * (len(ids) - 1) + last
     for k, h in enumerate(ids[:-1]):  # each block's tokens sit at its own offset
         block = gpt2.encode(block_text(h, size), add_special_tokens=False).ids
-        assert encoded[k * size:(k + 1) * size] == block
+        assert encoded[k * size : (k + 1) * size] == block
 
 
 def test_same_hash_same_text_and_partial_is_a_prefix():
@@ -71,10 +69,10 @@ def test_text_depends_on_seed_and_is_stable_across_processes():
     here = text_of_tokens(50, 7)
     assert here == text_of_tokens(50, 7)
     assert here != text_of_tokens(50, 8)
-    code = ("from replay.prompts import text_of_tokens, block_text;"
-            "print(text_of_tokens(50, 7) + '|' + block_text(9, 16))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env={"PYTHONHASHSEED": "123", **_env()})
+    code = "from replay.prompts import text_of_tokens, block_text;print(text_of_tokens(50, 7) + '|' + block_text(9, 16))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": "123", **_env()}
+    )
     assert out.stdout.rstrip("\n") == here + "|" + block_text(9, 16)
 
 
@@ -91,8 +89,10 @@ def test_qwen2_vocab_is_exact_too():
 
 
 @settings(max_examples=200, deadline=None)
-@given(entropy=st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=7),
-       lengths=st.lists(st.integers(0, 400), min_size=1, max_size=5))
+@given(
+    entropy=st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=7),
+    lengths=st.lists(st.integers(0, 400), min_size=1, max_size=5),
+)
 def test_the_rust_draws_are_numpys(entropy, lengths):
     # rust/core/src/synth.rs reproduces SeedSequence, PCG64, bounded integers and random(): the
     # units it draws for any entropy (of up to 14 32-bit words, past numpy's pool of 4) and any

@@ -6,19 +6,35 @@ import pytest
 
 from replay.config import RunConfig
 from replay.noise import NoiseFloor
-from replay.sweep import (MAX_FAILED_SHARE, QUEUE_GROWTH_S, HeldInterval, Saturation, SweepResult, _saturation_over,
-                          by_load, held_interval, saturation)
+from replay.sweep import (
+    MAX_FAILED_SHARE,
+    QUEUE_GROWTH_S,
+    HeldInterval,
+    Saturation,
+    SweepResult,
+    _saturation_over,
+    by_load,
+    held_interval,
+    saturation,
+)
 
 
-def stage(*, sent=100, completed=100, rejected=0, growth=(20.0, 25.0), slo_pass=None, valid=True, lag_p99=0.4,
-          cancelled=False) -> dict:
+def stage(
+    *, sent=100, completed=100, rejected=0, growth=(20.0, 25.0), slo_pass=None, valid=True, lag_p99=0.4, cancelled=False
+) -> dict:
     """The summary fields the rule reads, for a stage that kept up unless told otherwise."""
     first, last = growth
     return {
-        "sent": sent, "completed": completed, "rejected": rejected,
+        "sent": sent,
+        "completed": completed,
+        "rejected": rejected,
         "queue": {"ttft_first_third_ms": first, "ttft_last_third_ms": last, "growth_ms": last - first},
-        "slo_pass": slo_pass, "slo_attainment": None if slo_pass is None else (0.95 if slo_pass else 0.5),
-        "valid": valid, "cancelled": cancelled, "send_lag_ms": {"p99": lag_p99}, "lag_bound_ms": 1.0,
+        "slo_pass": slo_pass,
+        "slo_attainment": None if slo_pass is None else (0.95 if slo_pass else 0.5),
+        "valid": valid,
+        "cancelled": cancelled,
+        "send_lag_ms": {"p99": lag_p99},
+        "lag_bound_ms": 1.0,
     }
 
 
@@ -67,8 +83,14 @@ def test_an_invalid_stage_cannot_be_the_saturation_point():
     assert result.status == "undetermined"
     assert result.rate is None and result.undetermined_at == 2
     assert "send lag p99 7.5 ms above the 1 ms bound" in result.reason
-    assert result.to_json() == {"status": "undetermined", "rate": None, "undetermined_at": 2,
-                                "reason": result.reason, "resource": None, "concurrency": None}
+    assert result.to_json() == {
+        "status": "undetermined",
+        "rate": None,
+        "undetermined_at": 2,
+        "reason": result.reason,
+        "resource": None,
+        "concurrency": None,
+    }
     cancelled = saturation([1], [stage(sent=10, completed=2, valid=False, cancelled=True)])
     assert cancelled.undetermined_at == 1 and "cancelled" in cancelled.reason
 
@@ -88,13 +110,24 @@ def test_an_invalid_stage_that_kept_up_does_not_hide_a_later_saturation():
 
 def test_the_result_json_is_one_shape_with_the_callers_context_first():
     config = RunConfig(url="http://127.0.0.1:8000", duration_s=20.0)
-    result = SweepResult(config=config, rates=[1.0, 2.0], stages=[], summaries=[stage(), stage(growth=(20, 900))],
-                         saturation=Saturation("saturated", rate=2.0, reason="r"))
+    result = SweepResult(
+        config=config,
+        rates=[1.0, 2.0],
+        stages=[],
+        summaries=[stage(), stage(growth=(20, 900))],
+        saturation=Saturation("saturated", rate=2.0, reason="r"),
+    )
     data = result.to_json(trace="t.parquet", files=["a", "b"])
     assert list(data)[:2] == ["trace", "files"]
     assert data["url"] == config.url and data["duration_s"] == 20.0 and data["rates"] == [1.0, 2.0]
-    assert data["saturation"] == {"status": "saturated", "rate": 2.0, "undetermined_at": None, "reason": "r",
-                                  "resource": None, "concurrency": None}
+    assert data["saturation"] == {
+        "status": "saturated",
+        "rate": 2.0,
+        "undetermined_at": None,
+        "reason": "r",
+        "resource": None,
+        "concurrency": None,
+    }
     assert data["rate_search"] is None and data["concurrency"] is None and len(data["stages"]) == 2
     assert result.saturation_rate == 2.0 and result.saturation_reason == "r"
     with pytest.raises(ValueError, match="context key 'stages'"):
@@ -102,6 +135,7 @@ def test_the_result_json_is_one_shape_with_the_callers_context_first():
 
 
 # --repeats: the saturation interval and the per-load medians (replay.sweep.held_interval, by_load)
+
 
 def repeated(rate, repeat, *, users=None, **kw) -> dict:
     """A stage summary of one repeat at `rate` (or `users` of a closed loop)."""
@@ -112,9 +146,20 @@ SLOW = {"growth": (20, 900)}  # a queue built: did not keep up
 
 
 def test_the_interval_is_the_highest_load_held_every_time_and_the_lowest_held_never():
-    stages = [repeated(1, 0), repeated(2, 0), repeated(4, 0, **SLOW), repeated(8, 0, **SLOW),
-              repeated(1, 1), repeated(2, 1), repeated(4, 1), repeated(8, 1, **SLOW),
-              repeated(1, 2), repeated(2, 2), repeated(4, 2, **SLOW), repeated(8, 2, **SLOW)]
+    stages = [
+        repeated(1, 0),
+        repeated(2, 0),
+        repeated(4, 0, **SLOW),
+        repeated(8, 0, **SLOW),
+        repeated(1, 1),
+        repeated(2, 1),
+        repeated(4, 1),
+        repeated(8, 1, **SLOW),
+        repeated(1, 2),
+        repeated(2, 2),
+        repeated(4, 2, **SLOW),
+        repeated(8, 2, **SLOW),
+    ]
     interval = held_interval(stages)
     assert (interval.held, interval.not_held, interval.unit) == (2, 8, "req/s")
     assert [(x["load"], x["held"], x["of"]) for x in interval.shares] == [(1, 3, 3), (2, 3, 3), (4, 1, 3), (8, 0, 3)]
@@ -126,8 +171,14 @@ def test_the_interval_is_the_highest_load_held_every_time_and_the_lowest_held_ne
 
 def test_a_load_holds_only_when_every_lower_load_held_in_that_repeat():
     # repeat 0 failed at 2 (invalid: the runner fell behind) and kept up at 4: 4 did not hold there
-    stages = [repeated(1, 0), repeated(2, 0, valid=False, lag_p99=3.0), repeated(4, 0),
-              repeated(1, 1), repeated(2, 1), repeated(4, 1)]
+    stages = [
+        repeated(1, 0),
+        repeated(2, 0, valid=False, lag_p99=3.0),
+        repeated(4, 0),
+        repeated(1, 1),
+        repeated(2, 1),
+        repeated(4, 1),
+    ]
     interval = held_interval(stages)
     assert [(x["load"], x["held"]) for x in interval.shares] == [(1, 2), (2, 1), (4, 1)]
     assert (interval.held, interval.not_held) == (1, None)
@@ -155,14 +206,14 @@ def test_by_load_takes_median_and_spread_over_the_valid_repeats_only():
     def with_rps(rate, repeat, rps, valid=True):
         return {**repeated(rate, repeat, valid=valid), "throughput_rps": rps}
 
-    rows = by_load([with_rps(2, 0, 1.9), with_rps(2, 1, 2.1), with_rps(2, 2, 50.0, valid=False),
-                    with_rps(1, 0, 1.0), with_rps(1, 1, 1.0)])
+    rows = by_load(
+        [with_rps(2, 0, 1.9), with_rps(2, 1, 2.1), with_rps(2, 2, 50.0, valid=False), with_rps(1, 0, 1.0), with_rps(1, 1, 1.0)]
+    )
     assert [(r["load"], r["runs"], r["valid"]) for r in rows] == [(1, 2, 2), (2, 3, 2)]
     rps = rows[1]["metrics"]["req/s"]
     assert rps["values"] == [1.9, 2.1] and rps["median"] == pytest.approx(2.0)
     assert rps["spread"] == pytest.approx(NoiseFloor((1.9, 2.1)).spread)  # the one noise rule
     assert rows[0]["metrics"]["TTFT p50"] is None  # no value in these summaries
-
 
 
 def sweep_saturation(stages):

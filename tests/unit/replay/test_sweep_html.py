@@ -13,37 +13,63 @@ from replay.sweep import saturation
 from replay.sweep_html import sweep_html, sweep_plots, sweep_points, write_sweep_html
 
 
-def stage(rate: float, achieved: float, ttft_p50: float, *, valid: bool = True, failed: int = 0,
-          kv: dict | None = None, growth_ms: float | None = 0.0) -> dict:
+def stage(
+    rate: float,
+    achieved: float,
+    ttft_p50: float,
+    *,
+    valid: bool = True,
+    failed: int = 0,
+    kv: dict | None = None,
+    growth_ms: float | None = 0.0,
+) -> dict:
     """A stage summary with the fields replay.metrics.summarize gives and the page reads."""
     sent = 100
     return {
-        "requested_rate": rate, "offered_rate": rate, "throughput_rps": achieved, "goodput_rps": achieved * 0.9,
-        "sent": sent, "completed": sent - failed, "rejected": 0, "valid": valid, "cancelled": False,
+        "requested_rate": rate,
+        "offered_rate": rate,
+        "throughput_rps": achieved,
+        "goodput_rps": achieved * 0.9,
+        "sent": sent,
+        "completed": sent - failed,
+        "rejected": 0,
+        "valid": valid,
+        "cancelled": False,
         "invalid_reason": None if valid else "send lag p99 3.2 ms over the 1 ms bound",
-        "lag_bound_ms": 1.0, "send_lag_ms": {"p50": 0.1, "p99": 0.5 if valid else 3.2, "max": 4.0},
-        "queue": {"ttft_first_third_ms": ttft_p50, "ttft_last_third_ms": ttft_p50 + (growth_ms or 0),
-                  "growth_ms": growth_ms},
+        "lag_bound_ms": 1.0,
+        "send_lag_ms": {"p50": 0.1, "p99": 0.5 if valid else 3.2, "max": 4.0},
+        "queue": {"ttft_first_third_ms": ttft_p50, "ttft_last_third_ms": ttft_p50 + (growth_ms or 0), "growth_ms": growth_ms},
         "slo_pass": None,
-        "ttft_ms": {"from_intended": {"p50": ttft_p50, "p90": ttft_p50 * 2, "p99": ttft_p50 * 3},
-                    "from_sent": {"p50": ttft_p50, "p90": ttft_p50, "p99": ttft_p50}},
-        "e2e_ms": {"from_intended": {"p50": ttft_p50 + 50, "p90": None, "p99": ttft_p50 + 90},
-                   "from_sent": {"p50": None, "p90": None, "p99": None}},
+        "ttft_ms": {
+            "from_intended": {"p50": ttft_p50, "p90": ttft_p50 * 2, "p99": ttft_p50 * 3},
+            "from_sent": {"p50": ttft_p50, "p90": ttft_p50, "p99": ttft_p50},
+        },
+        "e2e_ms": {
+            "from_intended": {"p50": ttft_p50 + 50, "p90": None, "p99": ttft_p50 + 90},
+            "from_sent": {"p50": None, "p90": None, "p99": None},
+        },
         "tpot_ms": {"p50": 5.0, "p90": 6.0, "p99": 7.0},
-        "engine_metrics": kv if kv is not None else {"url": "http://127.0.0.1:1/metrics",
-                                                      "unavailable": "GET ...: connection refused"},
+        "engine_metrics": kv
+        if kv is not None
+        else {"url": "http://127.0.0.1:1/metrics", "unavailable": "GET ...: connection refused"},
     }
 
 
 def summary_of(rates, stages, **extra) -> dict:
     """As SweepResult.to_json shapes it, the saturation computed by replay.sweep's own rule."""
-    return {"trace": "t.parquet", "url": "http://127.0.0.1:8000", "arrivals": {"kind": "poisson", "cv": None},
-            "rates": rates, "stages": stages, "saturation": saturation(rates, stages).to_json(), **extra}
+    return {
+        "trace": "t.parquet",
+        "url": "http://127.0.0.1:8000",
+        "arrivals": {"kind": "poisson", "cv": None},
+        "rates": rates,
+        "stages": stages,
+        "saturation": saturation(rates, stages).to_json(),
+        **extra,
+    }
 
 
 def test_the_saturation_line_goes_at_the_achieved_rate_of_the_stage_that_saturated():
-    kv = {"url": "u", "engine": "vllm", "samples": 5, "kv_usage": {"p50": 0.2, "max": 0.5},
-          "waiting": {"p50": 0.0, "max": 12.0}}
+    kv = {"url": "u", "engine": "vllm", "samples": 5, "kv_usage": {"p50": 0.2, "max": 0.5}, "waiting": {"p50": 0.0, "max": 12.0}}
     stages = [stage(2, 2.0, 10), stage(4, 3.9, 12, kv=kv), stage(8, 5.1, 400, failed=20, kv=kv, growth_ms=900)]
     data = sweep_points(summary_of([2.0, 4.0, 8.0], stages))
     assert data["saturation"]["status"] == "saturated" and data["saturation"]["rate"] == 8.0
@@ -95,7 +121,6 @@ def test_a_sweep_with_nothing_to_draw_still_draws_every_plot(stages):
         stages[0]["e2e_ms"] = {"from_intended": {"p50": None, "p99": None}, "from_sent": {}}
         stages[0]["tpot_ms"] = {"p50": None, "p99": None}
         stages[0]["goodput_rps"] = None
-    plots = sweep_plots({"rates": [2.0] * len(stages), "stages": stages,
-                         "saturation": {"status": "not_reached"}})
+    plots = sweep_plots({"rates": [2.0] * len(stages), "stages": stages, "saturation": {"status": "not_reached"}})
     assert [p.kind for p in plots] == ["latency", "goodput", "engine"]
     assert all(p.png.startswith(b"\x89PNG") for p in plots)

@@ -55,8 +55,7 @@ def test_round_trip_keeps_every_column_and_the_metadata(make_trace, tmp_path):
     assert back.df["session_id"].to_list()[1] is None
     md = pq.read_metadata(path).metadata
     assert md[VERSION_KEY.encode()] == b"2"
-    for key in ("t0_unix_us", "source_format", "tokenizer", "block_size_tokens", "hash_algo",
-                "redaction_policy"):
+    for key in ("t0_unix_us", "source_format", "tokenizer", "block_size_tokens", "hash_algo", "redaction_policy"):
         assert key.encode() in md
     assert pq.ParquetFile(path).metadata.row_group(0).column(0).compression == "ZSTD"
 
@@ -69,14 +68,16 @@ def test_uint64_hashes_above_int64_survive(make_trace, tmp_path):
 
 
 def test_validate_casts_compatible_integer_widths_and_fills_optional_columns():
-    df = pl.DataFrame({
-        "request_id": ["a", "b"],
-        "api": ["chat", "chat"],
-        "arrival_us": pl.Series([0, 5], dtype=pl.Int32),
-        "body": ["{}", "{}"],
-        "input_tokens": pl.Series([1, 2], dtype=pl.Int64),
-        "block_hashes": [[1, 2], []],
-    })
+    df = pl.DataFrame(
+        {
+            "request_id": ["a", "b"],
+            "api": ["chat", "chat"],
+            "arrival_us": pl.Series([0, 5], dtype=pl.Int32),
+            "body": ["{}", "{}"],
+            "input_tokens": pl.Series([1, 2], dtype=pl.Int64),
+            "block_hashes": [[1, 2], []],
+        }
+    )
     out = validate(df, TraceMeta(), "mem")
     assert out.schema == pl.Schema(SCHEMA)
     assert out["turn"].to_list() == [0, 0]
@@ -97,31 +98,34 @@ def test_write_is_atomic_and_validates_first(make_trace, tmp_path):
     [
         (lambda df: df.drop("arrival_us"), "column 'arrival_us' missing (schema 2)"),
         (lambda df: df.drop("body"), "column 'body' missing (schema 2)"),
-        (lambda df: df.with_columns(pl.col("arrival_us").cast(pl.String)),
-         "column 'arrival_us' has type String, expected Int64"),
-        (lambda df: df.with_columns(pl.col("turn").cast(pl.Float64)),
-         "column 'turn' has type Float64, expected Int32"),
-        (lambda df: df.with_columns(input_tokens=pl.Series([0, 1, 2**40, 3])),
-         "column 'input_tokens' value at row 2 does not fit Int32"),
-        (lambda df: df.with_columns(arrival_us=pl.Series([0, 5, 3, 9])),
-         "column 'arrival_us' is not sorted (row 2 goes back in time)"),
-        (lambda df: df.with_columns(arrival_us=pl.Series([-4, -3, 0, 1])),
-         "column 'arrival_us' is negative at row 0"),
-        (lambda df: df.with_columns(output_tokens=pl.Series([1, 2, 3, -1])),
-         "column 'output_tokens' is negative at row 3"),
+        (lambda df: df.with_columns(pl.col("arrival_us").cast(pl.String)), "column 'arrival_us' has type String, expected Int64"),
+        (lambda df: df.with_columns(pl.col("turn").cast(pl.Float64)), "column 'turn' has type Float64, expected Int32"),
+        (
+            lambda df: df.with_columns(input_tokens=pl.Series([0, 1, 2**40, 3])),
+            "column 'input_tokens' value at row 2 does not fit Int32",
+        ),
+        (
+            lambda df: df.with_columns(arrival_us=pl.Series([0, 5, 3, 9])),
+            "column 'arrival_us' is not sorted (row 2 goes back in time)",
+        ),
+        (lambda df: df.with_columns(arrival_us=pl.Series([-4, -3, 0, 1])), "column 'arrival_us' is negative at row 0"),
+        (lambda df: df.with_columns(output_tokens=pl.Series([1, 2, 3, -1])), "column 'output_tokens' is negative at row 3"),
         (lambda df: df.head(0), "trace is empty"),
-        (lambda df: df.with_columns(request_id=pl.Series(["a", "b", "a", "c"])),
-         "column 'request_id' has duplicate 'a' at row 0"),
-        (lambda df: df.with_columns(request_id=pl.Series(["a", None, "b", "c"])),
-         "column 'request_id' is null at row 1"),
-        (lambda df: df.with_columns(api=pl.Series(["chat", "chat", "chat", "edit"])),
-         "column 'api' is 'edit' at row 3, expected one of chat, completions"),
-        (lambda df: df.with_columns(body=pl.Series(["{}", "[1]", "{}", "{}"])),
-         "column 'body' is not a JSON object at row 1"),
-        (lambda df: df.with_columns(body=pl.Series(["{}", "{}", "{", "{}"])),
-         "column 'body' is not a JSON object at row 2"),
-        (lambda df: df.with_columns(block_hashes=pl.Series([[1], [-2], [], []])),
-         "column 'block_hashes' value at row 1 does not fit List(UInt64)"),
+        (
+            lambda df: df.with_columns(request_id=pl.Series(["a", "b", "a", "c"])),
+            "column 'request_id' has duplicate 'a' at row 0",
+        ),
+        (lambda df: df.with_columns(request_id=pl.Series(["a", None, "b", "c"])), "column 'request_id' is null at row 1"),
+        (
+            lambda df: df.with_columns(api=pl.Series(["chat", "chat", "chat", "edit"])),
+            "column 'api' is 'edit' at row 3, expected one of chat, completions",
+        ),
+        (lambda df: df.with_columns(body=pl.Series(["{}", "[1]", "{}", "{}"])), "column 'body' is not a JSON object at row 1"),
+        (lambda df: df.with_columns(body=pl.Series(["{}", "{}", "{", "{}"])), "column 'body' is not a JSON object at row 2"),
+        (
+            lambda df: df.with_columns(block_hashes=pl.Series([[1], [-2], [], []])),
+            "column 'block_hashes' value at row 1 does not fit List(UInt64)",
+        ),
         (lambda df: df.with_columns(extra=pl.lit(1)), "column 'extra' unknown (schema 2)"),
     ],
 )
@@ -140,9 +144,7 @@ def test_unknown_schema_version(make_trace, tmp_path):
 def test_parquet_without_our_metadata(make_trace, tmp_path):
     df, _ = _good(make_trace)
     path = _write_raw(tmp_path / "x.parquet", df, None)
-    assert _read_error(path) == (
-        f"x.parquet: not a faithful-replay trace (no '{VERSION_KEY}' metadata)"
-    )
+    assert _read_error(path) == (f"x.parquet: not a faithful-replay trace (no '{VERSION_KEY}' metadata)")
 
 
 @pytest.mark.parametrize(
@@ -173,8 +175,9 @@ def test_no_such_file(tmp_path):
 
 
 def test_meta_round_trips_through_strings():
-    meta = TraceMeta(t0_unix_us=12, source_format="f", tokenizer="qwen2", block_size_tokens=512,
-                     hash_algo="h", redaction_policy="p")
+    meta = TraceMeta(
+        t0_unix_us=12, source_format="f", tokenizer="qwen2", block_size_tokens=512, hash_algo="h", redaction_policy="p"
+    )
     md = meta.to_metadata()
     assert all(isinstance(v, str) for v in md.values())
     assert TraceMeta.from_metadata(md, "m") == meta
@@ -197,14 +200,20 @@ def test_bodies_can_stay_in_the_file_and_come_in_batches(make_trace, tmp_path):
         lazy.write(tmp_path / "copy.parquet")
 
 
-@pytest.mark.parametrize("bad, message", [
-    (None, "column 'body' is null at row 8 \\(and the metadata has no 'synthesis' rule to build it\\)"),
-    ("[1, 2]", "column 'body' is not a JSON object at row 8"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (None, "column 'body' is null at row 8 \\(and the metadata has no 'synthesis' rule to build it\\)"),
+        ("[1, 2]", "column 'body' is not a JSON object at row 8"),
+    ],
+)
 def test_a_bad_body_in_the_file_is_named_by_row(make_trace, tmp_path, bad, message):
-    df = make_trace(n=10).df.with_row_index().with_columns(
-        body=pl.when(pl.col("index") == 8).then(pl.lit(bad, pl.String)).otherwise(pl.col("body"))
-    ).drop("index")
+    df = (
+        make_trace(n=10)
+        .df.with_row_index()
+        .with_columns(body=pl.when(pl.col("index") == 8).then(pl.lit(bad, pl.String)).otherwise(pl.col("body")))
+        .drop("index")
+    )
     path = tmp_path / "t.parquet"
     meta = make_trace(n=10).meta.to_metadata()
     pq.write_table(df.to_arrow().replace_schema_metadata(meta), path, row_group_size=3)
@@ -251,8 +260,11 @@ def test_null_bodies_need_a_synthesis_rule_and_are_built_from_it(make_trace, tmp
         assert len(gpt2.encode(text, add_special_tokens=False).ids) == df["input_tokens"][row]
     assert built == [b for batch in read_trace(path).body_batches(4, 4, synthesize=True) for b in batch]
     bad = df.with_columns(hash_ids=pl.Series([None, None, [7, 8], None], dtype=pl.List(pl.UInt64)))
-    with pytest.raises(TraceError, match=r"column 'hash_ids' has 2 ids at row 2, expected "
-                                         r"ceil\(input_tokens / 512\) = 1"):
+    with pytest.raises(
+        TraceError,
+        match=r"column 'hash_ids' has 2 ids at row 2, expected "
+        r"ceil\(input_tokens / 512\) = 1",
+    ):
         validate(bad, meta, "t")
     with pytest.raises(TraceError, match="metadata 'synthesis' is not a JSON object"):
         validate(df, TraceMeta(synthesis="{"), "t")
@@ -276,10 +288,13 @@ def test_a_version_1_file_reads_as_version_2_with_the_live_columns_null(make_tra
 
 
 def test_the_live_columns_round_trip_and_a_bad_outcome_is_named(make_trace, tmp_path):
-    trace = make_trace(n=2, ttfb_us=pl.Series([5, None]),
-                       chunk_us=pl.Series([[0, 7, 9], None], dtype=pl.List(pl.UInt32)),
-                       finish_reason=pl.Series(["stop", None]),
-                       outcome=pl.Series(["completed", "client_disconnected"]))
+    trace = make_trace(
+        n=2,
+        ttfb_us=pl.Series([5, None]),
+        chunk_us=pl.Series([[0, 7, 9], None], dtype=pl.List(pl.UInt32)),
+        finish_reason=pl.Series(["stop", None]),
+        outcome=pl.Series(["completed", "client_disconnected"]),
+    )
     back = read_trace(trace.write(tmp_path / "t.parquet"))
     assert back.df["chunk_us"].to_list() == [[0, 7, 9], None]
     assert back.df["outcome"].to_list() == ["completed", "client_disconnected"]
@@ -289,18 +304,34 @@ def test_the_live_columns_round_trip_and_a_bad_outcome_is_named(make_trace, tmp_
 
 
 def _segment(make_trace, folder: Path, n: int, arrivals: list[int], ids: list[str], **meta) -> None:
-    trace = make_trace(n=len(arrivals), arrival_us=pl.Series(arrivals, dtype=pl.Int64),
-                       request_id=pl.Series(ids), body=pl.Series([f'{{"prompt":"{i}"}}' for i in ids]),
-                       meta=TraceMeta(t0_unix_us=1, source_format="capture", **meta))
+    trace = make_trace(
+        n=len(arrivals),
+        arrival_us=pl.Series(arrivals, dtype=pl.Int64),
+        request_id=pl.Series(ids),
+        body=pl.Series([f'{{"prompt":"{i}"}}' for i in ids]),
+        meta=TraceMeta(t0_unix_us=1, source_format="capture", **meta),
+    )
     trace.write(folder / f"segment-{n:06d}.parquet")
 
 
 def test_a_capture_folder_is_one_trace_in_arrival_order_with_or_without_bodies(make_trace, tmp_path):
     # segments hold the requests that ENDED in their window: their arrivals overlap
-    _segment(make_trace, tmp_path, 1, [0, 30, 50], ["a", "d", "f"],
-             capture_report='{"upstream":"u","sample":0.5,"recorded":3,"dropped_queue_full":1}')
-    _segment(make_trace, tmp_path, 2, [10, 20, 40, 60], ["b", "c", "e", "g"],
-             capture_report='{"upstream":"u","sample":0.5,"recorded":4,"dropped_queue_full":2}')
+    _segment(
+        make_trace,
+        tmp_path,
+        1,
+        [0, 30, 50],
+        ["a", "d", "f"],
+        capture_report='{"upstream":"u","sample":0.5,"recorded":3,"dropped_queue_full":1}',
+    )
+    _segment(
+        make_trace,
+        tmp_path,
+        2,
+        [10, 20, 40, 60],
+        ["b", "c", "e", "g"],
+        capture_report='{"upstream":"u","sample":0.5,"recorded":4,"dropped_queue_full":2}',
+    )
     (tmp_path / "capture.json").write_text("{}")
     whole = read_trace(tmp_path)
     assert whole.df["request_id"].to_list() == list("abcdefg")

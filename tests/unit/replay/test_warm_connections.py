@@ -39,8 +39,7 @@ def test_recorded_durations_win_and_the_cap_holds():
 def test_a_burst_gets_its_connections_even_at_a_low_mean_rate():
     # 6 requests at once, then one a minute later: about 0.12 req/s on average, so Little's law
     # alone says 1 connection; each takes 0.5 s, so the burst has 6 in flight
-    trace = trace_of_bodies([{"max_tokens": 8} for _ in range(7)],
-                            arrival_us=[0, 0, 0, 0, 0, 0, 60_000_000])
+    trace = trace_of_bodies([{"max_tokens": 8} for _ in range(7)], arrival_us=[0, 0, 0, 0, 0, 0, 60_000_000])
     trace = type(trace)(df=trace.df.with_columns(pl.lit(500_000, pl.Int64).alias("e2e_us")), meta=trace.meta)
     config = RunConfig(url="http://127.0.0.1:9")
     plan = build_plan(trace, config, model="m")

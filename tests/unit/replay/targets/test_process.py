@@ -61,8 +61,15 @@ class StandIn(ProcessEngine):
     metric_spec: ClassVar = {"running": (("fake:running",), "sum"), "prefix_cache_hits": (("fake:hits",), "sum")}
 
     def command(self, config: Mapping[str, Any], port: int) -> list[str]:
-        return [sys.executable, "-c", STAND_IN, str(port), self.mode, str(self.loading_s),
-                *config_args(self.name, self.knobs, config)]
+        return [
+            sys.executable,
+            "-c",
+            STAND_IN,
+            str(port),
+            self.mode,
+            str(self.loading_s),
+            *config_args(self.name, self.knobs, config),
+        ]
 
 
 def _alive(pid: int) -> bool:
@@ -85,8 +92,8 @@ def test_launch_waits_for_health_then_serves_metrics_and_stops():
         pid, scratch = running.process.pid, running._scratch
         assert scratch.is_dir()
     assert not running.alive and not _alive(pid)
-    assert not scratch.exists()                      # log and scratch removed ...
-    assert any("stand-in: ready" in line for line in running.logs_tail(5))   # ... tail kept
+    assert not scratch.exists()  # log and scratch removed ...
+    assert any("stand-in: ready" in line for line in running.logs_tail(5))  # ... tail kept
 
 
 def test_a_given_log_path_is_kept(tmp_path):
@@ -123,7 +130,7 @@ def test_stop_kills_an_engine_that_ignores_sigterm():
     code = running.stop(timeout_s=0.5)
     assert code == -signal.SIGKILL and not _alive(pid)
     assert time.monotonic() - started < 5
-    assert running.stop() == code                    # idempotent
+    assert running.stop() == code  # idempotent
 
 
 def test_bad_configs_fail_before_anything_starts():

@@ -27,8 +27,8 @@ def test_gguf_has_the_llama_layout_and_the_vocab_of_the_sdist(tmp_path):
     assert len(tokens) == 32000 and field("llama.vocab_size") == 32000
     assert field("tokenizer.chat_template") == CHAT_TEMPLATE
     names = {t.name: t for t in reader.tensors}
-    assert len(names) == 2 + 9 * 2          # embeddings, final norm, 9 per layer (tied output)
-    assert list(names["token_embd.weight"].shape) == [64, 32000]          # ggml order: [in, out]
+    assert len(names) == 2 + 9 * 2  # embeddings, final norm, 9 per layer (tied output)
+    assert list(names["token_embd.weight"].shape) == [64, 32000]  # ggml order: [in, out]
     assert list(names["blk.1.attn_k.weight"].shape) == [64, 32]
     assert list(names["blk.0.ffn_down.weight"].shape) == [128, 64]
 
@@ -45,7 +45,7 @@ def test_cached_models_are_made_once(tmp_path, monkeypatch):
     from replay.targets.tiny_models import tiny_hf_path
     from replay.tokenizer import tokenizer_path
 
-    built = tokenizer_path("gpt2")           # the machine's cache has it; the test cache borrows it
+    built = tokenizer_path("gpt2")  # the machine's cache has it; the test cache borrows it
     (tmp_path / "tokenizers").mkdir()
     (tmp_path / "tokenizers" / "gpt2.json").symlink_to(built)
     monkeypatch.setenv("FAITHFUL_REPLAY_CACHE", str(tmp_path))
@@ -68,14 +68,14 @@ def test_hf_folder_has_config_tokenizer_and_bf16_safetensors(tmp_path):
     assert Tokenizer.from_file(str(out / "tokenizer.json")).encode("Hello world").ids == [15496, 995]
     raw = (out / "model.safetensors").read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
+    header = json.loads(raw[8 : 8 + n])
     emb = header["model.embed_tokens.weight"]
     assert emb["dtype"] == "BF16" and emb["shape"] == [50257, 128]
-    assert "lm_head.weight" not in header                      # tied
+    assert "lm_head.weight" not in header  # tied
     end = max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
     assert len(raw) == 8 + n + end and n % 8 == 0
     lo, hi = header["model.norm.weight"]["data_offsets"]
-    norm = np.frombuffer(raw[8 + n + lo:8 + n + hi], np.uint16).astype(np.uint32) << 16
+    norm = np.frombuffer(raw[8 + n + lo : 8 + n + hi], np.uint16).astype(np.uint32) << 16
     assert np.all(norm.view(np.float32) == 1.0)
 
 
