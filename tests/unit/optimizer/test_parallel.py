@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 
 import pytest
 
@@ -18,22 +17,30 @@ from tests.unit.optimizer.test_campaign import BASE, campaign, noisy, space, sur
 
 
 class Recorder:
-    """A measure that records how many calls overlap (each sleeps a little) and the surface's value."""
+    """A measure that records how many calls overlap and the surface's value. Until ``overlap``
+    calls have been in flight at once, each call waits for that to happen (an event, not a sleep):
+    a pool that runs them side by side gets there at once; one that runs them one at a time never
+    does, and its calls each give up after ``patience_s``."""
 
-    def __init__(self, rel_sd: float = 0.005, seed: int = 3) -> None:
+    def __init__(self, rel_sd: float = 0.005, seed: int = 3, overlap: int = 3, patience_s: float = 10.0) -> None:
         self.inner = noisy(rel_sd, seed)
         self.lock = threading.Lock()
         self.running = 0
         self.most = 0
         self.calls: list[str] = []
+        self.overlap = overlap
+        self.all_in = threading.Event()
+        self.patience_s = patience_s
 
     def __call__(self, config) -> Measurement:
         with self.lock:
             self.running += 1
             self.most = max(self.most, self.running)
+            if self.running >= self.overlap:
+                self.all_in.set()
             self.calls.append(config_key(config))
             m = self.inner(config)
-        time.sleep(0.05)
+        self.all_in.wait(self.patience_s)
         with self.lock:
             self.running -= 1
         return m
@@ -70,7 +77,7 @@ def test_of_two_wins_in_one_round_the_higher_becomes_the_baseline(tmp_path):
 
 
 def test_a_config_proposed_twice_in_a_round_is_measured_once(tmp_path):
-    measure = Recorder(rel_sd=0.0)
+    measure = Recorder(rel_sd=0.0, overlap=2)
     c = campaign(tmp_path, measure, pool=LocalPool(2), repeats=2)
     c.start()
     n = len(measure.calls)
@@ -82,7 +89,7 @@ def test_a_config_proposed_twice_in_a_round_is_measured_once(tmp_path):
 
 
 def test_the_gpu_budget_caps_a_round(tmp_path):
-    measure = Recorder()
+    measure = Recorder(overlap=2)
     c = campaign(tmp_path, measure, pool=LocalPool(4), gpus=2, budget=Budget(trials=6, gpus=4))
     assert c.slots == 2  # 4 GPUs at once, 2 a config
     c.run()

