@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from redact.lock import LOCK_TYPES
+from replay.trace import BLOCK_SIZE
 
 __all__ = ["CaptureConfig", "COUNTERS", "run_recorder", "RECORDER_NICE", "LOCK_FILE"]
 
@@ -67,7 +68,7 @@ class CaptureConfig:
     sample: float = 1.0
     session_header: str = "X-Session-Id"
     tokenizer: str = "gpt2"
-    block_size: int = 16
+    block_size: int = BLOCK_SIZE
     key: Any = None  # a redact.key.RedactionKey; None: --no-redact
     redact_processes: int = 1
     redact_timeout_s: float = 60.0

@@ -33,7 +33,7 @@ import polars as pl
 
 from replay.blocks import HASH_ALGO, block_hashes
 from replay.errors import ConfigError
-from replay.trace import APIS, Trace, TraceMeta, validate
+from replay.trace import APIS, BLOCK_SIZE, Trace, TraceMeta, validate
 
 __all__ = ["GenerateConfig", "generate"]
 
@@ -68,7 +68,7 @@ class GenerateConfig:
     max_input_tokens: int = 6144
     model: str = "default"
     tokenizer: str = "gpt2"
-    block_size: int = 16
+    block_size: int = BLOCK_SIZE
     api: str = "chat"
 
     def __post_init__(self) -> None:

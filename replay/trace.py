@@ -46,6 +46,7 @@ from replay.blocks import HASH_ALGO
 from replay.errors import TraceError
 
 __all__ = [
+    "BLOCK_SIZE",
     "SCHEMA_VERSION",
     "SCHEMA",
     "READ_VERSIONS",
@@ -64,6 +65,9 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 2
+# tokens per hashed block of a trace's block_hashes, unless a trace or flag says otherwise (vLLM's
+# KV block size on GPUs): the one default of every importer, capture, generate and --block-size
+BLOCK_SIZE = 16
 # versions this build reads (a version 1 file is a version 2 trace whose bodies are all present)
 READ_VERSIONS = (1, 2)
 # a capture folder's Parquet segments, and its spools not yet rolled (written by capture.spool)
@@ -137,7 +141,7 @@ class TraceMeta:
     t0_unix_us: int = 0
     source_format: str = "unknown"
     tokenizer: str = "gpt2"
-    block_size_tokens: int = 16
+    block_size_tokens: int = BLOCK_SIZE
     hash_algo: str = HASH_ALGO
     # "redacted" (Presidio surrogates), "synthetic" (made-up text), "none" (raw text as it
     # arrived: warned about wherever it is used) or "unspecified"

@@ -18,6 +18,7 @@ from capture.importers.openai_log import import_openai
 from capture.importers.records import LogRecord, Usage
 from capture.importers.tokens import ImportResult
 from capture.importers.vidur import import_vidur
+from replay.trace import BLOCK_SIZE
 
 # the token-only formats (as the CLI spells them) and their importers
 TOKEN_FORMATS = {"azure": import_azure, "burstgpt": import_burstgpt, "vidur": import_vidur, "mooncake": import_mooncake}
@@ -38,7 +39,7 @@ def import_log(
     out: str | os.PathLike[str],
     *,
     tokenizer: str = "gpt2",
-    block_size: int = 16,
+    block_size: int = BLOCK_SIZE,
     skip_bad: bool = False,
     rate: float | None = None,
     seed: int = 0,

@@ -23,6 +23,7 @@ from capture.importers.tokens import (
     write_token_trace,
 )
 from replay.synth import Synthesis
+from replay.trace import BLOCK_SIZE
 
 __all__ = ["AZURE_COLUMNS", "import_azure", "parse_azure_row", "csv_count"]
 
@@ -90,7 +91,7 @@ def import_azure(
     tokenizer: str = "gpt2",
     seed: int = 0,
     limit: int | None = None,
-    block_size: int = 16,
+    block_size: int = BLOCK_SIZE,
     model: str | None = None,
     skip_bad: bool = False,
     progress: Callable[[int], None] | None = None,

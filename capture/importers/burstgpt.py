@@ -22,6 +22,7 @@ from capture.importers.azure import csv_count, csv_seconds
 from capture.importers.records import BadLines
 from capture.importers.tokens import ImportResult, TokenRecord, csv_records, write_token_trace
 from replay.synth import Synthesis
+from replay.trace import BLOCK_SIZE
 
 __all__ = ["BURSTGPT_COLUMNS", "import_burstgpt"]
 
@@ -55,7 +56,7 @@ def import_burstgpt(
     tokenizer: str = "gpt2",
     seed: int = 0,
     limit: int | None = None,
-    block_size: int = 16,
+    block_size: int = BLOCK_SIZE,
     model: str | None = None,
     skip_bad: bool = False,
     progress: Callable[[int], None] | None = None,

@@ -52,6 +52,7 @@ from capture.importers.records import (
     opt_str,
     parse_time_us,
 )
+from replay.trace import BLOCK_SIZE
 
 if TYPE_CHECKING:
     from capture.importers.tokens import ImportResult
@@ -192,7 +193,7 @@ def import_litellm(
     out: str | os.PathLike[str],
     *,
     tokenizer: str = "gpt2",
-    block_size: int = 16,
+    block_size: int = BLOCK_SIZE,
     skip_bad: bool = False,
     limit: int | None = None,
     key: Any | None = None,

@@ -65,7 +65,7 @@ from capture.importers.records import BadLines, LineError, LogRecord, NotAReques
 from capture.importers.linker import SessionLinker
 from replay.blocks import HASH_ALGO, block_hashes
 from replay.errors import ConfigError, TraceError
-from replay.trace import APIS, Trace, TraceMeta, TraceWriter, read_meta, validate
+from replay.trace import APIS, BLOCK_SIZE, Trace, TraceMeta, TraceWriter, read_meta, validate
 
 if TYPE_CHECKING:
     from capture.importers.tokens import ImportResult
@@ -427,7 +427,7 @@ def build_trace(
     source: str,
     source_format: str,
     tokenizer: str = "gpt2",
-    block_size: int = 16,
+    block_size: int = BLOCK_SIZE,
     report: dict | None = None,
 ) -> Trace:
     """The Trace of ``records`` (every ``arrival_us`` set) in memory, by the rules in the module
@@ -508,7 +508,7 @@ def write_log_trace(
     *,
     source_format: str,
     tokenizer: str = "gpt2",
-    block_size: int = 16,
+    block_size: int = BLOCK_SIZE,
     key: Any | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> ImportResult:

@@ -43,6 +43,7 @@ from capture.importers.records import (
     parse_time_us,
 )
 from replay.errors import ConfigError
+from replay.trace import BLOCK_SIZE
 
 if TYPE_CHECKING:
     from capture.importers.tokens import ImportResult
@@ -129,7 +130,7 @@ def import_openai(
     out: str | os.PathLike[str],
     *,
     tokenizer: str = "gpt2",
-    block_size: int = 16,
+    block_size: int = BLOCK_SIZE,
     skip_bad: bool = False,
     rate: float | None = None,
     seed: int = 0,

@@ -32,7 +32,7 @@ from capture.importers.records import BadLines, LineError
 from replay.blocks import HASH_ALGO
 from replay.errors import ConfigError, TraceError
 from replay.synth import Synthesis, Synthesizer
-from replay.trace import TraceMeta, TraceWriter, read_meta
+from replay.trace import BLOCK_SIZE, TraceMeta, TraceWriter, read_meta
 
 __all__ = ["CHUNK_ROWS", "TokenRecord", "read_csv_rows", "read_jsonl_rows", "write_token_trace", "ImportResult"]
 
@@ -161,7 +161,7 @@ def write_token_trace(
     source: str,
     source_format: str,
     tokenizer: str = "gpt2",
-    block_size: int = 16,
+    block_size: int = BLOCK_SIZE,
     synthesis: Synthesis | None = None,
     bad: BadLines,
     report: dict | None = None,

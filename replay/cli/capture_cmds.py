@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from replay.trace import BLOCK_SIZE
+
 __all__ = ["register"]
 
 
@@ -52,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "session is derived from the conversation, as `replay import openai` does",
     )
     p.add_argument("--tokenizer", default="gpt2", help="gpt2, qwen2 or a tokenizer.json path (default gpt2)")
-    p.add_argument("--block-size", type=int, default=16, help="tokens per hashed block (default 16)")
+    p.add_argument("--block-size", type=int, default=BLOCK_SIZE, help=f"tokens per hashed block (default {BLOCK_SIZE})")
     p.add_argument("--key-file", type=Path, help="file holding the redaction key (default: $REPLAY_REDACT_KEY)")
     p.add_argument(
         "--no-redact", action="store_true", help="store raw text (local experiments only; recorded as redaction_policy=none)"

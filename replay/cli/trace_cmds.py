@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from replay.cli.report import raw_text_warning
+from replay.trace import BLOCK_SIZE
 
 __all__ = ["register"]
 
@@ -34,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--system-prompts", type=int, default=4, help="distinct shared system prompts (default 4)")
     p.add_argument("--turns", type=float, default=3.0, help="mean turns per session (default 3)")
     p.add_argument("--tokenizer", default="gpt2", help="gpt2, qwen2 or a tokenizer.json path (default gpt2)")
-    p.add_argument("--block-size", type=int, default=16, help="tokens per hashed block (default 16)")
+    p.add_argument("--block-size", type=int, default=BLOCK_SIZE, help=f"tokens per hashed block (default {BLOCK_SIZE})")
     p.add_argument("--model", default="default", help="model name written in the bodies")
     p.set_defaults(func=cmd_generate)
 
@@ -58,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--out", type=Path, required=True, help="Trace Parquet file to write")
     p.add_argument("--limit", type=int, help="import only the first N rows")
     p.add_argument("--tokenizer", default="gpt2", help="gpt2, qwen2 or a tokenizer.json path (default gpt2)")
-    p.add_argument("--block-size", type=int, help="tokens per hashed block (default 16; mooncake: 512)")
+    p.add_argument("--block-size", type=int, help=f"tokens per hashed block (default {BLOCK_SIZE}; mooncake: 512)")
     p.add_argument(
         "--hash-block",
         type=int,
@@ -228,7 +229,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             args.path,
             args.out,
             tokenizer=args.tokenizer,
-            block_size=16 if args.block_size is None else args.block_size,
+            block_size=BLOCK_SIZE if args.block_size is None else args.block_size,
             skip_bad=args.skip_bad,
             rate=args.rate,
             seed=args.seed,

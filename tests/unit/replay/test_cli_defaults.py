@@ -56,3 +56,24 @@ def test_the_embedded_engine_s_defaults_come_from_the_engine():
     for action in serve._actions:
         if action.dest in engine and action.dest not in ("tokenizer", "port"):  # serve-sim listens on 8000
             assert action.default == engine[action.dest], action.dest
+
+
+def test_one_block_size_default_for_traces():
+    import inspect
+
+    from capture.importers import TOKEN_FORMATS, import_log
+    from capture.recorder import CaptureConfig
+    from replay.generate import GenerateConfig
+    from replay.trace import BLOCK_SIZE, TraceMeta
+
+    assert TraceMeta.__dataclass_fields__["block_size_tokens"].default == BLOCK_SIZE
+    assert GenerateConfig.__dataclass_fields__["block_size"].default == BLOCK_SIZE
+    assert CaptureConfig.__dataclass_fields__["block_size"].default == BLOCK_SIZE
+    # mooncake's hash_ids are over 512-token blocks: its importer's own default
+    for fn in (import_log, *(f for name, f in TOKEN_FORMATS.items() if name != "mooncake")):
+        param = inspect.signature(fn).parameters.get("block_size")
+        assert param is None or param.default == BLOCK_SIZE, fn.__name__
+    commands = _subcommands(build_parser())
+    for name in ("capture", "generate"):
+        (flag,) = [a for a in commands[name]._actions if a.dest == "block_size"]
+        assert flag.default == BLOCK_SIZE, name
