@@ -1,7 +1,7 @@
 """How fast is redaction? Requests/s and MB/s of our pipeline against a naive Presidio loop.
 
 Issue [4] "Redaction": redacting a multi-turn capture should run at least 20x the requests/s of the
-obvious approach. Both pipelines read the same seeded corpus (:func:`redact.corpus.make_corpus`:
+obvious approach. Both pipelines read the same seeded corpus (:func:`examples.pii_corpus.make_corpus`:
 multi-turn chat sessions whose request k resends the system prompt and every earlier turn, with
 names, addresses, cards, keys, code, logs... in the user turns and some echoed in the answers):
 
@@ -56,6 +56,7 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the corpus is examples/pii_corpus.py, not part of the installed packages
 DEFAULT_SESSIONS = 250
 QUICK_SESSIONS = 8
 TARGET_RATIO = 20.0
@@ -87,7 +88,7 @@ def log(msg: str) -> None:
 
 
 def corpus_of(args: argparse.Namespace):
-    from redact.corpus import make_corpus
+    from examples.pii_corpus import make_corpus
 
     return make_corpus(args.sessions, seed=args.seed, turns_mean=args.turns_mean)
 

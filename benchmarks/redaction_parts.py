@@ -1,7 +1,7 @@
 """Where redaction's time goes: its parts, each timed apart on the benchmark corpus.
 
 The breakdown behind docs/redaction.md's Speed section (benchmarks/redaction.py times the whole
-pipeline against a naive loop). On the distinct texts of ``redact.corpus.make_corpus(250,
+pipeline against a naive loop). On the distinct texts of ``examples.pii_corpus.make_corpus(250,
 seed=0)`` (prompts and answers), in this one process:
 
 * ``ner``: spaCy's NER (the only pipe :class:`redact.analyzer.TextAnalyzer` runs), ``nlp.pipe``;
@@ -21,8 +21,12 @@ from __future__ import annotations
 
 import argparse
 import resource
+import sys
 import time
 from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/pii_corpus.py
 
 
 def main() -> None:
@@ -31,8 +35,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
+    from examples.pii_corpus import make_corpus
     from redact.analyzer import TextAnalyzer
-    from redact.corpus import make_corpus
     from redact.key import RedactionKey
     from redact.surrogates import Surrogates
     from replay.bodies import text_slots

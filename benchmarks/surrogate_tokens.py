@@ -1,6 +1,6 @@
 """How often a surrogate keeps its value's token count, on values the surrogates were not tuned on.
 
-The corpus (:mod:`redact.corpus`, Faker en_US) and the independent set
+The corpus (:mod:`examples.pii_corpus`, Faker en_US) and the independent set
 (``tests/unit/redact/evalset.py``) are what :mod:`redact.surrogates` was developed against. This
 draws fresh values from twelve other Faker locales (names, emails, street addresses, phone
 numbers, IBANs) and random ones (cards, IPv4 / IPv6, provider-shaped keys, JWT-shaped tokens), makes

@@ -1,6 +1,6 @@
 """A chat client with PII in its prompts, for trying the capture end to end.
 
-Sessions come from the seeded synthetic corpus the redaction tests use (``redact.corpus``: names,
+Sessions come from the seeded synthetic corpus the redaction tests use (``examples.pii_corpus``: names,
 emails, phone numbers, card numbers, addresses, API keys and JWTs in user turns, shared system
 prompts). Each session is a real conversation through the official ``openai`` SDK: its user turns
 in order, each sent with the whole history so far, the engine's own streamed answers included,
@@ -28,7 +28,7 @@ class Session:
 
 def sessions_of(n_sessions: int, seed: int = 0) -> list[Session]:
     """The corpus's sessions: start time, system prompt, user turns in order."""
-    from redact.corpus import make_corpus
+    from pii_corpus import make_corpus  # examples/ is on the path: run from there, or by the quickstart
 
     corpus = make_corpus(n_sessions, seed=seed, turns_mean=4)
     last: dict[int, int] = {}

@@ -17,7 +17,7 @@ Owns :data:`ENTITIES`, :data:`SCORE_THRESHOLD`, :data:`SPACY_MODEL`, :class:`Fou
 - Entities: an explicit list (:data:`ENTITIES`); Presidio's noisy ones on code and logs
   (DATE_TIME, URL, US_BANK_NUMBER, US_DRIVER_LICENSE, UUIDs) are left out, as is ORGANIZATION.
   Results below :data:`SCORE_THRESHOLD` are dropped. Both chosen from measurement on the
-  labelled corpus (:mod:`redact.corpus`; see ``tests/unit/redact/test_recall.py``).
+  labelled corpus (:mod:`examples.pii_corpus`; see ``tests/unit/redact/test_recall.py``).
 - Implausible results are dropped or cut (:func:`_plausible`: names with code characters, a
   name's leading words that name no one, :func:`redact.names.name_span`), then
   overlaps are resolved to one span per character: pattern results (checked formats) win over

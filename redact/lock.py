@@ -32,7 +32,7 @@ Validity checks (Luhn, mod 97, :mod:`ipaddress`) are the lock's own precision: a
 a record, so the lock keeps its false positives low; the analyzer (:mod:`redact.analyzer`) is the
 one that redacts on shape alone. Matches are whole tokens (never inside a longer word or number);
 a grouped card or IBAN that runs into a following group is cut back to its longest valid prefix;
-a hit inside a longer hit is dropped. On :func:`redact.corpus.make_corpus` (150 sessions, seed 11)
+a hit inside a longer hit is dropped. On :func:`examples.pii_corpus.make_corpus` (150 sessions, seed 11)
 every hit lies on a labelled PII span, and none of the corpus's non-PII strings is hit.
 
 Speed: one regex per shape family, each with its first character ahead of its lookbehind and a

@@ -1,4 +1,4 @@
-"""A second evaluation set for redaction, made apart from :mod:`redact.corpus`, and its scoring.
+"""A second evaluation set for redaction, made apart from :mod:`examples.pii_corpus`, and its scoring.
 
 Owns the typed values, :data:`CODE_TEXTS`, :data:`TYPES`, :class:`Label`, :class:`CodeText`,
 :class:`EvalSet`, :func:`build_evalset`, :func:`value_pattern` (when a value counts as present),
@@ -6,7 +6,7 @@ Owns the typed values, :data:`CODE_TEXTS`, :data:`TYPES`, :class:`Label`, :class
 :func:`evaluate` and :func:`format_table` (``python -m tests.unit.redact.evalset`` prints the
 table; about 30 s on 2 cores, most of it loading spaCy).
 
-The set (the recognizers were tuned on :mod:`redact.corpus`, which draws from Faker; nothing here
+The set (the recognizers were tuned on :mod:`examples.pii_corpus`, which draws from Faker; nothing here
 does):
 
 - Every value is typed into this module by hand: names of many origins (with diacritics,

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("faker")
 
-from redact.corpus import ENTITIES, LabelledText, Span, make_corpus  # noqa: E402
+from examples.pii_corpus import ENTITIES, LabelledText, Span, make_corpus  # noqa: E402
 from replay.bodies import text_slots  # noqa: E402
 
 _MIN_PER_ENTITY = 20
@@ -247,3 +247,13 @@ def test_options():
     for bad in ({"n_sessions": -1}, {"n_sessions": 1, "turns_mean": 0.5}, {"n_sessions": 1, "system_prompts": -1}):
         with pytest.raises(ValueError):
             make_corpus(**bad)
+
+
+def test_the_corpus_labels_the_analyzer_s_own_entity_types():
+    from examples.pii_corpus import NOT_GENERATED, SECRET_ENTITIES
+    from redact.analyzer import ENTITIES as ANALYZER
+    from redact.recognizers import SECRET_ENTITIES as SECRETS
+
+    assert set(ENTITIES) <= set(ANALYZER) and set(SECRET_ENTITIES) <= set(SECRETS)
+    # every type the analyzer looks for is either generated here or named as measured elsewhere
+    assert set(ANALYZER) == set(ENTITIES) | set(NOT_GENERATED)

@@ -148,7 +148,7 @@ def test_non_pii_is_not_hit():
 
 
 def test_the_corpus_non_pii_and_only_labelled_spans_are_hit():
-    from redact.corpus import make_corpus
+    from examples.pii_corpus import make_corpus
 
     corpus = make_corpus(150, seed=11)
     for lt in corpus.iter_labelled():

@@ -15,7 +15,7 @@ from capture.importers.logs import build_trace
 from capture.importers.records import LogRecord  # noqa: E402
 from presidio_analyzer import EntityRecognizer  # noqa: E402
 from redact import RedactionKey, redact_file, redact_trace  # noqa: E402
-from redact.corpus import make_corpus  # noqa: E402
+from examples.pii_corpus import make_corpus  # noqa: E402
 from replay.bodies import prompt_token_ids, text_slots  # noqa: E402
 from replay.blocks import block_hashes, prefix_hits  # noqa: E402
 from replay.cli.main import main  # noqa: E402

@@ -2,7 +2,7 @@
 
 Three parts: each form the rules name is found with the right span; what is not a secret or a
 name (placeholders, code that reads a secret, prose about passwords, "Python's", "Hi team") is
-not flagged; and two hand-written evaluation sets (not from redact.corpus: names from many
+not flagged; and two hand-written evaluation sets (not from examples.pii_corpus: names from many
 origins, secrets in six languages and config formats), the second written and measured blind
 before the fixes it led to; their recall is printed with -s and held to floors.
 """

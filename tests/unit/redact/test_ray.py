@@ -49,7 +49,7 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def raw_file(tmp_path_factory):
-    from redact.corpus import make_corpus
+    from examples.pii_corpus import make_corpus
 
     path = tmp_path_factory.mktemp("ray") / "raw.parquet"
     return _trace(make_corpus(10, seed=5), {3: POISON, 7: POISON}).write(path)

@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("faker")
 
 from redact.analyzer import TextAnalyzer  # noqa: E402
-from redact.corpus import make_corpus  # noqa: E402
+from examples.pii_corpus import make_corpus  # noqa: E402
 
 STRUCTURED = (
     "EMAIL_ADDRESS",

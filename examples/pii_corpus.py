@@ -52,11 +52,20 @@ from typing import Union
 
 import numpy as np
 
-__all__ = ["ENTITIES", "PRESIDIO_ENTITIES", "SECRET_ENTITIES", "Span", "LabelledText", "Corpus", "make_corpus"]
+from redact.analyzer import ENTITIES as ANALYZER_ENTITIES
+from redact.recognizers import SECRET_ENTITIES as _RECOGNIZED_SECRETS
 
-PRESIDIO_ENTITIES = ("PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE", "IP_ADDRESS", "US_SSN", "LOCATION")
-SECRET_ENTITIES = ("API_KEY", "JWT", "PRIVATE_KEY", "BEARER_TOKEN", "URL_PASSWORD")
-ENTITIES = PRESIDIO_ENTITIES + SECRET_ENTITIES
+__all__ = ["ENTITIES", "PRESIDIO_ENTITIES", "SECRET_ENTITIES", "NOT_GENERATED", "Span", "LabelledText", "Corpus", "make_corpus"]
+
+# The types this corpus labels come from the analyzer's own lists (redact.analyzer.ENTITIES, the
+# secrets of redact.recognizers), less those it has no generator for: street addresses, prose
+# passwords and unlabelled high-entropy secrets are measured on the independent evaluation set
+# (tests/unit/redact/evalset.py) instead. A type the analyzer gains is missing here until a
+# generator is written for it, and tests/unit/redact/test_corpus.py says which.
+NOT_GENERATED = ("STREET_ADDRESS", "PASSWORD", "SECRET")
+SECRET_ENTITIES = tuple(e for e in _RECOGNIZED_SECRETS if e not in NOT_GENERATED)
+ENTITIES = tuple(e for e in ANALYZER_ENTITIES if e not in NOT_GENERATED)
+PRESIDIO_ENTITIES = tuple(e for e in ENTITIES if e not in SECRET_ENTITIES)
 
 
 @dataclass(frozen=True)
