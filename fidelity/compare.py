@@ -36,6 +36,9 @@ run / sweep --repeats 2``); its A/A distance is the larger of live's halves' and
 between those replays, and the bound follows from it as above. With fewer replays an outcome is
 *cannot tell*, and with outcomes judged a stage needs them conclusive to be faithful.
 
+The bound rule itself (bounds, ceilings, A/A splits, the decision and its power) is in
+:mod:`fidelity.bounds`; the metrics, their groups and the verdicts are here.
+
 Time scales. A stage that replays the trace k times faster is compared at 1/k of the live
 windows: its counting windows are the live ones divided by the stage's compression
 (:func:`compression`), and its reuse and think times are multiplied by it.
@@ -51,9 +54,22 @@ import numpy as np
 import polars as pl
 
 from fidelity import cache, stats
-from fidelity.power import MAX_DETECTABLE, detectable, in_words
+from fidelity.bounds import (
+    AA_FACTOR,
+    CANNOT_TELL,
+    CEILINGS,
+    COUNT_WINDOWS_S,
+    FAIL,
+    FIXED_BOUNDS,
+    NOT_JUDGED,
+    PASS,
+    Decision,
+    aa_splits,
+    counts,
+    decide,
+    stated,
+)
 from fidelity.sides import PER_REQUEST_SLACK, TEMPLATE_MAX, Side
-from replay.config import LAG_BOUND_MS
 
 __all__ = [
     "AA_FACTOR",
@@ -74,65 +90,8 @@ __all__ = [
     "compare_sides",
 ]
 
-AA_FACTOR = 3.0
-AA_SPLITS = 10  # random half/half splits of live; the largest of their distances sets the bound
-AA_MAX_REQUESTS = 20_000  # the splits are drawn from a sample of live's sessions this large at most
-COUNT_WINDOWS_S = (1.0, 10.0, 60.0)
 MIN_WINDOWS = 10  # a count statistic needs at least this many windows on the live side
 MIN_SAMPLES = 50  # quantiles from fewer samples are flagged
-
-# metric name -> fixed bound on its distance (the unit is the metric's: see Metric.kind)
-FIXED_BOUNDS: dict[str, float] = {
-    "input_tokens.ks": 0.05,
-    "input_tokens.wasserstein": 0.05,
-    **{f"{side}.p{q}": 0.05 for side in ("input_tokens", "output_tokens") for q in stats.QUANTILES},
-    "output_tokens.ks": 0.05,
-    "output_tokens.wasserstein": 0.05,
-    "lengths.spearman": 0.05,
-    "lengths.prompt_tokens_per_request": 0.02,
-    "lengths.output_vs_max_tokens": 0.02,
-    "cache.engine_hit_rate": 0.05,
-    "cache.offered_reuse": 0.02,
-    "cache.reuse_time.ks": 0.1,
-    "arrivals.interarrival_cv": 0.1,
-    "arrivals.dispersion": 0.15,
-    "arrivals.lag1_autocorrelation": 0.1,
-    "arrivals.peak_to_mean": 0.15,
-    "arrivals.rate_correlation": 0.1,
-    "arrivals.send_lag_p99_ms": LAG_BOUND_MS,  # the runner's default (a stage's own bound replaces it)
-    "sessions.turns": 0.05,
-    "sessions.think_time.ks": 0.1,
-    "outcomes.ttft": 0.1,
-    "outcomes.itl": 0.1,
-    "outcomes.e2e": 0.1,
-}
-
-# metric name (or its family, as in FIXED_BOUNDS) -> the widest bound under which it is judged:
-# a distance within a wider bound cannot tell a faithful replay from one off by about the
-# ceiling. Set well below each metric's range at the values issue [10] proposed (KS 0.15, relative
-# error 0.25, hit rate 0.10), not fitted; docs/fidelity.md lists them and what they give on the public
-# traces (benchmarks/fidelity_power.py).
-CEILINGS: dict[str, float] = {
-    "input_tokens.ks": 0.15,
-    "output_tokens.ks": 0.15,
-    "input_tokens.wasserstein": 0.25,
-    "output_tokens.wasserstein": 0.25,
-    **{f"{side}.p{q}": 0.25 for side in ("input_tokens", "output_tokens") for q in stats.QUANTILES},
-    "lengths.spearman": 0.15,
-    "cache.engine_hit_rate": 0.10,
-    "cache.offered_reuse": 0.10,
-    "cache.reuse_time.ks": 0.15,
-    "arrivals.interarrival_cv": 0.30,
-    "arrivals.dispersion": 0.50,
-    "arrivals.lag1_autocorrelation": 0.30,
-    "arrivals.peak_to_mean": 0.30,
-    "arrivals.rate_correlation": 0.30,
-    "sessions.turns": 0.25,
-    "sessions.think_time.ks": 0.15,
-    "outcomes.ttft": 0.25,
-    "outcomes.itl": 0.25,
-    "outcomes.e2e": 0.25,
-}
 
 # what a faithful verdict needs judged: (what, the prefix of its metrics' names); at least one
 # metric of each, judged against the A/A halves, must pass with its bound within its ceiling and
@@ -148,19 +107,8 @@ JUDGED_GROUPS: tuple[tuple[str, str], ...] = (
 OUTCOMES_GROUP = ("outcomes", "outcomes.")
 AA_RUNS = 2  # replays of a stage the outcomes' replay A/A needs
 
-# a metric's state
-PASS, FAIL, CANNOT_TELL, NOT_JUDGED = "pass", "fail", "cannot tell", "n/a"
 # a verdict's state (CANNOT_TELL as for a metric)
 FAITHFUL, UNFAITHFUL = "faithful", "unfaithful"
-
-
-def _family(table: dict[str, float], name: str) -> float | None:
-    """``table``'s entry for ``name`` or its family (``arrivals.dispersion_10s`` ->
-    ``arrivals.dispersion``, ``cache.offered_reuse.unbounded`` -> ``cache.offered_reuse``)."""
-    for key in (name, name.rsplit("_", 1)[0], name.rsplit(".", 1)[0]):
-        if key in table:
-            return table[key]
-    return None
 
 
 @dataclass(frozen=True)
@@ -282,12 +230,8 @@ def _engine_hit_rate(s: Side) -> float | None:
     return float(s.engine_cached[keep].sum() / total) if total > 0 else None
 
 
-def _counts(s: Side, window_s: float) -> np.ndarray:
-    return stats.window_counts(s.times_s, window_s / s.time_scale)
-
-
 def _dispersion(window_s: float) -> Callable[[Side], float | None]:
-    return lambda s: stats.index_of_dispersion(_counts(s, window_s))
+    return lambda s: stats.index_of_dispersion(counts(s, window_s))
 
 
 def _turns(s: Side) -> float | None:
@@ -328,7 +272,7 @@ def _needs(attr: str, what: str) -> Callable[[Side, Side], str | None]:
 
 def _enough_windows(window_s: float) -> Callable[[Side, Side], str | None]:
     def check(a: Side, b: Side) -> str | None:
-        windows = len(_counts(a, window_s))
+        windows = len(counts(a, window_s))
         return None if windows >= MIN_WINDOWS else f"{a.name} spans {windows} windows of {window_s:g} s (< {MIN_WINDOWS})"
 
     return check
@@ -395,14 +339,14 @@ def _specs(outcomes_judged: bool) -> list[_Spec]:
         _Spec(
             "arrivals",
             "arrivals.lag1_autocorrelation",
-            _scalar(lambda s: stats.lag1_autocorrelation(_counts(s, 1.0)), relative=False),
+            _scalar(lambda s: stats.lag1_autocorrelation(counts(s, 1.0)), relative=False),
             "lag-1 autocorrelation of per-second counts (absolute difference)",
             applicable=_enough_windows(1.0),
         ),
         _Spec(
             "arrivals",
             "arrivals.peak_to_mean",
-            _scalar(lambda s: stats.peak_to_mean(_counts(s, 1.0)), relative=True),
+            _scalar(lambda s: stats.peak_to_mean(counts(s, 1.0)), relative=True),
             "peak-to-mean of per-second counts (relative difference)",
             applicable=_enough_windows(1.0),
         ),
@@ -443,129 +387,6 @@ def _one_minus(x: float | None) -> float | None:
     return None if x is None else 1.0 - x
 
 
-def aa_halves(side: Side, seed: int = 0) -> tuple[Side, Side]:
-    """Two halves of ``side`` drawn at random, whole sessions to each (seeded)."""
-    codes = pl.Series(side.sessions).hash(seed).to_numpy()
-    first = (codes % 2) == 0
-    return side.take(first), side.take(~first)
-
-
-def aa_splits(side: Side, seed: int = 0) -> list[tuple[Side, Side]]:
-    """The A/A pairs of halves (``AA_SPLITS`` of them) of ``side``, or of a sample of its sessions
-    of about ``AA_MAX_REQUESTS`` requests."""
-    if side.n < 4:
-        return []
-    if side.n > AA_MAX_REQUESTS:
-        share = AA_MAX_REQUESTS / side.n
-        codes = pl.Series(side.sessions).hash(seed + 1_000_003).to_numpy()
-        side = side.take(codes < np.uint64(share * float(2**64 - 1)))
-    return [aa_halves(side, seed + k) for k in range(AA_SPLITS)]
-
-
-def _round2(n: float) -> int:
-    """``n`` rounded up to two significant figures (a size to ask for, not a measurement)."""
-    n = max(1, math.ceil(n))
-    step = 10 ** max(0, len(str(n)) - 2)
-    return -(-n // step) * step
-
-
-def _size(name: str, live: Side) -> tuple[int, str]:
-    """What the A/A noise of metric ``name`` shrinks with on ``live`` (the side its halves were
-    drawn from, or the sample of it ``aa_splits`` took): (how many, of what)."""
-    sampled = min(1.0, AA_MAX_REQUESTS / live.n) if live.n else 1.0
-    if name.startswith("sessions."):
-        count, what = (len(np.unique(live.sessions)) if live.n else 0), "live sessions"
-    else:
-        window = next((w for w in COUNT_WINDOWS_S if name.endswith(f"_{w:g}s")), None)
-        if window is None and name in ("arrivals.lag1_autocorrelation", "arrivals.peak_to_mean"):
-            window = 1.0
-        count, what = (
-            (len(_counts(live, window)), f"windows of {window:g} s of live traffic")
-            if window is not None
-            else (live.n, "live requests")
-        )
-    return int(round(count * sampled)), what
-
-
-@dataclass(frozen=True)
-class _Decision:
-    bound: float
-    state: str
-    ceiling: float | None
-    needs: str | None = None
-    detectable: float | None = None
-    detects: str = ""
-    why: str = ""  # why it cannot tell
-
-
-def _decide(
-    name: str,
-    d: float,
-    aa: float | None,
-    live: Side,
-    distance: Callable[[Side, Side], float | None] | None = None,
-    live_value: float | None = None,
-) -> _Decision:
-    """The bound rule, for every metric judged against A/A halves: the bound, the state, and the
-    power (``distance``: the metric's own, for the search of :func:`fidelity.power.detectable`;
-    ``live_value``: the metric's value on live, which a hit rate's loss cannot take below 0)."""
-    fixed = _family(FIXED_BOUNDS, name)
-    fixed = 0.1 if fixed is None else fixed
-    bound = max(fixed, AA_FACTOR * aa) if aa is not None else fixed
-    ceiling = _family(CEILINGS, name)
-    found, change = detectable(name, distance or (lambda a, b: None), live, bound)
-    detects, most = "", None
-    if change is not None and found is not None:
-        most = MAX_DETECTABLE[change.family]
-        if not math.isfinite(found):
-            detects = f"none up to {change.limit}"
-        else:
-            detects = in_words(change.family, found)
-        if change.unit == "points" and live_value is not None and live_value < found:
-            # a loss cannot be larger than live's own hits, which are under the bound
-            detects += (
-                f", as a gain (live has only {100 * live_value:.3g} points to lose)"
-                if live_value > 0
-                else ", as a gain (live has no hits to lose)"
-            )
-    power = None if found is None or not math.isfinite(found) else found
-    if d > bound:
-        return _Decision(bound, FAIL, ceiling, detectable=power, detects=detects)
-    count, what = _size(name, live)
-    if ceiling is not None and bound > ceiling:
-        need = _round2(count * (bound / ceiling) ** 2)
-        return _Decision(
-            bound,
-            CANNOT_TELL,
-            ceiling,
-            f"about {need:,} {what} (has {count:,})",
-            power,
-            detects,
-            f"live's own halves differ so much that the bound is {bound:.3g}, over its ceiling {ceiling:.3g}",
-        )
-    if most is not None and (power is None or power > most):
-        size = f"about {_round2(count * (power / most) ** 2):,} {what} (has {count:,})" if power else "more live traffic"
-        return _Decision(
-            bound,
-            CANNOT_TELL,
-            ceiling,
-            size,
-            power,
-            detects,
-            f"under the bound {bound:.3g} it would catch only {detects} (at most "
-            f"{in_words(change.family, most, signed=False)} counts)",
-        )
-    return _Decision(bound, PASS, ceiling, detectable=power, detects=detects)
-
-
-def _stated(what: str, d: float, x: float | None, y: float | None, other: str, decision: _Decision) -> str:
-    values = f" (live {x:.4g}, {other} {y:.4g})" if x is not None and y is not None else ""
-    if decision.state == CANNOT_TELL:
-        return f"{what}: {d:.3g}{values}, but {decision.why}: cannot tell; needs {decision.needs}"
-    word = "within" if decision.state == PASS else "over"
-    return f"{what}: {d:.3g}{values}, {word} the bound {decision.bound:.3g}"
-
-
 def _metric(
     group: str,
     name: str,
@@ -573,7 +394,7 @@ def _metric(
     y,
     d: float,
     aa: float | None,
-    decision: _Decision,
+    decision: Decision,
     reason: str,
     flags: tuple[str, ...] = (),
     state: str | None = None,
@@ -627,7 +448,7 @@ def _judge(
         bench = max(pairs) if len(runs) >= need and pairs else None
         if bench is not None:
             aa = max(aa or 0.0, bench)
-    decision = _decide(spec.name, d, aa, aa_side, lambda a, b: spec.fn(a, b)[2], x)
+    decision = decide(spec.name, d, aa, aa_side, lambda a, b: spec.fn(a, b)[2], x)
     if not spec.judged:
         return _metric(
             spec.group,
@@ -677,11 +498,11 @@ def _judge(
                 flags,
                 CANNOT_TELL,
             )
-        stated = _stated(spec.what, d, x, y, other.name, decision)
+        said = stated(spec.what, d, x, y, other.name, decision)
         return _metric(
-            spec.group, spec.name, x, y, d, aa, decision, f"{stated} (replay A/A over {len(runs)} replays: {bench:.3g})", flags
+            spec.group, spec.name, x, y, d, aa, decision, f"{said} (replay A/A over {len(runs)} replays: {bench:.3g})", flags
         )
-    return _metric(spec.group, spec.name, x, y, d, aa, decision, _stated(spec.what, d, x, y, other.name, decision), flags)
+    return _metric(spec.group, spec.name, x, y, d, aa, decision, stated(spec.what, d, x, y, other.name, decision), flags)
 
 
 _OUTCOME_ATTR = {"outcomes.ttft": "ttft_s", "outcomes.e2e": "e2e_s", "outcomes.itl": "itl_s"}
@@ -710,8 +531,8 @@ def _cache_sim_metrics(live: Side, other: Side, splits: list[tuple[Side, Side]],
         pairs = [(share(a), share(b)) for a, b in splits]
         aas = [abs(hy - hx) for hx, hy in pairs if hx is not None and hy is not None]
         aa = float(np.max(aas)) if aas else None
-        decision = _decide(name, d, aa, aa_side, live_value=x)
-        out.append(_metric("cache", name, x, y, d, aa, decision, _stated(what, d, x, y, other.name, decision)))
+        decision = decide(name, d, aa, aa_side, live_value=x)
+        out.append(_metric("cache", name, x, y, d, aa, decision, stated(what, d, x, y, other.name, decision)))
     return out
 
 

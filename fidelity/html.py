@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from html import escape
 
-from fidelity.compare import AA_FACTOR, AA_MAX_REQUESTS, AA_SPLITS, CANNOT_TELL, CEILINGS, FAIL, FAITHFUL, FIXED_BOUNDS, PASS
+from fidelity.bounds import AA_FACTOR, AA_MAX_REQUESTS, AA_SPLITS, CANNOT_TELL, CEILINGS, FAIL, FIXED_BOUNDS, PASS
+from fidelity.compare import FAITHFUL
 from fidelity.judge import FidelityReport, StageFidelity
 from fidelity.plots import stage_plots, verdict_chart
 from fidelity.power import MAX_DETECTABLE, in_words

@@ -96,18 +96,18 @@ def test_doubled_outputs_are_never_faithful(case):
 
 
 def test_a_hit_rate_under_the_bound_is_judged_on_gains_and_its_loss_is_bounded_by_live():
-    from fidelity.compare import _decide
+    from fidelity.bounds import decide
 
     t = live_trace(200, seed=3)
     live = live_side(t.df, t.meta.block_size_tokens)
     # live hits 3% in this simulated cache: no loss can reach the bound of 10 points (every loss
     # that can happen is under it), and a replay that invents 10 points of reuse is caught
-    low = _decide("cache.offered_reuse.lru_0.01", 0.0, 0.0, live, live_value=0.03)
+    low = decide("cache.offered_reuse.lru_0.01", 0.0, 0.0, live, live_value=0.03)
     assert low.state == "pass" and low.detects == "hit rate 10 points, as a gain (live has only 3 points to lose)"
-    gained = _decide("cache.offered_reuse.lru_0.01", 0.11, 0.0, live, live_value=0.03)
+    gained = decide("cache.offered_reuse.lru_0.01", 0.11, 0.0, live, live_value=0.03)
     assert gained.state == "fail"
-    high = _decide("cache.offered_reuse.lru_0.01", 0.0, 0.0, live, live_value=0.4)
+    high = decide("cache.offered_reuse.lru_0.01", 0.0, 0.0, live, live_value=0.4)
     assert high.state == "pass" and high.detects == "hit rate 10 points"
     # a bound over the stated maximum (10 points) still cannot tell, whatever live's hit rate
-    noisy = _decide("cache.offered_reuse.lru_0.01", 0.0, 0.05, live, live_value=0.03)
+    noisy = decide("cache.offered_reuse.lru_0.01", 0.0, 0.05, live, live_value=0.03)
     assert noisy.state == "cannot tell", noisy
