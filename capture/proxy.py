@@ -27,7 +27,8 @@ runs).
   (one that leaves after the ``[DONE]`` event, or after every byte, had the whole answer: it
   stays ``completed``).
 - The proxy's own Prometheus metrics are served at ``metrics_path`` (default ``/metrics``; that
-  path is not forwarded).
+  path is not forwarded), among them ``replay_capture_unrecorded``: requests to any other endpoint
+  (models, embeddings, ...) pass through as they are and are counted there, not recorded.
 - Never stored: request and response headers (the Authorization header, cookies, api keys), the
   query string. Only the session header's value is kept, as the session id.
 """
@@ -83,6 +84,8 @@ class CaptureProxy:
         self.cfg = cfg
         self.upstream = cfg.upstream.rstrip("/")
         self.requests = 0
+        # requests passed through without a record: endpoints other than chat / completions
+        self.unrecorded = 0
         self.outcomes: Counter = Counter()
         self._proc = None
         self._queue = None
@@ -260,6 +263,11 @@ class CaptureProxy:
             def collect(self):
                 c = proxy.counters()
                 yield CounterMetricFamily("replay_capture_requests", "Requests proxied.", value=proxy.requests)
+                yield CounterMetricFamily(
+                    "replay_capture_unrecorded",
+                    "Requests passed through without a record (an endpoint other than chat / completions).",
+                    value=proxy.unrecorded,
+                )
                 out = CounterMetricFamily("replay_capture_outcomes", "Recorded requests by outcome.", labels=["outcome"])
                 for k, v in sorted(proxy.outcomes.items()):
                     out.add_metric([k], v)
@@ -318,6 +326,7 @@ class CaptureProxy:
         self.requests += 1
         body = await request.read()
         api = API_OF_PATH.get(request.path) if request.method == "POST" else None
+        self.unrecorded += api is None
         send = body
         stream = strip = False
         if api is not None and b'"stream"' in body:
