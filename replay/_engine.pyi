@@ -1,10 +1,71 @@
 """Type stub of the compiled module ``replay._engine`` (the PyO3 binding in rust/py)."""
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import numpy.typing as npt
+
+class RunDefaults(TypedDict):
+    """The core runner's defaults (times in seconds)."""
+
+    timeout_s: float
+    stall_timeout_s: float
+    connect_timeout_s: float
+    drain_s: float
+    max_connections: int
+    worker_threads: int
+
+class Switches(TypedDict):
+    voluntary: int
+    involuntary: int
+
+class RunnerStats(TypedDict):
+    """The runner's own account of a run (``StageResult.runner``)."""
+
+    warmup_ms: float
+    warm_connections_wanted: int
+    warm_connections: int
+    warm_detail: str
+    dispatcher_switches: Switches
+    dispatcher_priority: str
+    worker_switches: Switches
+    resent: int
+    body_waits: int
+    body_wait_max_ms: float
+    answers_resent: int
+    answers_recorded: int
+
+class Rows(TypedDict):
+    """Finished requests' columns, in request order from ``first``."""
+
+    first: int
+    intended_ns: npt.NDArray[np.int64]
+    release_ns: npt.NDArray[np.int64]
+    conn_ns: npt.NDArray[np.int64]
+    sent_ns: npt.NDArray[np.int64]
+    first_byte_ns: npt.NDArray[np.int64]
+    first_token_ns: npt.NDArray[np.int64]
+    end_ns: npt.NDArray[np.int64]
+    status: npt.NDArray[np.uint16]
+    error_kind: npt.NDArray[np.uint8]
+    prompt_tokens: npt.NDArray[np.int64]
+    completion_tokens: npt.NDArray[np.int64]
+    cached_tokens: npt.NDArray[np.int64]
+    output_chunks: npt.NDArray[np.int64]
+    error_detail_offsets: npt.NDArray[np.int64]
+    error_detail_bytes: bytes
+    chunk_offsets: npt.NDArray[np.uint64]
+    chunk_us: npt.NDArray[np.uint32]
+
+class RunOutput(Rows):
+    """What :func:`run` returns: the rows not yet handed to ``results``, and the run's own facts."""
+
+    start_unix_ns: int
+    cancelled: bool
+    cut_off: bool
+    runner: RunnerStats
+    interrupted: bool
 
 def arrival_offsets(
     kind: str,
@@ -38,7 +99,7 @@ def prompt_texts(
 def sim_defaults() -> str:
     """The embedded engine's knob defaults, a JSON object keyed by the knobs' snake_case names."""
 
-def run_defaults() -> dict[str, float | int]:
+def run_defaults() -> RunDefaults:
     """The core runner's defaults: timeout_s, stall_timeout_s, connect_timeout_s, drain_s,
     max_connections, worker_threads."""
 
@@ -73,9 +134,9 @@ def run(
     progress: Callable[[int, int, int], object] | None = None,
     progress_interval_s: float = 0.2,
     cpus: list[int] = ...,
-    results: Callable[[dict[str, Any]], object] | None = None,
+    results: Callable[[Rows], object] | None = None,
     resend_answers: bool = False,
-) -> dict[str, Any]:
+) -> RunOutput:
     """Replay the planned requests open-loop (GIL released). Bodies: all at once (bytes with
     ``body_offsets``) or a callable returning the next window ``(bytes, offsets)`` or None, called
     on a thread of its own a couple of windows ahead of the sends; a window's third and fourth

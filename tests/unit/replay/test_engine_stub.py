@@ -12,8 +12,27 @@ STUB = Path(_engine.__file__).with_name("_engine.pyi")
 
 
 def _stub_defs() -> dict[str, ast.AST]:
+    """The stub's functions and classes, less its TypedDicts (the shapes of what the functions
+    return: types only, not names of the compiled module)."""
     tree = ast.parse(STUB.read_text())
-    return {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    typed: set[str] = set()
+    for n in tree.body:
+        if isinstance(n, ast.ClassDef) and any(getattr(b, "id", "") in typed | {"TypedDict"} for b in n.bases):
+            typed.add(n.name)
+    return {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name not in typed}
+
+
+def test_the_typed_returns_name_what_the_runner_returns():
+    """RunDefaults is run_defaults() to the key; Rows and RunOutput name every key run() returns
+    (checked on the Rust source that builds them)."""
+    tree = ast.parse(STUB.read_text())
+    fields = {
+        n.name: {a.target.id for a in n.body if isinstance(a, ast.AnnAssign)} for n in tree.body if isinstance(n, ast.ClassDef)
+    }
+    assert fields["RunDefaults"] == set(_engine.run_defaults())
+    source = (Path(__file__).resolve().parents[3] / "rust" / "py" / "src" / "lib.rs").read_text()
+    for key in fields["Rows"] | fields["RunOutput"] | fields["RunnerStats"]:
+        assert f'set_item("{key}"' in source, key
 
 
 def _params(args: ast.arguments) -> list[str]:
