@@ -33,8 +33,10 @@ requests, so the top rates run shorter):
 Printed: each rate's achieved send rate, send lag p50 / p99 / max and answered count per sender;
 then per server and body source the highest rate held (this rate and every lower one: lag p99
 within the bound, >= 95% of the offered rate achieved) at 1 and 2 ms, and ours / asyncio at 2 ms;
-the process's peak RSS after each block. A sender that achieved under 90% of the offered rate at
-two rates in a row (saturated) is not run at higher ones. Not a pass/fail test. The targets
+the process's peak RSS after each block, and the machine's own timing floor after each block
+(benchmarks/machine_floor.py's timed wakes, 3 s with nothing else running). A sender that
+achieved under 90% of the offered rate at two rates in a row (saturated) is not run at higher
+ones. Not a pass/fail test. The targets
 ([9]): ours >= 5,000 req/s at 1 ms for both body sources, >= 10x the peer at 2 ms.
 
 usage: python benchmarks/runner_accuracy.py [--rates 250,500,...,16000] [--seconds 3]
@@ -59,6 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from asyncio_peer import send_open_loop  # noqa: E402
+from machine_floor import timed_wakes  # noqa: E402
 
 from tests.integration.nginx import INSTALL, find_nginx, start_static_sse  # noqa: E402
 
@@ -232,6 +235,17 @@ def table(title: str, rates: list[float], results: dict[str, list[dict]]) -> Non
     print(f"peak RSS so far {rss_mb():.0f} MB")
 
 
+def floor_line(seconds: float = 3.0) -> str:
+    """The machine's own floor just now (benchmarks/machine_floor.py): a real-time thread alone,
+    waking 5,000 times a second as the dispatcher does, and how late it woke."""
+    late_ms = np.array(timed_wakes(seconds)) / 1e6
+    return (
+        f"machine floor ({seconds:g} s of timed wakes, 5,000 a second, nothing else running): "
+        f"late > 0.5 ms {int((late_ms > 0.5).sum())}, > 1 ms {int((late_ms > 1).sum())}, "
+        f"p99 {np.percentile(late_ms, 99):.3f} ms, max {late_ms.max():.2f} ms"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rates", default=DEFAULT_RATES)
@@ -285,6 +299,9 @@ def main() -> int:
                             "asyncio", rates, args.seconds, rows, lambda r, n: run_peer(bodies, url, r, n)
                         )
                     table(f"{server}, {source} bodies", rates, results)
+                    # what the machine itself allowed right after this block: a miss of ours that the
+                    # floor shows too is the machine's (docs/latency.md, "The machine's own floor")
+                    print(floor_line())
             finally:
                 stop()
     return 0
