@@ -417,15 +417,7 @@ class Campaign:
                 verdicts[i] = self._from_ledger(previous, noise)
                 reused.add(i)
             elif not self.space.allows(p.config):
-                verdicts[i] = Verdict("invalid", "the space's constraints forbid this config")
-                self.ledger.record(
-                    p.config,
-                    "candidate",
-                    Measurement(None, verdicts[i].reason),
-                    hypothesis=p.hypothesis,
-                    verdict="invalid",
-                    reason=verdicts[i].reason,
-                )
+                verdicts[i] = self._forbidden(p)
             elif config_key(p.config) in twins:
                 reused.add(i)  # proposed twice in one round: measured once, judged once
             else:
@@ -458,7 +450,7 @@ class Campaign:
                 dict(p.hypothesis),
                 v,
                 reused=i in reused,
-                needs_approval=tuple(self.space.lossy_changes(base, p.config)) if v.kind == "better" else (),
+                needs_approval=self._needs_approval(base, p.config, v),
             )
             for i, (p, v) in enumerate(zip(proposals, verdicts))
         ]
@@ -472,6 +464,23 @@ class Campaign:
         if wins:
             self._accept(max(wins, key=lambda s: s.verdict.measurements[0].value))
         return verdicts
+
+    def _forbidden(self, proposal: Proposal) -> Verdict:
+        """The verdict on a config the space's constraints forbid, recorded in the ledger unmeasured."""
+        verdict = Verdict("invalid", "the space's constraints forbid this config")
+        self.ledger.record(
+            proposal.config,
+            "candidate",
+            Measurement(None, verdict.reason),
+            hypothesis=proposal.hypothesis,
+            verdict="invalid",
+            reason=verdict.reason,
+        )
+        return verdict
+
+    def _needs_approval(self, base: Mapping[str, Any], config: Mapping[str, Any], verdict: Verdict) -> tuple[str, ...]:
+        """The lossy knobs a win changes from ``base`` (it waits for a person's approval); () otherwise."""
+        return tuple(self.space.lossy_changes(base, config)) if verdict.kind == "better" else ()
 
     def _from_ledger(self, previous: Entry, noise: NoiseFloor) -> Verdict:
         """The verdict on a config judged before (its candidate row in the ledger), its gain
@@ -657,15 +666,7 @@ class Campaign:
             self.result.steps.append(step)
             return verdict, step
         if not self.space.allows(config):
-            verdict = Verdict("invalid", "the space's constraints forbid this config")
-            self.ledger.record(
-                config,
-                "candidate",
-                Measurement(None, verdict.reason),
-                hypothesis=proposal.hypothesis,
-                verdict="invalid",
-                reason=verdict.reason,
-            )
+            verdict = self._forbidden(proposal)
             step = Step(config, dict(proposal.hypothesis), verdict)
             self.result.steps.append(step)
             return verdict, step
@@ -693,12 +694,7 @@ class Campaign:
         verdict = judge(noise, first, lambda: runs[0])
         checked = self._checked(proposal, first, verdict.kind)
         self.ledger.set_verdict(row, verdict.kind, verdict.reason, checked)
-        step = Step(
-            config,
-            checked,
-            verdict,
-            needs_approval=tuple(self.space.lossy_changes(base, config)) if verdict.kind == "better" else (),
-        )
+        step = Step(config, checked, verdict, needs_approval=self._needs_approval(base, config, verdict))
         self.result.steps.append(step)
         if step.needs_approval:
             self.result.awaiting_approval.append(step)
