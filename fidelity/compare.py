@@ -70,6 +70,7 @@ from fidelity.bounds import (
     stated,
 )
 from fidelity.sides import PER_REQUEST_SLACK, TEMPLATE_MAX, Side
+from replay.noise import AA_RUNS
 
 __all__ = [
     "AA_FACTOR",
@@ -105,7 +106,6 @@ JUDGED_GROUPS: tuple[tuple[str, str], ...] = (
 
 # with outcomes judged, they are a part a faithful verdict needs too
 OUTCOMES_GROUP = ("outcomes", "outcomes.")
-AA_RUNS = 2  # replays of a stage the outcomes' replay A/A needs
 
 # a verdict's state (CANNOT_TELL as for a metric)
 FAITHFUL, UNFAITHFUL = "faithful", "unfaithful"

@@ -15,9 +15,12 @@ import numpy as np
 
 from replay.errors import ConfigError
 
-__all__ = ["HASH_ALGO", "block_hashes", "chain_hash", "prefix_hits"]
+__all__ = ["BLOCK_SIZE", "HASH_ALGO", "block_hashes", "chain_hash", "prefix_hits"]
 
 HASH_ALGO = "blake2b64-chain"
+# tokens per hashed block of a trace's block_hashes, unless a trace or flag says otherwise (vLLM's
+# KV block size on GPUs): the one default of every importer, capture, generate and --block-size
+BLOCK_SIZE = 16
 _ROOT_PARENT = bytes(8)  # the first block's "parent hash"
 
 

@@ -14,12 +14,14 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-__all__ = ["K", "MIN_GAIN", "MIN_SPREAD", "MAX_NOISE", "NoiseFloor"]
+__all__ = ["K", "MIN_GAIN", "MIN_SPREAD", "MAX_NOISE", "AA_RUNS", "NoiseFloor"]
 
 K = 3.0
 MIN_GAIN = 0.01
 MIN_SPREAD = 0.005
 MAX_NOISE = 0.25
+# replays of a stage that a replay A/A of its outcomes needs (fidelity's --judge-outcomes, --aa-runs)
+AA_RUNS = 2
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from typing import Any
 
 import polars as pl
 
-from replay.blocks import HASH_ALGO
+from replay.blocks import BLOCK_SIZE, HASH_ALGO
 from replay.errors import TraceError
 
 __all__ = [
@@ -65,9 +65,6 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 2
-# tokens per hashed block of a trace's block_hashes, unless a trace or flag says otherwise (vLLM's
-# KV block size on GPUs): the one default of every importer, capture, generate and --block-size
-BLOCK_SIZE = 16
 # versions this build reads (a version 1 file is a version 2 trace whose bodies are all present)
 READ_VERSIONS = (1, 2)
 # a capture folder's Parquet segments, and its spools not yet rolled (written by capture.spool)

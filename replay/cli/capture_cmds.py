@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from replay.trace import BLOCK_SIZE
+from replay.blocks import BLOCK_SIZE
 
 __all__ = ["register"]
 

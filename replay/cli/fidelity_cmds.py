@@ -47,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def add_outcome_flags(p: argparse.ArgumentParser) -> None:
     """--judge-outcomes and --aa-runs, for `replay fidelity` and for run / sweep --fidelity."""
-    from fidelity.compare import AA_RUNS
+    from replay.noise import AA_RUNS
 
     p.add_argument(
         "--judge-outcomes",

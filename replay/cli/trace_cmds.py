@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from replay.cli.report import raw_text_warning
-from replay.trace import BLOCK_SIZE
+from replay.blocks import BLOCK_SIZE
 
 __all__ = ["register"]
 
