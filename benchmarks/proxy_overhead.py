@@ -1,22 +1,26 @@
-"""The latency `replay capture` adds: client through the proxy vs client direct, same run.
+"""The latency `replay capture` adds, against nginx as a reverse proxy, same run, same upstream.
 
-Upstream: the workspace's ``sse-bench-server`` (Rust, pre-built SSE chunks, no engine: a fast
-upstream, so what is measured is the proxy), one thread. Client: our open-loop runner
-(``replay.runner.run_stage``, Rust), Poisson arrivals at each rate for ``--seconds``, the bodies of
-a generated production-shaped workload (sessions, shared system prompts). The proxy is started as
-the user starts it (``replay capture``, its own process, redaction ON with a throwaway key unless
-``--no-redact``) and records everything it passes.
+Upstream: Debian's nginx (one worker) answering every chat request at once with a static
+21-event SSE stream (tests/integration/nginx.py `start_static_sse`): a server nobody here wrote,
+with nothing behind it, so what is measured is the proxies. The peer: a second Debian nginx as a
+reverse proxy in front of it (`proxy_pass`, keep-alive upstream, `proxy_buffering off`,
+`proxy_request_buffering off`; `start_gateway`). Ours: `replay capture` started as a user starts
+it (its own process, its recorder process; `--no-redact` unless `--redact`), recording every
+chat request it passes.
 
-For each rate, the same schedule is sent direct, then through a bare aiohttp proxy that records
-nothing (``benchmarks/bare_proxy.py``: the peer, what aiohttp itself costs), then through the
-capture proxy (``--repeats`` times). Per request: time to first byte (``first_byte - sent``) and
-end to end (``end - sent``); the table gives p50 / p99 of end to end for each, the p50 / p99 each
-proxy adds (its distribution minus the direct one), the records dropped during the capture stage
-(from the proxy's /metrics), and the peak RSS of the capture proxy process and of its recorder
-(+ redaction worker) at the end.
+Clients, one after the other: our open-loop runner (Rust; `replay.runner.run_stage`, end to end
+from the actual send) and the asyncio + aiohttp peer sender (benchmarks/asyncio_peer.py), both
+sending the bodies of a generated production-shaped workload (sessions, shared system prompts) on
+the same constant-rate schedule. For each rate and client the same schedule goes direct, through
+nginx and through the capture proxy; the table gives p50 / p99 of end to end for each, the p50 /
+p99 each proxy adds (its distribution's quantile minus the direct one's), requests that did not
+complete, and the records the capture dropped (its /metrics) and wrote. The target: capture's
+added p99 within 1.5x nginx's + 0.5 ms at every rate, nothing lost or dropped. Peak RSS of the
+capture process and of its recorder at the end.
 
-usage: python benchmarks/proxy_overhead.py [--rates 100,500,1000] [--seconds 5] [--repeats 1]
-                                           [--no-redact] [--upstream-binary PATH]
+usage: python benchmarks/proxy_overhead.py [--rates 100,1000,4000,8000] [--seconds 5]
+                                           [--clients ours,asyncio] [--redact]
+(nginx is installed from Debian when missing and this runs as root.)
 """
 
 from __future__ import annotations
@@ -36,22 +40,33 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-PEER = ROOT / "target" / "release" / "sse-bench-server"
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from asyncio_peer import e2e_open_loop  # noqa: E402
+from runner_accuracy import ensure_nginx  # noqa: E402
+
+from tests.integration.nginx import start_gateway, start_static_sse  # noqa: E402
 
 
-def _start(cmd: list[str], env: dict | None = None) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT, start_new_session=True
-    )
+def _start_capture(upstream: str, out: Path, redact: bool) -> tuple[subprocess.Popen, str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "REPLAY_REDACT_KEY": "benchmark-throwaway-key-" + os.urandom(8).hex(),
+    }
+    cmd = [sys.executable, "-m", "replay.cli.main", "capture", "--upstream", upstream, "--listen", "127.0.0.1:0"]
+    cmd += ["--out", str(out)] + ([] if redact else ["--no-redact"])
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, start_new_session=True)
     deadline = time.monotonic() + 300
     for line in proc.stdout:
-        m = re.search(r"listening on (?:http://)?([\w.:\[\]]+)", line)
+        m = re.search(r"listening on (http://[\w.:\[\]]+)", line)
         if m:
-            return proc, "http://" + m.group(1)
+            return proc, m.group(1)
         if time.monotonic() > deadline:
             break
     proc.kill()
-    raise SystemExit(f"{cmd[0]}: did not start")
+    raise SystemExit("replay capture did not start")
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -65,13 +80,9 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _metric(url: str, name: str) -> float:
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
         text = r.read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 
 
 def _peak_rss_mb(pid: int) -> float:
@@ -97,133 +108,116 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _latencies(df) -> tuple[np.ndarray, np.ndarray, int]:
+def _ours(trace, url: str, rate: float, n: int) -> tuple[np.ndarray, int]:
+    from replay.config import Arrivals, RunConfig
+    from replay.runner import run_stage
+
+    cfg = RunConfig(
+        url=url,
+        rate=rate,
+        requests=n,
+        lag_bound_ms=1e9,
+        arrivals=Arrivals(kind="constant"),
+        model="bench",
+        warm_connections=min(256, int(rate / 20) + 4),
+    )
+    df = run_stage(trace, cfg).requests
     ok = df.filter(df["error"] == "none")
-    sent = ok["sent_ns"].to_numpy()
-    return ((ok["first_byte_ns"].to_numpy() - sent) / 1e3, (ok["end_ns"].to_numpy() - sent) / 1e3, df.height - ok.height)
+    return (ok["end_ns"].to_numpy() - ok["sent_ns"].to_numpy()) / 1e9, df.height - ok.height
+
+
+def _peer(bodies: list[bytes], url: str, rate: float, n: int) -> tuple[np.ndarray, int]:
+    return e2e_open_loop(url, np.arange(n) / rate, lambda i: bodies[i % len(bodies)], timeout_s=60.0)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rates", default="100,500,1000")
+    ap.add_argument("--rates", default="100,1000,4000,8000")
     ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--no-redact", action="store_true")
-    ap.add_argument("--upstream-binary", type=Path, default=PEER)
+    ap.add_argument("--clients", default="ours,asyncio")
+    ap.add_argument("--redact", action="store_true", help="capture with redaction on (one worker)")
     args = ap.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
-    if not args.upstream_binary.exists():
-        raise SystemExit(f"{args.upstream_binary}: not built (cargo build --release -p sse-server)")
+    clients = args.clients.split(",")
+    ensure_nginx()
 
-    from replay.config import Arrivals, RunConfig
     from replay.generate import GenerateConfig, generate
-    from replay.runner import run_stage
 
-    n = int(max(rates) * args.seconds) + 10
-    trace = generate(GenerateConfig(n_requests=n, seed=1, rate=max(rates), tokenizer="gpt2", model="bench"))
+    n_max = int(max(rates) * args.seconds)
+    trace = generate(GenerateConfig(n_requests=n_max, seed=1, rate=max(rates), tokenizer="gpt2", model="bench"))
+    bodies = [b.encode() for b in trace.df["body"].to_list()]
     work = Path(tempfile.mkdtemp(prefix="proxy-overhead-"))
-    upstream, up_url = _start([str(args.upstream_binary), "--port", "0", "--chunks", "8", "--threads", "1"])
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        "REPLAY_REDACT_KEY": "benchmark-throwaway-key-" + os.urandom(8).hex(),
-    }
-    cmd = [
-        sys.executable,
-        "-m",
-        "replay.cli.main",
-        "capture",
-        "--upstream",
-        up_url,
-        "--listen",
-        "127.0.0.1:0",
-        "--out",
-        str(work / "cap"),
-    ]
-    if args.no_redact:
-        cmd.append("--no-redact")
-    proxy, proxy_url = _start(cmd, env)
-    bare, bare_url = _start([sys.executable, str(ROOT / "benchmarks" / "bare_proxy.py"), up_url], env)
+    upstream = start_static_sse(work / "upstream")
+    peer = start_gateway(upstream.http_url, work / "peer")
+    capture, capture_url = _start_capture(upstream.http_url, work / "cap", args.redact)
+    sides = {"direct": upstream.http_url, "nginx": peer.http_url, "capture": capture_url}
     rows = []
     try:
         for rate in rates:
-            requests = int(rate * args.seconds)
-            for rep in range(args.repeats):
+            n = int(rate * args.seconds)
+            for client in clients:
                 got = {}
-                for side, url in (("direct", up_url), ("bare", bare_url), ("proxy", proxy_url)):
-                    dropped0 = _metric(proxy_url, "replay_capture_records_dropped_total")
-                    cfg = RunConfig(
-                        url=url,
-                        rate=rate,
-                        requests=requests,
-                        lag_bound_ms=1e9,
-                        arrivals=Arrivals(kind="poisson", seed=rep),
-                        model="bench",
-                        warm_connections=min(64, int(rate / 10) + 4),
-                    )
-                    res = run_stage(trace, cfg)
-                    got[side] = _latencies(res.requests)
-                    if side == "proxy":
-                        time.sleep(1.0)  # let the recorder catch up before counting drops
-                        got["dropped"] = _metric(proxy_url, "replay_capture_records_dropped_total") - dropped0
-                        got["written"] = _metric(proxy_url, "replay_capture_records_written_total")
-                (d_fb, d_e2e, d_err), (p_fb, p_e2e, p_err) = got["direct"], got["proxy"]
-                _, b_e2e, b_err = got["bare"]
-                q = lambda a, p: float(np.percentile(a, p)) if len(a) else float("nan")  # noqa: E731
-                rows.append(
-                    {
-                        "rate": rate,
-                        "rep": rep,
-                        "requests": requests,
-                        "direct_e2e_p50": q(d_e2e, 50),
-                        "direct_e2e_p99": q(d_e2e, 99),
-                        "bare_added_e2e_p50": q(b_e2e, 50) - q(d_e2e, 50),
-                        "bare_added_e2e_p99": q(b_e2e, 99) - q(d_e2e, 99),
-                        "proxy_e2e_p50": q(p_e2e, 50),
-                        "proxy_e2e_p99": q(p_e2e, 99),
-                        "added_ttfb_p50": q(p_fb, 50) - q(d_fb, 50),
-                        "added_ttfb_p99": q(p_fb, 99) - q(d_fb, 99),
-                        "added_e2e_p50": q(p_e2e, 50) - q(d_e2e, 50),
-                        "added_e2e_p99": q(p_e2e, 99) - q(d_e2e, 99),
-                        "errors": d_err + p_err + b_err,
-                        "dropped": int(got["dropped"]),
-                    }
+                dropped0 = _metric(capture_url, "replay_capture_records_dropped_total")
+                for side, url in sides.items():
+                    e2e, lost = _ours(trace, url, rate, n) if client == "ours" else _peer(bodies, url, rate, n)
+                    got[side] = (e2e * 1e3, lost)
+                time.sleep(1.0)  # the recorder catches up before drops are counted
+                dropped = _metric(capture_url, "replay_capture_records_dropped_total") - dropped0
+
+                def q(side, p):
+                    a = got[side][0]
+                    return float(np.percentile(a, p)) if len(a) else float("nan")
+
+                row = {
+                    "rate": rate,
+                    "client": client,
+                    "n": n,
+                    **{f"{s}_p{p}": q(s, p) for s in sides for p in (50, 99)},
+                    "lost": {s: got[s][1] for s in sides},
+                    "dropped": int(dropped),
+                }
+                for s in ("nginx", "capture"):
+                    for p in (50, 99):
+                        row[f"{s}_adds_p{p}"] = row[f"{s}_p{p}"] - row[f"direct_p{p}"]
+                row["meets"] = (
+                    row["capture_adds_p99"] <= 1.5 * max(row["nginx_adds_p99"], 0.0) + 0.5
+                    and row["lost"]["capture"] == 0
+                    and row["dropped"] == 0
                 )
-                print(rows[-1], flush=True)
-        proxy_rss = _peak_rss_mb(proxy.pid)
-        kids = _children(proxy.pid)
+                rows.append(row)
+                print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+        written = _metric(capture_url, "replay_capture_records_written_total")
+        capture_rss = _peak_rss_mb(capture.pid)
+        kids = _children(capture.pid)
         kids_rss = sum(_peak_rss_mb(k) for k in kids)
     finally:
-        _stop(proxy)
-        _stop(bare)
-        _stop(upstream)
-    from replay.trace import read_trace
-
-    recorded = len(read_trace(work / "cap", bodies=False))
-    shutil.rmtree(work, ignore_errors=True)
+        _stop(capture)
+        peer.stop()
+        upstream.stop()
+        shutil.rmtree(work, ignore_errors=True)
     print()
     print(
-        f"load: {os.getloadavg()[0]:.2f} (1-min), cpus: {os.cpu_count()}, redaction: "
-        f"{'off' if args.no_redact else 'on'}, upstream: sse-bench-server 8 chunks"
+        f"load: {os.getloadavg()[0]:.2f} (1-min), cpus: {os.cpu_count()}, redaction: {'on' if args.redact else 'off'}, "
+        f"upstream: nginx static 21-event SSE, {args.seconds:g} s a rate, constant arrivals"
     )
     print(
-        "| req/s | direct e2e p50 / p99 (µs) | bare aiohttp adds p50 / p99 (µs) "
-        "| capture proxy e2e p50 / p99 (µs) | capture adds TTFB p50 / p99 (µs) "
-        "| capture adds e2e p50 / p99 (µs) | capture / bare added p50 | errors | records dropped |"
+        "| req/s | client | direct p50 / p99 (ms) | nginx adds p50 / p99 | capture adds p50 / p99 "
+        "| capture p99 added / nginx's | not completed (direct / nginx / capture) | records dropped | target |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
+        ratio = r["capture_adds_p99"] / r["nginx_adds_p99"] if r["nginx_adds_p99"] > 0 else float("nan")
+        lost = r["lost"]
         print(
-            f"| {r['rate']:.0f} | {r['direct_e2e_p50']:.0f} / {r['direct_e2e_p99']:.0f} "
-            f"| {r['bare_added_e2e_p50']:.0f} / {r['bare_added_e2e_p99']:.0f} "
-            f"| {r['proxy_e2e_p50']:.0f} / {r['proxy_e2e_p99']:.0f} "
-            f"| {r['added_ttfb_p50']:.0f} / {r['added_ttfb_p99']:.0f} "
-            f"| {r['added_e2e_p50']:.0f} / {r['added_e2e_p99']:.0f} "
-            f"| {r['added_e2e_p50'] / r['bare_added_e2e_p50']:.2f} | {r['errors']} | {r['dropped']} |"
+            f"| {r['rate']:,.0f} | {r['client']} | {r['direct_p50']:.2f} / {r['direct_p99']:.2f} "
+            f"| {r['nginx_adds_p50']:.2f} / {r['nginx_adds_p99']:.2f} "
+            f"| {r['capture_adds_p50']:.2f} / {r['capture_adds_p99']:.2f} | {ratio:.2f} "
+            f"| {lost['direct']} / {lost['nginx']} / {lost['capture']} | {r['dropped']} "
+            f"| {'met' if r['meets'] else 'missed'} |"
         )
     print(
-        f"peak RSS: proxy {proxy_rss:.0f} MB, recorder + redaction workers {kids_rss:.0f} MB "
-        f"({len(kids)} processes); records in the capture folder: {recorded}"
+        f"records written: {written:.0f}; peak RSS: capture proxy {capture_rss:.0f} MB, recorder"
+        f"{' + redaction workers' if args.redact else ''} {kids_rss:.0f} MB ({len(kids)} processes)"
     )
 
 

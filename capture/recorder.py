@@ -27,7 +27,7 @@ from typing import Any
 from redact.lock import LOCK_TYPES
 from replay.trace import BLOCK_SIZE
 
-__all__ = ["CaptureConfig", "COUNTERS", "run_recorder", "RECORDER_NICE", "LOCK_FILE"]
+__all__ = ["CaptureConfig", "COUNTERS", "run_recorder", "RECORDER_NICE", "LOCK_FILE", "yield_to_traffic"]
 
 # the shared counters (one writer each: the proxy writes the first, the recorder the others)
 # (segment_roll_failed: rolls of the spool into a segment that failed; their rows stay in the
@@ -74,14 +74,19 @@ class CaptureConfig:
     redact_timeout_s: float = 60.0
     queue_size: int = 10_000  # exchanges waiting for the recorder before drops begin
     batch_size: int = 256  # exchanges the recorder takes at once (then fsync)
-    # exchanges are handed to the recorder in lists of up to this many, at least every
-    # capture.proxy.HAND_OFF_S (one queue put per list, not per request: less work on the request path)
+    # exchanges are handed to the recorder in lists of up to this many (one queue put per list,
+    # not per request)
     hand_off: int = 32
     segment_rows: int = 100_000
     segment_seconds: float = 60.0
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 600.0  # no byte from the upstream for this long: timeout
     metrics_path: str = "/metrics"
+    tls_cert: Path | None = None  # serve TLS with this certificate chain (PEM) ...
+    tls_key: Path | None = None  # ... and its private key
+    ca_cert: Path | None = None  # an https upstream's certificate is checked against these alone
+    insecure: bool = False  # an https upstream's certificate is not checked
+    threads: int = 0  # the data path's worker threads (0: one per CPU)
     extra_recognizers: tuple = field(default_factory=tuple)  # library use: more Presidio recognizers
 
     def settings(self) -> dict:
@@ -97,8 +102,19 @@ class CaptureConfig:
         }
 
 
-# the recorder's CPU priority below the proxy's (nice increment)
+# the recorder's CPU priority below the proxy's (nice increment), where SCHED_IDLE is not to be had
 RECORDER_NICE = 10
+
+
+def yield_to_traffic(tid: int = 0) -> None:
+    """Put thread ``tid`` (0: the calling process's main thread; what it starts inherits it) under
+    SCHED_IDLE: it runs on CPU time nothing else wants, and any thread of the data path that
+    wakes takes its CPU at once. Where that policy is not available, ``RECORDER_NICE``."""
+    try:
+        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        if tid == 0:
+            os.nice(RECORDER_NICE)
 
 
 # held (flock) by the recorder writing into a capture folder: one capture a folder
@@ -115,7 +131,7 @@ def run_recorder(cfg: CaptureConfig, info: dict, q: Any, shared: Any, ready: Any
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # traffic first: the recorder and its redaction workers (which inherit it) yield the CPU to
     # the proxy
-    os.nice(RECORDER_NICE)
+    yield_to_traffic()
     from capture.record import Exchange, RowBuilder
     from capture.spool import SOURCE_FORMAT, Spool, recover
     from replay.trace import TraceMeta

@@ -176,6 +176,40 @@ class SimServer:
     def __enter__(self) -> SimServer: ...
     def __exit__(self, *args: object) -> bool: ...
 
+# (api, arrival_unix_us, body, session, stream, status, ttfb_us, end_us, outcome, chunks,
+# content_encoding): one finished exchange of the capture proxy
+FinishedExchange = tuple[str, int, bytes, str | None, bool, int | None, int | None, int, str, list[tuple[int, bytes]], str | None]
+
+class CaptureServer:
+    """The data path of ``replay capture`` (rust/capture), serving on its own runtime threads."""
+
+    def __init__(
+        self,
+        upstream: str,
+        listen: str,
+        metrics: Callable[[], bytes],
+        *,
+        connect_timeout_s: float,
+        read_timeout_s: float,
+        metrics_path: str,
+        session_header: str,
+        queue_size: int,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        ca_cert: str | None = None,
+        insecure: bool = False,
+        threads: int = 0,
+        grace_s: float = 60.0,
+    ) -> None: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def address(self) -> tuple[str, int]: ...
+    def wait(self, timeout_s: float) -> bool: ...
+    def take(self, max: int) -> list[FinishedExchange]: ...
+    def counters(self) -> dict[str, Any]: ...
+    def stop(self) -> None: ...
+
 def prefix_cache_hits(
     hashes: npt.NDArray[np.uint64],
     offsets: npt.NDArray[np.uint64],

@@ -76,6 +76,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=600.0,
         help="seconds without a byte from the upstream before the request times out (504 before its headers; default 600)",
     )
+    tls = p.add_argument_group("TLS")
+    tls.add_argument(
+        "--tls-cert", type=Path, metavar="FILE", help="serve https with this certificate chain (PEM); with --tls-key"
+    )
+    tls.add_argument("--tls-key", type=Path, metavar="FILE", help="the private key of --tls-cert (PEM)")
+    check = tls.add_mutually_exclusive_group()
+    check.add_argument(
+        "--ca-cert",
+        type=Path,
+        metavar="FILE",
+        help="an https upstream's certificate must chain to a certificate in this PEM file (a private "
+        "CA, a self-signed server) instead of the system's roots",
+    )
+    check.add_argument(
+        "--insecure", action="store_true", help="accept an https upstream's certificate unchecked (still encrypted)"
+    )
     p.set_defaults(func=cmd_capture)
 
 
@@ -97,6 +113,13 @@ def cmd_capture(args: argparse.Namespace) -> int:
             raise ConfigError(f"{flag}: must be > 0, got {value}")
     if not args.upstream.startswith(("http://", "https://")):
         raise ConfigError(f"--upstream: {args.upstream!r} is not an http(s) URL")
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ConfigError("--tls-cert and --tls-key: TLS needs both the certificate and its key")
+    for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key), ("--ca-cert", args.ca_cert)):
+        if path is not None and not path.is_file():
+            raise ConfigError(f"{flag} {path}: no such file")
+    if (args.ca_cert is not None or args.insecure) and not args.upstream.startswith("https://"):
+        raise ConfigError(f"{'--ca-cert' if args.ca_cert is not None else '--insecure'}: only for an https:// --upstream")
     if args.no_redact and args.key_file is not None:
         raise ConfigError("--key-file: not with --no-redact")
     if args.out.exists() and not args.out.is_dir():
@@ -125,6 +148,10 @@ def cmd_capture(args: argparse.Namespace) -> int:
         segment_rows=args.segment_rows,
         segment_seconds=args.segment_seconds,
         read_timeout_s=args.timeout,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        ca_cert=args.ca_cert,
+        insecure=args.insecure,
     )
 
     def ready(proxy) -> None:

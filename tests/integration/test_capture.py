@@ -99,7 +99,7 @@ def test_the_openai_sdk_through_the_proxy_sees_what_it_sees_direct_and_every_req
             assert time.monotonic() < deadline, _metrics(proxy.url)
             time.sleep(0.2)
         metrics = _metrics(proxy.url)
-        assert 'replay_capture_outcomes_total{outcome="client_disconnected"} 2.0' in metrics
+        assert 'replay_capture_outcomes_total{outcome="client_disconnected"} 2.0' in metrics, metrics
         assert 'replay_capture_records_dropped_total{reason="queue_full"} 0.0' in metrics
         # the models list is the one request passed through unrecorded (GET /metrics is the proxy's own)
         assert "replay_capture_unrecorded_total 1.0" in metrics

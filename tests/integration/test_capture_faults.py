@@ -363,7 +363,7 @@ def test_without_listen_the_proxy_binds_loopback(tmp_path, monkeypatch):
 
     # and the socket it binds with that host (port 0: any free one)
     async def scenario(proxy, http):
-        return proxy._runner.addresses  # each listening socket's getsockname()
+        return [proxy.address]  # the listening socket's getsockname()
 
     cfg = CaptureConfig(upstream="http://127.0.0.1:9", out=tmp_path / "cap", host=seen[0].host, port=0, key=None)
     bound = _run(cfg, scenario)

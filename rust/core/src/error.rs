@@ -22,7 +22,7 @@ pub enum CoreError {
 }
 
 impl CoreError {
-    pub(crate) fn config(field: &'static str, message: impl Into<String>) -> Self {
+    pub fn config(field: &'static str, message: impl Into<String>) -> Self {
         CoreError::Config {
             field,
             message: message.into(),

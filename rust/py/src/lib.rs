@@ -13,6 +13,7 @@ use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+mod capture;
 mod errors;
 mod prompts;
 mod sim;
@@ -535,5 +536,6 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(prompts::prompt_units, m)?)?;
     m.add_function(wrap_pyfunction!(prompts::prompt_texts, m)?)?;
     m.add_class::<sim::SimServer>()?;
+    m.add_class::<capture::CaptureServer>()?;
     Ok(())
 }

@@ -11,7 +11,6 @@ import pytest
 
 from capture.importers.logs import build_trace
 from capture.importers.records import LogRecord
-from capture.proxy import _without_usage_events
 from capture.record import SAMPLE_SEED, Exchange, RowBuilder, parse_response
 
 
@@ -63,16 +62,6 @@ def test_a_json_answer_plain_or_gzipped():
         ans = parse_response(Exchange("r", "chat", 0, b"{}", None, chunks=[(5, data[:7]), (6, data[7:])], content_encoding=enc))
         assert (ans.text, ans.finish_reason, ans.usage) == ("Hi", "length", {"completion_tokens": 1})
         assert ans.first_token_us is None and ans.chunk_us is None
-
-
-def test_only_the_usage_only_event_is_taken_out_of_the_clients_stream():
-    keep = _sse(
-        _chunk("a"), {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": {"completion_tokens": 1}}
-    )  # usage inside a choice: kept
-    raw = keep[: -len(b"data: [DONE]\n\n")] + b"data: " + json.dumps(USAGE).encode() + b"\n\ndata: [DONE]\n\n"
-    out, rest = _without_usage_events(raw[:-3])
-    out2, rest2 = _without_usage_events(rest + raw[-3:])
-    assert out + out2 == keep and rest2 == b""
 
 
 def _ex(rid, body, answer, t, session=None):
