@@ -12,18 +12,20 @@ Owns :class:`CaptureProxy` and :func:`run_capture` (what ``replay capture`` runs
   events (an event cut across two reads goes out when its end arrives). The listener speaks TLS
   with ``tls_cert`` / ``tls_key``; an ``https://`` upstream is checked against the system's roots,
   or ``ca_cert``, or not at all (``insecure``).
-- Recording. ``POST /v1/chat/completions`` and ``/v1/completions`` are recorded: the data path
-  notes times and keeps the upstream's bytes in memory while the request lasts, then puts the
-  finished exchange on a bounded queue (``queue_size``) that never makes a request wait: a full
-  queue drops it and counts it (``dropped_queue_full``). A thread of this process takes the
-  exchanges off it (:meth:`CaptureProxy._pump`) and hands them in lists to the recorder process
-  over a second bounded queue, dropping and counting the same way (ended requests are handed
-  over in lists of up to ``hand_off``). The recorder (:func:`capture.recorder.run_recorder`)
-  builds the rows (:class:`capture.record.RowBuilder`: sessions, sampling, raw-text tokens and
-  hashes, redaction in worker processes), appends them to the spool and fsyncs after each small
-  batch, and rolls the spool into Parquet segments (:mod:`capture.spool`). If it falls behind or
-  dies, traffic is untouched; records are dropped and counted (those lost with a recorder that
-  died, by the proxy, which leaves their count in the folder when it stops).
+- Recording. ``POST /v1/chat/completions`` and ``/v1/completions`` are recorded: the data
+  path notes times and keeps the upstream's bytes in memory while the request lasts, then puts
+  the finished exchange on its backlog, a queue bounded in exchanges (``queue_size``) and in bytes
+  (``backlog_mb``) that never makes a request wait: an exchange that finds it full is dropped and
+  counted (``dropped_queue_full``, ``dropped_backlog``), and so are the later requests of its
+  session (by the session header: ``dropped_session_shed``), so that the trace holds whole
+  sessions. A thread of this process takes the exchanges off it (:meth:`CaptureProxy._pump`)
+  and hands them in lists of up to ``hand_off`` to the recorder process while the recorder's
+  small queue has room. The recorder (:func:`capture.recorder.run_recorder`) builds the rows
+  (:class:`capture.record.RowBuilder`: sessions, sampling, raw-text tokens and hashes, redaction
+  in worker processes), appends them to the spool and fsyncs after each small batch, and rolls
+  the spool into Parquet segments (:mod:`capture.spool`). If it falls behind or dies, traffic is
+  untouched; records are dropped and counted (those lost with a recorder that died, by the
+  proxy, which leaves their count in the folder when it stops).
 - Faults. Upstream unreachable or reset before its headers: 502; no connection or no headers
   within the timeouts: 504 (a JSON ``error`` body, type ``proxy_error``); a failure or silence
   mid-body cuts the client's connection (as the upstream's would have been cut). Each is recorded
@@ -44,15 +46,21 @@ import queue as queue_mod
 import secrets
 import signal
 import threading
+import time
 
 from capture.record import Exchange
-from capture.recorder import COUNTERS, CaptureConfig, run_recorder, yield_to_traffic
+from capture.recorder import COUNTERS, PROXY_COUNTS, CaptureConfig, record_capacity, run_recorder, yield_to_traffic
 from redact.lock import LOCK_TYPES
 
 __all__ = ["CaptureProxy", "run_capture"]
 
 # the longest the pump waits for an exchange before it looks at the recorder again (s)
 PUMP_WAIT_S = 0.05
+# with the queue to the recorder full, the pump tries again this much later (s); meanwhile the
+# exchanges wait in the data path's backlog
+PUMP_RETRY_S = 0.005
+# lists of exchanges the queue to the recorder holds at most (the backlog is the data path's)
+RECORDER_QUEUE_LISTS = 8
 
 
 # -- the proxy ------------------------------------------------------------------------------------
@@ -75,7 +83,7 @@ class CaptureProxy:
         self.address: tuple[str, int] | None = None  # (IP, port) listened on
         self.recovered_rows = 0
         self._handed = 0  # exchanges put on the queue to the recorder
-        self._queue_full = 0  # exchanges the queue to the recorder had no room for
+        self._pending: list[Exchange] | None = None  # taken, not yet on the queue to the recorder
         self._recorder_gone = False  # the recorder process has ended (see _recorder_ended)
         self._lost = 0  # records the proxy counted dropped_recorder_error
 
@@ -109,8 +117,8 @@ class CaptureProxy:
 
         info = open_folder(self.cfg.out, self.cfg.settings())
         ctx = multiprocessing.get_context("spawn")
-        # the queue holds lists of exchanges (see _hand_off)
-        self._queue = ctx.Queue(maxsize=max(1, self.cfg.queue_size // self.cfg.hand_off))
+        # the queue holds lists of exchanges (see _hand_off); the backlog waits in the data path
+        self._queue = ctx.Queue(maxsize=max(1, min(RECORDER_QUEUE_LISTS, self.cfg.queue_size // self.cfg.hand_off)))
         self._shared = ctx.RawArray(ctypes.c_longlong, len(COUNTERS))
         ready = ctx.Queue()
         self._proc = ctx.Process(
@@ -139,13 +147,15 @@ class CaptureProxy:
         if self._shared is None:
             return {}
         out = dict(zip(COUNTERS, self._shared[:]))
-        out["dropped_queue_full"] = self._dropped_queue_full()
+        proxy = self._proxy_counts()
+        out.update({name: proxy.get(name, 0) for name in PROXY_COUNTS})
         return out
 
-    def _dropped_queue_full(self) -> int:
-        """Exchanges dropped for want of room: in the data path's queue, and in the one to the
-        recorder."""
-        return self._queue_full + self._proxy_counts().get("dropped_queue_full", 0)
+    def _publish_drops(self) -> None:
+        """The data path's drops, where the recorder reads them (it writes them into the trace)."""
+        proxy = self._proxy_counts()
+        for name in PROXY_COUNTS:
+            self._shared[COUNTERS.index(name)] = proxy.get(name, 0)
 
     def _pump(self) -> None:
         """Take what has ended off the data path's queue and hand it to the recorder, until the
@@ -153,51 +163,57 @@ class CaptureProxy:
         the data path's threads take its CPU whenever they wake."""
         yield_to_traffic(threading.get_native_id())
         while True:
-            came = self._server.wait(PUMP_WAIT_S)
+            came = self._pending is not None or self._server.wait(PUMP_WAIT_S)
             if not self._recorder_gone and not self._proc.is_alive():
                 self._recorder_ended()
             if came:
                 self._hand_off()
+                if self._pending is not None:  # the recorder is behind: the backlog waits
+                    time.sleep(PUMP_RETRY_S)
             else:
                 with self._handing:
-                    self._shared[0] = self._dropped_queue_full()  # the recorder reports it
+                    self._publish_drops()
                 if self._stopping.is_set():
                     return
 
     def _hand_off(self) -> None:
-        """Give the recorder what has ended, in lists of up to ``hand_off`` (never waiting: a full
-        queue drops the list, counted)."""
+        """Give the recorder what has ended, in lists of up to ``hand_off``, while its queue has
+        room (never waiting: what does not fit stays in the data path's backlog, which drops and
+        counts when full)."""
         with self._handing:
             while True:
-                rows = self._server.take(self.cfg.hand_off)
-                if not rows:
-                    break
-                batch = [
-                    Exchange(
-                        secrets.token_hex(12),
-                        api,
-                        arrival,
-                        body,
-                        session,
-                        stream=stream,
-                        status=status,
-                        ttfb_us=ttfb,
-                        end_us=end,
-                        outcome=outcome,
-                        chunks=chunks,
-                        content_encoding=encoding,
-                    )
-                    for api, arrival, body, session, stream, status, ttfb, end, outcome, chunks, encoding in rows
-                ]
+                if self._pending is None:
+                    rows = self._server.take(self.cfg.hand_off)
+                    if not rows:
+                        break
+                    self._pending = [
+                        Exchange(
+                            secrets.token_hex(12),
+                            api,
+                            arrival,
+                            body,
+                            session,
+                            stream=stream,
+                            status=status,
+                            ttfb_us=ttfb,
+                            end_us=end,
+                            outcome=outcome,
+                            chunks=chunks,
+                            content_encoding=encoding,
+                        )
+                        for api, arrival, body, session, stream, status, ttfb, end, outcome, chunks, encoding in rows
+                    ]
                 if self._recorder_gone:
-                    self._count_lost(len(batch))
+                    self._count_lost(len(self._pending))
+                    self._pending = None
                     continue
                 try:
-                    self._queue.put_nowait(batch)
-                    self._handed += len(batch)
+                    self._queue.put_nowait(self._pending)
                 except queue_mod.Full:
-                    self._queue_full += len(batch)
-            self._shared[0] = self._dropped_queue_full()
+                    break
+                self._handed += len(self._pending)
+                self._pending = None
+            self._publish_drops()
 
     def _count_lost(self, n: int) -> None:
         if n > 0:
@@ -233,6 +249,7 @@ class CaptureProxy:
                 metrics_path=cfg.metrics_path,
                 session_header=cfg.session_header,
                 queue_size=cfg.queue_size,
+                backlog_bytes=cfg.backlog_mb << 20,
                 tls_cert=None if cfg.tls_cert is None else str(cfg.tls_cert),
                 tls_key=None if cfg.tls_key is None else str(cfg.tls_key),
                 ca_cert=None if cfg.ca_cert is None else str(cfg.ca_cert),
@@ -324,7 +341,7 @@ class CaptureProxy:
                 dropped = CounterMetricFamily(
                     "replay_capture_records_dropped", "Records dropped (never written), by reason.", labels=["reason"]
                 )
-                for reason in ("queue_full", "redaction_failed", "recorder_error", "lock"):
+                for reason in ("queue_full", "backlog", "session_shed", "redaction_failed", "recorder_error", "lock"):
                     dropped.add_metric([reason], c.get(f"dropped_{reason}", 0))
                 yield dropped
                 locked = CounterMetricFamily(
@@ -337,6 +354,12 @@ class CaptureProxy:
                 yield locked
                 yield CounterMetricFamily(
                     "replay_capture_records_written", "Records written to the spool.", value=c.get("recorded", 0)
+                )
+                yield GaugeMetricFamily(
+                    "replay_capture_record_capacity",
+                    "Records a second the recorder builds while busy (token counts, hashes, redaction): "
+                    "what it keeps up with; 0 until it has built any.",
+                    value=record_capacity(c) or 0.0,
                 )
                 yield CounterMetricFamily(
                     "replay_capture_records_not_sampled", "Records of sessions --sample left out.", value=c.get("not_sampled", 0)

@@ -25,16 +25,28 @@ from pathlib import Path
 from typing import Any
 
 from redact.lock import LOCK_TYPES
-from replay.trace import BLOCK_SIZE
+from replay.blocks import BLOCK_SIZE
 
-__all__ = ["CaptureConfig", "COUNTERS", "run_recorder", "RECORDER_NICE", "LOCK_FILE", "yield_to_traffic"]
+__all__ = [
+    "CaptureConfig",
+    "COUNTERS",
+    "PROXY_COUNTS",
+    "REDACT_PROCESSES",
+    "record_capacity",
+    "run_recorder",
+    "RECORDER_NICE",
+    "LOCK_FILE",
+    "yield_to_traffic",
+]
 
-# the shared counters (one writer each: the proxy writes the first, the recorder the others)
+# the shared counters (one writer each: the proxy writes PROXY_COUNTS, the recorder the others)
 # (segment_roll_failed: rolls of the spool into a segment that failed; their rows stay in the
 # spool, rolled at a later roll or recovered at the next start: nothing is lost)
 # (dropped_lock: records the second lock kept out, lock_<TYPE>: of those, the ones holding TYPE)
 COUNTERS = (
     "dropped_queue_full",
+    "dropped_backlog",
+    "dropped_session_shed",
     "recorded",
     "dropped_redaction_failed",
     "dropped_recorder_error",
@@ -44,10 +56,17 @@ COUNTERS = (
     "segment_roll_failed",
     "dropped_lock",
     *(f"lock_{t}" for t in LOCK_TYPES),
+    "recorder_busy_us",
 )
+# the counters the proxy publishes (its data path's drops: the backlog full in exchanges or in
+# bytes, and the later requests of a session one of whose requests was dropped)
+PROXY_COUNTS = ("dropped_queue_full", "dropped_backlog", "dropped_session_shed")
 # the counters the recorder publishes from its own counts
+# (recorder_busy_us: the time it spent building rows, redaction included: with requests, its
+# capacity; see record_capacity)
 RECORDER_COUNTS = (
     "recorded",
+    "recorder_busy_us",
     "dropped_redaction_failed",
     "dropped_recorder_error",
     "not_sampled",
@@ -55,6 +74,18 @@ RECORDER_COUNTS = (
     "dropped_lock",
     *(f"lock_{t}" for t in LOCK_TYPES),
 )
+
+
+# redaction worker processes unless told: the machine's cores less the one the traffic needs
+REDACT_PROCESSES = max(1, (os.cpu_count() or 2) - 1)
+
+
+def record_capacity(counts: dict) -> float | None:
+    """Records a second the recorder builds while busy (token counts, hashes, redaction and all):
+    what it keeps up with. None until it has built any."""
+    busy_s = counts.get("recorder_busy_us", 0) / 1e6
+    seen = counts.get("requests_recorder_saw", counts.get("requests", 0))
+    return seen / busy_s if busy_s > 0 and seen else None
 
 
 @dataclass
@@ -70,9 +101,10 @@ class CaptureConfig:
     tokenizer: str = "gpt2"
     block_size: int = BLOCK_SIZE
     key: Any = None  # a redact.key.RedactionKey; None: --no-redact
-    redact_processes: int = 1
+    redact_processes: int = field(default_factory=lambda: REDACT_PROCESSES)
     redact_timeout_s: float = 60.0
     queue_size: int = 10_000  # exchanges waiting for the recorder before drops begin
+    backlog_mb: int = 256  # ... and the megabytes they may hold (bodies and answers)
     batch_size: int = 256  # exchanges the recorder takes at once (then fsync)
     # exchanges are handed to the recorder in lists of up to this many (one queue put per list,
     # not per request)
@@ -182,7 +214,7 @@ def run_recorder(cfg: CaptureConfig, info: dict, q: Any, shared: Any, ready: Any
     )
     idx = {name: i for i, name in enumerate(COUNTERS)}
     reported: Counter = Counter()
-    seen_queue_drops = 0
+    seen_proxy = dict.fromkeys(PROXY_COUNTS, 0)  # the proxy's drops as last written
     saw = 0  # exchanges taken off the queue (each is recorded, dropped or not sampled)
     last_roll = time.monotonic()
     rolled = True  # the last roll succeeded (or none was tried yet)
@@ -190,16 +222,16 @@ def run_recorder(cfg: CaptureConfig, info: dict, q: Any, shared: Any, ready: Any
     def report(force: bool) -> None:
         """Append the counts changed since the last report to the spool (fsynced; ``force``:
         fsync even when none changed) and publish the counters to the proxy."""
-        nonlocal seen_queue_drops
-        queue_drops = shared[idx["dropped_queue_full"]]
         delta = Counter({k: v - reported[k] for k, v in builder.counts.items() if v != reported[k]})
-        if queue_drops != seen_queue_drops:
-            delta["dropped_queue_full"] = queue_drops - seen_queue_drops
-            seen_queue_drops = queue_drops
+        for name in PROXY_COUNTS:
+            now = shared[idx[name]]
+            if now != seen_proxy[name]:
+                delta[name] = now - seen_proxy[name]
+                seen_proxy[name] = now
         if delta or force:
             spool.append_counts(delta)
             spool.sync()
-            reported.update({k: v for k, v in delta.items() if k != "dropped_queue_full"})
+            reported.update({k: v for k, v in delta.items() if k not in PROXY_COUNTS})
         for name in RECORDER_COUNTS:
             shared[idx[name]] = builder.counts[name]
         shared[idx["requests_recorder_saw"]] = saw
@@ -238,6 +270,7 @@ def run_recorder(cfg: CaptureConfig, info: dict, q: Any, shared: Any, ready: Any
             stop = True
         if batch:
             saw += len(batch)
+            began = time.perf_counter()
             try:
                 df = builder.build(batch)
                 # the surrogates first, then the rows that hold them: a crash between the two
@@ -249,6 +282,7 @@ def run_recorder(cfg: CaptureConfig, info: dict, q: Any, shared: Any, ready: Any
             except Exception as e:  # noqa: BLE001 (never raw, never fatal: count and go on)
                 builder.counts["dropped_recorder_error"] += len(batch)
                 print(f"capture: recorder: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            builder.counts["recorder_busy_us"] += int((time.perf_counter() - began) * 1e6)
         report(force=bool(batch))
         # a roll is due after segment_seconds or segment_rows; one that failed is tried again
         # segment_seconds later, however many rows wait

@@ -6,7 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from replay.blocks import BLOCK_SIZE
+from dataclasses import fields
+
+from capture.recorder import CaptureConfig
+
+# the flags' defaults are the library's (capture.recorder.CaptureConfig)
+_D = {f.name: f.default for f in fields(CaptureConfig)}
+_D["redact_processes"] = CaptureConfig.__dataclass_fields__["redact_processes"].default_factory()
 
 __all__ = ["register"]
 
@@ -45,36 +51,64 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--out", type=Path, required=True, help="capture folder (created; a restart into it recovers and continues it)"
     )
     p.add_argument(
-        "--sample", type=float, default=1.0, help="share of sessions to record, 0 < P <= 1, whole sessions (default 1)"
+        "--sample",
+        type=float,
+        default=_D["sample"],
+        help=f"share of sessions to record, 0 < P <= 1, whole sessions (default {_D['sample']:g})",
     )
     p.add_argument(
         "--session-header",
-        default="X-Session-Id",
-        help="request header naming the session (default X-Session-Id); without it the "
+        default=_D["session_header"],
+        help=f"request header naming the session (default {_D['session_header']}); without it the "
         "session is derived from the conversation, as `replay import openai` does",
     )
-    p.add_argument("--tokenizer", default="gpt2", help="gpt2, qwen2 or a tokenizer.json path (default gpt2)")
-    p.add_argument("--block-size", type=int, default=BLOCK_SIZE, help=f"tokens per hashed block (default {BLOCK_SIZE})")
+    p.add_argument(
+        "--tokenizer", default=_D["tokenizer"], help=f"gpt2, qwen2 or a tokenizer.json path (default {_D['tokenizer']})"
+    )
+    p.add_argument(
+        "--block-size", type=int, default=_D["block_size"], help=f"tokens per hashed block (default {_D['block_size']})"
+    )
     p.add_argument("--key-file", type=Path, help="file holding the redaction key (default: $REPLAY_REDACT_KEY)")
     p.add_argument(
         "--no-redact", action="store_true", help="store raw text (local experiments only; recorded as redaction_policy=none)"
     )
-    p.add_argument("--redact-processes", type=int, default=1, help="redaction worker processes (default 1)")
     p.add_argument(
-        "--queue", type=int, default=10_000, help="requests waiting to be recorded before records are dropped (default 10000)"
+        "--redact-processes",
+        type=int,
+        default=_D["redact_processes"],
+        help=f"redaction worker processes (default: the cores less one, at least 1: {_D['redact_processes']} here)",
+    )
+    p.add_argument(
+        "--queue",
+        type=int,
+        default=_D["queue_size"],
+        help=f"requests waiting to be recorded before records are dropped (default {_D['queue_size']})",
+    )
+    p.add_argument(
+        "--backlog-mb",
+        type=int,
+        default=_D["backlog_mb"],
+        help="megabytes of requests (bodies and answers) waiting to be recorded before records are dropped; "
+        f"a session one of whose requests was dropped is dropped from then on (default {_D['backlog_mb']})",
     )
     p.add_argument(
         "--segment-rows",
         type=int,
-        default=100_000,
-        help="roll the spool into a Parquet segment after this many rows (default 100000)",
+        default=_D["segment_rows"],
+        help=f"roll the spool into a Parquet segment after this many rows (default {_D['segment_rows']})",
     )
-    p.add_argument("--segment-seconds", type=float, default=60.0, help="... or after this many seconds (default 60)")
+    p.add_argument(
+        "--segment-seconds",
+        type=float,
+        default=_D["segment_seconds"],
+        help=f"... or after this many seconds (default {_D['segment_seconds']:g})",
+    )
     p.add_argument(
         "--timeout",
         type=float,
-        default=600.0,
-        help="seconds without a byte from the upstream before the request times out (504 before its headers; default 600)",
+        default=_D["read_timeout_s"],
+        help="seconds without a byte from the upstream before the request times out (504 before its headers; "
+        f"default {_D['read_timeout_s']:g})",
     )
     tls = p.add_argument_group("TLS")
     tls.add_argument(
@@ -104,6 +138,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
         ("--block-size", args.block_size),
         ("--redact-processes", args.redact_processes),
         ("--queue", args.queue),
+        ("--backlog-mb", args.backlog_mb),
         ("--segment-rows", args.segment_rows),
     ):
         if value < 1:
@@ -130,7 +165,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
 
         key = load_key(args.key_file)  # no key, no capture
     from capture.proxy import run_capture
-    from capture.recorder import CaptureConfig
+    from capture.recorder import record_capacity
 
     host, port = args.listen
     cfg = CaptureConfig(
@@ -145,6 +180,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
         key=key,
         redact_processes=args.redact_processes,
         queue_size=args.queue,
+        backlog_mb=args.backlog_mb,
         segment_rows=args.segment_rows,
         segment_seconds=args.segment_seconds,
         read_timeout_s=args.timeout,
@@ -165,9 +201,16 @@ def cmd_capture(args: argparse.Namespace) -> int:
 
     counts = run_capture(cfg, on_ready=ready)
     dropped = sum(v for k, v in counts.items() if k.startswith("dropped_"))
+    capacity = record_capacity(counts)
     print(
         f"recorded {counts.get('recorded', 0)} requests into {args.out} "
-        f"({dropped} dropped, {counts.get('not_sampled', 0)} not sampled)",
+        f"({dropped} dropped, {counts.get('not_sampled', 0)} not sampled)"
+        + (
+            ""
+            if capacity is None
+            else f"; the recorder keeps up with about {capacity:,.0f} requests/s "
+            + (f"(redaction on, {args.redact_processes} worker processes)" if key else "(redaction off)")
+        ),
         file=sys.stderr,
     )
     return 0

@@ -103,15 +103,21 @@ def test_the_openai_sdk_through_the_proxy_sees_what_it_sees_direct_and_every_req
         assert 'replay_capture_records_dropped_total{reason="queue_full"} 0.0' in metrics
         # the models list is the one request passed through unrecorded (GET /metrics is the proxy's own)
         assert "replay_capture_unrecorded_total 1.0" in metrics
+        # the rate the recorder keeps up with: records over its busy time, > 0 once it built any
+        capacity = next(x for x in metrics.splitlines() if x.startswith("replay_capture_record_capacity "))
+        assert float(capacity.split()[1]) > 0
         assert proxy.stop() == 0
         assert "Traceback" not in proxy.stderr()
+        said = proxy.stderr().strip().splitlines()[-1]
+        assert said.startswith("recorded 7 requests into ") and "the recorder keeps up with about " in said, said
+        assert "requests/s (redaction on, " in said, said
 
     trace = read_trace(out)
     df = trace.df
     assert df.height == 7
     assert trace.meta.redaction_policy == "redacted" and trace.meta.source_format == "capture"
     report = json.loads(trace.meta.capture_report)
-    assert report["recorded"] == 7 and report["no_redact"] is False
+    assert report["recorded"] == 7 and report["no_redact"] is False and report["recorder_busy_us"] > 0
     assert json.loads(trace.meta.redaction_report)["entities"]["EMAIL_ADDRESS"] >= 1
     rows = df.to_dicts()
     assert [r["api"] for r in rows] == ["chat"] * 4 + ["completions", "chat", "chat"]
@@ -347,6 +353,64 @@ def test_when_redaction_falls_behind_traffic_flows_and_the_drops_are_counted(sim
     trace = read_trace(tmp_path / "cap")
     assert len(trace) == counts["recorded"]
     assert json.loads(trace.meta.capture_report)["dropped_queue_full"] == dropped
+
+
+@pytest.mark.slow
+def test_when_the_backlog_is_full_whole_sessions_are_shed_never_a_session_s_middle(sim, tmp_path):
+    import aiohttp
+
+    from capture.proxy import CaptureProxy
+    from capture.recorder import CaptureConfig
+    from redact.key import RedactionKey
+
+    sessions, turns = 8, 3
+    cfg = CaptureConfig(
+        upstream=sim.url,
+        out=tmp_path / "cap",
+        port=0,
+        key=RedactionKey(KEY.encode()),
+        queue_size=2,
+        batch_size=1,
+        hand_off=1,
+        segment_seconds=0.5,
+        extra_recognizers=(SlowRecognizer(),),
+    )
+
+    async def scenario():
+        proxy = CaptureProxy(cfg)
+        await proxy.start()
+        try:
+            async with aiohttp.ClientSession() as http:
+                # turn 1 of every session, then turn 2 of every session, ...: the backlog fills
+                # while sessions are open
+                for turn in range(1, turns + 1):
+                    for s in range(sessions):
+                        msgs = [{"role": "user", "content": f"session {s} turn {t}"} for t in range(1, turn + 1)]
+                        async with http.post(
+                            proxy.url + "/v1/chat/completions",
+                            json={"model": "sim", "max_tokens": 2, "messages": msgs},
+                            headers={"X-Session-Id": f"s{s}"},
+                        ) as r:
+                            assert r.status == 200
+                            await r.read()
+        finally:
+            await proxy.stop()
+        return proxy.counters()
+
+    counts = asyncio.run(scenario())
+    shed, full = counts["dropped_session_shed"], counts["dropped_queue_full"]
+    assert full > 0 and shed > 0, counts
+    assert counts["recorded"] + full + shed + counts["dropped_backlog"] == sessions * turns
+    trace = read_trace(tmp_path / "cap")
+    report = json.loads(trace.meta.capture_report)
+    assert (report["dropped_session_shed"], report["dropped_queue_full"]) == (shed, full)
+    recorded: dict[str, list[int]] = {}
+    for row in trace.df.sort("arrival_us").to_dicts():
+        last = json.loads(row["body"])["messages"][-1]["content"]
+        recorded.setdefault(row["session_id"], []).append(int(last.rsplit(" ", 1)[1]))
+    # each session recorded is its first turns, in order, with nothing missing in between
+    for got in recorded.values():
+        assert got == list(range(1, len(got) + 1)), recorded
 
 
 def test_a_second_capture_into_the_same_folder_is_refused(tmp_path):

@@ -27,6 +27,8 @@ pub struct CaptureConfig {
     pub session_header: String,
     /// Finished exchanges that may wait for the recorder; past that they are dropped and counted.
     pub queue_size: usize,
+    /// ... and the bytes they may hold (bodies and answers); past that likewise.
+    pub backlog_bytes: usize,
     /// Request bodies larger than this are refused (413).
     pub max_body_bytes: usize,
     /// The proxy runtime's worker threads (0: one per CPU).
@@ -49,6 +51,7 @@ impl CaptureConfig {
             metrics_path: "/metrics".into(),
             session_header: "X-Session-Id".into(),
             queue_size: 10_000,
+            backlog_bytes: 256 << 20,
             max_body_bytes: 1 << 30,
             threads: 0,
             grace: Duration::from_secs(60),

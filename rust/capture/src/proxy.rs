@@ -10,11 +10,13 @@
 //! answered by the caller's [`MetricsFn`].
 //!
 //! A POST to a recorded endpoint ([`crate::api_of_path`]) becomes an [`Exchange`], put on the
-//! queue when the request ends; the queue is bounded and never waited on: when it is full the
-//! exchange is dropped and counted (`dropped_queue_full`). Requests to other endpoints pass
-//! through and are counted (`unrecorded`).
+//! queue when the request ends. The queue is the recorder's backlog: bounded in exchanges and in
+//! bytes, and never waited on. An exchange that finds it full is dropped and counted
+//! (`dropped_queue_full`, `dropped_backlog`), and so are the later requests of its session (by
+//! the session header; `dropped_session_shed`), so that what is recorded holds whole sessions.
+//! Requests to other endpoints pass through and are counted (`unrecorded`).
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,9 +61,25 @@ pub struct Counters {
     pub outcomes: [u64; 4],
     /// Exchanges put on the queue.
     pub queued: u64,
-    /// Exchanges dropped because the queue was full (or no longer read).
+    /// Exchanges dropped because the queue held its most exchanges.
     pub dropped_queue_full: u64,
+    /// Exchanges dropped because the queue held its most bytes.
+    pub dropped_backlog: u64,
+    /// Exchanges dropped because an earlier request of their session was.
+    pub dropped_session_shed: u64,
 }
+
+/// Why an exchange was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    Full,
+    Backlog,
+    Shed,
+}
+
+/// Sessions shed remembered at most; past that the memory starts afresh (a session shed before
+/// may then be recorded from a later turn on).
+const SHED_MAX: usize = 100_000;
 
 /// A TLS handshake from a client may take this long.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -90,43 +108,87 @@ pub(crate) struct Shared {
     unrecorded: AtomicU64,
     outcomes: [AtomicU64; 4],
     queued: AtomicU64,
-    dropped: AtomicU64,
+    dropped: [AtomicU64; 3],
     finished: Finished,
 }
 
-/// The bounded queue of finished exchanges: pushed without waiting (full: dropped and counted),
-/// taken by the recorder's side.
+/// The bounded queue of finished exchanges: pushed without waiting (full: dropped and counted,
+/// with the rest of the exchange's session), taken by the recorder's side.
 struct Finished {
-    queue: Mutex<VecDeque<Exchange>>,
+    queue: Mutex<Backlog>,
     arrived: Condvar,
     capacity: usize,
+    max_bytes: usize,
+}
+
+#[derive(Default)]
+struct Backlog {
+    exchanges: VecDeque<(Exchange, usize)>,
+    bytes: usize,
+    shed: HashSet<String>,
+}
+
+/// What an exchange holds in memory, about.
+fn size_of(ex: &Exchange) -> usize {
+    const PER_CHUNK: usize = 32;
+    let chunks: usize = ex.chunks.iter().map(|(_, d)| d.len() + PER_CHUNK).sum();
+    256 + ex.body.len() + chunks + ex.session.as_ref().map_or(0, String::len)
 }
 
 impl Finished {
-    fn push(&self, ex: Exchange) -> bool {
+    fn push(&self, ex: Exchange) -> Result<(), Refused> {
+        let size = size_of(&ex);
         let mut q = self.queue.lock().expect("queue");
-        if q.len() >= self.capacity {
-            return false;
+        let refused = if ex.session.as_ref().is_some_and(|s| q.shed.contains(s)) {
+            Some(Refused::Shed)
+        } else if q.exchanges.len() >= self.capacity {
+            Some(Refused::Full)
+        } else if q.bytes + size > self.max_bytes && !q.exchanges.is_empty() {
+            Some(Refused::Backlog)
+        } else {
+            None
+        };
+        if let Some(why) = refused {
+            if let Some(session) = ex.session {
+                if q.shed.len() >= SHED_MAX {
+                    q.shed.clear();
+                }
+                q.shed.insert(session);
+            }
+            return Err(why);
         }
-        q.push_back(ex);
+        q.bytes += size;
+        q.exchanges.push_back((ex, size));
         drop(q);
         self.arrived.notify_one();
-        true
+        Ok(())
+    }
+
+    fn shed(&self, sessions: Vec<String>) {
+        let mut q = self.queue.lock().expect("queue");
+        for s in sessions {
+            if q.shed.len() >= SHED_MAX {
+                q.shed.clear();
+            }
+            q.shed.insert(s);
+        }
     }
 
     fn wait(&self, timeout: Duration) -> bool {
         let q = self.queue.lock().expect("queue");
         let (q, _) = self
             .arrived
-            .wait_timeout_while(q, timeout, |q| q.is_empty())
+            .wait_timeout_while(q, timeout, |q| q.exchanges.is_empty())
             .expect("queue");
-        !q.is_empty()
+        !q.exchanges.is_empty()
     }
 
     fn take(&self, max: usize) -> Vec<Exchange> {
         let mut q = self.queue.lock().expect("queue");
-        let n = q.len().min(max);
-        q.drain(..n).collect()
+        let n = q.exchanges.len().min(max);
+        let taken: Vec<(Exchange, usize)> = q.exchanges.drain(..n).collect();
+        q.bytes -= taken.iter().map(|(_, size)| size).sum::<usize>();
+        taken.into_iter().map(|(ex, _)| ex).collect()
     }
 }
 
@@ -170,11 +232,13 @@ impl Recording {
             ex.end_us = end_us;
             ex.outcome = self.outcome;
             self.shared.outcomes[self.outcome.index()].fetch_add(1, Ordering::Relaxed);
-            if self.shared.finished.push(ex) {
-                self.shared.queued.fetch_add(1, Ordering::Relaxed);
-            } else {
-                self.shared.dropped.fetch_add(1, Ordering::Relaxed);
-            }
+            let counter = match self.shared.finished.push(ex) {
+                Ok(()) => &self.shared.queued,
+                Err(Refused::Full) => &self.shared.dropped[0],
+                Err(Refused::Backlog) => &self.shared.dropped[1],
+                Err(Refused::Shed) => &self.shared.dropped[2],
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -247,11 +311,12 @@ impl Proxy {
             unrecorded: AtomicU64::new(0),
             outcomes: Default::default(),
             queued: AtomicU64::new(0),
-            dropped: AtomicU64::new(0),
+            dropped: Default::default(),
             finished: Finished {
-                queue: Mutex::new(VecDeque::new()),
+                queue: Mutex::new(Backlog::default()),
                 arrived: Condvar::new(),
                 capacity: cfg.queue_size,
+                max_bytes: cfg.backlog_bytes,
             },
         });
         let state = Arc::new(State {
@@ -289,6 +354,11 @@ impl Proxy {
         self.shared.finished.wait(timeout)
     }
 
+    /// Drop the later requests of these sessions (the recorder's side dropped one of theirs).
+    pub fn shed(&self, sessions: Vec<String>) {
+        self.shared.finished.shed(sessions);
+    }
+
     /// Up to `max` of the finished exchanges waiting, oldest first, without waiting.
     pub fn take(&self, max: usize) -> Vec<Exchange> {
         self.shared.finished.take(max)
@@ -301,7 +371,9 @@ impl Proxy {
             unrecorded: s.unrecorded.load(Ordering::Relaxed),
             outcomes: std::array::from_fn(|i| s.outcomes[i].load(Ordering::Relaxed)),
             queued: s.queued.load(Ordering::Relaxed),
-            dropped_queue_full: s.dropped.load(Ordering::Relaxed),
+            dropped_queue_full: s.dropped[0].load(Ordering::Relaxed),
+            dropped_backlog: s.dropped[1].load(Ordering::Relaxed),
+            dropped_session_shed: s.dropped[2].load(Ordering::Relaxed),
         }
     }
 

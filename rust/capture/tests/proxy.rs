@@ -60,11 +60,15 @@ fn upstream() -> SocketAddr {
 }
 
 fn post(proxy: SocketAddr, path: &str, body: &str) -> String {
+    post_in(proxy, path, body, "s1")
+}
+
+fn post_in(proxy: SocketAddr, path: &str, body: &str, session: &str) -> String {
     let mut s = TcpStream::connect(proxy).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(
         s,
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Session-Id: s1\r\n\
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Session-Id: {session}\r\n\
          Connection: close\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
@@ -75,8 +79,13 @@ fn post(proxy: SocketAddr, path: &str, body: &str) -> String {
 }
 
 fn start(upstream: SocketAddr, queue_size: usize) -> Proxy {
+    start_with(upstream, queue_size, 1 << 20)
+}
+
+fn start_with(upstream: SocketAddr, queue_size: usize, backlog_bytes: usize) -> Proxy {
     let mut cfg = CaptureConfig::new("127.0.0.1:0", &format!("http://{upstream}"));
     cfg.queue_size = queue_size;
+    cfg.backlog_bytes = backlog_bytes;
     cfg.threads = 1;
     Proxy::start(&cfg, Arc::new(|| b"proxy_metrics 1\n".to_vec())).unwrap()
 }
@@ -148,10 +157,12 @@ fn a_streamed_chat_is_recorded_whole_and_the_client_gets_no_usage_chunk_it_did_n
 fn a_full_queue_drops_and_counts_and_the_clients_never_notice() {
     let proxy = start(upstream(), 2);
     for i in 0..5 {
-        let answer = post(
+        // each its own session: no drop here sheds another
+        let answer = post_in(
             proxy.local_addr(),
             "/v1/completions",
             &format!(r#"{{"prompt":"p{i}"}}"#),
+            &format!("s{i}"),
         );
         assert!(
             answer.starts_with("HTTP/1.1 200") && answer.contains("prompt_tokens"),
@@ -202,5 +213,52 @@ fn bad_settings_name_their_field() {
     assert!(
         err.to_string().contains("tls_cert") && err.to_string().contains("cannot read"),
         "{err}"
+    );
+}
+
+#[test]
+fn once_a_request_is_dropped_the_rest_of_its_session_is_too_so_sessions_stay_whole() {
+    let proxy = start(upstream(), 1);
+    let send = |session: &str, turn: u32| {
+        let body = format!(r#"{{"prompt":"{session} turn {turn}"}}"#);
+        assert!(
+            post_in(proxy.local_addr(), "/v1/completions", &body, session)
+                .starts_with("HTTP/1.1 200")
+        );
+    };
+    send("a", 1); // queued
+    send("b", 1); // the queue is full: dropped, and b is shed
+    assert_eq!(proxy.take(10).len(), 1);
+    send("b", 2); // room again, but b lost its first turn: shed
+    send("a", 2); // queued
+    proxy.stop();
+    let c = proxy.counters();
+    assert_eq!(
+        (c.queued, c.dropped_queue_full, c.dropped_session_shed),
+        (2, 1, 1)
+    );
+    let kept: Vec<_> = proxy.take(10).into_iter().map(|e| e.body).collect();
+    assert_eq!(kept, vec![Bytes::from_static(br#"{"prompt":"a turn 2"}"#)]);
+}
+
+#[test]
+fn the_backlog_is_bounded_in_bytes_too() {
+    // room for one exchange of these (a body and its answer, about 500 bytes) but not two
+    let proxy = start_with(upstream(), 100, 700);
+    for i in 0..3 {
+        let body = format!(r#"{{"prompt":"p{i}"}}"#);
+        assert!(post_in(
+            proxy.local_addr(),
+            "/v1/completions",
+            &body,
+            &format!("s{i}")
+        )
+        .starts_with("HTTP/1.1 200"));
+    }
+    proxy.stop();
+    let c = proxy.counters();
+    assert_eq!(
+        (c.queued, c.dropped_queue_full, c.dropped_backlog),
+        (1, 0, 2)
     );
 }

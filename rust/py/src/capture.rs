@@ -37,7 +37,7 @@ pub struct CaptureServer {
 impl CaptureServer {
     #[new]
     #[pyo3(signature = (upstream, listen, metrics, *, connect_timeout_s, read_timeout_s, metrics_path,
-                        session_header, queue_size, tls_cert=None, tls_key=None, ca_cert=None,
+                        session_header, queue_size, backlog_bytes, tls_cert=None, tls_key=None, ca_cert=None,
                         insecure=false, threads=0, grace_s=60.0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -50,6 +50,7 @@ impl CaptureServer {
         metrics_path: String,
         session_header: String,
         queue_size: usize,
+        backlog_bytes: usize,
         tls_cert: Option<String>,
         tls_key: Option<String>,
         ca_cert: Option<String>,
@@ -64,6 +65,7 @@ impl CaptureServer {
         cfg.metrics_path = metrics_path;
         cfg.session_header = session_header;
         cfg.queue_size = queue_size;
+        cfg.backlog_bytes = backlog_bytes;
         cfg.tls_cert = tls_cert;
         cfg.tls_key = tls_key;
         cfg.upstream_tls = TlsOptions { ca_cert, insecure };
@@ -138,7 +140,8 @@ impl CaptureServer {
         Ok(out)
     }
 
-    /// The proxy's counts: requests, unrecorded, queued, dropped_queue_full, and `outcomes`
+    /// The proxy's counts: requests, unrecorded, queued, dropped_queue_full, dropped_backlog,
+    /// dropped_session_shed, and `outcomes`
     /// (a dict of the recorded requests by outcome).
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let c = self.proxy.counters();
@@ -147,12 +150,20 @@ impl CaptureServer {
         d.set_item("unrecorded", c.unrecorded)?;
         d.set_item("queued", c.queued)?;
         d.set_item("dropped_queue_full", c.dropped_queue_full)?;
+        d.set_item("dropped_backlog", c.dropped_backlog)?;
+        d.set_item("dropped_session_shed", c.dropped_session_shed)?;
         let outcomes = PyDict::new(py);
         for (o, n) in OUTCOMES.iter().zip(c.outcomes) {
             outcomes.set_item(o.as_str(), n)?;
         }
         d.set_item("outcomes", outcomes)?;
         Ok(d)
+    }
+
+    /// Drop the later requests of these sessions (one of theirs was dropped on the recorder's
+    /// side), as when the data path drops one.
+    fn shed(&self, sessions: Vec<String>) {
+        self.proxy.shed(sessions);
     }
 
     /// Stop listening and wait (up to `grace_s`) for the requests in flight to end; the

@@ -77,3 +77,21 @@ def test_one_block_size_default_for_traces():
     for name in ("capture", "generate"):
         (flag,) = [a for a in commands[name]._actions if a.dest == "block_size"]
         assert flag.default == BLOCK_SIZE, name
+
+
+def test_capture_flags_default_to_the_capture_config():
+    from dataclasses import fields
+
+    from capture.recorder import REDACT_PROCESSES, CaptureConfig
+
+    config = {f.name: f.default for f in fields(CaptureConfig)}
+    config["redact_processes"] = REDACT_PROCESSES
+    flag_of = {"queue": "queue_size", "timeout": "read_timeout_s"}
+    capture = _subcommands(build_parser())["capture"]
+    checked = set()
+    for action in capture._actions:
+        name = flag_of.get(action.dest, action.dest)
+        if name in config and action.default is not None and not isinstance(action.default, bool):
+            assert action.default == config[name], action.dest
+            checked.add(name)
+    assert {"queue_size", "backlog_mb", "redact_processes", "read_timeout_s", "segment_rows", "sample"} <= checked
