@@ -27,14 +27,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -44,68 +40,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from asyncio_peer import e2e_open_loop  # noqa: E402
+from capture_process import descendants, metrics, peak_rss_mb, start_capture, stop  # noqa: E402
 from runner_accuracy import ensure_nginx  # noqa: E402
 
 from tests.integration.nginx import start_gateway, start_static_sse  # noqa: E402
 
 
-def _start_capture(upstream: str, out: Path, redact: bool) -> tuple[subprocess.Popen, str]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        "REPLAY_REDACT_KEY": "benchmark-throwaway-key-" + os.urandom(8).hex(),
-    }
-    cmd = [sys.executable, "-m", "replay.cli.main", "capture", "--upstream", upstream, "--listen", "127.0.0.1:0"]
-    cmd += ["--out", str(out)] + ([] if redact else ["--no-redact"])
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, start_new_session=True)
-    deadline = time.monotonic() + 300
-    for line in proc.stdout:
-        m = re.search(r"listening on (http://[\w.:\[\]]+)", line)
-        if m:
-            return proc, m.group(1)
-        if time.monotonic() > deadline:
-            break
-    proc.kill()
-    raise SystemExit("replay capture did not start")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(120)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def _metric(url: str, name: str) -> float:
-    with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
-        text = r.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
-
-
-def _peak_rss_mb(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            kids = (task / "children").read_text().split()
-        except OSError:
-            continue
-        for k in kids:
-            out.append(int(k))
-            out.extend(_children(int(k)))
-    return out
+def _dropped_total(url: str) -> float:
+    return sum(v for k, v in metrics(url).items() if k.startswith("replay_capture_records_dropped_total"))
 
 
 def _ours(trace, url: str, rate: float, n: int) -> tuple[np.ndarray, int]:
@@ -149,7 +91,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="proxy-overhead-"))
     upstream = start_static_sse(work / "upstream")
     peer = start_gateway(upstream.http_url, work / "peer")
-    capture, capture_url = _start_capture(upstream.http_url, work / "cap", args.redact)
+    capture, capture_url = start_capture(upstream.http_url, work / "cap", *([] if args.redact else ["--no-redact"]))
     sides = {"direct": upstream.http_url, "nginx": peer.http_url, "capture": capture_url}
     rows = []
     try:
@@ -157,12 +99,12 @@ def main() -> None:
             n = int(rate * args.seconds)
             for client in clients:
                 got = {}
-                dropped0 = _metric(capture_url, "replay_capture_records_dropped_total")
+                dropped0 = _dropped_total(capture_url)
                 for side, url in sides.items():
                     e2e, lost = _ours(trace, url, rate, n) if client == "ours" else _peer(bodies, url, rate, n)
                     got[side] = (e2e * 1e3, lost)
                 time.sleep(1.0)  # the recorder catches up before drops are counted
-                dropped = _metric(capture_url, "replay_capture_records_dropped_total") - dropped0
+                dropped = _dropped_total(capture_url) - dropped0
 
                 def q(side, p):
                     a = got[side][0]
@@ -186,12 +128,12 @@ def main() -> None:
                 )
                 rows.append(row)
                 print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
-        written = _metric(capture_url, "replay_capture_records_written_total")
-        capture_rss = _peak_rss_mb(capture.pid)
-        kids = _children(capture.pid)
-        kids_rss = sum(_peak_rss_mb(k) for k in kids)
+        written = metrics(capture_url)["replay_capture_records_written_total"]
+        capture_rss = peak_rss_mb(capture.pid)
+        kids = descendants(capture.pid)
+        kids_rss = sum(peak_rss_mb(k) for k in kids)
     finally:
-        _stop(capture)
+        stop(capture)
         peer.stop()
         upstream.stop()
         shutil.rmtree(work, ignore_errors=True)
