@@ -128,7 +128,9 @@ def main() -> None:
                 )
                 rows.append(row)
                 print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
-        written = metrics(capture_url)["replay_capture_records_written_total"]
+        final = metrics(capture_url)
+        written = final["replay_capture_records_written_total"]
+        connections = final.get("replay_capture_upstream_connections_total", float("nan"))
         capture_rss = peak_rss_mb(capture.pid)
         kids = descendants(capture.pid)
         kids_rss = sum(peak_rss_mb(k) for k in kids)
@@ -158,7 +160,8 @@ def main() -> None:
             f"| {'met' if r['meets'] else 'missed'} |"
         )
     print(
-        f"records written: {written:.0f}; peak RSS: capture proxy {capture_rss:.0f} MB, recorder"
+        f"records written: {written:.0f}; upstream connections the capture proxy opened: {connections:.0f}; "
+        f"peak RSS: capture proxy {capture_rss:.0f} MB, recorder"
         f"{' + redaction workers' if args.redact else ''} {kids_rss:.0f} MB ({len(kids)} processes)"
     )
 

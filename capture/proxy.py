@@ -377,6 +377,11 @@ class CaptureProxy:
                 except (NotImplementedError, AttributeError):
                     depth = 0
                 yield GaugeMetricFamily("replay_capture_queue_depth", "Exchanges waiting for the recorder.", value=depth)
+                yield CounterMetricFamily(
+                    "replay_capture_upstream_connections",
+                    "Connections opened to the upstream (kept alive and reused).",
+                    value=proxy._proxy_counts().get("upstream_connections", 0),
+                )
                 yield GaugeMetricFamily(
                     "replay_capture_recorder_up",
                     "1 while the recorder process runs.",

@@ -67,6 +67,8 @@ pub struct Counters {
     pub dropped_backlog: u64,
     /// Exchanges dropped because an earlier request of their session was.
     pub dropped_session_shed: u64,
+    /// Connections opened to the upstream.
+    pub upstream_connections: u64,
 }
 
 /// Why an exchange was not queued.
@@ -162,16 +164,6 @@ impl Finished {
         drop(q);
         self.arrived.notify_one();
         Ok(())
-    }
-
-    fn shed(&self, sessions: Vec<String>) {
-        let mut q = self.queue.lock().expect("queue");
-        for s in sessions {
-            if q.shed.len() >= SHED_MAX {
-                q.shed.clear();
-            }
-            q.shed.insert(s);
-        }
     }
 
     fn wait(&self, timeout: Duration) -> bool {
@@ -273,6 +265,7 @@ pub struct Proxy {
     scheme: &'static str,
     stop_accepting: watch::Sender<bool>,
     shared: Arc<Shared>,
+    upstream: Arc<Upstream>,
 }
 
 impl Proxy {
@@ -320,7 +313,7 @@ impl Proxy {
             },
         });
         let state = Arc::new(State {
-            upstream,
+            upstream: Arc::clone(&upstream),
             shared: Arc::clone(&shared),
             metrics,
             metrics_path: cfg.metrics_path.clone(),
@@ -337,6 +330,7 @@ impl Proxy {
             scheme,
             stop_accepting,
             shared,
+            upstream,
         })
     }
 
@@ -354,11 +348,6 @@ impl Proxy {
         self.shared.finished.wait(timeout)
     }
 
-    /// Drop the later requests of these sessions (the recorder's side dropped one of theirs).
-    pub fn shed(&self, sessions: Vec<String>) {
-        self.shared.finished.shed(sessions);
-    }
-
     /// Up to `max` of the finished exchanges waiting, oldest first, without waiting.
     pub fn take(&self, max: usize) -> Vec<Exchange> {
         self.shared.finished.take(max)
@@ -374,6 +363,7 @@ impl Proxy {
             dropped_queue_full: s.dropped[0].load(Ordering::Relaxed),
             dropped_backlog: s.dropped[1].load(Ordering::Relaxed),
             dropped_session_shed: s.dropped[2].load(Ordering::Relaxed),
+            upstream_connections: self.upstream.dials.load(Ordering::Relaxed),
         }
     }
 

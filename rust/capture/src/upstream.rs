@@ -1,6 +1,7 @@
 //! Connections to the upstream: dialled (TCP, then TLS for an https upstream), kept alive between
 //! requests and reused, newest first.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,6 +37,8 @@ pub(crate) struct Upstream {
     tls: Option<Tls>,
     connect_timeout: Duration,
     idle: Mutex<Vec<Sender>>,
+    /// Connections opened (kept alive and reused, so few).
+    pub dials: AtomicU64,
 }
 
 /// Why no connection could be had.
@@ -89,6 +92,7 @@ impl Upstream {
             tls,
             connect_timeout,
             idle: Mutex::new(Vec::new()),
+            dials: AtomicU64::new(0),
         }))
     }
 
@@ -98,16 +102,23 @@ impl Upstream {
         format!("{}{}", self.base_path, path_and_query).parse()
     }
 
-    /// An idle connection that is still open, else a new one.
+    /// An idle connection that is still open, else a new one. (A connection put back the moment
+    /// its answer was read may not have said it is ready again yet: it is waited for, not
+    /// thrown away.)
     pub(crate) async fn connection(&self) -> Result<(Sender, bool), DialError> {
         loop {
             let idle = self.idle.lock().expect("idle").pop();
             match idle {
-                Some(s) if s.is_ready() => return Ok((s, true)),
+                Some(mut s) if !s.is_closed() => {
+                    if s.ready().await.is_ok() {
+                        return Ok((s, true));
+                    }
+                }
                 Some(_) => continue,
                 None => break,
             }
         }
+        self.dials.fetch_add(1, Ordering::Relaxed);
         Ok((self.dial().await?, false))
     }
 

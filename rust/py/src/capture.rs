@@ -152,18 +152,13 @@ impl CaptureServer {
         d.set_item("dropped_queue_full", c.dropped_queue_full)?;
         d.set_item("dropped_backlog", c.dropped_backlog)?;
         d.set_item("dropped_session_shed", c.dropped_session_shed)?;
+        d.set_item("upstream_connections", c.upstream_connections)?;
         let outcomes = PyDict::new(py);
         for (o, n) in OUTCOMES.iter().zip(c.outcomes) {
             outcomes.set_item(o.as_str(), n)?;
         }
         d.set_item("outcomes", outcomes)?;
         Ok(d)
-    }
-
-    /// Drop the later requests of these sessions (one of theirs was dropped on the recorder's
-    /// side), as when the data path drops one.
-    fn shed(&self, sessions: Vec<String>) {
-        self.proxy.shed(sessions);
     }
 
     /// Stop listening and wait (up to `grace_s`) for the requests in flight to end; the
