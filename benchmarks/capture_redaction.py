@@ -13,7 +13,8 @@ dropped or shed and the recorder had written everything within `--drain` seconds
 end (it kept up rather than buffered), and when every lower rate was held too. Printed per rate:
 records written, dropped (queue full / backlog / session shed), the time to drain, and the
 recorder's own capacity (records a second while busy, from its /metrics); then per worker count
-the highest rate held, and the ratio 2 workers / 1 worker. Peak RSS of the proxy and its recorder
+the highest rate held, and the ratio 2 workers / 1 worker. The "recorded / s" column is what the
+recorder sustained: the stage's records over the stage and its drain. Peak RSS of the proxy and its recorder
 and workers beside it. (Ray: `replay capture` has no Ray path yet; not measured.)
 
 usage: python benchmarks/capture_redaction.py [--rates 25,50,100,200,400] [--seconds 10]
@@ -133,14 +134,15 @@ def main() -> None:
     print(f"load: {os.getloadavg()[0]:.2f} (1-min), cpus: {os.cpu_count()}, {args.seconds:g} s a rate, constant arrivals")
     print(
         "| workers | req/s | written | dropped: queue full / backlog / session shed | redaction failed + lock "
-        "| drain (s) | recorder capacity (req/s) | held |"
+        "| drain (s) | recorded / s, stage and drain | recorder capacity (req/s) | held |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         d = r["dropped"]
         print(
             f"| {r['workers']} | {r['rate']:g} | {r['written']} of {r['sent']} | {d['queue_full']} / {d['backlog']} / "
-            f"{d['session_shed']} | {r['lost']} | {r['drain_s']:.1f} | {r['capacity']:.0f} | {'yes' if r['held'] else 'no'} |"
+            f"{d['session_shed']} | {r['lost']} | {r['drain_s']:.1f} | {r['written'] / (args.seconds + r['drain_s']):.0f} "
+            f"| {r['capacity']:.0f} | {'yes' if r['held'] else 'no'} |"
         )
     for w, rate in held.items():
         print(

@@ -29,7 +29,7 @@ import json
 import os
 import re
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
@@ -93,40 +93,77 @@ def _numbered(folder: Path, pattern: re.Pattern) -> dict[int, Path]:
     return out
 
 
-def _read_spool(path: Path) -> tuple[list[dict], Counter, list[str]]:
-    rows: list[dict] = []
+# rows a roll reads and writes at a time, one Parquet row group each: the roll holds this many
+# rows in memory however many the spool has (a spool of 100,000 rows of long prompts is gigabytes)
+ROLL_CHUNK_ROWS = 2_000
+
+# where a row line (``DataFrame.write_ndjson``, columns in SCHEMA order) has its arrival
+_ARRIVAL = re.compile(rb'"arrival_us":(-?\d+)[,}]')
+
+
+@dataclass
+class _Spooled:
+    """A spool read once, its rows left on disk: where each row's line is, in arrival order."""
+
+    rows: list[tuple[int, int, int, int]]  # (arrival_us, line number, offset, length), sorted
+    counts: Counter
+    exempt: list[str]
+
+
+def _scan_spool(path: Path) -> _Spooled:
+    """Read ``path`` a line at a time: the place and arrival of each row, the counts and the
+    surrogates; a torn last line (a crash mid-write) is ignored."""
+    rows: list[tuple[int, int, int, int]] = []
     counts: Counter = Counter()
     exempt: list[str] = []
     with path.open("rb") as f:
-        lines = f.read().split(b"\n")
-    for n, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            if n == len(lines) - 1:  # the torn last line of a crash mid-write
-                break
-            raise TraceError(f"{path.name}: line {n + 1}: not valid JSON") from None
-        if "counts" in obj:
-            counts.update(obj["counts"])
-        elif "exempt" in obj:
-            exempt.append(obj["exempt"])
-        else:
-            rows.append(obj)
-    return rows, counts, exempt
+        offset = 0
+        for n, line in enumerate(f):
+            at, offset = offset, offset + len(line)
+            text = line.strip()
+            if not text:
+                continue
+            torn = not line.endswith(b"\n")
+            m = None if torn else _ARRIVAL.search(text)
+            if m is not None and text.startswith(b'{"request_id"'):
+                rows.append((int(m.group(1)), n, at, len(line)))
+                continue
+            try:
+                obj = json.loads(text)
+            except ValueError:
+                if torn:  # the torn last line of a crash mid-write
+                    break
+                raise TraceError(f"{path.name}: line {n + 1}: not valid JSON") from None
+            if "counts" in obj:
+                counts.update(obj["counts"])
+            elif "exempt" in obj:
+                exempt.append(obj["exempt"])
+            elif isinstance(obj.get("arrival_us"), int):
+                rows.append((obj["arrival_us"], n, at, len(line)))
+            else:
+                raise TraceError(f"{path.name}: line {n + 1}: a row without arrival_us")
+    rows.sort()  # by arrival, ties in spool order
+    return _Spooled(rows, counts, exempt)
 
 
-def _write_segment(path: Path, rows: list[dict], meta: TraceMeta, counts: Counter, report_base: dict, exempt: list[str]) -> None:
-    df = pl.DataFrame(rows, schema=SCHEMA).sort("arrival_us", maintain_order=True)
-    report = {**report_base, **{k: int(v) for k, v in sorted(counts.items())}}
+def _write_segment(path: Path, spool: Path, spooled: _Spooled, meta: TraceMeta, report_base: dict) -> None:
+    """The segment of ``spool``: its rows in arrival order, ``ROLL_CHUNK_ROWS`` at a time."""
+    report = {**report_base, **{k: int(v) for k, v in sorted(spooled.counts.items())}}
     lock_exempt = ""
-    if exempt:
+    if spooled.exempt:
         from redact.lock import Exempt
 
-        lock_exempt = Exempt.union_meta(exempt)
-    with TraceWriter(path, meta) as writer:
-        writer.write(df)
+        lock_exempt = Exempt.union_meta(spooled.exempt)
+    with spool.open("rb") as f, TraceWriter(path, meta) as writer:
+        for start in range(0, len(spooled.rows), ROLL_CHUNK_ROWS):
+            chunk = []
+            for _, n, offset, length in spooled.rows[start : start + ROLL_CHUNK_ROWS]:
+                f.seek(offset)
+                try:
+                    chunk.append(json.loads(f.read(length)))
+                except ValueError:
+                    raise TraceError(f"{spool.name}: line {n + 1}: not valid JSON") from None
+            writer.write(pl.DataFrame(chunk, schema=SCHEMA))
         writer.close(replace(meta, capture_report=json.dumps(report, separators=(",", ":")), lock_exempt=lock_exempt))
 
 
@@ -141,14 +178,14 @@ def recover(folder: Path, meta: TraceMeta, report_base: dict) -> tuple[int, Coun
     recovered = 0
     for n, path in sorted(spools.items()):
         if n not in segments:
-            rows, counts, exempt = _read_spool(path)
-            counts.update(carry)
+            spooled = _scan_spool(path)
+            spooled.counts.update(carry)
             carry = Counter()
-            if rows:
-                _write_segment(folder / f"segment-{n:06d}.parquet", rows, meta, counts, report_base, exempt)
-                recovered += len(rows)
+            if spooled.rows:
+                _write_segment(folder / f"segment-{n:06d}.parquet", path, spooled, meta, report_base)
+                recovered += len(spooled.rows)
             else:
-                carry = counts
+                carry = spooled.counts
         path.unlink()
     _fsync_dir(folder)
     last = max([*segments, *spools], default=0)
@@ -220,12 +257,12 @@ class Spool:
         if self.rows == 0:
             return None
         self.sync()
-        rows, counts, exempt = _read_spool(self.path)
+        spooled = _scan_spool(self.path)
         seg = self.folder / f"segment-{self.number:06d}.parquet"
         meta = self.meta
         if self.redaction_report is not None:
             meta = replace(meta, redaction_report=self.redaction_report())
-        _write_segment(seg, rows, meta, counts, self.report_base, exempt)
+        _write_segment(seg, self.path, spooled, meta, self.report_base)
         # the segment holds the spool's rows now (a crash from here on: recover deletes the spool)
         self._f.close()
         self.segments_written += 1

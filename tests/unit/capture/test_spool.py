@@ -178,3 +178,30 @@ def test_a_roll_that_fails_changes_nothing_and_the_next_one_takes_every_row(tmp_
     spool.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["segment-000001.parquet"]
     assert read_trace(tmp_path).df["request_id"].to_list() == ["a", "b"]
+
+
+def test_a_roll_streams_the_spool_in_row_groups_and_sorts_by_arrival(tmp_path, monkeypatch):
+    import random
+
+    import pyarrow.parquet as pq
+
+    import capture.spool
+
+    monkeypatch.setattr(capture.spool, "ROLL_CHUNK_ROWS", 7)
+    spool = Spool(tmp_path, META, BASE, 1)
+    # rows are appended as requests end, not in arrival order; a body may quote a key
+    arrivals = list(range(0, 50 * 3, 3))
+    random.Random(1).shuffle(arrivals)
+    ids = [f"r{i}" for i in range(50)]
+    df = _rows(ids, arrivals).with_columns(body=pl.lit('{"prompt": "\\"arrival_us\\":999999, twice"}'))
+    for lo in range(0, 50, 10):
+        spool.append_rows(df.slice(lo, 10))
+        spool.append_counts(Counter({"not_sampled": 1}))
+    spool.close()
+    seg = tmp_path / "segment-000001.parquet"
+    assert pq.ParquetFile(seg).metadata.num_row_groups == 8  # 50 rows, 7 a roll chunk
+    got = read_trace(seg)
+    assert got.df["arrival_us"].to_list() == sorted(arrivals)
+    by_arrival = dict(zip(arrivals, ids))
+    assert got.df["request_id"].to_list() == [by_arrival[a] for a in sorted(arrivals)]
+    assert json.loads(got.meta.capture_report)["not_sampled"] == 5
