@@ -129,6 +129,28 @@ def _decoded(ex: Exchange) -> bytes:
     return body
 
 
+def _event_objects(events: list[tuple[int, bytes]]) -> list[tuple[int, Any]]:
+    """Each event's JSON (``[DONE]`` and events that are not JSON left out). When every event
+    is one object (``{...}``, a stream's usual case) they are parsed in one call, as one array of
+    as many objects, not one call a token; else (or if that array does not parse into as many)
+    event by event."""
+    events = [(t, p.strip()) for t, p in events if p.strip() != b"[DONE]"]
+    if all(p.startswith(b"{") and p.endswith(b"}") for _, p in events):
+        try:
+            objs = json.loads(b"[" + b",".join(p for _, p in events) + b"]")
+            if len(objs) == len(events):
+                return [(t, obj) for (t, _), obj in zip(events, objs)]
+        except ValueError:
+            pass
+    out = []
+    for t, payload in events:
+        try:
+            out.append((t, json.loads(payload)))
+        except ValueError:
+            continue
+    return out
+
+
 def parse_response(ex: Exchange) -> Answer:
     """The answer in ``ex``'s response: an SSE stream of chunks, or one JSON object. A response
     that is neither (an error page, a cut stream's tail) yields what could be read."""
@@ -136,13 +158,7 @@ def parse_response(ex: Exchange) -> Answer:
     if ex.stream:
         parts: list[str] = []
         times: list[int] = []
-        for t, payload in _sse_events(ex.chunks):
-            if payload.strip() == b"[DONE]":
-                continue
-            try:
-                obj = json.loads(payload)
-            except ValueError:
-                continue
+        for t, obj in _event_objects(_sse_events(ex.chunks)):
             if not isinstance(obj, dict):
                 continue
             if isinstance(obj.get("usage"), dict):

@@ -51,6 +51,15 @@ def test_a_stream_split_anywhere_gives_the_text_usage_finish_and_chunk_times(crl
     assert ans.chunk_us == [t - times[0] for t in times]
 
 
+def test_events_that_are_not_json_objects_are_skipped_and_the_rest_still_read():
+    good = _sse(_chunk("Hel"), _chunk("lo", "stop"), USAGE)
+    for bad in (b"data: {not json}\n\n", b"data: 17\n\n", b'data: {"a": 1},{"b": 2}\n\n', b"data: ping\n\n"):
+        raw = bad + good
+        ans = parse_response(Exchange("r", "chat", 0, b"{}", None, stream=True, chunks=[(10, raw[:9]), (20, raw[9:])]))
+        assert (ans.text, ans.finish_reason, ans.usage) == ("Hello", "stop", USAGE["usage"]), bad
+        assert ans.chunk_us == [0, 0]
+
+
 def test_a_json_answer_plain_or_gzipped():
     body = json.dumps(
         {
