@@ -194,6 +194,7 @@ class CaptureServer:
         metrics_path: str,
         session_header: str,
         queue_size: int,
+        backlog_bytes: int,
         tls_cert: str | None = None,
         tls_key: str | None = None,
         ca_cert: str | None = None,
