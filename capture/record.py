@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-__all__ = ["Exchange", "Answer", "parse_response", "RowBuilder", "API_OF_PATH", "TOKEN_CACHE_BYTES", "SAMPLE_SEED"]
+__all__ = ["Exchange", "Answer", "parse_response", "RowBuilder", "TOKEN_CACHE_BYTES", "SAMPLE_SEED"]
 
 # --sample P keeps the sessions `replay sample --sessions P --seed SAMPLE_SEED` keeps
 SAMPLE_SEED = 0
@@ -44,9 +44,6 @@ SAMPLE_SEED = 0
 # the recorder's token cache: the ids of the most recently used prompt texts, at most this many
 # bytes of ids and entries (about 20 million tokens at 4 bytes each)
 TOKEN_CACHE_BYTES = 80 << 20
-
-# the endpoints whose requests are recorded (the Trace's ``api``)
-API_OF_PATH = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
 
 
 @dataclass
