@@ -372,10 +372,10 @@ class CaptureProxy:
                     "Rolls of the spool into a segment that failed (the rows stay in the spool and roll later).",
                     value=c.get("segment_roll_failed", 0),
                 )
-                try:
-                    depth = proxy._queue.qsize()
-                except (NotImplementedError, AttributeError):
-                    depth = 0
+                # the data path's backlog, the pump's hands and the recorder's queue together:
+                # queued by the data path, not yet taken by the recorder (none once it is gone)
+                queued = proxy._proxy_counts().get("queued", 0)
+                depth = 0 if proxy._recorder_gone else max(0, queued - c.get("requests_recorder_saw", 0))
                 yield GaugeMetricFamily("replay_capture_queue_depth", "Exchanges waiting for the recorder.", value=depth)
                 yield CounterMetricFamily(
                     "replay_capture_upstream_connections",

@@ -350,6 +350,9 @@ def test_when_redaction_falls_behind_traffic_flows_and_the_drops_are_counted(sim
     assert dropped > 0 and counts["recorded"] + dropped == n
     # every drop happened as its request ended (hand_off=1), before the clients had all answers
     assert f'replay_capture_records_dropped_total{{reason="queue_full"}} {float(dropped)}' in metrics
+    # what waits for the recorder then: queued by the data path, not yet taken by the recorder
+    depth = next(x for x in metrics.splitlines() if x.startswith("replay_capture_queue_depth "))
+    assert float(depth.split()[1]) >= 1
     trace = read_trace(tmp_path / "cap")
     assert len(trace) == counts["recorded"]
     assert json.loads(trace.meta.capture_report)["dropped_queue_full"] == dropped
