@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from fidelity.compare import AA_RUNS, CANNOT_TELL, FAITHFUL, UNFAITHFUL, FidelityVerdict, compare_sides
-from fidelity.sides import Side, compression, live_side, replay_side
+from fidelity.sides import Side, compression, live_side, message_counts, replay_side
 from replay.errors import ConfigError
 from replay.trace import Trace, read_trace
 
@@ -87,10 +87,10 @@ def _live(live: Trace | str | Path) -> tuple[Trace, str]:
     return read_trace(live, bodies=False), str(live)
 
 
-def _replay_of(live: Trace, sent: Trace, stage: pl.DataFrame) -> Side:
+def _replay_of(live: Trace, sent: Trace, stage: pl.DataFrame, messages: pl.DataFrame | None) -> Side:
     """The replay side of a stage, at its compression against live."""
     c = compression(live.df, stage)
-    return replace(replay_side(sent.df, stage, live.meta.block_size_tokens), time_scale=c)
+    return replace(replay_side(sent.df, stage, live.meta.block_size_tokens, messages=messages), time_scale=c)
 
 
 def compare_stage(
@@ -105,13 +105,15 @@ def compare_stage(
     lag_bound_ms: float | None = None,
     repeats: tuple[pl.DataFrame, ...] = (),
     aa_runs: int = AA_RUNS,
+    messages: pl.DataFrame | None = None,
 ) -> StageFidelity:
     """Judge one stage's per-request results against the live rows it replayed. ``sent`` is the
     trace the stage replayed, when it is not ``live`` itself (a redacted or edited copy with the
     same request ids): its block hashes and lengths are what the replay offered. ``lag_bound_ms``
     is the stage's own send-lag bound (default: the runner's default, 1 ms). ``repeats``: the rows
     of the other replays of this stage (same engine, config and load), for the outcomes' replay
-    A/A (:mod:`fidelity.compare`; ``aa_runs`` replays in all)."""
+    A/A (:mod:`fidelity.compare`; ``aa_runs`` replays in all). ``messages``: the sent rows' message
+    counts (:func:`fidelity.sides.message_counts`; read from ``sent``'s bodies when not given)."""
     sent = live if sent is None else sent
     if stage.height == 0:
         raise ConfigError(f"{file}: the stage has no requests")
@@ -123,7 +125,9 @@ def compare_stage(
                 f"(first: {missing['request_id'][0]!r}): was it replayed from another trace?"
             )
     rows = live.df.filter(pl.col("request_id").is_in(stage["request_id"].implode()))
-    ours = _replay_of(live, sent, stage)
+    if messages is None:
+        messages = message_counts(sent, stage["request_id"])
+    ours = _replay_of(live, sent, stage, messages)
     theirs = live_side(rows, live.meta.block_size_tokens)
     verdict = compare_sides(
         theirs,
@@ -132,7 +136,7 @@ def compare_stage(
         seed=seed,
         stage=stage,
         lag_bound_ms=lag_bound_ms,
-        replays=tuple(_replay_of(live, sent, r) for r in repeats),
+        replays=tuple(_replay_of(live, sent, r, messages) for r in repeats),
         aa_runs=aa_runs,
     )
     return StageFidelity(
@@ -175,6 +179,7 @@ def compare_results(
         and (live_name == "<trace>" or Path(replayed).resolve() != Path(live_name).resolve())
     ):
         sent = read_trace(replayed, bodies=False)
+    messages = message_counts(sent if sent is not None else trace)  # once for every stage
     summaries = [stage_summaries[i] if i < len(stage_summaries) else {} for i in range(len(files))]
     loads = [(s.get("requested_rate"), s.get("concurrency")) for s in summaries]
     stages = []
@@ -195,6 +200,7 @@ def compare_results(
                 lag_bound_ms=summaries[i].get("lag_bound_ms"),
                 repeats=repeats,
                 aa_runs=aa_runs,
+                messages=messages,
             )
         )
     return FidelityReport(live=live_name, results=str(folder), stages=stages)

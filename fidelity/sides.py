@@ -24,6 +24,8 @@ __all__ = [
     "compression",
     "template_overhead",
     "TEMPLATE_MAX",
+    "TEMPLATE_PER_MESSAGE_MAX",
+    "message_counts",
     "PER_REQUEST_SLACK",
     "REUSE_RESOLUTION_S",
 ]
@@ -32,6 +34,9 @@ __all__ = [
 # engine-counted prompt is between PER_REQUEST_SLACK fewer and TEMPLATE_MAX more tokens than
 # recorded agrees; the median of those differences is subtracted before comparing the marginals.
 TEMPLATE_MAX = 256
+# ... and at most this many tokens a message (a role marker and separators: Llama 3's adds 5)
+TEMPLATE_PER_MESSAGE_MAX = 32
+MESSAGE_BATCH = 50_000  # bodies read at a time to count their messages
 PER_REQUEST_SLACK = 2
 # reuse times are compared at this resolution: a trace whose timestamps share a millisecond (Mooncake's
 # are whole ms) has reuse times of 0 that a replay, sending those requests µs apart, turns into µs;
@@ -177,27 +182,73 @@ def compression(live: pl.DataFrame, stage: pl.DataFrame) -> float:
     return float(live_span / stage_span)
 
 
-def template_overhead(engine_prompt: np.ndarray, recorded: np.ndarray) -> int | None:
-    """The tokens the engine typically adds to a prompt (its chat template): the median of its
-    prompt tokens minus the recorded ones, when that is between 0 and :data:`TEMPLATE_MAX`; else
-    None (the engine counts prompts differently: another tokenizer, or other prompts)."""
+def template_overhead(
+    engine_prompt: np.ndarray, recorded: np.ndarray, messages: np.ndarray | None = None
+) -> tuple[np.ndarray, str] | None:
+    """The tokens the engine added to each prompt (its chat template), and that in words; None
+    when the engine counts prompts differently (another tokenizer, or other prompts).
+
+    A template adds a few tokens a prompt and a few a message, whatever the prompt's length. So
+    the engine's prompt tokens less the recorded ones are fitted (least squares) as ``a + b x
+    messages + c x recorded`` (``messages``: each request's count, NaN where unknown; its term
+    only where two counts or more are known), and the template is ``a + b x messages``, taken
+    when ``a`` is between 0 and :data:`TEMPLATE_MAX` and ``b`` between 0 and
+    :data:`TEMPLATE_PER_MESSAGE_MAX`. The part that grows with the prompt (``c``: prompts the
+    replay made longer or shorter) is not the template's: it stays in the lengths compared."""
     diff = engine_prompt - recorded
-    diff = diff[np.isfinite(diff)]
-    if not len(diff):
+    known = np.isfinite(diff) & np.isfinite(recorded)
+    by_message = messages is not None and len(np.unique(messages[known & np.isfinite(messages)])) >= 2
+    if by_message:
+        known &= np.isfinite(messages)
+    if not known.any():
         return None
-    median = float(np.median(diff))
-    return int(round(median)) if 0 <= median <= TEMPLATE_MAX else None
+    columns = [np.ones(int(known.sum()))]
+    if by_message:
+        columns.append(messages[known])
+    if np.ptp(recorded[known]) > 0:
+        columns.append(recorded[known])
+    coef = np.linalg.lstsq(np.column_stack(columns), diff[known], rcond=None)[0]
+    a, b = float(coef[0]), float(coef[1]) if by_message else 0.0
+    if not (0 <= a <= TEMPLATE_MAX and 0 <= b <= TEMPLATE_PER_MESSAGE_MAX):
+        return None
+    if by_message:
+        # requests whose messages were not counted get the template's median
+        per_request = a + b * messages
+        fill = float(np.nanmedian(per_request))
+        return np.where(np.isfinite(per_request), per_request, fill), f"{a:+.0f} tokens a prompt and {b:+.1f} a message"
+    return np.full(len(diff), float(round(a))), f"{round(a):+d} tokens a prompt"
 
 
-def replay_side(sent: pl.DataFrame, stage: pl.DataFrame, block_size: int, name: str = "replay") -> Side:
+def message_counts(trace, ids: pl.Series | None = None) -> pl.DataFrame:
+    """``request_id`` and ``_messages`` (the chat messages in its body) of the rows of ``trace``
+    (those whose ids are in ``ids``), read a batch of bodies at a time; no rows when no body has
+    messages (a token-only trace, completions)."""
+    rows = trace.df.get_column("request_id")
+    keep = np.ones(len(rows), bool) if ids is None else rows.is_in(ids.implode()).to_numpy()
+    counts: list[pl.Series] = []
+    has_bodies = "body" in trace.df.columns or trace.body_file is not None
+    for values in trace.body_batches(trace.df.height, MESSAGE_BATCH) if has_bodies else ():
+        counts.append(pl.Series(values, dtype=pl.String).str.count_matches(r'"role"\s*:'))
+    if not counts:
+        return pl.DataFrame(schema={"request_id": pl.String, "_messages": pl.Float64})
+    frame = pl.DataFrame({"request_id": rows, "_messages": pl.concat(counts).cast(pl.Float64)}).filter(keep)
+    return frame if frame["_messages"].fill_null(0).sum() > 0 else frame.clear()
+
+
+def replay_side(
+    sent: pl.DataFrame, stage: pl.DataFrame, block_size: int, name: str = "replay", messages: pl.DataFrame | None = None
+) -> Side:
     """One stage's sent requests, joined on request_id with the rows of the trace it replayed
-    (``sent``: their block hashes and recorded lengths, what the replay offered the engine)."""
+    (``sent``: their block hashes and recorded lengths, what the replay offered the engine;
+    ``messages``: their message counts, :func:`message_counts`, for the template's fit)."""
     cols = ["request_id", "block_hashes", "input_tokens", "output_tokens"]
     df = stage.select(pl.exclude("input_tokens")).join(
         sent.select(cols).rename({"input_tokens": "recorded_input", "output_tokens": "recorded_output"}),
         on="request_id",
         how="inner",
     )
+    if messages is not None:
+        df = df.join(messages, on="request_id", how="left")
     df = (
         df.filter(pl.col("sent_ns").is_not_null())
         .sort("sent_ns", maintain_order=True)
@@ -211,13 +262,15 @@ def replay_side(sent: pl.DataFrame, stage: pl.DataFrame, block_size: int, name: 
     recorded = _f64(df["recorded_input"])
     engine_prompt = np.where(ok, _f64(df["prompt_tokens"]), np.nan)
     notes: list[str] = []
-    overhead = template_overhead(engine_prompt, recorded)
+    counted = _f64(df["_messages"]) if "_messages" in df.columns else None
+    overhead = template_overhead(engine_prompt, recorded, counted)
+    template = 0
     if np.isfinite(engine_prompt).any():
-        inputs = engine_prompt - (overhead or 0)
-        if overhead:
+        inputs = engine_prompt - (overhead[0] if overhead else 0)
+        if overhead and np.any(overhead[0]):
+            template = int(round(float(np.median(overhead[0]))))
             notes.append(
-                f"the engine counted a median {overhead:+d} tokens more per prompt than recorded (its "
-                f"chat template); subtracted before comparing lengths"
+                f"the engine counted {overhead[1]} more than recorded (its chat template); subtracted before comparing lengths"
             )
         elif overhead is None:
             notes.append(
@@ -252,7 +305,7 @@ def replay_side(sent: pl.DataFrame, stage: pl.DataFrame, block_size: int, name: 
         sessions=df["_session"].to_numpy(),
         think_s=_think_times(df, "_t", "_end"),
         engine_cached=None if np.isnan(cached).all() else cached,
-        template_tokens=overhead or 0,
+        template_tokens=template,
         ttft_s=np.where(ok, first_token - t, np.nan),
         e2e_s=np.where(ok, df["_end"].to_numpy() - t, np.nan),
         itl_s=itl,

@@ -89,6 +89,7 @@ class EngineMeasure:
         self.run = run
         self.objective = objective
         self.live = live
+        self._messages = None
         self.allow_unfaithful = allow_unfaithful
         self.allow_inconclusive = allow_inconclusive
         self.baseline = dict(baseline or {})
@@ -291,7 +292,13 @@ class EngineMeasure:
             from fidelity import compare_stage
             from fidelity.compare import CANNOT_TELL
 
-            verdict = compare_stage(self.live, stage.requests, sent=self.trace, lag_bound_ms=run.lag_bound_ms).verdict
+            if self._messages is None:  # the bodies' message counts, read once for every run
+                from fidelity.sides import message_counts
+
+                self._messages = message_counts(self.trace)
+            verdict = compare_stage(
+                self.live, stage.requests, sent=self.trace, lag_bound_ms=run.lag_bound_ms, messages=self._messages
+            ).verdict
             details["fidelity"] = verdict.reason
             if verdict.state == CANNOT_TELL and self.allow_inconclusive:
                 details["fidelity_inconclusive_allowed"] = True

@@ -40,6 +40,19 @@ def test_output_lengths_off_by_more_than_the_detectable_change_fail(case, name):
         assert (m.state == FAIL) is fails, (factor, found, m.reason)
 
 
+@pytest.mark.parametrize("name", ["input_tokens.p50", "input_tokens.ks", "input_tokens.wasserstein"])
+def test_input_lengths_off_by_more_than_the_detectable_change_fail(case, name):
+    """The engine counts a template of 9 tokens a prompt beside the prompts, longer or shorter
+    by the factor: the template is taken out, the change is caught above the detectable change."""
+    live, judged, _ = case
+    found = judged[name].detectable
+    if found is None:
+        pytest.skip(f"{name} catches no change up to x5 here: {judged[name].detects}")
+    for factor, fails in ((ABOVE, True), (BELOW, False)):
+        m = metric(live, stage_of(live, prompt_scale=1 + factor * found), name)
+        assert (m.state == FAIL) is fails, (factor, found, m.reason)
+
+
 def test_arrivals_burstier_than_the_detectable_change_fail(case):
     live, judged, _ = case
     name = "arrivals.interarrival_cv"
