@@ -13,11 +13,12 @@
 4. ``replay run`` of every captured request at twice the captured pace, sessions causal (each turn
    after the previous one ended, resending the answers the engine itself gave), and the fidelity
    report on it (HTML, Markdown, JSON). With the whole capture on both sides it must be
-   conclusive on output lengths and on cache hits (the quickstart fails otherwise); it says
-   "cannot tell" (exit 3) where a capture of a few minutes cannot pin a metric down: arrival
-   burstiness needs about 15 minutes of traffic, and the input lengths of these chats (a session's
-   prompts grow turn by turn, so whole sessions differ a lot) about 7,000 requests: at 4,000 and
-   6,000 their p50's smallest detectable change came out at 16-22% against the 20% that counts;
+   conclusive on input lengths (each replayed prompt against the one it replayed,
+   ``input_tokens.per_request``), output lengths and cache hits (the quickstart fails otherwise);
+   it says "cannot tell" (exit 3) where a capture of a few minutes cannot pin a metric down:
+   arrival burstiness needs about 15 minutes of traffic, and the distribution of input lengths
+   (a session's prompts grow turn by turn, so whole sessions differ a lot) about 5,000-7,000
+   requests;
 5. a short ``replay optimize`` campaign from a deliberately small ``max_num_seqs``.
 
 It prints where each artifact is; everything lands in results/quickstart/ (``--out``). About 8
@@ -54,7 +55,7 @@ SIZES = {
 }
 # the metric groups (fidelity.compare.JUDGED_GROUPS) the replay of the whole capture must judge
 # conclusively in the full run
-MUST_BE_CONCLUSIVE = {"output lengths": "output_tokens.", "cache hits": "cache."}
+MUST_BE_CONCLUSIVE = {"input lengths": "input_tokens.", "output lengths": "output_tokens.", "cache hits": "cache."}
 
 
 def free_port() -> int:

@@ -50,6 +50,7 @@ COUNT_WINDOWS_S = (1.0, 10.0, 60.0)
 FIXED_BOUNDS: dict[str, float] = {
     "input_tokens.ks": 0.05,
     "input_tokens.wasserstein": 0.05,
+    "input_tokens.per_request": 0.05,
     **{f"{side}.p{q}": 0.05 for side in ("input_tokens", "output_tokens") for q in stats.QUANTILES},
     "output_tokens.ks": 0.05,
     "output_tokens.wasserstein": 0.05,
@@ -82,6 +83,7 @@ CEILINGS: dict[str, float] = {
     "output_tokens.ks": 0.15,
     "input_tokens.wasserstein": 0.25,
     "output_tokens.wasserstein": 0.25,
+    "input_tokens.per_request": 0.25,
     **{f"{side}.p{q}": 0.25 for side in ("input_tokens", "output_tokens") for q in stats.QUANTILES},
     "lengths.spearman": 0.15,
     "cache.engine_hit_rate": 0.10,

@@ -194,6 +194,25 @@ def _quantile_error(get: Callable[[Side], np.ndarray], q: int) -> MetricFn:
     return fn
 
 
+def _per_request_change(get: Callable[[Side], np.ndarray]) -> MetricFn:
+    """exp(mean |log(other / live)|) - 1 over the requests of ``other`` paired by id with the
+    live rows they replayed (both lengths known and positive): every length x (1 + d) gives d,
+    and so does a replay that sent each request with another's length (lengths shuffled keep
+    every marginal metric at 0). Undefined where no request pairs (two traces, A/A halves)."""
+
+    def fn(a: Side, b: Side):
+        if a.ids is None or b.ids is None:
+            return None, None, None
+        _, ia, ib = np.intersect1d(a.ids, b.ids, assume_unique=True, return_indices=True)
+        x, y = get(a)[ia], get(b)[ib]
+        ok = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
+        if not ok.any():
+            return None, None, None
+        return None, None, float(np.expm1(np.mean(np.abs(np.log(y[ok] / x[ok])))))
+
+    return fn
+
+
 def _clean_pct(values: np.ndarray, q: int) -> float | None:
     v = np.asarray(values, dtype=np.float64)
     v = v[np.isfinite(v)]
@@ -296,6 +315,14 @@ def _specs(outcomes_judged: bool) -> list[_Spec]:
 
     specs = (
         lengths("input_tokens")
+        + [
+            _Spec(
+                "lengths",
+                "input_tokens.per_request",
+                _per_request_change(lambda s: s.input_tokens),
+                "input_tokens per request (exp of the mean |log(replay / live)| over the requests, - 1)",
+            )
+        ]
         + lengths("output_tokens")
         + [
             _Spec(

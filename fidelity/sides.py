@@ -70,6 +70,7 @@ class Side:
     engine_prompt_all: np.ndarray | None = None  # the engine's prompt tokens of every completed request
     time_scale: float = 1.0  # how many times faster than live this side ran
     notes: tuple[str, ...] = ()
+    ids: np.ndarray | None = None  # request id per request: a replay's requests pair with the live rows they replayed
     _memo: dict = field(default_factory=dict, init=False, repr=False)
 
     @property
@@ -122,6 +123,7 @@ class Side:
             itl_s=None,
             time_scale=self.time_scale,
             notes=self.notes,
+            ids=cut(self.ids),
         )
 
 
@@ -166,6 +168,7 @@ def live_side(df: pl.DataFrame, block_size: int, name: str = "live") -> Side:
         engine_cached=cached,
         ttft_s=None if ttft is None or np.isnan(ttft).all() else ttft,
         e2e_s=None if e2e is None or np.isnan(e2e).all() else e2e,
+        ids=df["request_id"].to_numpy(),
     )
 
 
@@ -209,8 +212,10 @@ def template_overhead(
         columns.append(recorded[known])
     coef = np.linalg.lstsq(np.column_stack(columns), diff[known], rcond=None)[0]
     a, b = float(coef[0]), float(coef[1]) if by_message else 0.0
-    if not (0 <= a <= TEMPLATE_MAX and 0 <= b <= TEMPLATE_PER_MESSAGE_MAX):
+    # within half a token of the range is rounding: a template of 0 a message fits as -1e-12
+    if not (-0.5 <= a <= TEMPLATE_MAX and -0.5 <= b <= TEMPLATE_PER_MESSAGE_MAX):
         return None
+    a, b = max(a, 0.0), max(b, 0.0)
     if by_message:
         # requests whose messages were not counted get the template's median
         per_request = a + b * messages
@@ -311,4 +316,5 @@ def replay_side(
         itl_s=itl,
         engine_prompt_all=engine_prompt,
         notes=tuple(notes),
+        ids=df["request_id"].to_numpy(),
     )

@@ -152,6 +152,22 @@ def test_shortened_prompts_fail_on_lengths(live):
     assert all(name.startswith(("input_tokens", "lengths.", "cache.engine")) for name in bad), bad
 
 
+def test_prompts_sent_with_each_other_s_lengths_fail_per_request_only(live):
+    """Every prompt the length of another request's: the distribution is live's exactly, so only
+    the comparison request by request can see it."""
+    stage = stage_of(live)
+    shuffled = stage.with_columns(prompt_tokens=pl.col("prompt_tokens").shuffle(seed=1))
+    result = compare_stage(live, shuffled)
+    metrics = {m.name: m for m in result.verdict.metrics}
+    marginal = ["input_tokens.ks", "input_tokens.wasserstein"] + [f"input_tokens.p{q}" for q in (50, 90, 99)]
+    assert not any(metrics[name].state == "fail" for name in marginal), [metrics[n].reason for n in marginal]
+    assert metrics["input_tokens.per_request"].state == "fail", metrics["input_tokens.per_request"].reason
+    assert result.verdict.state == "unfaithful"
+    faithful = {m.name: m for m in compare_stage(live, stage).verdict.metrics}["input_tokens.per_request"]
+    assert faithful.state == "pass" and faithful.distance == pytest.approx(0, abs=1e-9)
+    assert faithful.detects == "lengths +5%"  # its fixed bound: no A/A (halves hold other requests)
+
+
 def test_destroyed_prefix_sharing_fails_on_the_offered_reuse(live):
     # the replayed trace: the same requests, every block hash made unique (no shared prefix)
     sent = Trace(df=live.df.with_columns(block_hashes=unshared(live.df)), meta=live.meta)

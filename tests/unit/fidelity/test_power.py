@@ -40,7 +40,7 @@ def test_output_lengths_off_by_more_than_the_detectable_change_fail(case, name):
         assert (m.state == FAIL) is fails, (factor, found, m.reason)
 
 
-@pytest.mark.parametrize("name", ["input_tokens.p50", "input_tokens.ks", "input_tokens.wasserstein"])
+@pytest.mark.parametrize("name", ["input_tokens.p50", "input_tokens.ks", "input_tokens.wasserstein", "input_tokens.per_request"])
 def test_input_lengths_off_by_more_than_the_detectable_change_fail(case, name):
     """The engine counts a template of 9 tokens a prompt beside the prompts, longer or shorter
     by the factor: the template is taken out, the change is caught above the detectable change."""
