@@ -23,10 +23,12 @@ is counted per type found (:attr:`ExportResult.quarantined`). A raw trace bypass
   16 unless told) makes prompts of ``len(hash_ids) * its_block`` tokens, far shorter than
   ``input_length`` for 512-token ids, without a warning.
 - ``aiperf``: AIPerf's ``mooncake_trace`` with text: ``{"timestamp", "session_id"?,
-  "messages" | "text_input", "output_length"}``; a chat body's ``messages`` as they are, a
-  completions body's ``prompt`` as ``text_input``.
+  "messages" | "text_input", "output_length"}``; a chat body's ``messages`` as they are, any
+  other body's prompt text (:func:`replay.bodies.text_slots`: a completions ``prompt``, a
+  Responses API ``instructions`` and ``input``, an embeddings ``input``) as ``text_input``.
 - ``openai``: an OpenAI request log as ``replay import openai`` reads it: ``timestamp`` (ISO 8601,
-  UTC, µs), ``request_id``, ``session_id``, ``body``, and where the trace has them ``response``
+  UTC, µs), ``request_id``, ``session_id``, ``url`` (for a Responses API or embeddings row, whose
+  body alone does not say which), ``body``, and where the trace has them ``response``
   (the answer's text), ``usage`` (``prompt_tokens``, ``completion_tokens``,
   ``prompt_tokens_details.cached_tokens``), ``ttft_ms``, ``latency_ms``, ``status``.
 """
@@ -43,7 +45,9 @@ from pathlib import Path
 
 import numpy as np
 
+from replay.bodies import text_slots
 from replay.errors import ConfigError, TraceError
+from replay.plan import API_PATHS
 from replay.trace import Trace, read_trace
 
 __all__ = ["EXPORT_FORMATS", "ExportResult", "export_trace", "mooncake_hash_ids"]
@@ -121,6 +125,7 @@ def export_trace(
     write_line = {"mooncake": _Mooncake, "aiperf": _AIPerf, "openai": _OpenAI}[format](trace, block_size)
     small = trace.df.select(
         "request_id",
+        "api",
         "session_id",
         "arrival_us",
         "input_tokens",
@@ -205,9 +210,8 @@ class _AIPerf:
             line["session_id"] = row["session_id"]
         if isinstance(obj.get("messages"), list):
             line["messages"] = obj["messages"]
-        else:
-            prompt = obj.get("prompt")
-            line["text_input"] = "".join(prompt) if isinstance(prompt, list) else prompt
+        else:  # a completions prompt, a Responses API or embeddings input: its text
+            line["text_input"] = "".join(s.text for s in text_slots(obj))
         out = row["output_tokens"] if row["output_tokens"] is not None else row["max_tokens"]
         if out is not None:
             line["output_length"] = out
@@ -224,6 +228,8 @@ class _OpenAI:
         line: dict = {"timestamp": f"{stamp}.{us % 1_000_000:06d}Z", "request_id": row["request_id"]}
         if row["session_id"] is not None:
             line["session_id"] = row["session_id"]
+        if row["api"] not in ("chat", "completions"):  # a body with 'input': the url says which API
+            line["url"] = API_PATHS[row["api"]]
         line["body"] = json.loads(body)
         if row["response"] is not None:
             line["response"] = row["response"]

@@ -12,7 +12,9 @@ Owns :class:`CaptureProxy` and :func:`run_capture` (what ``replay capture`` runs
   events (an event cut across two reads goes out when its end arrives). The listener speaks TLS
   with ``tls_cert`` / ``tls_key``; an ``https://`` upstream is checked against the system's roots,
   or ``ca_cert``, or not at all (``insecure``).
-- Recording. ``POST /v1/chat/completions`` and ``/v1/completions`` are recorded: the data
+- Recording. ``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/responses`` and
+  ``/v1/embeddings`` are recorded (a Responses API stream is sent as it came: its last event
+  carries the usage): the data
   path notes times and keeps the upstream's bytes in memory while the request lasts, then puts
   the finished exchange on its backlog, a queue bounded in exchanges (``queue_size``) and in bytes
   (``backlog_mb``) that never makes a request wait: an exchange that finds it full is dropped and

@@ -148,9 +148,61 @@ def _event_objects(events: list[tuple[int, bytes]]) -> list[tuple[int, Any]]:
     return out
 
 
+def _output_text(output: Any) -> str | None:
+    """The text of a Responses API object's ``output`` items (each message's ``output_text``)."""
+    parts = [
+        part["text"]
+        for item in (output if isinstance(output, list) else [])
+        if isinstance(item, dict) and item.get("type") == "message"
+        for part in (item.get("content") if isinstance(item.get("content"), list) else [])
+        if isinstance(part, dict) and part.get("type") == "output_text" and isinstance(part.get("text"), str)
+    ]
+    return "".join(parts) if parts else None
+
+
+def _responses_stream(ex: Exchange) -> Answer:
+    """A Responses API stream: text from ``response.output_text.delta`` events (a token each,
+    as :mod:`rust/core/src/openai.rs` counts them: any ``*.delta`` with text), usage and status
+    from the last event (``response.completed`` / ``incomplete`` / ``failed``)."""
+    ans = Answer()
+    parts: list[str] = []
+    times: list[int] = []
+    for t, obj in _event_objects(_sse_events(ex.chunks)):
+        if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
+            continue
+        kind, delta = obj["type"], obj.get("delta")
+        if kind.endswith(".delta") and isinstance(delta, str) and delta:
+            times.append(t)
+            if kind == "response.output_text.delta":
+                parts.append(delta)
+        elif kind in ("response.completed", "response.incomplete", "response.failed"):
+            response = obj.get("response") if isinstance(obj.get("response"), dict) else {}
+            if isinstance(response.get("usage"), dict):
+                ans.usage = response["usage"]
+            ans.finish_reason = _responses_finish(response)
+    ans.text = "".join(parts) if parts else None
+    if times:
+        ans.first_token_us = times[0]
+        ans.chunk_us = [t - times[0] for t in times]
+    return ans
+
+
+def _responses_finish(response: dict) -> str | None:
+    """A Responses API object's end in chat's words: ``stop`` when completed, ``length`` when
+    cut by ``max_output_tokens``, else its status."""
+    status = response.get("status")
+    details = response.get("incomplete_details")
+    if status == "incomplete" and isinstance(details, dict) and details.get("reason") == "max_output_tokens":
+        return "length"
+    return "stop" if status == "completed" else status if isinstance(status, str) else None
+
+
 def parse_response(ex: Exchange) -> Answer:
-    """The answer in ``ex``'s response: an SSE stream of chunks, or one JSON object. A response
-    that is neither (an error page, a cut stream's tail) yields what could be read."""
+    """The answer in ``ex``'s response: an SSE stream of chunks, or one JSON object (a chat or
+    completions answer, a Responses API object, embeddings: usage only). A response that is
+    neither (an error page, a cut stream's tail) yields what could be read."""
+    if ex.stream and ex.api == "responses":
+        return _responses_stream(ex)
     ans = Answer()
     if ex.stream:
         parts: list[str] = []
@@ -189,6 +241,9 @@ def parse_response(ex: Exchange) -> Answer:
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         ans.text = _choice_text(choices[0], False)
         ans.finish_reason = choices[0].get("finish_reason")
+    elif obj.get("object") == "response":
+        ans.text = _output_text(obj.get("output"))
+        ans.finish_reason = _responses_finish(obj)
     return ans
 
 
@@ -259,12 +314,20 @@ class RowBuilder:
         rows: list[dict] = []
         for (ex, body, ans, sid, parent, turn), ids in zip(kept, token_ids):
             usage = ans.usage or {}
-            details = usage.get("prompt_tokens_details")
-            out_tokens = _int_or_none(usage.get("completion_tokens"))
+            # the Responses API names them input / output tokens
+            details = usage.get("prompt_tokens_details", usage.get("input_tokens_details"))
+            out_tokens = _int_or_none(usage.get("completion_tokens", usage.get("output_tokens")))
             if out_tokens is None and ans.text is not None:
                 out_tokens = len(self.tok.encode(ans.text, add_special_tokens=False).ids)
+            if ex.api == "embeddings" and ex.status is not None and 200 <= ex.status < 300:
+                out_tokens = 0  # an embedding is the prompt's forward pass, no token decoded
             limit = next(
-                (body[k] for k in ("max_completion_tokens", "max_tokens") if _int_or_none(body.get(k)) is not None), None
+                (
+                    body[k]
+                    for k in ("max_completion_tokens", "max_tokens", "max_output_tokens")
+                    if _int_or_none(body.get(k)) is not None
+                ),
+                None,
             )
             model = body.get("model")
             rows.append(

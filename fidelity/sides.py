@@ -10,6 +10,7 @@ template adds to each prompt).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -193,8 +194,9 @@ def template_overhead(
 
     A template adds a few tokens a prompt and a few a message, whatever the prompt's length. So
     the engine's prompt tokens less the recorded ones are fitted (least squares) as ``a + b x
-    messages + c x recorded`` (``messages``: each request's count, NaN where unknown; its term
-    only where two counts or more are known), and the template is ``a + b x messages``, taken
+    messages + c x recorded`` (``messages``: each request's count, NaN where unknown, 0 for a
+    prompt that is not chat messages, which gets neither ``a`` nor ``b``; its term only where two
+    counts or more are known), and the template is ``a + b x messages``, taken
     when ``a`` is between 0 and :data:`TEMPLATE_MAX` and ``b`` between 0 and
     :data:`TEMPLATE_PER_MESSAGE_MAX`. The part that grows with the prompt (``c``: prompts the
     replay made longer or shorter) is not the template's: it stays in the lengths compared."""
@@ -205,7 +207,9 @@ def template_overhead(
         known &= np.isfinite(messages)
     if not known.any():
         return None
-    columns = [np.ones(int(known.sum()))]
+    # a prompt without messages (completions, embeddings, among chats) gets no template
+    templated = messages[known] > 0 if by_message else np.ones(int(known.sum()), bool)
+    columns = [templated.astype(float)]
     if by_message:
         columns.append(messages[known])
     if np.ptp(recorded[known]) > 0:
@@ -218,22 +222,50 @@ def template_overhead(
     a, b = max(a, 0.0), max(b, 0.0)
     if by_message:
         # requests whose messages were not counted get the template's median
-        per_request = a + b * messages
+        per_request = np.where(messages > 0, a + b * messages, np.where(np.isnan(messages), np.nan, 0.0))
         fill = float(np.nanmedian(per_request))
         return np.where(np.isfinite(per_request), per_request, fill), f"{a:+.0f} tokens a prompt and {b:+.1f} a message"
     return np.full(len(diff), float(round(a))), f"{round(a):+d} tokens a prompt"
 
 
+def _responses_messages(body: str | None) -> int | None:
+    """The chat messages an engine renders for a Responses API body: ``instructions``, then one
+    per ``input`` item (a string input is one)."""
+    try:
+        obj = json.loads(body) if body is not None else None
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    items = obj.get("input")
+    n = 1 if isinstance(items, str) else len(items) if isinstance(items, list) else 0
+    return n + isinstance(obj.get("instructions"), str)
+
+
 def message_counts(trace, ids: pl.Series | None = None) -> pl.DataFrame:
-    """``request_id`` and ``_messages`` (the chat messages in its body) of the rows of ``trace``
-    (those whose ids are in ``ids``), read a batch of bodies at a time; no rows when no body has
-    messages (a token-only trace, completions)."""
+    """``request_id`` and ``_messages`` (the chat messages its engine renders with its template:
+    a chat body's ``messages``, a Responses API body's instructions and input items; 0 for
+    completions and embeddings) of the rows of ``trace`` (those whose ids are in ``ids``), read a
+    batch of bodies at a time; no rows when no body has messages (a token-only trace)."""
     rows = trace.df.get_column("request_id")
     keep = np.ones(len(rows), bool) if ids is None else rows.is_in(ids.implode()).to_numpy()
+    apis = trace.df.get_column("api")
     counts: list[pl.Series] = []
     has_bodies = "body" in trace.df.columns or trace.body_file is not None
+    done = 0
     for values in trace.body_batches(trace.df.height, MESSAGE_BATCH) if has_bodies else ():
-        counts.append(pl.Series(values, dtype=pl.String).str.count_matches(r'"role"\s*:'))
+        api = apis.slice(done, len(values)).to_list()
+        roles = pl.Series(values, dtype=pl.String).str.count_matches(r'"role"\s*:').to_list()
+        counts.append(
+            pl.Series(
+                [
+                    _responses_messages(body) if kind == "responses" else n if kind == "chat" else 0
+                    for body, kind, n in zip(values, api, roles)
+                ],
+                dtype=pl.Float64,
+            )
+        )
+        done += len(values)
     if not counts:
         return pl.DataFrame(schema={"request_id": pl.String, "_messages": pl.Float64})
     frame = pl.DataFrame({"request_id": rows, "_messages": pl.concat(counts).cast(pl.Float64)}).filter(keep)

@@ -8,7 +8,11 @@ request's ``input_tokens`` and its ``block_hashes`` over them.
 Prompt order, like a chat template's: the tools' descriptions (functions and their parameters),
 then each message in turn: its content (a string, or the ``text`` of each content part), then
 the arguments of each of its tool calls. A completions request's text is its ``prompt`` (a string,
-or each string of a list). The token ids of a request are each slot's text encoded on its own
+or each string of a list). A Responses API request's is its ``instructions``, then its ``input``: a
+string, or each item of the list in turn (a message's content as above, a function call's
+``arguments``, a function call output's ``output``); an embeddings request's is its ``input`` (a
+string, or each string of a list; token ids are not text). Responses API tools name their
+``description`` beside ``name``, not under ``function``. The token ids of a request are each slot's text encoded on its own
 (no special tokens) and concatenated, so a message repeated in a later request yields the same
 ids wherever it appears. A chat template adds a few tokens per message; an engine's reported
 ``prompt_tokens`` is that much larger than ``input_tokens``.
@@ -44,10 +48,13 @@ def _tool_descriptions(tools: Any, path: tuple) -> Iterator[Slot]:
     if not isinstance(tools, list):
         return
     for i, tool in enumerate(tools):
-        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict):
+            continue
+        fn, where = tool.get("function"), (*path, i, "function")
+        if not isinstance(fn, dict) and tool.get("type") == "function":  # the Responses API's flat shape
+            fn, where = tool, (*path, i)
         if not isinstance(fn, dict):
             continue
-        where = (*path, i, "function")
         if isinstance(fn.get("description"), str):
             yield Slot((*where, "description"), fn["description"], "tool_description")
         props = fn.get("parameters", {}).get("properties") if isinstance(fn.get("parameters"), dict) else None
@@ -87,7 +94,30 @@ def text_slots(body: dict) -> list[Slot]:
         slots.append(Slot(("prompt",), prompt, "prompt"))
     elif isinstance(prompt, list):
         slots.extend(Slot(("prompt", i), p, "prompt") for i, p in enumerate(prompt) if isinstance(p, str))
+    if isinstance(body.get("instructions"), str):
+        slots.append(Slot(("instructions",), body["instructions"], "content"))
+    slots.extend(_input_slots(body.get("input")))
     return slots
+
+
+def _input_slots(value: Any) -> Iterator[Slot]:
+    """The text of a Responses API or embeddings ``input`` (see the module docstring)."""
+    if isinstance(value, str):
+        yield Slot(("input",), value, "prompt")
+        return
+    if not isinstance(value, list):
+        return
+    for i, item in enumerate(value):
+        if isinstance(item, str):
+            yield Slot(("input", i), item, "prompt")
+        elif isinstance(item, dict) and item.get("type") == "function_call":
+            if isinstance(item.get("arguments"), str):
+                yield Slot(("input", i, "arguments"), item["arguments"], "tool_arguments")
+        elif isinstance(item, dict) and item.get("type") == "function_call_output":
+            if isinstance(item.get("output"), str):
+                yield Slot(("input", i, "output"), item["output"], "content")
+        else:
+            yield from _message_slots(item, ("input", i))
 
 
 def name_slots(body: dict) -> list[Slot]:

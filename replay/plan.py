@@ -4,7 +4,9 @@ A plan is columns ready for the Rust runner (offsets in ns, a path index per req
 bodies, made a window at a time (:meth:`Plan.body_windows`) while the stage runs, so that memory
 holds a few windows of bodies, not all of them. Bodies are the trace's bodies with the replay's
 settings applied: streaming with usage, `max_tokens` from the trace and the engine's ignore-EOS flag (so the
-server decodes as much as live traffic did), and the target's model name. Send times come from
+server decodes as much as live traffic did), and the target's model name. A Responses API body
+streams with `max_output_tokens` (its last event carries the usage; it has no `stream_options`
+to ask); an embeddings body gets only the model name. Send times come from
 :func:`schedule`, which offers the requested rate over the stage's own window
 (:func:`offered_window`), so that a stage cut from a bursty stretch of a trace offers the rate asked
 for, not that stretch's own rate.
@@ -25,7 +27,12 @@ from replay.trace import Trace
 
 __all__ = ["Plan", "build_plan", "schedule", "offered_window", "send_limits", "API_PATHS", "BODY_WINDOW"]
 
-API_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+API_PATHS = {
+    "chat": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "responses": "/v1/responses",
+    "embeddings": "/v1/embeddings",
+}
 # requests whose bodies are made at a time (the runner holds a couple of windows ahead)
 BODY_WINDOW = 1024
 
@@ -78,11 +85,18 @@ class Plan:
                 for k, obj in zip(empty, builder.objects(self.rows.slice(row, len(batch))[empty])):
                     batch[k] = obj
             tokens = max_tokens.slice(row, len(batch)).to_list()
+            apis = self.rows["api"].slice(row, len(batch)).to_list()
             made = [
                 _rewrite_body(
-                    body, row + k, model=self.model, max_tokens=mt, ignore_eos=self.ignore_eos, mark_answers=self.mark_answers
+                    body,
+                    row + k,
+                    model=self.model,
+                    max_tokens=mt,
+                    ignore_eos=self.ignore_eos,
+                    mark_answers=self.mark_answers,
+                    api=api,
                 )
-                for k, (body, mt) in enumerate(zip(batch, tokens))
+                for k, (body, mt, api) in enumerate(zip(batch, tokens, apis))
             ]
             offsets = np.zeros(len(made) + 1, dtype=np.uint64)
             np.cumsum([len(p) for p, _ in made], out=offsets[1:])
@@ -233,11 +247,20 @@ def _with_answer_spans(obj: dict) -> tuple[bytes, list[int]]:
 
 
 def _rewrite_body(
-    body: str | dict | None, row: int, *, model: str | None, max_tokens: int | None, ignore_eos: bool, mark_answers: bool = False
+    body: str | dict | None,
+    row: int,
+    *,
+    model: str | None,
+    max_tokens: int | None,
+    ignore_eos: bool,
+    mark_answers: bool = False,
+    api: str = "chat",
 ) -> tuple[bytes, list[int]]:
     """The body as sent: a stored body (JSON text) or a synthesized one (an object), streaming with
     usage, ``max_tokens`` (with ``ignore_eos``) and ``model`` set; and with ``mark_answers`` the
-    byte spans of its earlier answers (:func:`_with_answer_spans`), else none."""
+    byte spans of its earlier answers (:func:`_with_answer_spans`), else none. A Responses API
+    request streams (its last event carries the usage) with ``max_output_tokens``; an embeddings
+    request is sent as recorded but for the model (it has no answer to stream or limit)."""
     if body is None:
         raise TraceError(f"column 'body' row {row}: null, and the trace has no synthesis rule to build it")
     try:
@@ -246,15 +269,21 @@ def _rewrite_body(
         raise TraceError(f"column 'body' row {row}: not JSON ({e.msg})") from None
     if not isinstance(obj, dict):
         raise TraceError(f"column 'body' row {row}: not a JSON object")
-    obj["stream"] = True
-    obj["stream_options"] = {"include_usage": True}
-    if max_tokens is not None:
-        obj["max_tokens"] = int(max_tokens)
-        obj.pop("max_completion_tokens", None)
-        if ignore_eos:
-            obj["ignore_eos"] = True
     if model is not None:
         obj["model"] = model
+    if api == "embeddings":
+        return _dumps(obj).encode(), []
+    obj["stream"] = True
+    if api == "responses":
+        if max_tokens is not None:
+            obj["max_output_tokens"] = int(max_tokens)
+    else:
+        obj["stream_options"] = {"include_usage": True}
+        if max_tokens is not None:
+            obj["max_tokens"] = int(max_tokens)
+            obj.pop("max_completion_tokens", None)
+    if max_tokens is not None and ignore_eos:
+        obj["ignore_eos"] = True
     if mark_answers:
         return _with_answer_spans(obj)
     return _dumps(obj).encode(), []

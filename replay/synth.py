@@ -21,8 +21,10 @@ exactly ``input_tokens`` tokens under the trace's tokenizer, and it is determini
   sends them.
 
 The body is ``{"model": M, "messages": [{"role": "user", "content": TEXT}], "max_tokens": N}`` for
-a chat row and ``{"model": M, "prompt": TEXT, "max_tokens": N}`` for a completions row (``model``
-only where the row names one; ``N`` is ``max_tokens``, else ``output_tokens``, else absent).
+a chat row, ``{"model": M, "prompt": TEXT, "max_tokens": N}`` for a completions row,
+``{"model": M, "input": TEXT, "max_output_tokens": N}`` for a Responses API row and ``{"model": M,
+"input": TEXT}`` for an embeddings row (``model`` only where the row names one; ``N`` is
+``max_tokens``, else ``output_tokens``, else absent).
 The importer computes ``block_hashes`` over the same token ids, so a stored trace says exactly
 which prefix blocks its replay will share.
 """
@@ -193,10 +195,12 @@ class Synthesizer:
         body: dict = {} if model is None else {"model": model}
         if api == "chat":
             body["messages"] = [{"role": "user", "content": text}]
+        elif api in ("responses", "embeddings"):
+            body["input"] = text
         else:
             body["prompt"] = text
-        if max_tokens is not None:
-            body["max_tokens"] = int(max_tokens)
+        if max_tokens is not None and api != "embeddings":
+            body["max_output_tokens" if api == "responses" else "max_tokens"] = int(max_tokens)
         return body
 
 

@@ -73,7 +73,7 @@ SPOOL_GLOB = "spool-*.jsonl"
 # how a captured request ended (column 'outcome')
 OUTCOMES = frozenset({"completed", "upstream_error", "client_disconnected", "timeout"})
 VERSION_KEY = "faithful_replay.schema_version"
-APIS = frozenset({"chat", "completions"})
+APIS = frozenset({"chat", "completions", "responses", "embeddings"})
 
 SCHEMA: dict[str, pl.DataType] = {
     "request_id": pl.String(),

@@ -2,17 +2,20 @@
 
 Owns :func:`import_openai` and :func:`parse_openai_line`. Two kinds of line, one kind per file:
 
-- A request log line: ``body`` (the chat or completions request object exactly as sent; its
-  ``messages`` make it a chat request, its ``prompt`` a completions one) and its time,
+- A request log line: ``body`` (the request object exactly as sent; its ``messages`` make it a
+  chat request, its ``prompt`` a completions one; one with ``input`` needs ``url``:
+  ``/v1/responses`` or ``/v1/embeddings``, which may name any of the four) and its time,
   ``timestamp`` (epoch seconds, or an ISO 8601 string) or else ``created`` (epoch seconds).
   Optional: ``request_id`` (else the response's ``id``), ``session_id``, ``response`` (the
   ``chat.completion`` / ``text_completion`` object the server returned, or just its text; the
-  answer is ``choices[0].message.content`` or ``choices[0].text``, the usage its ``usage``,
+  answer is ``choices[0].message.content`` or ``choices[0].text``, or a Responses API object's
+  message ``output_text``; the usage its ``usage``, in either API's names,
   cached tokens ``usage.prompt_tokens_details.cached_tokens``), a top-level ``usage`` (where
   there is no response object), ``ttft_ms``, ``latency_ms`` and ``status`` (HTTP; a line with a
   response object and no status counts as 200).
 - An OpenAI Batch input line: ``custom_id`` (the request id), ``method`` (``POST``), ``url``
-  (``/v1/chat/completions`` or ``/v1/completions``: the api) and ``body``. Such a file has no
+  (``/v1/chat/completions``, ``/v1/completions``, ``/v1/responses`` or ``/v1/embeddings``: the
+  api) and ``body``. Such a file has no
   times: ``rate`` (req/s) spaces its requests, in file order, as a Poisson process seeded by
   ``seed``, the first at 0 (drawn once the first pass has counted them); importing one without
   ``rate`` is an error.
@@ -52,7 +55,12 @@ __all__ = ["BATCH_URLS", "import_openai", "parse_openai_line"]
 
 SOURCE_FORMAT = "openai-jsonl"
 BATCH_SOURCE_FORMAT = "openai-batch"
-BATCH_URLS = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+BATCH_URLS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/v1/responses": "responses",
+    "/v1/embeddings": "embeddings",
+}
 
 
 def _model(body: dict, response: Any) -> str | None:
@@ -76,8 +84,10 @@ def _batch_line(obj: dict) -> LogRecord:
     if api is None:
         raise LineError(f"{url!r} is not one of {', '.join(BATCH_URLS)}", "url")
     body = obj.get("body")
-    if api_of_body(body) != api:
-        raise LineError(f"does not match url {url!r}", "body")
+    try:
+        api_of_body(body, api=api)
+    except LineError as e:
+        raise LineError(f"does not match url {url!r} ({e.args[0]})", "body") from None
     return LogRecord(arrival_us=None, api=api, model=_model(body, None), body=body, request_id=custom_id)
 
 
@@ -89,7 +99,10 @@ def parse_openai_line(obj: dict) -> LogRecord:
     body = obj.get("body")
     if body is None:
         raise LineError("is missing", "body")
-    api = api_of_body(body)
+    url = obj.get("url")
+    if url is not None and (not isinstance(url, str) or url.rstrip("/") not in BATCH_URLS):
+        raise LineError(f"{url!r} is not one of {', '.join(BATCH_URLS)}", "url")
+    api = api_of_body(body, api=BATCH_URLS[url.rstrip("/")] if url else None)
     if obj.get("timestamp") is not None:
         arrival_us = parse_time_us(obj["timestamp"], "timestamp")
     elif obj.get("created") is not None:

@@ -226,6 +226,10 @@ def answer_text(response: Any) -> str | None:
         return answer_text(response[0]) if response else None
     if not isinstance(response, dict):
         return None
+    if response.get("object") == "response":  # the Responses API: its message items' output_text
+        from capture.record import _output_text
+
+        return _output_text(response.get("output"))
     choices = response.get("choices")
     if isinstance(choices, list):
         if not choices or not isinstance(choices[0], dict):
@@ -245,26 +249,38 @@ def answer_text(response: Any) -> str | None:
 
 def openai_usage(usage: Any, field: str) -> Usage | None:
     """An OpenAI ``usage`` object (``prompt_tokens``, ``completion_tokens``,
-    ``prompt_tokens_details.cached_tokens``) as :class:`Usage`."""
+    ``prompt_tokens_details.cached_tokens``; the Responses API's ``input_tokens``,
+    ``output_tokens``, ``input_tokens_details``) as :class:`Usage`."""
     if usage is None:
         return None
     if not isinstance(usage, dict):
         raise LineError("is not an object", field)
-    details = usage.get("prompt_tokens_details")
+    names = ("prompt", "completion") if "input_tokens" not in usage else ("input", "output")
+    details = usage.get(f"{names[0]}_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     return Usage(
-        prompt_tokens=count(usage.get("prompt_tokens"), f"{field}.prompt_tokens"),
-        completion_tokens=count(usage.get("completion_tokens"), f"{field}.completion_tokens"),
-        cached_tokens=count(cached, f"{field}.prompt_tokens_details.cached_tokens"),
+        prompt_tokens=count(usage.get(f"{names[0]}_tokens"), f"{field}.{names[0]}_tokens"),
+        completion_tokens=count(usage.get(f"{names[1]}_tokens"), f"{field}.{names[1]}_tokens"),
+        cached_tokens=count(cached, f"{field}.{names[0]}_tokens_details.cached_tokens"),
     )
 
 
-def api_of_body(body: Any, field: str = "body") -> str:
-    """``chat`` for a body with ``messages`` (a list), ``completions`` for one with ``prompt``."""
+def api_of_body(body: Any, field: str = "body", api: str | None = None) -> str:
+    """``chat`` for a body with ``messages`` (a list), ``completions`` for one with ``prompt``;
+    a body with ``input`` is a Responses API or embeddings request, which only ``api`` (from the
+    line's ``url``) tells apart. With ``api`` given, the body must have its field."""
     if not isinstance(body, dict):
         raise LineError("is not a JSON object", field)
     if isinstance(body.get("messages"), list):
-        return "chat"
-    if isinstance(body.get("prompt"), (str, list)):
-        return "completions"
-    raise LineError("has neither 'messages' (a list) nor 'prompt'", field)
+        found = "chat"
+    elif isinstance(body.get("prompt"), (str, list)):
+        found = "completions"
+    elif isinstance(body.get("input"), (str, list)):
+        if api in ("responses", "embeddings"):
+            return api
+        raise LineError("has 'input': a Responses API or embeddings request; say which with the line's 'url'", field)
+    else:
+        raise LineError("has none of 'messages' (a list), 'prompt' or 'input'", field)
+    if api is not None and api != found:
+        raise LineError(f"is a {found} request, not {api}", field)
+    return found

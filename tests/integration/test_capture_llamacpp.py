@@ -67,3 +67,44 @@ def test_the_openai_sdk_through_the_proxy_to_llama_server(running, tmp_path):
     assert rows[1]["response"] == text1
     assert EMAIL.encode() not in stored_bytes(out)
     assert b"sk-llama-test-authorization" not in stored_bytes(out)
+
+
+def test_the_responses_api_through_the_proxy_to_llama_server_is_recorded_and_replayed(running, tmp_path):
+    """llama-server's own /v1/responses (its stream ends with response.completed, no [DONE]):
+    the SDK's events through the proxy as direct, the usage recorded in the Trace's names, and
+    the runner replays the capture against the engine itself."""
+    import openai
+
+    from replay.config import RunConfig
+    from replay.runner import run_stage
+
+    def client(url):
+        return openai.OpenAI(base_url=url + "/v1", api_key="sk-llama-test-authorization-0000", max_retries=0, timeout=120)
+
+    direct = client(running.url)
+    ask = {"model": "m", "instructions": "Answer briefly.", "input": f"Write to {EMAIL} about rain.", "temperature": 0.0}
+    out = tmp_path / "cap"
+    with capture(running.url, out, "--segment-seconds", "1") as proxy:
+        via = client(proxy.url)
+        a = via.responses.create(max_output_tokens=8, **ask)
+        b = direct.responses.create(max_output_tokens=8, **ask)
+        assert a.output_text == b.output_text and a.usage.input_tokens == b.usage.input_tokens
+        s1 = list(via.responses.create(max_output_tokens=8, stream=True, **ask))
+        s2 = list(direct.responses.create(max_output_tokens=8, stream=True, **ask))
+        assert [e.type for e in s1] == [e.type for e in s2]
+        text = "".join(e.delta for e in s1 if e.type == "response.output_text.delta")
+        assert text == a.output_text and s1[-1].type == "response.completed"
+        assert proxy.stop() == 0
+    trace = read_trace(out)
+    rows = trace.df.to_dicts()
+    assert [(r["api"], r["outcome"], r["status"]) for r in rows] == [("responses", "completed", 200)] * 2
+    for r in rows:
+        assert r["output_tokens"] == a.usage.output_tokens and r["input_tokens"] > 0
+    assert rows[1]["chunk_us"][0] == 0 and rows[1]["ttft_us"] is not None
+    assert EMAIL.encode() not in stored_bytes(out)
+    stage = run_stage(trace, RunConfig(url=running.url, lag_bound_ms=50, timeout_s=120))
+    sent = stage.requests.to_dicts()
+    assert [r["error"] for r in sent] == ["none", "none"], [r["error_detail"] for r in sent]
+    for r in sent:
+        assert r["prompt_tokens"] == a.usage.input_tokens and r["first_token_ns"] is not None
+        assert 0 < r["completion_tokens"] <= 8

@@ -49,8 +49,17 @@ pub fn api_of_path(path: &str) -> Option<&'static str> {
     match path {
         "/v1/chat/completions" => Some("chat"),
         "/v1/completions" => Some("completions"),
+        "/v1/responses" => Some("responses"),
+        "/v1/embeddings" => Some("embeddings"),
         _ => None,
     }
+}
+
+/// Whether a streamed request of `api` brings its usage only when asked (`stream_options.
+/// include_usage`): chat and completions. A Responses API stream ends with `response.completed`,
+/// which carries it; embeddings do not stream.
+pub fn usage_on_request(api: &str) -> bool {
+    matches!(api, "chat" | "completions")
 }
 
 /// What the proxy saw of one recorded request (raw: it lives only in memory on its way to the

@@ -42,7 +42,7 @@ use replay_core::CoreError;
 
 use crate::body::{Passing, ProxyBody};
 use crate::config::CaptureConfig;
-use crate::exchange::{api_of_path, Exchange, Outcome};
+use crate::exchange::{api_of_path, usage_on_request, Exchange, Outcome};
 use crate::upstream::{DialError, Upstream};
 use crate::usage;
 
@@ -539,7 +539,7 @@ async fn handle(
         }
     };
     let asked = match api {
-        Some(_) => usage::asked(&body),
+        Some(api) => usage::asked(&body, usage_on_request(api)),
         None => usage::Asked {
             stream: false,
             with_usage: None,

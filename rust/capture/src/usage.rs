@@ -28,8 +28,9 @@ struct Probe {
     stream_options: Option<Value>,
 }
 
-/// Read `body` (a chat or completions request) for `stream` and `include_usage`.
-pub fn asked(body: &Bytes) -> Asked {
+/// Read `body` for `stream` and (with `add_usage`: a chat or completions request)
+/// `include_usage`.
+pub fn asked(body: &Bytes, add_usage: bool) -> Asked {
     let plain = Asked {
         stream: false,
         with_usage: None,
@@ -42,6 +43,12 @@ pub fn asked(body: &Bytes) -> Asked {
     };
     if probe.stream != Some(Value::Bool(true)) {
         return plain;
+    }
+    if !add_usage {
+        return Asked {
+            stream: true,
+            with_usage: None,
+        };
     }
     let included = probe
         .stream_options
@@ -181,9 +188,10 @@ mod tests {
 
     #[test]
     fn a_streamed_request_without_usage_gets_it_as_its_last_member() {
-        let got = asked(&b(
-            r#"{"model":"m","stream":true,"messages":[{"content":"}"}]} "#,
-        ));
+        let got = asked(
+            &b(r#"{"model":"m","stream":true,"messages":[{"content":"}"}]} "#),
+            true,
+        );
         assert!(got.stream);
         let sent = got.with_usage.unwrap();
         assert_eq!(
@@ -196,18 +204,25 @@ mod tests {
 
     #[test]
     fn stream_options_without_usage_are_kept_and_usage_set() {
-        let got = asked(&b(
-            r#"{"stream":true,"stream_options":{"continuous_usage_stats":false}}"#,
-        ));
+        let got = asked(
+            &b(r#"{"stream":true,"stream_options":{"continuous_usage_stats":false}}"#),
+            true,
+        );
         let v: Value = serde_json::from_slice(&got.with_usage.unwrap()).unwrap();
         assert_eq!(v["stream_options"]["include_usage"], Value::Bool(true));
         assert_eq!(
             v["stream_options"]["continuous_usage_stats"],
             Value::Bool(false)
         );
-        let got = asked(&b(r#"{"stream":true,"stream_options":null}"#));
+        let got = asked(&b(r#"{"stream":true,"stream_options":null}"#), true);
         let v: Value = serde_json::from_slice(&got.with_usage.unwrap()).unwrap();
         assert_eq!(v["stream_options"]["include_usage"], Value::Bool(true));
+    }
+
+    #[test]
+    fn a_responses_api_stream_is_sent_as_it_came() {
+        let got = asked(&b(r#"{"model":"m","stream":true,"input":"hi"}"#), false);
+        assert!(got.stream && got.with_usage.is_none());
     }
 
     #[test]
@@ -220,7 +235,7 @@ mod tests {
             r#"{"stream":true"#,
             r#"["stream",true]"#,
         ] {
-            let got = asked(&b(body));
+            let got = asked(&b(body), true);
             assert!(got.with_usage.is_none(), "{body}");
             assert_eq!(got.stream, body.starts_with(r#"{"stream":true,"#), "{body}");
         }

@@ -132,7 +132,7 @@ fn a_streamed_chat_is_recorded_whole_and_the_client_gets_no_usage_chunk_it_did_n
     assert!(ex.ttfb_us.unwrap() <= ex.end_us);
 
     // other endpoints pass through, counted, not recorded; GET on the metrics path is the proxy's
-    let other = post(proxy.local_addr(), "/v1/embeddings", r#"{"input":"x"}"#);
+    let other = post(proxy.local_addr(), "/v1/models/x", r#"{"input":"x"}"#);
     assert!(other.starts_with("HTTP/1.1 200"), "{other}");
     let mut s = TcpStream::connect(proxy.local_addr()).unwrap();
     write!(

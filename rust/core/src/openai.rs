@@ -4,6 +4,13 @@
 //! fields that matter for timing are read: whether a chunk carries output (content, reasoning,
 //! completion text or tool calls) and the `usage` block. Everything else is skipped by serde
 //! without being built, and text is only checked for emptiness (no copy, no per-chunk Vec).
+//!
+//! Three shapes: chat / completions chunks (`choices`, then `data: [DONE]`); the Responses API's
+//! typed events (`type`: `response.*.delta` carries output in `delta`; `response.completed` or
+//! `response.incomplete`, the end of the stream, carries `response.usage` with `input_tokens` /
+//! `output_tokens` / `input_tokens_details.cached_tokens`; `response.failed` and `error` are
+//! server errors); and whole JSON answers, which may be a Responses object (`output` items) or
+//! embeddings (`data`, usage only, no output).
 
 use std::fmt;
 
@@ -28,7 +35,10 @@ pub struct Usage {
 pub enum OpenAiEvent {
     /// `data: [DONE]`: the stream is logically complete.
     Done,
-    /// A completion chunk.
+    /// The Responses API's last event (`response.completed` / `response.incomplete`): the
+    /// stream is complete, with the answer's usage.
+    End { usage: Option<Usage> },
+    /// A completion chunk (or a Responses API event that is not the end).
     Chunk {
         /// Some choice carries output: non-empty `delta.content`, `delta.reasoning_content`,
         /// `delta.reasoning` or `text`, or non-empty `delta.tool_calls`.
@@ -51,10 +61,28 @@ pub fn parse_openai_event(data: &[u8]) -> Result<OpenAiEvent, SseError> {
             message: error_message(&err),
         });
     }
-    Ok(OpenAiEvent::Chunk {
-        has_token: msg.choices.0,
-        usage: msg.usage.map(Usage::from),
-    })
+    match msg.kind.as_deref() {
+        None => Ok(OpenAiEvent::Chunk {
+            has_token: msg.choices.0,
+            usage: msg.usage.map(Usage::from),
+        }),
+        Some("response.completed" | "response.incomplete") => Ok(OpenAiEvent::End {
+            usage: msg.response.and_then(|r| r.usage).map(Usage::from),
+        }),
+        Some("response.failed") => Err(SseError::ServerError {
+            message: msg
+                .response
+                .and_then(|r| r.error)
+                .map_or_else(|| "response.failed".into(), |e| error_message(&e)),
+        }),
+        Some("error") => Err(SseError::ServerError {
+            message: msg.message.unwrap_or_else(|| "error event".into()),
+        }),
+        Some(kind) => Ok(OpenAiEvent::Chunk {
+            has_token: kind.ends_with(".delta") && msg.delta.0,
+            usage: None,
+        }),
+    }
 }
 
 /// Interpret a non-streaming response body: (`choices[*].message.content` / `text` /
@@ -66,7 +94,24 @@ pub fn parse_openai_response(body: &[u8]) -> Result<(bool, Option<Usage>), SseEr
             message: error_message(&err),
         });
     }
-    Ok((msg.choices.0, msg.usage.map(Usage::from)))
+    let output = msg.output.as_ref().is_some_and(has_output_item);
+    Ok((msg.choices.0 || output, msg.usage.map(Usage::from)))
+}
+
+/// A Responses API `output` list carries output: an item's content part with non-empty `text`
+/// (a message, reasoning), or a function call's non-empty `arguments`.
+fn has_output_item(output: &serde_json::Value) -> bool {
+    let non_empty =
+        |v: Option<&serde_json::Value>| v.and_then(|t| t.as_str()).is_some_and(|t| !t.is_empty());
+    output.as_array().is_some_and(|items| {
+        items.iter().any(|item| {
+            non_empty(item.get("arguments"))
+                || item
+                    .get("content")
+                    .and_then(|c| c.as_array())
+                    .is_some_and(|parts| parts.iter().any(|p| non_empty(p.get("text"))))
+        })
+    })
 }
 
 fn malformed(e: &serde_json::Error, data: &[u8]) -> SseError {
@@ -104,12 +149,22 @@ struct ChunkMsg {
     usage: Option<UsageMsg>,
     #[serde(default)]
     error: Option<serde_json::Value>,
+    /// A Responses API event's type (chat and completions chunks have none).
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+    /// A Responses API delta event's text.
+    #[serde(default)]
+    delta: NonEmpty,
+    /// The response a `response.completed` / `response.failed` event carries.
+    #[serde(default)]
+    response: Option<EventResponse>,
+    /// An `error` event's message.
+    #[serde(default)]
+    message: Option<String>,
 }
 
 #[derive(Deserialize)]
-struct ResponseMsg {
-    #[serde(default)]
-    choices: AnyChoice<MessageChoice>,
+struct EventResponse {
     #[serde(default)]
     usage: Option<UsageMsg>,
     #[serde(default)]
@@ -117,12 +172,27 @@ struct ResponseMsg {
 }
 
 #[derive(Deserialize)]
+struct ResponseMsg {
+    #[serde(default)]
+    choices: AnyChoice<MessageChoice>,
+    /// A Responses API object's output items.
+    #[serde(default)]
+    output: Option<serde_json::Value>,
+    #[serde(default)]
+    usage: Option<UsageMsg>,
+    #[serde(default)]
+    error: Option<serde_json::Value>,
+}
+
+/// Chat and completions name the counts `prompt_tokens` / `completion_tokens`; the Responses API
+/// `input_tokens` / `output_tokens` (and `input_tokens_details`).
+#[derive(Deserialize)]
 struct UsageMsg {
-    #[serde(default)]
+    #[serde(default, alias = "input_tokens")]
     prompt_tokens: Option<i64>,
-    #[serde(default)]
+    #[serde(default, alias = "output_tokens")]
     completion_tokens: Option<i64>,
-    #[serde(default)]
+    #[serde(default, alias = "input_tokens_details")]
     prompt_tokens_details: Option<PromptDetails>,
 }
 

@@ -232,7 +232,11 @@ async fn read_body(
             if let Some((kind, detail)) = failure {
                 st.end_with(kind, &detail, t);
             } else if st.done_ns < 0 {
-                st.end_with(ErrorKind::Reset, "stream closed before [DONE]", t);
+                st.end_with(
+                    ErrorKind::Reset,
+                    "stream closed before [DONE] (or response.completed)",
+                    t,
+                );
             } else {
                 st.rec.end_ns = t;
             }
@@ -271,6 +275,12 @@ fn on_event(st: &mut State, data: &[u8], t: i64, failure: &mut Option<(ErrorKind
     }
     match parse_openai_event(data) {
         Ok(OpenAiEvent::Done) => st.done_ns = t,
+        Ok(OpenAiEvent::End { usage }) => {
+            if let Some(u) = usage {
+                st.apply_usage(u);
+            }
+            st.done_ns = t;
+        }
         Ok(OpenAiEvent::Chunk { has_token, usage }) => {
             if has_token {
                 st.rec.token_chunk(t);

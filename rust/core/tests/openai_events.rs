@@ -5,7 +5,7 @@ use replay_core::{parse_openai_event, parse_openai_response, OpenAiEvent, SseErr
 fn chunk(data: &str) -> (bool, Option<Usage>) {
     match parse_openai_event(data.as_bytes()).unwrap() {
         OpenAiEvent::Chunk { has_token, usage } => (has_token, usage),
-        OpenAiEvent::Done => panic!("unexpected done"),
+        OpenAiEvent::Done | OpenAiEvent::End { .. } => panic!("unexpected end"),
     }
 }
 
@@ -124,4 +124,90 @@ fn non_stream_response() {
         parse_openai_response(br#"{"error":{"message":"bad"}}"#),
         Err(SseError::ServerError { .. })
     ));
+}
+
+#[test]
+fn responses_api_stream_events() {
+    let delta = r#"{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hel"}"#;
+    assert_eq!(chunk(delta), (true, None));
+    let reasoning = r#"{"type":"response.reasoning_text.delta","delta":"hmm"}"#;
+    assert!(chunk(reasoning).0);
+    let args = r#"{"type":"response.function_call_arguments.delta","delta":"{\"a\""}"#;
+    assert!(chunk(args).0);
+    assert!(!chunk(r#"{"type":"response.output_text.delta","delta":""}"#).0);
+    // lifecycle events carry no token, even with text in them
+    let done_text = r#"{"type":"response.output_text.done","text":"Hello"}"#;
+    assert_eq!(chunk(done_text), (false, None));
+    assert!(!chunk(r#"{"type":"response.created","response":{"id":"r","status":"in_progress","usage":null}}"#).0);
+    let completed = r#"{"type":"response.completed","sequence_number":9,"response":{"id":"r","status":"completed","output":[],"usage":{"input_tokens":11,"input_tokens_details":{"cached_tokens":4},"output_tokens":7,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":18}}}"#;
+    assert_eq!(
+        parse_openai_event(completed.as_bytes()).unwrap(),
+        OpenAiEvent::End {
+            usage: Some(Usage {
+                prompt_tokens: 11,
+                completion_tokens: 7,
+                cached_tokens: Some(4)
+            })
+        }
+    );
+    // stopped by max_output_tokens: an end too
+    let incomplete = r#"{"type":"response.incomplete","response":{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"usage":{"input_tokens":2,"output_tokens":5}}}"#;
+    assert!(matches!(
+        parse_openai_event(incomplete.as_bytes()).unwrap(),
+        OpenAiEvent::End {
+            usage: Some(Usage {
+                completion_tokens: 5,
+                ..
+            })
+        }
+    ));
+}
+
+#[test]
+fn responses_api_errors() {
+    let failed = r#"{"type":"response.failed","response":{"status":"failed","error":{"code":"server_error","message":"out of memory"}}}"#;
+    assert_eq!(
+        parse_openai_event(failed.as_bytes()).unwrap_err(),
+        SseError::ServerError {
+            message: "out of memory".into()
+        }
+    );
+    let error = r#"{"type":"error","code":"rate_limit","message":"slow down","param":null}"#;
+    assert_eq!(
+        parse_openai_event(error.as_bytes()).unwrap_err(),
+        SseError::ServerError {
+            message: "slow down".into()
+        }
+    );
+}
+
+#[test]
+fn responses_and_embeddings_json() {
+    let response = br#"{"id":"resp_1","object":"response","status":"completed","output":[{"type":"reasoning","summary":[]},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Hi there","annotations":[]}]}],"usage":{"input_tokens":9,"output_tokens":3,"input_tokens_details":{"cached_tokens":0}}}"#;
+    let (has, usage) = parse_openai_response(response).unwrap();
+    assert!(has);
+    assert_eq!(
+        usage,
+        Some(Usage {
+            prompt_tokens: 9,
+            completion_tokens: 3,
+            cached_tokens: Some(0)
+        })
+    );
+    let call =
+        br#"{"object":"response","output":[{"type":"function_call","name":"f","arguments":"{}"}]}"#;
+    assert!(parse_openai_response(call).unwrap().0);
+    let empty = br#"{"object":"response","output":[{"type":"message","content":[{"type":"output_text","text":""}]}]}"#;
+    assert!(!parse_openai_response(empty).unwrap().0);
+    let embeddings = br#"{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1,-0.2]}],"model":"m","usage":{"prompt_tokens":6,"total_tokens":6}}"#;
+    let (has, usage) = parse_openai_response(embeddings).unwrap();
+    assert!(!has);
+    assert_eq!(
+        usage,
+        Some(Usage {
+            prompt_tokens: 6,
+            completion_tokens: -1,
+            cached_tokens: None
+        })
+    );
 }

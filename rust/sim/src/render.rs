@@ -5,7 +5,14 @@
 //! `completion_json` and `error_json`. Shapes follow vLLM's OpenAI server: chat chunks carry
 //! `delta.content` (the first one announces `role: assistant`), completion chunks `text`; the end
 //! is a chunk with an empty delta and `finish_reason`, then with `stream_options.include_usage` a
-//! `{"choices":[],"usage":{...}}` chunk, then `data: [DONE]`.
+//! `{"choices":[],"usage":{...}}` chunk, then `data: [DONE]`. A Responses API stream is typed
+//! events (`event:` and `data:` with its `type` and `sequence_number`): `response.created`,
+//! `response.output_item.added`, `response.content_part.added`, a `response.output_text.delta`
+//! per token, then `response.completed` (or `response.incomplete` when `max_output_tokens` cut
+//! it) whose response carries the usage; no `[DONE]`. Embeddings answer a vector made from the
+//! prompt's token ids (`embeddings_json`).
+
+use std::cell::Cell;
 
 use serde_json::{json, Value};
 
@@ -20,6 +27,17 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// The Responses API's names for the same counts.
+    pub fn to_responses_json(self) -> Value {
+        json!({
+            "input_tokens": self.prompt_tokens,
+            "input_tokens_details": {"cached_tokens": self.cached_tokens},
+            "output_tokens": self.completion_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        })
+    }
+
     pub fn to_json(self) -> Value {
         json!({
             "prompt_tokens": self.prompt_tokens,
@@ -42,7 +60,90 @@ fn names(api: Api) -> (&'static str, &'static str, &'static str) {
     match api {
         Api::Chat => ("chatcmpl-", "chat.completion", "chat.completion.chunk"),
         Api::Completions => ("cmpl-", "text_completion", "text_completion"),
+        Api::Responses => ("resp_", "response", "response"),
+        Api::Embeddings => ("embd-", "list", "list"),
     }
+}
+
+/// A Responses API object: `status` from the finish reason (`length`: cut by
+/// `max_output_tokens`, `incomplete`), its message's text as one `output_text` part (none when
+/// `text` is None: the stream's last event, whose text went out in deltas).
+fn response_object(
+    id: &str,
+    created: u64,
+    model: &str,
+    text: Option<&str>,
+    finish: &str,
+    usage: Option<Usage>,
+) -> Value {
+    let (status, incomplete) = match finish {
+        "" => ("in_progress", Value::Null),
+        "length" => ("incomplete", json!({"reason": "max_output_tokens"})),
+        _ => ("completed", Value::Null),
+    };
+    let output = match text {
+        Some(t) => json!([{
+            "type": "message", "id": format!("msg_{id}"), "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": t, "annotations": []}],
+        }]),
+        None => json!([]),
+    };
+    json!({
+        "id": id, "object": "response", "created_at": created, "model": model, "status": status,
+        "incomplete_details": incomplete, "output": output, "parallel_tool_calls": false,
+        "tool_choice": "auto", "tools": [], "error": null,
+        "usage": usage.map_or(Value::Null, Usage::to_responses_json),
+    })
+}
+
+/// An embeddings answer: one vector of `EMBEDDING_DIMS` floats made from the prompt's ids (the
+/// same prompt, the same vector; unit length), as floats or base64 of little-endian f32.
+pub fn embeddings_json(model: &str, ids: &[u32], base64: bool, usage: Usage) -> Vec<u8> {
+    let mut v = [0f32; EMBEDDING_DIMS];
+    for (k, &id) in ids.iter().enumerate() {
+        let h = crate::kv::mix(((k as u64) << 32) ^ id as u64);
+        v[(h as usize) % EMBEDDING_DIMS] += if h >> 63 == 0 { 1.0 } else { -1.0 };
+    }
+    let norm = v
+        .iter()
+        .map(|x| x * x)
+        .sum::<f32>()
+        .sqrt()
+        .max(f32::MIN_POSITIVE);
+    let embedding = if base64 {
+        let bytes: Vec<u8> = v.iter().flat_map(|x| (x / norm).to_le_bytes()).collect();
+        Value::String(base64_encode(&bytes))
+    } else {
+        json!(v.iter().map(|x| x / norm).collect::<Vec<f32>>())
+    };
+    let v = json!({
+        "object": "list", "model": model,
+        "data": [{"object": "embedding", "index": 0, "embedding": embedding}],
+        "usage": {"prompt_tokens": usage.prompt_tokens, "total_tokens": usage.prompt_tokens},
+    });
+    serde_json::to_vec(&v).expect("json")
+}
+
+/// Dimensions of the simulated engine's embeddings.
+pub const EMBEDDING_DIMS: usize = 64;
+
+fn base64_encode(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 /// A request id like vLLM's (`chatcmpl-<hex>`).
@@ -62,12 +163,16 @@ pub fn completion_json(
     usage: Usage,
 ) -> Vec<u8> {
     let (_, object, _) = names(api);
+    if api == Api::Responses {
+        let v = response_object(id, created, model, Some(text), finish, Some(usage));
+        return serde_json::to_vec(&v).expect("json");
+    }
     let choice = match api {
         Api::Chat => json!({
             "index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
             "logprobs": null, "finish_reason": finish, "stop_reason": null,
         }),
-        Api::Completions => json!({
+        Api::Completions | Api::Responses | Api::Embeddings => json!({
             "index": 0, "text": text, "logprobs": null, "finish_reason": finish, "stop_reason": null,
         }),
     };
@@ -82,9 +187,15 @@ pub fn completion_json(
 #[derive(Debug, Clone)]
 pub struct StreamFormat {
     api: Api,
-    /// `data: {"id":..,"object":..,"created":..,"model":..,"choices":[`
+    /// `data: {"id":..,"object":..,"created":..,"model":..,"choices":[` (Responses: the
+    /// response's id, created time and model, for its first and last events)
     head: Vec<u8>,
     pub include_usage: bool,
+    /// Responses API: the next event's `sequence_number`.
+    sequence: Cell<u64>,
+    id: String,
+    created: u64,
+    model: String,
 }
 
 const DONE: &[u8] = b"data: [DONE]\n\n";
@@ -103,11 +214,48 @@ impl StreamFormat {
             api,
             head,
             include_usage,
+            sequence: Cell::new(0),
+            id: id.to_string(),
+            created,
+            model: model.to_string(),
         }
     }
 
-    /// Chat only: the first chunk, `delta: {role: assistant, content: ""}`.
+    /// A Responses API event: `event: TYPE` and its data, `type` and `sequence_number` set.
+    fn event(&self, out: &mut Vec<u8>, kind: &str, mut data: Value) {
+        let n = self.sequence.get();
+        self.sequence.set(n + 1);
+        data["type"] = json!(kind);
+        data["sequence_number"] = json!(n);
+        out.extend_from_slice(format!("event: {kind}\ndata: ").as_bytes());
+        serde_json::to_writer(&mut *out, &data).expect("json");
+        out.extend_from_slice(b"\n\n");
+    }
+
+    fn item_id(&self) -> String {
+        format!("msg_{}", self.id)
+    }
+
+    /// Chat: the first chunk, `delta: {role: assistant, content: ""}`; Responses: the events
+    /// that open the response, its message and its text part.
     pub fn role(&self, out: &mut Vec<u8>) {
+        if self.api == Api::Responses {
+            let response = response_object(&self.id, self.created, &self.model, None, "", None);
+            self.event(out, "response.created", json!({"response": response}));
+            let item = json!({"type": "message", "id": self.item_id(), "role": "assistant", "status": "in_progress", "content": []});
+            self.event(
+                out,
+                "response.output_item.added",
+                json!({"output_index": 0, "item": item}),
+            );
+            let part = json!({"type": "output_text", "text": "", "annotations": []});
+            self.event(
+                out,
+                "response.content_part.added",
+                json!({"item_id": self.item_id(), "output_index": 0, "content_index": 0, "part": part}),
+            );
+            return;
+        }
         if self.api == Api::Chat {
             out.extend_from_slice(&self.head);
             out.extend_from_slice(
@@ -118,28 +266,49 @@ impl StreamFormat {
 
     /// A chunk carrying `text`.
     pub fn token(&self, out: &mut Vec<u8>, text: &str) {
+        if self.api == Api::Responses {
+            let data = json!({"item_id": self.item_id(), "output_index": 0, "content_index": 0, "delta": text, "logprobs": []});
+            self.event(out, "response.output_text.delta", data);
+            return;
+        }
         out.extend_from_slice(&self.head);
         out.extend_from_slice(match self.api {
             Api::Chat => b"{\"index\":0,\"delta\":{\"content\":".as_slice(),
-            Api::Completions => b"{\"index\":0,\"text\":".as_slice(),
+            _ => b"{\"index\":0,\"text\":".as_slice(),
         });
         serde_json::to_writer(&mut *out, text).expect("json");
         out.extend_from_slice(match self.api {
             Api::Chat => b"},\"logprobs\":null,\"finish_reason\":null}]}\n\n".as_slice(),
-            Api::Completions => b",\"logprobs\":null,\"finish_reason\":null}]}\n\n".as_slice(),
+            _ => b",\"logprobs\":null,\"finish_reason\":null}]}\n\n".as_slice(),
         });
     }
 
-    /// The closing chunks: finish reason, usage (if asked for), `[DONE]`.
+    /// The closing chunks: finish reason, usage (if asked for), `[DONE]`; Responses: the
+    /// response's last event, with its status and usage.
     pub fn finish(&self, out: &mut Vec<u8>, reason: &str, usage: Usage) {
+        if self.api == Api::Responses {
+            let response = response_object(
+                &self.id,
+                self.created,
+                &self.model,
+                None,
+                reason,
+                Some(usage),
+            );
+            let kind = if reason == "length" {
+                "response.incomplete"
+            } else {
+                "response.completed"
+            };
+            self.event(out, kind, json!({"response": response}));
+            return;
+        }
         out.extend_from_slice(&self.head);
         out.extend_from_slice(match self.api {
             Api::Chat => {
                 b"{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"".as_slice()
             }
-            Api::Completions => {
-                b"{\"index\":0,\"text\":\"\",\"logprobs\":null,\"finish_reason\":\"".as_slice()
-            }
+            _ => b"{\"index\":0,\"text\":\"\",\"logprobs\":null,\"finish_reason\":\"".as_slice(),
         });
         out.extend_from_slice(reason.as_bytes());
         out.extend_from_slice(b"\",\"stop_reason\":null}]}\n\n");
@@ -199,6 +368,114 @@ mod tests {
         assert_eq!(ev[3]["usage"]["total_tokens"], 7);
         assert_eq!(ev[3]["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
         assert_eq!(ev[4], Value::Null);
+    }
+
+    fn typed_events(bytes: &[u8]) -> Vec<Value> {
+        let text = std::str::from_utf8(bytes).unwrap();
+        text.split("\n\n")
+            .filter(|e| !e.is_empty())
+            .map(|e| {
+                let (event, data) = e.split_once('\n').unwrap();
+                let v: Value = serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
+                assert_eq!(event.strip_prefix("event: ").unwrap(), v["type"]);
+                v
+            })
+            .collect()
+    }
+
+    #[test]
+    fn responses_stream_shapes() {
+        let f = StreamFormat::new(Api::Responses, "resp_1", 7, "sim", false);
+        let mut out = Vec::new();
+        f.role(&mut out);
+        f.token(&mut out, "a \"b\"");
+        f.token(&mut out, "c");
+        let usage = Usage {
+            prompt_tokens: 5,
+            completion_tokens: 2,
+            cached_tokens: 3,
+        };
+        f.finish(&mut out, "length", usage);
+        let ev = typed_events(&out);
+        let kinds: Vec<&str> = ev.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "response.created",
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+                "response.output_text.delta",
+                "response.incomplete"
+            ]
+        );
+        let seq: Vec<u64> = ev
+            .iter()
+            .map(|e| e["sequence_number"].as_u64().unwrap())
+            .collect();
+        assert_eq!(seq, [0, 1, 2, 3, 4, 5]);
+        assert_eq!(ev[3]["delta"], "a \"b\"");
+        let last = &ev[5]["response"];
+        assert_eq!(
+            (last["id"].as_str(), last["status"].as_str()),
+            (Some("resp_1"), Some("incomplete"))
+        );
+        assert_eq!(last["incomplete_details"]["reason"], "max_output_tokens");
+        assert_eq!(last["usage"]["input_tokens"], 5);
+        assert_eq!(last["usage"]["input_tokens_details"]["cached_tokens"], 3);
+        assert_eq!(last["usage"]["output_tokens"], 2);
+        let mut out = Vec::new();
+        f.finish(&mut out, "stop", usage);
+        assert_eq!(typed_events(&out)[0]["type"], "response.completed");
+        assert!(!String::from_utf8(out).unwrap().contains("[DONE]"));
+        let whole: Value = serde_json::from_slice(&completion_json(
+            Api::Responses,
+            "resp_2",
+            1,
+            "sim",
+            "hi",
+            "stop",
+            usage,
+        ))
+        .unwrap();
+        assert_eq!(
+            (whole["object"].as_str(), whole["status"].as_str()),
+            (Some("response"), Some("completed"))
+        );
+        assert_eq!(whole["output"][0]["content"][0]["text"], "hi");
+        assert_eq!(whole["usage"]["total_tokens"], 7);
+    }
+
+    #[test]
+    fn embeddings_are_unit_vectors_of_the_prompt_in_floats_or_base64() {
+        let usage = Usage {
+            prompt_tokens: 3,
+            ..Usage::default()
+        };
+        let floats: Value =
+            serde_json::from_slice(&embeddings_json("sim", &[1, 2, 3], false, usage)).unwrap();
+        let v: Vec<f64> = floats["data"][0]["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        assert_eq!(v.len(), EMBEDDING_DIMS);
+        assert!((v.iter().map(|x| x * x).sum::<f64>() - 1.0).abs() < 1e-5);
+        assert_eq!(floats["usage"]["prompt_tokens"], 3);
+        let other: Value =
+            serde_json::from_slice(&embeddings_json("sim", &[1, 2, 4], false, usage)).unwrap();
+        assert_ne!(
+            floats["data"][0]["embedding"],
+            other["data"][0]["embedding"]
+        );
+        let b64: Value =
+            serde_json::from_slice(&embeddings_json("sim", &[1, 2, 3], true, usage)).unwrap();
+        let text = b64["data"][0]["embedding"].as_str().unwrap();
+        assert_eq!(text.len(), (EMBEDDING_DIMS * 4).div_ceil(3) * 4);
+        assert_eq!(base64_encode(b"Man"), "TWFu");
+        assert_eq!(base64_encode(b"Ma"), "TWE=");
+        assert_eq!(base64_encode(b"M"), "TQ==");
     }
 
     #[test]

@@ -2,7 +2,11 @@
 //!
 //! Owns `ApiRequest`, `Api`, `Prompt` and `ApiError`. Honoured fields: `model`, `messages`
 //! (chat) or `prompt` (completions: a string or a list of token ids, or a one-element list of
-//! either), `max_tokens` (chat also `max_completion_tokens`), `stream`,
+//! either), the Responses API's `instructions` and `input` (a string, or message items whose
+//! content is a string or text parts, function calls and their outputs: rendered as chat
+//! messages, `instructions` as the system message) and `max_output_tokens`, embeddings' `input`
+//! (as completions' `prompt`) and `encoding_format`, `max_tokens` (chat also
+//! `max_completion_tokens`), `stream`,
 //! `stream_options.include_usage`, `ignore_eos`, `min_tokens`, `stop` (a string or a list),
 //! `priority`, `seed` and `n` (must be 1). Sampling fields such as `temperature` are accepted and
 //! ignored. Anything malformed is a 400 `ApiError` naming the field, as vLLM answers.
@@ -14,6 +18,8 @@ use serde_json::{Map, Value};
 pub enum Api {
     Chat,
     Completions,
+    Responses,
+    Embeddings,
 }
 
 /// The prompt as sent: text to tokenize, or token ids.
@@ -37,6 +43,8 @@ pub struct ApiRequest {
     pub seed: Option<u64>,
     pub stream: bool,
     pub include_usage: bool,
+    /// Embeddings: `encoding_format: "base64"` (the openai SDK's default), else floats.
+    pub base64: bool,
 }
 
 /// An HTTP error answer: status, OpenAI error `type`, one-line message.
@@ -91,11 +99,11 @@ fn token_ids(list: &[Value]) -> Option<Vec<u32>> {
         .collect()
 }
 
-fn completion_prompt(v: Option<&Value>) -> Result<Prompt, ApiError> {
+fn completion_prompt(v: Option<&Value>, field: &str) -> Result<Prompt, ApiError> {
     let bad = || {
-        ApiError::bad_request(
-            "'prompt' must be a string, a list of token ids, or a one-element list of either",
-        )
+        ApiError::bad_request(format!(
+            "'{field}' must be a string, a list of token ids, or a one-element list of either"
+        ))
     };
     match v {
         Some(Value::String(s)) => Ok(Prompt::Text(s.clone())),
@@ -107,12 +115,92 @@ fn completion_prompt(v: Option<&Value>) -> Result<Prompt, ApiError> {
         Some(Value::Array(items)) if items.iter().all(Value::is_number) => {
             token_ids(items).map(Prompt::Ids).ok_or_else(bad)
         }
-        Some(Value::Array(_)) => Err(ApiError::bad_request(
-            "batched prompts are not supported by the simulated engine; send one prompt per request",
-        )),
-        None => Err(ApiError::bad_request("'prompt' is required")),
+        Some(Value::Array(_)) => Err(ApiError::bad_request(format!(
+            "batched '{field}' lists are not supported by the simulated engine; send one per request"
+        ))),
+        None => Err(ApiError::bad_request(format!("'{field}' is required"))),
         Some(_) => Err(bad()),
     }
+}
+
+/// A Responses API request as chat messages: `instructions` as the system message, then each
+/// `input` item (a string input is one user message).
+fn responses_messages(obj: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
+    let mut messages = Vec::new();
+    match obj.get("instructions") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) => {
+            messages.push(serde_json::json!({"role": "system", "content": s}))
+        }
+        Some(_) => return Err(ApiError::bad_request("'instructions' must be a string")),
+    }
+    let items = match obj.get("input") {
+        Some(Value::String(s)) => {
+            messages.push(serde_json::json!({"role": "user", "content": s}));
+            return Ok(messages);
+        }
+        Some(Value::Array(items)) if !items.is_empty() => items,
+        _ => {
+            return Err(ApiError::bad_request(
+                "'input' must be a string or a non-empty list of items",
+            ))
+        }
+    };
+    for (i, item) in items.iter().enumerate() {
+        let text = |key: &str| {
+            item.get(key)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        let message = match item.get("type").and_then(Value::as_str) {
+            Some("function_call") => {
+                serde_json::json!({"role": "assistant", "content": text("arguments")})
+            }
+            Some("function_call_output") => {
+                serde_json::json!({"role": "tool", "content": text("output")})
+            }
+            Some("message") | None => {
+                let role = item.get("role").and_then(Value::as_str).ok_or_else(|| {
+                    ApiError::bad_request(format!("input[{i}].role must be a string"))
+                })?;
+                let content = match item.get("content") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Array(parts)) => {
+                        let mut joined = String::new();
+                        for (j, part) in parts.iter().enumerate() {
+                            let kind = part.get("type").and_then(Value::as_str);
+                            match (kind, part.get("text")) {
+                                (
+                                    Some("input_text" | "output_text" | "text") | None,
+                                    Some(Value::String(t)),
+                                ) => joined.push_str(t),
+                                _ => {
+                                    return Err(ApiError::bad_request(format!(
+                                        "input[{i}].content[{j}]: only text parts are supported"
+                                    )))
+                                }
+                            }
+                        }
+                        joined
+                    }
+                    _ => {
+                        return Err(ApiError::bad_request(format!(
+                            "input[{i}].content must be a string or a list of parts"
+                        )))
+                    }
+                };
+                serde_json::json!({"role": role, "content": content})
+            }
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "input[{i}]: items of type '{other}' are not supported by the simulated engine"
+                )))
+            }
+        };
+        messages.push(message);
+    }
+    Ok(messages)
 }
 
 /// Parse a request body for `api`; `render_chat` turns `messages` into prompt text.
@@ -142,9 +230,18 @@ pub fn parse_request(
             }
             _ => return Err(ApiError::bad_request("'messages' must be a non-empty list")),
         },
-        Api::Completions => completion_prompt(obj.get("prompt"))?,
+        Api::Completions => completion_prompt(obj.get("prompt"), "prompt")?,
+        Api::Responses => {
+            Prompt::Text(render_chat(&responses_messages(&obj)?).map_err(ApiError::bad_request)?)
+        }
+        Api::Embeddings => completion_prompt(obj.get("input"), "input")?,
     };
-    let mut max_tokens = int_field(&obj, "max_tokens")?;
+    let mut max_tokens = match api {
+        Api::Responses => int_field(&obj, "max_output_tokens")?,
+        // an embedding decodes nothing: the engine runs its prompt and one step (server.rs)
+        Api::Embeddings => None,
+        Api::Chat | Api::Completions => int_field(&obj, "max_tokens")?,
+    };
     if api == Api::Chat {
         max_tokens = max_tokens.or(int_field(&obj, "max_completion_tokens")?);
     }
@@ -188,6 +285,16 @@ pub fn parse_request(
         Some(Value::Object(o)) => bool_field(o, "include_usage")?,
         _ => false,
     };
+    let base64 = match obj.get("encoding_format") {
+        None | Some(Value::Null) => false,
+        Some(Value::String(f)) if f == "float" => false,
+        Some(Value::String(f)) if f == "base64" => true,
+        Some(v) => {
+            return Err(ApiError::bad_request(format!(
+                "'encoding_format' must be \"float\" or \"base64\", got {v}"
+            )))
+        }
+    };
     Ok(ApiRequest {
         api,
         model,
@@ -198,8 +305,9 @@ pub fn parse_request(
         stop: stop.into_iter().filter(|s| !s.is_empty()).collect(),
         priority: int_field(&obj, "priority")?.unwrap_or(0),
         seed: int_field(&obj, "seed")?.map(|s| s as u64),
-        stream: bool_field(&obj, "stream")?,
+        stream: api != Api::Embeddings && bool_field(&obj, "stream")?,
         include_usage,
+        base64,
     })
 }
 
@@ -260,6 +368,90 @@ mod tests {
             .contains("batched"));
         assert!(comp(r#"{"prompt":[-1]}"#).is_err());
         assert!(comp(r#"{}"#).is_err());
+    }
+
+    fn responses(body: &str) -> Result<ApiRequest, ApiError> {
+        parse_request(Api::Responses, body.as_bytes(), |m| {
+            Ok(m.iter()
+                .map(|x| {
+                    format!(
+                        "{}:{}",
+                        x["role"].as_str().unwrap(),
+                        x["content"].as_str().unwrap()
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("|"))
+        })
+    }
+
+    #[test]
+    fn responses_requests_are_chat_messages() {
+        let r = responses(r#"{"model":"sim","instructions":"be brief","input":"hi","max_output_tokens":9,"stream":true}"#).unwrap();
+        assert_eq!(r.prompt, Prompt::Text("system:be brief|user:hi".into()));
+        assert_eq!((r.max_tokens, r.stream), (Some(9), true));
+        let items = r#"{"input":[{"role":"user","content":[{"type":"input_text","text":"a"},{"type":"input_text","text":"b"}]},
+            {"type":"function_call","name":"f","arguments":"{}","call_id":"c"},{"type":"function_call_output","call_id":"c","output":"42"},
+            {"type":"message","role":"assistant","content":[{"type":"output_text","text":"ok"}]}],"max_tokens":3}"#;
+        let r = responses(items).unwrap();
+        assert_eq!(
+            r.prompt,
+            Prompt::Text("user:ab|assistant:{}|tool:42|assistant:ok".into())
+        );
+        assert_eq!(
+            r.max_tokens, None,
+            "max_tokens is not the Responses API's field"
+        );
+        for (body, word) in [
+            (r#"{"input":[]}"#, "input"),
+            (r#"{"input":3}"#, "input"),
+            (r#"{"input":[{"content":"x"}]}"#, "role"),
+            (
+                r#"{"input":[{"role":"user","content":[{"type":"input_image"}]}]}"#,
+                "text parts",
+            ),
+            (
+                r#"{"input":[{"type":"web_search_call"}]}"#,
+                "web_search_call",
+            ),
+            (r#"{"input":"x","instructions":1}"#, "instructions"),
+        ] {
+            assert!(
+                responses(body).unwrap_err().message.contains(word),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn embeddings_inputs_and_formats() {
+        let e = |b: &str| parse_request(Api::Embeddings, b.as_bytes(), |_| unreachable!());
+        let r = e(r#"{"input":"hello","encoding_format":"base64","stream":true}"#).unwrap();
+        assert_eq!(
+            (r.prompt, r.base64, r.stream),
+            (Prompt::Text("hello".into()), true, false)
+        );
+        assert_eq!(
+            e(r#"{"input":[[7,8]]}"#).unwrap().prompt,
+            Prompt::Ids(vec![7, 8])
+        );
+        assert!(
+            !e(r#"{"input":["x"],"encoding_format":"float"}"#)
+                .unwrap()
+                .base64
+        );
+        assert!(e(r#"{"input":["x","y"]}"#)
+            .unwrap_err()
+            .message
+            .contains("batched 'input'"));
+        assert!(e(r#"{"input":"x","encoding_format":"int8"}"#)
+            .unwrap_err()
+            .message
+            .contains("encoding_format"));
+        assert!(e(r#"{}"#)
+            .unwrap_err()
+            .message
+            .contains("'input' is required"));
     }
 
     #[test]

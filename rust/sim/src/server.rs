@@ -1,7 +1,9 @@
 //! The HTTP front: hyper routes of the OpenAI-compatible API, tokenization and metrics.
 //!
-//! Owns `AppState`, `SseBody` and the accept loop. Routes: POST /v1/chat/completions and
-//! /v1/completions (streamed as SSE or whole JSON), GET /v1/models, GET /health, GET /metrics,
+//! Owns `AppState`, `SseBody` and the accept loop. Routes: POST /v1/chat/completions,
+//! /v1/completions and /v1/responses (streamed as SSE or whole JSON), POST /v1/embeddings (the
+//! prompt runs through the engine like a request of one output token, answered with a vector
+//! made from its ids), GET /v1/models, GET /health, GET /metrics,
 //! POST /tokenize and /detokenize, POST /reset_prefix_cache, GET /version. A generation request is read, validated against
 //! the served model and `max_model_len` (errors are vLLM's 400/404 JSON), tokenized here and
 //! handed to the engine; a streamed answer's headers go out at once and its body is whatever the
@@ -29,7 +31,7 @@ use tokio::time::Instant;
 
 use crate::engine::{Sink, Submission};
 use crate::metrics::Metrics;
-use crate::render::{completion_json, error_json, request_id, StreamFormat};
+use crate::render::{completion_json, embeddings_json, error_json, request_id, StreamFormat};
 use crate::request::{parse_request, Api, ApiError, ApiRequest, Prompt};
 use crate::sequence::SeqParams;
 use crate::template::render_chat;
@@ -153,7 +155,13 @@ async fn generate(
 ) -> Result<Reply, ApiError> {
     let arrived = Instant::now();
     let body = read_body(req).await?;
-    let r = parse_request(api, &body, |m| render_chat(m, true))?;
+    let mut r = parse_request(api, &body, |m| render_chat(m, true))?;
+    if api == Api::Embeddings {
+        // a forward pass over the prompt: scheduled and costed as a request of one token
+        r.max_tokens = Some(1);
+        r.min_tokens = 0;
+        r.ignore_eos = true;
+    }
     if let Some(m) = r.model.as_deref().filter(|m| *m != state.model) {
         return Err(ApiError::not_found(format!(
             "The model `{m}` does not exist."
@@ -166,6 +174,7 @@ async fn generate(
         )));
     }
     let (prompt, max_tokens) = prompt_ids(&state, &r)?;
+    let embedded = (api == Api::Embeddings).then(|| prompt.clone());
     let params = SeqParams {
         max_tokens,
         min_tokens: r.min_tokens.min(max_tokens),
@@ -211,6 +220,17 @@ async fn generate(
         };
         state.engine.send(sub).map_err(|_| unavailable())?;
         let answer = rx.await.map_err(|_| unavailable())?;
+        if let Some(ids) = embedded {
+            let usage = crate::render::Usage {
+                completion_tokens: 0,
+                ..answer.usage
+            };
+            return Ok(reply(
+                200,
+                "application/json",
+                embeddings_json(&state.model, &ids, r.base64, usage),
+            ));
+        }
         let body = completion_json(
             api,
             &id,
@@ -281,6 +301,8 @@ async fn handle(req: Request<Incoming>, state: Arc<AppState>) -> Result<Reply, I
     let result = match (req.method(), path.as_str()) {
         (&Method::POST, "/v1/chat/completions") => generate(Api::Chat, req, state).await,
         (&Method::POST, "/v1/completions") => generate(Api::Completions, req, state).await,
+        (&Method::POST, "/v1/responses") => generate(Api::Responses, req, state).await,
+        (&Method::POST, "/v1/embeddings") => generate(Api::Embeddings, req, state).await,
         (&Method::POST, "/tokenize") => tokenize(req, state).await,
         (&Method::POST, "/detokenize") => detokenize(req, state).await,
         (&Method::GET, "/health") | (&Method::GET, "/ping") => {
@@ -303,6 +325,8 @@ async fn handle(req: Request<Incoming>, state: Arc<AppState>) -> Result<Reply, I
             _,
             "/v1/chat/completions"
             | "/v1/completions"
+            | "/v1/responses"
+            | "/v1/embeddings"
             | "/tokenize"
             | "/detokenize"
             | "/health"

@@ -137,6 +137,19 @@ LOG = [
         "request_id": "c",
         "body": {"model": "m", "prompt": "Once upon a time", "max_tokens": 5},
     },
+    {  # the Responses API: its body has 'input', the url says which API; usage in its own names
+        "timestamp": "2024-05-10T12:00:05Z",
+        "request_id": "d",
+        "url": "/v1/responses",
+        "body": {"model": "m", "instructions": "Be brief.", "input": "Name a sea.", "max_output_tokens": 9},
+        "response": {
+            "object": "response",
+            "status": "completed",
+            "output": [{"type": "message", "content": [{"type": "output_text", "text": "The Baltic."}]}],
+            "usage": {"input_tokens": 12, "output_tokens": 4, "input_tokens_details": {"cached_tokens": 0}},
+        },
+    },
+    {"timestamp": "2024-05-10T12:00:06Z", "request_id": "e", "url": "/v1/embeddings", "body": {"model": "m", "input": "sea"}},
 ]
 
 
@@ -167,6 +180,8 @@ def test_openai_round_trip(tmp_path):
     ):
         assert again.df[col].to_list() == first.df[col].to_list(), col
     assert again.meta.t0_unix_us == first.meta.t0_unix_us
+    assert first.df["api"].to_list()[-2:] == ["responses", "embeddings"]
+    assert first.df.row(3, named=True)["response"] == "The Baltic." and first.df.row(3, named=True)["output_tokens"] == 4
 
 
 def test_openai_export_of_a_token_only_trace_writes_the_synthesized_text(mooncake_trace, tmp_path, gpt2):

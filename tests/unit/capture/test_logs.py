@@ -266,7 +266,16 @@ def test_malformed_lines_name_file_line_and_field(jsonl, imported):
             {"timestamp": "yesterday", "body": {"prompt": "p"}},
             "line 3: time 'yesterday' is not epoch seconds or an ISO 8601 time (field 'timestamp')",
         ),
-        ({"timestamp": 5, "body": {"model": "m"}}, "line 3: has neither 'messages' (a list) nor 'prompt' (field 'body')"),
+        ({"timestamp": 5, "body": {"model": "m"}}, "line 3: has none of 'messages' (a list), 'prompt' or 'input' (field 'body')"),
+        (
+            {"timestamp": 5, "body": {"model": "m", "input": "x"}},
+            "line 3: has 'input': a Responses API or embeddings request; say which with the line's 'url' (field 'body')",
+        ),
+        (
+            {"timestamp": 5, "url": "/v1/moderations", "body": {"input": "x"}},
+            "line 3: '/v1/moderations' is not one of "
+            "/v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings (field 'url')",
+        ),
         ({"timestamp": 5, "body": {"prompt": "p"}, "ttft_ms": -1}, "line 3: -1 is not a duration in ms >= 0 (field 'ttft_ms')"),
         (
             {"timestamp": 5, "request_id": "r0", "body": {"prompt": "p"}},
@@ -304,7 +313,7 @@ def test_skip_bad_counts_and_reports(jsonl, imported):
     assert report["skipped_lines"] == 7
     assert report["first_skipped"] == [
         {"line": 2, "reason": "not valid JSON"},
-        {"line": 4, "reason": "has neither 'messages' (a list) nor 'prompt' (field 'body')"},
+        {"line": 4, "reason": "has none of 'messages' (a list), 'prompt' or 'input' (field 'body')"},
         {"line": 7, "reason": "not a JSON object"},
         {"line": 8, "reason": "not a JSON object"},
         {"line": 9, "reason": "not a JSON object"},

@@ -179,13 +179,14 @@ def test_batch_file_without_rate_is_an_error(jsonl, imported):
 def test_bad_batch_lines(jsonl, imported):
     cases = [
         (
-            {**_batch(1)[0], "custom_id": "x", "url": "/v1/embeddings"},
-            "line 2: '/v1/embeddings' is not one of /v1/chat/completions, /v1/completions (field 'url')",
+            {**_batch(1)[0], "custom_id": "x", "url": "/v1/moderations"},
+            "line 2: '/v1/moderations' is not one of /v1/chat/completions, /v1/completions, /v1/responses, "
+            "/v1/embeddings (field 'url')",
         ),
         ({**_batch(1)[0], "custom_id": "x", "method": "GET"}, "line 2: 'GET' is not POST (field 'method')"),
         (
             {**_batch(1)[0], "custom_id": "x", "url": "/v1/completions"},
-            "line 2: does not match url '/v1/completions' (field 'body')",
+            "line 2: does not match url '/v1/completions' (is a chat request, not completions) (field 'body')",
         ),
         (
             {"timestamp": 3, "body": {"prompt": "p"}},
@@ -198,5 +199,8 @@ def test_bad_batch_lines(jsonl, imported):
         assert str(e.value) == f"log.jsonl: {message}"
     with pytest.raises(TraceError, match=r"line 2: an OpenAI Batch line in a request log \(field 'custom_id'\)"):
         imported(import_openai, jsonl([{"timestamp": 3, "body": {"prompt": "p"}}, _batch(1)[0]]))
+    embeddings = {**_batch(1)[0], "custom_id": "x", "url": "/v1/embeddings"}
+    with pytest.raises(TraceError, match=r"line 2: does not match url '/v1/embeddings' \(is a chat request, not embeddings\)"):
+        imported(import_openai, jsonl([_batch(1)[0], embeddings]), rate=1.0)
     trace = imported(import_openai, jsonl([*_batch(2), cases[0][0]]), rate=1.0, skip_bad=True)
     assert len(trace) == 2 and json.loads(trace.meta.import_report)["skipped_lines"] == 1

@@ -160,3 +160,45 @@ def test_a_request_that_stopped_early_live_is_sent_its_observed_length():
     assert send_limits(rows, ignore_eos=True).to_list() == [43, 48, 64]
     # without it the engine stops where it will, within the request's own cap
     assert send_limits(rows, ignore_eos=False).to_list() == [48, 48, 64]
+
+
+def test_each_api_s_body_is_sent_in_its_own_words():
+    """Chat and completions stream with usage and max_tokens; a Responses API body streams with
+    max_output_tokens and no stream_options (its last event carries the usage); an embeddings
+    body is sent as recorded but for the model; each goes to its own path."""
+    import json
+
+    from replay.trace import Trace
+    from tests.integration.conftest import trace_of_bodies
+
+    bodies = [
+        {"messages": [{"role": "user", "content": "a"}], "max_tokens": 3},
+        {"prompt": "b", "max_tokens": 3},
+        {"input": "c", "max_output_tokens": 3, "stream_options": {"include_obfuscation": False}},
+        {"input": "d", "encoding_format": "base64"},
+    ]
+    trace = trace_of_bodies(bodies)
+    trace = Trace(trace.df.with_columns(api=pl.Series(["chat", "completions", "responses", "embeddings"])), trace.meta)
+    plan = build_plan(trace, RunConfig(url=URL), model="m")
+    assert [plan.paths[i] for i in plan.path_index] == [
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/responses",
+        "/v1/embeddings",
+    ]
+    ((data, offsets),) = plan.body_windows()
+    chat, completion, response, embedding = (json.loads(data[int(a) : int(b)]) for a, b in zip(offsets, offsets[1:]))
+    for body in (chat, completion):
+        assert body["stream"] and body["stream_options"] == {"include_usage": True} and body["max_tokens"] == 3
+    # the row's recorded output length (4 here), as for every API
+    assert response["stream"] and response["max_output_tokens"] == 4 and "max_tokens" not in response
+    assert response["stream_options"] == {"include_obfuscation": False} and response["ignore_eos"]
+    assert embedding == {"input": "d", "encoding_format": "base64", "model": "m"}
+
+
+def test_token_only_rows_of_each_api_are_synthesized_in_its_shape():
+    from replay.synth import Synthesizer
+
+    assert Synthesizer.body("responses", "m", 5, "t") == {"model": "m", "input": "t", "max_output_tokens": 5}
+    assert Synthesizer.body("embeddings", None, 5, "t") == {"input": "t"}
+    assert Synthesizer.body("chat", None, None, "t") == {"messages": [{"role": "user", "content": "t"}]}

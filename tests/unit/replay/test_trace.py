@@ -87,8 +87,8 @@ def test_validate_casts_compatible_integer_widths_and_fills_optional_columns():
 
 def test_write_is_atomic_and_validates_first(make_trace, tmp_path):
     trace = make_trace()
-    bad = Trace(trace.df.with_columns(api=pl.lit("embeddings")), trace.meta)
-    with pytest.raises(TraceError, match=r"^out.parquet: column 'api' is 'embeddings' at row 0"):
+    bad = Trace(trace.df.with_columns(api=pl.lit("moderations")), trace.meta)
+    with pytest.raises(TraceError, match=r"^out.parquet: column 'api' is 'moderations' at row 0"):
         bad.write(tmp_path / "out.parquet")
     assert list(tmp_path.iterdir()) == []
 
@@ -118,7 +118,7 @@ def test_write_is_atomic_and_validates_first(make_trace, tmp_path):
         (lambda df: df.with_columns(request_id=pl.Series(["a", None, "b", "c"])), "column 'request_id' is null at row 1"),
         (
             lambda df: df.with_columns(api=pl.Series(["chat", "chat", "chat", "edit"])),
-            "column 'api' is 'edit' at row 3, expected one of chat, completions",
+            "column 'api' is 'edit' at row 3, expected one of chat, completions, embeddings, responses",
         ),
         (lambda df: df.with_columns(body=pl.Series(["{}", "[1]", "{}", "{}"])), "column 'body' is not a JSON object at row 1"),
         (lambda df: df.with_columns(body=pl.Series(["{}", "{}", "{", "{}"])), "column 'body' is not a JSON object at row 2"),
