@@ -15,10 +15,12 @@ records written, dropped (queue full / backlog / session shed), the time to drai
 recorder's own capacity (records a second while busy, from its /metrics); then per worker count
 the highest rate held, and the ratio 2 workers / 1 worker. The "recorded / s" column is what the
 recorder sustained: the stage's records over the stage and its drain. Peak RSS of the proxy and its recorder
-and workers beside it. (Ray: `replay capture` has no Ray path yet; not measured.)
+and workers beside it (with Ray, the local cluster's processes too). A worker count `rayN`
+analyses on N Presidio actors of a Ray cluster the capture starts on this machine
+(`--redact-ray --redact-processes N`).
 
 usage: python benchmarks/capture_redaction.py [--rates 25,50,100,200,400] [--seconds 10]
-                                              [--workers 1,2] [--drain 2]
+                                              [--workers 1,2,ray2] [--drain 2]
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rates", default="25,50,100,200,400")
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--workers", default="1,2,ray2", help="worker processes per run; rayN: N actors on a local Ray cluster")
     ap.add_argument("--drain", type=float, default=2.0, help="seconds the recorder may take after a stage (default 2)")
     args = ap.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
@@ -78,11 +80,14 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="capture-redaction-"))
     upstream = start_static_sse(work / "upstream")
     rows: list[dict] = []
-    held: dict[int, float] = {}
-    rss: dict[int, tuple[float, float]] = {}
+    held: dict[str, float] = {}
+    rss: dict[str, tuple[float, float]] = {}
     try:
-        for workers in [int(w) for w in args.workers.split(",")]:
-            proc, url = start_capture(upstream.http_url, work / f"cap-{workers}", "--redact-processes", str(workers))
+        for workers in args.workers.split(","):
+            on_ray = workers.startswith("ray")
+            flags = ("--redact-ray",) if on_ray else ()
+            count = workers.removeprefix("ray")
+            proc, url = start_capture(upstream.http_url, work / f"cap-{workers}", *flags, "--redact-processes", count)
             held[workers] = 0.0
             offset = 0
             try:
@@ -149,8 +154,10 @@ def main() -> None:
             f"{w} worker(s): highest rate held {rate:g} req/s; "
             f"peak RSS proxy {rss[w][0]:.0f} MB, recorder + workers {rss[w][1]:.0f} MB"
         )
-    if 1 in held and 2 in held and held[1] > 0:
-        print(f"2 workers / 1 worker: {held[2] / held[1]:.2f}x")
+    if held.get("1"):
+        for two in ("2", "ray2"):
+            if two in held:
+                print(f"{two} / 1 worker: {held[two] / held['1']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -148,18 +148,6 @@ def _event_objects(events: list[tuple[int, bytes]]) -> list[tuple[int, Any]]:
     return out
 
 
-def _output_text(output: Any) -> str | None:
-    """The text of a Responses API object's ``output`` items (each message's ``output_text``)."""
-    parts = [
-        part["text"]
-        for item in (output if isinstance(output, list) else [])
-        if isinstance(item, dict) and item.get("type") == "message"
-        for part in (item.get("content") if isinstance(item.get("content"), list) else [])
-        if isinstance(part, dict) and part.get("type") == "output_text" and isinstance(part.get("text"), str)
-    ]
-    return "".join(parts) if parts else None
-
-
 def _responses_stream(ex: Exchange) -> Answer:
     """A Responses API stream: text from ``response.output_text.delta`` events (a token each,
     as :mod:`rust/core/src/openai.rs` counts them: any ``*.delta`` with text), usage and status
@@ -242,7 +230,9 @@ def parse_response(ex: Exchange) -> Answer:
         ans.text = _choice_text(choices[0], False)
         ans.finish_reason = choices[0].get("finish_reason")
     elif obj.get("object") == "response":
-        ans.text = _output_text(obj.get("output"))
+        from capture.importers.records import output_text
+
+        ans.text = output_text(obj.get("output"))
         ans.finish_reason = _responses_finish(obj)
     return ans
 

@@ -102,6 +102,9 @@ class CaptureConfig:
     block_size: int = BLOCK_SIZE
     key: Any = None  # a redact.key.RedactionKey; None: --no-redact
     redact_processes: int = field(default_factory=lambda: REDACT_PROCESSES)
+    # analyse on a Ray cluster (redact.ray_pool: "local" starts one), redact_processes actors
+    # there, in place of worker processes
+    redact_ray: str | None = None
     redact_timeout_s: float = 60.0
     queue_size: int = 10_000  # exchanges waiting for the recorder before drops begin
     backlog_mb: int = 256  # ... and the megabytes they may hold (bodies and answers)
@@ -187,6 +190,7 @@ def run_recorder(cfg: CaptureConfig, info: dict, q: Any, shared: Any, ready: Any
             processes=cfg.redact_processes,
             timeout_s=cfg.redact_timeout_s,
             extra_recognizers=cfg.extra_recognizers,
+            ray_address=cfg.redact_ray,
         )
         redactor._get_pool()  # the workers load Presidio before the proxy says it is ready
     meta = TraceMeta(

@@ -183,15 +183,24 @@ def compare_results(
     summaries = [stage_summaries[i] if i < len(stage_summaries) else {} for i in range(len(files))]
     loads = [(s.get("requested_rate"), s.get("concurrency")) for s in summaries]
     stages = []
-    for i, name in enumerate(files):
-        df, _ = read_stage(folder / name)
-        repeats = ()
+    # with outcomes judged, each stage read once and kept (it is a repeat of its siblings);
+    # otherwise read as judged, one at a time
+    frames: dict[int, pl.DataFrame] = {}
+
+    def frame(i: int) -> pl.DataFrame:
+        if i in frames:
+            return frames[i]
+        df = read_stage(folder / files[i])[0]
         if judge_outcomes:
-            repeats = tuple(read_stage(folder / other)[0] for j, other in enumerate(files) if j != i and loads[j] == loads[i])
+            frames[i] = df
+        return df
+
+    for i, name in enumerate(files):
+        repeats = tuple(frame(j) for j in range(len(files)) if judge_outcomes and j != i and loads[j] == loads[i])
         stages.append(
             compare_stage(
                 trace,
-                df,
+                frame(i),
                 sent=sent,
                 file=name,
                 requested_rate=summaries[i].get("requested_rate"),

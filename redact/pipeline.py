@@ -154,8 +154,14 @@ def _quick_exit() -> None:
 
 
 def _analyze_chunk(texts: list[str]) -> list[list[tuple[str, int, int]] | str]:
+    return analysis_results(_worker_analyzer.analyze_batch(texts))
+
+
+def analysis_results(batch: Sequence[Any]) -> list[list[tuple[str, int, int]] | str]:
+    """A worker's answer for a chunk: each text's entities as (type, start, end), or the one-line
+    reason its analysis failed (:meth:`redact.analyzer.TextAnalyzer.analyze_batch`'s results)."""
     out: list[list[tuple[str, int, int]] | str] = []
-    for found in _worker_analyzer.analyze_batch(texts):
+    for found in batch:
         if isinstance(found, BaseException):
             out.append(f"{type(found).__name__}: {str(found).splitlines()[0] if str(found) else ''}")
         else:
@@ -216,6 +222,7 @@ class Redactor:
         threshold: float = SCORE_THRESHOLD,
         extra_recognizers: Sequence[Any] = (),
         cache_chars: int = CACHE_CHARS,
+        ray_address: str | None = None,
     ):
         from redact.surrogates import Surrogates
         from replay.tokenizer import load_tokenizer
@@ -227,7 +234,10 @@ class Redactor:
         self.processes = processes or default_processes()
         self.timeout_s = timeout_s
         self._init_args = (tuple(entities), threshold, tuple(extra_recognizers))
-        self._pool: ProcessPoolExecutor | None = None
+        # a Ray cluster's address (redact.ray_pool: "local" starts one here): ``processes``
+        # analyser actors there in place of worker processes
+        self.ray_address = ray_address
+        self._pool: Any = None  # a ProcessPoolExecutor, or a redact.ray_pool.RayAnalyzerPool
         self._cache: OrderedDict[bytes, _Entry] = OrderedDict()
         self._cache_chars = 0
         self.cache_chars = cache_chars
@@ -247,18 +257,24 @@ class Redactor:
 
     # -- analysis ---------------------------------------------------------------------------------
 
-    def _get_pool(self) -> ProcessPoolExecutor:
-        """The worker pool, started and checked: a pool that cannot analyse an empty text within
-        :data:`START_TIMEOUT_S` is an error (not a reason to quarantine)."""
+    def _get_pool(self) -> Any:
+        """The worker pool (processes, or actors on Ray), started and checked: a pool that
+        cannot analyse an empty text within :data:`START_TIMEOUT_S` is an error (not a reason to
+        quarantine)."""
         if self._pool is None:
             import multiprocessing
 
-            pool = ProcessPoolExecutor(
-                max_workers=self.processes,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=_init_worker,
-                initargs=self._init_args,
-            )
+            if self.ray_address is not None:
+                from redact.ray_pool import RayAnalyzerPool
+
+                pool = RayAnalyzerPool(self.processes, self._init_args, self.ray_address)
+            else:
+                pool = ProcessPoolExecutor(
+                    max_workers=self.processes,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_init_worker,
+                    initargs=self._init_args,
+                )
             try:
                 for fut in [pool.submit(_analyze_chunk, [""]) for _ in range(self.processes)]:
                     fut.result(timeout=START_TIMEOUT_S)
@@ -274,6 +290,9 @@ class Redactor:
     def _kill_pool(self) -> None:
         pool, self._pool = self._pool, None
         if pool is None:
+            return
+        if hasattr(pool, "kill"):  # Ray's actors: the cluster stays
+            pool.kill()
             return
         # a hung worker never returns: kill the processes (ProcessPoolExecutor has no public way)
         for proc in list(getattr(pool, "_processes", {}).values()):

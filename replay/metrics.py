@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, TypedDict, cast
 
 import numpy as np
 import polars as pl
@@ -40,7 +41,102 @@ import polars as pl
 from replay.config import RunConfig
 from replay.plan import offered_window
 
-__all__ = ["StageResult", "summarize", "completed", "slo_met", "load_label", "PERCENTILES", "queue_growth", "LOAD_4XX"]
+__all__ = [
+    "StageResult",
+    "StageSummary",
+    "Percentiles",
+    "summarize",
+    "completed",
+    "slo_met",
+    "load_label",
+    "PERCENTILES",
+    "queue_growth",
+    "LOAD_4XX",
+]
+
+
+class Percentiles(TypedDict):
+    """p50 / p90 / p99 (:data:`PERCENTILES`) of a latency, in ms; None without samples."""
+
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+
+class FromIntendedAndSent(TypedDict):
+    """A latency counted from the intended send (wrk2's rule) and from the actual send."""
+
+    from_intended: Percentiles
+    from_sent: Percentiles
+
+
+class QueueGrowth(TypedDict):
+    """:func:`queue_growth`: median TTFT of the stage's first and last third, and the growth."""
+
+    ttft_first_third_ms: float | None
+    ttft_last_third_ms: float | None
+    growth_ms: float | None
+
+
+class SendLag(TypedDict):
+    p50: float | None
+    p99: float | None
+    max: float | None
+
+
+class Slip(Percentiles):
+    max: float | None
+
+
+class SloSpec(TypedDict):
+    ttft_s: float | None
+    tpot_s: float | None
+    e2e_s: float | None
+
+
+class StageSummary(TypedDict):
+    """One stage's summary (:func:`summarize`; a stage of summary.json): the module docstring
+    says what each rate and latency means. Times in ms unless named ``_s``, rates in 1/s."""
+
+    requested_rate: float | None
+    offered_rate: float | None
+    window_s: float
+    achieved_send_rate: float | None
+    requests: int
+    sent: int
+    completed: int
+    errors: dict[str, int]  # error kind -> requests
+    rejected: int
+    throughput_rps: float | None
+    output_tokens_per_s: float | None
+    queue: QueueGrowth
+    ttft_ms: FromIntendedAndSent
+    e2e_ms: FromIntendedAndSent
+    tpot_ms: Percentiles
+    itl_ms: Percentiles
+    send_lag_ms: SendLag
+    lag_bound_ms: float
+    valid: bool
+    invalid_reason: str | None
+    conn_ms: Percentiles
+    sessions: str
+    concurrency: int | None
+    slip_ms: Slip | None
+    cancelled: bool
+    cut_off: int
+    runner: dict[str, Any] | None  # the runner's own statistics (replay._engine.RunnerStats)
+    engine_metrics: dict[str, Any] | None  # replay.engine_metrics
+    prefix_cache: str | None
+    repeat: int | None
+    prompt_tokens: int
+    cached_tokens: int | None
+    cache_hit_rate: float | None
+    slo: SloSpec | None
+    slo_met: int | None
+    slo_attainment: float | None
+    slo_pass: bool | None
+    goodput_rps: float | None
+    duration_s: float
 
 
 @dataclass(frozen=True)
@@ -64,7 +160,7 @@ class StageResult:
     repeat: int | None = None
 
     @property
-    def summary(self) -> dict:
+    def summary(self) -> StageSummary:
         return summarize(self)
 
 
@@ -79,15 +175,15 @@ def load_label(rate: float | None, concurrency: int | None = None) -> str:
     return "as recorded" if rate is None else f"{rate:g} req/s"
 
 
-def _pcts(values: np.ndarray, scale: float) -> dict[str, float | None]:
+def _pcts(values: np.ndarray, scale: float) -> Percentiles:
     values = values[~np.isnan(values)] if values.dtype.kind == "f" else values
     if len(values) == 0:
-        return {f"p{p}": None for p in PERCENTILES}
+        return cast(Percentiles, {f"p{p}": None for p in PERCENTILES})
     qs = np.percentile(values, PERCENTILES)
-    return {f"p{p}": float(q) / scale for p, q in zip(PERCENTILES, qs)}
+    return cast(Percentiles, {f"p{p}": float(q) / scale for p, q in zip(PERCENTILES, qs)})
 
 
-def queue_growth(intended_ns: np.ndarray, ttft_ns: np.ndarray) -> dict[str, float | None]:
+def queue_growth(intended_ns: np.ndarray, ttft_ns: np.ndarray) -> QueueGrowth:
     """Median TTFT (from the intended send) of the first and the last third of the stage, in ms.
 
     A server that keeps up admits requests as promptly at the end of a stage as at its start; one
@@ -164,7 +260,7 @@ def completed(requests: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def summarize(result: StageResult) -> dict:
+def summarize(result: StageResult) -> StageSummary:
     """A JSON-ready summary of one stage (times in ms, rates in 1/s)."""
     config = result.config
     df = result.requests
@@ -198,7 +294,7 @@ def summarize(result: StageResult) -> dict:
     cached = ok["cached_tokens"].drop_nulls()
     prompt = ok.filter(pl.col("cached_tokens").is_not_null())["prompt_tokens"].fill_null(0)
 
-    def pair(col: str, col_sent: str) -> dict:
+    def pair(col: str, col_sent: str) -> FromIntendedAndSent:
         return {
             "from_intended": _pcts(ok[col].cast(pl.Float64).to_numpy(), 1e6),
             "from_sent": _pcts(ok[col_sent].cast(pl.Float64).to_numpy(), 1e6),

@@ -43,7 +43,7 @@ from replay.config import RunConfig
 from replay.errors import ConfigError
 from replay.plan import build_plan, schedule
 from replay.engine_metrics import exhausted
-from replay.metrics import load_label
+from replay.metrics import StageSummary, load_label
 from replay.noise import NoiseFloor
 from replay.runner import Progress, RowsSink, StageResult, resolve_model, run_plan
 from replay.targets.url import reset_prefix_cache
@@ -106,7 +106,7 @@ class Saturation:
         return load_label(rate, saturation.get("concurrency"))
 
 
-def _symptom(s: dict, queue_growth_s: float) -> str | None:
+def _symptom(s: StageSummary, queue_growth_s: float) -> str | None:
     failed = s["sent"] - s["completed"] - s["rejected"]
     if s["sent"] and failed > MAX_FAILED_SHARE * s["sent"]:
         return f"{failed} of {s['sent']} requests sent failed (more than {MAX_FAILED_SHARE:.0%})"
@@ -121,7 +121,7 @@ def _symptom(s: dict, queue_growth_s: float) -> str | None:
     return None
 
 
-def _invalid_because(s: dict) -> str:
+def _invalid_because(s: StageSummary) -> str:
     if s["cancelled"]:
         return "the stage was cancelled"
     p99 = s["send_lag_ms"]["p99"]
@@ -130,7 +130,9 @@ def _invalid_because(s: dict) -> str:
     return f"send lag p99 {p99:.1f} ms above the {s['lag_bound_ms']:g} ms bound"
 
 
-def saturation(rates: Sequence[float | None], summaries: Sequence[dict], queue_growth_s: float = QUEUE_GROWTH_S) -> Saturation:
+def saturation(
+    rates: Sequence[float | None], summaries: Sequence[StageSummary], queue_growth_s: float = QUEUE_GROWTH_S
+) -> Saturation:
     """The saturation point of stages run at `rates` (in order), from their summaries (module docstring)."""
     for rate, s in zip(rates, summaries):
         reason = _symptom(s, queue_growth_s)
@@ -150,20 +152,20 @@ def saturation(rates: Sequence[float | None], summaries: Sequence[dict], queue_g
     return Saturation("not_reached")
 
 
-def _load(summary: dict) -> float | None:
+def _load(summary: StageSummary) -> float | None:
     """A stage's load: its users (closed loop) or its requested rate (None: as recorded / sped up)."""
     return summary["concurrency"] if summary.get("concurrency") is not None else summary["requested_rate"]
 
 
-def _passes(summaries: Sequence[dict]) -> list[list[dict]]:
+def _passes(summaries: Sequence[StageSummary]) -> list[list[StageSummary]]:
     """The stages of each repeat, in the order run (one pass when the stages were not repeated)."""
-    passes: dict[int | None, list[dict]] = {}
+    passes: dict[int | None, list[StageSummary]] = {}
     for s in summaries:
         passes.setdefault(s.get("repeat"), []).append(s)
     return list(passes.values())
 
 
-def _saturation_over(summaries: Sequence[dict], queue_growth_s: float) -> Saturation:
+def _saturation_over(summaries: Sequence[StageSummary], queue_growth_s: float) -> Saturation:
     """:func:`saturation` of each repeat; over several, the one at the lowest load (module docstring)."""
     found = [saturation([s["requested_rate"] for s in p], p, queue_growth_s) for p in _passes(summaries)]
     found = [f for f in found if f.status != "not_reached"]
@@ -212,7 +214,7 @@ class HeldInterval:
         return f"saturation interval: {head}; held: {each} ({unit})"
 
 
-def held_interval(summaries: Sequence[dict], queue_growth_s: float = QUEUE_GROWTH_S) -> HeldInterval | None:
+def held_interval(summaries: Sequence[StageSummary], queue_growth_s: float = QUEUE_GROWTH_S) -> HeldInterval | None:
     """The saturation interval of stages (their summaries, in the order run) over their repeats
     (module docstring); None when a stage has no load to order by (as recorded or sped up)."""
     loads = [_load(s) for s in summaries]
@@ -254,11 +256,11 @@ REPEAT_METRICS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-def by_load(summaries: Sequence[dict]) -> list[dict]:
+def by_load(summaries: Sequence[StageSummary]) -> list[dict]:
     """The stages grouped by load (rising; as-recorded stages last): for each, its runs, how many
     were valid, and every :data:`REPEAT_METRICS` metric's median and spread (a
     :class:`replay.noise.NoiseFloor` over the valid runs; None where no valid run has a value)."""
-    groups: dict[float | None, list[dict]] = {}
+    groups: dict[float | None, list[StageSummary]] = {}
     for s in summaries:
         groups.setdefault(_load(s), []).append(s)
     out = []
@@ -321,7 +323,7 @@ class SweepResult:
     config: RunConfig  # the sweep's config; each stage ran it with its own rate (or users)
     rates: list[float | None]  # the requested rate of every stage planned (None: as recorded / sped up / closed loop)
     stages: list[StageResult]  # the stages run, in order (fewer than `rates` when stopped early)
-    summaries: list[dict]  # their summaries (replay.metrics.summarize)
+    summaries: list[StageSummary]  # their summaries (replay.metrics.summarize)
     saturation: Saturation
     queue_growth_s: float = QUEUE_GROWTH_S
     rate_search: RateSearch | None = None  # how the rates were chosen (--rates auto)

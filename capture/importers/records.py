@@ -33,6 +33,7 @@ __all__ = [
     "http_status",
     "content_text",
     "answer_text",
+    "output_text",
     "openai_usage",
     "api_of_body",
 ]
@@ -216,6 +217,18 @@ def content_text(content: Any) -> str | None:
     return None
 
 
+def output_text(output: Any) -> str | None:
+    """The text of a Responses API object's ``output`` items (each message's ``output_text``)."""
+    parts = [
+        part["text"]
+        for item in (output if isinstance(output, list) else [])
+        if isinstance(item, dict) and item.get("type") == "message"
+        for part in (item.get("content") if isinstance(item.get("content"), list) else [])
+        if isinstance(part, dict) and part.get("type") == "output_text" and isinstance(part.get("text"), str)
+    ]
+    return "".join(parts) if parts else None
+
+
 def answer_text(response: Any) -> str | None:
     """The answer's text in a logged response: a ``chat.completion`` / ``text_completion``
     object (its first choice's ``message.content`` or ``text``), a message dict, a list of
@@ -227,9 +240,7 @@ def answer_text(response: Any) -> str | None:
     if not isinstance(response, dict):
         return None
     if response.get("object") == "response":  # the Responses API: its message items' output_text
-        from capture.record import _output_text
-
-        return _output_text(response.get("output"))
+        return output_text(response.get("output"))
     choices = response.get("choices")
     if isinstance(choices, list):
         if not choices or not isinstance(choices[0], dict):

@@ -76,7 +76,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--redact-processes",
         type=int,
         default=_D["redact_processes"],
-        help=f"redaction worker processes (default: the cores less one, at least 1: {_D['redact_processes']} here)",
+        help=f"redaction worker processes (default: the cores less one, at least 1: {_D['redact_processes']} here); "
+        "with --redact-ray, analyser actors on the cluster",
+    )
+    p.add_argument(
+        "--redact-ray",
+        nargs="?",
+        const="local",
+        default=_D["redact_ray"],
+        metavar="ADDRESS",
+        help="analyse on a Ray cluster (the `ray` extra): alone, one started on this machine (object spilling off, "
+        "so raw text never reaches disk); with ADDRESS (auto, ray://host:10001), that cluster, whose nodes have "
+        "faithful-replay installed. The same fail-closed rules: a text its actors cannot analyse drops its record",
     )
     p.add_argument(
         "--queue",
@@ -157,6 +168,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
         raise ConfigError(f"{'--ca-cert' if args.ca_cert is not None else '--insecure'}: only for an https:// --upstream")
     if args.no_redact and args.key_file is not None:
         raise ConfigError("--key-file: not with --no-redact")
+    if args.no_redact and args.redact_ray is not None:
+        raise ConfigError("--redact-ray: not with --no-redact")
     if args.out.exists() and not args.out.is_dir():
         raise ConfigError(f"--out {args.out}: exists and is not a folder")
     key = None
@@ -179,6 +192,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
         block_size=args.block_size,
         key=key,
         redact_processes=args.redact_processes,
+        redact_ray=args.redact_ray,
         queue_size=args.queue,
         backlog_mb=args.backlog_mb,
         segment_rows=args.segment_rows,
@@ -209,7 +223,12 @@ def cmd_capture(args: argparse.Namespace) -> int:
             ""
             if capacity is None
             else f"; the recorder keeps up with about {capacity:,.0f} requests/s "
-            + (f"(redaction on, {args.redact_processes} worker processes)" if key else "(redaction off)")
+            + (
+                f"(redaction on, {args.redact_processes} "
+                + (f"actors on Ray at {args.redact_ray})" if args.redact_ray else "worker processes)")
+                if key
+                else "(redaction off)"
+            )
         ),
         file=sys.stderr,
     )

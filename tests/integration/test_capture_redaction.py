@@ -70,9 +70,19 @@ def echo():
     server.stop()
 
 
-def test_no_planted_value_is_stored_and_a_leftover_shape_is_kept_out(echo, tmp_path):
+@pytest.mark.parametrize(
+    "analysis",
+    [
+        pytest.param((), id="worker processes"),
+        # the same rules with the analysis on Presidio actors of a Ray cluster the capture starts
+        pytest.param(("--redact-ray", "--redact-processes", "2"), id="ray", marks=pytest.mark.slow),
+    ],
+)
+def test_no_planted_value_is_stored_and_a_leftover_shape_is_kept_out(echo, tmp_path, analysis):
+    if analysis:
+        pytest.importorskip("ray")
     out = tmp_path / "cap"
-    with capture(echo.url, out, "--segment-seconds", "1") as proxy:
+    with capture(echo.url, out, "--segment-seconds", "1", *analysis) as proxy:
         client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-client-key-not-stored-0000", max_retries=0, timeout=60)
         first = [{"role": "system", "content": "You repeat what you are told."}, {"role": "user", "content": FIRST}]
         a = client.chat.completions.create(
@@ -125,6 +135,8 @@ def test_no_planted_value_is_stored_and_a_leftover_shape_is_kept_out(echo, tmp_p
         metrics = _metrics(proxy.url)
         assert 'replay_capture_lock_records_total{type="EMAIL_ADDRESS"} 1.0' in metrics
         assert proxy.stop() == 0
+        said = proxy.stderr().strip().splitlines()[-1]
+        assert ("2 actors on Ray at local" if analysis else "worker processes") in said, said
 
     trace = read_trace(out)
     assert len(trace) == 3
