@@ -283,7 +283,7 @@ def summarize(result: StageResult) -> StageSummary:
     out_tokens = int(ok["completion_tokens"].fill_null(ok["output_chunks"]).sum() or 0)
     duration_s = 0.0
     if ok.height:
-        duration_s = (int(ok["end_ns"].max()) - int(df["intended_ns"].min())) / 1e9
+        duration_s = (cast(int, ok["end_ns"].max()) - cast(int, df["intended_ns"].min())) / 1e9
     lag_p99_ms = float(np.percentile(lag, 99)) / 1e6 if len(lag) else None
     valid = lag_p99_ms is not None and lag_p99_ms <= config.lag_bound_ms and not result.cancelled
     # causal sessions: how far turns were held back behind their schedule (kept out of the lag)

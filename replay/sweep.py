@@ -35,7 +35,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -111,7 +111,8 @@ def _symptom(s: StageSummary, queue_growth_s: float) -> str | None:
     if s["sent"] and failed > MAX_FAILED_SHARE * s["sent"]:
         return f"{failed} of {s['sent']} requests sent failed (more than {MAX_FAILED_SHARE:.0%})"
     q = s["queue"]
-    if q["growth_ms"] is not None and q["growth_ms"] > max(queue_growth_s * 1e3, q["ttft_first_third_ms"]):
+    first, growth = q["ttft_first_third_ms"], q["growth_ms"]
+    if growth is not None and first is not None and growth > max(queue_growth_s * 1e3, first):
         return (
             f"a queue built up: TTFT p50 grew from {q['ttft_first_third_ms']:.0f} ms to "
             f"{q['ttft_last_third_ms']:.0f} ms through the stage"
@@ -217,15 +218,17 @@ class HeldInterval:
 def held_interval(summaries: Sequence[StageSummary], queue_growth_s: float = QUEUE_GROWTH_S) -> HeldInterval | None:
     """The saturation interval of stages (their summaries, in the order run) over their repeats
     (module docstring); None when a stage has no load to order by (as recorded or sped up)."""
-    loads = [_load(s) for s in summaries]
-    if not loads or any(x is None for x in loads):
+    of = {id(s): _load(s) for s in summaries}
+    loads = [x for x in of.values() if x is not None]
+    if not loads or len(loads) < len(of):
         return None
+    load_of = {k: x for k, x in of.items() if x is not None}  # every stage's, known
     held: dict[float, int] = {}
     judged: dict[float, int] = {}
     for stages in _passes(summaries):
-        ran = {_load(s) for s in stages}
+        ran = {load_of[id(s)] for s in stages}
         # the lowest load of this repeat that did not keep up or was invalid
-        failed_at = min((_load(s) for s in stages if not s["valid"] or _symptom(s, queue_growth_s)), default=math.inf)
+        failed_at = min((load_of[id(s)] for s in stages if not s["valid"] or _symptom(s, queue_growth_s)), default=math.inf)
         for load in set(loads):
             if load in ran or load > failed_at:  # a load skipped after the saturation point did not hold
                 judged[load] = judged.get(load, 0) + 1
@@ -271,7 +274,7 @@ def by_load(summaries: Sequence[StageSummary]) -> list[dict]:
         for name, (path, _) in REPEAT_METRICS.items():
             values = []
             for s in valid:
-                v = s
+                v: Any = s
                 for key in path:
                     v = v.get(key) if isinstance(v, dict) else None
                 if v is not None and math.isfinite(v):
@@ -377,7 +380,7 @@ class SweepResult:
     def to_json(self, **context) -> dict:
         """The result as JSON-ready data; `context` (e.g. the CLI's trace path and stage files) comes first."""
         c = self.config
-        body = {
+        body: dict[str, Any] = {
             "url": c.url,
             "arrivals": dataclasses.asdict(c.arrivals),
             "duration_s": c.duration_s,
@@ -467,27 +470,29 @@ def sweep(
     """
     check_repeats(repeats)
     search = rates if isinstance(rates, RateSearch) else None
+    users: list[int] | None
+    stage_rates: list[float | None]
     if rates is None:
         schedule(trace, config)
-        rates, users = [config.rate], None if config.concurrency is None else [config.concurrency]
+        stage_rates, users = [config.rate], None if config.concurrency is None else [config.concurrency]
 
         def configs_of(aimed: RunConfig) -> list[RunConfig]:
             return [aimed]
     else:
-        rates, users = list(search.rates if search else rates), concurrency
-        check_stages(trace, config, rates, users)
-        if users is not None:
-            rates = [None] * len(users)
+        asked = list(rates.rates if isinstance(rates, RateSearch) else rates)
+        users = None if concurrency is None else list(concurrency)
+        check_stages(trace, config, asked, users)
+        stage_rates = [None] * len(users) if users is not None else list(asked)
 
         def configs_of(aimed: RunConfig) -> list[RunConfig]:
-            return check_stages(trace, aimed, [] if users is not None else rates, users)
+            return check_stages(trace, aimed, [] if users is not None else asked, users)
 
     stages: list[StageResult] = []
 
     def result_of() -> SweepResult:
         return SweepResult.of(
             config,
-            rates * repeats,
+            stage_rates * repeats,
             stages,
             queue_growth_s=queue_growth_s,
             rate_search=search,
