@@ -42,12 +42,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from optimizer.diagnosis import Diagnosis, diagnose, diagnose_sweep
 from optimizer.hypotheses import check, hypothesis, observed
 from optimizer.ledger import Entry, Ledger, hardware_id
-from optimizer.pool import Pool, SerialPool
+from optimizer.pool import Measure, Pool, SerialPool
 from optimizer.search import SEARCHERS, Proposal, Searcher
 from optimizer.space import Space, config_key
 from optimizer.verdict import K, MAX_NOISE, REPEATS, Measurement, NoiseFloor, Verdict, judge
@@ -135,11 +135,11 @@ class Step:
 class CampaignResult:
     baseline: dict[str, Any]
     noise: NoiseFloor
+    best_noise: NoiseFloor  # the incumbent's floor: the baseline's until a win replaces it
     steps: list[Step] = field(default_factory=list)
     accepted: list[Step] = field(default_factory=list)  # the path of accepted changes
     awaiting_approval: list[Step] = field(default_factory=list)  # lossy wins, not adopted (module docstring)
     best: dict[str, Any] = field(default_factory=dict)
-    best_noise: NoiseFloor | None = None
     diagnosis: Diagnosis | None = None
     stopped: str = ""
     # the baseline measured again between candidates: config, value, the floor's median before
@@ -166,11 +166,18 @@ class CampaignResult:
             "accepted": [s.to_json() for s in self.accepted],
             "awaiting_approval": [s.to_json() for s in self.awaiting_approval],
             "best": self.best,
-            "best_noise": self.best_noise.to_json() if self.best_noise else None,
+            "best_noise": self.best_noise.to_json(),
             "stopped": self.stopped,
             "fidelity_overridden": self.fidelity_overridden,
             "fidelity_inconclusive": self.fidelity_inconclusive,
         }
+
+
+class Times(TypedDict):
+    """When a measurement started and finished (``time.time()``), as the ledger records them."""
+
+    started: float
+    finished: float
 
 
 def workload_hash(trace: Trace) -> str:
@@ -251,6 +258,15 @@ class Campaign:
         self._pending: dict[str, Proposal] = {}
 
     @property
+    def _result(self) -> CampaignResult:
+        """The result so far: there is none before :meth:`start` has measured the baseline."""
+        if self.result is None:
+            from replay.errors import ConfigError
+
+            raise ConfigError("the campaign has not started: start() measures the baseline's noise floor first")
+        return self.result
+
+    @property
     def slots(self) -> int:
         """Measurements run at once: the pool's slots, within the budget's concurrent GPUs."""
         slots = self.pool.slots
@@ -259,52 +275,51 @@ class Campaign:
         return max(1, slots)
 
     # -- measuring ---------------------------------------------------------------------------------
-    def _measure_many(
-        self, configs: list[Mapping[str, Any]], candidates: bool = True
-    ) -> Iterator[tuple[Measurement, dict[str, float]]]:
+    def _measure_many(self, configs: list[Mapping[str, Any]], candidates: bool = True) -> Iterator[tuple[Measurement, Times]]:
         """Measure ``configs``, ``slots`` at a time: (measurement, when it started and finished)
         each, yielded as each group of ``slots`` ends, so the caller puts them in the ledger before
         the next group starts. Between ``candidates``, when a recheck of the baseline is due, it
         takes one slot of the next group (or a group of its own, with one slot)."""
         i = 0
         while i < len(configs):
+            measure = self._needs_measure("measuring a config")
             recheck = candidates and bool(self.recheck_every) and self._since_recheck >= self.recheck_every
-            group = [self.result.best] if recheck else []
+            group: list[Mapping[str, Any]] = [self._result.best] if recheck else []
             take = self.slots - len(group)
             group += configs[i : i + take]
             i += take
-            for k, t in enumerate(self.pool.map(self._measure, group)):
+            for k, t in enumerate(self.pool.map(measure, group)):
                 self._gpu_s += t.seconds * self.gpus
                 if self.result is not None:
                     self.result.count_gate(t.measurement.details)
-                times = {"started": t.started, "finished": t.started + t.seconds}
+                times = Times(started=t.started, finished=t.started + t.seconds)
                 if recheck and k == 0:
                     self._recheck(t.measurement, times)
                     continue
                 self._since_recheck += candidates
                 yield t.measurement, times
 
-    def _recheck(self, m: Measurement, times: dict[str, float]) -> None:
+    def _recheck(self, m: Measurement, times: Times) -> None:
         """The baseline measured again: into the ledger and its noise floor (see the module
         docstring)."""
-        config = self.result.best
+        config = self._result.best
         self.ledger.record(config, "recheck", m, **times)
         self._since_recheck = 0
         if m.invalid:
             raise CampaignStopped(f"the baseline {config_key(config)} turned invalid when measured again: {m.invalid}")
-        before = self.result.best_noise
-        drifted = abs(m.value - before.median) > K * before.spread
-        self.result.rechecks.append({"config": dict(config), "value": m.value, "median": before.median, "drifted": drifted})
-        floor = NoiseFloor(before.values + (m.value,))
+        before, value = self._result.best_noise, m.valid_value()
+        drifted = abs(value - before.median) > K * before.spread
+        self._result.rechecks.append({"config": dict(config), "value": value, "median": before.median, "drifted": drifted})
+        floor = NoiseFloor(before.values + (value,))
         if floor.too_noisy(self.max_noise):
             raise CampaignStopped(
                 f"the environment is too unstable to decide: the baseline, measured again, gave "
-                f"{m.value:.4g} against a median of {before.median:.4g}; its runs now spread "
+                f"{value:.4g} against a median of {before.median:.4g}; its runs now spread "
                 f"{floor.relative:.0%} of their median (more than {self.max_noise:.0%})"
             )
-        self.result.best_noise = floor
+        self._result.best_noise = floor
 
-    def _floor_of(self, config: Mapping[str, Any], role: str, extra: list[Measurement] = ()) -> NoiseFloor:
+    def _floor_of(self, config: Mapping[str, Any], role: str, extra: Sequence[Measurement] = ()) -> NoiseFloor:
         """The noise floor of ``config``: its ``role`` and recheck measurements in the ledger (and
         ``extra``), topped up to ``repeats`` valid runs, each on a fresh engine start."""
         done = [e.measurement for r in (role, "recheck") for e in self.ledger.entries(config, r)] + list(extra)
@@ -327,7 +342,7 @@ class Campaign:
             if m.invalid:  # no more runs of a config that fails
                 raise CampaignStopped(f"the baseline {config_key(config)} is invalid: {m.invalid}")
             done.append(m)
-        values = [m.value for m in done]
+        values = [m.valid_value() for m in done]
         adopt = getattr(self._measure, "adopt", None)
         if adopt is not None and role == "baseline":
             for m in done:
@@ -373,7 +388,7 @@ class Campaign:
                 diagnosis=self.diagnosis,
             )
             for e in self.ledger.entries():
-                self.result.count_gate(e.measurement.details)
+                self._result.count_gate(e.measurement.details)
         return self.noise
 
     def _sweep(self) -> list[dict]:
@@ -404,8 +419,8 @@ class Campaign:
         becomes the baseline; the others keep their "better" (over the round's baseline). A win
         that changes a lossy knob is not adopted: it waits for a person's approval."""
         self.start()
-        noise = self.result.best_noise
-        base = self.result.best
+        noise = self._result.best_noise
+        base = self._result.best
         proposals = list(proposals)
         verdicts: list[Verdict | None] = [None] * len(proposals)
         reused: set[int] = set()
@@ -436,14 +451,15 @@ class Campaign:
             seconds[i] = m
             self.ledger.record(proposals[i].config, "confirm", m, hypothesis=proposals[i].hypothesis, **t)
         for i in fresh:
-            verdicts[i] = judge(noise, firsts[i], lambda i=i: seconds[i], confirm_noise=self.result.best_noise)
-            proposals[i] = Proposal(
-                proposals[i].config, self._checked(proposals[i], firsts[i], verdicts[i].kind), proposals[i].token
-            )
-            self.ledger.set_verdict(rows[i], verdicts[i].kind, verdicts[i].reason, proposals[i].hypothesis)
+            verdict = judge(noise, firsts[i], lambda i=i: seconds[i], confirm_noise=self._result.best_noise)
+            verdicts[i] = verdict
+            proposals[i] = Proposal(proposals[i].config, self._checked(proposals[i], firsts[i], verdict.kind), proposals[i].token)
+            self.ledger.set_verdict(rows[i], verdict.kind, verdict.reason, proposals[i].hypothesis)
+        judged: list[Verdict] = []
         for i, p in enumerate(proposals):
-            if verdicts[i] is None:
-                verdicts[i] = verdicts[twins[config_key(p.config)]]
+            verdict_or_twin = verdicts[i] or verdicts[twins[config_key(p.config)]]
+            assert verdict_or_twin is not None  # every proposal measured was judged above; a twin reads its first's
+            judged.append(verdict_or_twin)
         steps = [
             Step(
                 dict(p.config),
@@ -452,18 +468,18 @@ class Campaign:
                 reused=i in reused,
                 needs_approval=self._needs_approval(base, p.config, v),
             )
-            for i, (p, v) in enumerate(zip(proposals, verdicts))
+            for i, (p, v) in enumerate(zip(proposals, judged))
         ]
-        self.result.steps.extend(steps)
-        self.result.awaiting_approval.extend(s for s in steps if s.needs_approval)
+        self._result.steps.extend(steps)
+        self._result.awaiting_approval.extend(s for s in steps if s.needs_approval)
         wins = [
             s
             for s in steps
-            if s.verdict.kind == "better" and not s.needs_approval and s.verdict.measurements[0].value > noise.median
+            if s.verdict.kind == "better" and not s.needs_approval and s.verdict.measurements[0].valid_value() > noise.median
         ]
         if wins:
-            self._accept(max(wins, key=lambda s: s.verdict.measurements[0].value))
-        return verdicts
+            self._accept(max(wins, key=lambda s: s.verdict.measurements[0].valid_value()))
+        return judged
 
     def _forbidden(self, proposal: Proposal) -> Verdict:
         """The verdict on a config the space's constraints forbid, recorded in the ledger unmeasured."""
@@ -528,7 +544,7 @@ class Campaign:
         """The hypothesis for ``config``, from the incumbent (the campaign's best so far, which
         the candidate is judged against) and its diagnosis."""
         d = self._incumbent_diagnosis
-        return hypothesis(self.result.best, config, d.bottleneck if d else None, d.evidence if d else "")
+        return hypothesis(self._result.best, config, d.bottleneck if d else None, d.evidence if d else "")
 
     def _accept(self, step: Step) -> None:
         """``step``'s config becomes the baseline, with the noise floor of its own runs (measured
@@ -538,9 +554,9 @@ class Campaign:
         first = step.verdict.measurements[0]
         self._reference = (first.details, first.value)
         self._incumbent_diagnosis = self._diagnose(step.config, first)
-        self.result.accepted.append(step)
-        self.result.best = dict(step.config)
-        self.result.best_noise = floor
+        self._result.accepted.append(step)
+        self._result.best = dict(step.config)
+        self._result.best_noise = floor
         self._since_recheck = 0
 
     # -- driving -----------------------------------------------------------------------------------
@@ -554,9 +570,10 @@ class Campaign:
 
             raise ConfigError(f"--search: '{spec}' not one of {', '.join(SEARCHERS)}")
         self.start()
-        start = self.result.best  # the baseline, or what an outside loop already won
+        start = self._result.best  # the baseline, or what an outside loop already won
         if spec == "coordinate":
-            return cls(self.space, start, order=self._order or self.diagnosis.order, describe=self.describe)
+            order = self._order or (self.diagnosis.order if self.diagnosis is not None else None)
+            return cls(self.space, start, order=order, describe=self.describe)
         return cls(self.space, start, seed=self.seed, describe=self.describe)
 
     def run(self, searcher: Searcher | None = None, progress: Callable[[Step], None] | None = None) -> CampaignResult:
@@ -568,20 +585,20 @@ class Campaign:
         self.start()
         searcher = searcher or self.searcher()
         if hasattr(searcher, "known"):
-            searcher.known[config_key(self.result.best)] = self.result.best_noise.median
+            searcher.known[config_key(self._result.best)] = self._result.best_noise.median
         try:
             self._rounds(searcher, progress)
         except CampaignStopped as e:
-            self.result.stopped = str(e)
+            self._result.stopped = str(e)
             raise
-        return self.result
+        return self._result
 
     def _rounds(self, searcher: Searcher, progress: Callable[[Step], None] | None) -> None:
         while True:
-            judged = sum(not s.reused for s in self.result.steps)
+            judged = sum(not s.reused for s in self._result.steps)
             why = self.budget.left(judged, self._started, self._gpu_s)
             if why:
-                self.result.stopped = why
+                self._result.stopped = why
                 break
             batch: list[Proposal] = []
             while len(batch) < min(self.slots, self.budget.trials - judged):
@@ -590,14 +607,14 @@ class Campaign:
                     break
                 batch.append(proposal)
             if not batch:
-                self.result.stopped = "the searcher has nothing left to try"
+                self._result.stopped = "the searcher has nothing left to try"
                 break
-            before = len(self.result.steps)
+            before = len(self._result.steps)
             self.evaluate_many(batch)
-            for proposal, step in zip(batch, self.result.steps[before:]):
+            for proposal, step in zip(batch, self._result.steps[before:]):
                 _tell(searcher, proposal, step)
             if progress is not None:
-                for step in self.result.steps[before:]:
+                for step in self._result.steps[before:]:
                     progress(step)
 
     # ask / tell for outside loops ------------------------------------------------------------------
@@ -611,7 +628,7 @@ class Campaign:
         if self._search is None:
             self._search = self.searcher()
             if hasattr(self._search, "known"):
-                self._search.known[config_key(self.result.best)] = self.result.best_noise.median
+                self._search.known[config_key(self._result.best)] = self._result.best_noise.median
         return self._search.ask()
 
     def tell(self, proposal: Proposal, measured: Measurement | Sequence[Measurement] | None = None) -> Verdict:
@@ -630,17 +647,19 @@ class Campaign:
         if measured is None:
             self._needs_measure("tell() without a measurement")
             verdict = self.evaluate(proposal.config, proposal.hypothesis)
-            step = self.result.steps[-1]
+            step = self._result.steps[-1]
         else:
             runs = [measured] if isinstance(measured, Measurement) else list(measured)
-            verdict, step = self._judge_told(proposal, runs)
-            if step is None:
+            verdict, told = self._judge_told(proposal, runs)
+            if told is None:
                 return verdict
+            step = told
         if self._search is not None:
             _tell(self._search, proposal, step)
         return verdict
 
-    def _needs_measure(self, what: str) -> None:
+    def _needs_measure(self, what: str) -> Measure:
+        """The campaign's measure; a campaign without one is told its measurements."""
         if self._measure is None:
             from replay.errors import ConfigError
 
@@ -648,6 +667,7 @@ class Campaign:
                 f"{what} needs a campaign with a measure: this one's configs are measured by its "
                 f"caller (tell(proposal, measurement))"
             )
+        return self._measure
 
     def _judge_told(self, proposal: Proposal, runs: list[Measurement]) -> tuple[Verdict, Step | None]:
         """:meth:`tell` with runs measured by the caller: (the verdict, its step; None while a
@@ -657,18 +677,18 @@ class Campaign:
 
             raise ConfigError("tell(): no measurement given (one Measurement, or a list of repeats)")
         self.start()
-        noise, base, config = self.result.best_noise, self.result.best, dict(proposal.config)
+        noise, base, config = self._result.best_noise, self._result.best, dict(proposal.config)
         key = config_key(config)
         previous = self.ledger.judged(config)
         if previous is not None:
             verdict = self._from_ledger(previous, noise)
             step = Step(config, dict(proposal.hypothesis), verdict, reused=True)
-            self.result.steps.append(step)
+            self._result.steps.append(step)
             return verdict, step
         if not self.space.allows(config):
             verdict = self._forbidden(proposal)
             step = Step(config, dict(proposal.hypothesis), verdict)
-            self.result.steps.append(step)
+            self._result.steps.append(step)
             return verdict, step
         pending = self._pending.pop(key, None)
         if pending is not None:  # its first run is in the ledger, waiting for this confirmation
@@ -676,28 +696,28 @@ class Campaign:
             row, first, proposal = entry.id, entry.measurement, pending
         else:
             first = runs.pop(0)
-            self.result.count_gate(first.details)
+            self._result.count_gate(first.details)
             row = self.ledger.record(config, "candidate", first, hypothesis=proposal.hypothesis)
         if not runs and judge(noise, first).kind == "better":
             self._pending[key] = replace(proposal, role="confirm")
-            b = noise.median
+            b, value = noise.median, first.valid_value()
             return Verdict(
                 "pending",
-                f"{first.value:.4g} clears the bar of the baseline {b:.4g} ± {noise.spread:.3g} "
+                f"{value:.4g} clears the bar of the baseline {b:.4g} ± {noise.spread:.3g} "
                 f"once: a win must repeat; tell a second run on a fresh engine start",
-                (first.value - b) / b if b else None,
+                (value - b) / b if b else None,
                 (first,),
             ), None
         for m in runs:  # repeats on fresh starts: the confirmation first, and with a win, its floor
-            self.result.count_gate(m.details)
+            self._result.count_gate(m.details)
             self.ledger.record(config, "confirm", m, hypothesis=proposal.hypothesis)
         verdict = judge(noise, first, lambda: runs[0])
         checked = self._checked(proposal, first, verdict.kind)
         self.ledger.set_verdict(row, verdict.kind, verdict.reason, checked)
         step = Step(config, checked, verdict, needs_approval=self._needs_approval(base, config, verdict))
-        self.result.steps.append(step)
+        self._result.steps.append(step)
         if step.needs_approval:
-            self.result.awaiting_approval.append(step)
+            self._result.awaiting_approval.append(step)
         elif verdict.kind == "better":
             self._accept(step)
         return verdict, step

@@ -35,7 +35,7 @@ left out) that went to prefill, from vLLM's ``request_prefill_time_seconds`` and
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,7 +186,7 @@ def diagnose(
 
 
 def diagnose_sweep(
-    sweep: list[Mapping[str, Any]],
+    sweep: Sequence[Mapping[str, Any]],
     config: Mapping[str, Any],
     max_num_seqs_default: int | None,
     names: list[str],
@@ -250,7 +250,7 @@ def _bottleneck(
             _ordered(["max_num_batched_tokens", "max_num_seqs", "enable_prefix_caching"], names),
         )
     caching = config.get("enable_prefix_caching", True)
-    hit_rate = (hits / queries) if queries else None
+    hit_rate = (hits / queries) if queries and hits is not None else None
     if (offered_reuse or 0) > COLD_HIT and (not caching or (hit_rate is not None and hit_rate < COLD_HIT)):
         why = "prefix caching is off" if not caching else f"the prefix cache hit {hit_rate:.0%} of its queries"
         return Diagnosis(

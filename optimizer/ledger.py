@@ -151,7 +151,9 @@ class Ledger:
             ),
         )
         self._db.commit()
-        return int(cur.lastrowid)
+        row = cur.lastrowid
+        assert row is not None  # set by every INSERT
+        return row
 
     def set_verdict(self, row: int, verdict: str, reason: str, hypothesis: Mapping[str, Any] | None = None) -> None:
         """The verdict on row ``row``, and its hypothesis with what was checked (when given)."""

@@ -14,13 +14,16 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from optimizer.campaign import Objective
 from optimizer.verdict import Measurement
 from replay.config import RunConfig
 from replay.errors import ReplayError
 from replay.trace import Trace
+
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = ["EngineMeasure", "measure_on_engine", "BISECT_STEPS", "MAX_DOUBLINGS"]
 
@@ -89,7 +92,7 @@ class EngineMeasure:
         self.run = run
         self.objective = objective
         self.live = live
-        self._messages = None
+        self._messages: pl.DataFrame | None = None  # the bodies' message counts (fidelity.sides.message_counts)
         self.allow_unfaithful = allow_unfaithful
         self.allow_inconclusive = allow_inconclusive
         self.baseline = dict(baseline or {})
@@ -193,13 +196,14 @@ class EngineMeasure:
                 good, best_stage = rate, stage
             else:
                 bad = rate
-        for _ in range(BISECT_STEPS if good is not None and bad is not None else 0):
-            mid = (good + bad) / 2
-            stage, ok = probe(mid)
-            if ok:
-                good, best_stage = mid, stage
-            else:
-                bad = mid
+        if good is not None and bad is not None:
+            for _ in range(BISECT_STEPS):
+                mid = (good + bad) / 2
+                stage, ok = probe(mid)
+                if ok:
+                    good, best_stage = mid, stage
+                else:
+                    bad = mid
         return best_stage or stage, good or 0.0, probes
 
     def _answers(self, running) -> list[str]:
@@ -211,6 +215,7 @@ class EngineMeasure:
             json.loads(b)
             for batch in trace.body_batches(min(outputs.SAMPLE, trace.df.height), outputs.SAMPLE, synthesize=True)
             for b in batch
+            if b is not None
         ]
         bodies = [b for b in bodies if "messages" in b]
         model = resolve_model(trace, dataclasses.replace(self.run, url=running.url, metrics_url="none"))

@@ -44,6 +44,15 @@ class Measurement:
     invalid: str | None = None  # the reason, when the value cannot be trusted
     details: dict = field(default_factory=dict)  # the stage summaries, engine metrics, ...
 
+    def valid_value(self) -> float:
+        """The value to compare; a measurement without one (invalid, or a diagnostic sweep's)
+        cannot be judged, and saying so here keeps it from being compared as a number."""
+        if self.value is None:
+            from replay.errors import ConfigError
+
+            raise ConfigError(f"a measurement without a value cannot be compared: {self.invalid or 'nothing was measured'}")
+        return self.value
+
     def to_json(self) -> dict:
         return {"value": self.value, "invalid": self.invalid, "details": self.details}
 
@@ -71,15 +80,15 @@ def judge(noise: NoiseFloor, first: Measurement, confirm=None, confirm_noise: No
     baseline measured beside the confirmation."""
     if first.invalid:
         return Verdict("invalid", first.invalid, measurements=(first,))
-    b = noise.median
-    gain = (first.value - b) / b if b else None
+    b, c = noise.median, first.valid_value()
+    gain = (c - b) / b if b else None
     band = f"baseline {b:.4g} ± {noise.spread:.3g} (bar +{noise.bar():.3g})"
-    if first.value - b < -K * noise.spread:
-        return Verdict("worse", f"{first.value:.4g} vs {band}", gain, (first,))
-    if first.value - b <= noise.bar():
-        return Verdict("same", f"{first.value:.4g} within the noise of {band}", gain, (first,))
+    if c - b < -K * noise.spread:
+        return Verdict("worse", f"{c:.4g} vs {band}", gain, (first,))
+    if c - b <= noise.bar():
+        return Verdict("same", f"{c:.4g} within the noise of {band}", gain, (first,))
     if confirm is None:
-        return Verdict("better", f"{first.value:.4g} over {band} (not confirmed)", gain, (first,))
+        return Verdict("better", f"{c:.4g} over {band} (not confirmed)", gain, (first,))
     second = confirm()
     if second.invalid:
         return Verdict("invalid", f"the confirmation run: {second.invalid}", gain, (first, second))
@@ -89,11 +98,12 @@ def judge(noise: NoiseFloor, first: Measurement, confirm=None, confirm_noise: No
             f"; at the confirmation, with the baseline measured beside it: {again.median:.4g} ± "
             f"{again.spread:.3g} (bar +{again.bar():.3g})"
         )
-    if second.value - again.median <= again.bar():
+    c2 = second.valid_value()
+    if c2 - again.median <= again.bar():
         return Verdict(
             "same",
-            f"{first.value:.4g} over {band}, but the fresh-restart confirmation gave {second.value:.4g}: the win did not repeat",
+            f"{c:.4g} over {band}, but the fresh-restart confirmation gave {c2:.4g}: the win did not repeat",
             gain,
             (first, second),
         )
-    return Verdict("better", f"{first.value:.4g} and {second.value:.4g} (fresh restart) over {band}", gain, (first, second))
+    return Verdict("better", f"{c:.4g} and {c2:.4g} (fresh restart) over {band}", gain, (first, second))

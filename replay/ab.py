@@ -284,8 +284,8 @@ def _judge(metric: str, a: float | None, b: float | None, spread: float, why_not
     unit = METRICS[metric][1]
     if why_not is None and (a is None or b is None):
         why_not = "no value on " + ("A" if a is None else "B")
-    if why_not is not None:
-        return Change(metric, a, b, None, CANNOT_TELL, why_not)
+    if why_not is not None or a is None or b is None:
+        return Change(metric, a, b, None, CANNOT_TELL, why_not or "no value")
     bar = K * spread + MIN_GAIN * abs(a)
     gain = (b - a) if METRICS[metric][2] else (a - b)
     shown = f"A {a:.4g} {unit}, B {b:.4g} {unit} ({100 * (b - a) / abs(a):+.1f}%)" if a else f"A {a:.4g}, B {b:.4g}"
@@ -335,9 +335,9 @@ def _pair(load: str, a: list[_Run], b: list[_Run], metrics: tuple[str, ...], see
             changes.append(_judge(metric, None, None, math.nan, why_not))
             continue
         if repeats:
-            va = [r.value(metric) for r in a]
-            vb = [r.value(metric) for r in b]
-            if None in va or None in vb:
+            va = [v for r in a if (v := r.value(metric)) is not None]
+            vb = [v for r in b if (v := r.value(metric)) is not None]
+            if len(va) < len(a) or len(vb) < len(b):
                 changes.append(_judge(metric, None, None, math.nan, "a repeat has no value"))
                 continue
             fa, fb = NoiseFloor(tuple(va)), NoiseFloor(tuple(vb))
@@ -345,8 +345,7 @@ def _pair(load: str, a: list[_Run], b: list[_Run], metrics: tuple[str, ...], see
         else:
             sds = []
             for r in (a[0], b[0]):
-                vals = [r.value(metric, idx) for idx in draws.get(id(r), [])]
-                vals = [v for v in vals if v is not None and math.isfinite(v)]
+                vals = [v for idx in draws.get(id(r), []) if (v := r.value(metric, idx)) is not None and math.isfinite(v)]
                 sds.append(float(np.std(vals, ddof=1)) if len(vals) > 1 else math.inf)
             changes.append(_judge(metric, a[0].value(metric), b[0].value(metric), math.hypot(*sds), None))
     return StagePair(load, tuple(r.file for r in a), tuple(r.file for r in b), method, tuple(changes))

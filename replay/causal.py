@@ -30,7 +30,7 @@ def causal_gates(rows: pl.DataFrame, offsets_ns: np.ndarray, scale: float | None
     n = rows.height
     arrival = rows["arrival_us"].cast(pl.Int64)
     if scale is None:
-        span_us = int(arrival.max() - arrival.min()) if n > 1 else 0
+        span_us = int(np.ptp(arrival.to_numpy())) if n > 1 else 0
         span_ns = int(offsets_ns[-1] - offsets_ns[0]) if n > 1 else 0
         scale = span_ns / (span_us * 1000) if span_us > 0 else 1.0
     frame = pl.DataFrame(

@@ -79,7 +79,8 @@ class Plan:
 
             builder = BodyBuilder(self.trace.meta)
         row = 0
-        for batch in self.trace.body_batches(self.n, size):
+        for stored in self.trace.body_batches(self.n, size):
+            batch: list[str | dict | None] = list(stored)  # a null body becomes its synthesized object
             empty = [k for k, body in enumerate(batch) if body is None]
             if empty and builder is not None:
                 for k, obj in zip(empty, builder.objects(self.rows.slice(row, len(batch))[empty])):

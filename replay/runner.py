@@ -16,6 +16,7 @@ it runs; the warm-up and the runner's own thread statistics come back as
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -31,6 +32,9 @@ from replay.metrics import StageResult
 from replay.plan import Plan, build_plan, send_limits
 from replay.targets.url import base_url, check_target
 from replay.trace import Trace
+
+if TYPE_CHECKING:
+    from replay._engine import Rows
 
 __all__ = [
     "StageResult",
@@ -79,7 +83,7 @@ def _strings(offsets: np.ndarray, data: bytes) -> pa.Array:
     return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets.astype(np.int64)), pa.py_buffer(data))
 
 
-def _results_frame(plan: Plan, raw: dict) -> pl.DataFrame:
+def _results_frame(plan: Plan, raw: Rows) -> pl.DataFrame:
     """The rows of `raw` (requests ``raw["first"]`` on) as a results frame."""
     rows = plan.rows.slice(int(raw["first"]), len(raw["intended_ns"]))
     chunks = pa.LargeListArray.from_arrays(
@@ -131,7 +135,7 @@ def warm_connections(plan: Plan, config: RunConfig) -> int:
     if config.warm_connections is not None:
         return config.warm_connections
     if config.closed_loop:  # its users
-        return int(min(WARM_CAP, config.max_connections, config.concurrency, max(plan.n, 1)))
+        return int(min(WARM_CAP, config.max_connections, config.concurrency or 1, max(plan.n, 1)))
     if plan.n == 0:
         return 1
     tokens = send_limits(plan.rows, plan.ignore_eos).fill_null(0).to_numpy()
@@ -160,7 +164,7 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None, on
 
     frames: list[pl.DataFrame] = []
 
-    def take(raw: dict) -> None:
+    def take(raw: Rows) -> None:
         frame = _results_frame(plan, raw)
         if config.closed_loop:  # no schedule: a request was due when the runner released it
             frame = frame.with_columns(intended_ns=pl.col("release_ns").fill_null(pl.col("intended_ns")))

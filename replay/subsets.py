@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from typing import cast
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -58,7 +59,7 @@ def _row_batches(src: Path, meta) -> Iterator[pl.DataFrame]:
     done = 0
     with pq.ParquetFile(src, buffer_size=1 << 20, pre_buffer=False) as f:
         for batch in f.iter_batches(batch_size=_BATCH_ROWS):
-            rows = validate(pl.from_arrow(batch), meta, f"{src.name} (row batch from row {done})")
+            rows = validate(cast(pl.DataFrame, pl.from_arrow(batch)), meta, f"{src.name} (row batch from row {done})")
             done += rows.height
             yield rows
 

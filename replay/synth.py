@@ -231,7 +231,7 @@ class BodyBuilder:
             out.append(self.synth.body(cols["api"][i], cols["model"][i], mt, text))
         return out
 
-    def fill(self, bodies: list[str | None], rows: pl.DataFrame) -> list[str]:
+    def fill(self, bodies: list[str | None], rows: pl.DataFrame) -> list[str | None]:
         """`bodies` with each null one built (JSON text, as a trace stores a body)."""
         empty = [i for i, body in enumerate(bodies) if body is None]
         made = self.objects(rows[empty]) if empty else []

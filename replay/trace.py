@@ -38,12 +38,15 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from replay.blocks import BLOCK_SIZE, HASH_ALGO
 from replay.errors import TraceError
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
 
 __all__ = [
     "BLOCK_SIZE",
@@ -274,7 +277,7 @@ class TraceWriter:
         self.meta = meta
         self.rows = 0
         self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        self._writer = None
+        self._writer: pq.ParquetWriter | None = None
         self._last_arrival: int | None = None
         self._ids: set[str] = set()
         self._finished = False
@@ -585,7 +588,7 @@ def _folder_meta(folder: Path, segments: list[Path], metas: list[TraceMeta]) -> 
     )
 
 
-def _segment_body_batches(index, n: int, size: int) -> Iterator[list[str]]:
+def _segment_body_batches(index, n: int, size: int) -> Iterator[list[str | None]]:
     """The bodies of the first ``n`` rows of a capture folder read without them, in the folder's
     (arrival) order: each segment's bodies are loaded when a row first needs one and dropped once
     its last row is served (segments overlap only near their edges, so few are held at once)."""

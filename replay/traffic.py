@@ -17,6 +17,8 @@ partial), drawn on the terminal as a sparkline.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import numpy as np
 import polars as pl
 
@@ -94,7 +96,12 @@ def counting_stats(arrival_s: np.ndarray) -> dict[str, float | None]:
     return out
 
 
-def rate_series(arrival_s: np.ndarray, bins: int = SERIES_BINS) -> dict[str, object]:
+class RateSeries(TypedDict):
+    bin_s: float
+    rps: list[float]
+
+
+def rate_series(arrival_s: np.ndarray, bins: int = SERIES_BINS) -> RateSeries:
     """The request rate over time: ``{"bin_s": width, "rps": [rate of each bin]}``, at most
     ``bins`` bins of a whole number of seconds (at least 1) from the first arrival."""
     if len(arrival_s) == 0:
@@ -130,7 +137,11 @@ def prefix_reuse_share(trace: Trace) -> float:
 
 def _quantiles(s: pl.Series, prefix: str) -> dict[str, float | None]:
     s = s.drop_nulls()
-    return {f"{prefix}_p{round(q * 100)}": (float(s.quantile(q, "linear")) if len(s) else None) for q in _QUANTILES}
+    out: dict[str, float | None] = {}
+    for q in _QUANTILES:
+        value = s.quantile(q, "linear") if len(s) else None
+        out[f"{prefix}_p{round(q * 100)}"] = None if value is None else float(value)
+    return out
 
 
 def trace_summary(trace: Trace) -> dict[str, object]:

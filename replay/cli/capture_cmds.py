@@ -8,11 +8,11 @@ from pathlib import Path
 
 from dataclasses import fields
 
-from capture.recorder import CaptureConfig
+from capture.recorder import REDACT_PROCESSES, CaptureConfig
 
 # the flags' defaults are the library's (capture.recorder.CaptureConfig)
 _D = {f.name: f.default for f in fields(CaptureConfig)}
-_D["redact_processes"] = CaptureConfig.__dataclass_fields__["redact_processes"].default_factory()
+_D["redact_processes"] = REDACT_PROCESSES  # the field's default_factory
 
 __all__ = ["register"]
 

@@ -6,9 +6,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from replay.config import LAG_BOUND_MS, SLO_ATTAINMENT, RunConfig, Slo, parse_duration_s, parse_slo
 from replay.errors import ConfigError
+
+if TYPE_CHECKING:
+    from optimizer.pool import Pool
 
 __all__ = ["register", "parse_budget", "ENGINE_CHOICES"]
 
@@ -153,7 +157,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def parse_budget(text: str):
     from optimizer import Budget
 
-    values: dict[str, float] = {}
+    values: dict[str, Any] = {}  # Budget's fields: trials and gpus whole, time_s and gpu_hours numbers
     for part in filter(None, (x.strip() for x in text.split(","))):
         key, _, value = part.partition("=")
         if key == "trials":
@@ -181,7 +185,7 @@ def parse_budget(text: str):
 def _engine(args: argparse.Namespace):
     from replay.targets.registry import engine_class
 
-    cls = engine_class(args.engine)
+    cls: type[Any] = engine_class(args.engine)  # each adapter's constructor takes its own arguments
     if cls.name == "sim":
         return cls(profile=args.sim_profile, time_scale=args.sim_time_scale)
     if not args.model:
@@ -267,6 +271,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         raise ConfigError(f"--parallel: needs at least 1, got {args.parallel}")
     if budget.gpus is not None and budget.gpus < args.gpus:
         raise ConfigError(f"--budget: gpus={budget.gpus} is fewer than one engine's --gpus {args.gpus}")
+    pool: Pool
     if args.ray:
         pool = RayPool(
             args.parallel, address=None if args.ray == "auto" else args.ray, gpus=args.gpus if engine.name != "sim" else 0
@@ -303,7 +308,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             return 1
         if not args.json:
             d = campaign.diagnosis
-            print(f"bottleneck: {d.bottleneck} ({d.evidence})", file=sys.stderr)
+            if d is not None:  # start() diagnoses the baseline
+                print(f"bottleneck: {d.bottleneck} ({d.evidence})", file=sys.stderr)
         try:
             result, stop = (
                 campaign.run(
@@ -314,7 +320,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                 None,
             )
         except CampaignStopped as e:  # result.stopped says why; the report shows what was judged
-            result, stop = campaign.result, e
+            stopped = campaign.result
+            assert stopped is not None  # start() returned above
+            result, stop = stopped, e
     finally:
         campaign.close()
     if args.allow_unfaithful:

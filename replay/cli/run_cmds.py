@@ -379,7 +379,8 @@ class _Saver:
     after every stage (crash safety: replay.results)."""
 
     def __init__(self, args: argparse.Namespace, out: Path) -> None:
-        self.args, self.out, self.files = args, out, []
+        self.args, self.out = args, out
+        self.files: list[str] = []  # the stage files written, by name
         self.fidelity: list[dict] | None = None  # per stage, once --fidelity judged them
         self.fidelity_state: str | None = None  # the report's, once judged
 
@@ -486,7 +487,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from replay.config import AutoRates
-    from replay.sweep import check_repeats, check_stages, find_rates, sweep
+    from replay.sweep import RateSearch, check_repeats, check_stages, find_rates, sweep
     from replay.trace import read_trace
 
     users = parse_users(args.concurrency) if args.concurrency else None
@@ -510,9 +511,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     with progress_bar(quiet=args.json) as bar, contextlib.ExitStack() as held:
         if fresh is None:  # one target for the search and every stage
             config = held.enter_context(_target(args, config, sim_config, args.json))
+        stages: list[float] | RateSearch
         if isinstance(rates, AutoRates):
             with _target(args, config, sim_config, True) if fresh else contextlib.nullcontext(config) as probed:
-                rates = find_rates(
+                stages = find_rates(
                     trace,
                     probed,
                     rates.points,
@@ -520,14 +522,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                     queue_growth_s=growth_s,
                     progress=lambda rate: bar.stage(f"probe {rate:.3g} req/s"),
                 )
-            print(_search_line(rates), file=sys.stderr)
-            if rates.interrupted:
+            print(_search_line(stages), file=sys.stderr)
+            if stages.interrupted:
                 print("interrupted during the rate search", file=sys.stderr)
                 return 130
+        else:
+            stages = rates
         result = sweep(
             trace,
             config,
-            rates,
+            stages,
             concurrency=users,
             queue_growth_s=growth_s,
             progress=bar.stage,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import cast
 from pathlib import Path
 
 from replay.cli.report import raw_text_warning
@@ -387,10 +388,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from replay.traffic import RateSeries
+
     table = Table(title=str(args.trace), show_header=False)
     table.add_column("field")
     table.add_column("value", justify="right")
-    series = summary.pop("rate_series")
+    series = cast(RateSeries, summary.pop("rate_series"))  # trace_summary's rate_series is rate_series()'s
     for key, value in summary.items():
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     console = Console()

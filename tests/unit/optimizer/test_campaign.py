@@ -404,3 +404,20 @@ def test_told_runs_are_judged_as_measured_ones(tmp_path):
     assert sorted(m.result.best_noise.values) == sorted(c.result.best_noise.values)
     c.close()
     m.close()
+
+
+def test_a_measurement_without_a_value_is_never_compared_as_a_number(tmp_path):
+    floor = NoiseFloor((100.0, 101.0, 99.0, 100.0))
+    # a diagnostic sweep's measurement has neither a value nor a reason: judging it is an error
+    # that says so, where it used to fail on None arithmetic
+    with pytest.raises(ConfigError, match="without a value"):
+        judge(floor, Measurement(None))
+    with pytest.raises(ConfigError, match="without a value"):
+        judge(floor, Measurement(110.0), lambda: Measurement(None))
+    assert Measurement(3.5).valid_value() == 3.5
+    # a hypothesis asked for before start() (no incumbent yet) says to start the campaign
+    c = outside(tmp_path, recheck_every=0)
+    assert c.result is None
+    with pytest.raises(ConfigError, match=r"start\(\) measures the baseline"):
+        c.describe(BASE, {**BASE, "max_num_seqs": 4})
+    c.close()
