@@ -1,6 +1,7 @@
 """The embedded simulated LLM engine: the default target of every ``replay`` command.
 
-Owns :class:`SimConfig`, :data:`KNOBS`, :data:`PROFILES` and :func:`start_sim`. The engine itself
+Owns :class:`SimConfig`, :data:`KNOBS`, :data:`PROFILES`, :func:`start_sim` and
+:func:`modelled_requests` (each finished request's times on the engine's modelled clock). The engine itself
 is Rust (``rust/sim``, exposed as ``replay._engine.SimServer``): an OpenAI-compatible HTTP server
 with a real tokenizer, a real prefix cache, a continuous-batching scheduler and step times from a
 hardware + model cost model, played out in real time. See ``docs/sim-engine.md``.
@@ -24,9 +25,11 @@ from replay.errors import ConfigError
 from replay.targets.engine import Knob
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from replay._engine import SimServer
 
-__all__ = ["SimConfig", "KNOBS", "PROFILES", "SIM_DEFAULTS", "start_sim", "split_cpus"]
+__all__ = ["SimConfig", "KNOBS", "PROFILES", "SIM_DEFAULTS", "start_sim", "split_cpus", "modelled_requests"]
 
 
 def _sim_defaults() -> dict[str, Any]:
@@ -220,6 +223,53 @@ def start_sim(config: SimConfig | None = None, *, cpus: tuple[int, ...] = (), **
     config = dataclasses.replace(config or SimConfig(), **overrides)
     path = tokenizer_path(config.tokenizer)
     return _engine.SimServer(config.engine_json(str(path)), cpus=list(cpus))
+
+
+def modelled_requests(url: str, timeout_s: float = 30.0) -> pl.DataFrame:
+    """The embedded engine's finished requests (the last 100,000, oldest first) on its modelled
+    clock, read from ``GET {url}/sim/requests``: ``id`` (arrival order), ``prompt_tokens``,
+    ``cached_tokens``, ``completion_tokens``, ``steps`` (engine steps that gave it tokens),
+    ``finish``, and ``arrived_s`` / ``scheduled_s`` / ``first_token_s`` / ``finished_s`` in
+    modelled seconds since the engine started, with ``queue_s``, ``ttft_s``, ``e2e_s`` and
+    ``tpot_s`` ((finished - first token) / (completion tokens - 1); None for one token) derived.
+
+    Modelled time is the cost model's: steps take exactly their modelled cost whatever the
+    machine does, so these latencies do not move with its load (docs/sim-engine.md, "Modelled
+    time"). Raises TargetError when ``url`` does not answer it (not the embedded engine)."""
+    import urllib.error
+    import urllib.request
+
+    import polars as pl
+
+    from replay.errors import TargetError
+
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/sim/requests", timeout=timeout_s) as resp:
+            got = json.loads(resp.read())
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        error = TargetError(f"{url}: GET /sim/requests failed ({e}): not the embedded engine?")
+        error.url = url
+        raise error from None
+    schema = {
+        "id": pl.UInt64,
+        "prompt_tokens": pl.UInt32,
+        "cached_tokens": pl.UInt32,
+        "completion_tokens": pl.UInt32,
+        "steps": pl.UInt32,
+        "finish": pl.String,
+        "arrived_s": pl.Float64,
+        "scheduled_s": pl.Float64,
+        "first_token_s": pl.Float64,
+        "finished_s": pl.Float64,
+    }
+    frame = pl.DataFrame(got["requests"], schema=schema)
+    tokens = pl.col("completion_tokens").cast(pl.Float64)
+    return frame.with_columns(
+        queue_s=pl.col("scheduled_s") - pl.col("arrived_s"),
+        ttft_s=pl.col("first_token_s") - pl.col("arrived_s"),
+        e2e_s=pl.col("finished_s") - pl.col("arrived_s"),
+        tpot_s=pl.when(tokens > 1).then((pl.col("finished_s") - pl.col("first_token_s")) / (tokens - 1)),
+    )
 
 
 def split_cpus(engine_threads: int = 1) -> tuple[tuple[int, ...], tuple[int, ...]]:

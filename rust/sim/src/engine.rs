@@ -11,6 +11,18 @@
 //! hand-off to the engine): it joins the scheduler that long after the front end is free, at the
 //! next step boundary. Stop strings are matched on the decoded text; a stream holds back the
 //! last (longest stop − 1) bytes until they can no longer start a match, as vLLM does.
+//!
+//! **The modelled clock.** Beside the wall clock that paces the steps, the engine keeps the time
+//! it models (seconds since it started): each step advances it by exactly the step's modelled
+//! cost. A request is placed on it at the wall time it was handed to the engine (parsed and
+//! tokenized), divided by `time_scale`, less the lag the wall clock has gathered over the
+//! modelled one (timer overshoot, the engine's own wake-ups, a busy CPU: a step restarted from
+//! now), and never after the step that schedules it; a step after idling starts when the last
+//! request it takes in could start (its arrival, or the front end's end for it).
+//! So each finished request's modelled arrival, scheduling, first token and end (`Modelled`, GET
+//! /sim/requests) count modelled work and modelled waiting only: the same requests arriving the
+//! same way get the same modelled latencies on an idle machine and a busy one. With `time_scale`
+//! 0 nothing is slept and idle time is not modelled: a request arrives at the clock's present.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,7 +36,7 @@ use tokio::time::Instant;
 use crate::config::Resolved;
 use crate::cost::{CostModel, SeqWork};
 use crate::kv::BlockPool;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Modelled};
 use crate::render::{StreamFormat, Usage};
 use crate::scheduler::{Emitted, Scheduler, SeqId};
 use crate::sequence::{FinishReason, SeqParams, Sequence};
@@ -72,7 +84,11 @@ pub struct Submission {
     pub seed: Option<u64>,
     pub stop: Vec<String>,
     pub sink: Sink,
+    /// When the request arrived (the wall-time metrics count from here, as vLLM's do) ...
     pub arrived: Instant,
+    /// ... and when, parsed and tokenized, it was handed to the engine: its modelled arrival
+    /// (the machine's parsing time is not modelled; a profile's `request_overhead_ms` is).
+    pub submitted: Instant,
 }
 
 struct Outlet {
@@ -88,6 +104,13 @@ struct Outlet {
     scheduled: Option<Instant>,
     first: Option<Instant>,
     last: Option<Instant>,
+    /// Its arrival order, and its times on the modelled clock (module docs).
+    id: u64,
+    arrived_m: f64,
+    ready_m: f64,
+    scheduled_m: Option<f64>,
+    first_m: Option<f64>,
+    steps: u32,
 }
 
 /// The simulated engine; see the module docs.
@@ -112,6 +135,11 @@ pub struct Engine {
     /// a reset takes effect before the next request is accepted.
     resets: Arc<AtomicU64>,
     resets_applied: u64,
+    /// The modelled clock (module docs): its zero, its present (the end of the last step, or
+    /// the start of the one under way), and how far the wall clock, scaled, runs ahead of it.
+    epoch: Instant,
+    modelled: f64,
+    offset: f64,
 }
 
 impl Engine {
@@ -147,14 +175,32 @@ impl Engine {
             rx,
             resets: Arc::new(AtomicU64::new(0)),
             resets_applied: 0,
+            epoch: Instant::now(),
+            modelled: 0.0,
+            offset: 0.0,
         };
         (engine, tx)
+    }
+
+    /// Wall time `t` on the modelled clock, before the offset: scaled seconds since the start.
+    fn scaled(&self, t: Instant) -> f64 {
+        t.saturating_duration_since(self.epoch).as_secs_f64() / self.time_scale
+    }
+
+    /// Where a wall instant falls on the modelled clock (module docs); with `time_scale` 0, now.
+    fn modelled_at(&self, t: Instant) -> f64 {
+        if self.time_scale > 0.0 {
+            (self.scaled(t) - self.offset).max(0.0)
+        } else {
+            self.modelled
+        }
     }
 
     /// Pass a new request to the front end, or straight to the scheduler without one.
     fn submit(&mut self, sub: Submission) {
         if self.request_overhead.is_zero() {
-            self.accept(sub);
+            let at = self.modelled_at(sub.submitted);
+            self.accept(sub, at, at);
             return;
         }
         let ready = sub.arrived.max(self.front_free) + self.request_overhead;
@@ -166,8 +212,9 @@ impl Engine {
     fn admit_ready(&mut self) {
         let now = Instant::now();
         while self.front.front().is_some_and(|(ready, _)| *ready <= now) {
-            let (_, sub) = self.front.pop_front().expect("front entry");
-            self.accept(sub);
+            let (ready, sub) = self.front.pop_front().expect("front entry");
+            let (arrived_m, ready_m) = (self.modelled_at(sub.arrived), self.modelled_at(ready));
+            self.accept(sub, arrived_m, ready_m);
         }
     }
 
@@ -196,23 +243,26 @@ impl Engine {
         Arc::clone(&self.resets)
     }
 
-    fn accept(&mut self, sub: Submission) {
+    /// Hand a request to the scheduler; it arrived at `arrived_m` on the modelled clock and
+    /// could be scheduled from `ready_m` (later by the front end's time, when there is one).
+    fn accept(&mut self, sub: Submission, arrived_m: f64, ready_m: f64) {
         let asked = self.resets.load(Ordering::Acquire);
         if asked != self.resets_applied {
             self.resets_applied = asked;
             self.sched.pool_mut().reset_cache();
         }
+        let id = self.arrivals;
         let seq = Sequence::new(
             sub.prompt,
             &sub.params,
             sub.seed.unwrap_or(self.seed),
             self.content_salt,
-            self.arrivals,
+            id,
         );
         self.arrivals += 1;
-        let id = self.sched.add(seq) as usize;
-        if self.outlets.len() <= id {
-            self.outlets.resize_with(id + 1, || None);
+        let slot = self.sched.add(seq) as usize;
+        if self.outlets.len() <= slot {
+            self.outlets.resize_with(slot + 1, || None);
         }
         let hold = sub
             .stop
@@ -221,7 +271,7 @@ impl Engine {
             .max()
             .unwrap_or(1)
             .saturating_sub(1);
-        self.outlets[id] = Some(Outlet {
+        self.outlets[slot] = Some(Outlet {
             sink: sub.sink,
             stop: sub.stop,
             hold,
@@ -231,6 +281,12 @@ impl Engine {
             scheduled: None,
             first: None,
             last: None,
+            id,
+            arrived_m,
+            ready_m,
+            scheduled_m: None,
+            first_m: None,
+            steps: 0,
         });
     }
 
@@ -238,8 +294,11 @@ impl Engine {
     pub async fn run(mut self) {
         let mut clock = Instant::now();
         let mut last_sweep = Instant::now();
+        // whether the last pass ran a step: then the next starts where it ended, in modelled time
+        let mut stepped = false;
         loop {
             if self.sched.is_idle() {
+                stepped = false;
                 if !self.wait_for_work().await {
                     return;
                 }
@@ -254,11 +313,11 @@ impl Engine {
             }
             let plan = self.sched.schedule();
             if plan.seqs.is_empty() {
+                stepped = false;
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 continue;
             }
             let now = Instant::now();
-            self.mark_scheduled(&plan.seqs.iter().map(|s| s.id).collect::<Vec<_>>(), now);
             let cost = self.cost.step(plan.seqs.iter().map(|s| SeqWork {
                 new_tokens: s.new_tokens,
                 context: s.context,
@@ -268,6 +327,21 @@ impl Engine {
             } else {
                 now
             };
+            if !stepped {
+                // after idling, the step starts when the last request it takes in could start
+                let ready = plan
+                    .seqs
+                    .iter()
+                    .filter_map(|s| self.outlets[s.id as usize].as_ref())
+                    .filter(|o| o.scheduled_m.is_none())
+                    .map(|o| o.ready_m)
+                    .fold(self.modelled, f64::max);
+                self.modelled = ready;
+            }
+            if self.time_scale > 0.0 {
+                self.offset = self.scaled(start) - self.modelled;
+            }
+            self.mark_scheduled(&plan.seqs.iter().map(|s| s.id).collect::<Vec<_>>(), now);
             let end = start + Duration::from_secs_f64(cost.total_s * self.time_scale);
             if end > now {
                 tokio::time::sleep_until(end).await;
@@ -275,6 +349,8 @@ impl Engine {
                 tokio::task::yield_now().await;
             }
             clock = end;
+            self.modelled += cost.total_s;
+            stepped = true;
             let emitted = self.sched.complete(&plan, &self.vocab.lexicon);
             self.deliver(&emitted);
             if last_sweep.elapsed() >= SWEEP_EVERY {
@@ -285,12 +361,15 @@ impl Engine {
         }
     }
 
+    /// Note the step's new sequences as scheduled, at `now` and at the modelled present.
     fn mark_scheduled(&mut self, ids: &[SeqId], now: Instant) {
         let mut m = self.metrics.lock().expect("metrics");
         for &id in ids {
             if let Some(o) = self.outlets[id as usize].as_mut() {
                 if o.scheduled.is_none() {
                     o.scheduled = Some(now);
+                    o.scheduled_m = Some(self.modelled);
+                    o.arrived_m = o.arrived_m.min(self.modelled);
                     m.queue.observe((now - o.arrived).as_secs_f64());
                 }
             }
@@ -348,6 +427,8 @@ impl Engine {
             let first = out.first.is_none();
             out.first.get_or_insert(now);
             out.last = Some(now);
+            out.first_m.get_or_insert(self.modelled);
+            out.steps += 1;
             let mut gone = false;
             if let Sink::Stream { tx, format } = &out.sink {
                 let keep = if finish.is_some() { 0 } else { out.hold };
@@ -389,6 +470,18 @@ impl Engine {
         };
         let mut m = self.metrics.lock().expect("metrics");
         m.finished(finish.as_str());
+        m.keep_modelled(Modelled {
+            id: out.id,
+            prompt_tokens: usage.prompt_tokens,
+            cached_tokens: usage.cached_tokens,
+            completion_tokens: usage.completion_tokens,
+            steps: out.steps,
+            finish: finish.as_str(),
+            arrived_s: out.arrived_m,
+            scheduled_s: out.scheduled_m,
+            first_token_s: out.first_m,
+            finished_s: self.modelled.max(out.arrived_m),
+        });
         if finish != FinishReason::Abort {
             m.e2e.observe((now - out.arrived).as_secs_f64());
             if let Some(first) = out.first {
@@ -429,6 +522,7 @@ impl Engine {
         m.kv_cache_usage_perc = self.sched.pool().usage();
         m.sched = self.sched.stats.clone();
         m.steps += 1;
+        m.modelled_clock_s = self.modelled;
     }
 }
 

@@ -1,9 +1,12 @@
 //! Prometheus metrics under vLLM's names, rendered as the text exposition format.
 //!
-//! Owns `Metrics` and `Histogram`. The engine updates them once per step (gauges, counters and
-//! per-request latencies); GET /metrics renders them. Every series carries `model_name` (and
-//! vLLM's `engine="0"`); histogram buckets are vLLM's.
+//! Owns `Metrics`, `Histogram` and `Modelled`. The engine updates them once per step (gauges,
+//! counters and per-request latencies); GET /metrics renders them. Every series carries
+//! `model_name` (and vLLM's `engine="0"`); histogram buckets are vLLM's. The latency histograms
+//! are wall time, as a real engine's are; each finished request's times on the modelled clock
+//! (`engine` module docs) are kept apart, the last `MODELLED_KEPT`, for GET /sim/requests.
 
+use std::collections::VecDeque;
 use std::fmt::Write;
 
 use crate::scheduler::SchedStats;
@@ -20,6 +23,28 @@ const E2E_BUCKETS: &[f64] = &[
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
     480.0, 960.0, 1920.0, 7680.0,
 ];
+
+/// Finished requests whose modelled times are kept (about 100 bytes each).
+pub const MODELLED_KEPT: usize = 100_000;
+
+/// One finished request on the engine's modelled clock: seconds since the engine started, in
+/// the cost model's time (`engine` module docs), free of the machine's timing noise.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Modelled {
+    /// The request's arrival order at the engine (0, 1, ...).
+    pub id: u64,
+    pub prompt_tokens: u32,
+    pub cached_tokens: u32,
+    pub completion_tokens: u32,
+    /// Engine steps that gave it tokens (a stream's content chunks).
+    pub steps: u32,
+    pub finish: &'static str,
+    pub arrived_s: f64,
+    /// When the scheduler first took it (its prefill starts); None if it never ran.
+    pub scheduled_s: Option<f64>,
+    pub first_token_s: Option<f64>,
+    pub finished_s: f64,
+}
 
 /// A Prometheus histogram with fixed upper bounds.
 #[derive(Debug, Clone)]
@@ -89,6 +114,9 @@ pub struct Metrics {
     pub prefill: Histogram,
     pub decode: Histogram,
     pub steps: u64,
+    /// The last `MODELLED_KEPT` finished requests, oldest first, and the modelled clock now.
+    pub modelled: VecDeque<Modelled>,
+    pub modelled_clock_s: f64,
 }
 
 impl Metrics {
@@ -111,7 +139,35 @@ impl Metrics {
             prefill: Histogram::new(E2E_BUCKETS),
             decode: Histogram::new(E2E_BUCKETS),
             steps: 0,
+            modelled: VecDeque::new(),
+            modelled_clock_s: 0.0,
         }
+    }
+
+    /// Keep a finished request's modelled times (the oldest one goes past `MODELLED_KEPT`).
+    pub fn keep_modelled(&mut self, m: Modelled) {
+        if self.modelled.len() == MODELLED_KEPT {
+            self.modelled.pop_front();
+        }
+        self.modelled.push_back(m);
+    }
+
+    /// GET /sim/requests: `{"clock_s", "kept", "requests": [...]}`, oldest first.
+    pub fn modelled_json(&self) -> String {
+        let requests: Vec<serde_json::Value> = self
+            .modelled
+            .iter()
+            .map(|m| {
+                serde_json::json!({
+                    "id": m.id, "prompt_tokens": m.prompt_tokens, "cached_tokens": m.cached_tokens,
+                    "completion_tokens": m.completion_tokens, "steps": m.steps, "finish": m.finish,
+                    "arrived_s": m.arrived_s, "scheduled_s": m.scheduled_s,
+                    "first_token_s": m.first_token_s, "finished_s": m.finished_s,
+                })
+            })
+            .collect();
+        serde_json::json!({"clock_s": self.modelled_clock_s, "kept": MODELLED_KEPT, "requests": requests})
+            .to_string()
     }
 
     /// Count a finished request by its `finish_reason` ("stop", "length" or "abort").

@@ -198,6 +198,7 @@ async fn generate(
             stop: r.stop,
             sink: Sink::Stream { tx, format },
             arrived,
+            submitted: Instant::now(),
         };
         state.engine.send(sub).map_err(|_| unavailable())?;
         let mut resp = Response::new(Either::Left(SseBody { rx }));
@@ -217,6 +218,7 @@ async fn generate(
             stop: r.stop,
             sink: Sink::Whole { tx },
             arrived,
+            submitted: Instant::now(),
         };
         state.engine.send(sub).map_err(|_| unavailable())?;
         let answer = rx.await.map_err(|_| unavailable())?;
@@ -317,6 +319,10 @@ async fn handle(req: Request<Incoming>, state: Arc<AppState>) -> Result<Reply, I
             let text = state.metrics.lock().expect("metrics").render();
             Ok(reply(200, "text/plain; version=0.0.4; charset=utf-8", text))
         }
+        (&Method::GET, "/sim/requests") => {
+            let text = state.metrics.lock().expect("metrics").modelled_json();
+            Ok(reply(200, "application/json", Bytes::from(text)))
+        }
         (&Method::GET, "/version") => Ok(json_reply(
             200,
             &json!({"version": concat!("replay-sim ", env!("CARGO_PKG_VERSION"))}),
@@ -332,6 +338,7 @@ async fn handle(req: Request<Incoming>, state: Arc<AppState>) -> Result<Reply, I
             | "/health"
             | "/v1/models"
             | "/metrics"
+            | "/sim/requests"
             | "/reset_prefix_cache",
         ) => Ok(json_reply(405, &json!({"detail": "Method Not Allowed"}))),
         _ => Ok(json_reply(404, &json!({"detail": "Not Found"}))),

@@ -315,3 +315,60 @@ fn a_closed_loop_run_keeps_its_users_in_flight_and_no_more() {
         assert!(r.end_ns.contains(rel), "released at {rel}, not at an end");
     }
 }
+
+/// GET /sim/requests: the finished requests' modelled times, oldest first.
+fn modelled(server: &ServerHandle) -> Vec<Value> {
+    let (status, body) = http(server, "GET", "/sim/requests", "");
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    v["requests"].as_array().unwrap().clone()
+}
+
+#[test]
+fn modelled_times_do_not_depend_on_the_wall_clock() {
+    // the same two requests, one after the other, played at half speed, at 1/20 and unslept
+    // (time_scale 0): their modelled TTFT, decode time and E2E are the cost model's, to the
+    // nanosecond, while the wall time they took differs twentyfold or more
+    let mut runs = Vec::new();
+    for scale in [0.5, 0.025, 0.0] {
+        let server = start(json!({"profile": "a100-80g/llama-3-8b", "time_scale": scale}));
+        for content in ["the cat", "the dog sat on the mat"] {
+            let r = send(&server, vec![("/v1/chat/completions", chat(content, 24))]);
+            assert_eq!(r.error_kind[0], 0);
+        }
+        let reqs = modelled(&server);
+        assert_eq!(reqs.len(), 2);
+        let times: Vec<(f64, f64, f64, f64)> = reqs
+            .iter()
+            .map(|r| {
+                let at = |k: &str| r[k].as_f64().unwrap();
+                assert_eq!(r["completion_tokens"], 24);
+                assert_eq!(r["steps"], 24);
+                assert_eq!(r["finish"], "length");
+                (
+                    at("scheduled_s") - at("arrived_s"),
+                    at("first_token_s") - at("arrived_s"),
+                    at("finished_s") - at("first_token_s"),
+                    at("finished_s") - at("arrived_s"),
+                )
+            })
+            .collect();
+        runs.push(times);
+    }
+    for (i, req) in runs[0].iter().enumerate() {
+        let (queue, ttft, decode, e2e) = *req;
+        // alone on the engine: scheduled on arrival, 23 decode steps of ~11.8 ms each
+        assert!(queue.abs() < 1e-9, "queued {queue} s");
+        assert!(
+            (0.2..0.4).contains(&decode) && ttft > 0.0,
+            "decode {decode} s"
+        );
+        for other in &runs[1..] {
+            let (q, t, d, e) = other[i];
+            assert!(q.abs() < 1e-9, "queued {q} s");
+            for (a, b) in [(ttft, t), (decode, d), (e2e, e)] {
+                assert!((a - b).abs() < 1e-9 * a.max(1e-3), "{a} vs {b}");
+            }
+        }
+    }
+}
