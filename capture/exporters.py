@@ -42,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -49,6 +50,9 @@ from replay.bodies import text_slots
 from replay.errors import ConfigError, TraceError
 from replay.plan import API_PATHS
 from replay.trace import Trace, read_trace
+
+if TYPE_CHECKING:
+    from replay.synth import Synthesizer
 
 __all__ = ["EXPORT_FORMATS", "ExportResult", "export_trace", "mooncake_hash_ids"]
 
@@ -122,7 +126,12 @@ def export_trace(
     quarantined: Counter = Counter()
     out = Path(out)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    write_line = {"mooncake": _Mooncake, "aiperf": _AIPerf, "openai": _OpenAI}[format](trace, block_size)
+    writers: dict[str, Callable[[Trace, int], Callable[[dict, Any], dict]]] = {
+        "mooncake": _Mooncake,
+        "aiperf": _AIPerf,
+        "openai": _OpenAI,
+    }
+    write_line = writers[format](trace, block_size)
     small = trace.df.select(
         "request_id",
         "api",
@@ -175,7 +184,7 @@ class _Mooncake:
         self.block_size = block_size
         self.numbering: dict[int, int] = {}
         self.tok = load_tokenizer(trace.meta.tokenizer)
-        self.synth = None
+        self.synth: Synthesizer | None = None
         if trace.meta.synthesis:
             from replay.synth import Synthesis, Synthesizer
 
@@ -183,6 +192,8 @@ class _Mooncake:
 
     def token_ids(self, row: dict, body: str | None) -> np.ndarray:
         if body is None:
+            if self.synth is None:
+                raise TraceError(f"row {row['request_id']!r} has no body, and the trace no synthesis rule to build its tokens")
             return self.synth.token_ids(row["request_id"], row["input_tokens"], row["hash_ids"])
         from replay.bodies import prompt_token_ids, text_slots
 

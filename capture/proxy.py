@@ -49,12 +49,32 @@ import secrets
 import signal
 import threading
 import time
+from typing import TYPE_CHECKING, TypeVar
 
 from capture.record import Exchange
 from capture.recorder import COUNTERS, PROXY_COUNTS, CaptureConfig, record_capacity, run_recorder, yield_to_traffic
 from redact.lock import LOCK_TYPES
 
+if TYPE_CHECKING:
+    import ctypes
+    import multiprocessing.context
+    import multiprocessing.queues
+
+    from replay._engine import CaptureServer
+
 __all__ = ["CaptureProxy", "run_capture"]
+
+_T = TypeVar("_T")
+
+
+def _started(part: _T | None, what: str) -> _T:
+    """``part`` of a started proxy (:meth:`CaptureProxy.start` made it)."""
+    if part is None:
+        from replay.errors import ReplayError
+
+        raise ReplayError(f"capture: {what} is used before the proxy started")
+    return part
+
 
 # the longest the pump waits for an exchange before it looks at the recorder again (s)
 PUMP_WAIT_S = 0.05
@@ -73,10 +93,10 @@ class CaptureProxy:
 
     def __init__(self, cfg: CaptureConfig):
         self.cfg = cfg
-        self._server = None  # replay._engine.CaptureServer
-        self._proc = None
-        self._queue = None
-        self._shared = None
+        self._server: CaptureServer | None = None  # the data path
+        self._proc: multiprocessing.context.SpawnProcess | None = None  # the recorder
+        self._queue: multiprocessing.queues.Queue | None = None  # lists of exchanges, to the recorder
+        self._shared: ctypes.Array[ctypes.c_longlong] | None = None  # COUNTERS, written by both
         self._pump_thread: threading.Thread | None = None
         self._stopping = threading.Event()
         # the pump and a /metrics render both hand off what has ended: one at a time
@@ -123,26 +143,26 @@ class CaptureProxy:
         self._queue = ctx.Queue(maxsize=max(1, min(RECORDER_QUEUE_LISTS, self.cfg.queue_size // self.cfg.hand_off)))
         self._shared = ctx.RawArray(ctypes.c_longlong, len(COUNTERS))
         ready = ctx.Queue()
-        self._proc = ctx.Process(
+        proc = self._proc = ctx.Process(
             target=run_recorder, name="capture-recorder", args=(self.cfg, info, self._queue, self._shared, ready)
         )
-        self._proc.start()
+        proc.start()
         while True:
             try:
                 got = ready.get(timeout=1.0)
                 if "error" in got:
                     from replay.errors import ConfigError
 
-                    self._proc.join(timeout=30)
+                    proc.join(timeout=30)
                     raise ConfigError(got["error"])
                 self.recovered_rows = got["recovered_rows"]
                 return
             except queue_mod.Empty:
-                if not self._proc.is_alive():
+                if not proc.is_alive():
                     from replay.errors import ReplayError
 
                     raise ReplayError(
-                        f"capture: the recorder process failed to start (exit {self._proc.exitcode}; see its error above)"
+                        f"capture: the recorder process failed to start (exit {proc.exitcode}; see its error above)"
                     )
 
     def counters(self) -> dict[str, int]:
@@ -155,18 +175,19 @@ class CaptureProxy:
 
     def _publish_drops(self) -> None:
         """The data path's drops, where the recorder reads them (it writes them into the trace)."""
-        proxy = self._proxy_counts()
+        proxy, shared = self._proxy_counts(), _started(self._shared, "the shared counters")
         for name in PROXY_COUNTS:
-            self._shared[COUNTERS.index(name)] = proxy.get(name, 0)
+            shared[COUNTERS.index(name)] = proxy.get(name, 0)
 
     def _pump(self) -> None:
         """Take what has ended off the data path's queue and hand it to the recorder, until the
         proxy has stopped and its queue is empty. It runs under SCHED_IDLE, as the recorder does:
         the data path's threads take its CPU whenever they wake."""
         yield_to_traffic(threading.get_native_id())
+        server, proc = _started(self._server, "the data path"), _started(self._proc, "the recorder")
         while True:
-            came = self._pending is not None or self._server.wait(PUMP_WAIT_S)
-            if not self._recorder_gone and not self._proc.is_alive():
+            came = self._pending is not None or server.wait(PUMP_WAIT_S)
+            if not self._recorder_gone and not proc.is_alive():
                 self._recorder_ended()
             if came:
                 self._hand_off()
@@ -185,7 +206,7 @@ class CaptureProxy:
         with self._handing:
             while True:
                 if self._pending is None:
-                    rows = self._server.take(self.cfg.hand_off)
+                    rows = _started(self._server, "the data path").take(self.cfg.hand_off)
                     if not rows:
                         break
                     self._pending = [
@@ -210,7 +231,7 @@ class CaptureProxy:
                     self._pending = None
                     continue
                 try:
-                    self._queue.put_nowait(self._pending)
+                    _started(self._queue, "the recorder's queue").put_nowait(self._pending)
                 except queue_mod.Full:
                     break
                 self._handed += len(self._pending)
@@ -219,7 +240,7 @@ class CaptureProxy:
 
     def _count_lost(self, n: int) -> None:
         if n > 0:
-            self._shared[COUNTERS.index("dropped_recorder_error")] += n
+            _started(self._shared, "the shared counters")[COUNTERS.index("dropped_recorder_error")] += n
             self._lost += n
 
     def _recorder_ended(self) -> None:
@@ -242,7 +263,7 @@ class CaptureProxy:
         await loop.run_in_executor(None, self._start_recorder)
         cfg = self.cfg
         try:
-            self._server = CaptureServer(
+            server = self._server = CaptureServer(
                 cfg.upstream,
                 f"[{cfg.host}]:{cfg.port}" if ":" in cfg.host else f"{cfg.host}:{cfg.port}",
                 self._render_metrics,
@@ -261,8 +282,8 @@ class CaptureProxy:
         except BaseException:
             await loop.run_in_executor(None, self._end_recorder)
             raise
-        self.url = self._server.url
-        self.address = self._server.address
+        self.url = server.url
+        self.address = server.address
         self._pump_thread = threading.Thread(target=self._pump, name="capture-pump", daemon=True)
         self._pump_thread.start()
 
@@ -280,15 +301,16 @@ class CaptureProxy:
 
     def _end_recorder(self) -> None:
         # the end marker, unless the recorder is gone (then nothing reads the queue)
-        while self._proc.is_alive():
+        proc, to_recorder = _started(self._proc, "the recorder"), _started(self._queue, "the recorder's queue")
+        while proc.is_alive():
             try:
-                self._queue.put(None, timeout=1.0)
+                to_recorder.put(None, timeout=1.0)
                 break
             except queue_mod.Full:
                 continue
-        self._proc.join(timeout=120)
-        if self._proc.is_alive():
-            self._proc.kill()
+        proc.join(timeout=120)
+        if proc.is_alive():
+            proc.kill()
         self._recorder_ended()
         if self._lost:
             self._leave_lost_counts()

@@ -31,10 +31,13 @@ import json
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
+
+if TYPE_CHECKING:
+    from redact.report import Accounts
 
 __all__ = ["Exchange", "Answer", "parse_response", "RowBuilder", "TOKEN_CACHE_BYTES", "SAMPLE_SEED"]
 
@@ -164,7 +167,7 @@ def _responses_stream(ex: Exchange) -> Answer:
             if kind == "response.output_text.delta":
                 parts.append(delta)
         elif kind in ("response.completed", "response.incomplete", "response.failed"):
-            response = obj.get("response") if isinstance(obj.get("response"), dict) else {}
+            response = got if isinstance(got := obj.get("response"), dict) else {}
             if isinstance(response.get("usage"), dict):
                 ans.usage = response["usage"]
             ans.finish_reason = _responses_finish(response)
@@ -269,8 +272,8 @@ class RowBuilder:
         self.redactor = redactor
         self.linker = SessionLinker(max_requests=max_sessions_requests)
         self.counts: Counter = Counter()
-        # the redaction report, kept from each row's account (redact.report.Accounts)
-        self.accounts = None
+        # the redaction report, kept from each row's account: there is one with a redactor
+        self.accounts: Accounts | None = None
         if redactor is not None:
             from redact.report import Accounts
 
@@ -350,6 +353,7 @@ class RowBuilder:
             return None
         df = pl.DataFrame(rows, schema=_ROW_SCHEMA)
         if self.redactor is not None:
+            assert self.accounts is not None  # made with the redactor
             df, accounts = self.redactor.redact_rows(df, self.block_size)
             df = self.accounts.add(df, accounts)
             for acc in accounts:

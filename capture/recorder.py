@@ -213,8 +213,8 @@ def run_recorder(cfg: CaptureConfig, info: dict, q: Any, shared: Any, ready: Any
         number,
         carry,
         redaction_report=None
-        if redactor is None
-        else (lambda: json.dumps(builder.accounts.report.to_dict(), separators=(",", ":"))),
+        if (accounts := builder.accounts) is None
+        else (lambda: json.dumps(accounts.report.to_dict(), separators=(",", ":"))),
     )
     idx = {name: i for i, name in enumerate(COUNTERS)}
     reported: Counter = Counter()

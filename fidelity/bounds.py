@@ -215,7 +215,7 @@ def decide(
             detects,
             f"live's own halves differ so much that the bound is {bound:.3g}, over its ceiling {ceiling:.3g}",
         )
-    if most is not None and (power is None or power > most):
+    if change is not None and most is not None and (power is None or power > most):
         size = f"about {_round2(count * (power / most) ** 2):,} {what} (has {count:,})" if power else "more live traffic"
         return Decision(
             bound,

@@ -459,8 +459,7 @@ def _judge(
     x, y, d = spec.fn(live, other)
     if d is None or (isinstance(d, float) and math.isnan(d)):
         return Metric(spec.group, spec.name, x, y, None, None, None, NOT_JUDGED, f"not applicable: {spec.what} undefined")
-    aas = [spec.fn(*h)[2] for h in splits if spec.applicable(*h) is None]
-    aas = [a for a in aas if a is not None and not math.isnan(a)]
+    aas = [a for h in splits if spec.applicable(*h) is None and (a := spec.fn(*h)[2]) is not None and not math.isnan(a)]
     aa = float(np.max(aas)) if aas else None
     flags: tuple[str, ...] = ()
     bench = None  # outcomes: the largest distance between two replays of the stage
@@ -470,8 +469,9 @@ def _judge(
         if n < MIN_SAMPLES:
             flags = (f"quantiles from {n} samples (< {MIN_SAMPLES})",)
         runs = (other, *replays)
-        pairs = [spec.fn(a, b)[2] for i, a in enumerate(runs) for b in runs[i + 1 :]]
-        pairs = [p for p in pairs if p is not None and not math.isnan(p)]
+        pairs = [
+            p for i, a in enumerate(runs) for b in runs[i + 1 :] if (p := spec.fn(a, b)[2]) is not None and not math.isnan(p)
+        ]
         bench = max(pairs) if len(runs) >= need and pairs else None
         if bench is not None:
             aa = max(aa or 0.0, bench)
@@ -611,6 +611,7 @@ def _per_request(stage: pl.DataFrame, other: Side, lag_bound_ms: float | None = 
     runner's default of 1 ms)."""
     out = []
     prompt = other.engine_prompt_all
+    assert prompt is not None  # a side made of a stage (sides.replay_side) has the engine's counts
     finite = np.isfinite(prompt) & np.isfinite(other.recorded_input)
     if finite.any():
         diff = prompt[finite] - other.recorded_input[finite]

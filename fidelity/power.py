@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,8 @@ class Change:
 def _scaled(attr: str) -> Callable[[Side, float], Side]:
     def apply(side: Side, d: float) -> Side:
         values = getattr(side, attr)
-        return replace(side, **{attr: None if values is None else values * (1.0 + d)})
+        changed: dict[str, Any] = {attr: None if values is None else values * (1.0 + d)}
+        return replace(side, **changed)
 
     return apply
 
@@ -147,11 +149,12 @@ def detectable(
     change = change_for(name)
     if change is None:
         return None, None
-    if change.apply is None:  # the distance is the change
+    apply = change.apply
+    if apply is None:  # the distance is the change
         return bound, change
 
     def over(d: float) -> bool:
-        value = distance(live, change.apply(live, d))
+        value = distance(live, apply(live, d))
         return value is not None and np.isfinite(value) and value > bound
 
     if not over(change.d_max):

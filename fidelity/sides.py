@@ -33,7 +33,7 @@ __all__ = [
 
 # A chat template adds tokens to every prompt (role markers, a few per message): a request whose
 # engine-counted prompt is between PER_REQUEST_SLACK fewer and TEMPLATE_MAX more tokens than
-# recorded agrees; the median of those differences is subtracted before comparing the marginals.
+# recorded agrees; the template fitted by template_overhead is subtracted before comparing lengths.
 TEMPLATE_MAX = 256
 # ... and at most this many tokens a message (a role marker and separators: Llama 3's adds 5)
 TEMPLATE_PER_MESSAGE_MAX = 32
@@ -177,13 +177,17 @@ def compression(live: pl.DataFrame, stage: pl.DataFrame) -> float:
     """How many times faster than live the stage ran its rows: the live arrival span of the rows
     it replayed over the span of their intended send times (1 when either span is empty)."""
     ids = stage["request_id"]
-    arrivals = live.filter(pl.col("request_id").is_in(ids.implode()))["arrival_us"]
-    live_span = (arrivals.max() - arrivals.min()) / 1e6 if arrivals.len() > 1 else 0.0
-    intended = stage["intended_ns"]
-    stage_span = (intended.max() - intended.min()) / 1e9 if intended.len() > 1 else 0.0
+    live_span = _span(live.filter(pl.col("request_id").is_in(ids.implode()))["arrival_us"]) / 1e6
+    stage_span = _span(stage["intended_ns"]) / 1e9
     if not live_span or not stage_span:
         return 1.0
     return float(live_span / stage_span)
+
+
+def _span(values: pl.Series) -> float:
+    """Largest less smallest of a numeric column, nulls left out (0 with fewer than two)."""
+    v = values.drop_nulls().to_numpy()
+    return float(v.max() - v.min()) if len(v) > 1 else 0.0
 
 
 def template_overhead(
@@ -202,7 +206,8 @@ def template_overhead(
     replay made longer or shorter) is not the template's: it stays in the lengths compared."""
     diff = engine_prompt - recorded
     known = np.isfinite(diff) & np.isfinite(recorded)
-    by_message = messages is not None and len(np.unique(messages[known & np.isfinite(messages)])) >= 2
+    messages = np.full(len(diff), np.nan) if messages is None else messages  # None: none counted
+    by_message = len(np.unique(messages[known & np.isfinite(messages)])) >= 2
     if by_message:
         known &= np.isfinite(messages)
     if not known.any():

@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from redact.addresses import AddressRecognizer
 from redact.names import NOT_A_NAME, name_span
@@ -149,7 +149,7 @@ def build_analyzer(extra_recognizers: Sequence[Any] = ()) -> Any:
             "ner_model_configuration": _NER_CONFIG,
         }
     ).create_engine()
-    nlp = engine.nlp["en"]
+    nlp = cast(Any, engine).nlp["en"]  # a SpacyNlpEngine (configured above) keeps its pipelines in .nlp
     for name in _NER_ONLY_DISABLED:
         if name in nlp.pipe_names:
             nlp.disable_pipe(name)

@@ -268,7 +268,7 @@ def audit_trace(
                 per_type.update({h.entity for h in scan(s) if s[h.start : h.end] not in exempt})
             for t, n in per_type.items():
                 lock.setdefault(t, Findings()).add(row_id, n)
-        if deeper is not None:
+        if deeper is not None and deep_found is not None:  # both with --deep
             texts = [_prompt_texts(columns, bodies, i) for i in range(len(ids))]
             for row_id, per_type in zip(row_ids, deeper.types(texts)):
                 for t, n in per_type.items():

@@ -230,6 +230,7 @@ def scan(text: str) -> list[Hit]:
             continue
         for m in rx.finditer(text):
             group = m.lastgroup
+            assert group is not None  # every scanner is an alternation of named groups
             entity = group.rstrip("0123456789")
             start = m.start()  # a group of the digit regex starts after its first digit
             end = _ok_end(entity, text[start : m.end(group)])

@@ -53,7 +53,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -68,6 +68,9 @@ from replay.bodies import name_slots, prompt_token_ids, replace_texts, text_slot
 from replay.blocks import block_hashes
 from replay.errors import RedactionError, TraceError
 from replay.trace import Trace, TraceWriter, read_trace
+
+if TYPE_CHECKING:
+    from redact.analyzer import TextAnalyzer
 
 __all__ = [
     "CHUNK_TEXTS",
@@ -123,7 +126,7 @@ def _digest(text: str) -> bytes:
 
 # -- worker processes -----------------------------------------------------------------------------
 
-_worker_analyzer = None
+_worker_analyzer: TextAnalyzer | None = None  # a worker process's, made by _init_worker
 
 
 def _init_worker(entities: Sequence[str], threshold: float, extra: Sequence[Any]) -> None:
@@ -154,6 +157,8 @@ def _quick_exit() -> None:
 
 
 def _analyze_chunk(texts: list[str]) -> list[list[tuple[str, int, int]] | str]:
+    if _worker_analyzer is None:  # the pool's initializer makes it; a worker without one analyses nothing
+        raise RedactionError("redaction worker: its analyzer was not loaded (_init_worker did not run)")
     return analysis_results(_worker_analyzer.analyze_batch(texts))
 
 
@@ -264,6 +269,7 @@ class Redactor:
         if self._pool is None:
             import multiprocessing
 
+            pool: Any  # a ProcessPoolExecutor, or a RayAnalyzerPool with its methods
             if self.ray_address is not None:
                 from redact.ray_pool import RayAnalyzerPool
 
@@ -349,7 +355,11 @@ class Redactor:
     ) -> tuple[str, tuple[str, ...], tuple[tuple[str, bytes], ...], list[tuple[int, int]], tuple[int, ...]]:
         """``text`` with its spans replaced, the type of each, the surrogates off in length,
         where each surrogate stands in the new text, and their :meth:`Exempt.digests_of`."""
-        out, at, off, placed, length, exempt = [], 0, [], [], 0, set()
+        out: list[str] = []
+        off: list[tuple[str, bytes]] = []
+        placed: list[tuple[int, int]] = []
+        exempt: set[int] = set()
+        at = length = 0
         for entity, start, end in spans:
             value = text[start:end]
             surrogate, is_off = self.surrogates.make(entity, value)
@@ -668,7 +678,7 @@ def redact_file(
     the first pass."""
     import pyarrow.parquet as pq
 
-    from replay.trace import read_meta, validate
+    from replay.trace import batch_frame, read_meta, validate
 
     src, dst = Path(src), Path(dst)
     meta, total = read_meta(src)
@@ -694,14 +704,14 @@ def redact_file(
         # first pass: analyse every text (the slow part: the progress counts it), learning every
         # value found, before any row is written
         for batch in f.iter_batches(batch_size=ROW_BATCH):
-            part = validate(pl.from_arrow(batch), meta, f"{src.name} (row batch from row {row})")
+            part = validate(batch_frame(batch), meta, f"{src.name} (row batch from row {row})")
             row += part.height
             r.learn(frame_texts(part), frame_names(part))
             if progress is not None:
                 progress(row, total)
         row = 0
         for batch in f.iter_batches(batch_size=ROW_BATCH):
-            rows = validate(pl.from_arrow(batch), meta, f"{src.name} (row batch from row {row})")
+            rows = validate(batch_frame(batch), meta, f"{src.name} (row batch from row {row})")
             row += rows.height
             out = accounts.add(*r.redact_rows(rows, meta.block_size_tokens))
             if out.height:

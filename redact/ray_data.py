@@ -81,9 +81,9 @@ class _AnalyseBatches:
         import pyarrow as pa
 
         from redact.mentions import Mentions
-        from replay.trace import validate
+        from replay.trace import batch_frame, validate
 
-        rows = validate(pl.from_arrow(batch), self.meta, f"{self.source} (a row batch)")
+        rows = validate(batch_frame(batch), self.meta, f"{self.source} (a row batch)")
         found, values = {}, Mentions()
         learn_names(values, frame_names(rows))
         for text, e in self.redactor.redact_texts(frame_texts(rows), build=False).items():
@@ -126,9 +126,9 @@ class _RedactBatches:
             self.redactor.mentions.add(entity, value)
 
     def __call__(self, batch):
-        from replay.trace import validate
+        from replay.trace import batch_frame, validate
 
-        rows = validate(pl.from_arrow(batch), self.meta, f"{self.source} (a row batch)")
+        rows = validate(batch_frame(batch), self.meta, f"{self.source} (a row batch)")
         out, accounts = self.redactor.redact_rows(rows, self.meta.block_size_tokens)
         return out.with_columns(pl.Series(ACCOUNT_COLUMN, [pickle.dumps(a) for a in accounts], dtype=pl.Binary)).to_arrow()
 
@@ -155,7 +155,7 @@ def _cause(e: BaseException) -> BaseException:
 
     m = re.search(r"^replay\.errors\.(\w+): (.+)$", str(e), re.MULTILINE)
     cls = getattr(replay.errors, m.group(1), None) if m else None
-    if isinstance(cls, type) and issubclass(cls, ReplayError):
+    if m is not None and isinstance(cls, type) and issubclass(cls, ReplayError):
         return cls(m.group(2))
     return e
 
@@ -175,7 +175,7 @@ def redact_file_ray(
     output and report as :func:`redact.pipeline.redact_file`. ``actors``: the redacting actors
     (default: the cluster's CPUs), each with one analysis worker process.
     ``progress(rows_done, rows_total)`` is called as batches come back."""
-    from replay.trace import TraceWriter, read_meta
+    from replay.trace import TraceWriter, batch_frame, read_meta
 
     src, dst = Path(src), Path(dst)
     meta, total = read_meta(src)
@@ -239,7 +239,7 @@ def redact_file_ray(
             done = 0
             try:
                 for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-                    df = pl.from_arrow(batch)
+                    df = batch_frame(batch)
                     rows = [pickle.loads(b) for b in df.get_column(ACCOUNT_COLUMN).to_list()]
                     out = accounts.add(df.drop(ACCOUNT_COLUMN), rows)
                     if out.height:

@@ -212,7 +212,14 @@ class Accounts:
             rep.token_delta[acc.delta] += 1
             if rep.prefix_checked_requests < PREFIX_CHECK_REQUESTS:
                 rep.prefix_checked_requests += 1
-                raw_hashes.append(acc.raw_hashes if acc.raw_hashes is not None else stored[row])
+                if acc.raw_hashes is not None:
+                    raw_hashes.append(acc.raw_hashes)
+                elif stored is not None:
+                    raw_hashes.append(stored[row])
+                else:
+                    from replay.errors import RedactionError
+
+                    raise RedactionError("a row without its raw block hashes, in a frame without a block_hashes column")
                 red_hashes.append(acc.red_hashes)
         raw_hits = prefix_hits(raw_hashes, self._seen[0])
         red_hits = prefix_hits(red_hashes, self._seen[1])

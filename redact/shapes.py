@@ -224,7 +224,7 @@ class PhoneShape(ShapeRecognizer):
                 and seps[k + 1] == sep
                 and (k == 0 or seps[k - 1] != sep)
                 and (k + 2 == n - 1 or seps[k + 2] != sep)
-                and _is_date(*digits[k : k + 3], sep)
+                and _is_date(digits[k], digits[k + 1], digits[k + 2], sep)
             ):
                 cut[k] = cut[k + 1] = cut[k + 2] = True
         for k in range(n - 3):  # an IPv4 address: four dotted groups, no more

@@ -345,7 +345,7 @@ class Surrogates:
         lead = _LEAD.fullmatch(piece) or (_DIGIT_LEAD.fullmatch(piece) if pool is None else None)
         if lead is not None:
             # a word's build, like its pool order, depends on the word only (see above)
-            crng = self._rng("compose " + pool, piece.lower()) if strip else rng
+            crng = self._rng("compose " + pool, piece.lower()) if strip and pool is not None else rng
             built = self._compose(lead.group(1), lead.group(2), target, first, strip, crng, exact=pool is None)
             if built is None and strip:  # bare and after a space is too much to ask: as it stands
                 built = self._compose(lead.group(1), lead.group(2), self._count(piece, at_start), at_start, False, crng)
@@ -576,10 +576,11 @@ class Surrogates:
         return "".join(next(it) if c.isalnum() else c for c in body)
 
     def _ip(self, value: str, rng: random.Random) -> str:
-        cut = _IP_SUFFIX.search(value).start()  # a "%zone" and a "/prefix" are kept
+        kept = _IP_SUFFIX.search(value)  # a "%zone" and a "/prefix" are kept (it matches, if empty)
+        cut = kept.start() if kept else len(value)
         address, suffix = value[:cut], value[cut:]
-        v4 = _IPV4_TAIL.search(address)
-        head, v4 = (address[: v4.start()], v4.group()) if v4 else (address, "")
+        tail = _IPV4_TAIL.search(address)
+        head, v4 = (address[: tail.start()], tail.group()) if tail else (address, "")
         lows = {1: (0, 9), 2: (10, 99), 3: (100, 255)}
 
         def octets() -> str:  # each within 0-255, with the original's number of digits
@@ -623,7 +624,8 @@ class Surrogates:
         return out
 
     def _phone(self, value: str, rng: random.Random) -> str:
-        head = _PHONE_HEAD.match(value).group()  # so that the surrogate has the value's layout
+        lead = _PHONE_HEAD.match(value)  # so that the surrogate has the value's layout (it matches, if empty)
+        head = lead.group() if lead else ""
         return head + self._shape(value[len(head) :], None, rng)
 
     def _api_key(self, value: str, rng: random.Random) -> str:

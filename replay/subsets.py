@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import cast
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -30,7 +29,7 @@ from pathlib import Path
 import polars as pl
 
 from replay.errors import ConfigError, TraceError
-from replay.trace import TraceWriter, read_meta, read_trace, validate
+from replay.trace import TraceWriter, batch_frame, read_meta, read_trace, validate
 
 __all__ = ["sample_sessions", "slice_window", "session_kept"]
 
@@ -59,7 +58,7 @@ def _row_batches(src: Path, meta) -> Iterator[pl.DataFrame]:
     done = 0
     with pq.ParquetFile(src, buffer_size=1 << 20, pre_buffer=False) as f:
         for batch in f.iter_batches(batch_size=_BATCH_ROWS):
-            rows = validate(cast(pl.DataFrame, pl.from_arrow(batch)), meta, f"{src.name} (row batch from row {done})")
+            rows = validate(batch_frame(batch), meta, f"{src.name} (row batch from row {done})")
             done += rows.height
             yield rows
 

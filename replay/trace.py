@@ -61,6 +61,7 @@ __all__ = [
     "Trace",
     "TraceWriter",
     "validate",
+    "batch_frame",
     "read_meta",
     "read_trace",
     "SEGMENT_GLOB",
@@ -368,6 +369,14 @@ def _cast_column(s: pl.Series, want: pl.DataType, source: str) -> pl.Series:
             bad = s.cast(want, strict=False).list.eval(pl.element().is_null()).list.any() | bad
         row = int(bad.arg_max() or 0)
         raise TraceError(f"{source}: column '{name}' value at row {row} does not fit {want}") from None
+
+
+def batch_frame(batch: Any) -> pl.DataFrame:
+    """A pyarrow record batch (a Parquet row group read a batch at a time) as a frame."""
+    frame = pl.from_arrow(batch)
+    if not isinstance(frame, pl.DataFrame):  # pl.from_arrow makes a Series of an array, never of a batch
+        raise TraceError(f"a row batch read as {type(frame).__name__}, not a table")
+    return frame
 
 
 def validate(df: pl.DataFrame, meta: TraceMeta, source: str, bodies: bool = True) -> pl.DataFrame:

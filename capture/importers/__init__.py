@@ -60,7 +60,9 @@ def import_log(
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit: must be >= 1, got {limit}")
     check_block_size(block_size)
-    common = dict(tokenizer=tokenizer, block_size=block_size, skip_bad=skip_bad, limit=limit, key=key, progress=progress)
+    common: dict[str, Any] = dict(
+        tokenizer=tokenizer, block_size=block_size, skip_bad=skip_bad, limit=limit, key=key, progress=progress
+    )  # the keyword arguments the three log importers share
     if format == "openai":
         return import_openai(path, out, rate=rate, seed=seed, **common)
     if format not in LOG_FORMATS:

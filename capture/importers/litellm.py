@@ -131,12 +131,13 @@ def _cached(obj: dict) -> int | None:
     metadata = obj.get("metadata")
     usage_object = metadata.get("usage_object") if isinstance(metadata, dict) else None
     if isinstance(usage_object, dict):
-        cached = openai_usage(usage_object, "metadata.usage_object").cached_tokens
-        if cached is not None:
-            return cached
+        usage = openai_usage(usage_object, "metadata.usage_object")
+        if usage is not None and usage.cached_tokens is not None:
+            return usage.cached_tokens
     response = obj.get("response")
     if isinstance(response, dict) and isinstance(response.get("usage"), dict):
-        return openai_usage(response["usage"], "response.usage").cached_tokens
+        usage = openai_usage(response["usage"], "response.usage")
+        return usage.cached_tokens if usage is not None else None
     return None
 
 

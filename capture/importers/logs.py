@@ -181,6 +181,7 @@ def scan_log(
             except NotARequest as e:
                 not_requests[e.kind] += 1
                 continue
+            assert record.request_id is not None  # _checked fills a missing one
             seen[record.request_id] = number
             lines.append(number)
             offsets.append(start)
@@ -338,12 +339,12 @@ class _Rows:
     def add(self, rec: LogRecord) -> None:
         from replay.bodies import text_slots
 
+        assert rec.request_id is not None and rec.arrival_us is not None  # _checked and build_trace see to both
         log_session = rec.session_id
         if log_session is None and rec.group_id in self.shared_groups:
             log_session = rec.group_id
         sid, parent, turn = self.linker.add(rec.request_id, rec.api, rec.body, rec.response, log_session)
-        if self.t0 is None:
-            self.t0 = rec.arrival_us
+        t0 = self.t0 = rec.arrival_us if self.t0 is None else self.t0
         ids = self.tokens.prompt_ids([s.text for s in text_slots(rec.body)])
         out = rec.usage.completion_tokens if rec.usage is not None else None
         if out is None and rec.response is not None:
@@ -358,7 +359,7 @@ class _Rows:
             ("turn", turn),
             ("api", rec.api),
             ("model", rec.model),
-            ("arrival_us", rec.arrival_us - self.t0),
+            ("arrival_us", rec.arrival_us - t0),
             ("body", body),
             ("input_tokens", len(ids)),
             ("output_tokens", out),
@@ -400,7 +401,7 @@ class _Rows:
         )
 
 
-_ROW_TYPES = {
+_ROW_TYPES: dict[str, pl.DataType | type[pl.DataType]] = {
     "request_id": pl.String,
     "session_id": pl.String,
     "parent_request_id": pl.String,
@@ -440,7 +441,7 @@ def build_trace(
         raise TraceError(f"{source}: line {missing[0]}: no arrival time")
     groups = Counter(g for g in map(_group_of, records) if g is not None)
     rows = _Rows(tokenizer, block_size, _shared(groups))
-    for i in sorted(range(len(records)), key=lambda i: records[i].arrival_us):
+    for i in sorted(range(len(records)), key=lambda i: records[i].arrival_us or 0):  # none is missing (above)
         rows.add(records[i])
     meta = rows.meta(source_format, report)
     return Trace(validate(rows.frame(), meta, source), meta)
@@ -493,7 +494,7 @@ class _Output:
 
     def close(self, meta: TraceMeta) -> Any | None:
         """Finish the file with ``meta`` (and the redaction's); the redaction report, if any."""
-        if self.redactor is None:
+        if self.redactor is None or self.key is None:
             self.writer.close(meta)
             return None
         from redact.pipeline import finish_output

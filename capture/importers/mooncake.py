@@ -23,6 +23,7 @@ import math
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from capture.importers.records import BadLines, LineError, count
 from capture.importers.tokens import ImportResult, TokenRecord, read_jsonl_rows, write_token_trace
@@ -64,7 +65,7 @@ class _Parser:
         else:
             raise LineError("is missing (a 'delay' needs an earlier turn of its session)", "timestamp")
         output = count(obj.get("output_length"), "output_length")
-        body = None
+        body: dict[str, Any] | None = None
         messages, text = obj.get("messages"), obj.get("text_input")
         if messages is not None:
             if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages) or not messages:
@@ -77,9 +78,10 @@ class _Parser:
         hash_ids = None
         n_in = 0
         if body is None:
-            n_in = count(obj.get("input_length"), "input_length")
-            if n_in is None:
+            length = count(obj.get("input_length"), "input_length")
+            if length is None:
                 raise LineError("is missing", "input_length")
+            n_in = length
             if output is None:
                 raise LineError("is missing", "output_length")
             ids = obj.get("hash_ids")

@@ -88,6 +88,7 @@ def _batch_line(obj: dict) -> LogRecord:
         api_of_body(body, api=api)
     except LineError as e:
         raise LineError(f"does not match url {url!r} ({e.args[0]})", "body") from None
+    assert isinstance(body, dict)  # api_of_body refused anything else
     return LogRecord(arrival_us=None, api=api, model=_model(body, None), body=body, request_id=custom_id)
 
 
@@ -180,6 +181,7 @@ def import_openai(
     index = scan_log(path, parse, skip_bad=skip_bad, limit=limit)
     batch = kind[0]
     if batch:
+        assert rate is not None  # parse() refused a Batch file without --rate
         rng = np.random.default_rng(seed)
         gaps_s = rng.exponential(1.0 / rate, size=len(index) - 1)
         index = index.timed(np.rint(np.concatenate([[0.0], np.cumsum(gaps_s)]) * 1e6))

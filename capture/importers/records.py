@@ -219,13 +219,14 @@ def content_text(content: Any) -> str | None:
 
 def output_text(output: Any) -> str | None:
     """The text of a Responses API object's ``output`` items (each message's ``output_text``)."""
-    parts = [
-        part["text"]
-        for item in (output if isinstance(output, list) else [])
-        if isinstance(item, dict) and item.get("type") == "message"
-        for part in (item.get("content") if isinstance(item.get("content"), list) else [])
-        if isinstance(part, dict) and part.get("type") == "output_text" and isinstance(part.get("text"), str)
-    ]
+    parts: list[str] = []
+    for item in output if isinstance(output, list) else []:
+        content = item.get("content") if isinstance(item, dict) and item.get("type") == "message" else None
+        parts += [
+            part["text"]
+            for part in (content if isinstance(content, list) else [])
+            if isinstance(part, dict) and part.get("type") == "output_text" and isinstance(part.get("text"), str)
+        ]
     return "".join(parts) if parts else None
 
 

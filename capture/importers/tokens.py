@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -33,6 +34,9 @@ from replay.blocks import HASH_ALGO
 from replay.errors import ConfigError, TraceError
 from replay.synth import Synthesis, Synthesizer
 from replay.trace import BLOCK_SIZE, TraceMeta, TraceWriter, read_meta
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 __all__ = ["CHUNK_ROWS", "TokenRecord", "read_csv_rows", "read_jsonl_rows", "write_token_trace", "ImportResult"]
 
@@ -156,7 +160,7 @@ def read_jsonl_rows(path: Path) -> Iterator[tuple[int, object]]:
 
 def write_token_trace(
     records: Iterable[TokenRecord],
-    out: str | Path,
+    out: str | os.PathLike[str],
     *,
     source: str,
     source_format: str,
@@ -243,7 +247,7 @@ class _State:
         self.last: tuple[int, int] | None = None  # (arrival_us, line) of the last row written
         self.sessions: dict[str, tuple[int, str]] = {}  # session -> (turns so far, last request)
         self.real_text = 0
-        self._tok = None
+        self._tok: Tokenizer | None = None
 
     def _text_ids(self, body: dict):
         from replay.bodies import prompt_token_ids, text_slots
@@ -267,9 +271,12 @@ class _State:
             self.t0 = first.arrival_us
         t0 = self.t0
         n = len(chunk)
-        sessions, parents, turns = [None] * n, [None] * n, [0] * n
+        sessions: list[str | None] = [None] * n
+        parents: list[str | None] = [None] * n
+        turns = [0] * n
         bodies: list[str | None] = [None] * n
-        inputs, hashes = [0] * n, [None] * n
+        inputs = [0] * n
+        hashes: list[list[int] | None] = [None] * n
         for i, r in enumerate(chunk):
             if r.session_id is not None:
                 count, prev = self.sessions.get(r.session_id, (0, None))
