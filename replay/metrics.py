@@ -128,6 +128,7 @@ class StageSummary(TypedDict):
     engine_metrics: dict[str, Any] | None  # replay.engine_metrics
     prefix_cache: str | None
     repeat: int | None
+    discarded_attempts: list[str]  # --retry-invalid: the invalid reasons of the attempts this stage replaced
     prompt_tokens: int
     cached_tokens: int | None
     cache_hit_rate: float | None
@@ -158,6 +159,8 @@ class StageResult:
     prefix_cache: str | None = None
     # a stage run with --repeats: which repeat (0-based); None when the stage ran once
     repeat: int | None = None
+    # a sweep's stage run again for --retry-invalid: why each earlier attempt was invalid
+    discarded_attempts: tuple[str, ...] = ()
 
     @property
     def summary(self) -> StageSummary:
@@ -338,6 +341,7 @@ def summarize(result: StageResult) -> StageSummary:
         "engine_metrics": result.engine_metrics,
         "prefix_cache": result.prefix_cache,
         "repeat": result.repeat,
+        "discarded_attempts": list(result.discarded_attempts),
         "prompt_tokens": int(ok["prompt_tokens"].sum() or 0),
         "cached_tokens": int(cached.sum() or 0) if cached.len() else None,
         "cache_hit_rate": (float(cached.sum()) / float(prompt.sum())) if cached.len() and prompt.sum() else None,

@@ -435,6 +435,19 @@ def check_repeats(repeats: int) -> int:
     return repeats
 
 
+def check_retries(retry_invalid: int, reset_cache: bool) -> int:
+    """`retry_invalid` if it is a whole number >= 0 (--retry-invalid) that the sweep can honour
+    (a retried stage must start from a cold prefix cache, as its first attempt did), else ConfigError."""
+    if not (isinstance(retry_invalid, int) and retry_invalid >= 0):
+        raise ConfigError(f"--retry-invalid: must be a whole number >= 0, got {retry_invalid!r}")
+    if retry_invalid and not reset_cache:
+        raise ConfigError(
+            "--retry-invalid: a stage run again would find its first attempt's prefixes cached; "
+            "it needs the prefix cache reset before each stage (drop --keep-prefix-cache)"
+        )
+    return retry_invalid
+
+
 def sweep(
     trace: Trace,
     config: RunConfig,
@@ -449,6 +462,7 @@ def sweep(
     reset_cache: bool = True,
     repeats: int = 1,
     target: Callable[[RunConfig], contextlib.AbstractContextManager[RunConfig]] | None = None,
+    retry_invalid: int = 0,
 ) -> SweepResult:
     """Replay `trace` once per rate (in the order given, or the rates a :func:`find_rates` search
     chose), or, with `concurrency` (and no rates), once per number of users in closed loop; with
@@ -467,8 +481,14 @@ def sweep(
     `repeats`: every stage K times, the list of stages once per repeat (module docstring). `target`
     (optional) is entered once per repeat with `config` and yields it aimed at the target that
     repeat runs on: a freshly started engine, so that a repeat's noise includes an engine start.
+
+    `retry_invalid`: a stage the runner made invalid (its send lag p99 over the bound: the machine
+    held the sender up) is run again, after the same prefix-cache reset, up to this many more
+    times; the first valid attempt is kept (else the last), and the kept stage lists the reasons
+    of the attempts it replaced (`discarded_attempts`), which are judged nowhere. 0: as run.
     """
     check_repeats(repeats)
+    check_retries(retry_invalid, reset_cache)
     search = rates if isinstance(rates, RateSearch) else None
     users: list[int] | None
     stage_rates: list[float | None]
@@ -509,18 +529,28 @@ def sweep(
                 label = load_label(stage_config.rate, stage_config.concurrency)
                 if repeats > 1:
                     label += f", repeat {k + 1} of {repeats}"
-                reset = "kept (--keep-prefix-cache)"
-                if reset_cache:
-                    reset = reset_prefix_cache(
-                        stage_config.url, headers=stage_config.request_headers(), context=stage_config.ssl_context()
+                discarded: list[str] = []
+                while True:
+                    reset = "kept (--keep-prefix-cache)"
+                    if reset_cache:
+                        reset = reset_prefix_cache(
+                            stage_config.url, headers=stage_config.request_headers(), context=stage_config.ssl_context()
+                        )
+                    stage = run_plan(
+                        plan,
+                        stage_config,
+                        progress(label + (f", attempt {len(discarded) + 1}" if discarded else "")) if progress else None,
+                        on_rows(len(stages), stage_config) if on_rows else None,
                     )
-                stage = run_plan(
-                    plan,
-                    stage_config,
-                    progress(label) if progress else None,
-                    on_rows(len(stages), stage_config) if on_rows else None,
+                    summary = stage.summary
+                    if summary["valid"] or stage.cancelled or stage.interrupted or len(discarded) >= retry_invalid:
+                        break
+                    discarded.append(summary["invalid_reason"] or "invalid")
+                stages.append(
+                    dataclasses.replace(
+                        stage, prefix_cache=reset, repeat=k if repeats > 1 else None, discarded_attempts=tuple(discarded)
+                    )
                 )
-                stages.append(dataclasses.replace(stage, prefix_cache=reset, repeat=k if repeats > 1 else None))
                 result = result_of()
                 if on_stage is not None:
                     on_stage(result)

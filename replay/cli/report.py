@@ -155,6 +155,8 @@ def print_stages(summary: dict) -> None:
         at = at if at == "as recorded" else f"at {at}"
         if repeated:
             at += f" (repeat {s['repeat'] + 1})"
+        for k, why in enumerate(s.get("discarded_attempts") or [], 1):
+            console.print(f"attempt {k} {at} discarded (--retry-invalid), run again: {why}", highlight=False)
         if s["invalid_reason"]:
             console.print(f"invalid {at}: {s['invalid_reason']}", highlight=False)
         if s["cut_off"]:

@@ -268,6 +268,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "grows by more than this (default 250ms)",
     )
     p.add_argument(
+        "--retry-invalid",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run a stage that came out invalid (the runner's send lag p99 over --lag-bound-ms: the "
+        "machine held the sender up) again, up to N more times, after the same prefix-cache reset; "
+        "the first valid attempt is kept (else the last), and the summary, the table and --fidelity "
+        "name the attempts discarded (default 0: every stage as it ran)",
+    )
+    p.add_argument(
         "--probe-duration",
         default="10s",
         help="with --rates auto: the window of each probe stage (default 10s); the search takes at "
@@ -487,7 +497,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from replay.config import AutoRates
-    from replay.sweep import RateSearch, check_repeats, check_stages, find_rates, sweep
+    from replay.sweep import RateSearch, check_repeats, check_retries, check_stages, find_rates, sweep
     from replay.trace import read_trace
 
     users = parse_users(args.concurrency) if args.concurrency else None
@@ -501,6 +511,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(raw_text_warning(args.trace), file=sys.stderr)
     config = _config(args, None, None)
     repeats = check_repeats(args.repeats)  # before the engine starts
+    check_retries(args.retry_invalid, not args.keep_prefix_cache)
     check_outcome_flags(args)
     if not isinstance(rates, AutoRates):
         check_stages(trace, config, rates, users)  # every stage's flags: before the engine starts
@@ -540,6 +551,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             stop_after_saturation=args.stop_after_saturation,
             reset_cache=not args.keep_prefix_cache,
             repeats=repeats,
+            retry_invalid=args.retry_invalid,
             target=fresh,
         )
     return _report(args, result, saver, page=True)

@@ -104,3 +104,48 @@ def test_each_stage_starts_from_a_cold_prefix_cache_unless_kept(scripted):
     plain = scripted()
     out = sweep(trace_of_bodies([{"max_tokens": 1}] * 4), RunConfig(url=plain.url, lag_bound_ms=1000), [50.0])
     assert out.summaries[0]["prefix_cache"].startswith("not reset: /reset_prefix_cache answered HTTP 404")
+
+
+def test_a_stage_the_runner_made_invalid_is_run_again_and_the_discarded_attempt_named(scripted, monkeypatch):
+    import dataclasses
+
+    import pytest
+
+    import replay.sweep as sweep_module
+    from replay.errors import ConfigError
+
+    server = scripted(chunk_delay_s=0.005)
+    trace = trace_of_bodies([{"max_tokens": 3} for _ in range(20)])
+    config = RunConfig(url=server.url, arrivals=Arrivals(kind="constant"), lag_bound_ms=50)
+    # the first attempt of the first stage is judged under a 1 ns bound (the machine "held the
+    # sender up"); every later attempt under the stage's own 50 ms
+    real, calls = sweep_module.run_plan, []
+
+    def first_attempt_late(plan, stage_config, *args, **kwargs):
+        calls.append(stage_config.rate)
+        stage = real(plan, stage_config, *args, **kwargs)
+        if len(calls) == 1:
+            stage = dataclasses.replace(stage, config=dataclasses.replace(stage.config, lag_bound_ms=1e-6))
+        return stage
+
+    monkeypatch.setattr(sweep_module, "run_plan", first_attempt_late)
+    result = sweep(trace, config, rates=[20.0, 40.0], retry_invalid=2)
+    assert calls == [20.0, 20.0, 40.0]  # the late stage twice, the other once
+    first, second = result.summaries
+    assert first["valid"] and second["valid"] and len(result.stages) == 2
+    assert len(first["discarded_attempts"]) == 1 and "send lag p99" in first["discarded_attempts"][0]
+    assert second["discarded_attempts"] == []
+    assert result.to_json()["stages"][0]["discarded_attempts"] == first["discarded_attempts"]
+
+    # without retries the invalid attempt is the stage; with them, a runner always late gives up
+    # after N more attempts and keeps the last, still invalid
+    calls.clear()
+    assert not sweep(trace, config, rates=[20.0]).summaries[0]["valid"]
+    always_late = RunConfig(url=server.url, arrivals=Arrivals(kind="constant"), lag_bound_ms=1e-6)
+    monkeypatch.setattr(sweep_module, "run_plan", real)
+    kept = sweep(trace, always_late, rates=[20.0], retry_invalid=2).summaries[0]
+    assert not kept["valid"] and len(kept["discarded_attempts"]) == 2
+    with pytest.raises(ConfigError, match="--retry-invalid"):
+        sweep(trace, config, rates=[20.0], retry_invalid=1, reset_cache=False)
+    with pytest.raises(ConfigError, match="--retry-invalid"):
+        sweep(trace, config, rates=[20.0], retry_invalid=-1)
