@@ -11,7 +11,8 @@
    small for a conclusive verdict, so these say "cannot tell" and the sweep is told to go on
    (``--allow-inconclusive``, recorded in its summary; an unfaithful stage still stops it). A
    stage whose send lag the machine pushed over the 1 ms bound (on a VM one late send of 60 does
-   it) is run again, twice at most (``--retry-invalid 2``; the table names the attempt dropped);
+   it) is run again, twice at most (``--retry-invalid 2``; the table names the attempt dropped;
+   the replay of step 4 likewise);
 4. ``replay run`` of every captured request at twice the captured pace, sessions causal (each turn
    after the previous one ended, resending the answers the engine itself gave), and the fidelity
    report on it (HTML, Markdown, JSON). With the whole capture on both sides it must be
@@ -194,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         "causal",
         "--lag-bound-ms",
         size["lag_bound_ms"],
+        "--retry-invalid",
+        "2",
         *sim,
         "--out",
         str(whole),

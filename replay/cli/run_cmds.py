@@ -210,6 +210,16 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         "engine's, or /flush_cache, SGLang's: else a stage hits what the stages before it cached "
         "of the same requests)",
     )
+    p.add_argument(
+        "--retry-invalid",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run a stage that came out invalid (the runner's send lag p99 over --lag-bound-ms: the "
+        "machine held the sender up) again, up to N more times, after a prefix-cache reset; the first "
+        "valid attempt is kept (else the last), and the summary and the table name the attempts "
+        "discarded, which nothing judges (--fidelity neither) (default 0: every stage as it ran)",
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -266,16 +276,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="250ms",
         help="saturated when TTFT (from the intended send) at least doubles through a stage and "
         "grows by more than this (default 250ms)",
-    )
-    p.add_argument(
-        "--retry-invalid",
-        type=int,
-        default=0,
-        metavar="N",
-        help="run a stage that came out invalid (the runner's send lag p99 over --lag-bound-ms: the "
-        "machine held the sender up) again, up to N more times, after the same prefix-cache reset; "
-        "the first valid attempt is kept (else the last), and the summary, the table and --fidelity "
-        "name the attempts discarded (default 0: every stage as it ran)",
     )
     p.add_argument(
         "--probe-duration",
@@ -462,7 +462,7 @@ def _judge(args: argparse.Namespace, result, saver: _Saver) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from replay.plan import schedule
-    from replay.sweep import check_repeats, sweep
+    from replay.sweep import check_repeats, check_retries, sweep
     from replay.trace import read_trace
 
     trace = read_trace(args.trace, bodies=False)  # bodies are read a window at a time as the stage runs
@@ -471,6 +471,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = dataclasses.replace(_config(args, args.rate, args.speedup), concurrency=args.concurrency)
     schedule(trace, config)  # bad --duration / --requests: before the engine starts
     repeats = check_repeats(args.repeats)  # before the engine starts
+    check_retries(args.retry_invalid, not args.keep_prefix_cache)
     check_outcome_flags(args)
     _check_live(args, trace)
     sim_config = _sim_config(args)
@@ -480,7 +481,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         contextlib.nullcontext(config) if fresh else _target(args, config, sim_config, args.json) as config,
         progress_bar(quiet=args.json) as bar,
     ):
-        # one stage; its repeats start from an empty prefix cache, as the first did
+        # one stage; its repeats and retries start from an empty prefix cache, as the first did
         result = sweep(
             trace,
             config,
@@ -488,9 +489,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             progress=bar.stage,
             on_stage=saver,
             on_rows=saver.rows,
-            reset_cache=repeats > 1 and not args.keep_prefix_cache,
+            reset_cache=(repeats > 1 or args.retry_invalid > 0) and not args.keep_prefix_cache,
             repeats=repeats,
             target=fresh,
+            retry_invalid=args.retry_invalid,
         )
     return _report(args, result, saver)
 
