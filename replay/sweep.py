@@ -525,12 +525,12 @@ def sweep(
         with target(config) if target else contextlib.nullcontext(config) as aimed:
             model = resolve_model(trace, aimed)
             for stage_config in configs_of(aimed):
-                plan = build_plan(trace, stage_config, model=model)
                 label = load_label(stage_config.rate, stage_config.concurrency)
                 if repeats > 1:
                     label += f", repeat {k + 1} of {repeats}"
                 discarded: list[str] = []
                 while True:
+                    plan = build_plan(trace, stage_config, model=model)  # each attempt reads its bodies anew
                     reset = "kept (--keep-prefix-cache)"
                     if reset_cache:
                         reset = reset_prefix_cache(
