@@ -50,18 +50,16 @@ def send(url: str, offsets_s: np.ndarray, ca_cert: str | None) -> dict:
     from replay.runner import WARM_CAP
 
     n = len(offsets_s)
+    options = _engine.RunOptions(
+        url, ca_cert=ca_cert, timeout_s=30.0, worker_threads=1, warm_connections=WARM_CAP, chunk_times=False
+    )
     raw = _engine.run(
-        url,
+        options,
         ["/v1/chat/completions"],
         np.zeros(n, np.uint8),
         (offsets_s * 1e9).astype(np.int64),
         BODY * n,
         body_offsets=np.arange(n + 1, dtype=np.uint64) * len(BODY),
-        ca_cert=ca_cert,
-        timeout_s=30.0,
-        worker_threads=1,
-        warm_connections=WARM_CAP,
-        chunk_times=False,
     )
     sent = raw["sent_ns"] >= 0
     lag_ms = (raw["sent_ns"][sent] - raw["intended_ns"][sent]) / 1e6

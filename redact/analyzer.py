@@ -327,3 +327,14 @@ class TextAnalyzer:
             except Exception as e:  # noqa: BLE001 (quarantine the text, never let it through)
                 out.append(e)
         return out
+
+    def analyze_spans(self, texts: Sequence[str]) -> list[list[tuple[str, int, int]] | str]:
+        """:meth:`analyze_batch` in the form a worker sends back: each text's entities as
+        (type, start, end), or the one-line reason its analysis failed."""
+        out: list[list[tuple[str, int, int]] | str] = []
+        for found in self.analyze_batch(texts):
+            if isinstance(found, BaseException):
+                out.append(f"{type(found).__name__}: {str(found).splitlines()[0] if str(found) else ''}")
+            else:
+                out.append([(f.entity, f.start, f.end) for f in found])
+        return out

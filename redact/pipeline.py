@@ -159,19 +159,7 @@ def _quick_exit() -> None:
 def _analyze_chunk(texts: list[str]) -> list[list[tuple[str, int, int]] | str]:
     if _worker_analyzer is None:  # the pool's initializer makes it; a worker without one analyses nothing
         raise RedactionError("redaction worker: its analyzer was not loaded (_init_worker did not run)")
-    return analysis_results(_worker_analyzer.analyze_batch(texts))
-
-
-def analysis_results(batch: Sequence[Any]) -> list[list[tuple[str, int, int]] | str]:
-    """A worker's answer for a chunk: each text's entities as (type, start, end), or the one-line
-    reason its analysis failed (:meth:`redact.analyzer.TextAnalyzer.analyze_batch`'s results)."""
-    out: list[list[tuple[str, int, int]] | str] = []
-    for found in batch:
-        if isinstance(found, BaseException):
-            out.append(f"{type(found).__name__}: {str(found).splitlines()[0] if str(found) else ''}")
-        else:
-            out.append([(f.entity, f.start, f.end) for f in found])
-    return out
+    return _worker_analyzer.analyze_spans(texts)
 
 
 def default_processes() -> int:

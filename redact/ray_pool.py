@@ -44,9 +44,7 @@ class _Analyzer:
         self.analyzer = TextAnalyzer(entities, threshold, extra)
 
     def analyze(self, texts: list[str]) -> list[list[tuple[str, int, int]] | str]:
-        from redact.pipeline import analysis_results
-
-        return analysis_results(self.analyzer.analyze_batch(texts))
+        return self.analyzer.analyze_spans(texts)
 
 
 def _ray():

@@ -103,8 +103,37 @@ def run_defaults() -> RunDefaults:
     """The core runner's defaults: timeout_s, stall_timeout_s, connect_timeout_s, drain_s,
     max_connections, worker_threads."""
 
+class RunOptions:
+    """What a run is asked to do: the target, its TLS and headers, deadlines in seconds (None: the
+    core's default, :func:`run_defaults`; 0: no limit), caps on connections and on requests in
+    flight (``max_in_flight``: a closed-loop stage's users, 0 open loop), connections opened
+    before t0, whether chunk times are kept, the I/O workers and their CPUs, and whether a causal
+    run resends the answers it streamed. A bad value raises ConfigError naming it, when made."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        headers: list[tuple[str, str]] = ...,
+        ca_cert: str | None = None,
+        insecure: bool = False,
+        timeout_s: float | None = None,
+        stall_timeout_s: float | None = None,
+        connect_timeout_s: float | None = None,
+        drain_s: float | None = None,
+        max_connections: int | None = None,
+        max_in_flight: int = 0,
+        warm_connections: int = 0,
+        chunk_times: bool = True,
+        worker_threads: int | None = None,
+        cpus: list[int] = ...,
+        resend_answers: bool = False,
+    ) -> None: ...
+    @property
+    def url(self) -> str: ...
+
 def run(
-    url: str,
+    options: RunOptions,
     paths: list[str],
     path_index: npt.NDArray[np.uint8],
     offsets_ns: npt.NDArray[np.int64],
@@ -119,41 +148,24 @@ def run(
     body_offsets: npt.NDArray[np.uint64] | None = None,
     after: npt.NDArray[np.int64] | None = None,
     think_ns: npt.NDArray[np.int64] | None = None,
-    headers: list[tuple[str, str]] = ...,
-    ca_cert: str | None = None,
-    insecure: bool = False,
-    timeout_s: float | None = None,
-    stall_timeout_s: float | None = None,
-    connect_timeout_s: float | None = None,
-    drain_s: float | None = None,
-    max_connections: int | None = None,
-    max_in_flight: int = 0,
-    warm_connections: int = 0,
-    chunk_times: bool = True,
-    worker_threads: int | None = None,
     progress: Callable[[int, int, int], object] | None = None,
     progress_interval_s: float = 0.2,
-    cpus: list[int] = ...,
     results: Callable[[Rows], object] | None = None,
-    resend_answers: bool = False,
 ) -> RunOutput:
-    """Replay the planned requests open-loop (GIL released). Bodies: all at once (bytes with
-    ``body_offsets``) or a callable returning the next window ``(bytes, offsets)`` or None, called
-    on a thread of its own a couple of windows ahead of the sends; a window's third and fourth
-    elements, when given, are the byte spans of each body's earlier answers (start, end pairs,
-    oldest first; body i's at ``spans[span_offsets[i]:span_offsets[i + 1]]``), where a causal run
-    with ``resend_answers`` writes the answers its engine streamed to those turns. With ``results``, finished
-    requests are handed to it as the run goes, in consecutive batches in request order (the same
-    per-request columns, ``first`` the index of a batch's first request), and the dict returned
-    holds the rest. Returns ``first`` and numpy columns (intended_ns,
-    release_ns, conn_ns, sent_ns, first_byte_ns, first_token_ns, end_ns, status, error_kind,
-    prompt_tokens, completion_tokens, cached_tokens, output_chunks, error_detail_offsets,
-    chunk_offsets, chunk_us), error_detail_bytes, start_unix_ns, cancelled, cut_off,
-    interrupted and the runner's own statistics (runner). A closed-loop stage sets
-    ``max_in_flight`` (its users; 0: open loop): at most that many in flight, the next released
-    when one ends. An https ``url``'s certificate is checked against the system's roots, or the
-    PEM file ``ca_cert`` alone, or not at all (``insecure``); one it cannot trust raises
-    TargetError before t0."""
+    """Replay the planned requests open-loop as ``options`` say (GIL released). Bodies: all at
+    once (bytes with ``body_offsets``) or a callable returning the next window ``(bytes,
+    offsets)`` or None, called on a thread of its own a couple of windows ahead of the sends; a
+    window's third and fourth elements, when given, are the byte spans of each body's earlier
+    answers (start, end pairs, oldest first; body i's at ``spans[span_offsets[i]:span_offsets[i +
+    1]]``), where a causal run with ``resend_answers`` writes the answers its engine streamed to
+    those turns. With ``results``, finished requests are handed to it as the run goes, in
+    consecutive batches in request order (the same per-request columns, ``first`` the index of a
+    batch's first request), and the dict returned holds the rest. Returns ``first`` and numpy
+    columns (intended_ns, release_ns, conn_ns, sent_ns, first_byte_ns, first_token_ns, end_ns,
+    status, error_kind, prompt_tokens, completion_tokens, cached_tokens, output_chunks,
+    error_detail_offsets, chunk_offsets, chunk_us), error_detail_bytes, start_unix_ns, cancelled,
+    cut_off, interrupted and the runner's own statistics (runner). An https target whose
+    certificate cannot be trusted raises TargetError before t0."""
 
 class SimServer:
     """The embedded simulated engine, serving on its own thread."""

@@ -34,7 +34,7 @@ from replay.targets.url import base_url, check_target
 from replay.trace import Trace
 
 if TYPE_CHECKING:
-    from replay._engine import Rows
+    from replay._engine import Rows, RunOptions
 
 __all__ = [
     "StageResult",
@@ -152,6 +152,31 @@ def warm_connections(plan: Plan, config: RunConfig) -> int:
     return int(min(config.max_connections, max(1, wanted)))
 
 
+def runner_options(plan: Plan, config: RunConfig) -> RunOptions:
+    """What the Rust runner is asked to do for this stage's plan: the target, its TLS and headers,
+    the deadlines and caps of `config`, the connections opened before t0
+    (:func:`warm_connections`), and whether the plan's causal turns resend the answers streamed."""
+    from replay import _engine
+
+    return _engine.RunOptions(
+        base_url(config.url),
+        headers=config.request_headers(),
+        ca_cert=config.ca_cert,
+        insecure=config.insecure,
+        timeout_s=config.timeout_s,
+        stall_timeout_s=config.stall_timeout_s,
+        connect_timeout_s=config.connect_timeout_s,
+        drain_s=config.drain_s,
+        max_connections=config.max_connections,
+        max_in_flight=config.concurrency or 0,
+        warm_connections=warm_connections(plan, config),
+        chunk_times=config.chunk_times,
+        worker_threads=config.worker_threads,
+        cpus=list(config.cpus),
+        resend_answers=plan.mark_answers,
+    )
+
+
 def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None, on_rows: RowsSink | None = None) -> StageResult:
     """Send a prepared plan; returns when every request finished, the drain ended or the run was
     cancelled. The bodies are made a window at a time (:meth:`Plan.body_windows`) while it runs.
@@ -178,7 +203,6 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None, on
         total = plan.n
         callback = lambda sent, completed, errors: progress(sent, completed, errors, total)  # noqa: E731
 
-    headers = config.request_headers()
     after, think_ns = (
         causal_gates(plan.rows, plan.offsets_ns, scale=1.0 if config.closed_loop else None)
         if config.sessions == "causal"
@@ -188,29 +212,15 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None, on
     sampler = engine_sampler(config)
     with sampler if sampler is not None else contextlib.nullcontext():
         raw = _engine.run(
-            base_url(config.url),
+            runner_options(plan, config),
             list(plan.paths),
             plan.path_index,
             plan.offsets_ns,
             lambda: next(windows, None),
             after=after,
             think_ns=think_ns,
-            headers=headers,
-            ca_cert=config.ca_cert,
-            insecure=config.insecure,
-            timeout_s=config.timeout_s,
-            stall_timeout_s=config.stall_timeout_s,
-            connect_timeout_s=config.connect_timeout_s,
-            drain_s=config.drain_s,
-            max_connections=config.max_connections,
-            max_in_flight=config.concurrency or 0,
-            warm_connections=warm_connections(plan, config),
-            chunk_times=config.chunk_times,
-            worker_threads=config.worker_threads,
             progress=callback,
-            cpus=list(config.cpus),
             results=take,
-            resend_answers=plan.mark_answers,
         )
     take(raw)
     got = sum(f.height for f in frames)

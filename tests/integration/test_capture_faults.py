@@ -155,6 +155,9 @@ def test_when_the_recorder_dies_traffic_flows_and_the_drops_are_counted(scripted
         await asyncio.get_running_loop().run_in_executor(None, proxy._proc.join, 30)
         bodies = [b for i in range(4) for b in (_chat(f"after {i}"), _chat(f"after {i}", stream=True, stream_options=USAGE))]
         after = [(await _post(http, proxy.url, b), await _post(http, upstream.url, b)) for b in bodies]
+        # the pump counts what it could not hand over when it next runs (it runs SCHED_IDLE:
+        # behind the traffic's threads and this test's), so the count is awaited, then checked
+        await _until(proxy, "dropped_recorder_error", len(in_flight) + len(after))
         return before + in_flight, after, await _metrics(http, proxy.url), proxy.counters()
 
     before, after, metrics, counts = _run(cfg, scenario)

@@ -11,8 +11,8 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::time::{Instant, Sleep};
 
+use crate::backlog::Recording;
 use crate::exchange::Outcome;
-use crate::proxy::Recording;
 use crate::upstream::{Sender, Upstream};
 use crate::usage::UsageFilter;
 

@@ -9,13 +9,16 @@
 //!   of what it receives.
 //! * `upstream` — connections to the upstream: dialled (TCP, then TLS for https), kept alive and
 //!   reused.
-//! * `proxy` — the listener, the request handler and the recording body; [`Proxy::start`] runs it
+//! * `backlog` — the bounded queue of finished exchanges and the record of a request in flight.
+//! * `body` — the answer's body passed to the client a read at a time, recorded as it goes.
+//! * `proxy` — the listener and the request handler; [`Proxy::start`] runs it
 //!   on its own runtime and hands finished exchanges out through a bounded queue that never makes
 //!   a request wait: a full queue drops the exchange and counts it.
 //!
 //! The crate holds no Python: the recorder (token counts, sessions, redaction, Parquet) is the
 //! caller's, fed through [`Proxy::take`].
 
+mod backlog;
 mod body;
 pub mod config;
 pub mod exchange;

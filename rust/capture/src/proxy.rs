@@ -16,11 +16,10 @@
 //! the session header; `dropped_session_shed`), so that what is recorded holds whole sessions.
 //! Requests to other endpoints pass through and are counted (`unrecorded`).
 
-use std::collections::{HashSet, VecDeque};
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -40,6 +39,7 @@ use tokio_rustls::TlsAcceptor;
 
 use replay_core::CoreError;
 
+use crate::backlog::{Recording, Shared};
 use crate::body::{Passing, ProxyBody};
 use crate::config::CaptureConfig;
 use crate::exchange::{api_of_path, usage_on_request, Exchange, Outcome};
@@ -71,18 +71,6 @@ pub struct Counters {
     pub upstream_connections: u64,
 }
 
-/// Why an exchange was not queued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Refused {
-    Full,
-    Backlog,
-    Shed,
-}
-
-/// Sessions shed remembered at most; past that the memory starts afresh (a session shed before
-/// may then be recorded from a later turn on).
-const SHED_MAX: usize = 100_000;
-
 /// A TLS handshake from a client may take this long.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -103,148 +91,6 @@ const HOP: [&str; 11] = [
 
 fn hop(name: &HeaderName) -> bool {
     HOP.contains(&name.as_str())
-}
-
-pub(crate) struct Shared {
-    requests: AtomicU64,
-    unrecorded: AtomicU64,
-    outcomes: [AtomicU64; 4],
-    queued: AtomicU64,
-    dropped: [AtomicU64; 3],
-    finished: Finished,
-}
-
-/// The bounded queue of finished exchanges: pushed without waiting (full: dropped and counted,
-/// with the rest of the exchange's session), taken by the recorder's side.
-struct Finished {
-    queue: Mutex<Backlog>,
-    arrived: Condvar,
-    capacity: usize,
-    max_bytes: usize,
-}
-
-#[derive(Default)]
-struct Backlog {
-    exchanges: VecDeque<(Exchange, usize)>,
-    bytes: usize,
-    shed: HashSet<String>,
-}
-
-/// What an exchange holds in memory, about.
-fn size_of(ex: &Exchange) -> usize {
-    const PER_CHUNK: usize = 32;
-    let chunks: usize = ex.chunks.iter().map(|(_, d)| d.len() + PER_CHUNK).sum();
-    256 + ex.body.len() + chunks + ex.session.as_ref().map_or(0, String::len)
-}
-
-impl Finished {
-    fn push(&self, ex: Exchange) -> Result<(), Refused> {
-        let size = size_of(&ex);
-        let mut q = self.queue.lock().expect("queue");
-        let refused = if ex.session.as_ref().is_some_and(|s| q.shed.contains(s)) {
-            Some(Refused::Shed)
-        } else if q.exchanges.len() >= self.capacity {
-            Some(Refused::Full)
-        } else if q.bytes + size > self.max_bytes && !q.exchanges.is_empty() {
-            Some(Refused::Backlog)
-        } else {
-            None
-        };
-        if let Some(why) = refused {
-            if let Some(session) = ex.session {
-                if q.shed.len() >= SHED_MAX {
-                    q.shed.clear();
-                }
-                q.shed.insert(session);
-            }
-            return Err(why);
-        }
-        q.bytes += size;
-        q.exchanges.push_back((ex, size));
-        drop(q);
-        self.arrived.notify_one();
-        Ok(())
-    }
-
-    fn wait(&self, timeout: Duration) -> bool {
-        let q = self.queue.lock().expect("queue");
-        let (q, _) = self
-            .arrived
-            .wait_timeout_while(q, timeout, |q| q.exchanges.is_empty())
-            .expect("queue");
-        !q.exchanges.is_empty()
-    }
-
-    fn take(&self, max: usize) -> Vec<Exchange> {
-        let mut q = self.queue.lock().expect("queue");
-        let n = q.exchanges.len().min(max);
-        let taken: Vec<(Exchange, usize)> = q.exchanges.drain(..n).collect();
-        q.bytes -= taken.iter().map(|(_, size)| size).sum::<usize>();
-        taken.into_iter().map(|(ex, _)| ex).collect()
-    }
-}
-
-/// One request's record on its way: finished once (an outcome given, or found when dropped),
-/// then put on the queue if the request is a recorded one.
-pub(crate) struct Recording {
-    ex: Option<Exchange>,
-    start: std::time::Instant,
-    shared: Arc<Shared>,
-    /// The outcome unless the client goes away first (`upstream_error` for a 5xx answer).
-    outcome: Outcome,
-    /// The client has the whole answer (every byte, or the `[DONE]` event).
-    pub(crate) delivered: bool,
-    finished: bool,
-}
-
-impl Recording {
-    fn elapsed_us(&self) -> i64 {
-        self.start.elapsed().as_micros() as i64
-    }
-
-    pub(crate) fn chunk(&mut self, data: Bytes) {
-        let t = self.elapsed_us();
-        if let Some(ex) = self.ex.as_mut() {
-            ex.chunks.push((t, data));
-        }
-    }
-
-    pub(crate) fn finish(&mut self, outcome: Outcome) {
-        self.outcome = outcome;
-        self.finish_as_is();
-    }
-
-    pub(crate) fn finish_as_is(&mut self) {
-        if self.finished {
-            return;
-        }
-        self.finished = true;
-        let end_us = self.elapsed_us();
-        if let Some(mut ex) = self.ex.take() {
-            ex.end_us = end_us;
-            ex.outcome = self.outcome;
-            self.shared.outcomes[self.outcome.index()].fetch_add(1, Ordering::Relaxed);
-            let counter = match self.shared.finished.push(ex) {
-                Ok(()) => &self.shared.queued,
-                Err(Refused::Full) => &self.shared.dropped[0],
-                Err(Refused::Backlog) => &self.shared.dropped[1],
-                Err(Refused::Shed) => &self.shared.dropped[2],
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
-impl Drop for Recording {
-    /// Dropped unfinished: the client went away (hyper drops the request's future or its body).
-    fn drop(&mut self) {
-        if !self.finished {
-            if !self.delivered {
-                self.outcome = Outcome::ClientDisconnected;
-            }
-            self.finish_as_is();
-        }
-    }
 }
 
 struct State {
@@ -299,19 +145,7 @@ impl Proxy {
         let addr = listener.local_addr().map_err(|e| CoreError::Runtime {
             message: e.to_string(),
         })?;
-        let shared = Arc::new(Shared {
-            requests: AtomicU64::new(0),
-            unrecorded: AtomicU64::new(0),
-            outcomes: Default::default(),
-            queued: AtomicU64::new(0),
-            dropped: Default::default(),
-            finished: Finished {
-                queue: Mutex::new(Backlog::default()),
-                arrived: Condvar::new(),
-                capacity: cfg.queue_size,
-                max_bytes: cfg.backlog_bytes,
-            },
-        });
+        let shared = Arc::new(Shared::new(cfg.queue_size, cfg.backlog_bytes));
         let state = Arc::new(State {
             upstream: Arc::clone(&upstream),
             shared: Arc::clone(&shared),
@@ -345,12 +179,12 @@ impl Proxy {
 
     /// Wait up to `timeout` until a finished exchange is there to take; false if none came.
     pub fn wait(&self, timeout: Duration) -> bool {
-        self.shared.finished.wait(timeout)
+        self.shared.wait(timeout)
     }
 
     /// Up to `max` of the finished exchanges waiting, oldest first, without waiting.
     pub fn take(&self, max: usize) -> Vec<Exchange> {
-        self.shared.finished.take(max)
+        self.shared.take(max)
     }
 
     pub fn counters(&self) -> Counters {
@@ -563,14 +397,7 @@ async fn handle(
         chunks: Vec::new(),
         content_encoding: None,
     });
-    let mut rec = Recording {
-        ex,
-        start,
-        shared: Arc::clone(shared),
-        outcome: Outcome::Completed,
-        delivered: false,
-        finished: false,
-    };
+    let mut rec = Recording::new(ex, start, Arc::clone(shared));
 
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let Ok(uri) = state.upstream.uri(path) else {
@@ -655,14 +482,7 @@ async fn handle(
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    if let Some(ex) = rec.ex.as_mut() {
-        ex.status = Some(status.as_u16());
-        ex.ttfb_us = Some(start.elapsed().as_micros() as i64);
-        ex.content_encoding = content_encoding;
-    }
-    if status.is_server_error() {
-        rec.outcome = Outcome::UpstreamError;
-    }
+    rec.answered(status, content_encoding);
     // only an event stream has a usage chunk to take out (an error answer passes as it is)
     let strip = asked.with_usage.is_some()
         && resp

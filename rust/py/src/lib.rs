@@ -15,40 +15,16 @@ use pyo3::types::{PyBytes, PyDict};
 
 mod capture;
 mod errors;
+mod options;
 mod prompts;
 mod sim;
 
+use options::RunOptions;
 use replay_core::{
     arrival_offsets as core_arrival_offsets, run_streamed as core_run_streamed,
     simulate_prefix_cache as core_simulate_prefix_cache, Arrivals, CoreError, ErrorKind, Gate,
-    Records, RunConfig, RunControl, Schedule, SendBody, Sink, Switches, TlsOptions,
+    Records, RunControl, Schedule, SendBody, Sink, Switches,
 };
-
-/// Seconds -> ns; None keeps `default_ns` (the core's default), 0 means "no limit".
-fn seconds_to_ns(field: &str, seconds: Option<f64>, default_ns: u64) -> PyResult<u64> {
-    match seconds {
-        None => Ok(default_ns),
-        Some(s) if s.is_finite() && s >= 0.0 => Ok((s * 1e9) as u64),
-        Some(s) => Err(errors::config(
-            field,
-            format!("must be a number of seconds >= 0, got {s}"),
-        )),
-    }
-}
-
-/// The core runner's defaults (the one source of them), in seconds where they are times.
-#[pyfunction]
-fn run_defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    let c = RunConfig::default();
-    let d = PyDict::new(py);
-    d.set_item("timeout_s", c.timeout_ns as f64 / 1e9)?;
-    d.set_item("stall_timeout_s", c.stall_timeout_ns as f64 / 1e9)?;
-    d.set_item("connect_timeout_s", c.connect_timeout_ns as f64 / 1e9)?;
-    d.set_item("drain_s", c.drain_ns as f64 / 1e9)?;
-    d.set_item("max_connections", c.max_connections)?;
-    d.set_item("worker_threads", c.worker_threads)?;
-    Ok(d)
-}
 
 /// Arrival offsets in ns from the run start (see `replay_core::schedule`).
 #[pyfunction]
@@ -314,7 +290,8 @@ fn start_feeder(
     ))
 }
 
-/// Replay planned requests open-loop against `url`; blocks (GIL released) until done.
+/// Replay planned requests open-loop as `options` say (the target, its deadlines and caps:
+/// [`RunOptions`]); blocks (GIL released) until done.
 ///
 /// The schedule comes as columns: request i goes to `paths[path_index[i]]` and is due
 /// `offsets_ns[i]` after the start. Bodies come either all at once (`bodies` bytes with
@@ -322,30 +299,22 @@ fn start_feeder(
 /// a callable returning the next window `(bytes, offsets)` in the same form, or None at the end;
 /// it is called on a thread of its own, a couple of windows ahead of the sends, so memory holds
 /// only those windows. Causal sessions: `after[i]` is the index of the request that request i
-/// follows (-1: none) and `think_ns[i]` the think time after it. A closed-loop stage sets
-/// `max_in_flight` (its users): at most that many requests in flight, the next released when one
-/// ends (0: open loop). Times in seconds: None keeps
-/// the core's default (`run_defaults()`), 0 means no limit.
+/// follows (-1: none) and `think_ns[i]` the think time after it.
 /// `progress(sent, completed, errors)` is called every `progress_interval_s` with the GIL held.
 /// With `results`, finished requests are handed over as the run goes: `results(rows)` is called
 /// with consecutive batches in request order (`rows["first"]` is the first one's index; the same
 /// columns as the returned dict, whose rows are then the rest).
 /// On Ctrl-C the run is cancelled, partial results are returned and `interrupted` is True.
-/// `cpus` pins the runner's I/O workers to those CPUs; the dispatcher keeps the caller's CPU set
-/// (see `RunConfig::cpus`). An https `url`'s certificate is checked against the system's roots,
-/// or the PEM file `ca_cert` alone, or not at all (`insecure`); one it cannot trust raises
-/// TargetError before t0.
+/// An https target whose certificate cannot be trusted raises TargetError before t0.
 #[pyfunction]
 #[pyo3(signature = (
-    url, paths, path_index, offsets_ns, bodies, *, body_offsets=None, after=None, think_ns=None,
-    headers=Vec::new(), ca_cert=None, insecure=false, timeout_s=None, stall_timeout_s=None, connect_timeout_s=None, drain_s=None,
-    max_connections=None, max_in_flight=0, warm_connections=0, chunk_times=true, worker_threads=None, progress=None,
-    progress_interval_s=0.2, cpus=Vec::new(), results=None, resend_answers=false
+    options, paths, path_index, offsets_ns, bodies, *, body_offsets=None, after=None, think_ns=None,
+    progress=None, progress_interval_s=0.2, results=None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn run<'py>(
     py: Python<'py>,
-    url: String,
+    options: PyRef<'py, RunOptions>,
     paths: Vec<String>,
     path_index: PyReadonlyArray1<'py, u8>,
     offsets_ns: PyReadonlyArray1<'py, i64>,
@@ -353,23 +322,9 @@ fn run<'py>(
     body_offsets: Option<PyReadonlyArray1<'py, u64>>,
     after: Option<PyReadonlyArray1<'py, i64>>,
     think_ns: Option<PyReadonlyArray1<'py, i64>>,
-    headers: Vec<(String, String)>,
-    ca_cert: Option<String>,
-    insecure: bool,
-    timeout_s: Option<f64>,
-    stall_timeout_s: Option<f64>,
-    connect_timeout_s: Option<f64>,
-    drain_s: Option<f64>,
-    max_connections: Option<usize>,
-    max_in_flight: usize,
-    warm_connections: usize,
-    chunk_times: bool,
-    worker_threads: Option<usize>,
     progress: Option<Bound<'py, PyAny>>,
     progress_interval_s: f64,
-    cpus: Vec<usize>,
     results: Option<Bound<'py, PyAny>>,
-    resend_answers: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let offsets = offsets_ns.as_slice()?;
     let n = offsets.len();
@@ -426,27 +381,7 @@ fn run<'py>(
             }
             (Err(_), _) => return Err(errors::config("bodies", "expected bytes or a callable")),
         };
-    let d = RunConfig::default();
-    let config = RunConfig {
-        base_url: url,
-        tls: TlsOptions { ca_cert, insecure },
-        headers,
-        timeout_ns: seconds_to_ns("timeout_s", timeout_s, d.timeout_ns)?,
-        stall_timeout_ns: seconds_to_ns("stall_timeout_s", stall_timeout_s, d.stall_timeout_ns)?,
-        connect_timeout_ns: seconds_to_ns(
-            "connect_timeout_s",
-            connect_timeout_s,
-            d.connect_timeout_ns,
-        )?,
-        drain_ns: seconds_to_ns("drain_s", drain_s, d.drain_ns)?,
-        max_connections: max_connections.unwrap_or(d.max_connections),
-        max_in_flight,
-        warm_connections,
-        keep_chunks: chunk_times,
-        worker_threads: worker_threads.unwrap_or(d.worker_threads),
-        cpus,
-        resend_answers,
-    };
+    let config = options.config.clone();
     let (tx, rx) = mpsc::channel();
     let rx = Mutex::new(rx); // detach() needs a Sync closure
     let (batch_tx, batches) = mpsc::channel::<Records>();
@@ -530,11 +465,12 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(arrival_offsets, m)?)?;
     m.add_function(wrap_pyfunction!(error_kinds, m)?)?;
-    m.add_function(wrap_pyfunction!(run_defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(options::run_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(sim::sim_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(prefix_cache_hits, m)?)?;
     m.add_function(wrap_pyfunction!(prompts::prompt_units, m)?)?;
     m.add_function(wrap_pyfunction!(prompts::prompt_texts, m)?)?;
+    m.add_class::<RunOptions>()?;
     m.add_class::<sim::SimServer>()?;
     m.add_class::<capture::CaptureServer>()?;
     Ok(())

@@ -11,8 +11,8 @@ from replay import _engine
 from replay.errors import ConfigError, ReplayError, RunnerError, TargetError
 
 N = 2
+URL = "http://127.0.0.1:1"
 SCHEDULE = dict(
-    url="http://127.0.0.1:1",
     paths=["/v1/chat/completions"],
     path_index=np.zeros(N, dtype=np.uint8),
     offsets_ns=np.zeros(N, dtype=np.int64),
@@ -30,23 +30,25 @@ def _field(call) -> str | None:
 
 def test_a_bad_argument_to_the_runner_is_a_config_error_naming_it():
     offsets = np.array([0, 2, 4], dtype=np.uint64)
-    assert _field(lambda: _engine.run(**SCHEDULE, bodies=BODIES, body_offsets=offsets, timeout_s=-1.0)) == "timeout_s"
-    assert _field(lambda: _engine.run(**SCHEDULE, bodies=BODIES, body_offsets=offsets[:2])) == "body_offsets"
-    assert _field(lambda: _engine.run(**SCHEDULE, bodies=BODIES)) == "body_offsets"
-    assert _field(lambda: _engine.run(**SCHEDULE, bodies=3)) == "bodies"
-    assert (
-        _field(lambda: _engine.run(**SCHEDULE, bodies=BODIES, body_offsets=offsets, after=np.zeros(N + 1, dtype=np.int64)))
-        == "after"
-    )
+    options = _engine.RunOptions(URL)
+    # a bad setting is refused when the options are made, before any run
+    assert _field(lambda: _engine.RunOptions(URL, timeout_s=-1.0)) == "timeout_s"
+    assert _field(lambda: _engine.RunOptions(URL, drain_s=float("nan"))) == "drain_s"
+    assert _field(lambda: _engine.run(options, **SCHEDULE, bodies=BODIES, body_offsets=offsets[:2])) == "body_offsets"
+    assert _field(lambda: _engine.run(options, **SCHEDULE, bodies=BODIES)) == "body_offsets"
+    assert _field(lambda: _engine.run(options, **SCHEDULE, bodies=3)) == "bodies"
+    too_many = np.zeros(N + 1, dtype=np.int64)
+    assert _field(lambda: _engine.run(options, **SCHEDULE, bodies=BODIES, body_offsets=offsets, after=too_many)) == "after"
     # a core error keeps its field too
-    assert _field(lambda: _engine.run(**SCHEDULE, bodies=BODIES, body_offsets=offsets, max_connections=0)) == "max_connections"
+    no_connections = _engine.RunOptions(URL, max_connections=0)
+    assert _field(lambda: _engine.run(no_connections, **SCHEDULE, bodies=BODIES, body_offsets=offsets)) == "max_connections"
     assert _field(lambda: _engine.arrival_offsets("zipf", 3, np.zeros(3, dtype=np.int64))) == "arrivals"
 
 
 def test_a_bad_url_is_a_target_error_with_the_url():
     offsets = np.array([0, 2, 4], dtype=np.uint64)
     with pytest.raises(TargetError) as info:
-        _engine.run(**{**SCHEDULE, "url": "http://[::1"}, bodies=BODIES, body_offsets=offsets)
+        _engine.run(_engine.RunOptions("http://[::1"), **SCHEDULE, bodies=BODIES, body_offsets=offsets)
     assert info.value.url == "http://[::1" and not isinstance(info.value, ValueError)
 
 
