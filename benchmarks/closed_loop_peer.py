@@ -184,12 +184,12 @@ def run_ours(trace: Trace, url: str, users: int) -> dict:
     # vLLM's client counts TTFT from the request's send; ours from its release (the same in a
     # closed loop, bar the dispatcher's own wake-up: the send lag)
     return {
-        "req/s": s["throughput_rps"],
-        "tok/s": s["output_tokens_per_s"],
-        "TTFT p50": s["ttft_ms"]["from_sent"]["p50"],
-        "TTFT p99": s["ttft_ms"]["from_sent"]["p99"],
-        "TPOT p50": s["tpot_ms"]["p50"],
-        "ok": s["completed"],
+        "req/s": s.throughput_rps,
+        "tok/s": s.output_tokens_per_s,
+        "TTFT p50": s.ttft_ms["from_sent"]["p50"],
+        "TTFT p99": s.ttft_ms["from_sent"]["p99"],
+        "TPOT p50": s.tpot_ms["p50"],
+        "ok": s.completed,
     }
 
 

@@ -129,11 +129,11 @@ def run_ours(trace, url: str, rate: float, n: int, ca_cert: str | None = None) -
     result = run_stage(trace, config, model="m")
     s, runner = result.summary, result.runner
     return {
-        "achieved": s["achieved_send_rate"] or float("nan"),
-        "lag_p50_ms": s["send_lag_ms"]["p50"],
-        "lag_p99_ms": s["send_lag_ms"]["p99"],
-        "lag_max_ms": s["send_lag_ms"]["max"],
-        "ok": s["completed"],
+        "achieved": s.achieved_send_rate or float("nan"),
+        "lag_p50_ms": s.send_lag_ms["p50"],
+        "lag_p99_ms": s.send_lag_ms["p99"],
+        "lag_max_ms": s.send_lag_ms["max"],
+        "ok": s.completed,
         "n": n,
         "why": (
             f"  dispatcher preempted {runner['dispatcher_switches']['involuntary']}x, "

@@ -79,12 +79,12 @@ def stage(trace, url: str, rate: float, n: int, sampler: bool) -> dict:
     )
     result = run_stage(trace, config, model="m")
     s = result.summary
-    reads = (s.get("engine_metrics") or {}).get("samples") if sampler else None
+    reads = (s.engine_metrics or {}).get("samples") if sampler else None
     return {
-        "p50": s["send_lag_ms"]["p50"],
-        "p99": s["send_lag_ms"]["p99"],
-        "max": s["send_lag_ms"]["max"],
-        "ok": s["completed"],
+        "p50": s.send_lag_ms["p50"],
+        "p99": s.send_lag_ms["p99"],
+        "max": s.send_lag_ms["max"],
+        "ok": s.completed,
         "n": n,
         "reads": reads,
     }

@@ -188,9 +188,9 @@ def stage(url: str, tr: Trace, rate: float | None, seed: int = 1, cpus: tuple[in
         cpus=cpus,
     )
     s = run_stage(tr, config).summary
-    if s["completed"] != s["requests"]:
-        print(f"  note: {s['requests'] - s['completed']} of {s['requests']} failed: {s['errors']}")
-    return s
+    if s.completed != s.requests:
+        print(f"  note: {s.requests - s.completed} of {s.requests} failed: {s.errors}")
+    return s.to_json()
 
 
 def workload(

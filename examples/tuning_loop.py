@@ -80,9 +80,9 @@ def main(out: Path = OUT, requests: int = 40, trials: int = 6) -> None:
         stage summary; a stage the runner could not keep on time is no number."""
         with engine.launch(config) as running:
             summary = run_stage(trace, dataclasses.replace(run, url=running.url)).summary
-        if not summary["valid"]:
-            return Measurement(None, summary["invalid_reason"])
-        return Measurement(summary["goodput_rps"] or 0.0)
+        if not summary.valid:
+            return Measurement(None, summary.invalid_reason)
+        return Measurement(summary.goodput_rps or 0.0)
 
     mine_too = Campaign(
         space=space,

@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from optimizer.diagnosis import Diagnosis, diagnose, diagnose_sweep
 from optimizer.hypotheses import check, hypothesis, observed
@@ -53,6 +53,9 @@ from optimizer.space import Space, config_key
 from optimizer.verdict import K, MAX_NOISE, REPEATS, Measurement, NoiseFloor, Verdict, judge
 from replay.errors import ReplayError
 from replay.trace import Trace
+
+if TYPE_CHECKING:
+    from replay.metrics import StageSummary
 
 __all__ = ["Objective", "Budget", "Campaign", "CampaignResult", "CampaignStopped", "Step", "workload_hash", "RECHECK_EVERY"]
 
@@ -81,9 +84,10 @@ class Objective:
 
             raise ConfigError(f"--objective: '{self.kind}' not one of goodput, throughput, max_rate")
 
-    def value(self, summary: Mapping[str, Any]) -> float:
-        key = "goodput_rps" if self.kind == "goodput" else "throughput_rps"
-        return float(summary.get(key) or 0.0) / self.gpus
+    def value(self, summary: StageSummary) -> float:
+        """A stage's goodput or throughput (none: 0) per GPU; ``max_rate`` is valued by its search."""
+        rate = summary.goodput_rps if self.kind == "goodput" else summary.throughput_rps
+        return float(rate or 0.0) / self.gpus
 
 
 @dataclass(frozen=True)

@@ -153,12 +153,12 @@ class EngineMeasure:
         stage, peaks, counters = self._observed(running, lambda: run_stage(self.trace, config))
         s = stage.summary
         return {
-            "rate": rate if rate else s["offered_rate"],
+            "rate": rate if rate else s.offered_rate,
             "factor": factor,
             "peaks": peaks,
             "counters": counters,
             "prefix_cache": reset,
-            **{k: s[k] for k in ("goodput_rps", "throughput_rps", "sent", "completed", "valid")},
+            **{k: getattr(s, k) for k in ("goodput_rps", "throughput_rps", "sent", "completed", "valid")},
         }
 
     def _stage(self, running, rate: float | None):
@@ -176,12 +176,12 @@ class EngineMeasure:
             stage = self._stage(running, rate)
             s = stage.summary
             passed = bool(
-                s["valid"]
-                and not s["cancelled"]
-                and s["slo_pass"] is not False
-                and (s["sent"] - s["completed"]) <= failed_share * max(s["sent"], 1)
+                s.valid
+                and not s.cancelled
+                and s.slo_pass is not False
+                and (s.sent - s.completed) <= failed_share * max(s.sent, 1)
             )
-            probes.append({"rate": rate, "passed": passed, "goodput_rps": s["goodput_rps"]})
+            probes.append({"rate": rate, "passed": passed, "goodput_rps": s.goodput_rps})
             return stage, passed
 
         rate = float(self.run.rate or 1.0)
@@ -262,7 +262,7 @@ class EngineMeasure:
         s = stage.summary
         details: dict[str, Any] = {
             "summary": {
-                k: s[k]
+                k: getattr(s, k)
                 for k in (
                     "offered_rate",
                     "sent",
@@ -286,13 +286,13 @@ class EngineMeasure:
             details["probes"] = probes
             if not any(p["passed"] for p in probes):
                 return Measurement(0.0, None, details)  # no rate tried met the SLOs: a value, not a failure
-        failed = s["sent"] - s["completed"]
-        if s["cancelled"]:
+        failed = s.sent - s.completed
+        if s.cancelled:
             return Measurement(None, "the stage was cancelled", details)
-        if not s["valid"]:
-            return Measurement(None, f"the runner fell behind: {s['invalid_reason']}", details)
-        if s["sent"] and failed > failed_share * s["sent"]:
-            return Measurement(None, f"{failed} of {s['sent']} requests failed: {s['errors']}", details)
+        if not s.valid:
+            return Measurement(None, f"the runner fell behind: {s.invalid_reason}", details)
+        if s.sent and failed > failed_share * s.sent:
+            return Measurement(None, f"{failed} of {s.sent} requests failed: {s.errors}", details)
         if self.live is not None:
             from fidelity import compare_stage
             from fidelity.compare import CANNOT_TELL

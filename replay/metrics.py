@@ -32,13 +32,15 @@ Three rates describe a stage's load, in req/s:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any, TypedDict, cast
 
 import numpy as np
 import polars as pl
 
 from replay.config import RunConfig
+from replay.errors import ConfigError
 from replay.plan import offered_window
 
 __all__ = [
@@ -94,9 +96,12 @@ class SloSpec(TypedDict):
     e2e_s: float | None
 
 
-class StageSummary(TypedDict):
-    """One stage's summary (:func:`summarize`; a stage of summary.json): the module docstring
-    says what each rate and latency means. Times in ms unless named ``_s``, rates in 1/s."""
+@dataclass(frozen=True)
+class StageSummary:
+    """One stage's summary (:func:`summarize`): the module docstring says what each rate and
+    latency means. Times in ms unless named ``_s``, rates in 1/s. :meth:`to_json` is a stage of
+    summary.json (these fields by name; the CLI adds its own beside them, e.g. ``fidelity``),
+    :meth:`from_json` reads one back."""
 
     requested_rate: float | None
     offered_rate: float | None
@@ -138,6 +143,19 @@ class StageSummary(TypedDict):
     slo_pass: bool | None
     goodput_rps: float | None
     duration_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The stage as JSON-ready data, a key per field (the shape of a summary.json stage)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str = "a stage summary") -> StageSummary:
+        """A stage read back from :meth:`to_json`'s shape; keys it does not know (what the CLI
+        added) are left out; a missing one is a ConfigError naming it and `where`."""
+        missing = [f.name for f in fields(cls) if f.name not in data]
+        if missing:
+            raise ConfigError(f"{where}: no '{missing[0]}' (not a stage summary of this version of faithful-replay)")
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
 
 
 @dataclass(frozen=True)
@@ -303,52 +321,52 @@ def summarize(result: StageResult) -> StageSummary:
             "from_sent": _pcts(ok[col_sent].cast(pl.Float64).to_numpy(), 1e6),
         }
 
-    return {
-        "requested_rate": config.rate,
-        "offered_rate": None if math.isnan(result.offered_rate) else result.offered_rate,
-        "window_s": offered_window(np.sort(df["intended_ns"].to_numpy()), config.duration_s)[0],
-        "achieved_send_rate": _achieved_rate(sent, config.duration_s),
-        "requests": n,
-        "sent": sent.height,
-        "completed": ok.height,
-        "errors": {row["error"]: row["len"] for row in errors.iter_rows(named=True)},
-        "rejected": rejected,
-        "throughput_rps": ok.height / duration_s if duration_s > 0 else None,
-        "output_tokens_per_s": out_tokens / duration_s if duration_s > 0 else None,
-        "queue": queue_growth(ok["intended_ns"].to_numpy(), ok["ttft_ns"].to_numpy()),
-        "ttft_ms": pair("ttft_ns", "ttft_sent_ns"),
-        "e2e_ms": pair("e2e_ns", "e2e_sent_ns"),
-        "tpot_ms": _pcts(ok["tpot_ns"].cast(pl.Float64).to_numpy(), 1e6),
-        "itl_ms": _pcts(itl.astype(np.float64), 1e6),
-        "send_lag_ms": {
+    return StageSummary(
+        requested_rate=config.rate,
+        offered_rate=None if math.isnan(result.offered_rate) else result.offered_rate,
+        window_s=offered_window(np.sort(df["intended_ns"].to_numpy()), config.duration_s)[0],
+        achieved_send_rate=_achieved_rate(sent, config.duration_s),
+        requests=n,
+        sent=sent.height,
+        completed=ok.height,
+        errors={row["error"]: row["len"] for row in errors.iter_rows(named=True)},
+        rejected=rejected,
+        throughput_rps=ok.height / duration_s if duration_s > 0 else None,
+        output_tokens_per_s=out_tokens / duration_s if duration_s > 0 else None,
+        queue=queue_growth(ok["intended_ns"].to_numpy(), ok["ttft_ns"].to_numpy()),
+        ttft_ms=pair("ttft_ns", "ttft_sent_ns"),
+        e2e_ms=pair("e2e_ns", "e2e_sent_ns"),
+        tpot_ms=_pcts(ok["tpot_ns"].cast(pl.Float64).to_numpy(), 1e6),
+        itl_ms=_pcts(itl.astype(np.float64), 1e6),
+        send_lag_ms={
             "p50": float(np.percentile(lag, 50)) / 1e6 if len(lag) else None,
             "p99": lag_p99_ms,
             "max": float(lag.max()) / 1e6 if len(lag) else None,
         },
-        "lag_bound_ms": config.lag_bound_ms,
-        "valid": valid,
-        "invalid_reason": None if valid else _invalid_reason(result, lag_p99_ms),
-        "conn_ms": _pcts(df["conn_ns"].drop_nulls().cast(pl.Float64).to_numpy(), 1e6),
-        "sessions": config.sessions,
-        "concurrency": config.concurrency,
+        lag_bound_ms=config.lag_bound_ms,
+        valid=valid,
+        invalid_reason=None if valid else _invalid_reason(result, lag_p99_ms),
+        conn_ms=_pcts(df["conn_ns"].drop_nulls().cast(pl.Float64).to_numpy(), 1e6),
+        sessions=config.sessions,
+        concurrency=config.concurrency,
         # closed loop: no schedule to slip behind (a request is due at its release)
-        "slip_ms": {**_pcts(slip.astype(np.float64), 1e6), "max": float(slip.max()) / 1e6 if len(slip) else None}
+        slip_ms={**_pcts(slip.astype(np.float64), 1e6), "max": float(slip.max()) / 1e6 if len(slip) else None}
         if config.sessions == "causal" and not config.closed_loop
         else None,
-        "cancelled": result.cancelled,
-        "cut_off": int((df["error"] == "cut_off").sum()),
-        "runner": result.runner,
-        "engine_metrics": result.engine_metrics,
-        "prefix_cache": result.prefix_cache,
-        "repeat": result.repeat,
-        "discarded_attempts": list(result.discarded_attempts),
-        "prompt_tokens": int(ok["prompt_tokens"].sum() or 0),
-        "cached_tokens": int(cached.sum() or 0) if cached.len() else None,
-        "cache_hit_rate": (float(cached.sum()) / float(prompt.sum())) if cached.len() and prompt.sum() else None,
-        "slo": None if slo.empty else {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s},
-        "slo_met": met if not slo.empty else None,
-        "slo_attainment": (met / n if n else None) if not slo.empty else None,
-        "slo_pass": (n > 0 and met / n >= slo.attainment) if not slo.empty else None,
-        "goodput_rps": met / duration_s if duration_s > 0 else None,
-        "duration_s": duration_s,
-    }
+        cancelled=result.cancelled,
+        cut_off=int((df["error"] == "cut_off").sum()),
+        runner=result.runner,
+        engine_metrics=result.engine_metrics,
+        prefix_cache=result.prefix_cache,
+        repeat=result.repeat,
+        discarded_attempts=list(result.discarded_attempts),
+        prompt_tokens=int(ok["prompt_tokens"].sum() or 0),
+        cached_tokens=int(cached.sum() or 0) if cached.len() else None,
+        cache_hit_rate=(float(cached.sum()) / float(prompt.sum())) if cached.len() and prompt.sum() else None,
+        slo=None if slo.empty else {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s},
+        slo_met=met if not slo.empty else None,
+        slo_attainment=(met / n if n else None) if not slo.empty else None,
+        slo_pass=(n > 0 and met / n >= slo.attainment) if not slo.empty else None,
+        goodput_rps=met / duration_s if duration_s > 0 else None,
+        duration_s=duration_s,
+    )

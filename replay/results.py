@@ -75,7 +75,7 @@ def write_stage(result: StageResult, path: Path) -> Path:
     meta = {
         "faithful_replay.results_version": RESULTS_VERSION,
         "start_unix_ns": str(result.start_unix_ns),
-        "summary": json.dumps(result.summary),
+        "summary": json.dumps(result.summary.to_json()),
     }
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
     tmp = path.with_suffix(".parquet.tmp")

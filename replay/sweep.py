@@ -107,28 +107,28 @@ class Saturation:
 
 
 def _symptom(s: StageSummary, queue_growth_s: float) -> str | None:
-    failed = s["sent"] - s["completed"] - s["rejected"]
-    if s["sent"] and failed > MAX_FAILED_SHARE * s["sent"]:
-        return f"{failed} of {s['sent']} requests sent failed (more than {MAX_FAILED_SHARE:.0%})"
-    q = s["queue"]
+    failed = s.sent - s.completed - s.rejected
+    if s.sent and failed > MAX_FAILED_SHARE * s.sent:
+        return f"{failed} of {s.sent} requests sent failed (more than {MAX_FAILED_SHARE:.0%})"
+    q = s.queue
     first, growth = q["ttft_first_third_ms"], q["growth_ms"]
     if growth is not None and first is not None and growth > max(queue_growth_s * 1e3, first):
         return (
             f"a queue built up: TTFT p50 grew from {q['ttft_first_third_ms']:.0f} ms to "
             f"{q['ttft_last_third_ms']:.0f} ms through the stage"
         )
-    if s["slo_pass"] is False:
-        return f"SLO attainment {s['slo_attainment']:.0%} below target"
+    if s.slo_pass is False:
+        return f"SLO attainment {s.slo_attainment:.0%} below target"
     return None
 
 
 def _invalid_because(s: StageSummary) -> str:
-    if s["cancelled"]:
+    if s.cancelled:
         return "the stage was cancelled"
-    p99 = s["send_lag_ms"]["p99"]
+    p99 = s.send_lag_ms["p99"]
     if p99 is None:
         return "nothing was sent"
-    return f"send lag p99 {p99:.1f} ms above the {s['lag_bound_ms']:g} ms bound"
+    return f"send lag p99 {p99:.1f} ms above the {s.lag_bound_ms:g} ms bound"
 
 
 def saturation(
@@ -139,9 +139,9 @@ def saturation(
         reason = _symptom(s, queue_growth_s)
         if reason is None:
             continue
-        resource = exhausted(s.get("engine_metrics"))
-        users = s.get("concurrency")
-        if not s["valid"]:
+        resource = exhausted(s.engine_metrics)
+        users = s.concurrency
+        if not s.valid:
             return Saturation(
                 "undetermined",
                 undetermined_at=rate,
@@ -155,20 +155,20 @@ def saturation(
 
 def _load(summary: StageSummary) -> float | None:
     """A stage's load: its users (closed loop) or its requested rate (None: as recorded / sped up)."""
-    return summary["concurrency"] if summary.get("concurrency") is not None else summary["requested_rate"]
+    return summary.concurrency if summary.concurrency is not None else summary.requested_rate
 
 
 def _passes(summaries: Sequence[StageSummary]) -> list[list[StageSummary]]:
     """The stages of each repeat, in the order run (one pass when the stages were not repeated)."""
     passes: dict[int | None, list[StageSummary]] = {}
     for s in summaries:
-        passes.setdefault(s.get("repeat"), []).append(s)
+        passes.setdefault(s.repeat, []).append(s)
     return list(passes.values())
 
 
 def _saturation_over(summaries: Sequence[StageSummary], queue_growth_s: float) -> Saturation:
     """:func:`saturation` of each repeat; over several, the one at the lowest load (module docstring)."""
-    found = [saturation([s["requested_rate"] for s in p], p, queue_growth_s) for p in _passes(summaries)]
+    found = [saturation([s.requested_rate for s in p], p, queue_growth_s) for p in _passes(summaries)]
     found = [f for f in found if f.status != "not_reached"]
     if not found:
         return Saturation("not_reached")
@@ -228,7 +228,7 @@ def held_interval(summaries: Sequence[StageSummary], queue_growth_s: float = QUE
     for stages in _passes(summaries):
         ran = {load_of[id(s)] for s in stages}
         # the lowest load of this repeat that did not keep up or was invalid
-        failed_at = min((load_of[id(s)] for s in stages if not s["valid"] or _symptom(s, queue_growth_s)), default=math.inf)
+        failed_at = min((load_of[id(s)] for s in stages if not s.valid or _symptom(s, queue_growth_s)), default=math.inf)
         for load in set(loads):
             if load in ran or load > failed_at:  # a load skipped after the saturation point did not hold
                 judged[load] = judged.get(load, 0) + 1
@@ -240,7 +240,7 @@ def held_interval(summaries: Sequence[StageSummary], queue_growth_s: float = QUE
             break
         top_held = x["load"]
     none = [x["load"] for x in shares if x["held"] == 0 and (top_held is None or x["load"] > top_held)]
-    unit = "users" if summaries[0].get("concurrency") is not None else "req/s"
+    unit = "users" if summaries[0].concurrency is not None else "req/s"
     return HeldInterval(held=top_held, not_held=min(none) if none else None, shares=shares, unit=unit)
 
 
@@ -269,13 +269,13 @@ def by_load(summaries: Sequence[StageSummary]) -> list[dict]:
     out = []
     for load in sorted(groups, key=lambda x: (x is None, x or 0)):
         runs = groups[load]
-        valid = [s for s in runs if s["valid"]]
+        valid = [s for s in runs if s.valid]
         metrics = {}
         for name, (path, _) in REPEAT_METRICS.items():
             values = []
             for s in valid:
-                v: Any = s
-                for key in path:
+                v: Any = getattr(s, path[0])
+                for key in path[1:]:
                     v = v.get(key) if isinstance(v, dict) else None
                 if v is not None and math.isfinite(v):
                     values.append(float(v))
@@ -284,8 +284,8 @@ def by_load(summaries: Sequence[StageSummary]) -> list[dict]:
         out.append(
             {
                 "load": load,
-                "requested_rate": runs[0]["requested_rate"],
-                "concurrency": runs[0].get("concurrency"),
+                "requested_rate": runs[0].requested_rate,
+                "concurrency": runs[0].concurrency,
                 "runs": len(runs),
                 "valid": len(valid),
                 "metrics": metrics,
@@ -390,7 +390,7 @@ class SweepResult:
             "rates": self.rates,
             "concurrency": self.concurrency,
             "rate_search": self.rate_search.to_json() if self.rate_search else None,
-            "stages": self.summaries,
+            "stages": [s.to_json() for s in self.summaries],
             "saturation": self.saturation.to_json(),
             "repeats": self.repeats,
         }
@@ -543,9 +543,9 @@ def sweep(
                         on_rows(len(stages), stage_config) if on_rows else None,
                     )
                     summary = stage.summary
-                    if summary["valid"] or stage.cancelled or stage.interrupted or len(discarded) >= retry_invalid:
+                    if summary.valid or stage.cancelled or stage.interrupted or len(discarded) >= retry_invalid:
                         break
-                    discarded.append(summary["invalid_reason"] or "invalid")
+                    discarded.append(summary.invalid_reason or "invalid")
                 stages.append(
                     dataclasses.replace(
                         stage, prefix_cache=reset, repeat=k if repeats > 1 else None, discarded_attempts=tuple(discarded)
@@ -635,10 +635,10 @@ def find_rates(
         probes.append(
             {
                 "rate": rate,
-                "offered_rate": s["offered_rate"],
-                "sent": s["sent"],
-                "completed": s["completed"],
-                "valid": s["valid"],
+                "offered_rate": s.offered_rate,
+                "sent": s.sent,
+                "completed": s.completed,
+                "valid": s.valid,
                 "status": status,
                 "reason": verdict.reason,
             }

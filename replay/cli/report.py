@@ -82,13 +82,13 @@ def saturation_line(saturation: dict) -> str:
     return "saturation: not reached at these loads"
 
 
-def _requested(s: dict) -> str:
+def _requested(requested_rate: float | None, concurrency: int | None) -> str:
     """The table's load column: the rate asked for, "as recorded", or a closed loop's "N users"."""
-    if s.get("concurrency") is not None:
+    if concurrency is not None:
         from replay.metrics import load_label
 
-        return load_label(None, s["concurrency"])
-    return "as recorded" if s["requested_rate"] is None else f"{s['requested_rate']:g}"
+        return load_label(None, concurrency)
+    return "as recorded" if requested_rate is None else f"{requested_rate:g}"
 
 
 def print_stages(summary: dict) -> None:
@@ -97,14 +97,17 @@ def print_stages(summary: dict) -> None:
     from rich.table import Table
 
     from replay.engine_metrics import describe
-    from replay.metrics import load_label
+    from replay.metrics import StageSummary, load_label
 
     table = Table(
         title="replay stages (req/s requested, or users of a closed loop; offered over the stage's "
         "window, achieved; ms from the intended send time, a closed loop's from the release; "
         "lag = send lag)"
     )
-    judged = any("fidelity" in s for s in summary["stages"])  # replay run / sweep --fidelity LIVE
+    # the CLI's own keys beside each stage's summary: its fidelity verdict (--fidelity LIVE)
+    fidelity = [raw.get("fidelity") for raw in summary["stages"]]
+    stages = [StageSummary.from_json(raw, f"summary.json stage {i + 1}") for i, raw in enumerate(summary["stages"])]
+    judged = any("fidelity" in raw for raw in summary["stages"])  # replay run / sweep --fidelity LIVE
     repeated = summary.get("repeats", 1) > 1
     if repeated:
         table.add_column("repeat", justify="right")
@@ -125,48 +128,48 @@ def print_stages(summary: dict) -> None:
         "valid",
     ) + (("fidelity",) if judged else ()):
         table.add_column(col, justify="right")
-    for s in summary["stages"]:
-        errors = ", ".join(f"{k} {v}" for k, v in s["errors"].items()) or "0"
-        ttft, e2e = s["ttft_ms"]["from_intended"], s["e2e_ms"]["from_intended"]
+    for s, verdict in zip(stages, fidelity):
+        errors = ", ".join(f"{k} {v}" for k, v in s.errors.items()) or "0"
+        ttft, e2e = s.ttft_ms["from_intended"], s.e2e_ms["from_intended"]
         table.add_row(
-            *((str(s["repeat"] + 1),) if repeated else ()),
-            _requested(s),
-            _rate(s["offered_rate"]),
-            _rate(s["achieved_send_rate"]),
-            str(s["completed"]),
+            *((str((s.repeat or 0) + 1),) if repeated else ()),
+            _requested(s.requested_rate, s.concurrency),
+            _rate(s.offered_rate),
+            _rate(s.achieved_send_rate),
+            str(s.completed),
             errors,
-            _num(s["throughput_rps"]),
-            _num(s["output_tokens_per_s"], "{:.0f}"),
+            _num(s.throughput_rps),
+            _num(s.output_tokens_per_s, "{:.0f}"),
             f"{_ms(ttft['p50'])}/{_ms(ttft['p99'])}",
-            _ms(s["tpot_ms"]["p50"]),
-            _ms(s["itl_ms"]["p50"]),
+            _ms(s.tpot_ms["p50"]),
+            _ms(s.itl_ms["p50"]),
             f"{_ms(e2e['p50'])}/{_ms(e2e['p99'])}",
-            _ms(s["send_lag_ms"]["p99"]),
-            _num(s["goodput_rps"]),
-            "yes" if s["valid"] else "[red]NO[/red]",
-            *((_fidelity(s.get("fidelity")),) if judged else ()),
+            _ms(s.send_lag_ms["p99"]),
+            _num(s.goodput_rps),
+            "yes" if s.valid else "[red]NO[/red]",
+            *((_fidelity(verdict),) if judged else ()),
         )
     console = Console()
     if not console.is_terminal:
         console = Console(width=200)  # logs and pipes: one line per stage
     console.print(table)
-    for s in summary["stages"]:
-        at = load_label(s["requested_rate"], s.get("concurrency"))
+    for s, verdict in zip(stages, fidelity):
+        at = load_label(s.requested_rate, s.concurrency)
         at = at if at == "as recorded" else f"at {at}"
         if repeated:
-            at += f" (repeat {s['repeat'] + 1})"
-        for k, why in enumerate(s.get("discarded_attempts") or [], 1):
+            at += f" (repeat {(s.repeat or 0) + 1})"
+        for k, why in enumerate(s.discarded_attempts, 1):
             console.print(f"attempt {k} {at} discarded (--retry-invalid), run again: {why}", highlight=False)
-        if s["invalid_reason"]:
-            console.print(f"invalid {at}: {s['invalid_reason']}", highlight=False)
-        if s["cut_off"]:
-            console.print(f"cut off {at}: {s['cut_off']} requests still open when the drain ended", highlight=False)
-        if s.get("fidelity") and s["fidelity"]["failed"]:
-            console.print(f"unfaithful {at}: {', '.join(s['fidelity']['failed'])}", highlight=False, markup=False)
-        elif s.get("fidelity") and not s["fidelity"]["faithful"]:
-            console.print(f"{s['fidelity']['reason']} ({at})", highlight=False, markup=False)
-        if s.get("engine_metrics"):
-            console.print(f"{at}: {describe(s['engine_metrics'])}", highlight=False, markup=False)
+        if s.invalid_reason:
+            console.print(f"invalid {at}: {s.invalid_reason}", highlight=False)
+        if s.cut_off:
+            console.print(f"cut off {at}: {s.cut_off} requests still open when the drain ended", highlight=False)
+        if verdict and verdict["failed"]:
+            console.print(f"unfaithful {at}: {', '.join(verdict['failed'])}", highlight=False, markup=False)
+        elif verdict and not verdict["faithful"]:
+            console.print(f"{verdict['reason']} ({at})", highlight=False, markup=False)
+        if s.engine_metrics:
+            console.print(f"{at}: {describe(s.engine_metrics)}", highlight=False, markup=False)
     if repeated:
         console.print(_repeats_table(summary))
     console.print(saturation_line(summary["saturation"]), highlight=False)
@@ -194,5 +197,6 @@ def _repeats_table(summary: dict):
             m = row["metrics"][name]
             cells.append("-" if m is None else f"{fmt.format(m['median'])} +- {fmt.format(m['spread'])}")
         valid = f"{row['valid']} of {row['runs']}"
-        table.add_row(_requested(row), valid if row["valid"] == row["runs"] else f"[red]{valid}[/red]", *cells)
+        valid = valid if row["valid"] == row["runs"] else f"[red]{valid}[/red]"
+        table.add_row(_requested(row["requested_rate"], row["concurrency"]), valid, *cells)
     return table

@@ -31,9 +31,9 @@ def test_a_closed_loop_stage_keeps_its_users_busy_and_no_more(scripted):
     # no schedule: latencies count from the release, so the wait for a user is not latency
     assert (df["intended_ns"] == df["release_ns"]).all()
     s = stage.summary
-    assert s["concurrency"] == 3 and s["requested_rate"] is None and s["offered_rate"] is None
-    assert s["valid"] and s["completed"] == 12
-    assert s["send_lag_ms"]["p99"] < 50  # the dispatcher's wake-up after each end
+    assert s.concurrency == 3 and s.requested_rate is None and s.offered_rate is None
+    assert s.valid and s.completed == 12
+    assert s.send_lag_ms["p99"] < 50  # the dispatcher's wake-up after each end
 
 
 def test_a_concurrency_sweep_runs_one_closed_loop_stage_per_number_of_users(scripted):
@@ -45,12 +45,12 @@ def test_a_concurrency_sweep_runs_one_closed_loop_stage_per_number_of_users(scri
     )
     assert labels == ["1 user", "4 users"]
     one, four = result.summaries
-    assert [one["concurrency"], four["concurrency"]] == [1, 4] and result.rates == [None, None]
+    assert [one.concurrency, four.concurrency] == [1, 4] and result.rates == [None, None]
     assert in_flight_at_sends(result.stages[0].requests).max() == 1
     assert in_flight_at_sends(result.stages[1].requests).max() == 4
     # one user keeps one of the server's two slots busy, four keep both (and queue for them)
-    assert four["throughput_rps"] > 1.3 * one["throughput_rps"], (one["throughput_rps"], four["throughput_rps"])
-    assert four["ttft_ms"]["from_intended"]["p50"] > one["ttft_ms"]["from_intended"]["p50"]
+    assert four.throughput_rps > 1.3 * one.throughput_rps, (one.throughput_rps, four.throughput_rps)
+    assert four.ttft_ms["from_intended"]["p50"] > one.ttft_ms["from_intended"]["p50"]
     body = result.to_json()
     assert body["concurrency"] == [1, 4] and body["rates"] == [None, None]
     assert Saturation.where({"status": "saturated", "rate": None, "concurrency": 4}) == "4 users"
@@ -87,7 +87,7 @@ def test_causal_sessions_in_closed_loop_hold_a_user_from_first_turn_to_last(scri
     # a session's first turn waits for a user: C starts at B's end (A still holds the other user)
     c_first = out.filter(pl.col("request_id") == "r2")
     assert c_first["release_ns"].item() == spans["B"][1]
-    assert stage.summary["slip_ms"] is None and stage.summary["valid"]
+    assert stage.summary.slip_ms is None and stage.summary.valid
 
 
 @pytest.mark.parametrize(

@@ -75,7 +75,7 @@ def test_engine_and_runner_threads_run_on_their_own_cpus():
         ]
         config = RunConfig(url=server.url, cpus=runner_cpus, lag_bound_ms=1000)
         result = run_stage(trace_of_bodies(bodies, arrival_us=[0, 300_000, 600_000, 900_000]), config, progress)
-    assert result.summary["completed"] == 4
+    assert result.summary.completed == 4
     # the I/O workers share no CPU with the engine; the dispatcher (real-time where allowed, so
     # it preempts the engine when a send is due) keeps every CPU, so it is never the only
     # runnable thread of the runner's CPU at nice priority

@@ -42,12 +42,12 @@ def test_a_stage_through_a_tls_gateway_trusting_its_certificate(gateway):
     assert df["error"].to_list() == ["none"] * 30, df["error_detail"].to_list()
     assert df["completion_tokens"].to_list() == [4] * 30
     s = stage.summary
-    assert s["completed"] == 30
+    assert s.completed == 30
     # the engine's /metrics, read through the gateway under the same certificate rule
-    metrics = s["engine_metrics"]
+    metrics = s.engine_metrics
     assert metrics.get("unavailable") is None and metrics["engine"] == "vllm", metrics
     # connections were opened, handshakes and all, before t0
-    assert s["runner"]["warm_connections"] >= 1 and s["runner"]["warm_detail"] == "", s["runner"]
+    assert s.runner["warm_connections"] >= 1 and s.runner["warm_detail"] == "", s.runner
 
 
 def test_insecure_skips_the_check_and_a_private_ca_without_it_fails(gateway, tmp_path):

@@ -48,31 +48,31 @@ def running(engine):
 def test_sweep_completes_with_usage_parsed(running):
     trace = small_trace(n=12)
     result = sweep(trace, RunConfig(url=running.url, lag_bound_ms=20), rates=[2.0, 6.0])
-    assert [s["requested_rate"] for s in result.summaries] == [2.0, 6.0]
+    assert [s.requested_rate for s in result.summaries] == [2.0, 6.0]
     for stage in result.stages:
         df = stage.requests
         failed = df.with_row_index().filter(df["error"] != "none")
         assert failed.is_empty(), (
-            stage.summary["requested_rate"],
+            stage.summary.requested_rate,
             failed.select("index", "error", "error_detail", "conn_ns").rows(),
         )
         # ignore_eos: exactly the trace's output lengths; the engine counts our prompt tokens
         assert df["completion_tokens"].to_list() == df["expected_output_tokens"].to_list()
         assert df["prompt_tokens"].null_count() == 0 and (df["prompt_tokens"] > df["input_tokens"]).all()
         assert df["cached_tokens"].null_count() == 0
-    assert all(s["completed"] == 12 and s["output_tokens_per_s"] > 0 for s in result.summaries)
+    assert all(s.completed == 12 and s.output_tokens_per_s > 0 for s in result.summaries)
 
 
 def test_every_stage_reads_the_engines_own_metrics(running):
     # replay.engine_metrics: the target's /metrics, told apart by its names, read through the
     # llama.cpp adapter's parser, before, every second during and after the stage
     result = sweep(small_trace(n=12, seed=3), RunConfig(url=running.url, lag_bound_ms=20), rates=[4.0])
-    m = result.summaries[0]["engine_metrics"]
+    m = result.summaries[0].engine_metrics
     assert m["engine"] == "llama-server" and m["url"] == running.url + "/metrics", m
     # this llama.cpp exports no KV usage gauge (llamacpp:kv_cache_usage_ratio is gone)
     assert m["samples"] >= 1 and {"running", "waiting"} <= set(m) and "kv_usage" not in m, m
     assert 0 <= m["prefix_cache_hit_rate"] <= 1, m
-    assert result.summaries[0]["completed"] == 12
+    assert result.summaries[0].completed == 12
 
 
 def test_closed_loop_stages_keep_their_users_busy_against_the_engine(running):
@@ -88,7 +88,7 @@ def test_closed_loop_stages_keep_their_users_busy_against_the_engine(running):
         assert df["error"].to_list() == ["none"] * 12, df["error_detail"].to_list()
         assert df["completion_tokens"].to_list() == df["expected_output_tokens"].to_list()
         assert in_flight_at_sends(df).max() == users
-        assert stage.summary["concurrency"] == users and stage.summary["offered_rate"] is None
+        assert stage.summary.concurrency == users and stage.summary.offered_rate is None
     # causal sessions in closed loop: two users replay whole sessions, turns after their think time
     stage = run_stage(trace, RunConfig(url=running.url, concurrency=2, sessions="causal", lag_bound_ms=20))
     df = stage.requests

@@ -86,9 +86,9 @@ def test_every_fault_is_recorded_and_the_run_goes_on(scripted):
     assert rows["reset"]["output_chunks"] == 2
     assert len(server.arrivals) == len(faults)
     summary = result.summary
-    assert summary["completed"] == 3
-    assert summary["errors"]["http_4xx"] == 2
-    assert summary["rejected"] == 1  # the 404; a 429 is the server under load, not a bad request
+    assert summary.completed == 3
+    assert summary.errors["http_4xx"] == 2
+    assert summary.rejected == 1  # the 404; a 429 is the server under load, not a bad request
 
 
 def test_refused_connections_are_recorded():
@@ -104,7 +104,7 @@ def test_refused_connections_are_recorded():
     # never on the wire: no send stamp, but the time spent trying to connect is kept
     assert result.requests["sent_ns"].null_count() == 5
     assert result.requests["conn_ns"].null_count() == 0
-    assert result.summary["completed"] == 0
+    assert result.summary.completed == 0
 
 
 def test_whole_request_timeout(scripted):
@@ -155,7 +155,7 @@ def test_causal_turns_wait_for_the_previous_turn_of_a_stalled_server(scripted):
     times = sorted(a.t_unix_ns for a in server.arrivals)
     assert (times[2] - times[0]) / 1e9 >= 1.0
     summary = result.summary
-    assert summary["valid"], summary["send_lag_ms"]
+    assert summary.valid, summary.send_lag_ms
     # the same trace open-loop: the second turn goes at its own time, before the first ended
     open_result = run_stage(trace, RunConfig(url=server.url, lag_bound_ms=1000))
     second_open = open_result.requests.row(2, named=True)
@@ -179,7 +179,7 @@ def test_without_chunk_times_chunks_are_still_counted(scripted):
     df = result.requests
     assert df["output_chunks"].to_list() == [4, 4, 4]
     assert df["chunk_us"].list.len().to_list() == [0, 0, 0]
-    assert result.summary["itl_ms"]["p50"] is None
+    assert result.summary.itl_ms["p50"] is None
 
 
 def test_warm_up_is_reported(scripted):
@@ -228,8 +228,8 @@ def test_a_body_source_that_falls_behind_is_counted(scripted, monkeypatch):
     assert result.requests["error"].to_list() == ["none"] * 10
     # the one-second stall is counted; a busy machine may add waits of a few ms to the count
     assert result.runner["body_waits"] >= 1 and result.runner["body_wait_max_ms"] >= 500
-    assert not result.summary["valid"]
-    reason = result.summary["invalid_reason"]
+    assert not result.summary.valid
+    reason = result.summary.invalid_reason
     assert f"waited for request bodies {result.runner['body_waits']} times" in reason
 
 

@@ -14,15 +14,15 @@ def test_sweep_finds_the_rate_where_a_bounded_server_saturates(scripted):
     # the bound on the runner's own lag is loose: this test is about the server, on a shared machine
     config = RunConfig(url=server.url, arrivals=Arrivals(kind="constant"), lag_bound_ms=50)
     result = sweep(trace, config, rates=[4.0, 8.0, 80.0])
-    assert [s["requested_rate"] for s in result.summaries] == [4.0, 8.0, 80.0]
+    assert [s.requested_rate for s in result.summaries] == [4.0, 8.0, 80.0]
     low, mid, high = result.summaries
-    assert low["completed"] == mid["completed"] == high["completed"] == 40
-    assert abs(low["queue"]["growth_ms"]) < 20 and abs(mid["queue"]["growth_ms"]) < 20
-    assert high["queue"]["growth_ms"] > 500
+    assert low.completed == mid.completed == high.completed == 40
+    assert abs(low.queue["growth_ms"]) < 20 and abs(mid.queue["growth_ms"]) < 20
+    assert high.queue["growth_ms"] > 500
     assert result.saturation_rate == 80.0 and "queue built up" in result.saturation_reason
     # queueing shows up in latency from the intended send time, not in the runner's own lag
-    assert high["ttft_ms"]["from_intended"]["p50"] > 5 * low["ttft_ms"]["from_intended"]["p50"]
-    assert high["send_lag_ms"]["p99"] < 50
+    assert high.ttft_ms["from_intended"]["p50"] > 5 * low.ttft_ms["from_intended"]["p50"]
+    assert high.send_lag_ms["p99"] < 50
 
 
 def test_slo_failure_names_the_saturation_point(scripted):
@@ -30,11 +30,11 @@ def test_slo_failure_names_the_saturation_point(scripted):
     trace = trace_of_bodies([{"max_tokens": 3} for _ in range(10)])
     config = RunConfig(url=server.url, arrivals=Arrivals(kind="constant"), slo=Slo(tpot_s=0.01), lag_bound_ms=50)
     result = sweep(trace, config, rates=[20.0, 40.0])
-    assert result.summaries[0]["slo_pass"] is False
-    assert result.summaries[0]["slo_attainment"] == 0.0
+    assert result.summaries[0].slo_pass is False
+    assert result.summaries[0].slo_attainment == 0.0
     assert result.saturation_rate == 20.0 and "SLO" in result.saturation_reason
     ok = sweep(trace, RunConfig(url=server.url, arrivals=Arrivals(kind="constant"), slo=Slo(tpot_s=1.0)), rates=[20.0])
-    assert ok.summaries[0]["slo_pass"] is True and ok.summaries[0]["goodput_rps"] > 0
+    assert ok.summaries[0].slo_pass is True and ok.summaries[0].goodput_rps > 0
 
 
 def test_a_stage_made_invalid_by_send_lag_leaves_the_saturation_point_undetermined(scripted):
@@ -50,8 +50,8 @@ def test_a_stage_made_invalid_by_send_lag_leaves_the_saturation_point_undetermin
         stop_after_saturation=True,
         on_stage=lambda partial: seen.append(len(partial.summaries)),
     )
-    assert [s["valid"] for s in result.summaries] == [False, False]  # stopped after the undetermined stage
-    assert result.summaries[1]["queue"]["growth_ms"] > 500  # the symptom is there...
+    assert [s.valid for s in result.summaries] == [False, False]  # stopped after the undetermined stage
+    assert result.summaries[1].queue["growth_ms"] > 500  # the symptom is there...
     assert result.saturation.status == "undetermined"  # ...but the stage cannot name the point
     assert result.saturation_rate is None and result.saturation.undetermined_at == 80.0
     assert "send lag p99" in result.saturation.reason
@@ -80,7 +80,7 @@ def test_find_rates_brackets_the_saturation_of_the_embedded_engine():
         assert rates[0] < search.kept_up_rate and saturated_at < rates[-1]  # below and past it
         result = sweep(trace, config, search)
     assert result.rates == rates and result.to_json()["rate_search"]["rates"] == rates
-    assert result.summaries[0]["valid"] and result.saturation.status != "undetermined"
+    assert result.summaries[0].valid and result.saturation.status != "undetermined"
     # the lowest stage keeps up, the highest (1.5 times the saturation found) does not
     assert result.saturation.status == "saturated" and result.saturation.rate > rates[0]
 
@@ -94,16 +94,16 @@ def test_each_stage_starts_from_a_cold_prefix_cache_unless_kept(scripted):
         config = RunConfig(url=server.url, lag_bound_ms=1000, requests=40)
         reset = sweep(trace, config, [20.0, 40.0])
         kept = sweep(trace, config, [20.0, 40.0], reset_cache=False)
-    first, second = (s["cache_hit_rate"] for s in reset.summaries)
-    assert [s["prefix_cache"] for s in reset.summaries] == ["reset (POST /reset_prefix_cache)"] * 2
+    first, second = (s.cache_hit_rate for s in reset.summaries)
+    assert [s.prefix_cache for s in reset.summaries] == ["reset (POST /reset_prefix_cache)"] * 2
     assert 0 < first and abs(second - first) < 0.02, (first, second)  # the same requests, cold each time
     # kept: the second stage finds the first's prefixes (the same 40 requests) in the cache
-    assert [s["prefix_cache"] for s in kept.summaries] == ["kept (--keep-prefix-cache)"] * 2
-    assert kept.summaries[1]["cache_hit_rate"] > second + 0.1, (kept.summaries[1]["cache_hit_rate"], second)
+    assert [s.prefix_cache for s in kept.summaries] == ["kept (--keep-prefix-cache)"] * 2
+    assert kept.summaries[1].cache_hit_rate > second + 0.1, (kept.summaries[1].cache_hit_rate, second)
     # a server without the endpoint is replayed as it is, and the summary says so
     plain = scripted()
     out = sweep(trace_of_bodies([{"max_tokens": 1}] * 4), RunConfig(url=plain.url, lag_bound_ms=1000), [50.0])
-    assert out.summaries[0]["prefix_cache"].startswith("not reset: /reset_prefix_cache answered HTTP 404")
+    assert out.summaries[0].prefix_cache.startswith("not reset: /reset_prefix_cache answered HTTP 404")
 
 
 def test_a_stage_the_runner_made_invalid_is_run_again_and_the_discarded_attempt_named(scripted, monkeypatch):
@@ -132,19 +132,19 @@ def test_a_stage_the_runner_made_invalid_is_run_again_and_the_discarded_attempt_
     result = sweep(trace, config, rates=[20.0, 40.0], retry_invalid=2)
     assert calls == [20.0, 20.0, 40.0]  # the late stage twice, the other once
     first, second = result.summaries
-    assert first["valid"] and second["valid"] and len(result.stages) == 2
-    assert len(first["discarded_attempts"]) == 1 and "send lag p99" in first["discarded_attempts"][0]
-    assert second["discarded_attempts"] == []
-    assert result.to_json()["stages"][0]["discarded_attempts"] == first["discarded_attempts"]
+    assert first.valid and second.valid and len(result.stages) == 2
+    assert len(first.discarded_attempts) == 1 and "send lag p99" in first.discarded_attempts[0]
+    assert second.discarded_attempts == []
+    assert result.to_json()["stages"][0]["discarded_attempts"] == first.discarded_attempts
 
     # without retries the invalid attempt is the stage; with them, a runner always late gives up
     # after N more attempts and keeps the last, still invalid
     calls.clear()
-    assert not sweep(trace, config, rates=[20.0]).summaries[0]["valid"]
+    assert not sweep(trace, config, rates=[20.0]).summaries[0].valid
     always_late = RunConfig(url=server.url, arrivals=Arrivals(kind="constant"), lag_bound_ms=1e-6)
     monkeypatch.setattr(sweep_module, "run_plan", real)
     kept = sweep(trace, always_late, rates=[20.0], retry_invalid=2).summaries[0]
-    assert not kept["valid"] and len(kept["discarded_attempts"]) == 2
+    assert not kept.valid and len(kept.discarded_attempts) == 2
     with pytest.raises(ConfigError, match="--retry-invalid"):
         sweep(trace, config, rates=[20.0], retry_invalid=1, reset_cache=False)
     with pytest.raises(ConfigError, match="--retry-invalid"):

@@ -64,7 +64,7 @@ def test_a_wrong_api_key_stops_the_sweep_before_any_request(scripted):
     assert server.arrivals == []  # no stage sent anything
     # the key goes with the probe as with every request
     result = sweep(trace, RunConfig(url=server.url, api_key="sekrit", lag_bound_ms=50), rates=[20.0])
-    assert result.summaries[0]["completed"] == 4
+    assert result.summaries[0].completed == 4
     # the target check (urllib) ran once per sweep or stage run, not once per stage; the runner's
     # warm-up connections each ask GET /v1/models too, with the key as well
     checks = [h for h in server.models_requests if h.get("User-Agent", "").startswith("Python-urllib")]
@@ -86,7 +86,7 @@ def test_a_server_that_does_not_list_models_is_replayed(scripted):
     assert check_target(server.url) is None
     trace = trace_of_bodies([{"max_tokens": 2, "model": "m"}] * 3)
     result = run_stage(trace, RunConfig(url=server.url, rate=20.0, lag_bound_ms=50))
-    assert result.summary["completed"] == 3
+    assert result.summary.completed == 3
     assert {a.body["model"] for a in server.arrivals} == {"m"}  # the bodies keep their model
 
 

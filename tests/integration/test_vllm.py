@@ -57,7 +57,7 @@ def test_sweep_completes_with_usage_parsed(running):
         assert df["completion_tokens"].to_list() == df["expected_output_tokens"].to_list()
         assert df["prompt_tokens"].null_count() == 0 and (df["prompt_tokens"] > df["input_tokens"]).all()
         assert df["cached_tokens"].null_count() == 0
-    assert [s["completed"] for s in result.summaries] == [10, 10]
+    assert [s.completed for s in result.summaries] == [10, 10]
 
 
 def test_shared_prefix_hits_the_cache_in_responses_and_metrics(running):

@@ -17,6 +17,7 @@ from replay.cli.optimize_cmds import parse_budget
 from replay.errors import ConfigError
 from replay.sim import KNOBS
 from tests.e2e.conftest import run_cli
+from tests.summaries import stage_summary
 
 # -- parse_budget ------------------------------------------------------------------------------------
 
@@ -157,11 +158,11 @@ def test_a_spent_budget_before_any_candidate_still_reports_the_baseline(tmp_path
 
 
 def test_objective_values_are_per_gpu():
-    summary = {"goodput_rps": 6.0, "throughput_rps": 8.0}
+    summary = stage_summary(goodput_rps=6.0, throughput_rps=8.0)
     assert Objective("goodput", gpus=2).value(summary) == 3.0
     assert Objective("throughput", gpus=2).value(summary) == 4.0
     assert Objective("throughput").value(summary) == 8.0
-    assert Objective("goodput", gpus=4).value({"goodput_rps": None}) == 0.0
+    assert Objective("goodput", gpus=4).value(stage_summary(goodput_rps=None)) == 0.0
 
 
 @pytest.fixture(scope="module")

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import fields, replace
+
 import pytest
 
 from replay.config import RunConfig
+from replay.errors import ConfigError
+from replay.metrics import StageSummary
 from replay.noise import NoiseFloor
+from tests.summaries import stage_summary
 from replay.sweep import (
     MAX_FAILED_SHARE,
     QUEUE_GROWTH_S,
@@ -21,21 +27,22 @@ from replay.sweep import (
 
 def stage(
     *, sent=100, completed=100, rejected=0, growth=(20.0, 25.0), slo_pass=None, valid=True, lag_p99=0.4, cancelled=False
-) -> dict:
-    """The summary fields the rule reads, for a stage that kept up unless told otherwise."""
+) -> StageSummary:
+    """A stage summary that kept up unless told otherwise: the fields the rule reads as given."""
     first, last = growth
-    return {
-        "sent": sent,
-        "completed": completed,
-        "rejected": rejected,
-        "queue": {"ttft_first_third_ms": first, "ttft_last_third_ms": last, "growth_ms": last - first},
-        "slo_pass": slo_pass,
-        "slo_attainment": None if slo_pass is None else (0.95 if slo_pass else 0.5),
-        "valid": valid,
-        "cancelled": cancelled,
-        "send_lag_ms": {"p99": lag_p99},
-        "lag_bound_ms": 1.0,
-    }
+    return stage_summary(
+        requests=sent,
+        sent=sent,
+        completed=completed,
+        rejected=rejected,
+        queue={"ttft_first_third_ms": first, "ttft_last_third_ms": last, "growth_ms": last - first},
+        send_lag_ms={"p50": None, "p99": lag_p99, "max": None},
+        valid=valid,
+        invalid_reason=None if valid else "invalid",
+        cancelled=cancelled,
+        slo_attainment=None if slo_pass is None else (0.95 if slo_pass else 0.5),
+        slo_pass=slo_pass,
+    )
 
 
 def test_stages_that_keep_up_do_not_saturate():
@@ -97,7 +104,7 @@ def test_an_invalid_stage_cannot_be_the_saturation_point():
 
 def test_the_saturation_point_names_what_the_engine_ran_out_of():
     full = {"engine": "vllm", "samples": 9, "kv_usage": {"p50": 0.7, "max": 0.97}, "preemptions": 4.0}
-    result = saturation([1, 2], [stage(), {**stage(growth=(20, 900)), "engine_metrics": full}])
+    result = saturation([1, 2], [stage(), replace(stage(growth=(20, 900)), engine_metrics=full)])
     assert result.rate == 2 and result.resource == "the KV cache (usage max 97%, 4 preemptions)"
     # nothing read, or read from a stage that kept up: nothing named
     assert saturation([1, 2], [stage(), stage(growth=(20, 900))]).resource is None
@@ -128,18 +135,30 @@ def test_the_result_json_is_one_shape_with_the_callers_context_first():
         "resource": None,
         "concurrency": None,
     }
-    assert data["rate_search"] is None and data["concurrency"] is None and len(data["stages"]) == 2
+    assert data["rate_search"] is None and data["concurrency"] is None
+    assert data["stages"] == [s.to_json() for s in result.summaries]
     assert result.saturation_rate == 2.0 and result.saturation_reason == "r"
     with pytest.raises(ValueError, match="context key 'stages'"):
         result.to_json(stages=[])
 
 
+def test_a_stage_summary_goes_to_json_and_back_unchanged():
+    s = replace(stage(growth=(20, 900), valid=False), engine_metrics={"engine": "vllm", "kv_usage": {"max": 0.9}})
+    data = json.loads(json.dumps(s.to_json()))
+    assert list(data) == [f.name for f in fields(StageSummary)]
+    assert StageSummary.from_json(data) == s
+    # what the CLI adds beside a stage (its fidelity verdict) is left out; a missing field is named
+    assert StageSummary.from_json({**data, "fidelity": {"faithful": True}}) == s
+    with pytest.raises(ConfigError, match="summary.json stage 2: no 'valid'"):
+        StageSummary.from_json({k: v for k, v in data.items() if k != "valid"}, "summary.json stage 2")
+
+
 # --repeats: the saturation interval and the per-load medians (replay.sweep.held_interval, by_load)
 
 
-def repeated(rate, repeat, *, users=None, **kw) -> dict:
+def repeated(rate, repeat, *, users=None, **kw) -> StageSummary:
     """A stage summary of one repeat at `rate` (or `users` of a closed loop)."""
-    return {**stage(**kw), "requested_rate": None if users else rate, "concurrency": users, "repeat": repeat}
+    return replace(stage(**kw), requested_rate=None if users else rate, concurrency=users, repeat=repeat)
 
 
 SLOW = {"growth": (20, 900)}  # a queue built: did not keep up
@@ -204,7 +223,7 @@ def test_a_closed_loop_interval_is_in_users_and_as_recorded_stages_have_none():
 
 def test_by_load_takes_median_and_spread_over_the_valid_repeats_only():
     def with_rps(rate, repeat, rps, valid=True):
-        return {**repeated(rate, repeat, valid=valid), "throughput_rps": rps}
+        return replace(repeated(rate, repeat, valid=valid), throughput_rps=rps)
 
     rows = by_load(
         [with_rps(2, 0, 1.9), with_rps(2, 1, 2.1), with_rps(2, 2, 50.0, valid=False), with_rps(1, 0, 1.0), with_rps(1, 1, 1.0)]

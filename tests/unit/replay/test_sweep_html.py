@@ -9,8 +9,10 @@ import re
 
 import pytest
 
+from replay.metrics import StageSummary
 from replay.sweep import saturation
 from replay.sweep_html import sweep_html, sweep_plots, sweep_points, write_sweep_html
+from tests.summaries import stage_summary
 
 
 def stage(
@@ -25,34 +27,35 @@ def stage(
 ) -> dict:
     """A stage summary with the fields replay.metrics.summarize gives and the page reads."""
     sent = 100
-    return {
-        "requested_rate": rate,
-        "offered_rate": rate,
-        "throughput_rps": achieved,
-        "goodput_rps": achieved * 0.9,
-        "sent": sent,
-        "completed": sent - failed,
-        "rejected": 0,
-        "valid": valid,
-        "cancelled": False,
-        "invalid_reason": None if valid else "send lag p99 3.2 ms over the 1 ms bound",
-        "lag_bound_ms": 1.0,
-        "send_lag_ms": {"p50": 0.1, "p99": 0.5 if valid else 3.2, "max": 4.0},
-        "queue": {"ttft_first_third_ms": ttft_p50, "ttft_last_third_ms": ttft_p50 + (growth_ms or 0), "growth_ms": growth_ms},
-        "slo_pass": None,
-        "ttft_ms": {
+    return stage_summary(
+        requested_rate=rate,
+        requests=sent,
+        offered_rate=rate,
+        throughput_rps=achieved,
+        goodput_rps=achieved * 0.9,
+        sent=sent,
+        completed=sent - failed,
+        rejected=0,
+        valid=valid,
+        cancelled=False,
+        invalid_reason=None if valid else "send lag p99 3.2 ms over the 1 ms bound",
+        lag_bound_ms=1.0,
+        send_lag_ms={"p50": 0.1, "p99": 0.5 if valid else 3.2, "max": 4.0},
+        queue={"ttft_first_third_ms": ttft_p50, "ttft_last_third_ms": ttft_p50 + (growth_ms or 0), "growth_ms": growth_ms},
+        slo_pass=None,
+        ttft_ms={
             "from_intended": {"p50": ttft_p50, "p90": ttft_p50 * 2, "p99": ttft_p50 * 3},
             "from_sent": {"p50": ttft_p50, "p90": ttft_p50, "p99": ttft_p50},
         },
-        "e2e_ms": {
+        e2e_ms={
             "from_intended": {"p50": ttft_p50 + 50, "p90": None, "p99": ttft_p50 + 90},
             "from_sent": {"p50": None, "p90": None, "p99": None},
         },
-        "tpot_ms": {"p50": 5.0, "p90": 6.0, "p99": 7.0},
-        "engine_metrics": kv
+        tpot_ms={"p50": 5.0, "p90": 6.0, "p99": 7.0},
+        engine_metrics=kv
         if kv is not None
         else {"url": "http://127.0.0.1:1/metrics", "unavailable": "GET ...: connection refused"},
-    }
+    ).to_json()
 
 
 def summary_of(rates, stages, **extra) -> dict:
@@ -63,7 +66,7 @@ def summary_of(rates, stages, **extra) -> dict:
         "arrivals": {"kind": "poisson", "cv": None},
         "rates": rates,
         "stages": stages,
-        "saturation": saturation(rates, stages).to_json(),
+        "saturation": saturation(rates, [StageSummary.from_json(s) for s in stages]).to_json(),
         **extra,
     }
 
