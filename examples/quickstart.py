@@ -14,7 +14,11 @@
    it) is run again, twice at most (``--retry-invalid 2``; the table names the attempt dropped;
    the replay of step 4 likewise);
 4. ``replay run`` of every captured request at twice the captured pace, sessions causal (each turn
-   after the previous one ended, resending the answers the engine itself gave), and the fidelity
+   after the previous one ended, resending the answers the engine itself gave), against an engine
+   run twice as fast as the captured one (time scale 0.1 where the capture had 0.2: the replay
+   halves the think times, the engine the answers, so the captured system runs twice as fast as a
+   whole; against an engine as fast as the captured one the answers are not compressed and the
+   times between reuses of a prefix come out longer than live's), and the fidelity
    report on it (HTML, Markdown, JSON). With the whole capture on both sides it must be
    conclusive on input lengths (each replayed prompt against the one it replayed,
    ``input_tokens.per_request``), output lengths and cache hits (the quickstart fails otherwise);
@@ -49,7 +53,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLAY = [sys.executable, "-m", "replay.cli.main"]
-TIME_SCALE = "0.2"  # the embedded engine runs 5x faster than the modelled A100, to keep this short
+TIME_SCALE = 0.2  # the embedded engine runs 5x faster than the modelled A100, to keep this short
+WHOLE_SPEEDUP = 2  # step 4 replays the whole capture this many times faster, on an engine as many times faster
 # the main job, and the shortened one (--short, for tests/e2e/test_quickstart.py)
 SIZES = {
     "full": {"sessions": 1000, "speedup": 15.0, "rates": "1,2,4,8", "requests": "60", "trials": "2", "lag_bound_ms": "1"},
@@ -95,7 +100,7 @@ def capture(trace_dir: Path, key_file: Path, sessions: int, speedup: float) -> N
 
     engine_port, proxy_port = free_port(), free_port()
     engine = subprocess.Popen(
-        [*REPLAY, "serve-sim", "--port", str(engine_port), "--time-scale", TIME_SCALE],
+        [*REPLAY, "serve-sim", "--port", str(engine_port), "--time-scale", str(TIME_SCALE)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -186,18 +191,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     whole = out / "replay"
     step(
-        "4a. replay every captured request at twice the captured pace, each turn after the previous one",
+        "4a. replay every captured request at twice the captured pace on an engine twice as fast, each turn after the last",
         "run",
         str(trace),
         "--speedup",
-        "2",
+        str(WHOLE_SPEEDUP),
         "--sessions",
         "causal",
         "--lag-bound-ms",
         size["lag_bound_ms"],
         "--retry-invalid",
         "2",
-        *sim,
+        "--sim-config",
+        f'{{"time_scale": {TIME_SCALE / WHOLE_SPEEDUP:g}}}',
         "--out",
         str(whole),
     )
@@ -222,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         "--engine",
         "sim",
         "--sim-time-scale",
-        TIME_SCALE,
+        str(TIME_SCALE),
         "--rate",
         "16",
         "--requests",
