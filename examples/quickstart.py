@@ -85,6 +85,11 @@ def wait_http(url: str, proc: subprocess.Popen, what: str, timeout_s: float = 60
     raise SystemExit(f"quickstart: {what} did not answer {url} within {timeout_s:g} s")
 
 
+def sim_args(time_scale: float) -> list[str]:
+    """The flag that starts a command's embedded engine at `time_scale`."""
+    return ["--sim-config", json.dumps({"time_scale": time_scale})]
+
+
 def step(title: str, *args: str, ok: tuple[int, ...] = (0,)) -> int:
     """Run one `replay` command; any exit code but ``ok`` stops the quickstart."""
     print(f"\n== {title}\n$ replay {shlex.join(args)}", flush=True)
@@ -164,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     key_file.write_text(secrets.token_hex(32))
     os.chmod(key_file, 0o600)
     trace = out / "capture"
-    sim = ["--sim-config", f'{{"time_scale": {TIME_SCALE}}}']
+    sim = sim_args(TIME_SCALE)
     capture(trace, key_file, size["sessions"], size["speedup"])
     step("2. inspect the captured, redacted trace", "inspect", str(trace))
     sweep = out / "sweep"
@@ -202,8 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         size["lag_bound_ms"],
         "--retry-invalid",
         "2",
-        "--sim-config",
-        f'{{"time_scale": {TIME_SCALE / WHOLE_SPEEDUP:g}}}',
+        *sim_args(TIME_SCALE / WHOLE_SPEEDUP),
         "--out",
         str(whole),
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from replay.config import LAG_BOUND_MS
 from replay.metrics import StageSummary
 
 _NONE = {"p50": None, "p90": None, "p99": None}
@@ -28,7 +29,7 @@ BLANK = StageSummary(
     tpot_ms=dict(_NONE),
     itl_ms=dict(_NONE),
     send_lag_ms={"p50": None, "p99": None, "max": None},
-    lag_bound_ms=1.0,
+    lag_bound_ms=LAG_BOUND_MS,
     valid=True,
     invalid_reason=None,
     conn_ms=dict(_NONE),
