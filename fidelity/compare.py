@@ -600,6 +600,30 @@ def _cache_diagnosis(metrics: list[Metric], other: str, live: Side) -> list[str]
     return out
 
 
+def _causal_diagnosis(metrics: list[Metric], stage: pl.DataFrame, other: Side) -> list[str]:
+    """A causal stage (turns held back for the previous one: ``release_ns`` past ``intended_ns``)
+    that ran faster than live compressed the think times only; the answers took what the target
+    took. Said when its ``cache.reuse_time.ks`` failed or used more than half of its bound."""
+    reuse = next((m for m in metrics if m.name == "cache.reuse_time.ks"), None)
+    if reuse is None or reuse.distance is None or reuse.bound is None or other.time_scale <= 1:
+        return []
+    if reuse.state != FAIL and reuse.distance <= reuse.bound / 2:
+        return []
+    turns = stage.filter(pl.col("session_id").is_not_null() & pl.col("release_ns").is_not_null())
+    later = turns.height - turns["session_id"].n_unique()
+    held = turns.filter(pl.col("release_ns") > pl.col("intended_ns")).height
+    if held == 0 or later <= 0:
+        return []
+    c = other.time_scale
+    return [
+        f"reuse times: this causal stage ran at {c:.3g}x live's pace and {held} of its {later} later turns "
+        f"waited past their schedule for the turn before: a causal stage compresses the think times, not "
+        f"the answers, so the times between a session's turns, and between reuses of a prefix, are not "
+        f"live's / {c:.3g} (cache.reuse_time.ks {reuse.distance:.3g}, bound {reuse.bound:.3g}). Replay at "
+        f"live's pace (--speedup 1), or against an engine {c:.3g}x as fast as live's"
+    ]
+
+
 def _state(ok: bool) -> str:
     return PASS if ok else FAIL
 
@@ -721,6 +745,8 @@ def compare_sides(
     metrics.sort(key=lambda m: order[m.group])
     state, reason = _overall(metrics, JUDGED_GROUPS + ((OUTCOMES_GROUP,) if judge_outcomes else ()))
     diagnosis = list(other.notes) + _cache_diagnosis(metrics, other.name, live)
+    if stage is not None:
+        diagnosis += _causal_diagnosis(metrics, stage, other)
     return FidelityVerdict(state=state, reason=reason, metrics=metrics, diagnosis=diagnosis)
 
 

@@ -289,3 +289,53 @@ def test_judged_outcomes_need_a_replay_aa_and_fail_beyond_its_band(live):
     # the same 40% with replays 30% apart among themselves: the bench is too noisy to tell
     noisy = compare_stage(live, slow, judge_outcomes=True, repeats=(stage_of(slower(live, 1.0)),))
     assert outcome(noisy).state == "cannot tell" and "steadier bench" in outcome(noisy).needs
+
+
+def causal_stage(live: Trace, speedup: float, answers_s: np.ndarray) -> pl.DataFrame:
+    """A causal replay at ``speedup``: turn k of a session released at the later of its schedule
+    and the end of turn k-1 plus live's think time / speedup; each answer takes ``answers_s``."""
+    df = live.df.with_row_index("_i").sort("arrival_us", maintain_order=True)
+    arrival = df["arrival_us"].to_numpy() / 1e6
+    live_end = arrival + df["e2e_us"].to_numpy() / 1e6
+    intended = (arrival - arrival[0]) / speedup
+    release = intended.copy()
+    last: dict[str, int] = {}
+    for j, sid in enumerate(df["session_id"].to_list()):
+        if sid in last:
+            i = last[sid]
+            think = max(arrival[j] - live_end[i], 0.0) / speedup
+            release[j] = max(intended[j], release[i] + answers_s[df["_i"][i]] + think)
+        last[sid] = j
+    order = df["_i"].to_numpy()
+    back = np.empty_like(release)
+    back[order], intended_back = release, np.empty_like(intended)
+    intended_back[order] = intended
+    stage = stage_of(live, sent_s=back + 5e-5)
+    e2e_ns = (answers_s * 1e9).astype(np.int64)
+    return stage.with_columns(
+        intended_ns=pl.Series((intended_back * 1e9).astype(np.int64)),
+        release_ns=pl.Series((back * 1e9).astype(np.int64)),
+        end_ns=pl.col("sent_ns") + pl.Series(e2e_ns),
+    )
+
+
+def reuse_diagnosis(result) -> list[str]:
+    return [d for d in result.verdict.diagnosis if d.startswith("reuse times:")]
+
+
+def test_a_causal_replay_faster_than_live_with_uncompressed_answers_is_diagnosed(live):
+    live_e2e = live.df["e2e_us"].to_numpy() / 1e6
+    # an engine as fast as live's: answers as long as live's (the quickstart's capture gave D 0.098)
+    slow = compare_stage(live, causal_stage(live, 2.0, live_e2e))
+    reuse = {m.name: m for m in slow.verdict.metrics}["cache.reuse_time.ks"]
+    assert reuse.distance > reuse.bound / 2, reuse.reason
+    (said,) = reuse_diagnosis(slow)
+    assert "ran at 2x live's pace" in said and "--speedup 1" in said, said
+    # the whole system compressed (answers / 2 too): reuse times are live's / 2, nothing to say
+    whole = compare_stage(live, causal_stage(live, 2.0, live_e2e / 2))
+    assert not reuse_diagnosis(whole), whole.verdict.diagnosis
+    # at live's pace a slower engine delays turns too, but the stage is not compressed
+    paced = compare_stage(live, causal_stage(live, 1.0, live_e2e * 4))
+    assert not reuse_diagnosis(paced), paced.verdict.diagnosis
+    # an open-loop stage at 2x (no turn held) is not causal
+    assert not reuse_diagnosis(compare_stage(live, stage_of(live, speedup=2.0)))
