@@ -600,6 +600,11 @@ def _cache_diagnosis(metrics: list[Metric], other: str, live: Side) -> list[str]
     return out
 
 
+def _held(stage: pl.DataFrame) -> pl.DataFrame:
+    """The rows of a causal stage held back past their schedule for the turn before."""
+    return stage.filter(pl.col("release_ns") > pl.col("intended_ns"))
+
+
 def _causal_diagnosis(metrics: list[Metric], stage: pl.DataFrame, other: Side) -> list[str]:
     """A causal stage (turns held back for the previous one: ``release_ns`` past ``intended_ns``)
     that ran faster than live compressed the think times only; the answers took what the target
@@ -611,7 +616,7 @@ def _causal_diagnosis(metrics: list[Metric], stage: pl.DataFrame, other: Side) -
         return []
     turns = stage.filter(pl.col("session_id").is_not_null() & pl.col("release_ns").is_not_null())
     later = turns.height - turns["session_id"].n_unique()
-    held = turns.filter(pl.col("release_ns") > pl.col("intended_ns")).height
+    held = _held(turns).height
     if held == 0 or later <= 0:
         return []
     c = other.time_scale
@@ -675,7 +680,7 @@ def _per_request(stage: pl.DataFrame, other: Side, lag_bound_ms: float | None = 
                 f"{bound:g} ms): the requests left when they were due",
             )
         )
-    held = sent.filter(pl.col("release_ns") > pl.col("intended_ns"))
+    held = _held(sent)
     if held.height:  # causal sessions: turns held back until the previous turn ended (+ think time)
         slip = (held["release_ns"] - held["intended_ns"]).to_numpy() / 1e6
         p50, p99 = (float(np.percentile(slip, q)) for q in (50, 99))

@@ -298,18 +298,17 @@ def causal_stage(live: Trace, speedup: float, answers_s: np.ndarray) -> pl.DataF
     arrival = df["arrival_us"].to_numpy() / 1e6
     live_end = arrival + df["e2e_us"].to_numpy() / 1e6
     intended = (arrival - arrival[0]) / speedup
+    order = df["_i"].to_numpy()  # live row of each arrival
     release = intended.copy()
     last: dict[str, int] = {}
     for j, sid in enumerate(df["session_id"].to_list()):
         if sid in last:
             i = last[sid]
             think = max(arrival[j] - live_end[i], 0.0) / speedup
-            release[j] = max(intended[j], release[i] + answers_s[df["_i"][i]] + think)
+            release[j] = max(intended[j], release[i] + answers_s[order[i]] + think)
         last[sid] = j
-    order = df["_i"].to_numpy()
-    back = np.empty_like(release)
-    back[order], intended_back = release, np.empty_like(intended)
-    intended_back[order] = intended
+    back, intended_back = np.empty_like(release), np.empty_like(intended)  # in live's row order
+    back[order], intended_back[order] = release, intended
     stage = stage_of(live, sent_s=back + 5e-5)
     e2e_ns = (answers_s * 1e9).astype(np.int64)
     return stage.with_columns(
