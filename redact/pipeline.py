@@ -17,8 +17,12 @@ the same Redactor on a Ray cluster); the report and its per-row accounts are :mo
   text, not with requests x history. The cache is bounded (:data:`CACHE_CHARS` characters of
   text); LLM traffic repeats itself within sessions, so an LRU keeps what is reused.
 - Texts the cache misses go to worker processes (:class:`redact.analyzer.TextAnalyzer`, spaCy's
-  ``nlp.pipe`` in batches) in chunks of :data:`CHUNK_TEXTS`; the surrogates of a chunk's
-  entities are made in this process as its results come back, while the workers go on.
+  ``nlp.pipe`` in batches) in chunks of :data:`CHUNK_TEXTS`. A worker also makes the surrogate
+  of every value it found (:class:`redact.surrogates.Surrogates` with the same key and tokenizer:
+  a surrogate is a function of the key, the type and the value, so it is the one this process
+  would make) and sends them back with the spans; this process takes them into its own cache
+  and makes only those a worker did not (a worker whose tokenizer did not load makes none).
+  The recorder's own work per record is then the mentions, the second lock and the token counts.
 - Every value found is learned (:class:`redact.mentions.Mentions`, in memory only) and replaced
   at every mention of it in every text; a text's redaction is built again when values were
   learned since it was built and its spans change. A whole trace is redacted in two passes
@@ -53,7 +57,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -68,9 +72,6 @@ from replay.bodies import name_slots, prompt_token_ids, replace_texts, text_slot
 from replay.blocks import block_hashes
 from replay.errors import RedactionError, TraceError
 from replay.trace import Trace, TraceWriter, read_trace
-
-if TYPE_CHECKING:
-    from redact.analyzer import TextAnalyzer
 
 __all__ = [
     "CHUNK_TEXTS",
@@ -126,14 +127,51 @@ def _digest(text: str) -> bytes:
 
 # -- worker processes -----------------------------------------------------------------------------
 
-_worker_analyzer: TextAnalyzer | None = None  # a worker process's, made by _init_worker
+# a worker's answer for a chunk of texts: each text's spans (type, start, end) or the reason its
+# analysis failed, and the surrogates it made: (type, value, surrogate, token count off)
+Spans = list[tuple[str, int, int]] | str
+Made = list[tuple[str, str, str, bool]]
 
 
-def _init_worker(entities: Sequence[str], threshold: float, extra: Sequence[Any]) -> None:
-    global _worker_analyzer
-    from redact.analyzer import TextAnalyzer
+class ChunkAnalyzer:
+    """What a worker process or a Ray actor holds: a Presidio analyser and, where the tokenizer
+    loads, the surrogates of the values it finds (see the module docstring)."""
 
-    _worker_analyzer = TextAnalyzer(entities, threshold, extra)
+    def __init__(
+        self, entities: Sequence[str], threshold: float, extra: Sequence[Any], key: RedactionKey, tokenizer: str
+    ) -> None:
+        from redact.analyzer import TextAnalyzer
+        from redact.surrogates import Surrogates
+        from replay.tokenizer import load_tokenizer
+
+        self.analyzer = TextAnalyzer(entities, threshold, extra)
+        try:
+            self.surrogates: Surrogates | None = Surrogates(key, load_tokenizer(tokenizer))
+        except Exception:  # noqa: BLE001 (a node without the tokenizer: the Redactor makes them)
+            self.surrogates = None
+
+    def analyze(self, texts: list[str]) -> tuple[list[Spans], Made]:
+        results = self.analyzer.analyze_spans(texts)
+        made: Made = []
+        if self.surrogates is not None:
+            seen: set[tuple[str, str]] = set()
+            for text, spans in zip(texts, results):
+                if isinstance(spans, str):
+                    continue
+                for entity, start, end in spans:
+                    value = text[start:end]
+                    if (entity, value) not in seen:
+                        seen.add((entity, value))
+                        made.append((entity, value, *self.surrogates.make(entity, value)))
+        return results, made
+
+
+_worker: ChunkAnalyzer | None = None  # a worker process's, made by _init_worker
+
+
+def _init_worker(entities: Sequence[str], threshold: float, extra: Sequence[Any], key: RedactionKey, tokenizer: str) -> None:
+    global _worker
+    _worker = ChunkAnalyzer(entities, threshold, extra, key, tokenizer)
     # a spawned worker ends with a full interpreter shutdown (tearing down spaCy, Presidio and
     # their modules object by object: 0.3-0.7 s that close() waits for); it writes no files, so
     # end it at the first exit handler instead, once its output is flushed (only in a child
@@ -156,10 +194,10 @@ def _quick_exit() -> None:
     os._exit(0)
 
 
-def _analyze_chunk(texts: list[str]) -> list[list[tuple[str, int, int]] | str]:
-    if _worker_analyzer is None:  # the pool's initializer makes it; a worker without one analyses nothing
+def _analyze_chunk(texts: list[str]) -> tuple[list[Spans], Made]:
+    if _worker is None:  # the pool's initializer makes it; a worker without one analyses nothing
         raise RedactionError("redaction worker: its analyzer was not loaded (_init_worker did not run)")
-    return _worker_analyzer.analyze_spans(texts)
+    return _worker.analyze(texts)
 
 
 def default_processes() -> int:
@@ -226,7 +264,9 @@ class Redactor:
         self.surrogates = Surrogates(key, self.tok)
         self.processes = processes or default_processes()
         self.timeout_s = timeout_s
-        self._init_args = (tuple(entities), threshold, tuple(extra_recognizers))
+        # a worker's (ChunkAnalyzer's) arguments; the key goes to the workers (and Ray actors),
+        # which see the raw text anyway, so that they make the surrogates too
+        self._init_args = (tuple(entities), threshold, tuple(extra_recognizers), key, tokenizer)
         # a Ray cluster's address (redact.ray_pool: "local" starts one here): ``processes``
         # analyser actors there in place of worker processes
         self.ray_address = ray_address
@@ -334,7 +374,9 @@ class Redactor:
                         queue.extend([i] for i in idx)
                     queue.extend(i for i, _ in futures[n + 1 :])
                     break
-                for i, r in zip(idx, got):
+                spans, made = got
+                self.surrogates.adopt(made)
+                for i, r in zip(idx, spans):
                     settle(i, r)
         return results
 
@@ -444,8 +486,8 @@ class Redactor:
             found: list[Any] = [self._seeded.pop(d, None) for d in digests]
 
             def warm(j: int, f: list[tuple[str, int, int]] | str) -> None:
-                # the surrogates (the costly part of building) are made here, in this process,
-                # while the workers analyse later chunks; Surrogates caches them
+                # the surrogates (the costly part of building): those a worker did not make
+                # are made here, while the workers analyse later chunks; Surrogates caches them
                 if isinstance(f, list):
                     text = fresh[need[j]]
                     for entity, start, end in f:

@@ -3,11 +3,12 @@ on with ``ray_address`` (``replay capture --redact-ray [ADDRESS]``), in place of
 processes.
 
 Owns :class:`RayAnalyzerPool` and :data:`LOCAL`. Each of ``workers`` Ray actors (one CPU each)
-holds a :class:`redact.analyzer.TextAnalyzer` built as a worker process builds it; chunks of
-texts go to the actors in turn and come back as :class:`concurrent.futures.Future` objects, so
-the Redactor's rules are unchanged: a chunk that times out or whose actor died is retried text
-by text on fresh actors, and a text that still cannot be analysed is reported as such (its
-record is dropped, never written raw).
+holds a :class:`redact.pipeline.ChunkAnalyzer` built as a worker process builds it (the Presidio
+analyser, and the surrogates of the values it finds: the key goes to the actors, which see the
+raw text anyway); chunks of texts go to the actors in turn and come back as
+:class:`concurrent.futures.Future` objects, so the Redactor's rules are unchanged: a chunk that
+times out or whose actor died is retried text by text on fresh actors, and a text that still
+cannot be analysed is reported as such (its record is dropped, never written raw).
 
 - ``LOCAL`` ("local") starts a Ray cluster of this machine's CPUs in this process (stopped again
   by :meth:`RayAnalyzerPool.shutdown`); any other address joins that cluster (``auto``,
@@ -23,7 +24,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -36,15 +36,16 @@ _started_here = False  # this process started the Ray it is connected to (and st
 
 
 class _Analyzer:
-    """One Ray actor: a Presidio analyser, answering chunks as a worker process does."""
+    """One Ray actor: a :class:`redact.pipeline.ChunkAnalyzer`, answering chunks as a worker
+    process does (the spans, and the surrogates of the values found)."""
 
-    def __init__(self, entities: Sequence[str], threshold: float, extra: Sequence[Any]):
-        from redact.analyzer import TextAnalyzer
+    def __init__(self, *init_args: Any):
+        from redact.pipeline import ChunkAnalyzer
 
-        self.analyzer = TextAnalyzer(entities, threshold, extra)
+        self.worker = ChunkAnalyzer(*init_args)
 
-    def analyze(self, texts: list[str]) -> list[list[tuple[str, int, int]] | str]:
-        return self.analyzer.analyze_spans(texts)
+    def analyze(self, texts: list[str]) -> tuple[list, list]:
+        return self.worker.analyze(texts)
 
 
 def _ray():
@@ -74,7 +75,8 @@ def _check_reachable(address: str) -> None:
 
 class RayAnalyzerPool:
     """``workers`` analyser actors on the Ray cluster at ``address`` (:data:`LOCAL`: one started
-    here). ``init_args`` are the analyser's (entities, threshold, extra recognizers)."""
+    here). ``init_args`` are a :class:`redact.pipeline.ChunkAnalyzer`'s (entities, threshold,
+    extra recognizers, the key and the tokenizer's name)."""
 
     def __init__(self, workers: int, init_args: tuple, address: str):
         global _started_here

@@ -521,6 +521,19 @@ class Surrogates:
             self._cache.popitem(last=False)
         return out, off
 
+    def adopt(self, made: list[tuple[str, str, str, bool]]) -> None:
+        """Take surrogates another :class:`Surrogates` with the same key and tokenizer made (a
+        redaction worker's: ``(entity, value, surrogate, off)``) into the cache, as if
+        :meth:`make` had made them here (a token exception is counted once, where it is new)."""
+        for entity, value, out, off in made:
+            if (entity, value) in self._cache:
+                continue
+            if off:
+                self.exceptions[entity] += 1
+            self._cache[(entity, value)] = (out, off)
+            if len(self._cache) > CACHE_VALUES:
+                self._cache.popitem(last=False)
+
     def _generic(self, value: str, rng: random.Random) -> str:
         return self._shape(value, None, rng)
 

@@ -306,3 +306,29 @@ def test_identifier_fields_and_metadata_values_are_pseudonymized(tmp_path):
         processes=1,
     )
     assert json.loads(other.df["body"][0])["user"] != a["user"]
+
+
+def test_the_workers_make_the_surrogates_this_process_would(corpus, monkeypatch):
+    from redact.pipeline import Redactor, frame_texts
+    from redact.surrogates import Surrogates
+
+    made_here = []
+    fresh = Surrogates._rng  # called once for every surrogate made anew (a cached one is not)
+
+    def counted(self, label, value):
+        made_here.append((label, value))
+        return fresh(self, label, value)
+
+    texts = frame_texts(_trace(corpus).df)
+    with Redactor(KEY, "gpt2", processes=1) as r:
+        monkeypatch.setattr(Surrogates, "_rng", counted)  # here only: the spawned worker imports its own
+        done = r.redact_texts(texts)
+        monkeypatch.undo()
+        cached = dict(r.surrogates._cache)
+    replaced = {(e, t[a:b]) for t, entry in done.items() for e, a, b in entry.spans}
+    assert len(replaced) > 100 and replaced <= set(cached)
+    # every surrogate written came from the worker: this process made (almost) none itself
+    assert len(made_here) <= len(replaced) // 50, made_here[:5]
+    # and each is the one this process makes with the same key and tokenizer
+    here = Surrogates(KEY, load_tokenizer("gpt2"))
+    assert all(here.make(e, v) == cached[(e, v)] for e, v in replaced)
