@@ -516,10 +516,14 @@ class Surrogates:
             off = True
         self._matched = {}
         self._cut = {}
+        self._keep(entity, value, out, off)
+        return out, off
+
+    def _keep(self, entity: str, value: str, out: str, off: bool) -> None:
+        """Cache a surrogate made (the least recently used past :data:`CACHE_VALUES` forgotten)."""
         self._cache[(entity, value)] = (out, off)
         if len(self._cache) > CACHE_VALUES:
             self._cache.popitem(last=False)
-        return out, off
 
     def adopt(self, made: list[tuple[str, str, str, bool]]) -> None:
         """Take surrogates another :class:`Surrogates` with the same key and tokenizer made (a
@@ -530,9 +534,7 @@ class Surrogates:
                 continue
             if off:
                 self.exceptions[entity] += 1
-            self._cache[(entity, value)] = (out, off)
-            if len(self._cache) > CACHE_VALUES:
-                self._cache.popitem(last=False)
+            self._keep(entity, value, out, off)
 
     def _generic(self, value: str, rng: random.Random) -> str:
         return self._shape(value, None, rng)
