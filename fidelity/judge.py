@@ -17,6 +17,7 @@ import polars as pl
 
 from fidelity.compare import AA_RUNS, CANNOT_TELL, FAITHFUL, UNFAITHFUL, FidelityVerdict, compare_sides
 from fidelity.sides import Side, compression, live_side, message_counts, replay_side
+from replay.config import LAG_BOUND_MS
 from replay.errors import ConfigError
 from replay.trace import Trace, read_trace
 
@@ -87,10 +88,12 @@ def _live(live: Trace | str | Path) -> tuple[Trace, str]:
     return read_trace(live, bodies=False), str(live)
 
 
-def _replay_of(live: Trace, sent: Trace, stage: pl.DataFrame, messages: pl.DataFrame | None) -> Side:
-    """The replay side of a stage, at its compression against live."""
+def _replay_of(live: Trace, sent: Trace, stage: pl.DataFrame, messages: pl.DataFrame | None, lag_bound_ms: float | None) -> Side:
+    """The replay side of a stage, at its compression against live, its times within its send-lag
+    bound (``lag_bound_ms``; the runner's default when None) of their schedule."""
     c = compression(live.df, stage)
-    return replace(replay_side(sent.df, stage, live.meta.block_size_tokens, messages=messages), time_scale=c)
+    slack = (LAG_BOUND_MS if lag_bound_ms is None else lag_bound_ms) / 1e3 * c
+    return replace(replay_side(sent.df, stage, live.meta.block_size_tokens, messages=messages), time_scale=c, time_slack_s=slack)
 
 
 def compare_stage(
@@ -127,7 +130,7 @@ def compare_stage(
     rows = live.df.filter(pl.col("request_id").is_in(stage["request_id"].implode()))
     if messages is None:
         messages = message_counts(sent, stage["request_id"])
-    ours = _replay_of(live, sent, stage, messages)
+    ours = _replay_of(live, sent, stage, messages, lag_bound_ms)
     theirs = live_side(rows, live.meta.block_size_tokens)
     verdict = compare_sides(
         theirs,
@@ -136,7 +139,7 @@ def compare_stage(
         seed=seed,
         stage=stage,
         lag_bound_ms=lag_bound_ms,
-        replays=tuple(_replay_of(live, sent, r, messages) for r in repeats),
+        replays=tuple(_replay_of(live, sent, r, messages, lag_bound_ms) for r in repeats),
         aa_runs=aa_runs,
     )
     return StageFidelity(

@@ -39,10 +39,11 @@ TEMPLATE_MAX = 256
 TEMPLATE_PER_MESSAGE_MAX = 32
 MESSAGE_BATCH = 50_000  # bodies read at a time to count their messages
 PER_REQUEST_SLACK = 2
-# reuse times are compared at this resolution: a trace whose timestamps share a millisecond (Mooncake's
-# are whole ms) has reuse times of 0 that a replay, sending those requests µs apart, turns into µs;
-# unrounded, the first 60 requests of Mooncake's trace failed cache.reuse_time.ks (D 0.5) on a replay
-# sent 0-50 µs after each arrival
+# how far a live timestamp may be from the moment it stands for: a trace whose timestamps share a
+# millisecond (Mooncake's are whole ms) has reuse times of 0 that a replay, sending those requests µs
+# apart, turns into µs; compared exactly, the first 60 requests of Mooncake's trace failed
+# cache.reuse_time.ks (D 0.5) on a replay sent 0-50 µs after each arrival. A replay's times are
+# within its send-lag bound instead (Side.time_slack_s)
 REUSE_RESOLUTION_S = 1e-3
 
 
@@ -70,6 +71,9 @@ class Side:
     itl_s: np.ndarray | None = None
     engine_prompt_all: np.ndarray | None = None  # the engine's prompt tokens of every completed request
     time_scale: float = 1.0  # how many times faster than live this side ran
+    # how far its times may be from the moments they stand for, in live seconds: a live trace's
+    # timestamp resolution (REUSE_RESOLUTION_S), a replay stage's send-lag bound x time_scale
+    time_slack_s: float = REUSE_RESOLUTION_S
     notes: tuple[str, ...] = ()
     ids: np.ndarray | None = None  # request id per request: a replay's requests pair with the live rows they replayed
     _memo: dict = field(default_factory=dict, init=False, repr=False)
@@ -96,10 +100,9 @@ class Side:
 
     def reuse_s(self) -> np.ndarray:
         """Per request that hit an unbounded prefix cache, the time since its longest cached
-        prefix was last used, in live seconds, to the nearest :data:`REUSE_RESOLUTION_S`."""
+        prefix was last used, in live seconds (each within ``time_slack_s`` of the true gap)."""
         reuse = self._unbounded()[1]
-        live_s = reuse[np.isfinite(reuse)] * self.time_scale
-        return np.round(live_s / REUSE_RESOLUTION_S) * REUSE_RESOLUTION_S
+        return reuse[np.isfinite(reuse)] * self.time_scale
 
     def take(self, mask: np.ndarray) -> Side:
         """The requests where ``mask`` is True (for A/A halves)."""
@@ -123,6 +126,7 @@ class Side:
             e2e_s=cut(self.e2e_s),
             itl_s=None,
             time_scale=self.time_scale,
+            time_slack_s=self.time_slack_s,
             notes=self.notes,
             ids=cut(self.ids),
         )

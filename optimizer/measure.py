@@ -6,7 +6,10 @@ is the baseline's diagnostic sweep (:mod:`optimizer.diagnosis`).
 Measurements are invalid, never numbers, when the engine failed to start, more than
 ``replay.sweep.MAX_FAILED_SHARE`` (10%) of the requests sent failed, the runner's send lag went
 over its bound, the stage was cancelled, the fidelity gate failed, or the outputs changed under a
-lossless knob.
+lossless knob. A measurement the runner made invalid (its send lag: the machine held the sender
+up, not the config) is measured again from a fresh start, up to ``retry_invalid`` more times
+(``replay optimize --retry-invalid``), as ``replay sweep --retry-invalid`` runs a stage again;
+the attempts dropped are named in ``details["discarded_attempts"]``.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from optimizer.campaign import Objective
 from optimizer.verdict import Measurement
-from replay.config import RunConfig
+from replay.config import RETRY_INVALID, RunConfig
 from replay.errors import ReplayError
 from replay.trace import Trace
 
@@ -42,6 +45,7 @@ def measure_on_engine(
     allow_inconclusive: bool = False,
     baseline: Mapping[str, Any] | None = None,
     check_outputs: bool = True,
+    retry_invalid: int = RETRY_INVALID,
 ) -> EngineMeasure:
     """The measurement of a config on a real (or the embedded) engine (:class:`EngineMeasure`)."""
     return EngineMeasure(
@@ -54,6 +58,7 @@ def measure_on_engine(
         allow_inconclusive=allow_inconclusive,
         baseline=baseline,
         check_outputs=check_outputs,
+        retry_invalid=retry_invalid,
     )
 
 
@@ -70,7 +75,8 @@ class EngineMeasure:
     changed is invalid and its stage is not run): a measurement of the baseline
     itself returns its answers in ``details["answers"]``, and :meth:`adopt` makes them the
     reference (the campaign calls it, so a measure that ran elsewhere, on a Ray node, or an
-    earlier run's ledger entry, provides them too).
+    earlier run's ledger entry, provides them too). ``retry_invalid``: a measurement whose stage
+    the runner made invalid is taken again from a fresh start, up to this many more times.
 
     It holds no engine between calls and pickles (for :class:`optimizer.pool.RayPool`)."""
 
@@ -86,7 +92,12 @@ class EngineMeasure:
         allow_inconclusive: bool = False,
         baseline: Mapping[str, Any] | None = None,
         check_outputs: bool = True,
+        retry_invalid: int = RETRY_INVALID,
     ) -> None:
+        from replay.sweep import check_retries
+
+        # each attempt on a fresh start of the engine: nothing cached from the one before
+        self.retry_invalid = check_retries(retry_invalid, True)
         self.engine = engine
         self.trace = trace
         self.run = run
@@ -239,26 +250,38 @@ class EngineMeasure:
         return None, outputs.compare(self.reference, self._answers(running), outputs.encoder(self.trace.meta.tokenizer))
 
     def __call__(self, config: Mapping[str, Any]) -> Measurement:
+        discarded: list[str] = []
+        while True:
+            measurement, runner_lagged = self._once(config)
+            if not runner_lagged or len(discarded) >= self.retry_invalid:
+                break
+            discarded.append(measurement.invalid or "")
+        if discarded:
+            measurement.details["discarded_attempts"] = discarded
+        return measurement
+
+    def _once(self, config: Mapping[str, Any]) -> tuple[Measurement, bool]:
+        """One measurement on one start, and whether it is invalid for the runner's lag alone."""
         from replay.sweep import MAX_FAILED_SHARE as failed_share
 
         objective, run = self.objective, self.run
         try:
             running = self.engine.launch(dict(config))
         except ReplayError as e:
-            return Measurement(None, f"the engine failed to start: {e}")
+            return Measurement(None, f"the engine failed to start: {e}"), False
         probes: list[dict] = []
         with running:
             try:
                 # the greedy sample first, on the fresh engine (why: optimizer.outputs)
                 answers, changed = self._outputs(running, config)
                 if changed:
-                    return Measurement(None, f"outputs changed under a lossless knob: {changed}")
+                    return Measurement(None, f"outputs changed under a lossless knob: {changed}"), False
                 if objective.kind == "max_rate":
                     (stage, best_rate, probes), peaks, counters = self._observed(running, lambda: self._search_rate(running))
                 else:
                     stage, peaks, counters = self._observed(running, lambda: self._stage(running, run.rate))
             except ReplayError as e:
-                return Measurement(None, f"the replay failed: {e}")
+                return Measurement(None, f"the replay failed: {e}"), False
         s = stage.summary
         details: dict[str, Any] = {
             "summary": {
@@ -285,14 +308,14 @@ class EngineMeasure:
         if objective.kind == "max_rate":
             details["probes"] = probes
             if not any(p["passed"] for p in probes):
-                return Measurement(0.0, None, details)  # no rate tried met the SLOs: a value, not a failure
+                return Measurement(0.0, None, details), False  # no rate tried met the SLOs: a value, not a failure
         failed = s.sent - s.completed
         if s.cancelled:
-            return Measurement(None, "the stage was cancelled", details)
+            return Measurement(None, "the stage was cancelled", details), False
         if not s.valid:
-            return Measurement(None, f"the runner fell behind: {s.invalid_reason}", details)
+            return Measurement(None, f"the runner fell behind: {s.invalid_reason}", details), True
         if s.sent and failed > failed_share * s.sent:
-            return Measurement(None, f"{failed} of {s.sent} requests failed: {s.errors}", details)
+            return Measurement(None, f"{failed} of {s.sent} requests failed: {s.errors}", details), False
         if self.live is not None:
             from fidelity import compare_stage
             from fidelity.compare import CANNOT_TELL
@@ -309,7 +332,7 @@ class EngineMeasure:
                 details["fidelity_inconclusive_allowed"] = True
             elif not verdict.faithful:
                 if not self.allow_unfaithful:
-                    return Measurement(None, f"the fidelity gate failed: {verdict.reason}", details)
+                    return Measurement(None, f"the fidelity gate failed: {verdict.reason}", details), False
                 details["fidelity_overridden"] = True
         value = best_rate / objective.gpus if objective.kind == "max_rate" else objective.value(s)
-        return Measurement(value, None, details)
+        return Measurement(value, None, details), False

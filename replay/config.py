@@ -24,6 +24,7 @@ __all__ = [
     "RUNNER_DEFAULTS",
     "SESSION_MODES",
     "LAG_BOUND_MS",
+    "RETRY_INVALID",
     "SLO_ATTAINMENT",
     "parse_duration_s",
     "parse_slo",
@@ -48,6 +49,9 @@ def _runner_defaults() -> dict:
 RUNNER_DEFAULTS: dict = _runner_defaults()
 # a stage whose send lag p99 exceeds this (ms) is invalid (--lag-bound-ms)
 LAG_BOUND_MS = 1.0
+# how many more times a stage the runner made invalid runs again (--retry-invalid of run, sweep and
+# optimize): none by default, every stage as it ran
+RETRY_INVALID = 0
 # the share of a stage's requests that must meet every objective of its SLO (--slo-attainment)
 SLO_ATTAINMENT = 0.9
 

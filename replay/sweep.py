@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from replay.config import RunConfig
+from replay.config import RETRY_INVALID, RunConfig
 from replay.errors import ConfigError
 from replay.plan import build_plan, schedule
 from replay.engine_metrics import exhausted
@@ -462,7 +462,7 @@ def sweep(
     reset_cache: bool = True,
     repeats: int = 1,
     target: Callable[[RunConfig], contextlib.AbstractContextManager[RunConfig]] | None = None,
-    retry_invalid: int = 0,
+    retry_invalid: int = RETRY_INVALID,
 ) -> SweepResult:
     """Replay `trace` once per rate (in the order given, or the rates a :func:`find_rates` search
     chose), or, with `concurrency` (and no rates), once per number of users in closed loop; with

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from replay.config import LAG_BOUND_MS, SLO_ATTAINMENT, RunConfig, Slo, parse_duration_s, parse_slo
+from replay.config import LAG_BOUND_MS, RETRY_INVALID, SLO_ATTAINMENT, RunConfig, Slo, parse_duration_s, parse_slo
 from replay.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -148,6 +148,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=LAG_BOUND_MS,
         help=f"a stage over this send lag p99 is invalid (default {LAG_BOUND_MS:g} ms)",
     )
+    p.add_argument(
+        "--retry-invalid",
+        type=int,
+        default=RETRY_INVALID,
+        metavar="N",
+        help="measure a config again, from a fresh start of the engine, when the runner made its stage "
+        "invalid (send lag p99 over --lag-bound-ms: the machine held the sender up, not the config), "
+        f"up to N more times; the ledger names the attempts dropped (default {RETRY_INVALID}: an invalid "
+        "stage is an invalid measurement, and an invalid baseline stops the campaign)",
+    )
     p.add_argument("--ledger", type=Path, help="the SQLite ledger (default OUT/ledger.sqlite)")
     p.add_argument("--out", type=Path, help="results folder (default results/<trace>-optimize)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -265,6 +275,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         allow_unfaithful=args.allow_unfaithful,
         allow_inconclusive=args.allow_inconclusive,
         baseline=baseline,
+        retry_invalid=args.retry_invalid,
     )
     budget = parse_budget(args.budget)
     if args.parallel < 1:

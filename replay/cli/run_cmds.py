@@ -15,6 +15,7 @@ from replay.cli.fidelity_cmds import add_outcome_flags, check_outcome_flags
 from replay.cli.report import print_stages, progress_bar, raw_text_warning
 from replay.config import (
     LAG_BOUND_MS,
+    RETRY_INVALID,
     RUNNER_DEFAULTS,
     SLO_ATTAINMENT,
     Arrivals,
@@ -213,12 +214,12 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--retry-invalid",
         type=int,
-        default=0,
+        default=RETRY_INVALID,
         metavar="N",
         help="run a stage that came out invalid (the runner's send lag p99 over --lag-bound-ms: the "
         "machine held the sender up) again, up to N more times, after a prefix-cache reset; the first "
         "valid attempt is kept (else the last), and the summary and the table name the attempts "
-        "discarded, which nothing judges (--fidelity neither) (default 0: every stage as it ran)",
+        f"discarded, which nothing judges (--fidelity neither) (default {RETRY_INVALID}: every stage as it ran)",
     )
 
 

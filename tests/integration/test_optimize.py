@@ -16,8 +16,10 @@ from tests.e2e.conftest import run_cli
 # what these tests check is the campaign's logic (verdicts, confirmation, resume, parallel rounds),
 # not the runner's timing: a send lag bound far above the runner's own tail on a loaded 2-core
 # machine (CI once: a baseline run's lag p99 8.88 ms, invalid under the default 1 ms, and the
-# campaign rightly stopped); docs/latency.md and benchmarks/ measure the lag itself
-LAG = ["--lag-bound-ms", "20"]
+# campaign rightly stopped), and a measurement the machine still held up (CI once: 33.4 ms over the
+# 20 ms bound, one stall in 40 sends) taken again on a fresh start; docs/latency.md and benchmarks/
+# measure the lag itself
+LAG = ["--lag-bound-ms", "20", "--retry-invalid", "2"]
 
 SPACE = """
 [knobs.max_num_seqs]

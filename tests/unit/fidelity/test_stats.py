@@ -17,6 +17,24 @@ def test_ks_distance_is_zero_for_one_sample_and_one_for_disjoint_ones():
     assert stats.ks_distance([], [1]) is None
 
 
+def test_ks_distance_with_a_slack_counts_only_moves_beyond_it():
+    # one value each, 0.8 ms apart: disjoint to the plain statistic, the same within a 1 ms slack
+    assert stats.ks_distance([5.0], [5.0008]) == 1
+    assert stats.ks_distance([5.0], [5.0008], slack=1e-3) == 0
+    assert stats.ks_distance([5.0], [5.0018], slack=1e-3) == 1
+    # every value moved by up to the slack, in either direction: nothing apart
+    rng = np.random.default_rng(0)
+    a = rng.exponential(size=500)
+    assert stats.ks_distance(a, a + rng.uniform(-0.01, 0.01, size=500), slack=0.01) == 0
+    # a move larger than the slack still counts: [1,2,3,4] vs [3,4,5,6], each value 2 apart, within
+    # 1.5: F_a(x - 1.5) at x = 2.5 is 0.25 where F_b(2.5) is 0; within 2, nothing apart
+    assert stats.ks_distance([1, 2, 3, 4], [3, 4, 5, 6], slack=1.5) == pytest.approx(0.25)
+    assert stats.ks_distance([1, 2, 3, 4], [3, 4, 5, 6], slack=2) == 0
+    # the same as the plain statistic when the slack is far below the gaps between values
+    b = rng.exponential(size=300) * 1.3
+    assert stats.ks_distance(a, b, slack=1e-12) == pytest.approx(stats.ks_distance(a, b))
+
+
 def test_wasserstein_over_median_is_the_shift_over_the_median():
     a = np.arange(1, 101, dtype=float)  # median 50.5
     assert stats.wasserstein_over_median(a, a + 5) == pytest.approx(5 / 50.5)

@@ -14,6 +14,7 @@ import pytest
 
 from optimizer import Objective, measure_on_engine
 from replay.config import RunConfig
+from replay.errors import ReplayError
 from replay.generate import GenerateConfig, generate
 from replay.targets import SimEngine
 from replay.trace import Trace
@@ -111,6 +112,44 @@ def test_a_runner_over_its_lag_bound_makes_the_measurement_invalid(engine, trace
     assert m.value is None
     assert m.invalid.startswith("the runner fell behind: send lag p99") and "over the 0.0001 ms bound" in m.invalid
     assert m.details["summary"]["valid"] is False
+
+
+class _Counted:
+    """``engine``, counting its starts."""
+
+    def __init__(self, engine) -> None:
+        self.engine, self.starts = engine, 0
+        self.name, self.knobs = engine.name, engine.knobs
+
+    def launch(self, config):
+        self.starts += 1
+        return self.engine.launch(config)
+
+
+def test_a_measurement_the_runner_made_invalid_is_taken_again_on_a_fresh_start(engine, trace):
+    counted = _Counted(engine)
+    m = measure(counted, trace, dataclasses.replace(RUN, lag_bound_ms=0.0001), retry_invalid=2)({})
+    # no attempt can hold a 0.1 µs bound: three starts, the last kept, the two before it named
+    assert counted.starts == 3
+    assert m.value is None and m.invalid.startswith("the runner fell behind:")
+    assert len(m.details["discarded_attempts"]) == 2
+    assert all(r.startswith("the runner fell behind: send lag p99") for r in m.details["discarded_attempts"])
+    # a measurement invalid for another cause (the engine refused every request) is not taken again
+    refused = _Counted(engine)
+    m = measure(refused, trace, retry_invalid=2)({"max_model_len": 64})
+    assert refused.starts == 1 and "requests failed" in m.invalid and "discarded_attempts" not in m.details
+
+
+def test_the_first_valid_attempt_is_kept(engine, trace, monkeypatch):
+    from optimizer.measure import EngineMeasure
+    from optimizer.verdict import Measurement
+
+    attempts = iter([(Measurement(None, "the runner fell behind: late", {}), True), (Measurement(7.0, None, {}), False)])
+    monkeypatch.setattr(EngineMeasure, "_once", lambda self, config: next(attempts))
+    m = measure(engine, trace, retry_invalid=3)({})
+    assert (m.value, m.invalid, m.details["discarded_attempts"]) == (7.0, None, ["the runner fell behind: late"])
+    with pytest.raises(ReplayError, match="--retry-invalid: must be a whole number"):
+        measure(engine, trace, retry_invalid=-1)
 
 
 @pytest.mark.slow

@@ -30,6 +30,22 @@ def test_cli_flags_default_to_the_library_s_defaults():
     assert checked >= 3 * 2 and run["lag_bound_ms"] == LAG_BOUND_MS
 
 
+def test_retry_invalid_defaults_to_one_value_everywhere():
+    import inspect
+
+    from optimizer.measure import EngineMeasure, measure_on_engine
+    from replay.config import RETRY_INVALID
+    from replay.sweep import sweep
+
+    commands = _subcommands(build_parser())
+    for name in ("run", "sweep", "optimize"):
+        (flag,) = [a for a in commands[name]._actions if a.dest == "retry_invalid"]
+        assert flag.default == RETRY_INVALID, name
+        assert f"(default {RETRY_INVALID}" in " ".join(commands[name].format_help().split()), name
+    for fn in (sweep, measure_on_engine, EngineMeasure.__init__):
+        assert inspect.signature(fn).parameters["retry_invalid"].default == RETRY_INVALID, fn.__qualname__
+
+
 def test_the_timeouts_shown_by_run_s_help_are_the_runner_s():
     from replay.config import RUNNER_DEFAULTS
 
