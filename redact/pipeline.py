@@ -16,8 +16,9 @@ the same Redactor on a Ray cluster); the report and its per-row accounts are :mo
   and two requests that shared a prefix before share it after. The work grows with the unique
   text, not with requests x history. The cache is bounded (:data:`CACHE_CHARS` characters of
   text); LLM traffic repeats itself within sessions, so an LRU keeps what is reused.
-- Texts the cache misses go to worker processes (:class:`redact.analyzer.TextAnalyzer`, spaCy's
-  ``nlp.pipe`` in batches) in chunks of :data:`CHUNK_TEXTS`. A worker also makes the surrogate
+- Texts the cache misses go to worker processes (:mod:`redact.worker`: a
+  :class:`redact.analyzer.TextAnalyzer`, spaCy's ``nlp.pipe`` in batches) in chunks of
+  :data:`CHUNK_TEXTS`. A worker also makes the surrogate
   of every value it found (:class:`redact.surrogates.Surrogates` with the same key and tokenizer:
   a surrogate is a function of the key, the type and the value, so it is the one this process
   would make) and sends them back with the spans; this process takes them into its own cache
@@ -45,7 +46,6 @@ the same Redactor on a Ray cluster); the report and its per-row accounts are :mo
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import json
 import os
@@ -68,6 +68,7 @@ from redact.lock import Exempt, strings_of
 from redact.lock import scan as lock_scan
 from redact.mentions import Mentions
 from redact.report import CACHE_CHARS, Accounts, RedactionReport, RowAccount
+from redact.worker import analyze_chunk, init_worker
 from replay.bodies import name_slots, prompt_token_ids, replace_texts, text_slots
 from replay.blocks import block_hashes
 from replay.errors import RedactionError, TraceError
@@ -123,81 +124,6 @@ def pseudonymize_ids(body: dict, key: RedactionKey) -> bool:
 
 def _digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-
-
-# -- worker processes -----------------------------------------------------------------------------
-
-# a worker's answer for a chunk of texts: each text's spans (type, start, end) or the reason its
-# analysis failed, and the surrogates it made: (type, value, surrogate, token count off)
-Spans = list[tuple[str, int, int]] | str
-Made = list[tuple[str, str, str, bool]]
-
-
-class ChunkAnalyzer:
-    """What a worker process or a Ray actor holds: a Presidio analyser and, where the tokenizer
-    loads, the surrogates of the values it finds (see the module docstring)."""
-
-    def __init__(
-        self, entities: Sequence[str], threshold: float, extra: Sequence[Any], key: RedactionKey, tokenizer: str
-    ) -> None:
-        from redact.analyzer import TextAnalyzer
-        from redact.surrogates import Surrogates
-        from replay.tokenizer import load_tokenizer
-
-        self.analyzer = TextAnalyzer(entities, threshold, extra)
-        try:
-            self.surrogates: Surrogates | None = Surrogates(key, load_tokenizer(tokenizer))
-        except Exception:  # noqa: BLE001 (a node without the tokenizer: the Redactor makes them)
-            self.surrogates = None
-
-    def analyze(self, texts: list[str]) -> tuple[list[Spans], Made]:
-        results = self.analyzer.analyze_spans(texts)
-        made: Made = []
-        if self.surrogates is not None:
-            seen: set[tuple[str, str]] = set()
-            for text, spans in zip(texts, results):
-                if isinstance(spans, str):
-                    continue
-                for entity, start, end in spans:
-                    value = text[start:end]
-                    if (entity, value) not in seen:
-                        seen.add((entity, value))
-                        made.append((entity, value, *self.surrogates.make(entity, value)))
-        return results, made
-
-
-_worker: ChunkAnalyzer | None = None  # a worker process's, made by _init_worker
-
-
-def _init_worker(entities: Sequence[str], threshold: float, extra: Sequence[Any], key: RedactionKey, tokenizer: str) -> None:
-    global _worker
-    _worker = ChunkAnalyzer(entities, threshold, extra, key, tokenizer)
-    # a spawned worker ends with a full interpreter shutdown (tearing down spaCy, Presidio and
-    # their modules object by object: 0.3-0.7 s that close() waits for); it writes no files, so
-    # end it at the first exit handler instead, once its output is flushed (only in a child
-    # process: never cut short the exit, or change the exit status, of a process that called
-    # this itself)
-    import multiprocessing
-
-    if multiprocessing.parent_process() is not None:
-        atexit.register(_quick_exit)
-
-
-def _quick_exit() -> None:
-    import sys
-
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001,S110 (a closed stream: nothing to flush)
-            pass
-    os._exit(0)
-
-
-def _analyze_chunk(texts: list[str]) -> tuple[list[Spans], Made]:
-    if _worker is None:  # the pool's initializer makes it; a worker without one analyses nothing
-        raise RedactionError("redaction worker: its analyzer was not loaded (_init_worker did not run)")
-    return _worker.analyze(texts)
 
 
 def default_processes() -> int:
@@ -306,11 +232,11 @@ class Redactor:
                 pool = ProcessPoolExecutor(
                     max_workers=self.processes,
                     mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_init_worker,
+                    initializer=init_worker,
                     initargs=self._init_args,
                 )
             try:
-                for fut in [pool.submit(_analyze_chunk, [""]) for _ in range(self.processes)]:
+                for fut in [pool.submit(analyze_chunk, [""]) for _ in range(self.processes)]:
                     fut.result(timeout=START_TIMEOUT_S)
             except Exception as e:
                 pool.shutdown(wait=False, cancel_futures=True)
@@ -352,7 +278,7 @@ class Redactor:
         while queue:
             pool = self._get_pool()
             futures: list[tuple[list[int], Future]] = [
-                (idx, pool.submit(_analyze_chunk, [texts[i] for i in idx])) for idx in queue
+                (idx, pool.submit(analyze_chunk, [texts[i] for i in idx])) for idx in queue
             ]
             queue = []
             for n, (idx, fut) in enumerate(futures):

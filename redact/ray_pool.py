@@ -3,7 +3,7 @@ on with ``ray_address`` (``replay capture --redact-ray [ADDRESS]``), in place of
 processes.
 
 Owns :class:`RayAnalyzerPool` and :data:`LOCAL`. Each of ``workers`` Ray actors (one CPU each)
-holds a :class:`redact.pipeline.ChunkAnalyzer` built as a worker process builds it (the Presidio
+holds a :class:`redact.worker.ChunkAnalyzer` built as a worker process builds it (the Presidio
 analyser, and the surrogates of the values it finds: the key goes to the actors, which see the
 raw text anyway); chunks of texts go to the actors in turn and come back as
 :class:`concurrent.futures.Future` objects, so the Redactor's rules are unchanged: a chunk that
@@ -36,11 +36,11 @@ _started_here = False  # this process started the Ray it is connected to (and st
 
 
 class _Analyzer:
-    """One Ray actor: a :class:`redact.pipeline.ChunkAnalyzer`, answering chunks as a worker
+    """One Ray actor: a :class:`redact.worker.ChunkAnalyzer`, answering chunks as a worker
     process does (the spans, and the surrogates of the values found)."""
 
     def __init__(self, *init_args: Any):
-        from redact.pipeline import ChunkAnalyzer
+        from redact.worker import ChunkAnalyzer
 
         self.worker = ChunkAnalyzer(*init_args)
 
@@ -75,7 +75,7 @@ def _check_reachable(address: str) -> None:
 
 class RayAnalyzerPool:
     """``workers`` analyser actors on the Ray cluster at ``address`` (:data:`LOCAL`: one started
-    here). ``init_args`` are a :class:`redact.pipeline.ChunkAnalyzer`'s (entities, threshold,
+    here). ``init_args`` are a :class:`redact.worker.ChunkAnalyzer`'s (entities, threshold,
     extra recognizers, the key and the tokenizer's name)."""
 
     def __init__(self, workers: int, init_args: tuple, address: str):
