@@ -247,6 +247,34 @@ def test_reuse_times_of_requests_that_shared_a_timestamp_survive_a_replay_sent_u
     assert "cache.reuse_time.ks" not in failed(result)
 
 
+def test_reuse_times_move_within_the_stage_s_lag_bound_without_counting_apart():
+    from fidelity import stats
+
+    trace = live_trace(300, seed=8)
+    # arrivals at least 0.12 s apart, so that sends late by up to 50 ms keep live's order (two
+    # requests that swap change which one hits the other's prefix: a real difference)
+    gaps = np.maximum(np.diff(trace.df["arrival_us"].to_numpy(), prepend=0), 120_000)
+    live = Trace(df=trace.df.with_columns(arrival_us=pl.Series(np.cumsum(gaps))), meta=trace.meta)
+    intended = (live.df["arrival_us"].to_numpy() - live.df["arrival_us"][0]) / 1e6
+    rng = np.random.default_rng(3)
+
+    def reuse_ks(late_s: float, lag_bound_ms: float = 1.0) -> float:
+        stage = stage_of(live, sent_s=intended + rng.uniform(0, late_s, len(intended)))
+        result = compare_stage(live, stage, lag_bound_ms=lag_bound_ms)
+        (reuse,) = [m for m in result.verdict.metrics if m.name == "cache.reuse_time.ks"]
+        sides = (result.live_side.reuse_s(), result.replay_side.reuse_s())
+        return reuse.distance, stats.ks_distance(*sides)
+
+    # each request sent up to 0.9 ms late (a valid stage under the 1 ms bound): every reuse time
+    # moved by less than the slack, so nothing is apart, where the plain KS sees them all moved
+    within, plain = reuse_ks(0.9e-3)
+    assert within == 0 and plain > 0.05
+    # sent up to 50 ms late: beyond a 1 ms bound's slack the moves count; under a stage's own
+    # 50 ms bound they do not
+    assert reuse_ks(50e-3)[0] > 0
+    assert reuse_ks(50e-3, lag_bound_ms=50)[0] == 0
+
+
 def slower(live: Trace, factor: float) -> Trace:
     """``live`` whose every E2E is ``factor`` times its own (to make replays that answered slower)."""
     return Trace(df=live.df.with_columns(e2e_us=(pl.col("e2e_us") * factor).cast(pl.Int64)), meta=live.meta)
