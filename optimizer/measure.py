@@ -9,7 +9,9 @@ over its bound, the stage was cancelled, the fidelity gate failed, or the output
 lossless knob. A measurement the runner made invalid (its send lag: the machine held the sender
 up, not the config) is measured again from a fresh start, up to ``retry_invalid`` more times
 (``replay optimize --retry-invalid``), as ``replay sweep --retry-invalid`` runs a stage again;
-the attempts dropped are named in ``details["discarded_attempts"]``.
+the attempts dropped are named in ``details["discarded_attempts"]``. The ``max_rate``
+objective's probes, on one start, are each run again the same way after a prefix-cache reset
+(each probe names its own).
 """
 
 from __future__ import annotations
@@ -185,6 +187,15 @@ class EngineMeasure:
 
         def probe(rate: float):
             stage = self._stage(running, rate)
+            discarded: list[str] = []
+            # a probe the runner made invalid runs again (retry_invalid), from a cold prefix cache
+            # as the sweep's retries do (the engine answers what it can: prefix_cache in the stage)
+            while not stage.summary.valid and not stage.summary.cancelled and len(discarded) < self.retry_invalid:
+                from replay.targets.url import reset_prefix_cache
+
+                discarded.append(stage.summary.invalid_reason or "")
+                reset_prefix_cache(running.url, headers=self.run.request_headers(), context=self.run.ssl_context())
+                stage = self._stage(running, rate)
             s = stage.summary
             passed = bool(
                 s.valid
@@ -192,7 +203,7 @@ class EngineMeasure:
                 and s.slo_pass is not False
                 and (s.sent - s.completed) <= failed_share * max(s.sent, 1)
             )
-            probes.append({"rate": rate, "passed": passed, "goodput_rps": s.goodput_rps})
+            probes.append({"rate": rate, "passed": passed, "goodput_rps": s.goodput_rps, "discarded_attempts": discarded})
             return stage, passed
 
         rate = float(self.run.rate or 1.0)

@@ -180,8 +180,9 @@ class _Scripted:
         return Running()
 
 
-def test_the_max_rate_objective_finds_where_the_slo_breaks(scripted):
+def test_the_max_rate_objective_finds_where_the_slo_breaks(scripted, monkeypatch):
     from optimizer import Objective, measure_on_engine
+    from optimizer.measure import EngineMeasure
     from replay.config import RunConfig, Slo
     from tests.integration.conftest import trace_of_bodies
 
@@ -191,9 +192,24 @@ def test_the_max_rate_objective_finds_where_the_slo_breaks(scripted):
         [{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": f"q{i}"}]} for i in range(30)]
     )
     run = RunConfig(url="http://127.0.0.1:0", rate=4.0, requests=30, lag_bound_ms=20, slo=Slo(ttft_s=0.3, attainment=0.9))
-    m = measure_on_engine(_Scripted(server), trace, run, Objective("max_rate"), check_outputs=False)({})
+    # the first probe's first attempt comes out invalid (judged under a 1 ns bound, as a machine
+    # stall would leave it): with --retry-invalid the probe runs again instead of counting as failed
+    real, stages = EngineMeasure._stage, []
+
+    def first_attempt_late(self, running, rate):
+        stage = real(self, running, rate)
+        stages.append(rate)
+        if len(stages) == 1:
+            stage = dataclasses.replace(stage, config=dataclasses.replace(stage.config, lag_bound_ms=1e-6))
+        return stage
+
+    monkeypatch.setattr(EngineMeasure, "_stage", first_attempt_late)
+    m = measure_on_engine(_Scripted(server), trace, run, Objective("max_rate"), check_outputs=False, retry_invalid=2)({})
     assert m.invalid is None, m.invalid
     probes = m.details["probes"]
+    # one stage per probe and per attempt it dropped; the first probe ran twice
+    assert stages[:2] == [4.0, 4.0] and len(stages) == len(probes) + sum(len(p["discarded_attempts"]) for p in probes)
+    assert len(probes[0]["discarded_attempts"]) == 1 and "send lag p99" in probes[0]["discarded_attempts"][0]
     passed = [p["rate"] for p in probes if p["passed"]]
     failed = [p["rate"] for p in probes if not p["passed"]]
     assert passed and failed and m.value == max(passed) < min(failed)
