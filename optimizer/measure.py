@@ -188,8 +188,8 @@ class EngineMeasure:
         def probe(rate: float):
             stage = self._stage(running, rate)
             discarded: list[str] = []
-            # a probe the runner made invalid runs again (retry_invalid), from a cold prefix cache
-            # as the sweep's retries do (the engine answers what it can: prefix_cache in the stage)
+            # a probe the runner made invalid runs again (retry_invalid), after a prefix-cache reset
+            # as the sweep's retries (an engine without the endpoint keeps its cache: never raises)
             while not stage.summary.valid and not stage.summary.cancelled and len(discarded) < self.retry_invalid:
                 from replay.targets.url import reset_prefix_cache
 
