@@ -86,6 +86,9 @@ def test_a_config_that_fails_to_start_names_the_engine_and_its_log(engine, tmp_p
 
 
 def test_a_server_killed_mid_run_gives_recorded_errors(running):
-    # last in the module: it kills the shared engine (a later test would start a new one)
-    df, gone_ns = replay_through_a_crash(running, n=8, gap_ms=250, kill_after_s=1.0, max_tokens=1000)
+    # last in the module: it kills the shared engine (a later test would start a new one). The
+    # schedule runs 9.75 s so that requests are still due once vLLM's port refuses connections,
+    # however long its processes take to die: on CI (2026-12-06) the port first refused 4.07 s
+    # after the run's start, past the last of 8 requests due by 1.75 s
+    df, gone_ns = replay_through_a_crash(running, n=40, gap_ms=250, kill_after_s=1.0, max_tokens=1000)
     check_crash(df, gone_ns)
