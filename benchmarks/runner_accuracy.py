@@ -14,7 +14,7 @@ Bodies: the Azure 2023 conversation trace (../shared/data/traces/azure_llm_2023_
 19,366 requests, input p50 about 1,000 tokens), imported as `replay import azure` does:
 
 * **token-only**: the imported trace as it is, token counts and no text; each prompt is
-  synthesized as the stage goes (`replay.synth`, a window ahead of the sender), as `replay run`
+  synthesized as the stage goes (`replay.synth`, about a second of sends ahead of the sender), as `replay run`
   replays such a trace;
 * **stored**: the same requests with their synthesized bodies built once beforehand and kept in
   the trace (the same sizes), as a `replay generate` or capture trace is replayed.

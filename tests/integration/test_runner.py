@@ -233,6 +233,34 @@ def test_a_body_source_that_falls_behind_is_counted(scripted, monkeypatch):
     assert f"waited for request bodies {result.runner['body_waits']} times" in reason
 
 
+def test_the_bodies_are_read_a_second_of_sends_ahead(scripted, monkeypatch):
+    """A feeder stall shorter than the lookahead (a second of sends) keeps no request waiting: at
+    200 req/s in windows of 20 (0.1 s each), window 15 is asked for about 0.5 s into the run and
+    takes 0.6 s to make; with two windows ahead (0.2 s) the sends would wait about 0.4 s."""
+    import time
+
+    from replay.plan import Plan
+
+    server = scripted()
+    trace = trace_of_bodies([{"max_tokens": 1} for _ in range(400)])
+    windows = Plan.body_windows
+    asked: list[float] = []
+
+    def slow_fifteenth(self, size=20):
+        for k, window in enumerate(windows(self, size=20)):
+            asked.append(time.monotonic())
+            if k == 15:
+                time.sleep(0.6)
+            yield window
+
+    monkeypatch.setattr(Plan, "body_windows", slow_fifteenth)
+    result = run_stage(trace, RunConfig(url=server.url, rate=200.0))
+    assert result.requests["error"].to_list() == ["none"] * 400
+    # read ahead as the sends go, not all at once: window 15 came well after window 0
+    assert asked[15] - asked[0] > 0.3
+    assert result.runner["body_wait_max_ms"] < 100, result.runner
+
+
 def _chat_session(first_fault: str = "ok"):
     """One session of three turns; each later turn resends the recorded answers to the earlier."""
     from replay.trace import Trace, validate

@@ -15,6 +15,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 mod capture;
 mod errors;
+mod feeder;
 mod options;
 mod prompts;
 mod sim;
@@ -170,7 +171,7 @@ fn records_to_dict<'py>(py: Python<'py>, mut r: Records) -> PyResult<Bound<'py, 
 /// Bodies `data[offsets[i]..offsets[i+1]]`, one shared buffer (copied once from Python), with
 /// the spans of the earlier answers in body i as pairs `spans[span_offsets[i]..span_offsets[i+1]]`
 /// (start, end, start, end, ...: oldest first), when given.
-fn split_bodies(
+pub(crate) fn split_bodies(
     data: &[u8],
     offsets: &[u64],
     spans: Option<(&[i64], &[u64])>,
@@ -220,76 +221,6 @@ fn split_bodies(
     Ok(out)
 }
 
-/// Windows of bodies still to send, read from a Python callable a few windows ahead of the
-/// dispatcher on a thread of its own (which takes the GIL only while it calls the source).
-struct Feeder {
-    handle: std::thread::JoinHandle<()>,
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    error: Arc<Mutex<Option<PyErr>>>,
-}
-
-/// Windows the feeder may have ready before the dispatcher takes them.
-const WINDOWS_AHEAD: usize = 2;
-
-fn start_feeder(
-    source: Py<PyAny>,
-    control: Arc<RunControl>,
-) -> PyResult<(Feeder, mpsc::Receiver<Vec<SendBody>>)> {
-    let (tx, rx) = mpsc::sync_channel::<Vec<SendBody>>(WINDOWS_AHEAD);
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let error: Arc<Mutex<Option<PyErr>>> = Arc::new(Mutex::new(None));
-    let (stop2, error2) = (stop.clone(), error.clone());
-    let handle = std::thread::Builder::new()
-        .name("replay-bodies".into())
-        .spawn(move || loop {
-            let window = Python::attach(|py| -> PyResult<Option<Vec<SendBody>>> {
-                if stop2.load(Ordering::SeqCst) {
-                    return Ok(None);
-                }
-                let next = source.bind(py).call0()?;
-                if next.is_none() {
-                    return Ok(None);
-                }
-                // (bytes, offsets) or (bytes, offsets, answer spans, span offsets)
-                let data = next.get_item(0)?;
-                let data = data.cast::<PyBytes>()?;
-                let offsets: PyReadonlyArray1<'_, u64> = next.get_item(1)?.extract()?;
-                let spans: Option<(PyReadonlyArray1<'_, i64>, PyReadonlyArray1<'_, u64>)> =
-                    match next.len()? {
-                        4 => Some((next.get_item(2)?.extract()?, next.get_item(3)?.extract()?)),
-                        _ => None,
-                    };
-                let spans = match &spans {
-                    Some((s, so)) => Some((s.as_slice()?, so.as_slice()?)),
-                    None => None,
-                };
-                split_bodies(data.as_bytes(), offsets.as_slice()?, spans).map(Some)
-            });
-            match window {
-                Ok(Some(w)) => {
-                    if tx.send(w).is_err() {
-                        break; // the run is over
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    *error2.lock().expect("feeder error") = Some(e);
-                    control.cancel.store(true, Ordering::SeqCst);
-                    break;
-                }
-            }
-        })
-        .map_err(|e| errors::runner(format!("cannot start the body feeder thread: {e}")))?;
-    Ok((
-        Feeder {
-            handle,
-            stop,
-            error,
-        },
-        rx,
-    ))
-}
-
 /// Replay planned requests open-loop as `options` say (the target, its deadlines and caps:
 /// [`RunOptions`]); blocks (GIL released) until done.
 ///
@@ -297,8 +228,8 @@ fn start_feeder(
 /// `offsets_ns[i]` after the start. Bodies come either all at once (`bodies` bytes with
 /// `body_offsets`, n + 1 entries: body i is `bodies[body_offsets[i]..body_offsets[i+1]]`) or as
 /// a callable returning the next window `(bytes, offsets)` in the same form, or None at the end;
-/// it is called on a thread of its own, a couple of windows ahead of the sends, so memory holds
-/// only those windows. Causal sessions: `after[i]` is the index of the request that request i
+/// it is called on a thread of its own, about a second of sends ahead of them (at least two
+/// windows, at most 256 MiB: `feeder`), so memory holds only those windows. Causal sessions: `after[i]` is the index of the request that request i
 /// follows (-1: none) and `think_ns[i]` the think time after it.
 /// `progress(sent, completed, errors)` is called every `progress_interval_s` with the GIL held.
 /// With `results`, finished requests are handed over as the run goes: `results(rows)` is called
@@ -354,33 +285,45 @@ fn run<'py>(
         after: gates,
     };
     let control = Arc::new(RunControl::default());
-    let (feeder, source): (Option<Feeder>, Box<dyn Iterator<Item = SendBody> + Send>) =
-        match (bodies.cast::<PyBytes>(), body_offsets) {
-            (Ok(data), Some(offs)) => {
-                let offs = offs.as_slice()?;
-                if offs.len() != n + 1 {
-                    return Err(errors::config(
-                        "body_offsets",
-                        format!("{} body offsets for {n} requests (want n + 1)", offs.len()),
-                    ));
-                }
-                (
-                    None,
-                    Box::new(split_bodies(data.as_bytes(), offs, None)?.into_iter()),
-                )
-            }
-            (Ok(_), None) => {
+    let (feeder, source): (
+        Option<feeder::Feeder>,
+        Box<dyn Iterator<Item = SendBody> + Send>,
+    ) = match (bodies.cast::<PyBytes>(), body_offsets) {
+        (Ok(data), Some(offs)) => {
+            let offs = offs.as_slice()?;
+            if offs.len() != n + 1 {
                 return Err(errors::config(
                     "body_offsets",
-                    "needed with bodies as bytes",
-                ))
+                    format!("{} body offsets for {n} requests (want n + 1)", offs.len()),
+                ));
             }
-            (Err(_), _) if bodies.is_callable() => {
-                let (f, rx) = start_feeder(bodies.clone().unbind(), control.clone())?;
-                (Some(f), Box::new(rx.into_iter().flatten()))
-            }
-            (Err(_), _) => return Err(errors::config("bodies", "expected bytes or a callable")),
-        };
+            (
+                None,
+                Box::new(split_bodies(data.as_bytes(), offs, None)?.into_iter()),
+            )
+        }
+        (Ok(_), None) => {
+            return Err(errors::config(
+                "body_offsets",
+                "needed with bodies as bytes",
+            ))
+        }
+        (Err(_), _) if bodies.is_callable() => {
+            // a closed loop's send times are not known ahead: windows, not schedule time
+            let lookahead_ns = match options.config.max_in_flight {
+                0 => feeder::LOOKAHEAD_NS,
+                _ => 0,
+            };
+            let (f, rx) = feeder::start_feeder(
+                bodies.clone().unbind(),
+                control.clone(),
+                offsets.to_vec(),
+                lookahead_ns,
+            )?;
+            (Some(f), Box::new(rx))
+        }
+        (Err(_), _) => return Err(errors::config("bodies", "expected bytes or a callable")),
+    };
     let config = options.config.clone();
     let (tx, rx) = mpsc::channel();
     let rx = Mutex::new(rx); // detach() needs a Sync closure

@@ -202,3 +202,21 @@ def test_token_only_rows_of_each_api_are_synthesized_in_its_shape():
     assert Synthesizer.body("responses", "m", 5, "t") == {"model": "m", "input": "t", "max_output_tokens": 5}
     assert Synthesizer.body("embeddings", None, 5, "t") == {"input": "t"}
     assert Synthesizer.body("chat", None, None, "t") == {"messages": [{"role": "user", "content": "t"}]}
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"messages": [{"role": "user", "content": "plain ASCII, \"quoted\", a \\ and a /"}]},
+        {"prompt": "caf\u00e9 \u4e2d\u6587 \U0001f600"},  # non-ASCII kept as it is, not \u-escaped
+        {"prompt": "tab\there, bell\x07, nul\x00"},  # control characters: escaped either way
+        {"prompt": "a literal \\u0041 in the text"},  # an escape-shaped text that is not one
+        {"m\u00e9ta": ["\u2028", 1, None, 2.5, True]},
+    ],
+)
+def test_a_body_is_serialized_exactly_as_with_non_ascii_kept(obj):
+    import json
+
+    from replay.plan import _dumps
+
+    assert _dumps(obj) == json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
