@@ -69,7 +69,7 @@ SERVER = ROOT / "target" / "release" / "sse-bench-server"
 AZURE = ROOT.parent / "shared" / "data" / "traces" / "azure_llm_2023_conv.csv"
 LAG_BOUND_MS = 1.0
 BOUNDS_MS = (1.0, 2.0)
-DEFAULT_RATES = "250,500,1000,2000,3000,4000,5000,6000,8000,10000,12000,16000"
+DEFAULT_RATES = "250,500,1000,2000,3000,4000,5000,6000,8000,10000,12000,14000,16000"
 
 
 def ensure_nginx() -> None:

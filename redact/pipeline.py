@@ -69,7 +69,7 @@ from redact.lock import scan as lock_scan
 from redact.mentions import Mentions
 from redact.report import CACHE_CHARS, Accounts, RedactionReport, RowAccount
 from redact.worker import analyze_chunk, init_worker
-from replay.bodies import name_slots, prompt_token_ids, replace_texts, text_slots
+from replay.bodies import body_json, name_slots, prompt_token_ids, replace_texts, text_slots
 from replay.blocks import block_hashes
 from replay.errors import RedactionError, TraceError
 from replay.trace import Trace, TraceWriter, read_trace
@@ -489,11 +489,7 @@ class Redactor:
                 # a message's name is replaced whole by a PERSON surrogate (the same at its mentions)
                 new_names = [self.surrogates.make("PERSON", s.text)[0] for s in names[row]]
                 new_bodies.append(
-                    json.dumps(
-                        replace_texts(body, [*row_slots, *names[row]], [*(e.text for e in entries), *new_names]),
-                        separators=(",", ":"),
-                        ensure_ascii=False,
-                    )
+                    body_json(replace_texts(body, [*row_slots, *names[row]], [*(e.text for e in entries), *new_names]))
                 )
             else:
                 new_bodies.append(bodies_raw[row])

@@ -24,7 +24,6 @@ without re-encoding; each distinct text is still encoded once to check them.
 from __future__ import annotations
 
 import heapq
-import json
 import math
 from dataclasses import dataclass
 
@@ -32,6 +31,7 @@ import numpy as np
 import polars as pl
 
 from replay.blocks import HASH_ALGO, block_hashes
+from replay.bodies import body_json
 from replay.errors import ConfigError
 from replay.trace import APIS, BLOCK_SIZE, Trace, TraceMeta, validate
 
@@ -213,7 +213,7 @@ def generate(config: GenerateConfig | None = None) -> Trace:
         ids.append(rid)
         parents.append(last_id.get(session) if turn > 0 else None)
         last_id[session] = rid
-        bodies.append(json.dumps(body, separators=(",", ":"), ensure_ascii=False))
+        bodies.append(body_json(body))
         hashes.append(block_hashes(token_ids, cfg.block_size))
         contents.append((pieces, token_ids))
     if [len(t) for _, t in contents] != requests["input_tokens"].to_list():

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from replay.bodies import body_json
 from replay.config import RunConfig
 from replay.errors import ConfigError, TraceError
 from replay.trace import Trace
@@ -212,43 +213,30 @@ def schedule(trace: Trace, config: RunConfig) -> np.ndarray:
 _MARK = "\x00replay answer %d\x00"  # stands in for answer k while the body is serialized
 
 
-def _dumps(obj) -> str:
-    """``obj`` as compact JSON, non-ASCII characters as they are (not ``\\u`` escapes).
-
-    CPython's encoder is about twice as fast with ``ensure_ascii`` (a replay serializes every
-    body), and its output is the same text wherever it holds no ``\\u`` escape: control
-    characters are escaped alike either way, so an escape there means a non-ASCII character,
-    and only then is the text made again without it."""
-    text = json.dumps(obj, separators=(",", ":"))
-    if "\\u" in text:
-        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-    return text
-
-
 def _with_answer_spans(obj: dict) -> tuple[bytes, list[int]]:
     """``obj`` serialized, and the byte spans of its earlier answers' JSON string contents
     (start, end, start, end, ...: oldest first): the assistant messages with text content before
     the final message, which a causal run replaces with its engine's answers to those turns."""
     messages = obj.get("messages")
     if not isinstance(messages, list):
-        return _dumps(obj).encode(), []
+        return body_json(obj).encode(), []
     at = [
         i
         for i, m in enumerate(messages[:-1])
         if isinstance(m, dict) and m.get("role") == "assistant" and isinstance(m.get("content"), str)
     ]
     if not at:
-        return _dumps(obj).encode(), []
+        return body_json(obj).encode(), []
     recorded = [messages[i]["content"] for i in at]
     for k, i in enumerate(at):
         messages[i] = {**messages[i], "content": _MARK % k}
-    text = _dumps(obj)
+    text = body_json(obj)
     out, spans, done = bytearray(), [], 0
     for k, answer in enumerate(recorded):
-        mark = _dumps(_MARK % k)[1:-1]
+        mark = body_json(_MARK % k)[1:-1]
         pos = text.index(mark, done)
         out += text[done:pos].encode()
-        piece = _dumps(answer)[1:-1].encode()
+        piece = body_json(answer)[1:-1].encode()
         spans += [len(out), len(out) + len(piece)]
         out += piece
         done = pos + len(mark)
@@ -282,7 +270,7 @@ def _rewrite_body(
     if model is not None:
         obj["model"] = model
     if api == "embeddings":
-        return _dumps(obj).encode(), []
+        return body_json(obj).encode(), []
     obj["stream"] = True
     if api == "responses":
         if max_tokens is not None:
@@ -296,7 +284,7 @@ def _rewrite_body(
         obj["ignore_eos"] = True
     if mark_answers:
         return _with_answer_spans(obj)
-    return _dumps(obj).encode(), []
+    return body_json(obj).encode(), []
 
 
 def build_plan(trace: Trace, config: RunConfig, model: str | None = None) -> Plan:

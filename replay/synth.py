@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import polars as pl
 
+from replay.bodies import body_json
 from replay.errors import TraceError
 
 __all__ = ["SYNTH_RULE", "Synthesis", "Synthesizer", "BodyBuilder", "request_key"]
@@ -237,5 +238,5 @@ class BodyBuilder:
         made = self.objects(rows[empty]) if empty else []
         out = list(bodies)
         for i, obj in zip(empty, made):
-            out[i] = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+            out[i] = body_json(obj)
         return out

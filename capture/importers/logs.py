@@ -64,6 +64,7 @@ import polars as pl
 from capture.importers.records import BadLines, LineError, LogRecord, NotARequest
 from capture.importers.linker import SessionLinker
 from replay.blocks import HASH_ALGO, block_hashes
+from replay.bodies import body_json, name_slots, text_slots, text_token_ids
 from replay.errors import ConfigError, TraceError
 from replay.trace import APIS, BLOCK_SIZE, Trace, TraceMeta, TraceWriter, read_meta, validate
 
@@ -278,7 +279,6 @@ class TokenCache:
     def prompts_ids(self, prompts: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """:meth:`prompt_ids` of each prompt's texts, the texts of all of them not cached
         encoded in one batch (the recorder's batch of requests)."""
-        from replay.bodies import text_token_ids
 
         keys = [
             [hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest() for t in texts] for texts in prompts
@@ -337,7 +337,6 @@ class _Rows:
         return len(self._cols["request_id"])
 
     def add(self, rec: LogRecord) -> None:
-        from replay.bodies import text_slots
 
         assert rec.request_id is not None and rec.arrival_us is not None  # _checked and build_trace see to both
         log_session = rec.session_id
@@ -350,7 +349,7 @@ class _Rows:
         if out is None and rec.response is not None:
             out = len(self.tokens.prompt_ids([rec.response]))
         limit = _body_max_tokens(rec.body)
-        body = json.dumps(rec.body, separators=(",", ":"), ensure_ascii=False)
+        body = body_json(rec.body)
         self.chars += len(body) + len(rec.response or "")
         for name, value in (
             ("request_id", rec.request_id),
@@ -533,8 +532,6 @@ def write_log_trace(
     done = 0
     with _Output(out, start, key) as output:
         if output.redactor is not None:
-            from replay.bodies import name_slots, text_slots
-
             # first pass: analyse every text, learning every value found and every message name,
             # before any row is written (a value found in a later request is replaced in
             # earlier ones too)

@@ -31,6 +31,7 @@ import polars as pl
 
 from capture.importers.records import BadLines, LineError
 from replay.blocks import HASH_ALGO
+from replay.bodies import body_json
 from replay.errors import ConfigError, TraceError
 from replay.synth import Synthesis, Synthesizer
 from replay.trace import BLOCK_SIZE, TraceMeta, TraceWriter, read_meta
@@ -286,7 +287,7 @@ class _State:
                 ids = self._text_ids(r.body)
                 inputs[i] = len(ids)
                 hashes[i] = block_hashes(ids, self.block_size)
-                bodies[i] = json.dumps(r.body, separators=(",", ":"), ensure_ascii=False)
+                bodies[i] = body_json(r.body)
                 self.real_text += 1
             else:
                 inputs[i] = r.input_tokens

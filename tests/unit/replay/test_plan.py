@@ -207,7 +207,7 @@ def test_token_only_rows_of_each_api_are_synthesized_in_its_shape():
 @pytest.mark.parametrize(
     "obj",
     [
-        {"messages": [{"role": "user", "content": "plain ASCII, \"quoted\", a \\ and a /"}]},
+        {"messages": [{"role": "user", "content": 'plain ASCII, "quoted", a \\ and a /'}]},
         {"prompt": "caf\u00e9 \u4e2d\u6587 \U0001f600"},  # non-ASCII kept as it is, not \u-escaped
         {"prompt": "tab\there, bell\x07, nul\x00"},  # control characters: escaped either way
         {"prompt": "a literal \\u0041 in the text"},  # an escape-shaped text that is not one
@@ -217,6 +217,6 @@ def test_token_only_rows_of_each_api_are_synthesized_in_its_shape():
 def test_a_body_is_serialized_exactly_as_with_non_ascii_kept(obj):
     import json
 
-    from replay.plan import _dumps
+    from replay.bodies import body_json
 
-    assert _dumps(obj) == json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    assert body_json(obj) == json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
