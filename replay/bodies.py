@@ -1,10 +1,10 @@
 """The text inside a request body: where it is, in prompt order, and its token ids.
 
 Owns :class:`Slot`, :func:`text_slots`, :func:`replace_texts` and :func:`prompt_token_ids`: the one
-rule for which strings of an OpenAI request are prompt text; and :func:`body_json`, the one way a
-body is written as JSON text (stored in a trace, sent by a replay). Redaction rewrites exactly these
+rule for which strings of an OpenAI request are prompt text. Redaction rewrites exactly these
 strings (roles, structure and sampling parameters are never touched), and importers count a
-request's ``input_tokens`` and its ``block_hashes`` over them.
+request's ``input_tokens`` and its ``block_hashes`` over them. Also :func:`body_json`, the one way
+a body is written as JSON text (stored in a trace, sent by a replay).
 
 Prompt order, like a chat template's: the tools' descriptions (functions and their parameters),
 then each message in turn: its content (a string, or the ``text`` of each content part), then
