@@ -279,7 +279,6 @@ class TokenCache:
     def prompts_ids(self, prompts: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """:meth:`prompt_ids` of each prompt's texts, the texts of all of them not cached
         encoded in one batch (the recorder's batch of requests)."""
-
         keys = [
             [hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest() for t in texts] for texts in prompts
         ]
@@ -337,7 +336,6 @@ class _Rows:
         return len(self._cols["request_id"])
 
     def add(self, rec: LogRecord) -> None:
-
         assert rec.request_id is not None and rec.arrival_us is not None  # _checked and build_trace see to both
         log_session = rec.session_id
         if log_session is None and rec.group_id in self.shared_groups:

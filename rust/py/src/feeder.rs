@@ -56,7 +56,7 @@ impl Waiting {
             read.checked_sub(1).and_then(|i| offsets.get(i)),
         ) {
             (Some(&first), Some(&last)) => last.saturating_sub(first) < lookahead_ns,
-            _ => true, // every body read (the source ends now) or none taken yet
+            _ => true, // every window taken: the next call ends the source
         }
     }
 }
@@ -208,7 +208,8 @@ mod tests {
 
     #[test]
     fn the_minimum_of_windows_and_the_byte_bound_win_over_schedule_time() {
-        // everything due at once: no schedule time passes, two windows only by the bytes...
+        // everything due at once: no schedule time passes, so past the minimum only the byte
+        // bound stops the reading...
         let at_once = vec![0i64; 10_000];
         assert!(waiting(1, 0, 0).wants_more(100, &at_once, LOOKAHEAD_NS));
         assert!(!waiting(5, MAX_BYTES_AHEAD, 100).wants_more(600, &at_once, LOOKAHEAD_NS));
