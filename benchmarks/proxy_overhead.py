@@ -16,7 +16,8 @@ nginx and through the capture proxy; the table gives p50 / p99 of end to end for
 p99 each proxy adds (its distribution's quantile minus the direct one's), requests that did not
 complete, and the records the capture dropped (its /metrics) and wrote. The target: capture's
 added p99 within 1.5x nginx's + 0.5 ms at every rate, nothing lost or dropped. Peak RSS of the
-capture process and of its recorder at the end.
+capture process and of its recorder at the end; the cores each used while the capture's stage
+ran, and the recorder's CPU time a record over the whole run.
 
 usage: python benchmarks/proxy_overhead.py [--rates 100,1000,4000,8000] [--seconds 5]
                                            [--clients ours,asyncio] [--redact]
@@ -40,10 +41,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from asyncio_peer import e2e_open_loop  # noqa: E402
-from capture_process import descendants, metrics, peak_rss_mb, start_capture, stop  # noqa: E402
+from capture_process import cpu_s, descendants, metrics, peak_rss_mb, start_capture, stop  # noqa: E402
 from runner_accuracy import ensure_nginx  # noqa: E402
 
 from tests.integration.nginx import start_gateway, start_static_sse  # noqa: E402
+
+
+def _capture_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds so far of the capture's own process and of its recorder (and workers)."""
+    return cpu_s(pid), sum(cpu_s(k) for k in descendants(pid))
 
 
 def _dropped_total(url: str) -> float:
@@ -101,8 +107,14 @@ def main() -> None:
                 got = {}
                 dropped0 = _dropped_total(capture_url)
                 for side, url in sides.items():
+                    if side == "capture":
+                        cpu0 = _capture_cpu(capture.pid)
+                        began = time.perf_counter()
                     e2e, lost = _ours(trace, url, rate, n) if client == "ours" else _peer(bodies, url, rate, n)
                     got[side] = (e2e * 1e3, lost)
+                    if side == "capture":
+                        cpu = [b - a for a, b in zip(cpu0, _capture_cpu(capture.pid))]
+                        busy = time.perf_counter() - began
                 time.sleep(1.0)  # the recorder catches up before drops are counted
                 dropped = _dropped_total(capture_url) - dropped0
 
@@ -117,6 +129,10 @@ def main() -> None:
                     **{f"{s}_p{p}": q(s, p) for s in sides for p in (50, 99)},
                     "lost": {s: got[s][1] for s in sides},
                     "dropped": int(dropped),
+                    # cores the capture's processes used while its stage ran: the proxy process
+                    # (data path and hand-off thread), the recorder
+                    "proxy_cores": cpu[0] / busy,
+                    "recorder_cores": cpu[1] / busy,
                 }
                 for s in ("nginx", "capture"):
                     for p in (50, 99):
@@ -129,6 +145,7 @@ def main() -> None:
                 rows.append(row)
                 print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
         final = metrics(capture_url)
+        recorder_cpu = sum(cpu_s(k) for k in descendants(capture.pid))
         written = final["replay_capture_records_written_total"]
         connections = final.get("replay_capture_upstream_connections_total", float("nan"))
         capture_rss = peak_rss_mb(capture.pid)
@@ -146,9 +163,10 @@ def main() -> None:
     )
     print(
         "| req/s | client | direct p50 / p99 (ms) | nginx adds p50 / p99 | capture adds p50 / p99 "
-        "| capture p99 added / nginx's | not completed (direct / nginx / capture) | records dropped | target |"
+        "| capture p99 added / nginx's | not completed (direct / nginx / capture) | records dropped "
+        "| cores: proxy / recorder | target |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ratio = r["capture_adds_p99"] / r["nginx_adds_p99"] if r["nginx_adds_p99"] > 0 else float("nan")
         lost = r["lost"]
@@ -157,13 +175,19 @@ def main() -> None:
             f"| {r['nginx_adds_p50']:.2f} / {r['nginx_adds_p99']:.2f} "
             f"| {r['capture_adds_p50']:.2f} / {r['capture_adds_p99']:.2f} | {ratio:.2f} "
             f"| {lost['direct']} / {lost['nginx']} / {lost['capture']} | {r['dropped']} "
-            f"| {'met' if r['meets'] else 'missed'} |"
+            f"| {r['proxy_cores']:.2f} / {r['recorder_cores']:.2f} | {'met' if r['meets'] else 'missed'} |"
         )
     print(
         f"records written: {written:.0f}; upstream connections the capture proxy opened: {connections:.0f}; "
         f"peak RSS: capture proxy {capture_rss:.0f} MB, recorder"
         f"{' + redaction workers' if args.redact else ''} {kids_rss:.0f} MB ({len(kids)} processes)"
     )
+    if written:
+        per = recorder_cpu / written * 1e3
+        print(
+            f"recorder CPU: {recorder_cpu:.1f} s for {written:.0f} records, {per:.2f} ms a record: "
+            f"a core of its own records about {1e3 / per:,.0f} requests/s"
+        )
 
 
 if __name__ == "__main__":

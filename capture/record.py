@@ -98,24 +98,11 @@ def _choice_text(choice: dict, stream: bool) -> str | None:
 
 
 def _sse_events(chunks: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
-    """The ``data:`` payloads of an SSE stream, each with the time of the read that ended it."""
-    out: list[tuple[int, bytes]] = []
-    pending = b""
-    for t, data in chunks:
-        pending += data
-        while True:
-            cut = None
-            for sep in (b"\n\n", b"\r\n\r\n"):
-                at = pending.find(sep)
-                if at >= 0 and (cut is None or at < cut[0]):
-                    cut = (at, len(sep))
-            if cut is None:
-                break
-            event, pending = pending[: cut[0]], pending[cut[0] + cut[1] :]
-            payload = b"\n".join(line[5:].lstrip(b" ") for line in event.splitlines() if line.startswith(b"data:"))
-            if payload:
-                out.append((t, payload))
-    return out
+    """The data of each event of an SSE stream, each with the time of the read that ended it:
+    the runner's SSE framing, compiled (``replay._engine.sse_events``)."""
+    from replay import _engine
+
+    return _engine.sse_events(chunks)
 
 
 def _decoded(ex: Exchange) -> bytes:

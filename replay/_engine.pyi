@@ -223,6 +223,17 @@ class CaptureServer:
     def counters(self) -> dict[str, Any]: ...
     def stop(self) -> None: ...
 
+def block_hashes(ids: npt.NDArray[np.uint32], block_size: int) -> npt.NDArray[np.uint64]:
+    """One chained hash per full block of ``block_size`` ids (``replay.blocks.block_hashes``)."""
+
+def chain_hash(parent: int | None, block: npt.NDArray[np.uint32]) -> int:
+    """The hash of one block given its parent's (None: the first block)."""
+
+def sse_events(chunks: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+    """The data of each event of an SSE answer read as ``chunks`` ((µs, bytes) per read), each
+    with the time of the read that ended it (the runner's WHATWG framing; events without data left
+    out; a last event without its closing blank line taken at the end)."""
+
 def prefix_cache_hits(
     hashes: npt.NDArray[np.uint64],
     offsets: npt.NDArray[np.uint64],

@@ -3,12 +3,12 @@
 Owns :data:`HASH_ALGO` and :func:`block_hashes`. Like vLLM's prefix cache, each full block of
 ``block_size`` token ids is hashed together with its parent block's hash, so two prompts share
 their leading hashes exactly as long as they share whole leading blocks; a partial last block
-gets no hash (it can never be a cache hit).
+gets no hash (it can never be a cache hit). The hashing itself is the compiled core's
+(``replay_core::blocks``, through ``replay._engine``): the one definition of the rule below.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -21,7 +21,6 @@ HASH_ALGO = "blake2b64-chain"
 # tokens per hashed block of a trace's block_hashes, unless a trace or flag says otherwise (vLLM's
 # KV block size on GPUs): the one default of every importer, capture, generate and --block-size
 BLOCK_SIZE = 16
-_ROOT_PARENT = bytes(8)  # the first block's "parent hash"
 
 
 def block_hashes(token_ids: Sequence[int] | np.ndarray, block_size: int) -> list[int]:
@@ -44,25 +43,18 @@ def block_hashes(token_ids: Sequence[int] | np.ndarray, block_size: int) -> list
         if ids.size and (not np.issubdtype(ids.dtype, np.integer) or ids.min() < 0 or ids.max() > 0xFFFFFFFF):
             raise ConfigError("token ids must be integers in [0, 2**32)")
         ids = ids.astype("<u4")
-    data = np.ascontiguousarray(ids).tobytes()
-    step = block_size * 4
-    blake2b = hashlib.blake2b
-    parent = _ROOT_PARENT
-    digests: list[bytes] = []
-    for start in range(0, n_full * step, step):
-        parent = blake2b(parent + data[start : start + step], digest_size=8).digest()
-        digests.append(parent)
-    # the digests read little-endian, all at once
-    return np.frombuffer(b"".join(digests), dtype="<u8").tolist()
+    from replay import _engine
+
+    return _engine.block_hashes(np.ascontiguousarray(ids), block_size).tolist()
 
 
 def chain_hash(parent: int | None, block_ids: np.ndarray) -> int:
     """The hash of one full block given its parent block's hash (None: the first block); the
     same value :func:`block_hashes` gives that block."""
-    prev = _ROOT_PARENT if parent is None else int(parent).to_bytes(8, "little")
-    h = hashlib.blake2b(prev, digest_size=8)
-    h.update(np.ascontiguousarray(np.asarray(block_ids).astype("<u4")).tobytes())
-    return int.from_bytes(h.digest(), "little")
+    from replay import _engine
+
+    ids = np.ascontiguousarray(np.asarray(block_ids).astype("<u4"))
+    return _engine.chain_hash(None if parent is None else int(parent), ids)
 
 
 def prefix_hits(hash_lists: Iterable[Sequence[int]], seen: set[int] | None = None) -> list[int]:

@@ -3,6 +3,7 @@
 //! * `schedule` — arrival offsets (trace rescaling, Poisson, Gamma, constant), seeded.
 //! * `sse` / `openai` — incremental SSE framing and OpenAI-style chunk interpretation.
 //! * `record` — per-request timing records, assembled into columns.
+//! * `blocks` — the Trace's chained block hashes (BLAKE2b, 8 bytes).
 //! * `prefix_cache` — an offline LRU prefix-cache simulation over chained block hashes.
 //! * `answers` — causal sessions resend the engine's own answers in place of the recorded ones.
 //! * `run` (with `config`, `plan`, `client`, `conn`, `pool`, `shared`, `warmup`, `exchange`,
@@ -14,6 +15,7 @@
 //! Times are integer nanoseconds; names carry their unit (`lag_ns`).
 
 pub mod answers;
+pub mod blocks;
 pub mod client;
 pub mod config;
 pub mod conn;

@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use replay_capture::{CaptureConfig, MetricsFn, Proxy, OUTCOMES};
-use replay_core::TlsOptions;
+use replay_core::{SseParser, TlsOptions};
 
 fn duration(field: &str, seconds: f64) -> PyResult<Duration> {
     if seconds.is_finite() && seconds >= 0.0 {
@@ -170,4 +170,48 @@ impl CaptureServer {
     fn __repr__(&self) -> String {
         format!("CaptureServer({})", self.proxy.url())
     }
+}
+
+/// The data of each event of an SSE answer read as `chunks` ((µs, bytes) per read), each with the
+/// time of the read that ended it: the runner's framing (`replay_core::SseParser`, WHATWG rules;
+/// a last event without its closing blank line is taken at the stream's end). Events without
+/// data are left out; an event past the parser's 16 MiB limit ends the list there.
+#[pyfunction]
+pub(crate) fn sse_events<'py>(
+    py: Python<'py>,
+    chunks: Vec<(i64, Bound<'py, PyBytes>)>,
+) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    let mut parser = SseParser::new();
+    let mut events: Vec<(i64, Vec<u8>)> = Vec::new();
+    let mut last = 0;
+    for (t, data) in &chunks {
+        last = *t;
+        let fed = parser.feed(data.as_bytes(), |event| {
+            if !event.is_empty() {
+                events.push((*t, event.to_vec()));
+            }
+        });
+        if fed.is_err() {
+            return to_list(py, out, events);
+        }
+    }
+    // an error here (the last line too long) leaves the events before it
+    let _ = parser.finish(|event| {
+        if !event.is_empty() {
+            events.push((last, event.to_vec()));
+        }
+    });
+    to_list(py, out, events)
+}
+
+fn to_list<'py>(
+    py: Python<'py>,
+    out: Bound<'py, PyList>,
+    events: Vec<(i64, Vec<u8>)>,
+) -> PyResult<Bound<'py, PyList>> {
+    for (t, data) in events {
+        out.append((t, PyBytes::new(py, &data)))?;
+    }
+    Ok(out)
 }

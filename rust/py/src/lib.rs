@@ -99,6 +99,29 @@ fn prefix_cache_hits<'py>(
         .into_any())
 }
 
+/// One chained hash per full block of `block_size` ids (`replay.blocks.block_hashes`; see
+/// `replay_core::blocks`), the GIL released while it hashes.
+#[pyfunction]
+fn block_hashes<'py>(
+    py: Python<'py>,
+    ids: PyReadonlyArray1<'py, u32>,
+    block_size: usize,
+) -> PyResult<Bound<'py, PyArray1<u64>>> {
+    if block_size == 0 {
+        return Err(errors::config("block_size", "must be positive, got 0"));
+    }
+    let ids = ids.as_slice()?;
+    let hashes = py.detach(|| replay_core::blocks::block_hashes(ids, block_size));
+    Ok(hashes.into_pyarray(py))
+}
+
+/// The hash of one block given its parent's (None: the first block): `replay.blocks.chain_hash`.
+#[pyfunction]
+#[pyo3(signature = (parent, block))]
+fn chain_hash(parent: Option<u64>, block: PyReadonlyArray1<'_, u32>) -> PyResult<u64> {
+    Ok(replay_core::blocks::chain_hash(parent, block.as_slice()?))
+}
+
 /// The error kind names, indexed by the codes in the `error_kind` column.
 #[pyfunction]
 fn error_kinds() -> Vec<&'static str> {
@@ -411,6 +434,9 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(options::run_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(sim::sim_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(prefix_cache_hits, m)?)?;
+    m.add_function(wrap_pyfunction!(block_hashes, m)?)?;
+    m.add_function(wrap_pyfunction!(capture::sse_events, m)?)?;
+    m.add_function(wrap_pyfunction!(chain_hash, m)?)?;
     m.add_function(wrap_pyfunction!(prompts::prompt_units, m)?)?;
     m.add_function(wrap_pyfunction!(prompts::prompt_texts, m)?)?;
     m.add_class::<RunOptions>()?;
