@@ -10,6 +10,7 @@ the recorder process's own CPU time and its wall time; the rest of the wall time
 the Presidio workers. From these: what N cores would reach when the recorder has them to itself.
 
 usage: python benchmarks/recorder_cost.py [--workers 0,1,2] [--requests 1500] [--batch 64]
+                                          [--workload pii|generated]
 """
 
 from __future__ import annotations
@@ -24,13 +25,46 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def measure(workers: int, requests: int, batch: int) -> dict:
-    from capture.record import Exchange, RowBuilder
+def workload_bodies(workload: str, requests: int) -> list[bytes]:
+    """The request bodies: the PII chat corpus (histories repeat turn after turn) or the
+    generated production-shaped workload proxy_overhead.py sends (shared system prompts, every
+    user text new)."""
+    if workload == "generated":
+        from replay.generate import GenerateConfig, generate
+
+        trace = generate(GenerateConfig(n_requests=requests, seed=1, rate=1000.0, tokenizer="gpt2", model="bench"))
+        return [b.encode() for b in trace.df["body"].to_list()]
     from examples.pii_corpus import make_corpus
-    from tests.integration.nginx import sse_events
 
     corpus = make_corpus(max(50, requests // 3), seed=7, turns_mean=4.5)
-    bodies = [json.dumps({**r, "stream": True}).encode() for r in corpus.requests[:requests]]
+    return [json.dumps({**r, "stream": True}).encode() for r in corpus.requests[:requests]]
+
+
+def tokenizing_cpu_ms(bodies: list[bytes], batch: int) -> float:
+    """CPU ms a record of tokenizing the prompt texts the recorder has not seen before (its cache
+    holds the others), batch by batch as it does: the part of a record no compiled parsing saves."""
+    from replay.bodies import text_slots, text_token_ids
+    from replay.tokenizer import load_tokenizer
+
+    tok, seen = load_tokenizer("gpt2"), set()
+    cpu = time.process_time()
+    for i in range(0, len(bodies), batch):
+        new = []
+        for b in bodies[i : i + batch]:
+            for slot in text_slots(json.loads(b)):
+                if slot.text not in seen:
+                    seen.add(slot.text)
+                    new.append(slot.text)
+        if new:
+            text_token_ids(new, tok)
+    return (time.process_time() - cpu) / len(bodies) * 1e3
+
+
+def measure(workers: int, requests: int, batch: int, workload: str) -> dict:
+    from capture.record import Exchange, RowBuilder
+    from tests.integration.nginx import sse_events
+
+    bodies = workload_bodies(workload, requests)
     chunks = [(100 + j * 10, e.encode()) for j, e in enumerate(sse_events())]
     t0 = 1_700_000_000_000_000
     exchanges = [
@@ -60,12 +94,16 @@ def main() -> None:
     ap.add_argument("--workers", default="0,1,2")
     ap.add_argument("--requests", type=int, default=1500)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--workload", choices=("pii", "generated"), default="pii")
     args = ap.parse_args()
-    rows = [measure(int(w), args.requests, args.batch) for w in args.workers.split(",")]
+    rows = [measure(int(w), args.requests, args.batch, args.workload) for w in args.workers.split(",")]
     print("| redaction workers | records / s | recorder CPU / record (ms) | wall / record (ms) |")
     print("|---|---|---|---|")
     for r in rows:
         print(f"| {r['workers'] or 'off'} | {r['per_s']:.0f} | {r['cpu_ms']:.2f} | {r['wall_ms']:.2f} |")
+    if any(r["workers"] == 0 for r in rows):
+        tokens = tokenizing_cpu_ms(workload_bodies(args.workload, args.requests), args.batch)
+        print(f"of a record's recorder CPU without redaction, {tokens:.2f} ms tokenizes prompt texts not seen before")
     one = next((r for r in rows if r["workers"] == 1), None)
     if one is not None:
         # with one worker the recorder waits for it: the worker's time is the wall less the
