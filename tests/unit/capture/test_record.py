@@ -51,6 +51,23 @@ def test_a_stream_split_anywhere_gives_the_text_usage_finish_and_chunk_times(crl
     assert ans.chunk_us == [t - times[0] for t in times]
 
 
+def test_the_recorder_frames_a_stream_by_the_sse_rules_the_runner_uses():
+    # comments, event / id fields, data without its space, one event's JSON over two data lines,
+    # lone CR line ends, and a last event the server never closed with a blank line
+    raw = (
+        b": keep-alive\n\n"
+        b"event: message\nid: 1\ndata:" + json.dumps(_chunk("Hel")).encode() + b"\n\n"
+        b'data: {"object": "chat.completion.chunk",\ndata: "choices": [{"delta": {"content": "lo"}}]}\r\r'
+        b"data: " + json.dumps(_chunk(None, "stop")).encode() + b"\r\n\r\n"
+        b"data: " + json.dumps(USAGE).encode() + b"\n"
+    )
+    reads = [(100 + i, raw[i : i + 7]) for i in range(0, len(raw), 7)]
+    ans = parse_response(Exchange("r", "chat", 0, b"{}", None, stream=True, chunks=reads))
+    assert (ans.text, ans.finish_reason) == ("Hello", "stop")
+    assert ans.usage == USAGE["usage"]  # the unclosed last event, taken at the stream's end
+    assert len(ans.chunk_us) == 2 and ans.chunk_us[1] > 0
+
+
 def test_events_that_are_not_json_objects_are_skipped_and_the_rest_still_read():
     good = _sse(_chunk("Hel"), _chunk("lo", "stop"), USAGE)
     for bad in (b"data: {not json}\n\n", b"data: 17\n\n", b'data: {"a": 1},{"b": 2}\n\n', b"data: ping\n\n"):
