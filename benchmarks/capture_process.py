@@ -1,5 +1,5 @@
 """`replay capture` started as a user starts it (its own process and session), for the capture
-benchmarks (proxy_overhead.py, capture_redaction.py): start, stop, its /metrics, peak RSS, CPU time."""
+benchmarks (proxy_overhead.py, capture_redaction.py): start, stop, its /metrics, peak RSS."""
 
 from __future__ import annotations
 
@@ -72,16 +72,6 @@ def peak_rss_mb(pid: int) -> float:
     except OSError:
         pass
     return float("nan")
-
-
-def cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) process ``pid``'s threads have used so far (0 if it is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def descendants(pid: int) -> list[int]:

@@ -43,7 +43,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from asyncio_peer import e2e_open_loop  # noqa: E402
-from capture_process import cpu_s, descendants, metrics, peak_rss_mb, start_capture, stop  # noqa: E402
+from capture_process import descendants, metrics, peak_rss_mb, start_capture, stop  # noqa: E402
+from redaction import proc_cpu_s  # noqa: E402
 from runner_accuracy import ensure_nginx  # noqa: E402
 
 from tests.integration.nginx import start_gateway, start_static_sse  # noqa: E402
@@ -51,7 +52,7 @@ from tests.integration.nginx import start_gateway, start_static_sse  # noqa: E40
 
 def _capture_cpu(pid: int) -> tuple[float, float]:
     """CPU seconds so far of the capture's own process and of its recorder (and workers)."""
-    return cpu_s(pid), sum(cpu_s(k) for k in descendants(pid))
+    return proc_cpu_s(pid), sum(proc_cpu_s(k) for k in descendants(pid))
 
 
 def _dropped_total(url: str) -> float:
@@ -119,7 +120,8 @@ def main() -> None:
                 cpu, busy = [0.0, 0.0], 0.0
                 for r in range(args.repeats):
                     got = {}
-                    order = list(sides)[r % 3 :] + list(sides)[: r % 3]  # each side first in turn
+                    first = r % len(sides)  # each side first in turn
+                    order = list(sides)[first:] + list(sides)[:first]
                     for side in order:
                         url = sides[side]
                         if side == "capture":

@@ -60,11 +60,10 @@ def tokenizing_cpu_ms(bodies: list[bytes], batch: int) -> float:
     return (time.process_time() - cpu) / len(bodies) * 1e3
 
 
-def measure(workers: int, requests: int, batch: int, workload: str) -> dict:
+def measure(workers: int, bodies: list[bytes], batch: int) -> dict:
     from capture.record import Exchange, RowBuilder
     from tests.integration.nginx import sse_events
 
-    bodies = workload_bodies(workload, requests)
     chunks = [(100 + j * 10, e.encode()) for j, e in enumerate(sse_events())]
     t0 = 1_700_000_000_000_000
     exchanges = [
@@ -96,13 +95,14 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--workload", choices=("pii", "generated"), default="pii")
     args = ap.parse_args()
-    rows = [measure(int(w), args.requests, args.batch, args.workload) for w in args.workers.split(",")]
+    bodies = workload_bodies(args.workload, args.requests)
+    rows = [measure(int(w), bodies, args.batch) for w in args.workers.split(",")]
     print("| redaction workers | records / s | recorder CPU / record (ms) | wall / record (ms) |")
     print("|---|---|---|---|")
     for r in rows:
         print(f"| {r['workers'] or 'off'} | {r['per_s']:.0f} | {r['cpu_ms']:.2f} | {r['wall_ms']:.2f} |")
     if any(r["workers"] == 0 for r in rows):
-        tokens = tokenizing_cpu_ms(workload_bodies(args.workload, args.requests), args.batch)
+        tokens = tokenizing_cpu_ms(bodies, args.batch)
         print(f"of a record's recorder CPU without redaction, {tokens:.2f} ms tokenizes prompt texts not seen before")
     one = next((r for r in rows if r["workers"] == 1), None)
     if one is not None:

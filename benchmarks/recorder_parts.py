@@ -7,8 +7,8 @@
   chain spelled with `hashlib.blake2b` (the documented rule, as the recorder computed it before),
   on `--tokens` ids in blocks of 16.
 
-Both outputs are checked equal first. Then each is timed over `--repeats` calls, alternating, and
-the ratio printed. Then the whole recorder without redaction (`benchmarks/recorder_cost.py`'s
+Both outputs are checked equal first. Then each is timed over `--repeats` calls, the best of
+`--rounds` such runs kept, and the ratio printed. Then the whole recorder without redaction (`benchmarks/recorder_cost.py`'s
 measure) with the Python parts put back in place of the compiled ones, rounds alternating, on
 `--workload`: what the two parts save of a record.
 
@@ -78,7 +78,7 @@ def main() -> None:
 
     import capture.record as record
     import replay.blocks as blocks
-    from recorder_cost import measure
+    from recorder_cost import measure, workload_bodies
     from tests.integration.nginx import sse_events
 
     chunks = [(100 + j * 10, e.encode()) for j, e in enumerate(sse_events())]
@@ -97,6 +97,7 @@ def main() -> None:
         print(f"| {name} | {a:.1f} | {b:.1f} | {a / b:.1f}x |")
 
     print(f"\nthe recorder without redaction, {args.requests} requests of the {args.workload} workload:")
+    bodies = workload_bodies(args.workload, args.requests)
     print("| round | CPU / record, Python parts (ms) | compiled parts (ms) |")
     print("|---|---|---|")
     try:
@@ -104,7 +105,7 @@ def main() -> None:
             got = []
             for sse, hashes in ((python_sse_events, python_block_hashes), (compiled_sse, compiled_hashes)):
                 record._sse_events, blocks.block_hashes = sse, hashes  # type: ignore[assignment]
-                got.append(measure(0, args.requests, 64, args.workload)["cpu_ms"])
+                got.append(measure(0, bodies, 64)["cpu_ms"])
             print(f"| {r + 1} | {got[0]:.3f} | {got[1]:.3f} |")
     finally:
         record._sse_events, blocks.block_hashes = compiled_sse, compiled_hashes  # type: ignore[assignment]
