@@ -63,9 +63,14 @@ SIZES = {
     # a test on a shared CI machine: the sweep's send-lag bound is looser than the 1 ms a measurement holds
     "short": {"sessions": 16, "speedup": 2.0, "rates": "2,8", "requests": "20", "trials": "1", "lag_bound_ms": "10"},
 }
-# the metric groups (fidelity.compare.JUDGED_GROUPS) the replay of the whole capture must judge
-# conclusively in the full run
-MUST_BE_CONCLUSIVE = {"input lengths": "input_tokens.", "output lengths": "output_tokens.", "cache hits": "cache."}
+# the facets (fidelity.facets.FACETS) the replay of the whole capture must judge conclusively in
+# the full run: in words, and the facet's name
+MUST_BE_CONCLUSIVE = {
+    "input lengths": "input lengths",
+    "output lengths": "output lengths",
+    "cache hits": "cache",
+    "arrivals": "arrivals",
+}
 
 
 def free_port() -> int:
@@ -144,16 +149,13 @@ def capture(trace_dir: Path, key_file: Path, sessions: int, speedup: float) -> N
 
 
 def inconclusive(report: Path) -> list[str]:
-    """The groups of MUST_BE_CONCLUSIVE that some stage of the fidelity report (its JSON) did not
-    judge conclusively: no metric of the group judged against live's halves passed."""
+    """The facets of MUST_BE_CONCLUSIVE that some stage of the fidelity report (its JSON) did not
+    judge conclusively (fidelity.facets: no test of the facet passed within its ceiling)."""
     stages = json.loads(report.read_text())["stages"]
     return [
         what
-        for what, prefix in MUST_BE_CONCLUSIVE.items()
-        if not all(
-            any(m["name"].startswith(prefix) and m["state"] == "pass" and m.get("ceiling") is not None for m in s["metrics"])
-            for s in stages
-        )
+        for what, facet in MUST_BE_CONCLUSIVE.items()
+        if not all(any(f["name"] == facet and f["state"] == "pass" for f in s["facets"]) for s in stages)
     ]
 
 

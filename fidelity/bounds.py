@@ -18,7 +18,6 @@ import polars as pl
 from fidelity import stats
 from fidelity.power import MAX_DETECTABLE, detectable, in_words
 from fidelity.sides import Side
-from replay.config import LAG_BOUND_MS
 
 __all__ = [
     "AA_FACTOR",
@@ -55,17 +54,16 @@ FIXED_BOUNDS: dict[str, float] = {
     "output_tokens.ks": 0.05,
     "output_tokens.wasserstein": 0.05,
     "lengths.spearman": 0.05,
-    "lengths.prompt_tokens_per_request": 0.02,
-    "lengths.output_vs_max_tokens": 0.02,
     "cache.engine_hit_rate": 0.05,
     "cache.offered_reuse": 0.02,
+    "cache.paired_reuse": 0.02,  # paired: no A/A (the pairs are the same requests)
+    "cache.paired_engine_hits": 0.05,  # paired: its A/A from the stage's replays, when given
     "cache.reuse_time.ks": 0.1,
     "arrivals.interarrival_cv": 0.1,
     "arrivals.dispersion": 0.15,
     "arrivals.lag1_autocorrelation": 0.1,
     "arrivals.peak_to_mean": 0.15,
     "arrivals.rate_correlation": 0.1,
-    "arrivals.send_lag_p99_ms": LAG_BOUND_MS,  # the runner's default (a stage's own bound replaces it)
     "sessions.turns": 0.05,
     "sessions.think_time.ks": 0.1,
     "outcomes.ttft": 0.1,
@@ -88,6 +86,8 @@ CEILINGS: dict[str, float] = {
     "lengths.spearman": 0.15,
     "cache.engine_hit_rate": 0.10,
     "cache.offered_reuse": 0.10,
+    "cache.paired_reuse": 0.10,
+    "cache.paired_engine_hits": 0.10,
     "cache.reuse_time.ks": 0.15,
     "arrivals.interarrival_cv": 0.30,
     "arrivals.dispersion": 0.50,
@@ -103,12 +103,13 @@ CEILINGS: dict[str, float] = {
 
 
 def family_value(table: dict[str, float], name: str) -> float | None:
-    """``table``'s entry for ``name`` or its family (``arrivals.dispersion_10s`` ->
-    ``arrivals.dispersion``, ``cache.offered_reuse.unbounded`` -> ``cache.offered_reuse``)."""
-    for key in (name, name.rsplit("_", 1)[0], name.rsplit(".", 1)[0]):
-        if key in table:
-            return table[key]
-    return None
+    """``table``'s entry for ``name`` or its family, the longest key that ``name`` extends by a
+    ``.`` or ``_`` part (``arrivals.dispersion_10s`` -> ``arrivals.dispersion``,
+    ``cache.offered_reuse.lru_0.01`` -> ``cache.offered_reuse``)."""
+    if name in table:
+        return table[name]
+    families = [key for key in table if name.startswith((key + ".", key + "_"))]
+    return table[max(families, key=len)] if families else None
 
 
 def counts(s: Side, window_s: float) -> np.ndarray:

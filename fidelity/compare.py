@@ -53,7 +53,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
-from fidelity import cache, stats
+from fidelity import cache, paired, stats
 from fidelity.bounds import (
     AA_FACTOR,
     CANNOT_TELL,
@@ -69,7 +69,10 @@ from fidelity.bounds import (
     decide,
     stated,
 )
-from fidelity.sides import PER_REQUEST_SLACK, TEMPLATE_MAX, Side
+from fidelity.facets import FAITHFUL, OUTCOMES, REQUIRED, UNFAITHFUL, Facet, judge_facets, overall
+from fidelity.power import CHANGES, MAX_DETECTABLE, in_words
+from fidelity.sides import Side
+from replay.config import LAG_BOUND_MS
 from replay.noise import AA_RUNS
 
 __all__ = [
@@ -77,7 +80,6 @@ __all__ = [
     "AA_RUNS",
     "CEILINGS",
     "FIXED_BOUNDS",
-    "JUDGED_GROUPS",
     "PASS",
     "FAIL",
     "CANNOT_TELL",
@@ -93,22 +95,6 @@ __all__ = [
 
 MIN_WINDOWS = 10  # a count statistic needs at least this many windows on the live side
 MIN_SAMPLES = 50  # quantiles from fewer samples are flagged
-
-# what a faithful verdict needs judged: (what, the prefix of its metrics' names); at least one
-# metric of each, judged against the A/A halves, must pass with its bound within its ceiling and
-# its detectable change within its maximum
-JUDGED_GROUPS: tuple[tuple[str, str], ...] = (
-    ("input lengths", "input_tokens."),
-    ("output lengths", "output_tokens."),
-    ("cache", "cache."),
-    ("arrivals", "arrivals."),
-)
-
-# with outcomes judged, they are a part a faithful verdict needs too
-OUTCOMES_GROUP = ("outcomes", "outcomes.")
-
-# a verdict's state (CANNOT_TELL as for a metric)
-FAITHFUL, UNFAITHFUL = "faithful", "unfaithful"
 
 
 @dataclass(frozen=True)
@@ -132,6 +118,7 @@ class Metric:
     needs: str | None = None
     detectable: float | None = None  # the smallest change of its kind it catches (fidelity.power); None: none / n/a
     detects: str = ""  # that change in words ("lengths +12%", "none up to lengths x5", "")
+    paired: bool = False  # compares the replay's requests with the live ones they replayed, one by one
 
     @property
     def passed(self) -> bool | None:
@@ -152,6 +139,7 @@ class FidelityVerdict:
     reason: str
     metrics: list[Metric] = field(default_factory=list)
     diagnosis: list[str] = field(default_factory=list)
+    facets: list[Facet] = field(default_factory=list)  # what the verdict rests on (fidelity.facets)
 
     @property
     def faithful(self) -> bool:
@@ -171,6 +159,7 @@ class FidelityVerdict:
             "faithful": self.faithful,
             "reason": self.reason,
             "diagnosis": self.diagnosis,
+            "facets": [f.to_json() for f in self.facets],
             "metrics": [m.to_json() for m in self.metrics],
         }
 
@@ -436,6 +425,7 @@ def _metric(
     reason: str,
     flags: tuple[str, ...] = (),
     state: str | None = None,
+    paired: bool = False,
 ) -> Metric:
     return Metric(
         group,
@@ -452,6 +442,7 @@ def _metric(
         decision.needs,
         decision.detectable,
         decision.detects,
+        paired,
     )
 
 
@@ -640,43 +631,17 @@ def _causal_diagnosis(metrics: list[Metric], stage: pl.DataFrame, other: Side) -
     ]
 
 
-def _state(ok: bool) -> str:
-    return PASS if ok else FAIL
-
-
-def _per_request(stage: pl.DataFrame, other: Side, lag_bound_ms: float | None = None) -> list[Metric]:
-    """When the replay sent the trace's own requests: each one's prompt tokens as the engine
-    counted them vs as recorded, its output tokens vs the max_tokens it asked for, and the
-    runner's own send lag (its p99 within the stage's lag bound, ``lag_bound_ms``, by default the
-    runner's default of 1 ms)."""
+def _per_request(stage: pl.DataFrame, lag_bound_ms: float | None = None) -> list[Metric]:
+    """Reported from the stage's own rows: the runner's send lag p99 against the stage's lag
+    bound (``lag_bound_ms``, by default the runner's default of 1 ms), which decides whether the
+    stage is valid (the arrivals are judged by what the lag did to them:
+    ``arrivals.paired_offsets``), and under causal sessions how far turns slipped."""
     out = []
-    prompt = other.engine_prompt_all
-    assert prompt is not None  # a side made of a stage (sides.replay_side) has the engine's counts
-    finite = np.isfinite(prompt) & np.isfinite(other.recorded_input)
-    if finite.any():
-        diff = prompt[finite] - other.recorded_input[finite]
-        off = (diff < -PER_REQUEST_SLACK) | (diff > TEMPLATE_MAX)
-        share = float(off.mean())
-        bound = FIXED_BOUNDS["lengths.prompt_tokens_per_request"]
-        out.append(
-            Metric(
-                "lengths",
-                "lengths.prompt_tokens_per_request",
-                None,
-                None,
-                share,
-                None,
-                bound,
-                _state(share <= bound),
-                f"{off.sum()} of {finite.sum()} completed requests' prompt tokens, as the engine counted "
-                f"them, are not between {PER_REQUEST_SLACK} fewer and {TEMPLATE_MAX} more (a chat template) "
-                f"than the ones sent (share {share:.3g}, bound {bound:g})",
-            )
-        )
     sent = stage.filter(pl.col("sent_ns").is_not_null() & pl.col("release_ns").is_not_null())
     if sent.height:
         lag_ms = float(np.percentile((sent["sent_ns"] - sent["release_ns"]).to_numpy(), 99)) / 1e6
-        bound = FIXED_BOUNDS["arrivals.send_lag_p99_ms"] if lag_bound_ms is None else lag_bound_ms
+        bound = LAG_BOUND_MS if lag_bound_ms is None else lag_bound_ms
+        valid = "valid" if lag_ms <= bound else "invalid"
         out.append(
             Metric(
                 "arrivals",
@@ -686,9 +651,10 @@ def _per_request(stage: pl.DataFrame, other: Side, lag_bound_ms: float | None = 
                 lag_ms,
                 None,
                 bound,
-                _state(lag_ms <= bound),
-                f"the runner's own send lag p99: {lag_ms:.3g} ms ({'within' if lag_ms <= bound else 'over'} "
-                f"{bound:g} ms): the requests left when they were due",
+                NOT_JUDGED,
+                f"reported, not judged: the runner's own send lag p99 {lag_ms:.3g} ms, "
+                f"{'within' if lag_ms <= bound else 'over'} the stage's {bound:g} ms bound (the stage is {valid}); "
+                f"what the lag did to the arrivals is judged by arrivals.paired_offsets",
             )
         )
     held = _held(sent)
@@ -709,27 +675,344 @@ def _per_request(stage: pl.DataFrame, other: Side, lag_bound_ms: float | None = 
                 f"schedule, slip p50 {p50:.3g} ms, p99 {p99:.3g} ms (kept out of the send lag)",
             )
         )
-    done = stage.filter((pl.col("error") == "none") & pl.col("expected_output_tokens").is_not_null())
-    if done.height:
-        got = done["completion_tokens"].fill_null(done["output_chunks"])
-        short = int((got != done["expected_output_tokens"]).sum())
-        share = short / done.height
-        bound = FIXED_BOUNDS["lengths.output_vs_max_tokens"]
-        out.append(
-            Metric(
-                "lengths",
-                "lengths.output_vs_max_tokens",
-                None,
-                None,
-                share,
-                None,
-                bound,
-                _state(share <= bound),
-                f"{short} of {done.height} completed requests' output tokens differ from the max_tokens "
-                f"they asked for (share {share:.3g}, bound {bound:g})",
-            )
-        )
     return out
+
+
+# --- paired tests (fidelity.paired) ---------------------------------------------------------------
+
+
+def _share_decision(
+    count: paired.Agreement, p0: float, aa: float | None, detectable: float | None, detects: str, family_max: float | None
+) -> Decision:
+    """The within-tolerance rule (:mod:`fidelity.paired`) as a Decision: pass when the upper
+    bound on the share of misses is under ``p0``, fail when the lower one is over it."""
+    ceiling = paired.MISS_SHARE_CEILING
+    if count.lower > p0:
+        return Decision(p0, FAIL, ceiling, detectable=detectable, detects=detects)
+    if aa is not None and p0 > ceiling:
+        return Decision(
+            p0,
+            CANNOT_TELL,
+            ceiling,
+            "a steadier bench",
+            detectable,
+            detects,
+            f"the replays of this stage miss each other on {100 * aa:.3g}% of the requests, so the share "
+            f"tolerated is {100 * p0:.3g}%, over its ceiling {100 * ceiling:g}%",
+        )
+    if count.upper >= p0:
+        need = paired.needed_pairs(count.share, p0)
+        more = (
+            f"about {need:,} paired requests at this share of misses (has {count.n:,})"
+            if need
+            else f"a replay with fewer misses ({100 * count.share:.3g}% of {count.n:,})"
+        )
+        return Decision(
+            p0,
+            CANNOT_TELL,
+            ceiling,
+            more,
+            detectable,
+            detects,
+            f"the share of misses is at most {100 * count.upper:.3g}% (95%), not under {100 * p0:.3g}%",
+        )
+    if family_max is not None and (detectable is None or detectable > family_max):
+        return Decision(
+            p0,
+            CANNOT_TELL,
+            ceiling,
+            "requests whose values a small change moves beyond the tolerance",
+            detectable,
+            detects,
+            f"it would catch only {detects}",
+        )
+    return Decision(p0, PASS, ceiling, detectable=detectable, detects=detects)
+
+
+def _share_metric(
+    group: str, name: str, what: str, count: paired.Agreement, said: str, decision: Decision, aa: float | None
+) -> Metric:
+    p0 = decision.bound
+    head = f"{what}: {count.n - count.misses:,} of {count.n:,} requests {said}"
+    if count.unknown:
+        head += f" ({count.unknown:,} with nothing to compare on the replay side, counted as misses)"
+    deff = f", design effect {count.deff:.2g} over live's sessions" if count.deff > 1 else ""
+    bounds = (
+        f"share of misses {100 * count.share:.3g}%, at most {100 * count.upper:.3g}% and at least "
+        f"{100 * count.lower:.3g}% (95%{deff})"
+    )
+    if decision.state == CANNOT_TELL:
+        reason = f"{head}; {bounds}, but {decision.why}: cannot tell; needs {decision.needs}"
+    elif decision.state == FAIL:
+        reason = f"{head}; {bounds}: more misses than the {100 * p0:.3g}% tolerated"
+    else:
+        reason = f"{head}; {bounds}: under the {100 * p0:.3g}% tolerated"
+        if decision.detects:
+            reason += f" (catches {decision.detects})"
+    if aa is not None:
+        reason += f" (replays of this stage miss each other on {100 * aa:.3g}%)"
+    return _metric(group, name, None, None, count.share, aa, decision, reason, paired=True)
+
+
+def _paired_na(group: str, name: str, why: str) -> Metric:
+    return Metric(group, name, None, None, None, None, None, NOT_JUDGED, f"not applicable: {why}", paired=True)
+
+
+def _replay_aa(test, other: Side, replays: tuple[Side, ...]) -> float | None:
+    """The largest share of misses of ``test(a, b)`` between this stage and one of its replays."""
+    shares = [c.share for r in replays if (c := test(r, other)) is not None]
+    return max(shares) if shares else None
+
+
+def _p0(aa: float | None) -> float:
+    return paired.MISS_SHARE if aa is None else max(paired.MISS_SHARE, AA_FACTOR * aa)
+
+
+def _length_test(attr: str, tolerance: paired.Tolerance):
+    def test(a: Side, b: Side) -> paired.Agreement | None:
+        got = paired.length_misses(a, b, attr, tolerance)
+        return None if got is None else paired.agreement(got[0], got[2], got[1])
+
+    return test
+
+
+def _offset_test(a: Side, b: Side) -> paired.Agreement | None:
+    got = paired.offset_misses(a, b)
+    return None if got is None else paired.agreement(got.miss, got.unknown, got.sessions)
+
+
+def _length_power(
+    live: Side, attr: str, tolerance: paired.Tolerance, count: paired.Agreement, p0: float
+) -> tuple[float | None, str]:
+    """The smallest uniform change of lengths x (1 + d) the test fails on, and in words with the
+    share of requests a change of any size must touch to be caught."""
+    values = getattr(live, attr)
+    moved = paired.scaled_misses(values, tolerance)
+    n = count.n
+
+    def fails(d: float) -> bool:
+        return paired.share_bounds(moved(d) / count.deff, n / count.deff)[0] > p0
+
+    family = CHANGES[attr].family
+    share = paired.catchable_share(n, p0, count.deff)
+    anywhere = "" if not math.isfinite(share) else f" or any change beyond it in {100 * share:.2g}% of the requests"
+    if not fails(CHANGES[attr].d_max):
+        return None, f"none up to {CHANGES[attr].limit}{anywhere}"
+    lo, hi = 0.0, CHANGES[attr].d_max
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if fails(mid) else (mid, hi)
+    return hi, in_words(family, hi) + anywhere
+
+
+def _paired_metrics(
+    live: Side, other: Side, replays: tuple[Side, ...], own_times: str | None, judge_outcomes: bool, aa_runs: int
+) -> list[Metric]:
+    """The paired tests (:mod:`fidelity.paired`), when ``other``'s requests are live's own: input
+    and output lengths request by request, the prefix reuse each request was offered (and the
+    engine took: judged with the outcomes), and each send against live's rescaled arrival (not
+    when the stage made its own send times: ``own_times`` says how)."""
+    pairs = paired.pair(live, other)
+    names = [
+        ("lengths", "input_tokens.paired"),
+        ("lengths", "output_tokens.paired"),
+        ("cache", "cache.paired_reuse"),
+        ("arrivals", "arrivals.paired_offsets"),
+    ]
+    if not paired.covers(pairs):
+        why = (
+            "the sides' requests do not pair (no request ids)"
+            if pairs is None
+            else f"the {other.name} holds {pairs.n:,} of the {pairs.live_n:,} {live.name} requests compared: not a replay of "
+            f"{live.name}'s own requests (the distribution tests judge it)"
+        )
+        return [_paired_na(g, n, why) for g, n in names]
+    assert pairs is not None
+    out = []
+    for attr, tolerance, what in (
+        ("input_tokens", paired.INPUT_TOLERANCE, "input tokens request by request (the engine's count less its chat template)"),
+        ("output_tokens", paired.OUTPUT_TOLERANCE, "output tokens request by request (as the engine reported them)"),
+    ):
+        name = f"{attr}.paired"
+        test = _length_test(attr, tolerance)
+        count = test(live, other)
+        if count is None or count.n == 0:
+            out.append(_paired_na("lengths", name, f"{live.name} has no {attr}"))
+            continue
+        aa = _replay_aa(test, other, replays)
+        p0 = _p0(aa)
+        found, detects = _length_power(live, attr, tolerance, count, p0)
+        decision = _share_decision(count, p0, aa, found, detects, MAX_DETECTABLE["lengths"])
+        out.append(_share_metric("lengths", name, what, count, f"within {tolerance.words()} of live's", decision, aa))
+    out.append(_paired_reuse(live, other, pairs))
+    engine = _paired_engine_hits(live, other, replays, judge_outcomes, aa_runs)
+    if engine is not None:
+        out.append(engine)
+    out.append(_paired_offsets(live, other, replays, own_times))
+    return out
+
+
+def _hits_apart(live: Side, other: Side, pairs: paired.Pairs) -> float | None:
+    """Prompt tokens whose offered prefix-cache hit differs between the sides, request by
+    request (each side's unbounded cache over its own order), over live's prompt tokens."""
+    total = float(np.nansum(live.recorded_input))
+    if total <= 0:
+        return None
+    theirs = live._unbounded()[0].astype(np.int64)
+    ours = np.zeros(live.n, np.int64)  # a request not sent offered nothing
+    ours[pairs.live_index] = other._unbounded()[0].astype(np.int64)[pairs.other_index]
+    return float(np.abs(ours - theirs).sum()) * live.block_size / total
+
+
+def _paired_reuse(live: Side, other: Side, pairs: paired.Pairs) -> Metric:
+    name = "cache.paired_reuse"
+    d = _hits_apart(live, other, pairs)
+    if d is None:
+        return _paired_na("cache", name, "no prompt tokens")
+    bound = FIXED_BOUNDS[name]
+    decision = Decision(
+        bound, PASS if d <= bound else FAIL, CEILINGS[name], detectable=bound, detects=in_words("hit rate", bound)
+    )
+    word = "within" if d <= bound else "over"
+    reason = (
+        f"prefix reuse request by request (the prompt tokens each request would hit in an unbounded prefix cache over "
+        f"its side's order, summed over the requests where the sides differ, over live's prompt tokens): {d:.3g}, "
+        f"{word} the bound {bound:g}"
+    )
+    return _metric("cache", name, None, None, d, None, decision, reason, paired=True)
+
+
+def _engine_hits_apart(a: Side, b: Side) -> float | None:
+    """Engine-reported cached tokens that differ between the sides, request by request, over
+    ``a``'s prompt tokens (its recorded ones plus its engine's chat template), on ``a``'s
+    requests with a count (a request ``b`` has no count for differs by all of ``a``'s)."""
+    if a.engine_cached is None or b.engine_cached is None:
+        return None
+    pairs = paired.pair(a, b)
+    if not paired.covers(pairs):
+        return None
+    assert pairs is not None
+    known = np.isfinite(a.engine_cached) & np.isfinite(a.recorded_input)
+    total = float((a.recorded_input[known] + a.template_tokens).sum())
+    if total <= 0:
+        return None
+    ours = np.zeros(a.n)
+    ours[pairs.live_index] = np.nan_to_num(b.engine_cached[pairs.other_index], nan=0.0)
+    return float(np.abs(ours[known] - a.engine_cached[known]).sum()) / total
+
+
+def _paired_engine_hits(live: Side, other: Side, replays: tuple[Side, ...], judged: bool, aa_runs: int) -> Metric | None:
+    """The engine's cached tokens against live's, request by request. Which requests an engine
+    finds cached depends on its config and on the load (at another rate than live's, a session's
+    second request may arrive after the first ended, or before), as the outcomes do: reported,
+    and judged only with the outcomes (``judged``), within a band that covers how much
+    ``aa_runs`` replays of the stage differ among themselves."""
+    name = "cache.paired_engine_hits"
+    if live.engine_cached is None:
+        return None
+    d = _engine_hits_apart(live, other)
+    if d is None:
+        return _paired_na("cache", name, f"the {other.name} reported no cached tokens")
+    what = (
+        "engine-reported cached tokens request by request (summed where the sides differ, over live's prompt "
+        "tokens and the engine's chat template)"
+    )
+    if not judged:
+        return Metric(
+            "cache",
+            name,
+            None,
+            None,
+            d,
+            None,
+            None,
+            NOT_JUDGED,
+            f"reported, not judged: {what} {d:.3g} (an engine's own hits depend on its config and load, as the "
+            f"outcomes do: judged with them, --judge-outcomes)",
+            paired=True,
+        )
+    runs = (other, *replays)
+    apart = [x for i, a in enumerate(runs) for b in runs[i + 1 :] if (x := _engine_hits_apart(a, b)) is not None]
+    need = max(2, aa_runs)
+    aa = max(apart) if apart and len(runs) >= need else None
+    ceiling = CEILINGS[name]
+    if aa is None:
+        decision = Decision(
+            FIXED_BOUNDS[name],
+            CANNOT_TELL,
+            ceiling,
+            f"a replay A/A: {need} replays of this stage on the same engine and config "
+            f"(replay run / sweep --repeats {need}; has {len(runs)})",
+        )
+        reason = (
+            f"{what}: {d:.3g}, but the bench's own noise was not measured: cannot tell; needs a replay A/A "
+            f"({need} replays of this stage, has {len(runs)})"
+        )
+        return _metric("cache", name, None, None, d, None, decision, reason, paired=True)
+    bound = max(FIXED_BOUNDS[name], AA_FACTOR * aa)
+    if d > bound:
+        state, why = FAIL, ""
+    elif bound > ceiling:
+        state, why = CANNOT_TELL, f"{len(runs)} replays of this stage differ by up to {aa:.3g} among themselves"
+    else:
+        state, why = PASS, ""
+    decision = Decision(
+        bound, state, ceiling, "a steadier bench" if state == CANNOT_TELL else None, bound, in_words("hit rate", bound), why
+    )
+    reason = (
+        f"{what}: {d:.3g}, {'over' if state == FAIL else 'within'} the bound {bound:.3g} "
+        f"(replay A/A over {len(runs)} replays: {aa:.3g})"
+    )
+    if state == CANNOT_TELL:
+        reason += f", but {why}: cannot tell; needs a steadier bench"
+    return _metric("cache", name, None, None, d, aa, decision, reason, paired=True)
+
+
+def _paired_offsets(live: Side, other: Side, replays: tuple[Side, ...], own_times: str | None) -> Metric:
+    name = "arrivals.paired_offsets"
+    if own_times:
+        return _paired_na("arrivals", name, own_times)
+    got = paired.offset_misses(live, other)
+    if got is None:
+        return _paired_na("arrivals", name, "fewer than 2 requests")
+    count = paired.agreement(got.miss, got.unknown, got.sessions)
+    aa = _replay_aa(_offset_test, other, replays)
+    p0 = _p0(aa)
+
+    def lower(a: Side, b: Side) -> float | None:
+        # the changed live side sent with this stage's own timing slack
+        m = paired.offset_misses(a, replace(b, time_slack_s=other.time_slack_s))
+        return None if m is None else paired.agreement(m.miss, m.unknown, m.sessions).lower
+
+    from fidelity.power import detectable
+
+    found, change = detectable("arrivals.paired_offsets", lower, live, p0)
+    share = paired.catchable_share(count.n, p0, count.deff)
+    anywhere = "" if not math.isfinite(share) else f" or any displacement beyond it of {100 * share:.2g}% of the requests"
+    if change is None or found is None:
+        detects = anywhere.removeprefix(" or ")
+    elif not math.isfinite(found):
+        detects = f"none up to {change.limit}{anywhere}"
+    else:
+        detects = in_words(change.family, found) + anywhere
+    power = None if found is None or not math.isfinite(found) else found
+    decision = _share_decision(count, p0, aa, power, detects, MAX_DETECTABLE["arrivals"])
+    c = other.time_scale
+    said = (
+        f"sent within max({1e3 * (live.time_slack_s + other.time_slack_s) / c:.3g} ms, "
+        f"{100 * paired.OFFSET_SHARE_OF_GAP:g}% of the gap to the nearest neighbour) of live's arrival at "
+        f"{c:.3g}x its pace"
+    )
+    parts = []
+    if got.schedule:
+        parts.append(f"{got.schedule:,} by the schedule (not live's times)")
+    if got.lag:
+        parts.append(f"{got.lag:,} by the sender's lag")
+    if got.held:
+        parts.append(f"{got.held:,} causal turns held for the turn before, measured from their release")
+    metric = _share_metric("arrivals", name, "send offsets request by request", count, said, decision, aa)
+    extra = f"; worst {1e3 * got.worst_s / c:.3g} ms off" + (f"; {', '.join(parts)}" if parts else "")
+    return replace(metric, reason=metric.reason + extra)
 
 
 def compare_sides(
@@ -743,11 +1026,16 @@ def compare_sides(
     lag_bound_ms: float | None = None,
     replays: tuple[Side, ...] = (),
     aa_runs: int = AA_RUNS,
+    own_times: str | None = None,
 ) -> FidelityVerdict:
     """Every metric between ``live`` and ``other``, judged against thresholds from the A/A halves
-    of ``aa_from`` (default: live); ``stage`` (the replay's rows) adds the per-request checks.
-    ``replays``: the other replays of ``other``'s stage (same engine, config and load), whose
-    distances from it set the outcomes' replay A/A (``aa_runs`` replays in all are needed)."""
+    of ``aa_from`` (default: live), the paired tests where ``other``'s requests are live's own
+    (:mod:`fidelity.paired`; ``own_times``: why the stage's send times are not live's, when it
+    made its own: drawn arrivals, a closed loop), and the verdict by facet
+    (:mod:`fidelity.facets`); ``stage`` (the replay's rows) adds the send lag and slip it
+    reports. ``replays``: the other replays of ``other``'s stage (same engine, config and
+    load), whose distances from it set the outcomes' replay A/A (``aa_runs`` replays in all are
+    needed) and the paired tests' tolerated share."""
     if other.template_tokens and not live.template_tokens:
         # live's engine added its chat template to every prompt too: taken to be the replay's
         live = replace(live, template_tokens=other.template_tokens)
@@ -755,39 +1043,15 @@ def compare_sides(
     splits = aa_splits(aa_side, seed)
     metrics = [_judge(spec, live, other, splits, aa_side, replays, aa_runs) for spec in _specs(judge_outcomes)]
     metrics += _cache_sim_metrics(live, other, splits, aa_side)
+    metrics += _paired_metrics(live, other, replays, own_times, judge_outcomes, aa_runs)
     if stage is not None:
-        metrics += _per_request(stage, other, lag_bound_ms)
+        metrics += _per_request(stage, lag_bound_ms)
     order = {"lengths": 0, "cache": 1, "arrivals": 2, "sessions": 3, "outcomes": 4}
     metrics.sort(key=lambda m: order[m.group])
-    state, reason = _overall(metrics, JUDGED_GROUPS + ((OUTCOMES_GROUP,) if judge_outcomes else ()))
+    required = REQUIRED + ((OUTCOMES,) if judge_outcomes else ())
+    facets = judge_facets(metrics, required)
+    state, reason = overall(facets, metrics, required)
     diagnosis = list(other.notes) + _cache_diagnosis(metrics, other.name, live)
     if stage is not None:
         diagnosis += _causal_diagnosis(metrics, stage, other)
-    return FidelityVerdict(state=state, reason=reason, metrics=metrics, diagnosis=diagnosis)
-
-
-def _overall(metrics: list[Metric], groups: tuple[tuple[str, str], ...] = JUDGED_GROUPS) -> tuple[str, str]:
-    """UNFAITHFUL when a metric failed; CANNOT_TELL when none did but a part of ``groups`` had
-    no metric that passed conclusively; else FAITHFUL. With the reason in words (naming the
-    metrics that could not tell either way)."""
-    failed = [m for m in metrics if m.state == FAIL]
-    if failed:
-        return UNFAITHFUL, "unfaithful: " + "; ".join(m.reason for m in failed)
-    undecided = [m for m in metrics if m.state == CANNOT_TELL]
-    judged = [m for m in metrics if m.ceiling is not None]  # against the A/A halves
-    missing = [what for what, prefix in groups if not any(m.name.startswith(prefix) and m.state == PASS for m in judged)]
-    if missing:
-        why = []
-        for what, prefix in groups:
-            if what in missing:
-                cannot = [m for m in undecided if m.name.startswith(prefix)]
-                why.append(
-                    f"{what}: " + ("; ".join(f"{m.name} needs {m.needs}" for m in cannot) if cannot else "no metric applies")
-                )
-        return CANNOT_TELL, (
-            "cannot tell: nothing failed, but " + ", ".join(missing) + " could not be judged on "
-            "this live side (" + " | ".join(why) + ")"
-        )
-    passed = sum(m.state == PASS for m in metrics)
-    also = f"; {len(undecided)} more cannot tell on this live side ({', '.join(m.name for m in undecided)})" if undecided else ""
-    return FAITHFUL, f"faithful: all {passed} conclusive metrics within their bounds{also}"
+    return FidelityVerdict(state=state, reason=reason, metrics=metrics, diagnosis=diagnosis, facets=facets)

@@ -66,6 +66,15 @@ def _row(m) -> str:
     return f'<tr class="{cls}" title="{escape(m.reason)}">{"".join(cells)}</tr>'
 
 
+def _facet_row(f) -> str:
+    cls = {PASS: "pass", FAIL: "fail", CANNOT_TELL: "undecided"}.get(f.state, "na")
+    name = f.name if f.required else f"{f.name} (not required)"
+    return (
+        f'<tr class="{cls}" title="{escape(f.reason)}"><td>{escape(name)}</td><td class="word">{_word(f.state)}</td>'
+        f"<td>{escape(', '.join(f.decided_by)) or '-'}</td><td>{escape(f.detects) or '-'}</td></tr>"
+    )
+
+
 def _stage(s: StageFidelity, plots: bool) -> str:
     rate = "as recorded" if s.requested_rate is None else f"{s.requested_rate:g} req/s"
     word = f'<span class="word {_tone(s.verdict.state)}">{verdict_word(s.verdict.state)}</span>'
@@ -76,6 +85,12 @@ def _stage(s: StageFidelity, plots: bool) -> str:
     ]
     if s.verdict.diagnosis:
         parts.append('<ul class="diagnosis">' + "".join(f"<li>{escape(d)}</li>" for d in s.verdict.diagnosis) + "</ul>")
+    parts.append(
+        "<table><thead><tr><th>facet</th><th>verdict</th><th>decided by</th>"
+        '<th title="the smallest change the deciding test catches">catches</th></tr></thead><tbody>'
+        + "".join(_facet_row(f) for f in s.verdict.facets)
+        + "</tbody></table>"
+    )
     parts.append(
         "<table><thead><tr><th>group</th><th>metric</th><th>verdict</th><th>distance</th><th>bound</th>"
         '<th>ceiling</th><th title="the smallest change of its kind this metric catches on this live side">'

@@ -21,7 +21,7 @@ from replay.config import LAG_BOUND_MS
 from replay.errors import ConfigError
 from replay.trace import Trace, read_trace
 
-__all__ = ["StageFidelity", "FidelityReport", "compare_stage", "compare_results", "drift"]
+__all__ = ["StageFidelity", "FidelityReport", "compare_stage", "compare_results", "drift", "own_times"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,17 @@ def _live(live: Trace | str | Path) -> tuple[Trace, str]:
     return read_trace(live, bodies=False), str(live)
 
 
+def own_times(arrivals: str | None = None, concurrency: int | None = None) -> str | None:
+    """Why a stage's send times are its own, not live's rescaled (None when they are live's):
+    a closed loop (``concurrency`` users), or arrival times drawn anew (``arrivals`` other than
+    ``trace``). Its sends are then not paired with live's arrivals (arrivals.paired_offsets)."""
+    if concurrency is not None:
+        return f"a closed loop of {concurrency} users sends a request when one before it ended, not at live's time"
+    if arrivals not in (None, "trace"):
+        return f"the stage drew its own arrival times (--arrivals {arrivals}): the distribution tests judge them"
+    return None
+
+
 def _replay_of(live: Trace, sent: Trace, stage: pl.DataFrame, messages: pl.DataFrame | None, lag_bound_ms: float | None) -> Side:
     """The replay side of a stage, at its compression against live, its times within its send-lag
     bound (``lag_bound_ms``; the runner's default when None) of their schedule."""
@@ -109,6 +120,7 @@ def compare_stage(
     repeats: tuple[pl.DataFrame, ...] = (),
     aa_runs: int = AA_RUNS,
     messages: pl.DataFrame | None = None,
+    own_times: str | None = None,
 ) -> StageFidelity:
     """Judge one stage's per-request results against the live rows it replayed. ``sent`` is the
     trace the stage replayed, when it is not ``live`` itself (a redacted or edited copy with the
@@ -116,7 +128,9 @@ def compare_stage(
     is the stage's own send-lag bound (default: the runner's default, 1 ms). ``repeats``: the rows
     of the other replays of this stage (same engine, config and load), for the outcomes' replay
     A/A (:mod:`fidelity.compare`; ``aa_runs`` replays in all). ``messages``: the sent rows' message
-    counts (:func:`fidelity.sides.message_counts`; read from ``sent``'s bodies when not given)."""
+    counts (:func:`fidelity.sides.message_counts`; read from ``sent``'s bodies when not given).
+    ``own_times``: why the stage's send times are not live's rescaled, when it made its own
+    (:func:`own_times`); its sends are then not compared with live's arrivals one by one."""
     sent = live if sent is None else sent
     if stage.height == 0:
         raise ConfigError(f"{file}: the stage has no requests")
@@ -141,6 +155,7 @@ def compare_stage(
         lag_bound_ms=lag_bound_ms,
         replays=tuple(_replay_of(live, sent, r, messages, lag_bound_ms) for r in repeats),
         aa_runs=aa_runs,
+        own_times=own_times,
     )
     return StageFidelity(
         file=file,
@@ -185,6 +200,7 @@ def compare_results(
     messages = message_counts(sent if sent is not None else trace)  # once for every stage
     summaries = [stage_summaries[i] if i < len(stage_summaries) else {} for i in range(len(files))]
     loads = [(s.get("requested_rate"), s.get("concurrency")) for s in summaries]
+    arrivals = (summary.get("arrivals") or {}).get("kind")
     stages = []
     # with outcomes judged, each stage read once and kept (it is a repeat of its siblings);
     # otherwise read as judged, one at a time
@@ -213,6 +229,7 @@ def compare_results(
                 repeats=repeats,
                 aa_runs=aa_runs,
                 messages=messages,
+                own_times=own_times(arrivals, summaries[i].get("concurrency")),
             )
         )
     return FidelityReport(live=live_name, results=str(folder), stages=stages)

@@ -16,6 +16,7 @@ import numpy as np
 
 from fidelity import cache
 from fidelity.compare import CANNOT_TELL, FAIL, NOT_JUDGED, PASS, FidelityVerdict
+from fidelity.facets import FACETS
 from fidelity.sides import Side
 from fidelity.judge import FidelityReport, StageFidelity
 from replay.figures import Plot, empty, literal, new_figure, png_of
@@ -23,12 +24,12 @@ from replay.figures import Plot, empty, literal, new_figure, png_of
 __all__ = [
     "MAX_POINTS",
     "QQ_POINTS",
-    "GROUPS",
+    "FACET_NAMES",
     "ecdf_points",
     "counts_over_time",
     "stage_plots",
     "verdict_chart",
-    "group_verdicts",
+    "facet_verdicts",
 ]
 
 MAX_POINTS = 20_000
@@ -38,7 +39,7 @@ COUNT_BINS = 120  # windows of the counts-over-time plot
 # simulations the sides have already run (another capacity costs one pass over every block of
 # each side, ~2 s at 1M requests)
 LRU_SHARES = cache.CAPACITY_SHARES
-GROUPS = ("lengths", "cache", "arrivals", "sessions", "outcomes")
+FACET_NAMES = tuple(name for name, _ in FACETS)
 
 LIVE, REPLAY = "#1f77b4", "#d62728"
 STYLE = {LIVE: "-", REPLAY: "--"}  # the replay dashed over live: where they agree both show
@@ -67,16 +68,17 @@ def ecdf_points(values, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.nd
     return v[idx], (idx + 1) / n
 
 
-def group_verdicts(verdict: FidelityVerdict) -> dict[str, tuple[str, int, int, int]]:
-    """Per metric group: (state, failed, cannot tell, judged). The state is FAIL when a metric
-    failed, else CANNOT_TELL when one could not be judged, else PASS when one passed, else
-    NOT_JUDGED."""
+def facet_verdicts(verdict: FidelityVerdict) -> dict[str, tuple[str, int, str]]:
+    """Per facet (:mod:`fidelity.facets`): (state, metrics failed, the metric that decided a
+    pass); NOT_JUDGED for a facet no metric of the verdict falls in."""
+    by = {f.name: f for f in verdict.facets}
     out = {}
-    for group in GROUPS:
-        states = [m.state for m in verdict.metrics if m.group == group]
-        failed, undecided, judged = states.count(FAIL), states.count(CANNOT_TELL), states.count(PASS) + states.count(FAIL)
-        state = FAIL if failed else CANNOT_TELL if undecided else PASS if judged else NOT_JUDGED
-        out[group] = (state, failed, undecided, judged)
+    for name in FACET_NAMES:
+        f = by.get(name)
+        if f is None:
+            out[name] = (NOT_JUDGED, 0, "")
+        else:
+            out[name] = (f.state, len(f.decided_by) if f.state == FAIL else 0, f.decided_by[0] if f.state == PASS else "")
     return out
 
 
@@ -295,27 +297,27 @@ def _stage_label(stage: StageFidelity) -> str:
 
 
 def verdict_chart(report: FidelityReport) -> Plot:
-    """Stages x metric groups: pass, FAIL, cannot tell, or n/a (nothing judged), with counts."""
+    """Stages x facets: pass, FAIL, cannot tell, or n/a (nothing judged)."""
     from matplotlib.colors import ListedColormap
 
     n = len(report.stages)
-    fig, (ax,) = new_figure(1, width=2.0 + 1.3 * len(GROUPS), height=0.9 + 0.45 * n)
-    grid = np.zeros((n, len(GROUPS)))
+    fig, (ax,) = new_figure(1, width=2.0 + 1.4 * len(FACET_NAMES), height=0.9 + 0.45 * n)
+    grid = np.zeros((n, len(FACET_NAMES)))
     for i, s in enumerate(report.stages):
-        for j, (group, (state, failed, undecided, judged)) in enumerate(group_verdicts(s.verdict).items()):
+        for j, (state, failed, decided_by) in enumerate(facet_verdicts(s.verdict).values()):
             grid[i, j] = list(STATE_COLOURS).index(state)
-            word = {FAIL: f"FAIL {failed}/{judged}", CANNOT_TELL: f"cannot tell {undecided}"}.get(state, state)
+            word = {FAIL: f"FAIL ({failed})", PASS: "pass" + ("\npaired" if "paired" in decided_by else "")}.get(state, state)
             ax.text(j, i, word, ha="center", va="center", fontsize="small")
     ax.imshow(grid, cmap=ListedColormap(list(STATE_COLOURS.values())), vmin=0, vmax=len(STATE_COLOURS) - 1, aspect="auto")
-    ax.set_xticks(range(len(GROUPS)), GROUPS)
+    ax.set_xticks(range(len(FACET_NAMES)), FACET_NAMES)
     ax.set_yticks(range(n), [literal(_stage_label(s)) for s in report.stages])
     ax.tick_params(length=0)
     ax.xaxis.tick_top()
     return Plot(
         "verdicts",
         "Verdicts per stage",
-        "Each stage's verdict per metric group: pass, FAIL (failed of judged "
-        "metrics), cannot tell (metrics the live side is too small to judge), or n/a when no metric of the "
-        "group applied.",
+        "Each stage's verdict per facet: pass (paired: decided request by request), FAIL (the metrics that "
+        "failed), cannot tell (no metric of the facet could judge it on this live side), or n/a when none "
+        "applied.",
         png_of(fig),
     )

@@ -8,7 +8,7 @@ escaped for the format it goes into.
 from __future__ import annotations
 
 
-from fidelity.compare import CANNOT_TELL, FAIL, FAITHFUL, UNFAITHFUL
+from fidelity.compare import CANNOT_TELL, FAIL, FAITHFUL, PASS, UNFAITHFUL
 from fidelity.judge import FidelityReport, StageFidelity
 
 __all__ = ["headline", "verdict_word", "exit_code", "note", "stage_summary", "markdown", "print_report"]
@@ -69,6 +69,9 @@ def stage_summary(stage: StageFidelity, live: str) -> dict:
         "compression": stage.compression,
         "failed": [m.name for m in stage.verdict.failed],
         "undecided": [m.name for m in stage.verdict.undecided],
+        "facets": {
+            f.name: {"state": f.state, "decided_by": list(f.decided_by), "detects": f.detects} for f in stage.verdict.facets
+        },
         "reason": stage.verdict.reason,
         "diagnosis": list(stage.verdict.diagnosis),
     }
@@ -95,6 +98,13 @@ def markdown(report: FidelityReport) -> str:
             lines.append(f"- {_md_escape(d)}")
         if s.verdict.diagnosis:
             lines.append("")
+        lines += ["| facet | verdict | decided by | catches |", "|---|---|---|---|"]
+        for f in s.verdict.facets:
+            lines.append(
+                f"| {f.name}{'' if f.required else ' (not required)'} | {_word(f.state)} | "
+                f"{_md_escape(', '.join(f.decided_by)) or '-'} | {_md_escape(f.detects) or '-'} |"
+            )
+        lines.append("")
         lines += [
             "| group | metric | verdict | distance | bound | ceiling | detects | A/A | live | replay | note |",
             "|---|---|---|---:|---:|---:|---|---:|---:|---:|---|",
@@ -129,6 +139,10 @@ def print_report(report: FidelityReport, console=None) -> None:
         table.add_row(escape(s.file), rate, f"{s.compression:.3g}x", word, str(judged), escape(failed), escape(undecided))
     console.print(table)
     for s in report.stages:
+        for f in s.verdict.facets:
+            if f.state == PASS:
+                said = f"{f.name}: pass by {f.decided_by[0]}" + (f" (catches {f.detects})" if f.detects else "")
+                console.print(f"{escape(s.file)}: {escape(said)}", highlight=False)
         for m in s.verdict.failed + s.verdict.undecided:
             console.print(f"{escape(s.file)}: {escape(m.reason)}", highlight=False)
         if s.verdict.state == CANNOT_TELL and not s.verdict.undecided:

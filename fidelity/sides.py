@@ -76,6 +76,10 @@ class Side:
     time_slack_s: float = REUSE_RESOLUTION_S
     notes: tuple[str, ...] = ()
     ids: np.ndarray | None = None  # request id per request: a replay's requests pair with the live rows they replayed
+    # a replay stage's schedule (seconds, its own clock): when each request was due, and when it
+    # was released (a causal turn held for the turn before: later than due); None for live
+    scheduled_s: np.ndarray | None = None
+    ready_s: np.ndarray | None = None
     _memo: dict = field(default_factory=dict, init=False, repr=False)
 
     @property
@@ -129,6 +133,8 @@ class Side:
             time_slack_s=self.time_slack_s,
             notes=self.notes,
             ids=cut(self.ids),
+            scheduled_s=cut(self.scheduled_s),
+            ready_s=cut(self.ready_s),
         )
 
 
@@ -358,4 +364,6 @@ def replay_side(
         engine_prompt_all=engine_prompt,
         notes=tuple(notes),
         ids=df["request_id"].to_numpy(),
+        scheduled_s=_f64(df["intended_ns"]) / 1e9,
+        ready_s=_f64(df["release_ns"]) / 1e9,
     )

@@ -330,13 +330,19 @@ class EngineMeasure:
         if self.live is not None:
             from fidelity import compare_stage
             from fidelity.compare import CANNOT_TELL
+            from fidelity.judge import own_times
 
             if self._messages is None:  # the bodies' message counts, read once for every run
                 from fidelity.sides import message_counts
 
                 self._messages = message_counts(self.trace)
             verdict = compare_stage(
-                self.live, stage.requests, sent=self.trace, lag_bound_ms=run.lag_bound_ms, messages=self._messages
+                self.live,
+                stage.requests,
+                sent=self.trace,
+                lag_bound_ms=run.lag_bound_ms,
+                messages=self._messages,
+                own_times=own_times(run.arrivals.kind, run.concurrency),
             ).verdict
             details["fidelity"] = verdict.reason
             if verdict.state == CANNOT_TELL and self.allow_inconclusive:

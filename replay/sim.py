@@ -29,7 +29,27 @@ if TYPE_CHECKING:
 
     from replay._engine import SimServer
 
-__all__ = ["SimConfig", "KNOBS", "PROFILES", "SIM_DEFAULTS", "start_sim", "split_cpus", "modelled_requests"]
+__all__ = [
+    "SimConfig",
+    "KNOBS",
+    "PROFILES",
+    "SIM_DEFAULTS",
+    "ENGINE_NICE",
+    "engine_nice",
+    "lower_own_group",
+    "start_sim",
+    "split_cpus",
+    "modelled_requests",
+]
+
+# The niceness of an embedded engine started beside the runner (``replay run`` / ``sweep``
+# without --url, ``replay optimize --engine sim``): lower priority than the runner's threads, so
+# a send that falls due while the engine is busy on the same cores preempts it. Raising one's
+# own niceness needs no privilege (the runner's SCHED_FIFO dispatcher needs root). The engine's
+# latencies are modelled time (docs/sim-engine.md), which its CPU priority does not move.
+# REPLAY_ENGINE_NICE=0 starts it at the runner's priority (for comparisons:
+# benchmarks/colocated_lag.py).
+ENGINE_NICE = 10
 
 
 def _sim_defaults() -> dict[str, Any]:
@@ -210,10 +230,44 @@ class SimConfig:
         return json.dumps(fields)
 
 
-def start_sim(config: SimConfig | None = None, *, cpus: tuple[int, ...] = (), **overrides: Any) -> SimServer:
+def engine_nice() -> int:
+    """The niceness to start an engine beside the runner at: :data:`ENGINE_NICE`, or
+    ``$REPLAY_ENGINE_NICE`` (0 to 19; 0: the runner's own priority)."""
+    raw = os.environ.get("REPLAY_ENGINE_NICE")
+    if raw is None:
+        return ENGINE_NICE
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 19:
+        raise ConfigError(f"REPLAY_ENGINE_NICE: must be a whole number from 0 to 19, got {raw!r}")
+    return value
+
+
+def lower_own_group(nice: int) -> bool:
+    """When this process leads its own session (an engine the suite started with
+    ``start_new_session``), set its autogroup's niceness to ``nice``: with Linux's autogroup
+    scheduling the CPU is shared between sessions first, so a thread's own niceness does not
+    yield to a runner in another session. A process in someone else's session (a shell's) is
+    left alone, since that would lower them too. Returns whether it was set."""
+    if nice <= 0 or not hasattr(os, "getsid") or os.getsid(0) != os.getpid():
+        return False
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(nice))
+        return True
+    except OSError:
+        return False
+
+
+def start_sim(
+    config: SimConfig | None = None, *, cpus: tuple[int, ...] = (), nice: int = 0, **overrides: Any
+) -> SimServer:
     """Start the engine on its own thread; returns a ``SimServer`` (``.url``, ``.port``,
     ``.stop()``, a context manager). ``overrides`` replace fields of ``config``; ``cpus`` pins the
-    engine's threads (see :func:`split_cpus`).
+    engine's threads (see :func:`split_cpus`); ``nice`` (1 to 19) lowers their CPU priority below
+    the caller's (:data:`ENGINE_NICE` beside the runner).
 
     Raises ConfigError for a bad knob or tokenizer, TargetError when the port cannot be bound.
     """
@@ -222,7 +276,7 @@ def start_sim(config: SimConfig | None = None, *, cpus: tuple[int, ...] = (), **
 
     config = dataclasses.replace(config or SimConfig(), **overrides)
     path = tokenizer_path(config.tokenizer)
-    return _engine.SimServer(config.engine_json(str(path)), cpus=list(cpus))
+    return _engine.SimServer(config.engine_json(str(path)), cpus=list(cpus), nice=nice)
 
 
 def modelled_requests(url: str, timeout_s: float = 30.0) -> pl.DataFrame:

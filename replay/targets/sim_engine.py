@@ -45,7 +45,10 @@ class SimEngine(ProcessEngine):
     metric_spec: ClassVar[MetricSpec] = VLLM_METRICS
 
     def command(self, config: Mapping[str, Any], port: int) -> list[str]:
-        cmd = [self.python, "-m", "replay.cli.main", "serve-sim", "--port", str(port)]
+        from replay.sim import engine_nice
+
+        # below the runner's priority, as the embedded engine beside `replay run` (replay.sim.ENGINE_NICE)
+        cmd = [self.python, "-m", "replay.cli.main", "serve-sim", "--port", str(port), "--nice", str(engine_nice())]
         if self.profile:
             cmd += ["--profile", self.profile]
         if self.served_model_name:

@@ -151,6 +151,34 @@ pub fn raise_priority() -> &'static str {
     }
 }
 
+/// Lower the calling thread's CPU priority to niceness `nice` (1 to 19), unless it is already
+/// that low: threads it starts afterwards inherit it. Raising a thread's niceness needs no
+/// privilege, so this is how an engine started beside the runner yields the CPU to it on any
+/// account (`raise_priority` needs root or CAP_SYS_NICE). Returns the niceness the thread has
+/// afterwards (unchanged where the OS refused, or not Linux: 0).
+pub fn lower_priority(nice: i32) -> i32 {
+    #[cfg(target_os = "linux")]
+    // SAFETY: plain syscalls on the calling thread's own id.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        *libc::__errno_location() = 0;
+        let now = libc::getpriority(libc::PRIO_PROCESS, tid);
+        if *libc::__errno_location() != 0 {
+            return 0;
+        }
+        let target = nice.clamp(0, 19);
+        if target > now && libc::setpriority(libc::PRIO_PROCESS, tid, target) == 0 {
+            return target;
+        }
+        now
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = nice;
+        0
+    }
+}
+
 /// Put the calling thread back to the ordinary policy (after `raise_priority`), with the default
 /// timer slack.
 pub fn restore_priority(applied: &str) {

@@ -18,8 +18,9 @@ pub fn sim_defaults() -> String {
 }
 
 /// A running simulated engine.
-/// `SimServer(config: dict | str | None, tokenizer: str | None, cpus: list[int] = [])`; `cpus`
-/// pins the engine's threads to those CPUs.
+/// `SimServer(config: dict | str | None, tokenizer: str | None, cpus: list[int] = [], nice: int = 0)`;
+/// `cpus` pins the engine's threads to those CPUs, `nice` (1 to 19) lowers their CPU priority
+/// below the caller's (a runner in the same process keeps its schedule; no privilege needed).
 #[pyclass(module = "replay._engine")]
 pub struct SimServer {
     handle: Option<ServerHandle>,
@@ -32,12 +33,13 @@ pub struct SimServer {
 #[pymethods]
 impl SimServer {
     #[new]
-    #[pyo3(signature = (config=None, tokenizer=None, cpus=Vec::new()))]
+    #[pyo3(signature = (config=None, tokenizer=None, cpus=Vec::new(), nice=0))]
     fn new(
         py: Python<'_>,
         config: Option<&Bound<'_, PyAny>>,
         tokenizer: Option<String>,
         cpus: Vec<usize>,
+        nice: i32,
     ) -> PyResult<Self> {
         let text: String = match config {
             None => "{}".to_string(),
@@ -49,7 +51,7 @@ impl SimServer {
             cfg.tokenizer = tokenizer;
         }
         // Started from a pinned helper thread: the server thread and its runtime's workers
-        // inherit the helper's CPU set, and the caller's own CPU set is left alone.
+        // inherit the helper's CPU set and niceness, and the caller's own are left alone.
         let started = py.detach(|| {
             std::thread::scope(|s| {
                 s.spawn(|| {
@@ -59,6 +61,9 @@ impl SimServer {
                             message: format!("cannot pin the engine to {cpus:?}: {e}"),
                         }
                     })?;
+                    if nice > 0 {
+                        replay_core::threads::lower_priority(nice);
+                    }
                     serve(&cfg)
                 })
                 .join()

@@ -128,10 +128,24 @@ def test_a_faithful_replay_passes_at_the_live_pace_and_10x_faster(live, speedup)
         "arrivals.dispersion_1s",
         "arrivals.dispersion_10s",
         "sessions.think_time.ks",
-        "lengths.prompt_tokens_per_request",
+        "input_tokens.paired",
+        "output_tokens.paired",
+        "cache.paired_reuse",
+        "arrivals.paired_offsets",
     ):
         assert name in judged, name
     assert any("+9 tokens" in d for d in result.verdict.diagnosis)
+    # each required facet rests on its paired test, which says what it counted
+    facets = {f.name: f for f in result.verdict.facets}
+    for facet, test in (
+        ("input lengths", "input_tokens.paired"),
+        ("output lengths", "output_tokens.paired"),
+        ("cache", "cache.paired_reuse"),
+        ("arrivals", "arrivals.paired_offsets"),
+    ):
+        assert facets[facet].state == "pass" and facets[facet].decided_by == (test,), facets[facet]
+    by = {m.name: m for m in result.verdict.metrics}
+    assert "6,000 of 6,000 requests within max(8 tokens, 2%) of live's" in by["input_tokens.paired"].reason
 
 
 def test_poisson_arrivals_fail_on_burstiness(live):
@@ -147,7 +161,7 @@ def test_poisson_arrivals_fail_on_burstiness(live):
 def test_shortened_prompts_fail_on_lengths(live):
     result = compare_stage(live, stage_of(live, prompt_scale=0.5))
     bad = failed(result)
-    assert {"input_tokens.ks", "input_tokens.p50", "lengths.prompt_tokens_per_request"} <= bad, bad
+    assert {"input_tokens.ks", "input_tokens.p50", "input_tokens.paired"} <= bad, bad
     # the same cached tokens over half the prompt tokens is also a higher hit rate
     assert all(name.startswith(("input_tokens", "lengths.", "cache.engine")) for name in bad), bad
 
@@ -162,6 +176,7 @@ def test_prompts_sent_with_each_other_s_lengths_fail_per_request_only(live):
     marginal = ["input_tokens.ks", "input_tokens.wasserstein"] + [f"input_tokens.p{q}" for q in (50, 90, 99)]
     assert not any(metrics[name].state == "fail" for name in marginal), [metrics[n].reason for n in marginal]
     assert metrics["input_tokens.per_request"].state == "fail", metrics["input_tokens.per_request"].reason
+    assert metrics["input_tokens.paired"].state == "fail", metrics["input_tokens.paired"].reason
     assert result.verdict.state == "unfaithful"
     faithful = {m.name: m for m in compare_stage(live, stage).verdict.metrics}["input_tokens.per_request"]
     assert faithful.state == "pass" and faithful.distance == pytest.approx(0, abs=1e-9)
@@ -181,6 +196,9 @@ def test_destroyed_prefix_sharing_fails_on_the_offered_reuse(live):
 def test_an_engine_without_prefix_caching_fails_on_the_engine_side(live):
     result = compare_stage(live, stage_of(live, cached=np.zeros(live.df.height, dtype=np.int64)))
     assert failed(result) == {"cache.engine_hit_rate"}, result.verdict.reason
+    # request by request the engine's hits are reported, and judged with the outcomes
+    by = {m.name: m for m in result.verdict.metrics}
+    assert by["cache.paired_engine_hits"].state == "n/a" and by["cache.paired_engine_hits"].distance > 0.5
     diagnosis = " ".join(result.verdict.diagnosis)
     assert "reuse is reproduced, but the engine hit less" in diagnosis and "prefix caching is off" in diagnosis
 
@@ -231,8 +249,14 @@ def test_causal_slip_is_reported_not_judged(live):
     result = compare_stage(live, held)
     slip = {m.name: m for m in result.verdict.metrics}["sessions.slip_ms"]
     assert slip.passed is None and slip.replay == pytest.approx(250.0)
-    lag = {m.name: m for m in result.verdict.metrics}["arrivals.send_lag_p99_ms"]
-    assert lag.passed and lag.replay == pytest.approx(0.05), "slip is kept out of the send lag"
+    by = {m.name: m for m in result.verdict.metrics}
+    lag = by["arrivals.send_lag_p99_ms"]
+    assert lag.state == "n/a" and lag.replay == pytest.approx(0.05), "slip is kept out of the send lag"
+    # the held turns are sent 50 µs after their release: on time, whatever their slip
+    offsets = by["arrivals.paired_offsets"]
+    assert offsets.state == "pass" and offsets.distance == 0, offsets.reason
+    held = live.df["request_id"].str.ends_with("1").sum()
+    assert f"{held:,} causal turns held for the turn before" in offsets.reason, offsets.reason
 
 
 def test_reuse_times_of_requests_that_shared_a_timestamp_survive_a_replay_sent_us_apart():

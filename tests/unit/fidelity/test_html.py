@@ -13,7 +13,7 @@ import pytest
 from fidelity import compare_stage, drift
 from fidelity.html import html_report
 from fidelity.judge import FidelityReport
-from fidelity.plots import MAX_POINTS, counts_over_time, ecdf_points, group_verdicts
+from fidelity.plots import MAX_POINTS, counts_over_time, ecdf_points, facet_verdicts
 from fidelity.report_files import write_report
 from replay.generate import GenerateConfig, generate
 from tests.unit.fidelity.test_compare import live, stage_of  # noqa: F401  (the shared live fixture)
@@ -60,20 +60,31 @@ def test_a_sweep_has_its_verdict_chart_and_every_stage_its_plots(sweep_report, s
     for s in sweep_report.stages:
         for m in s.verdict.metrics:
             assert f"<td>{m.name}</td>" in html
-    assert len(re.findall(r'<tr class="fail"', html)) == sum(len(s.verdict.failed) for s in sweep_report.stages)
-    assert len(re.findall(r'<tr class="undecided"', html)) == sum(len(s.verdict.undecided) for s in sweep_report.stages)
+    # a row per failed (cannot tell) metric and per failed (cannot tell) facet
+    for state, of in (("fail", "failed"), ("undecided", "undecided")):
+        rows = sum(
+            len(getattr(s.verdict, of))
+            + sum(f.state == {"fail": "fail", "undecided": "cannot tell"}[state] for f in s.verdict.facets)
+            for s in sweep_report.stages
+        )
+        assert len(re.findall(rf'<tr class="{state}"', html)) == rows, state
+    for s in sweep_report.stages:
+        for f in s.verdict.facets:
+            assert f"<td>{f.name}" in html
     assert "1 of 2 stages faithful" in html
     assert html_report(sweep_report, plots=False).count("<img") == 0
 
 
-def test_the_verdict_chart_groups_fail_where_the_metrics_do(sweep_report):
-    faithful, shortened = (group_verdicts(s.verdict) for s in sweep_report.stages)
+def test_the_verdict_chart_shows_each_stage_s_facets(sweep_report):
+    faithful, shortened = (facet_verdicts(s.verdict) for s in sweep_report.stages)
     assert all(v[0] != "fail" for v in faithful.values())
-    # a group with metrics the live side cannot tell, and none failed, is cannot tell
-    undecided = {m.group for m in sweep_report.stages[0].verdict.undecided}
-    assert undecided and all(faithful[g][0] == "cannot tell" and faithful[g][2] >= 1 for g in undecided)
-    assert shortened["lengths"][0] == "fail" and shortened["lengths"][1] >= 1
-    assert shortened["outcomes"] == ("n/a", 0, 0, 0)  # outcomes are reported, not judged
+    # the faithful replay's required facets rest on its paired tests
+    assert faithful["input lengths"] == ("pass", 0, "input_tokens.paired")
+    assert faithful["arrivals"] == ("pass", 0, "arrivals.paired_offsets")
+    # a facet that none of its metrics can judge on this live side cannot tell
+    assert all(faithful[f.name][0] == "cannot tell" for f in sweep_report.stages[0].verdict.facets if f.state == "cannot tell")
+    assert shortened["input lengths"][0] == "fail" and shortened["input lengths"][1] >= 1
+    assert shortened["outcomes"][0] == "n/a"  # outcomes are reported, not judged
 
 
 def test_drift_without_recorded_latencies_has_no_survival_curves(tmp_path):
