@@ -12,9 +12,13 @@ late, the engine answering with the recorded lengths plus 9 template tokens):
 * **Poisson**: the same requests sent at Poisson arrivals of the same mean rate: a change only
   for a trace whose arrivals are not Poisson already (Azure: CV about 1.09).
 
-Printed per trace and size: each replay's verdict, and for the faithful one the best (smallest)
-detectable change among the conclusive metrics of each group with the number of metrics that
-cannot tell; the time to judge and the peak RSS.
+Each replay is judged twice: **paired**, as ``replay fidelity`` judges a replay of live's own
+requests (request by request: a Poisson replay is then a sender that did not follow the trace),
+and **unpaired**, its request ids renamed, as a trace of other requests would be (the
+distribution tests alone; the Poisson replay told that the stage drew its arrivals, as
+``--arrivals poisson`` would). Printed per trace and size: each verdict, and for the faithful
+paired replay the test each required facet rests on with the smallest change it catches (for
+the unpaired one, which facets could be told); the time to judge and the peak RSS.
 
     python benchmarks/fidelity_power.py [--sizes 60,500,2000,5000,all]
 """
@@ -26,6 +30,7 @@ import resource
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 from capture.importers import import_token_trace  # noqa: E402
 from fidelity import compare_stage  # noqa: E402
-from fidelity.compare import JUDGED_GROUPS, PASS  # noqa: E402
+from fidelity.compare import PASS, compare_sides  # noqa: E402
+from fidelity.judge import own_times  # noqa: E402
 from replay.trace import Trace, read_trace  # noqa: E402
 
 TRACES = ROOT.parent / "shared" / "data" / "traces"
@@ -82,19 +88,24 @@ def poisson_times(live: Trace, seed: int = 2) -> np.ndarray:
     return np.concatenate([[0.0], np.cumsum(gaps)])
 
 
-def best_per_group(verdict) -> str:
-    """Per group of JUDGED_GROUPS: the smallest detectable change among its conclusive metrics,
-    or the count of its metrics that cannot tell."""
+def facets_line(verdict) -> str:
+    """Per required facet: the test it rests on and the change it catches, or why it cannot tell."""
     parts = []
-    for what, prefix in JUDGED_GROUPS:
-        ms = [m for m in verdict.metrics if m.name.startswith(prefix) and m.ceiling is not None]
-        ok = [m for m in ms if m.state == PASS]
-        if ok:
-            best = min(ok, key=lambda m: (m.detectable is None, m.detectable or 0))
-            parts.append(f"{what}: {best.name} {best.detects or 'pass'}")
+    for f in verdict.facets:
+        if not f.required:
+            continue
+        if f.state == PASS:
+            parts.append(f"{f.name}: {f.decided_by[0]} {f.detects}".rstrip())
         else:
-            parts.append(f"{what}: cannot tell ({sum(m.state == 'cannot tell' for m in ms)} of {len(ms)})")
+            parts.append(f"{f.name}: {f.state}")
     return "; ".join(parts)
+
+
+def unpaired(result, times: str | None = None):
+    """The stage's verdict with its request ids renamed: judged as a trace of other requests."""
+    other = result.replay_side
+    renamed = replace(other, ids=np.char.add("other:", other.ids.astype(str)))
+    return compare_sides(result.live_side, renamed, own_times=times)
 
 
 def rss_mb() -> float:
@@ -116,21 +127,24 @@ def main() -> int:
             full = Trace(df=full.df.sort("arrival_us"), meta=full.meta)
             print(f"\n## {name}: {full.df.height:,} requests over {full.df['arrival_us'].max() / 1e6 / 60:.0f} min\n")
             print(
-                "| live requests | faithful replay | outputs x1.25 | Poisson arrivals | power of the faithful verdict "
-                "(best conclusive metric per group) | judged in |"
+                "| live requests | paired: faithful | outputs x1.25 | Poisson sends | unpaired: faithful | outputs x1.25 | "
+                "--arrivals poisson | what the faithful paired verdict rests on | unpaired facets told | judged in |"
             )
-            print("|---:|---|---|---|---|---:|")
+            print("|---:|---|---|---|---|---|---|---|---|---:|")
             sizes = sorted({full.df.height if s == "all" else min(int(s), full.df.height) for s in args.sizes.split(",")})
             for n in sizes:
                 live = Trace(df=full.df.head(n), meta=full.meta)
                 t = time.perf_counter()
-                faithful = compare_stage(live, replay_of(live)).verdict
+                faithful = compare_stage(live, replay_of(live))
                 elapsed = time.perf_counter() - t
-                longer = compare_stage(live, replay_of(live, output_scale=1.25)).verdict
-                poisson = compare_stage(live, replay_of(live, sent_s=poisson_times(live))).verdict
+                longer = compare_stage(live, replay_of(live, output_scale=1.25))
+                poisson = compare_stage(live, replay_of(live, sent_s=poisson_times(live)))
+                alone = unpaired(faithful)
+                told = [f.name for f in alone.facets if f.required and f.state == PASS]
                 print(
-                    f"| {n:,} | {faithful.state} | {longer.state} | {poisson.state} | {best_per_group(faithful)} | "
-                    f"{elapsed:.2f} s |",
+                    f"| {n:,} | {faithful.verdict.state} | {longer.verdict.state} | {poisson.verdict.state} | "
+                    f"{alone.state} | {unpaired(longer).state} | {unpaired(poisson, own_times('poisson')).state} | "
+                    f"{facets_line(faithful.verdict)} | {', '.join(told) or 'none'} | {elapsed:.2f} s |",
                     flush=True,
                 )
     print(f"\npeak RSS {rss_mb():.0f} MB")

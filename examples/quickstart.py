@@ -7,32 +7,31 @@
    with a demo key made here;
 2. ``replay inspect`` of the captured (redacted) trace;
 3. ``replay sweep`` of it at 1, 2, 4 and 8 req/s (60 requests each) against a fresh embedded
-   engine, each stage judged against the capture (``--fidelity``): a stage of 60 requests is too
-   small for a conclusive verdict, so these say "cannot tell" and the sweep is told to go on
-   (``--allow-inconclusive``, recorded in its summary; an unfaithful stage still stops it). A
-   stage whose send lag the machine pushed over the 1 ms bound (on a VM one late send of 60 does
-   it) is run again, twice at most (``--retry-invalid 2``; the table names the attempt dropped;
-   the replay of step 4 likewise);
+   engine, each stage judged against the capture (``--fidelity``): each stage replays the
+   capture's own requests, so it is judged request by request (paired tests: every prompt's and
+   answer's length, the prefix reuse each request was offered, each send against the capture's
+   rescaled arrival), which 60 requests are enough for where the distributions alone would need
+   thousands; an unfaithful stage or one that cannot be told stops the quickstart. A stage whose
+   send lag the machine pushed over the 1 ms bound (on a VM one late send of 60 does it) is run
+   again, twice at most (``--retry-invalid 2``; the table names the attempt dropped; the replay of
+   step 4 likewise);
 4. ``replay run`` of every captured request at twice the captured pace, sessions causal (each turn
    after the previous one ended, resending the answers the engine itself gave), against an engine
    run twice as fast as the captured one (time scale 0.1 where the capture had 0.2: the replay
    halves the think times, the engine the answers, so the captured system runs twice as fast as a
    whole; against an engine as fast as the captured one the answers are not compressed and the
    times between reuses of a prefix come out longer than live's), and the fidelity
-   report on it (HTML, Markdown, JSON). With the whole capture on both sides it must be
-   conclusive on input lengths (each replayed prompt against the one it replayed,
-   ``input_tokens.per_request``), output lengths and cache hits (the quickstart fails otherwise);
-   it says "cannot tell" (exit 3) where a capture of a few minutes cannot pin a metric down:
-   arrival burstiness needs about 15 minutes of traffic, and the distribution of input lengths
-   (a session's prompts grow turn by turn, so whole sessions differ a lot) about 5,000-7,000
-   requests;
-5. a short ``replay optimize`` campaign from a deliberately small ``max_num_seqs`` (a
-   measurement the machine held the sender up in is taken again on a fresh start, twice at most:
-   ``--retry-invalid 2``).
+   report on it (HTML, Markdown, JSON). It must be conclusive on input lengths, output lengths,
+   cache hits and arrivals (the quickstart fails otherwise); it says faithful, or names a real
+   difference (exit 1 stops the quickstart too);
+5. a short ``replay optimize`` campaign from a deliberately small ``max_num_seqs``, every
+   measurement gated on its fidelity to the capture (80 paired requests: a measurement the gate
+   cannot vouch for is not trusted; a measurement the machine held the sender up in is taken
+   again on a fresh start, twice at most: ``--retry-invalid 2``).
 
 It prints where each artifact is; everything lands in results/quickstart/ (``--out``). About 8
 minutes on a 2-core machine; ``--short`` runs every step on 16 chats (about 2 minutes; what
-tests/e2e/test_quickstart.py runs; its verdicts are not required to be conclusive). Each step is
+tests/e2e/test_quickstart.py runs; its whole-capture report is not required to be conclusive). Each step is
 the ``replay`` command a user would type (printed before it runs); a step that fails stops the
 quickstart with a non-zero exit.
 """
@@ -61,7 +60,7 @@ WHOLE_SPEEDUP = 2  # step 4 replays the whole capture this many times faster, on
 SIZES = {
     "full": {"sessions": 1000, "speedup": 15.0, "rates": "1,2,4,8", "requests": "60", "trials": "2", "lag_bound_ms": "1"},
     # a test on a shared CI machine: the sweep's send-lag bound is looser than the 1 ms a measurement holds
-    "short": {"sessions": 16, "speedup": 2.0, "rates": "2,8", "requests": "20", "trials": "1", "lag_bound_ms": "10"},
+    "short": {"sessions": 16, "speedup": 2.0, "rates": "4,8", "requests": "60", "trials": "1", "lag_bound_ms": "10"},
 }
 # the facets (fidelity.facets.FACETS) the replay of the whole capture must judge conclusively in
 # the full run: in words, and the facet's name
@@ -194,7 +193,6 @@ def main(argv: list[str] | None = None) -> int:
         *sim,
         "--fidelity",
         str(trace),
-        "--allow-inconclusive",
         "--out",
         str(sweep),
     )
@@ -220,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = inconclusive(report / "fidelity.json")
     if verdict == 3:
         print(
-            "fidelity: cannot tell (exit 3): nothing failed, but a metric group could not be judged on a capture "
+            "fidelity: cannot tell (exit 3): nothing failed, but a facet could not be judged on a capture "
             "this size; the report says what each needs",
             flush=True,
         )
@@ -240,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         "--rate",
         "16",
         "--requests",
-        "40",
+        "80",
         "--slo",
         "ttft=1s",
         "--baseline",
@@ -255,7 +253,6 @@ def main(argv: list[str] | None = None) -> int:
         "5",
         "--retry-invalid",
         "2",
-        "--allow-inconclusive",
         "--out",
         str(out / "optimize"),
     )

@@ -17,6 +17,7 @@ import polars as pl
 
 from fidelity import stats
 from fidelity.power import MAX_DETECTABLE, detectable, in_words
+from fidelity.resample import AA_SCHEME, Split, halves, scaled
 from fidelity.sides import Side
 
 __all__ = [
@@ -31,16 +32,18 @@ __all__ = [
     "CANNOT_TELL",
     "NOT_JUDGED",
     "Decision",
-    "aa_halves",
     "aa_splits",
+    "aa_of",
     "counts",
     "decide",
+    "size_of",
+    "round_up2",
     "stated",
 ]
 
 # a metric's state
 PASS, FAIL, CANNOT_TELL, NOT_JUDGED = "pass", "fail", "cannot tell", "n/a"
-AA_FACTOR = 3.0
+AA_FACTOR = 5.0  # chosen by simulation: benchmarks/fidelity_calibration.py, docs/fidelity.md
 AA_SPLITS = 10  # random half/half splits of live; the largest of their distances sets the bound
 AA_MAX_REQUESTS = 20_000  # the splits are drawn from a sample of live's sessions this large at most
 COUNT_WINDOWS_S = (1.0, 10.0, 60.0)
@@ -63,7 +66,6 @@ FIXED_BOUNDS: dict[str, float] = {
     "arrivals.dispersion": 0.15,
     "arrivals.lag1_autocorrelation": 0.1,
     "arrivals.peak_to_mean": 0.15,
-    "arrivals.rate_correlation": 0.1,
     "sessions.turns": 0.05,
     "sessions.think_time.ks": 0.1,
     "outcomes.ttft": 0.1,
@@ -93,7 +95,6 @@ CEILINGS: dict[str, float] = {
     "arrivals.dispersion": 0.50,
     "arrivals.lag1_autocorrelation": 0.30,
     "arrivals.peak_to_mean": 0.30,
-    "arrivals.rate_correlation": 0.30,
     "sessions.turns": 0.25,
     "sessions.think_time.ks": 0.15,
     "outcomes.ttft": 0.25,
@@ -116,33 +117,32 @@ def counts(s: Side, window_s: float) -> np.ndarray:
     return stats.window_counts(s.times_s, window_s / s.time_scale)
 
 
-def aa_halves(side: Side, seed: int = 0) -> tuple[Side, Side]:
-    """Two halves of ``side`` drawn at random, whole sessions to each (seeded)."""
-    codes = pl.Series(side.sessions).hash(seed).to_numpy()
-    first = (codes % 2) == 0
-    return side.take(first), side.take(~first)
-
-
-def aa_splits(side: Side, seed: int = 0) -> list[tuple[Side, Side]]:
-    """The A/A pairs of halves (``AA_SPLITS`` of them) of ``side``, or of a sample of its sessions
-    of about ``AA_MAX_REQUESTS`` requests."""
+def aa_splits(side: Side, seed: int = 0, compared: tuple[int, int] | None = None, scheme: str = AA_SCHEME) -> list[Split]:
+    """The A/A splits (``AA_SPLITS`` of them) of ``side``, or of a sample of its sessions of about
+    ``AA_MAX_REQUESTS`` requests, by ``scheme`` (:mod:`fidelity.resample`), each scaled to the
+    sizes ``compared``."""
     if side.n < 4:
         return []
     if side.n > AA_MAX_REQUESTS:
         share = AA_MAX_REQUESTS / side.n
         codes = pl.Series(side.sessions).hash(seed + 1_000_003).to_numpy()
         side = side.take(codes < np.uint64(share * float(2**64 - 1)))
-    return [aa_halves(side, seed + k) for k in range(AA_SPLITS)]
+    return [scaled(*halves(side, seed + k, scheme), compared) for k in range(AA_SPLITS)]
 
 
-def _round2(n: float) -> int:
+def aa_of(distances: list[float]) -> float | None:
+    """A metric's A/A noise: the largest of its scaled distances over the splits (None: none)."""
+    return float(np.max(distances)) if distances else None
+
+
+def round_up2(n: float) -> int:
     """``n`` rounded up to two significant figures (a size to ask for, not a measurement)."""
     n = max(1, math.ceil(n))
     step = 10 ** max(0, len(str(n)) - 2)
     return -(-n // step) * step
 
 
-def _size(name: str, live: Side) -> tuple[int, str]:
+def size_of(name: str, live: Side) -> tuple[int, str]:
     """What the A/A noise of metric ``name`` shrinks with on ``live`` (the side its halves were
     drawn from, or the sample of it ``aa_splits`` took): (how many, of what)."""
     sampled = min(1.0, AA_MAX_REQUESTS / live.n) if live.n else 1.0
@@ -204,9 +204,9 @@ def decide(
     power = None if found is None or not math.isfinite(found) else found
     if d > bound:
         return Decision(bound, FAIL, ceiling, detectable=power, detects=detects)
-    count, what = _size(name, live)
+    count, what = size_of(name, live)
     if ceiling is not None and bound > ceiling:
-        need = _round2(count * (bound / ceiling) ** 2)
+        need = round_up2(count * (bound / ceiling) ** 2)
         return Decision(
             bound,
             CANNOT_TELL,
@@ -217,7 +217,7 @@ def decide(
             f"live's own halves differ so much that the bound is {bound:.3g}, over its ceiling {ceiling:.3g}",
         )
     if change is not None and most is not None and (power is None or power > most):
-        size = f"about {_round2(count * (power / most) ** 2):,} {what} (has {count:,})" if power else "more live traffic"
+        size = f"about {round_up2(count * (power / most) ** 2):,} {what} (has {count:,})" if power else "more live traffic"
         return Decision(
             bound,
             CANNOT_TELL,

@@ -2,18 +2,20 @@
 
 A *side* (:mod:`fidelity.sides`) is one stream of requests as it was observed: the live trace
 (its arrival times, the lengths it recorded, what the live engine reported) or one replay stage
-(the times its requests were actually sent, the lengths the target engine reported). The same metric functions compare
-any two sides; :func:`compare_stage` compares a stage with the live rows it replayed, and
-:func:`drift` two traces.
+(the times its requests were actually sent, the lengths the target engine reported). The same
+metric functions compare any two sides; :func:`compare_sides` compares a stage with the live rows
+it replayed (``fidelity.judge.compare_stage``), or two traces (``drift``).
 
-Thresholds. Each metric has a distance (0 = same). Its bound is the larger of a fixed bound
-(:data:`FIXED_BOUNDS`) and ``AA_FACTOR`` (3) times the largest of the same distances between two
-random halves of the live side (whole sessions to each half, seeded) over ``AA_SPLITS`` (10)
-splits: a metric the live traffic itself does not pin down more tightly than that cannot fail a
-replay for it. (The largest, not the mean: a few long sessions carry much of a trace's tokens and
-reuse, so these distances have heavy tails.) On a live side of more than ``AA_MAX_REQUESTS``
-(20,000) requests the halves are drawn from a sample of its sessions of about that size, which
-overstates the noise of a larger trace; there the fixed bounds, far above its noise, decide.
+Two kinds of test. Where the replay sent live's own requests (paired by request id), each is
+compared with the live one it replayed (:mod:`fidelity.paired`): lengths, the prefix reuse it
+was offered, its send against live's rescaled arrival; a paired test vouches at any size. Every
+other metric compares the two sides' distributions: it has a distance (0 = same) and passes
+within the larger of a fixed bound (:data:`FIXED_BOUNDS`) and ``AA_FACTOR`` times its A/A noise,
+the largest of the same distances between the halves of ``AA_SPLITS`` splits of the live side
+(:mod:`fidelity.resample`, scaled to the sizes compared): a metric the live traffic itself does
+not pin down more tightly than that cannot fail a replay for it. On a live side of more than
+``AA_MAX_REQUESTS`` (20,000) requests the halves are drawn from a sample of its sessions of about
+that size, which overstates the noise of a larger trace; there the fixed bounds decide.
 
 Three answers. A metric *fails* when its distance is over its bound. It *passes* when the
 distance is within a bound that is itself within the metric's ceiling (:data:`CEILINGS`, well
@@ -22,22 +24,24 @@ below the metric's range: a KS distance of 0.15, a relative error of 0.25, a hit
 metric down, and a distance within that bound says nothing: the metric is *cannot tell*, with
 the live size it would need (A/A distances shrink about as 1/sqrt(n), so about
 ``n x (bound / ceiling)^2`` requests, sessions or windows). A metric whose smallest detectable
-change (:mod:`fidelity.power`) is over its maximum is *cannot tell* too. A stage is *unfaithful*
-when a metric failed, *cannot tell* when none failed but a part of :data:`JUDGED_GROUPS` (input
-lengths, output lengths, cache, arrivals) had no metric that passed, and *faithful* otherwise
+change (:mod:`fidelity.power`) is over its maximum is *cannot tell* too. The verdict is given per
+facet (:mod:`fidelity.facets`: input and output lengths, cache, arrivals, sessions, outcomes),
+each judged by its most powerful test: a stage is *unfaithful* when a metric failed, *cannot
+tell* when none failed but a required facet had no metric that passed, and *faithful* otherwise
 (other metrics may still be cannot tell: its reason names them). Metrics whose inputs are
 missing (no engine-reported cached tokens live, no recorded latencies, too few windows) are
-reported as not applicable. Outcomes (TTFT / ITL / E2E) are reported but judged only with
-``judge_outcomes=True``: they match live only when the target runs the live engine's config at
-the live rate, and they wobble from one replay to the next by the bench's own noise (an engine
-start, a neighbour, the scheduler), which live's halves cannot show. So a judged outcome also
-needs a *replay A/A*: ``aa_runs`` (2) replays of the stage on the same engine and config (``replay
-run / sweep --repeats 2``); its A/A distance is the larger of live's halves' and the largest
-between those replays, and the bound follows from it as above. With fewer replays an outcome is
-*cannot tell*, and with outcomes judged a stage needs them conclusive to be faithful.
+reported as not applicable. Outcomes (TTFT / ITL / E2E) and the engine's cached tokens request
+by request are reported but judged only with ``judge_outcomes=True``: they match live only when
+the target runs the live engine's config at the live rate, and they wobble from one replay to the
+next by the bench's own noise (an engine start, a neighbour, the scheduler), which live's halves
+cannot show. So they also need a *replay A/A*: ``aa_runs`` (2) replays of the stage on the same
+engine and config (``replay run / sweep --repeats 2``); its A/A distance is the larger of live's
+halves' and the largest between those replays, and the bound follows from it as above. With
+fewer replays they are *cannot tell*, and with outcomes judged a stage needs them conclusive to
+be faithful.
 
 The bound rule itself (bounds, ceilings, A/A splits, the decision and its power) is in
-:mod:`fidelity.bounds`; the metrics, their groups and the verdicts are here.
+:mod:`fidelity.bounds`; the metrics and the verdicts are here.
 
 Time scales. A stage that replays the trace k times faster is compared at 1/k of the live
 windows: its counting windows are the live ones divided by the stage's compression
@@ -64,13 +68,17 @@ from fidelity.bounds import (
     NOT_JUDGED,
     PASS,
     Decision,
+    round_up2,
+    aa_of,
     aa_splits,
     counts,
     decide,
+    size_of,
     stated,
 )
 from fidelity.facets import FAITHFUL, OUTCOMES, REQUIRED, UNFAITHFUL, Facet, judge_facets, overall
 from fidelity.power import CHANGES, MAX_DETECTABLE, in_words
+from fidelity.resample import AA_SCHEME, Split
 from fidelity.sides import Side
 from replay.config import LAG_BOUND_MS
 from replay.noise import AA_RUNS
@@ -95,6 +103,11 @@ __all__ = [
 
 MIN_WINDOWS = 10  # a count statistic needs at least this many windows on the live side
 MIN_SAMPLES = 50  # quantiles from fewer samples are flagged
+# a length quantile is judged only where each side has this many values beyond it (a p99 needs
+# 1,000 requests): a p99 of 500 is their fifth largest, which two samples of one traffic move by
+# more than any A/A of it shows (benchmarks/fidelity_calibration.py: the most frequent false
+# "unfaithful" at 500 requests)
+MIN_TAIL = 10
 
 
 @dataclass(frozen=True)
@@ -275,6 +288,8 @@ class _Spec:
     what: str  # the words for the reason
     judged: bool = True
     applicable: Callable[[Side, Side], str | None] = lambda a, b: None  # a reason it does not apply
+    # judged against live's A/A halves (without any, it cannot tell); False: its fixed bound alone
+    aa_judged: bool = True
 
 
 def _needs(attr: str, what: str) -> Callable[[Side, Side], str | None]:
@@ -283,6 +298,19 @@ def _needs(attr: str, what: str) -> Callable[[Side, Side], str | None]:
             v = getattr(side, attr)
             if v is None or not np.isfinite(np.asarray(v, dtype=np.float64)).any():
                 return f"{side.name} has no {what}"
+        return None
+
+    return check
+
+
+def _enough_tail(get: Callable[[Side], np.ndarray], q: int) -> Callable[[Side, Side], str | None]:
+    def check(a: Side, b: Side) -> str | None:
+        for side in (a, b):
+            n = int(np.isfinite(get(side)).sum())
+            if n * (100 - q) / 100 < MIN_TAIL:
+                need = math.ceil(MIN_TAIL * 100 / (100 - q))
+                beyond = n * (100 - q) / 100
+                return f"{side.name}'s p{q} of {n:,} values rests on its {beyond:.3g} beyond it (judged from {need:,})"
         return None
 
     return check
@@ -308,7 +336,13 @@ def _specs(outcomes_judged: bool) -> list[_Spec]:
                 f"{side_attr} distribution (Wasserstein / live median)",
             ),
         ] + [
-            _Spec("lengths", f"{side_attr}.p{q}", _quantile_error(get, q), f"{side_attr} p{q} (relative error)")
+            _Spec(
+                "lengths",
+                f"{side_attr}.p{q}",
+                _quantile_error(get, q),
+                f"{side_attr} p{q} (relative error)",
+                applicable=_enough_tail(get, q),
+            )
             for q in stats.QUANTILES
         ]
 
@@ -320,6 +354,7 @@ def _specs(outcomes_judged: bool) -> list[_Spec]:
                 "input_tokens.per_request",
                 _per_request_change(lambda s: s.input_tokens),
                 "input_tokens per request (exp of the mean |log(replay / live)| over the requests, - 1)",
+                aa_judged=False,  # request by request: halves hold other requests
             )
         ]
         + lengths("output_tokens")
@@ -377,12 +412,6 @@ def _specs(outcomes_judged: bool) -> list[_Spec]:
             "peak-to-mean of per-second counts (relative difference)",
             applicable=_enough_windows(1.0),
         ),
-        _Spec(
-            "arrivals",
-            "arrivals.rate_correlation",
-            lambda a, b: (None, None, _one_minus(stats.rate_correlation(a.times_s, b.times_s))),
-            "rate over time (1 - correlation of counts over 50 slices of each run)",
-        ),
         _Spec("sessions", "sessions.turns", _scalar(_turns, relative=True), "turns per session (relative difference)"),
         _Spec(
             "sessions",
@@ -408,10 +437,6 @@ def _specs(outcomes_judged: bool) -> list[_Spec]:
 
 def _scaled_none(attr: str) -> Callable[[Side], np.ndarray]:
     return lambda s: np.zeros(0) if getattr(s, attr) is None else getattr(s, attr)
-
-
-def _one_minus(x: float | None) -> float | None:
-    return None if x is None else 1.0 - x
 
 
 def _metric(
@@ -450,7 +475,7 @@ def _judge(
     spec: _Spec,
     live: Side,
     other: Side,
-    splits: list[tuple[Side, Side]],
+    splits: list[Split],
     aa_side: Side,
     replays: tuple[Side, ...] = (),
     aa_runs: int = AA_RUNS,
@@ -461,8 +486,13 @@ def _judge(
     x, y, d = spec.fn(live, other)
     if d is None or (isinstance(d, float) and math.isnan(d)):
         return Metric(spec.group, spec.name, x, y, None, None, None, NOT_JUDGED, f"not applicable: {spec.what} undefined")
-    aas = [a for h in splits if spec.applicable(*h) is None and (a := spec.fn(*h)[2]) is not None and not math.isnan(a)]
-    aa = float(np.max(aas)) if aas else None
+    aa = aa_of(
+        [
+            h.scale * a
+            for h in splits
+            if spec.applicable(h.a, h.b) is None and (a := spec.fn(h.a, h.b)[2]) is not None and not math.isnan(a)
+        ]
+    )
     flags: tuple[str, ...] = ()
     bench = None  # outcomes: the largest distance between two replays of the stage
     need = max(2, aa_runs)  # replays the outcomes' replay A/A needs
@@ -478,6 +508,17 @@ def _judge(
         if bench is not None:
             aa = max(aa or 0.0, bench)
     decision = decide(spec.name, d, aa, aa_side, lambda a, b: spec.fn(a, b)[2], x)
+    if aa is None and spec.aa_judged and spec.judged and spec.group != "outcomes":
+        # no split of live could be judged by it (too few windows in a half, too little traffic):
+        # without its noise a distance over the fixed bound may be noise, and one within it may hide a change
+        count, what = size_of(spec.name, aa_side)
+        decision = replace(
+            decision,
+            state=CANNOT_TELL,
+            needs=f"about {round_up2(2 * count):,} {what} (has {count:,})",
+            why="live's halves are too small to measure its noise (no A/A)",
+        )
+        return _metric(spec.group, spec.name, x, y, d, aa, decision, stated(spec.what, d, x, y, other.name, decision), flags)
     if not spec.judged:
         return _metric(
             spec.group,
@@ -541,7 +582,7 @@ def _count(a: np.ndarray | None) -> int:
     return 0 if a is None else int(np.isfinite(np.asarray(a, dtype=np.float64)).sum())
 
 
-def _cache_sim_metrics(live: Side, other: Side, splits: list[tuple[Side, Side]], aa_side: Side) -> list[Metric]:
+def _cache_sim_metrics(live: Side, other: Side, splits: list[Split], aa_side: Side) -> list[Metric]:
     """Offered reuse: the simulated prefix cache's hit share on each side, at each capacity."""
     out = []
     capacities = cache.capacities_for(live.hashes)
@@ -557,9 +598,8 @@ def _cache_sim_metrics(live: Side, other: Side, splits: list[tuple[Side, Side]],
             out.append(Metric("cache", name, x, y, None, None, None, NOT_JUDGED, "not applicable: no prompt tokens"))
             continue
         d = abs(y - x)
-        pairs = [(share(a), share(b)) for a, b in splits]
-        aas = [abs(hy - hx) for hx, hy in pairs if hx is not None and hy is not None]
-        aa = float(np.max(aas)) if aas else None
+        pairs = [(share(h.a), share(h.b), h.scale) for h in splits]
+        aa = aa_of([scale * abs(hy - hx) for hx, hy, scale in pairs if hx is not None and hy is not None])
         decision = decide(name, d, aa, aa_side, live_value=x)
         out.append(_metric("cache", name, x, y, d, aa, decision, stated(what, d, x, y, other.name, decision)))
     return out
@@ -1000,7 +1040,7 @@ def _paired_offsets(live: Side, other: Side, replays: tuple[Side, ...], own_time
     c = other.time_scale
     said = (
         f"sent within max({1e3 * (live.time_slack_s + other.time_slack_s) / c:.3g} ms, "
-        f"{100 * paired.OFFSET_SHARE_OF_GAP:g}% of the gap to the nearest neighbour) of live's arrival at "
+        f"{100 * paired.OFFSET_SHARE_OF_GAP:g}% of the gap from its burst to the nearest other) of live's arrival at "
         f"{c:.3g}x its pace"
     )
     parts = []
@@ -1027,6 +1067,7 @@ def compare_sides(
     replays: tuple[Side, ...] = (),
     aa_runs: int = AA_RUNS,
     own_times: str | None = None,
+    aa_scheme: str = AA_SCHEME,
 ) -> FidelityVerdict:
     """Every metric between ``live`` and ``other``, judged against thresholds from the A/A halves
     of ``aa_from`` (default: live), the paired tests where ``other``'s requests are live's own
@@ -1035,12 +1076,13 @@ def compare_sides(
     (:mod:`fidelity.facets`); ``stage`` (the replay's rows) adds the send lag and slip it
     reports. ``replays``: the other replays of ``other``'s stage (same engine, config and
     load), whose distances from it set the outcomes' replay A/A (``aa_runs`` replays in all are
-    needed) and the paired tests' tolerated share."""
+    needed) and the paired tests' tolerated share. ``aa_scheme``: how the A/A halves are drawn
+    (:mod:`fidelity.resample`; its default was chosen by calibration)."""
     if other.template_tokens and not live.template_tokens:
         # live's engine added its chat template to every prompt too: taken to be the replay's
         live = replace(live, template_tokens=other.template_tokens)
     aa_side = live if aa_from is None else aa_from
-    splits = aa_splits(aa_side, seed)
+    splits = aa_splits(aa_side, seed, compared=(live.n, other.n), scheme=aa_scheme)
     metrics = [_judge(spec, live, other, splits, aa_side, replays, aa_runs) for spec in _specs(judge_outcomes)]
     metrics += _cache_sim_metrics(live, other, splits, aa_side)
     metrics += _paired_metrics(live, other, replays, own_times, judge_outcomes, aa_runs)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from html import escape
 
 from fidelity.bounds import AA_FACTOR, AA_MAX_REQUESTS, AA_SPLITS, CANNOT_TELL, CEILINGS, FAIL, FIXED_BOUNDS, PASS
+from fidelity.paired import MISS_SHARE
+from fidelity.resample import AA_BLOCKS, AA_SCHEME
 from fidelity.compare import FAITHFUL
 from fidelity.judge import FidelityReport, StageFidelity
 from fidelity.plots import stage_plots, verdict_chart
@@ -22,28 +24,36 @@ __all__ = ["html_report", "thresholds_note"]
 
 
 def thresholds_note(kind: str = "fidelity") -> str:
-    """How a metric's bound is set, in words (plain text), as :mod:`fidelity.compare` sets it."""
+    """How a verdict is reached, in words (plain text), as :mod:`fidelity.compare` reaches it."""
     other = "the replay" if kind == "fidelity" else "the new trace"
-    halves = (
-        "two random halves of the live trace (whole sessions to each half, seeded)"
-        if kind == "fidelity"
-        else "two random halves of both traces together (whole sessions to each half, seeded)"
+    side = "the live trace" if kind == "fidelity" else "both traces together"
+    split = (
+        f"blocks of time ({AA_BLOCKS} across the trace, each session in the block of its first request), half of them "
+        "to each half, closed up"
+        if AA_SCHEME == "blocks"
+        else "whole sessions to each half at random"
     )
     return (
-        f"Each metric is a distance between live and {other} (0 = the same). Its bound is the larger of a "
-        f"fixed bound and {AA_FACTOR:g} times the largest of the same distances between {halves} over "
-        f"{AA_SPLITS} splits (the column A/A): a metric the live traffic itself does not pin down more tightly "
-        f"than that cannot fail. It fails over its bound; within it, it passes if the bound is within the "
-        f"metric's ceiling and the smallest change of its kind it would catch on this live side (the column "
-        f"detects) is within its maximum ({_maxima()}); else it is 'cannot tell' (the live side is too small "
-        f"to pin the metric down; the note says about how much live traffic would). A stage is unfaithful when "
-        f"a metric failed, cannot tell when none failed but input lengths, output lengths, cache or arrivals "
-        f"had no metric that passed so, and faithful otherwise. On more than {AA_MAX_REQUESTS:,} requests the "
-        f"halves come from a sample of sessions of about that size, and the fixed bounds decide. Metrics "
-        f"whose inputs are missing are not applicable and do not count; outcomes (TTFT / ITL / E2E) are "
-        f"judged only when asked (the target ran live's engine config at live's rate). Every time-based "
-        f"metric compares a stage at its own pace: counting windows are live's divided by the stage's "
-        f"compression, reuse and think times are multiplied by it."
+        f"A verdict is given per facet: input lengths, output lengths, cache, arrivals (each required), sessions and "
+        f"outcomes. A facet fails when one of its metrics fails, and passes when one of them passes conclusively, "
+        f"the test that decided named. Where {other} sent live's own requests (paired by request id), each is "
+        f"compared with the live one it replayed: a paired test counts the requests further from live than its "
+        f"tolerance and passes when the share of them is under {100 * MISS_SHARE:g}% with 95% confidence "
+        f"(Clopper-Pearson, over sessions), fails when it is over it, and cannot tell otherwise. Every other metric "
+        f"is a distance between live and {other} (0 = the same). Its bound is the larger of a fixed bound and "
+        f"{AA_FACTOR:g} times the largest of the same distances between two halves of {side} ({split}), over "
+        f"{AA_SPLITS} splits, scaled to the sizes compared (the column A/A): a metric the live traffic itself does not "
+        f"pin down more tightly than that cannot fail. It fails over its bound; within it, it passes if the bound is "
+        f"within the metric's ceiling and the smallest change of its kind it would catch on this live side (the "
+        f"column detects) is within its maximum ({_maxima()}); else it is 'cannot tell' (the note says about how "
+        f"much live traffic would pin it down). A stage is unfaithful when a metric failed, cannot tell when none "
+        f"failed but a required facet did not pass, and faithful otherwise. On more than {AA_MAX_REQUESTS:,} requests "
+        f"the halves come from a sample of sessions of about that size. Metrics whose inputs are missing are not "
+        f"applicable and do not count; outcomes (TTFT / ITL / E2E) and the engine's cached tokens request by request "
+        f"are judged only when asked (the target ran live's engine config at live's rate). Every time-based metric "
+        f"compares a stage at its own pace: counting windows are live's divided by the stage's compression, reuse "
+        f"and think times are multiplied by it. The send lag p99 decides whether a stage is valid; the arrivals "
+        f"facet judges what it did to the arrivals."
     )
 
 
@@ -119,7 +129,7 @@ def html_report(report: FidelityReport, *, plots: bool = True) -> str:
     if plots and len(report.stages) > 1:
         body.append(figure_html(verdict_chart(report)))
     body.append(
-        f'<div class="note"><p><b>How thresholds are set.</b> {escape(thresholds_note(report.kind))}</p>'
+        f'<div class="note"><p><b>How a verdict is reached.</b> {escape(thresholds_note(report.kind))}</p>'
         f"<details><summary>fixed bounds and ceilings</summary><table><tr><th>metric</th><th>fixed bound</th>"
         f"<th>ceiling</th></tr>"
         f"{bounds}</table></details></div>"

@@ -77,11 +77,6 @@ class FidelityReport:
         }
 
 
-def _tagged(df: pl.DataFrame, tag: str) -> pl.DataFrame:
-    """Request and session ids prefixed with ``tag`` (two traces' ids may coincide)."""
-    return df.with_columns(request_id=pl.lit(tag) + pl.col("request_id"), session_id=pl.lit(tag) + pl.col("session_id"))
-
-
 def _live(live: Trace | str | Path) -> tuple[Trace, str]:
     if isinstance(live, Trace):
         return live, "<trace>"
@@ -236,9 +231,11 @@ def compare_results(
 
 
 def drift(old: Trace | str | Path, new: Trace | str | Path, *, seed: int = 0) -> FidelityReport:
-    """Judge NEW against OLD with the same metrics (NEW's own arrival times and lengths). The
-    A/A halves are drawn from both traces' sessions together: two samples of one traffic differ
-    by about as much as random halves of their union do."""
+    """Judge NEW against OLD with the same metrics (NEW's own arrival times and lengths), as a
+    later stretch of the same traffic: the A/A halves are OLD's, by the scheme and factor that
+    ``benchmarks/fidelity_calibration.py`` chose by judging later windows of one stationary
+    stream against earlier ones (:mod:`fidelity.resample`), scaled to the two traces' sizes.
+    Their request ids pair only where NEW holds OLD's own requests (an edited copy)."""
     old_trace, old_name = _live(old)
     new_trace, new_name = _live(new)
     if old_trace.meta.block_size_tokens != new_trace.meta.block_size_tokens:
@@ -247,9 +244,8 @@ def drift(old: Trace | str | Path, new: Trace | str | Path, *, seed: int = 0) ->
             f"{old_trace.meta.block_size_tokens}: the prefix metrics would not compare"
         )
     block = old_trace.meta.block_size_tokens
-    both = pl.concat([_tagged(old_trace.df, "old:"), _tagged(new_trace.df, "new:")], how="diagonal_relaxed")
     old_side, new_side = live_side(old_trace.df, block, name="old"), live_side(new_trace.df, block, name="new")
-    verdict = compare_sides(old_side, new_side, seed=seed, aa_from=live_side(both, block, name="old+new"))
+    verdict = compare_sides(old_side, new_side, seed=seed)
     stage = StageFidelity(
         file=new_name,
         requested_rate=None,

@@ -36,9 +36,10 @@ the distribution tests (:mod:`fidelity.compare`) as before.
 The tolerances (what counts as the same value) are per test: input lengths within
 :data:`INPUT_TOLERANCE` (after the engine's chat template is taken out, :func:`fidelity.sides.
 template_overhead`; its fit leaves a few tokens a request), output lengths within
-:data:`OUTPUT_TOLERANCE`, a send within :data:`OFFSET_SHARE_OF_GAP` of the gap to its nearest
-neighbour in live's rescaled arrivals, and never less than the two sides' timing slack (live's
-timestamp resolution, the stage's send-lag bound).
+:data:`OUTPUT_TOLERANCE`, a send within :data:`OFFSET_SHARE_OF_GAP` of the gap from its burst
+to the nearest other one in live's rescaled arrivals (requests within live's timestamp resolution
+of each other are one burst: :func:`neighbour_gaps`), and never less than the two sides' timing
+slack (live's timestamp resolution, the stage's send-lag bound).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ __all__ = [
     "agreement",
     "length_misses",
     "offset_misses",
+    "neighbour_gaps",
     "needed_pairs",
     "catchable_share",
 ]
@@ -97,8 +99,9 @@ INPUT_TOLERANCE = Tolerance(8, 0.02)
 # the output tokens the engine reported against live's: an engine told to ignore EOS decodes
 # exactly max_tokens; a count from chunks (no usage reported) may be off by one
 OUTPUT_TOLERANCE = Tolerance(2, 0.01)
-# a send agrees with live's rescaled arrival when it is off by at most this share of the gap to
-# its nearest neighbour (it keeps its place among them, each gap changed by at most that share)
+# a send agrees with live's rescaled arrival when it is off by at most this share of the gap from
+# its burst to the nearest other one (it keeps its place among them, each gap changed by at most
+# that share)
 OFFSET_SHARE_OF_GAP = 0.25
 
 
@@ -242,8 +245,9 @@ def _live_seconds(s: Side) -> np.ndarray:
 
 def offset_misses(live: Side, other: Side) -> OffsetMisses | None:
     """Per live request, whether ``other`` sent it further from live's arrival (both in live
-    seconds, aligned on the median difference) than :data:`OFFSET_SHARE_OF_GAP` of the gap to
-    its nearest live neighbour, and at least the two sides' timing slack. A causal turn released
+    seconds, aligned on the median difference) than :data:`OFFSET_SHARE_OF_GAP` of the gap from
+    its burst to the nearest other one in live's arrivals (:func:`neighbour_gaps`, bursts of
+    live's timestamp resolution), and at least the two sides' timing slack. A causal turn released
     after its schedule (``ready_s`` past ``scheduled_s``: it waited for the turn before) is
     measured from its release: its slip from live's time is the sessions' (think times), not the
     sender's. None when the pairs do not cover live."""
@@ -259,16 +263,10 @@ def offset_misses(live: Side, other: Side) -> OffsetMisses | None:
     held = np.zeros(pairs.n, bool)
     if scheduled is not None and ready is not None:
         held = np.isfinite(ready) & np.isfinite(scheduled) & (ready > scheduled + 1e-9)
-        align = float(np.median((scheduled - theirs)[~held])) if (~held).any() else 0.0
-    else:
-        align = float(np.median(ours - theirs))
+    # the sends aligned on live's arrivals by their median difference (the turns held back left out)
+    align = float(np.median((ours - theirs)[~held])) if (~held).any() else 0.0
     off = np.where(held, ours - (ready if ready is not None else ours), ours - theirs - align)
-    # the gap from each live request to its nearest neighbour in live's arrivals
-    t = _live_seconds(live)
-    order = np.argsort(t, kind="stable")
-    gaps = np.diff(t[order])
-    nearest = np.empty(live.n)
-    nearest[order] = np.minimum(np.concatenate([[np.inf], gaps]), np.concatenate([gaps, [np.inf]]))
+    nearest = neighbour_gaps(_live_seconds(live), live.time_slack_s)
     floor = live.time_slack_s + other.time_slack_s
     tolerance = np.maximum(floor, OFFSET_SHARE_OF_GAP * nearest[pairs.live_index])
     miss = np.ones(live.n, bool)
@@ -289,6 +287,33 @@ def offset_misses(live: Side, other: Side) -> OffsetMisses | None:
         held=int(held.sum()),
         worst_s=float(np.max(np.abs(off))) if len(off) else 0.0,
     )
+
+
+def neighbour_gaps(t: np.ndarray, resolution: float) -> np.ndarray:
+    """Per arrival, the gap from its burst to the nearest other burst: arrivals within
+    ``resolution`` of a burst's first arrival are one burst (live's timestamps cannot order
+    them), and a burst's gap is the smaller of those to the bursts before and after it (inf for
+    a lone burst). A burst of requests due at once, which one sender writes back to back over the
+    time its writes take, keeps its place while it spreads over less than a share of that gap."""
+    order = np.argsort(t, kind="stable")
+    ts = t[order]
+    n = len(ts)
+    burst = np.zeros(n, np.int64)
+    start = ts[0] if n else 0.0
+    k = 0
+    for i in range(1, n):  # greedy: a burst spans at most `resolution` from its first arrival
+        if ts[i] - start > resolution:
+            k += 1
+            start = ts[i]
+        burst[i] = k
+    firsts = np.flatnonzero(np.concatenate([[True], burst[1:] != burst[:-1]])) if n else np.zeros(0, np.int64)
+    begin = ts[firsts]
+    end = ts[np.concatenate([firsts[1:] - 1, [n - 1]])] if n else np.zeros(0)
+    before = np.concatenate([[np.inf], begin[1:] - end[:-1]])
+    after = np.concatenate([begin[1:] - end[:-1], [np.inf]])
+    gaps = np.empty(n)
+    gaps[order] = np.minimum(before, after)[burst]
+    return gaps
 
 
 def needed_pairs(share: float, p0: float) -> int | None:

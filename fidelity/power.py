@@ -7,7 +7,7 @@ live and the changed live is over ``b`` is the metric's *detectable change* (bis
 (:data:`CHANGES`):
 
 * lengths (``input_tokens.*``, ``output_tokens.*``): every length x (1 + d);
-* arrivals (interarrival CV, dispersion, lag-1 autocorrelation, peak-to-mean, rate over time):
+* arrivals (interarrival CV, dispersion, lag-1 autocorrelation, peak-to-mean, the sends against live's arrivals):
   each gap between arrivals raised to the power 1 + d and scaled back to the same mean (the
   same rate, burstier), the change stated as the relative change of the interarrival CV;
 * think times (``sessions.think_time.ks``): every think time x (1 + d);

@@ -108,22 +108,34 @@ class Side:
         reuse = self._unbounded()[1]
         return reuse[np.isfinite(reuse)] * self.time_scale
 
-    def take(self, mask: np.ndarray) -> Side:
-        """The requests where ``mask`` is True (for A/A halves)."""
+    def take(self, mask: np.ndarray, shift_s: np.ndarray | None = None) -> Side:
+        """The requests where ``mask`` is True (for A/A halves), in time order; with ``shift_s``
+        (per request of this side), each request's time moved by it first (a whole session moved
+        by one amount keeps its think times)."""
+        index = np.flatnonzero(mask)
+        times = self.times_s[index]
+        if shift_s is not None:
+            times = times + shift_s[index]
+            order = np.argsort(times, kind="stable")
+            index, times = index[order], times[order]
+        return self._reordered(index, times)
+
+    def _reordered(self, rank: np.ndarray, times_s: np.ndarray) -> Side:
+        """The requests ``rank`` (indexes into this side, in their new order), at ``times_s``."""
 
         def cut(a):
-            return None if a is None else a[mask]
+            return None if a is None else a[rank]
 
         return Side(
             name=self.name,
-            times_s=self.times_s[mask],
-            input_tokens=self.input_tokens[mask],
-            output_tokens=self.output_tokens[mask],
-            recorded_input=self.recorded_input[mask],
-            hashes=self.hashes.filter(pl.Series(mask)),
+            times_s=times_s,
+            input_tokens=self.input_tokens[rank],
+            output_tokens=self.output_tokens[rank],
+            recorded_input=self.recorded_input[rank],
+            hashes=self.hashes.gather(pl.Series(rank)),
             block_size=self.block_size,
-            sessions=self.sessions[mask],
-            think_s=self.think_s[mask],
+            sessions=self.sessions[rank],
+            think_s=self.think_s[rank],
             engine_cached=cut(self.engine_cached),
             template_tokens=self.template_tokens,
             ttft_s=cut(self.ttft_s),

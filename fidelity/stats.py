@@ -23,7 +23,6 @@ __all__ = [
     "lag1_autocorrelation",
     "peak_to_mean",
     "interarrival_cv",
-    "rate_correlation",
     "relative_difference",
 ]
 
@@ -120,23 +119,6 @@ def interarrival_cv(times_s) -> float | None:
     if len(gaps) < 2 or gaps.mean() == 0:
         return None
     return float(gaps.std() / gaps.mean())
-
-
-def rate_correlation(a_times_s, b_times_s, windows: int = 50) -> float | None:
-    """Pearson correlation of the two streams' counts over ``windows`` equal slices of each
-    stream's own span: does the rate rise and fall at the same points of the run?"""
-
-    def shape(t: np.ndarray) -> np.ndarray | None:
-        t = np.sort(_clean(t))
-        if len(t) < 2 or t[-1] == t[0]:
-            return None
-        index = np.minimum(((t - t[0]) / (t[-1] - t[0]) * windows).astype(np.int64), windows - 1)
-        return np.bincount(index, minlength=windows).astype(np.float64)
-
-    a, b = shape(np.asarray(a_times_s)), shape(np.asarray(b_times_s))
-    if a is None or b is None or a.std() == 0 or b.std() == 0:
-        return None
-    return float(np.corrcoef(a, b)[0, 1])
 
 
 def relative_difference(reference: float | None, value: float | None) -> float | None:

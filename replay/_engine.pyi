@@ -171,7 +171,11 @@ class SimServer:
     """The embedded simulated engine, serving on its own thread."""
 
     def __init__(
-        self, config: str | dict[str, Any] | None = None, tokenizer: str | None = None, cpus: list[int] = ..., nice: int = 0
+        self,
+        config: str | dict[str, Any] | None = None,
+        tokenizer: str | None = None,
+        cpus: list[int] = ...,
+        priority: str = "normal",
     ) -> None: ...
     @property
     def port(self) -> int: ...

@@ -35,7 +35,7 @@ from replay.bodies import body_json
 from replay.errors import ConfigError
 from replay.trace import APIS, BLOCK_SIZE, Trace, TraceMeta, validate
 
-__all__ = ["GenerateConfig", "generate"]
+__all__ = ["GenerateConfig", "generate", "schedule_sessions"]
 
 _SESSION_DOMAIN = 0x5E55
 _TEXT_DOMAIN = 0x7E47
@@ -107,7 +107,7 @@ def _lognormal_int(rng, median: float, sigma: float, z: np.ndarray, lo: int, hi:
     return np.clip(np.rint(median * np.exp(sigma * z)), lo, hi).astype(np.int64)
 
 
-def _sessions(cfg: GenerateConfig, rng: np.random.Generator, sys_len: np.ndarray) -> pl.DataFrame:
+def schedule_sessions(cfg: GenerateConfig, rng: np.random.Generator, sys_len: np.ndarray) -> pl.DataFrame:
     """Schedule the requests: one row per request, in arrival order.
 
     Arrival slots form a gamma renewal process (mean gap 1/rate, CV burst_cv). Each slot goes to
@@ -178,7 +178,7 @@ def generate(config: GenerateConfig | None = None) -> Trace:
     )
     sys_units = [vocab.sample(int(n), rng) for n in sys_len]
 
-    requests = _sessions(cfg, rng, sys_len)
+    requests = schedule_sessions(cfg, rng, sys_len)
     sys_texts = [vocab.render(u) for u in sys_units]
 
     # one text rng per session; each turn draws its user text, then its reply

@@ -34,22 +34,25 @@ __all__ = [
     "KNOBS",
     "PROFILES",
     "SIM_DEFAULTS",
-    "ENGINE_NICE",
-    "engine_nice",
+    "ENGINE_PRIORITIES",
+    "ENGINE_PRIORITY",
+    "engine_priority",
     "lower_own_group",
     "start_sim",
     "split_cpus",
     "modelled_requests",
 ]
 
-# The niceness of an embedded engine started beside the runner (``replay run`` / ``sweep``
-# without --url, ``replay optimize --engine sim``): lower priority than the runner's threads, so
-# a send that falls due while the engine is busy on the same cores preempts it. Raising one's
-# own niceness needs no privilege (the runner's SCHED_FIFO dispatcher needs root). The engine's
-# latencies are modelled time (docs/sim-engine.md), which its CPU priority does not move.
-# REPLAY_ENGINE_NICE=0 starts it at the runner's priority (for comparisons:
-# benchmarks/colocated_lag.py).
-ENGINE_NICE = 10
+# The CPU priority of an embedded engine started beside the runner (``replay run`` / ``sweep``
+# without --url, ``replay optimize --engine sim``): ``idle``, the policy SCHED_IDLE, which a
+# runner thread that wakes preempts at once (and a CPU running only the engine counts as idle
+# when the kernel places a waking thread). ``nice`` (niceness 10) only shares the CPU out by
+# weight: a waking thread may wait out the engine's slice, a few ms. Lowering one's own priority
+# needs no privilege (the runner's SCHED_FIFO dispatcher needs root). The engine's latencies are
+# modelled time (docs/sim-engine.md), which its CPU priority does not move.
+# REPLAY_ENGINE_PRIORITY=normal|nice|idle overrides it (for comparisons: benchmarks/colocated_lag.py).
+ENGINE_PRIORITIES = ("normal", "nice", "idle")
+ENGINE_PRIORITY = "idle"
 
 
 def _sim_defaults() -> dict[str, Any]:
@@ -230,44 +233,38 @@ class SimConfig:
         return json.dumps(fields)
 
 
-def engine_nice() -> int:
-    """The niceness to start an engine beside the runner at: :data:`ENGINE_NICE`, or
-    ``$REPLAY_ENGINE_NICE`` (0 to 19; 0: the runner's own priority)."""
-    raw = os.environ.get("REPLAY_ENGINE_NICE")
-    if raw is None:
-        return ENGINE_NICE
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 19:
-        raise ConfigError(f"REPLAY_ENGINE_NICE: must be a whole number from 0 to 19, got {raw!r}")
+def engine_priority() -> str:
+    """The CPU priority to start an engine beside the runner at: :data:`ENGINE_PRIORITY`, or
+    ``$REPLAY_ENGINE_PRIORITY`` (one of :data:`ENGINE_PRIORITIES`)."""
+    value = os.environ.get("REPLAY_ENGINE_PRIORITY", ENGINE_PRIORITY)
+    if value not in ENGINE_PRIORITIES:
+        raise ConfigError(f"REPLAY_ENGINE_PRIORITY: one of {', '.join(ENGINE_PRIORITIES)}, got {value!r}")
     return value
 
 
-def lower_own_group(nice: int) -> bool:
+def lower_own_group(priority: str) -> bool:
     """When this process leads its own session (an engine the suite started with
-    ``start_new_session``), set its autogroup's niceness to ``nice``: with Linux's autogroup
-    scheduling the CPU is shared between sessions first, so a thread's own niceness does not
-    yield to a runner in another session. A process in someone else's session (a shell's) is
-    left alone, since that would lower them too. Returns whether it was set."""
-    if nice <= 0 or not hasattr(os, "getsid") or os.getsid(0) != os.getpid():
+    ``start_new_session``) and ``priority`` is not ``normal``, set its autogroup's niceness to 19:
+    with Linux's autogroup scheduling the CPU is shared between sessions first, so a thread's own
+    priority does not yield to a runner in another session. A process in someone else's session
+    (a shell's) is left alone, since that would lower them too. Returns whether it was set."""
+    if priority == "normal" or not hasattr(os, "getsid") or os.getsid(0) != os.getpid():
         return False
     try:
         with open("/proc/self/autogroup", "w") as f:
-            f.write(str(nice))
+            f.write("19")
         return True
     except OSError:
         return False
 
 
 def start_sim(
-    config: SimConfig | None = None, *, cpus: tuple[int, ...] = (), nice: int = 0, **overrides: Any
+    config: SimConfig | None = None, *, cpus: tuple[int, ...] = (), priority: str = "normal", **overrides: Any
 ) -> SimServer:
     """Start the engine on its own thread; returns a ``SimServer`` (``.url``, ``.port``,
     ``.stop()``, a context manager). ``overrides`` replace fields of ``config``; ``cpus`` pins the
-    engine's threads (see :func:`split_cpus`); ``nice`` (1 to 19) lowers their CPU priority below
-    the caller's (:data:`ENGINE_NICE` beside the runner).
+    engine's threads (see :func:`split_cpus`); ``priority`` (:data:`ENGINE_PRIORITIES`) lowers
+    their CPU priority below the caller's (:data:`ENGINE_PRIORITY` beside the runner).
 
     Raises ConfigError for a bad knob or tokenizer, TargetError when the port cannot be bound.
     """
@@ -276,7 +273,7 @@ def start_sim(
 
     config = dataclasses.replace(config or SimConfig(), **overrides)
     path = tokenizer_path(config.tokenizer)
-    return _engine.SimServer(config.engine_json(str(path)), cpus=list(cpus), nice=nice)
+    return _engine.SimServer(config.engine_json(str(path)), cpus=list(cpus), priority=priority)
 
 
 def modelled_requests(url: str, timeout_s: float = 30.0) -> pl.DataFrame:

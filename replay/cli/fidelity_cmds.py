@@ -11,16 +11,20 @@ __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from fidelity.bounds import AA_FACTOR
+
     p = sub.add_parser(
         "fidelity",
         help="judge a replay against live traffic: token lengths, cache hits, arrivals, sessions",
         description="Compare every stage of a `replay run` / `replay sweep` results folder with the live Trace "
-        "it replayed (at the stage's own pace) and give a verdict per metric and per stage. A "
-        "metric passes within the larger of a fixed bound and 3 times the largest of its distances "
-        "between two random halves of the live trace, and is 'cannot tell' where that bound is over "
-        "the metric's ceiling (the live trace is too small to judge it; docs/fidelity.md). Exit 0 "
-        "when every stage is faithful, 1 when one is not, 3 when none is unfaithful but one cannot "
-        "be told.",
+        "it replayed (at the stage's own pace) and give a verdict per facet (input and output lengths, cache, "
+        "arrivals, sessions, outcomes) and per stage. A stage that sent live's own requests is judged request by "
+        "request (paired tests: each prompt's and answer's length, the prefix reuse each request was offered, each "
+        "send against live's rescaled arrival). Every other metric passes within the larger of a fixed bound and "
+        f"{AA_FACTOR:g} times the largest of its distances between two halves of the live trace (blocks of its time, "
+        "whole sessions), and is 'cannot tell' where that bound is over the metric's ceiling (the live trace is "
+        "too small to judge it; docs/fidelity.md). Exit 0 when every stage is faithful, 1 when one is not, 3 when "
+        "none is unfaithful but one cannot be told.",
     )
     p.add_argument("live", type=Path, help="the live Trace (captured or imported, with what live traffic observed)")
     p.add_argument("results", type=Path, help="the results folder of replay run / replay sweep")

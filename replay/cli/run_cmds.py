@@ -328,14 +328,14 @@ def _sim_config(args: argparse.Namespace):
 def _target(args: argparse.Namespace, config: RunConfig, sim_config, quiet: bool):
     """`config` aimed at the target: --url as given, or the embedded engine started for this
     command on CPUs of its own (the runner then keeps off them) and at a lower CPU priority
-    (replay.sim.ENGINE_NICE)."""
+    (replay.sim.ENGINE_PRIORITY)."""
     if sim_config is None:
         yield config
         return
-    from replay.sim import engine_nice, split_cpus, start_sim
+    from replay.sim import engine_priority, split_cpus, start_sim
 
     engine_cpus, runner_cpus = split_cpus(sim_config.threads)
-    server = start_sim(sim_config, cpus=engine_cpus, nice=engine_nice())
+    server = start_sim(sim_config, cpus=engine_cpus, priority=engine_priority())
     try:
         if not quiet:
             print(f"no --url: replaying against the embedded engine ({args.sim_profile}) at {server.url}", file=sys.stderr)

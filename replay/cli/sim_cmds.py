@@ -96,13 +96,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=d["seed"], help=f"output seed (default {d['seed']})")
     p.add_argument("--threads", type=int, default=d["threads"], help=f"server runtime threads (default {d['threads']})")
     p.add_argument(
-        "--nice",
-        type=int,
-        default=0,
-        metavar="N",
-        help="run the engine's threads at niceness N (1-19), below a runner on the same machine, which then keeps "
-        "its schedule while the engine is busy; when this process leads its own session (started by "
-        "replay optimize --engine sim), its autogroup too (default 0: normal priority)",
+        "--priority",
+        choices=("normal", "nice", "idle"),
+        default="normal",
+        help="the engine threads' CPU priority: idle (SCHED_IDLE: a runner on the same machine preempts it the "
+        "moment a send is due), nice (niceness 10) or normal (default); below normal, when this process leads "
+        "its own session (replay optimize --engine sim starts it so), its autogroup gets niceness 19 too",
     )
     p.set_defaults(func=cmd_serve_sim)
 
@@ -142,13 +141,10 @@ def config_from_args(args: argparse.Namespace):
 
 
 def cmd_serve_sim(args: argparse.Namespace) -> int:
-    from replay.errors import ConfigError
     from replay.sim import lower_own_group, start_sim
 
     config = config_from_args(args)
-    if not 0 <= args.nice <= 19:
-        raise ConfigError(f"--nice: must be from 0 to 19, got {args.nice}")
-    lower_own_group(args.nice)
+    lower_own_group(args.priority)
 
     def on_term(signum, frame):
         raise KeyboardInterrupt
@@ -157,7 +153,7 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
     # (installed after the line, one sent right away killed the process: exit -15)
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
-        server = start_sim(config, nice=args.nice)
+        server = start_sim(config, priority=args.priority)
     except KeyboardInterrupt:
         signal.signal(signal.SIGTERM, previous)
         return 0

@@ -45,10 +45,10 @@ class SimEngine(ProcessEngine):
     metric_spec: ClassVar[MetricSpec] = VLLM_METRICS
 
     def command(self, config: Mapping[str, Any], port: int) -> list[str]:
-        from replay.sim import engine_nice
+        from replay.sim import engine_priority
 
-        # below the runner's priority, as the embedded engine beside `replay run` (replay.sim.ENGINE_NICE)
-        cmd = [self.python, "-m", "replay.cli.main", "serve-sim", "--port", str(port), "--nice", str(engine_nice())]
+        # below the runner's priority, as the embedded engine beside `replay run` (replay.sim.ENGINE_PRIORITY)
+        cmd = [self.python, "-m", "replay.cli.main", "serve-sim", "--port", str(port), "--priority", engine_priority()]
         if self.profile:
             cmd += ["--profile", self.profile]
         if self.served_model_name:

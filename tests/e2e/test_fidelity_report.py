@@ -153,7 +153,7 @@ def test_run_fidelity_prints_the_verdict_in_its_json(live, cli, tmp_path):
     printed = json.loads(done.stdout)
     assert printed == json.loads((out / "summary.json").read_text())
     (verdict,) = [s["fidelity"] for s in printed["stages"]]
-    assert set(verdict) == {"live", "state", "faithful", "compression", "failed", "undecided", "reason", "diagnosis"}
+    assert set(verdict) == {"live", "state", "faithful", "compression", "failed", "undecided", "facets", "reason", "diagnosis"}
     assert verdict["state"] == "cannot tell" and verdict["reason"].startswith("cannot tell: nothing failed")
     assert printed["fidelity"]["inconclusive_allowed"] is True
     assert (out / "fidelity.html").is_file()

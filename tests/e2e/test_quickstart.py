@@ -38,8 +38,9 @@ def test_the_quickstart_runs_every_step_and_writes_every_artifact(tmp_path):
     ):
         assert f"== {title}" in done.stdout
     sweep = json.loads((out / "sweep" / "summary.json").read_text())
-    assert [s["requested_rate"] for s in sweep["stages"]] == [2.0, 8.0]
-    assert sweep["fidelity"]["inconclusive_allowed"] is True  # recorded, never silent
+    assert [s["requested_rate"] for s in sweep["stages"]] == [4.0, 8.0]
+    # each stage replays 60 of the capture's own requests: faithful request by request, no flag
+    assert sweep["fidelity"]["state"] == "faithful" and sweep["fidelity"]["inconclusive_allowed"] is False
     # the whole capture replayed, each turn resending the answers the engine gave to the earlier ones
     whole = json.loads((out / "replay" / "summary.json").read_text())["stages"][0]
     assert whole["sessions"] == "causal" and whole["runner"]["answers_resent"] > 0
@@ -47,4 +48,4 @@ def test_the_quickstart_runs_every_step_and_writes_every_artifact(tmp_path):
     assert report["state"] in ("faithful", "cannot tell")  # a failed metric would have stopped it (exit 1)
     assert (out / "fidelity" / "fidelity.html").stat().st_size > 10_000
     campaign = json.loads((out / "optimize" / "optimize.json").read_text())
-    assert campaign["baseline"] is not None
+    assert campaign["baseline"] is not None  # its fidelity gate vouched for it, with no --allow-inconclusive

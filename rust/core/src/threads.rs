@@ -151,31 +151,40 @@ pub fn raise_priority() -> &'static str {
     }
 }
 
-/// Lower the calling thread's CPU priority to niceness `nice` (1 to 19), unless it is already
-/// that low: threads it starts afterwards inherit it. Raising a thread's niceness needs no
-/// privilege, so this is how an engine started beside the runner yields the CPU to it on any
-/// account (`raise_priority` needs root or CAP_SYS_NICE). Returns the niceness the thread has
-/// afterwards (unchanged where the OS refused, or not Linux: 0).
-pub fn lower_priority(nice: i32) -> i32 {
+/// Lower the calling thread's CPU priority, for an engine started beside the runner; threads it
+/// starts afterwards inherit it. `"idle"`: the policy `SCHED_IDLE`, which any waking ordinary
+/// thread preempts at once (and a CPU running only such threads counts as idle when the kernel
+/// places a waking thread); `"nice"`: niceness 10, which only shares the CPU out by weight (an
+/// ordinary thread that wakes may wait out the running one's slice, a few ms); `"normal"`:
+/// nothing. Lowering one's own priority needs no privilege, where `raise_priority` needs root or
+/// CAP_SYS_NICE. Returns what was applied ("normal" where the OS refused, or not Linux).
+pub fn lower_priority(how: &str) -> &'static str {
     #[cfg(target_os = "linux")]
-    // SAFETY: plain syscalls on the calling thread's own id.
+    // SAFETY: plain syscalls on the calling thread, with a valid, initialized sched_param.
     unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        *libc::__errno_location() = 0;
-        let now = libc::getpriority(libc::PRIO_PROCESS, tid);
-        if *libc::__errno_location() != 0 {
-            return 0;
+        match how {
+            "idle" => {
+                let param = libc::sched_param { sched_priority: 0 };
+                if libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_IDLE, &param) == 0
+                {
+                    return "idle";
+                }
+                "normal"
+            }
+            "nice" => {
+                let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+                if libc::setpriority(libc::PRIO_PROCESS, tid, 10) == 0 {
+                    return "nice";
+                }
+                "normal"
+            }
+            _ => "normal",
         }
-        let target = nice.clamp(0, 19);
-        if target > now && libc::setpriority(libc::PRIO_PROCESS, tid, target) == 0 {
-            return target;
-        }
-        now
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = nice;
-        0
+        let _ = how;
+        "normal"
     }
 }
 

@@ -18,9 +18,10 @@ pub fn sim_defaults() -> String {
 }
 
 /// A running simulated engine.
-/// `SimServer(config: dict | str | None, tokenizer: str | None, cpus: list[int] = [], nice: int = 0)`;
-/// `cpus` pins the engine's threads to those CPUs, `nice` (1 to 19) lowers their CPU priority
-/// below the caller's (a runner in the same process keeps its schedule; no privilege needed).
+/// `SimServer(config: dict | str | None, tokenizer: str | None, cpus: list[int] = [], priority: str = "normal")`;
+/// `cpus` pins the engine's threads to those CPUs, `priority` ("idle", "nice" or "normal":
+/// `replay_core::threads::lower_priority`) lowers their CPU priority below the caller's, so that
+/// a runner in the same process keeps its schedule (no privilege needed).
 #[pyclass(module = "replay._engine")]
 pub struct SimServer {
     handle: Option<ServerHandle>,
@@ -33,13 +34,13 @@ pub struct SimServer {
 #[pymethods]
 impl SimServer {
     #[new]
-    #[pyo3(signature = (config=None, tokenizer=None, cpus=Vec::new(), nice=0))]
+    #[pyo3(signature = (config=None, tokenizer=None, cpus=Vec::new(), priority="normal".to_string()))]
     fn new(
         py: Python<'_>,
         config: Option<&Bound<'_, PyAny>>,
         tokenizer: Option<String>,
         cpus: Vec<usize>,
-        nice: i32,
+        priority: String,
     ) -> PyResult<Self> {
         let text: String = match config {
             None => "{}".to_string(),
@@ -61,9 +62,7 @@ impl SimServer {
                             message: format!("cannot pin the engine to {cpus:?}: {e}"),
                         }
                     })?;
-                    if nice > 0 {
-                        replay_core::threads::lower_priority(nice);
-                    }
+                    replay_core::threads::lower_priority(&priority);
                     serve(&cfg)
                 })
                 .join()

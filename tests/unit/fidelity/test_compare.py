@@ -154,7 +154,8 @@ def test_poisson_arrivals_fail_on_burstiness(live):
     poisson = np.cumsum(rng.exponential((arrival[-1] - arrival[0]) / len(arrival), len(arrival)))
     result = compare_stage(live, stage_of(live, sent_s=poisson - poisson[0]))
     bad = failed(result)
-    assert {"arrivals.interarrival_cv", "arrivals.dispersion_1s"} <= bad, result.verdict.reason
+    # request by request (the sends are not live's), and in distribution (the gaps' CV)
+    assert {"arrivals.interarrival_cv", "arrivals.paired_offsets"} <= bad, result.verdict.reason
     assert all(name.startswith(("arrivals.", "sessions.", "cache.reuse")) for name in bad), bad
 
 
@@ -227,11 +228,11 @@ def test_drift_flags_growing_prompts_and_not_two_random_halves(live):
     new = Trace(df=grown, meta=live.meta)
     report = drift(old, new)
     assert not report.faithful
-    assert "input_tokens.ks" in failed(report.stages[0])
+    assert {m for m in failed(report.stages[0]) if m.startswith("input_tokens.")}, report.stages[0].verdict.reason
     picks = df["session_id"].fill_null(df["request_id"]).hash(11) % 2 == 0
     a, b = Trace(df=df.filter(picks), meta=live.meta), Trace(df=df.filter(~picks), meta=live.meta)
     same = drift(a, b, seed=1)
-    assert same.faithful, same.stages[0].verdict.reason
+    assert same.state != "unfaithful", same.stages[0].verdict.reason
 
 
 def test_the_simulated_cache_sees_shared_system_prompts(live):
@@ -322,12 +323,12 @@ def test_judged_outcomes_need_a_replay_aa_and_fail_beyond_its_band(live):
     twice = compare_stage(live, stage, judge_outcomes=True, repeats=(stage_of(slower(live, 1.02)),))
     assert outcome(twice).state == "pass" and "replay A/A over 2 replays: 0.02" in outcome(twice).reason
     assert twice.verdict.faithful, twice.verdict.reason
-    # answers 15% slower than live: within the band of replays 6% apart among themselves (3 x 0.06),
+    # answers 12% slower than live: within the band of replays 3% apart among themselves (5 x 0.03),
     # not within that of replays 1% apart (the fixed 0.1)
-    off = stage_of(slower(live, 1.15))
-    wobbly = compare_stage(live, off, judge_outcomes=True, repeats=(stage_of(slower(live, 1.15 * 1.06)),))
-    steady = compare_stage(live, off, judge_outcomes=True, repeats=(stage_of(slower(live, 1.15 * 1.01)),))
-    assert outcome(wobbly).state == "pass" and outcome(wobbly).bound == pytest.approx(0.18, abs=0.01)
+    off = stage_of(slower(live, 1.12))
+    wobbly = compare_stage(live, off, judge_outcomes=True, repeats=(stage_of(slower(live, 1.12 * 1.03)),))
+    steady = compare_stage(live, off, judge_outcomes=True, repeats=(stage_of(slower(live, 1.12 * 1.01)),))
+    assert outcome(wobbly).state == "pass" and outcome(wobbly).bound == pytest.approx(AA_FACTOR * 0.03, abs=0.01)
     assert outcome(steady).state == "fail" and outcome(steady).bound == pytest.approx(0.1)
     # a third replay asked for (aa_runs=3) and missing: cannot tell again
     assert (
@@ -390,3 +391,64 @@ def test_a_causal_replay_faster_than_live_with_uncompressed_answers_is_diagnosed
     assert not reuse_diagnosis(paced), paced.verdict.diagnosis
     # an open-loop stage at 2x (no turn held) is not causal
     assert not reuse_diagnosis(compare_stage(live, stage_of(live, speedup=2.0)))
+
+
+def test_doubled_outputs_fail_request_by_request_and_in_distribution_at_1500_requests():
+    live = live_trace(1500, seed=13)
+    result = compare_stage(live, stage_of(live).with_columns(completion_tokens=pl.col("completion_tokens") * 2))
+    assert result.verdict.state == "unfaithful"
+    assert {"output_tokens.paired", "output_tokens.ks", "output_tokens.p50"} <= failed(result), result.verdict.reason
+    (facet,) = [f for f in result.verdict.facets if f.name == "output lengths"]
+    assert facet.state == "fail" and "output_tokens.paired" in facet.decided_by
+
+
+def test_a_replay_of_a_sample_judged_against_the_whole_trace_is_judged_by_its_distributions(live):
+    """A replay of a tenth of live's sessions holds a tenth of the live requests: it is not a
+    replay of live's own requests, so its paired tests do not apply, and the distribution tests
+    judge it, with their "cannot tell" where 600 requests are too few. (A tenth of the sessions
+    is a thinner arrival stream, less bursty, reusing its prefixes less often: those
+    distribution tests may see it, never a paired one.)"""
+    from fidelity.compare import compare_sides
+    from fidelity.sides import live_side
+    from replay.subsets import session_kept
+
+    sessions = live.df["session_id"].fill_null(live.df["request_id"])
+    keep = pl.Series([session_kept(s, 0.1, 1) for s in sessions.to_list()])
+    sample = Trace(df=live.df.filter(keep), meta=live.meta)
+    replayed = compare_stage(sample, stage_of(sample))
+    assert replayed.verdict.state == "faithful"  # against its own rows: paired, request by request
+    whole = compare_sides(live_side(live.df, live.meta.block_size_tokens), replayed.replay_side)
+    by = {m.name: m for m in whole.metrics}
+    for name in ("input_tokens.paired", "output_tokens.paired", "cache.paired_reuse", "arrivals.paired_offsets"):
+        assert by[name].state == "n/a" and "not a replay of live's own requests" in by[name].reason, by[name].reason
+    assert all(not f.decided_by or "paired" not in f.decided_by[0] for f in whole.facets)
+    assert whole.state != "faithful", whole.reason
+    assert all(m.name.startswith(("arrivals.", "cache.", "sessions.")) for m in whole.failed), whole.reason
+    lengths = [m for m in whole.metrics if m.name.startswith(("input_tokens.", "output_tokens.")) and m.state == "cannot tell"]
+    assert lengths and all("needs about" in m.reason for m in lengths), "600 requests leave length distributions undecided"
+
+
+def test_the_engine_s_cached_tokens_request_by_request_are_judged_with_the_outcomes_within_the_replays_band(live):
+    stage = stage_of(live)
+    cached = live.df["cached_tokens"].to_numpy()
+    # an engine that caches 8% less on every request than live's did
+    less = stage_of(live, cached=np.round(cached * 0.92).astype(np.int64))
+
+    def engine_hits(result):
+        return next(m for m in result.verdict.metrics if m.name == "cache.paired_engine_hits")
+
+    # not asked: reported
+    assert engine_hits(compare_stage(live, less)).state == "n/a"
+    # asked, one replay: the bench's own wobble is unknown
+    once = engine_hits(compare_stage(live, less, judge_outcomes=True))
+    assert once.state == "cannot tell" and "replay A/A" in once.needs
+    # two replays that agree with each other: the 5.5-point gap (8% of live's 68% hits) fails the
+    # fixed 5 points; replays 1.4 points apart among themselves make the band 7 points (5 x 1.4)
+    steady = engine_hits(compare_stage(live, less, judge_outcomes=True, repeats=(less,)))
+    assert steady.state == "fail" and steady.bound == pytest.approx(0.05), steady.reason
+    wobbly_repeat = stage_of(live, cached=np.round(cached * 0.90).astype(np.int64))
+    wobbly = engine_hits(compare_stage(live, less, judge_outcomes=True, repeats=(wobbly_repeat,)))
+    assert wobbly.state == "pass" and wobbly.bound == pytest.approx(AA_FACTOR * wobbly.aa), wobbly.reason
+    # the replay as live cached: passes with two steady replays
+    same = engine_hits(compare_stage(live, stage, judge_outcomes=True, repeats=(stage,)))
+    assert same.state == "pass" and same.distance == 0

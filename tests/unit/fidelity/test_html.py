@@ -95,7 +95,7 @@ def test_drift_without_recorded_latencies_has_no_survival_curves(tmp_path):
     assert [p.name for p in paths] == ["drift.json", "drift.md", "drift.html"]
     html = paths[2].read_text()
     assert plots_of(html) == ["cdf", "qq", "counts", "cache"]
-    assert "Drift: " in html and "two random halves of both traces together" in html
+    assert "Drift: " in html and "two halves of both traces together" in html
 
 
 def test_ecdf_points_are_bounded_and_exact():

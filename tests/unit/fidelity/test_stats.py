@@ -66,9 +66,6 @@ def test_count_statistics_tell_a_poisson_stream_from_a_bursty_one():
     assert abs(stats.lag1_autocorrelation(c_p)) < 0.05
     assert stats.lag1_autocorrelation(c_b) > 0.6  # 10 busy seconds, then 10 quiet ones
     assert stats.peak_to_mean(c_b) > stats.peak_to_mean(c_p)
-    # the same stream sped up 10x has the same shape over the run
-    assert stats.rate_correlation(bursty, bursty / 10) == pytest.approx(1.0)
-    assert stats.rate_correlation(bursty, poisson) < 0.3
 
 
 def test_window_counts_are_whole_windows_empty_ones_included():

@@ -221,8 +221,8 @@ def test_sim_takes_vllm_flag_names():
         "serve-sim",
         "--port",
         "0",
-        "--nice",
-        "10",  # below the runner's priority (replay.sim.ENGINE_NICE)
+        "--priority",
+        "idle",  # below the runner's priority (replay.sim.ENGINE_PRIORITY)
         "--profile",
         "a100-80g/llama-3-8b",
         "--served-model-name",
