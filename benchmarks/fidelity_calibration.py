@@ -106,7 +106,7 @@ def side_of(rows: pl.DataFrame, name: str) -> Side:
         }
     )
     side = live_side(df, BLOCK, name=name)
-    hits = side._unbounded()[0].astype(np.float64) * BLOCK
+    hits = side.offered_hits().astype(np.float64) * BLOCK
     return replace(side, engine_cached=hits)
 
 

@@ -898,9 +898,9 @@ def _hits_apart(live: Side, other: Side, pairs: paired.Pairs) -> float | None:
     total = float(np.nansum(live.recorded_input))
     if total <= 0:
         return None
-    theirs = live._unbounded()[0].astype(np.int64)
+    theirs = live.offered_hits().astype(np.int64)
     ours = np.zeros(live.n, np.int64)  # a request not sent offered nothing
-    ours[pairs.live_index] = other._unbounded()[0].astype(np.int64)[pairs.other_index]
+    ours[pairs.live_index] = other.offered_hits().astype(np.int64)[pairs.other_index]
     return float(np.abs(ours - theirs).sum()) * live.block_size / total
 
 

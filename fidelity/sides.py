@@ -102,6 +102,10 @@ class Side:
             self._memo[capacity] = float(hits.sum(dtype=np.int64)) * self.block_size / total
         return self._memo[capacity]
 
+    def offered_hits(self) -> np.ndarray:
+        """Per request, the leading blocks an unbounded prefix cache over this side's order held."""
+        return self._unbounded()[0]
+
     def reuse_s(self) -> np.ndarray:
         """Per request that hit an unbounded prefix cache, the time since its longest cached
         prefix was last used, in live seconds (each within ``time_slack_s`` of the true gap)."""

@@ -9,11 +9,15 @@ E2E from the intended send time, as every report here counts them).
 
 **The noise.** Where both folders hold two or more repeats of a stage (its stages share a load),
 each side's values over its repeats make an :class:`replay.noise.NoiseFloor`: the medians are
-compared and the spread is the larger of the two sides' spreads. Otherwise each side's requests are
-resampled with replacement :data:`BOOTSTRAP` times (seeded) and the metric recomputed: the spread
-is ``sqrt(sd_A^2 + sd_B^2)`` of those resamples. The bootstrap sees the sampling noise of the
-requests, not an engine's run-to-run wobble (a fresh start, a noisy neighbour); the report says
-which method judged each stage, and repeats see both.
+compared and the spread is the larger of the two sides' spreads. Otherwise, where the two stages
+sent the same requests (by request id, all but at most 5% of each side's: two replays of one trace
+at one load), the requests are resampled in pairs, the same draw on both sides, :data:`BOOTSTRAP`
+times (seeded), and the spread is the standard deviation of B - A over those resamples: a paired
+bootstrap, whose noise a request's own length and place in the schedule, shared by both sides, do
+not widen. Else each side's requests are resampled on their own and the spread is
+``sqrt(sd_A^2 + sd_B^2)``. A bootstrap sees the sampling noise of the requests, not an engine's
+run-to-run wobble (a fresh start, a noisy neighbour); the report says which method judged each
+stage, and repeats see both.
 
 **The rule** is the optimizer's (:mod:`replay.noise`: ``K``, ``MIN_GAIN``, ``MAX_NOISE``).
 With ``d`` the change in B's favour (B - A for rates, A - B for latencies) and
@@ -83,6 +87,9 @@ METRICS: dict[str, tuple[str, str, bool]] = {
     "e2e_p99": ("end-to-end latency p99 (from the intended send)", "ms", False),
 }
 BOOTSTRAP = 400  # resamples per side and stage
+# two stages that sent the same requests (by id, this share of each side's at least) are resampled
+# in pairs: the noise of B - A, not of each side alone
+PAIRED_COVERAGE = 0.95
 MIN_COMPLETED = {"p50": 20, "p99": 100, "rate": 20}  # completed requests a side needs for each kind of metric
 
 
@@ -98,6 +105,7 @@ class _Run:
     tpot: np.ndarray
     e2e: np.ndarray
     duration_s: float
+    ids: np.ndarray | None = None  # request id per row (None: the stage file has none)
 
     @property
     def trusted(self) -> str | None:
@@ -149,9 +157,29 @@ def _run(folder: Path, file: str, summary: dict) -> _Run:
         slo = Slo(ttft_s=slo_json.get("ttft_s"), tpot_s=slo_json.get("tpot_s"), e2e_s=slo_json.get("e2e_s"))
         met[:] = False
         met[rows] = slo_met(ok_rows, slo)
+    ids = df["request_id"].cast(pl.String).to_numpy() if "request_id" in df.columns else None
     return _Run(
-        file, summary, ok, met, spread("ttft_ns"), spread("tpot_ns"), spread("e2e_ns"), float(summary.get("duration_s") or 0.0)
+        file,
+        summary,
+        ok,
+        met,
+        spread("ttft_ns"),
+        spread("tpot_ns"),
+        spread("e2e_ns"),
+        float(summary.get("duration_s") or 0.0),
+        ids,
     )
+
+
+def _paired_rows(a: _Run, b: _Run) -> tuple[np.ndarray, np.ndarray] | None:
+    """The rows of ``a`` and ``b`` that sent the same requests (by request id), in pairs, when
+    those are all but at most 5% of each side's (two replays of one trace at one load); else None."""
+    if a.ids is None or b.ids is None or not len(a.ids) or not len(b.ids):
+        return None
+    _, ia, ib = np.intersect1d(a.ids, b.ids, assume_unique=True, return_indices=True)
+    if len(ia) < PAIRED_COVERAGE * max(len(a.ids), len(b.ids)):
+        return None
+    return ia, ib
 
 
 @dataclass(frozen=True)
@@ -189,7 +217,7 @@ class StagePair:
     load: str
     a_files: tuple[str, ...]
     b_files: tuple[str, ...]
-    method: str  # "repeats (a x b)" or "bootstrap over requests"
+    method: str  # "repeats (a x b)", "paired bootstrap over the N requests both sent" or "bootstrap over requests"
     changes: tuple[Change, ...]
 
     @property
@@ -322,13 +350,20 @@ def _untrusted(metric: str, a: list[_Run], b: list[_Run]) -> str | None:
 def _pair(load: str, a: list[_Run], b: list[_Run], metrics: tuple[str, ...], seed: int) -> StagePair:
     changes = []
     repeats = len(a) >= 2 and len(b) >= 2
-    method = f"repeats ({len(a)} A x {len(b)} B)" if repeats else "bootstrap over requests"
     rng = np.random.default_rng(seed)
+    pairs = None if repeats else _paired_rows(a[0], b[0])
+    if repeats:
+        method = f"repeats ({len(a)} A x {len(b)} B)"
+    elif pairs is not None:
+        method = f"paired bootstrap over the {len(pairs[0]):,} requests both sent"
+    else:
+        method = "bootstrap over requests"
     draws = (
         {}
-        if repeats
+        if repeats or pairs is not None
         else {id(r): [rng.integers(0, len(r.ok), len(r.ok)) for _ in range(BOOTSTRAP)] for r in (a[0], b[0]) if len(r.ok)}
     )
+    paired_draws = [] if pairs is None else [rng.integers(0, len(pairs[0]), len(pairs[0])) for _ in range(BOOTSTRAP)]
     for metric in metrics:
         why_not = _untrusted(metric, a, b)
         if why_not is not None:
@@ -342,6 +377,19 @@ def _pair(load: str, a: list[_Run], b: list[_Run], metrics: tuple[str, ...], see
                 continue
             fa, fb = NoiseFloor(tuple(va)), NoiseFloor(tuple(vb))
             changes.append(_judge(metric, fa.median, fb.median, max(fa.spread, fb.spread), None))
+        elif pairs is not None:
+            # the same requests drawn on both sides: the spread of B - A, which a request's own
+            # length and place in the schedule, shared by both, do not widen
+            ia, ib = pairs
+            diffs = [
+                xb - xa
+                for idx in paired_draws
+                if (xa := a[0].value(metric, ia[idx])) is not None
+                and (xb := b[0].value(metric, ib[idx])) is not None
+                and math.isfinite(xb - xa)
+            ]
+            spread = float(np.std(diffs, ddof=1)) if len(diffs) > 1 else math.inf
+            changes.append(_judge(metric, a[0].value(metric), b[0].value(metric), spread, None))
         else:
             sds = []
             for r in (a[0], b[0]):
@@ -363,9 +411,9 @@ def compare_folders(a: Path, b: Path, *, metrics: tuple[str, ...] = tuple(METRIC
         runs_b = [_run(Path(b), f, s) for f, s in sb[load]]
         pairs.append(_pair(load, runs_a, runs_b, tuple(metrics), seed))
     notes = []
-    if any(p.method.startswith("bootstrap") for p in pairs):
+    if any("bootstrap" in p.method for p in pairs):
         notes.append(
-            "bootstrap over requests: sees the sampling noise of the requests, not an engine's run-to-run "
+            "a bootstrap over requests (paired or not) sees the sampling noise of the requests, not an engine's run-to-run "
             "wobble; run each side with --repeats for that"
         )
     if not pairs:

@@ -52,7 +52,7 @@ def test_a_poor_baseline_is_beaten_failures_are_verdicts_and_the_campaign_resume
         "--rate",
         "20",
         "--requests",
-        "40",
+        "80",
         "--space",
         str(space),
         "--baseline",
@@ -67,11 +67,13 @@ def test_a_poor_baseline_is_beaten_failures_are_verdicts_and_the_campaign_resume
         str(out),
         "--json",
         *LAG,
-        "--allow-inconclusive",
     ]
     done = run_cli(*args, timeout=600)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
+    # the fidelity gate vouched for every measurement on its own (80 paired requests), no flag
+    judged = [m["details"]["fidelity"] for s in result["steps"] for m in s["verdict"]["measurements"] if m["invalid"] is None]
+    assert judged and all(reason.startswith("faithful: input lengths by input_tokens.paired") for reason in judged), judged[:1]
     assert result["diagnosis"]["bottleneck"] == "batch-capped", result["diagnosis"]
     assert result["diagnosis"]["order"][0] == "max_num_seqs"
     accepted = result["accepted"]

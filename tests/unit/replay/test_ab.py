@@ -145,3 +145,22 @@ def test_bad_input_is_one_clear_error(tmp_path):
         compare_folders(a, tmp_path)
     with pytest.raises(ConfigError, match="--metrics: unknown ttft_p95"):
         compare_folders(a, a, metrics=("ttft_p95",))
+
+
+def test_two_replays_of_the_same_requests_are_compared_in_pairs(tmp_path):
+    """B answered each of A's requests 4% slower: resampled in pairs (the same requests, by id),
+    the noise of B - A is small and the change is worse; the same frames with B's ids renamed
+    (other requests) are resampled side by side, and 4% is within that noise."""
+    a_frame = stage_frame(500, 10.0, seed=1).with_columns(request_id=pl.format("r{}", pl.int_range(pl.len())))
+    slower = (a_frame["first_token_ns"] - a_frame["intended_ns"]) * 0.04
+    b_frame = a_frame.with_columns(
+        first_token_ns=(pl.col("first_token_ns") + slower).cast(pl.Int64), end_ns=(pl.col("end_ns") + slower).cast(pl.Int64)
+    )
+    a = write_folder(tmp_path / "a", [(10.0, a_frame)])
+    paired = compare_folders(a, write_folder(tmp_path / "b", [(10.0, b_frame)]), metrics=("ttft_p50",))
+    assert paired.pairs[0].method == "paired bootstrap over the 500 requests both sent"
+    assert verdicts(paired)["ttft_p50"] == WORSE, paired.pairs[0].changes
+    other = b_frame.with_columns(request_id=pl.lit("x") + pl.col("request_id"))
+    alone = compare_folders(a, write_folder(tmp_path / "other", [(10.0, other)]), metrics=("ttft_p50",))
+    assert alone.pairs[0].method == "bootstrap over requests"
+    assert verdicts(alone)["ttft_p50"] == SAME, alone.pairs[0].changes
