@@ -13,9 +13,12 @@ the machine's drifts hit each:
 * ``nice``: the engine at niceness 10 (``REPLAY_ENGINE_PRIORITY=nice``; not run by default);
 * ``after``: the engine under SCHED_IDLE (``replay.sim.ENGINE_PRIORITY``, the default);
 
-each with the dispatcher as the runner picks it (``/fifo``: SCHED_FIFO as root) and capped to
-``/normal`` (``REPLAY_DISPATCHER_PRIORITY=normal``: what a user without root or CAP_SYS_NICE
-gets; the engine's lower priority needs no privilege). Per case and rate it prints the send lag
+each with the dispatcher as the runner picks it (``/fifo``: SCHED_FIFO as root), capped to
+``/slice`` (``REPLAY_DISPATCHER_PRIORITY=slice``: the short scheduler slice, what a user without
+root or CAP_SYS_NICE gets; neither it nor the engine's lower priority needs privilege) or to
+``/normal`` (``REPLAY_DISPATCHER_PRIORITY=normal``: nothing, what such a user got before).
+By default it runs before/fifo, after/fifo, before/normal and after/slice: each kind of user
+before and after. Per case and rate it prints the send lag
 p99 of every run (ms, from the stage's summary), how many runs kept p99 within 1 ms (valid
 stages), the median and worst p99, the requests more than 1 ms late, the median TTFT p50 / p99
 (from the send: what the engine's lower priority costs its answers), and the ratio of the median
@@ -42,8 +45,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-AZURE = ROOT.parent / "shared" / "data" / "traces" / "azure_llm_2023_conv.csv"
+from runner_beside_engine import make_trace  # the Azure conversation trace, else a generated one
+
 REPLAY = [sys.executable, "-m", "replay.cli.main"]
 # case -> the environment it runs with
 CASES = {
@@ -53,19 +56,19 @@ CASES = {
     "before/normal": {"REPLAY_ENGINE_PRIORITY": "normal", "REPLAY_DISPATCHER_PRIORITY": "normal"},
     "nice/normal": {"REPLAY_ENGINE_PRIORITY": "nice", "REPLAY_DISPATCHER_PRIORITY": "normal"},
     "after/normal": {"REPLAY_ENGINE_PRIORITY": "idle", "REPLAY_DISPATCHER_PRIORITY": "normal"},
+    "before/slice": {"REPLAY_ENGINE_PRIORITY": "normal", "REPLAY_DISPATCHER_PRIORITY": "slice"},
+    "after/slice": {"REPLAY_ENGINE_PRIORITY": "idle", "REPLAY_DISPATCHER_PRIORITY": "slice"},
 }
-
-
-def make_trace(tmp: Path, given: str | None) -> Path:
-    if given:
-        return Path(given)
-    out = tmp / "trace.parquet"
-    if AZURE.exists():
-        cmd = ["import", "azure", str(AZURE), "-o", str(out)]
-    else:
-        cmd = ["generate", "-o", str(out), "--requests", "5000", "--seed", "0"]
-    subprocess.run([*REPLAY, *cmd], check=True, capture_output=True)
-    return out
+# (before, after) pairs whose median p99 ratio is printed, where both ran: "before/normal" against
+# "after/slice" is a user without privilege before and after this change
+RATIOS = [
+    ("before/fifo", "nice/fifo"),
+    ("before/fifo", "after/fifo"),
+    ("before/normal", "nice/normal"),
+    ("before/normal", "after/normal"),
+    ("before/normal", "after/slice"),
+    ("before/slice", "after/slice"),
+]
 
 
 def one_run(trace: Path, rate: float, seconds: float, time_scale: float, env: dict[str, str], out: Path) -> dict:
@@ -119,7 +122,7 @@ def main() -> int:
     ap.add_argument("--trace", help="a Trace to replay (default: the Azure conversation trace, else a generated one)")
     ap.add_argument(
         "--cases",
-        default="before/fifo,after/fifo,before/normal,after/normal",
+        default="before/fifo,after/fifo,before/normal,after/slice",
         help=f"which cases, comma-separated (default: before and after, each dispatcher; known: {', '.join(CASES)})",
     )
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
@@ -168,13 +171,11 @@ def main() -> int:
                 f"{statistics.median(r['ttft_p99'] for r in runs):<7.1f} | "
                 f"{statistics.median(r['wall_s'] for r in runs):>6.1f} | {max(r['rss_mb'] for r in runs):>11.0f}"
             )
-        for dispatcher in ("fifo", "normal"):
-            before = f"before/{dispatcher}"
-            for other in (f"nice/{dispatcher}", f"after/{dispatcher}"):
-                if before in results and other in results:
-                    b = statistics.median(r["p99"] for r in results[before][key])
-                    a = statistics.median(r["p99"] for r in results[other][key])
-                    print(f"{key:>6} | median p99 {before} / {other}: {b / a:.2f}x")
+        for before, after in RATIOS:
+            if before in results and after in results:
+                b = statistics.median(r["p99"] for r in results[before][key])
+                a = statistics.median(r["p99"] for r in results[after][key])
+                print(f"{key:>6} | median p99 {before} / {after}: {b / a:.2f}x")
     if args.json:
         print(json.dumps(results, indent=2))
     return 0

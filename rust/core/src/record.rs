@@ -212,7 +212,7 @@ pub struct RunStats {
     pub warm_detail: String,
     /// Context switches of the dispatcher thread between t0 and its last send.
     pub dispatcher: Switches,
-    /// The dispatcher's scheduling while it dispatched: "fifo", "nice" or "normal".
+    /// The dispatcher's scheduling while it dispatched: "fifo", "nice", "slice" or "normal".
     pub dispatcher_priority: &'static str,
     /// Context switches of the I/O worker threads over the run.
     pub workers: Switches,

@@ -317,7 +317,7 @@ pub fn run_streamed<B: Into<SendBody>>(
             closes: !followed.get(index).copied().unwrap_or(false),
             payload: (schedule.path_index[index], body),
         });
-    let spin = if priority == "fifo" {
+    let spin = if priority == "fifo" || priority == "slice" {
         FIFO_SPIN_WINDOW
     } else {
         SPIN_WINDOW

@@ -106,9 +106,13 @@ pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
 /// Run the calling thread ahead of ordinary threads where the OS allows it: the real-time
 /// policy `SCHED_FIFO` at the lowest priority (it then preempts ordinary threads the moment it
 /// wakes) when the thread may run on at least two CPUs, else `nice -10` (a real-time thread
-/// that spins would starve the runner's own I/O worker on a single CPU). Needs root or
-/// CAP_SYS_NICE; without them nothing changes. Returns what was applied: "fifo", "nice" or
-/// "normal". `REPLAY_DISPATCHER_PRIORITY=normal|nice` caps it (for comparisons).
+/// that spins would starve the runner's own I/O worker on a single CPU); both need root or
+/// CAP_SYS_NICE. Without them, the shortest scheduler slice Linux (6.12 and later, EEVDF) lets
+/// any thread ask for, [`SHORT_SLICE_NS`], with no timer slack: a waking thread with a shorter
+/// slice than the running one preempts it, where an ordinary one may wait out the running
+/// thread's slice (a few ms). Returns what was applied: "fifo", "nice", "slice" or "normal".
+/// `REPLAY_DISPATCHER_PRIORITY=normal|slice|nice` caps it (for comparisons: "slice" is what a
+/// user without privilege gets).
 pub fn raise_priority() -> &'static str {
     let cap = std::env::var("REPLAY_DISPATCHER_PRIORITY").unwrap_or_default();
     #[cfg(target_os = "linux")]
@@ -130,7 +134,7 @@ pub fn raise_priority() -> &'static str {
             } else {
                 1
             };
-            if cap != "nice" && cpus >= 2 {
+            if cap != "nice" && cap != "slice" && cpus >= 2 {
                 let param = libc::sched_param { sched_priority: 1 };
                 if libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) == 0
                 {
@@ -138,8 +142,12 @@ pub fn raise_priority() -> &'static str {
                 }
             }
             let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-            if libc::setpriority(libc::PRIO_PROCESS, tid, -10) == 0 {
+            if cap != "slice" && libc::setpriority(libc::PRIO_PROCESS, tid, -10) == 0 {
                 return "nice";
+            }
+            if set_slice(SHORT_SLICE_NS) {
+                libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
+                return "slice";
             }
         }
         "normal"
@@ -204,11 +212,61 @@ pub fn restore_priority(applied: &str) {
                 let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
                 libc::setpriority(libc::PRIO_PROCESS, tid, 0);
             }
+            "slice" => {
+                set_slice(0);
+                libc::prctl(libc::PR_SET_TIMERSLACK, 0 as libc::c_ulong);
+            }
             _ => {}
         }
     }
     #[cfg(not(target_os = "linux"))]
     let _ = applied;
+}
+
+/// The scheduler slice the dispatcher asks for where it may not run real-time: 0.1 ms, the
+/// shortest Linux grants an ordinary thread.
+pub const SHORT_SLICE_NS: u64 = 100_000;
+
+/// `struct sched_attr` of sched_setattr(2) (its first version, 48 bytes).
+#[cfg(target_os = "linux")]
+#[repr(C)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime: u64,
+    deadline: u64,
+    period: u64,
+}
+
+/// Ask for a scheduler slice of `ns` for the calling thread, keeping the ordinary policy and its
+/// niceness (0: the default slice back). A kernel before 6.12 accepts and ignores it; false where
+/// it refuses.
+#[cfg(target_os = "linux")]
+fn set_slice(ns: u64) -> bool {
+    // SAFETY: plain syscalls on the calling thread; `attr` is a valid, initialized sched_attr
+    // whose size field says how much of it the kernel may read.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        *libc::__errno_location() = 0;
+        let nice = libc::getpriority(libc::PRIO_PROCESS, tid);
+        if nice == -1 && *libc::__errno_location() != 0 {
+            return false;
+        }
+        let attr = SchedAttr {
+            size: std::mem::size_of::<SchedAttr>() as u32,
+            policy: libc::SCHED_OTHER as u32,
+            flags: 0,
+            nice,
+            priority: 0,
+            runtime: ns,
+            deadline: 0,
+            period: 0,
+        };
+        libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) == 0
+    }
 }
 
 /// The status files of a runtime's worker threads (each registers itself on start).
@@ -252,5 +310,65 @@ mod tests {
         }
         let d = since(switches(&path), before);
         assert!(d.voluntary >= 5, "{d:?}");
+    }
+
+    /// The calling thread's policy and scheduler slice (sched_getattr(2)).
+    #[cfg(target_os = "linux")]
+    fn policy_and_slice() -> (u32, u64) {
+        let mut attr = std::mem::MaybeUninit::<SchedAttr>::zeroed();
+        // SAFETY: the kernel writes at most `size` bytes into the zeroed buffer.
+        unsafe {
+            let size = std::mem::size_of::<SchedAttr>() as libc::c_uint;
+            let r = libc::syscall(libc::SYS_sched_getattr, 0, attr.as_mut_ptr(), size, 0);
+            assert_eq!(r, 0, "sched_getattr: {}", std::io::Error::last_os_error());
+            let attr = attr.assume_init();
+            (attr.policy, attr.runtime)
+        }
+    }
+
+    /// Kernels from 6.12 keep an ordinary thread's own slice (EEVDF's custom slices).
+    #[cfg(target_os = "linux")]
+    fn keeps_custom_slices() -> bool {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
+        let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        (major, minor) >= (6, 12)
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_short_slice_is_set_and_given_back() {
+        // on a thread of its own: the slice and the timer slack are per thread
+        std::thread::spawn(|| {
+            let (policy, default_slice) = policy_and_slice();
+            assert_eq!(policy, libc::SCHED_OTHER as u32);
+            assert!(set_slice(SHORT_SLICE_NS));
+            if keeps_custom_slices() {
+                assert_eq!(
+                    policy_and_slice(),
+                    (libc::SCHED_OTHER as u32, SHORT_SLICE_NS)
+                );
+            }
+            restore_priority("slice");
+            let (_, slice) = policy_and_slice();
+            assert_eq!(slice, default_slice);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_idle_engine_thread_runs_under_sched_idle() {
+        std::thread::spawn(|| {
+            assert_eq!(lower_priority("idle"), "idle");
+            assert_eq!(policy_and_slice().0, libc::SCHED_IDLE as u32);
+            // the threads it starts inherit it
+            let child = std::thread::spawn(|| policy_and_slice().0).join().unwrap();
+            assert_eq!(child, libc::SCHED_IDLE as u32);
+        })
+        .join()
+        .unwrap();
     }
 }
