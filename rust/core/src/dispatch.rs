@@ -30,10 +30,11 @@ use crate::users::Users;
 /// yield: on a contended core a yield can cost a whole scheduler slice (milliseconds).
 pub const SPIN_WINDOW: Duration = Duration::from_micros(300);
 
-/// The spin margin of a dispatcher that runs real-time with no timer slack
-/// (`threads::raise_priority` gave "fifo"): it wakes within a few µs of its timer, and a long
-/// real-time spin would keep the runner's own I/O thread and a local server off that CPU at high
-/// rates (at 4,000 req/s a 300 µs spin is the whole CPU).
+/// The spin margin of a dispatcher that runs real-time with no timer slack, or on the short
+/// slice with none (`threads::raise_priority` gave "fifo" or "slice"): it wakes within a few µs
+/// of its timer (a short-slice thread that spins longer spends its slice and lets busy threads
+/// back in ahead of it), and a long real-time spin would keep the runner's own I/O thread and a
+/// local server off that CPU at high rates (at 4,000 req/s a 300 µs spin is the whole CPU).
 pub const FIFO_SPIN_WINDOW: Duration = Duration::from_micros(20);
 
 /// Longest sleep between checks of the cancel flag.
