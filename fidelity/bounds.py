@@ -68,6 +68,9 @@ FIXED_BOUNDS: dict[str, float] = {
     "arrivals.peak_to_mean": 0.15,
     "sessions.turns": 0.05,
     "sessions.think_time.ks": 0.1,
+    # schema 3 graphs: under --sessions dag no request leaves before its dependencies ended
+    "sessions.dag.early": 0.0,
+    "sessions.dag.wait.ks": 0.1,
     "outcomes.ttft": 0.1,
     "outcomes.itl": 0.1,
     "outcomes.e2e": 0.1,
@@ -97,6 +100,8 @@ CEILINGS: dict[str, float] = {
     "arrivals.peak_to_mean": 0.30,
     "sessions.turns": 0.25,
     "sessions.think_time.ks": 0.15,
+    "sessions.dag.early": 0.05,
+    "sessions.dag.wait.ks": 0.15,
     "outcomes.ttft": 0.25,
     "outcomes.itl": 0.25,
     "outcomes.e2e": 0.25,

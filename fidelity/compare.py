@@ -265,6 +265,15 @@ def _dispersion(window_s: float) -> Callable[[Side], float | None]:
     return lambda s: stats.index_of_dispersion(counts(s, window_s))
 
 
+def _sent_early(s: Side) -> float | None:
+    """Share of a side's requests with a known dependency wait that were sent before a
+    dependency ended by more than the side's timing slack (live: none, by definition)."""
+    if s.dep_wait_s is None:
+        return None
+    w = s.dep_wait_s[np.isfinite(s.dep_wait_s)]
+    return float((w * s.time_scale < -s.time_slack_s).mean()) if len(w) else None
+
+
 def _turns(s: Side) -> float | None:
     sessions = len(np.unique(s.sessions)) if s.n else 0
     return s.n / sessions if sessions else None
@@ -419,6 +428,21 @@ def _specs(outcomes_judged: bool) -> list[_Spec]:
             _two_sample(stats.ks_distance, _scaled(lambda s: s.think_s)),
             "think time: previous turn's end to the next turn (KS D, live seconds)",
             applicable=_needs("think_s", "think times (recorded durations)"),
+        ),
+        _Spec(
+            "sessions",
+            "sessions.dag.early",
+            _scalar(_sent_early, relative=False),
+            "share of the requests with dependencies sent before a dependency ended (absolute difference)",
+            applicable=_needs("dep_wait_s", "dependencies (schema 3 depends_on)"),
+            aa_judged=False,  # request by request: live's are 0 by definition
+        ),
+        _Spec(
+            "sessions",
+            "sessions.dag.wait.ks",
+            _two_sample(stats.ks_distance, _scaled(lambda s: s.dep_wait_s)),
+            "wait: the last dependency's end to the request (tool or think time; KS D, live seconds)",
+            applicable=_needs("dep_wait_s", "dependencies (schema 3 depends_on)"),
         ),
     ]
     for what, attr in (("ttft", "ttft_s"), ("e2e", "e2e_s"), ("itl", "itl_s")):

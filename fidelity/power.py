@@ -95,6 +95,7 @@ CHANGES: dict[str, Change] = {
     "output_tokens": replace(LENGTHS, apply=_scaled("output_tokens")),
     "arrivals": Change("arrivals", burstier, 4.0, stated=cv_change, limit="interarrival gaps to the power 5"),
     "sessions.think_time": Change("think times", _scaled("think_s"), 4.0, limit="think times x5"),
+    "sessions.dag.wait": Change("think times", _scaled("dep_wait_s"), 4.0, limit="waits x5"),
     "outcomes.ttft": Change("outcomes", _scaled("ttft_s"), 4.0, limit="latencies x5"),
     "outcomes.e2e": Change("outcomes", _scaled("e2e_s"), 4.0, limit="latencies x5"),
     "outcomes.itl": Change("outcomes", _scaled("itl_s"), 4.0, limit="latencies x5"),
@@ -125,7 +126,7 @@ def in_words(family: str, size: float, signed: bool = True) -> str:
     return f"{name} {100 * size:+.3g}%" if signed else f"{name} {100 * size:g}%"
 
 
-_NO_CHANGE = ("lengths.spearman", "cache.reuse_time", "sessions.turns", "arrivals.send_lag")
+_NO_CHANGE = ("lengths.spearman", "cache.reuse_time", "sessions.turns", "sessions.dag.early", "arrivals.send_lag")
 
 
 def change_for(name: str) -> Change | None:

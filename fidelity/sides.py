@@ -80,6 +80,10 @@ class Side:
     # was released (a causal turn held for the turn before: later than due); None for live
     scheduled_s: np.ndarray | None = None
     ready_s: np.ndarray | None = None
+    # schema 3 traces: per request, its time less the latest end of its dependencies on this side
+    # (live: the recorded wait_us; a replay: its send less their ends; negative: sent before a
+    # dependency ended), in this side's seconds; NaN where it has none; None without dependencies
+    dep_wait_s: np.ndarray | None = None
     _memo: dict = field(default_factory=dict, init=False, repr=False)
 
     @property
@@ -151,6 +155,7 @@ class Side:
             ids=cut(self.ids),
             scheduled_s=cut(self.scheduled_s),
             ready_s=cut(self.ready_s),
+            dep_wait_s=cut(self.dep_wait_s),
         )
 
 
@@ -162,6 +167,25 @@ def _think_times(df: pl.DataFrame, start: str, end: str) -> np.ndarray:
     """Per row: its ``start`` minus the previous turn's ``end`` in the same session (NaN for a
     first turn or where either is missing). ``df`` in time order with a ``_session`` column."""
     return _f64(df.select((pl.col(start) - pl.col(end).shift(1).over("_session")).alias("t"))["t"])
+
+
+def dependency_waits(df: pl.DataFrame, start: str, end: str) -> np.ndarray | None:
+    """Per row of ``df`` (with ``request_id`` and ``depends_on``): its ``start`` less the latest
+    ``end`` among its dependencies that are rows of ``df`` (NaN where it has none, or an end is
+    unknown); None when no row depends on another."""
+    if "depends_on" not in df.columns or not bool((df["depends_on"].list.len() > 0).any()):
+        return None
+    edges = (
+        df.select(pl.int_range(pl.len()).alias("_i"), pl.col("depends_on").alias("_dep"), pl.col(start).alias("_start"))
+        .explode("_dep")
+        .join(df.select(pl.col("request_id").alias("_dep"), pl.col(end).alias("_end")), on="_dep", how="inner")
+        .group_by("_i")
+        .agg(pl.col("_start").first(), pl.col("_end").max(), pl.col("_end").null_count().alias("_unknown"))
+        .filter(pl.col("_unknown") == 0)
+    )
+    out = np.full(df.height, np.nan)
+    out[edges["_i"].to_numpy()] = (edges["_start"] - edges["_end"]).cast(pl.Float64).to_numpy()
+    return out
 
 
 def live_side(df: pl.DataFrame, block_size: int, name: str = "live") -> Side:
@@ -182,6 +206,16 @@ def live_side(df: pl.DataFrame, block_size: int, name: str = "live") -> Side:
         cached = None
     ttft = _f64(df["ttft_us"]) / 1e6 if "ttft_us" in has else None
     recorded = _f64(df["input_tokens"])
+    dep_wait = None
+    if "depends_on" in has:
+        # the recorded wait where there is one, else the arrival less the dependencies' recorded ends
+        if "_end" not in df.columns:
+            df = df.with_columns(_end=pl.lit(None, dtype=pl.Float64))
+        dep_wait = dependency_waits(df, "_t", "_end")
+        if dep_wait is not None and "wait_us" in has:
+            recorded_wait = _f64(df["wait_us"]) / 1e6
+            has_deps = (df["depends_on"].list.len() > 0).to_numpy()
+            dep_wait = np.where(np.isfinite(recorded_wait) & has_deps, recorded_wait, dep_wait)
     return Side(
         name=name,
         times_s=df["_t"].to_numpy(),
@@ -196,6 +230,7 @@ def live_side(df: pl.DataFrame, block_size: int, name: str = "live") -> Side:
         ttft_s=None if ttft is None or np.isnan(ttft).all() else ttft,
         e2e_s=None if e2e is None or np.isnan(e2e).all() else e2e,
         ids=df["request_id"].to_numpy(),
+        dep_wait_s=dep_wait,
     )
 
 
@@ -310,6 +345,7 @@ def replay_side(
     (``sent``: their block hashes and recorded lengths, what the replay offered the engine;
     ``messages``: their message counts, :func:`message_counts`, for the template's fit)."""
     cols = ["request_id", "block_hashes", "input_tokens", "output_tokens"]
+    cols += ["depends_on"] if "depends_on" in sent.columns else []
     df = stage.select(pl.exclude("input_tokens")).join(
         sent.select(cols).rename({"input_tokens": "recorded_input", "output_tokens": "recorded_output"}),
         on="request_id",
@@ -362,6 +398,8 @@ def replay_side(
             / 1e6
         )
     t = df["_t"].to_numpy()
+    # a dependency that was never sent or never ended leaves its dependent's wait unknown
+    dep_wait = dependency_waits(df, "_t", "_end") if "depends_on" in df.columns else None
     return Side(
         name=name,
         times_s=t,
@@ -382,4 +420,5 @@ def replay_side(
         ids=df["request_id"].to_numpy(),
         scheduled_s=_f64(df["intended_ns"]) / 1e9,
         ready_s=_f64(df["release_ns"]) / 1e9,
+        dep_wait_s=dep_wait,
     )

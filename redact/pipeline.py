@@ -656,14 +656,14 @@ def redact_file(
         # first pass: analyse every text (the slow part: the progress counts it), learning every
         # value found, before any row is written
         for batch in f.iter_batches(batch_size=ROW_BATCH):
-            part = validate(batch_frame(batch), meta, f"{src.name} (row batch from row {row})")
+            part = validate(batch_frame(batch), meta, f"{src.name} (row batch from row {row})", whole=False)
             row += part.height
             r.learn(frame_texts(part), frame_names(part))
             if progress is not None:
                 progress(row, total)
         row = 0
         for batch in f.iter_batches(batch_size=ROW_BATCH):
-            rows = validate(batch_frame(batch), meta, f"{src.name} (row batch from row {row})")
+            rows = validate(batch_frame(batch), meta, f"{src.name} (row batch from row {row})", whole=False)
             row += rows.height
             out = accounts.add(*r.redact_rows(rows, meta.block_size_tokens))
             if out.height:

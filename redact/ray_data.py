@@ -83,7 +83,7 @@ class _AnalyseBatches:
         from redact.mentions import Mentions
         from replay.trace import batch_frame, validate
 
-        rows = validate(batch_frame(batch), self.meta, f"{self.source} (a row batch)")
+        rows = validate(batch_frame(batch), self.meta, f"{self.source} (a row batch)", whole=False)
         found, values = {}, Mentions()
         learn_names(values, frame_names(rows))
         for text, e in self.redactor.redact_texts(frame_texts(rows), build=False).items():
@@ -128,7 +128,7 @@ class _RedactBatches:
     def __call__(self, batch):
         from replay.trace import batch_frame, validate
 
-        rows = validate(batch_frame(batch), self.meta, f"{self.source} (a row batch)")
+        rows = validate(batch_frame(batch), self.meta, f"{self.source} (a row batch)", whole=False)
         out, accounts = self.redactor.redact_rows(rows, self.meta.block_size_tokens)
         return out.with_columns(pl.Series(ACCOUNT_COLUMN, [pickle.dumps(a) for a in accounts], dtype=pl.Binary)).to_arrow()
 

@@ -148,6 +148,8 @@ def run(
     body_offsets: npt.NDArray[np.uint64] | None = None,
     after: npt.NDArray[np.int64] | None = None,
     think_ns: npt.NDArray[np.int64] | None = None,
+    joins: npt.NDArray[np.int64] | None = None,
+    join_offsets: npt.NDArray[np.int64] | None = None,
     progress: Callable[[int, int, int], object] | None = None,
     progress_interval_s: float = 0.2,
     results: Callable[[Rows], object] | None = None,

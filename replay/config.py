@@ -33,8 +33,8 @@ __all__ = [
 
 ArrivalKind = Literal["trace", "poisson", "gamma", "constant"]
 ARRIVAL_KINDS = ("trace", "poisson", "gamma", "constant")
-SessionMode = Literal["open", "causal"]
-SESSION_MODES = ("open", "causal")
+SessionMode = Literal["auto", "open", "causal", "dag"]
+SESSION_MODES = ("auto", "open", "causal", "dag")
 AnswerMode = Literal["engine", "recorded"]
 ANSWER_MODES = ("engine", "recorded")
 
@@ -125,8 +125,12 @@ class RunConfig:
     # target's /metrics; "none", not read
     metrics_url: str | None = None
     # open: every request at its scheduled time; causal: a session's turn k also waits for the
-    # end of turn k-1 plus the recorded think time (see replay.causal)
-    sessions: SessionMode = "open"
+    # end of turn k-1 plus the recorded think time (see replay.causal); dag: a request also waits
+    # for the end of every request it depends on plus its recorded wait (see replay.dag); auto:
+    # dag when the trace has dependencies, else open (replay.plan.session_mode)
+    sessions: SessionMode = "auto"
+    # dag: apply the recorded waits as they were, not scaled by the stage's compression of time
+    keep_waits: bool = False
     # causal sessions: a turn resends the previous turn's answer as the target engine streamed it
     # ("engine", as live clients do, so the engine's prefix cache sees its own answer), or as
     # recorded (rust/core/src/answers.rs)
@@ -169,7 +173,7 @@ class RunConfig:
         if not self.drain_s >= 0:
             raise ConfigError(f"--drain: must be >= 0 (0 = no limit), got {self.drain_s}")
         if self.sessions not in SESSION_MODES:
-            raise ConfigError(f"--sessions: unknown mode '{self.sessions}' (open or causal)")
+            raise ConfigError(f"--sessions: unknown mode '{self.sessions}' ({', '.join(SESSION_MODES)})")
         if self.answers not in ANSWER_MODES:
             raise ConfigError(f"--answers: unknown mode '{self.answers}' (engine or recorded)")
         if self.concurrency is not None:
@@ -206,6 +210,8 @@ class RunConfig:
             raise ConfigError(f"--concurrency: a closed-loop stage has no arrivals to draw (--arrivals {self.arrivals.kind})")
         if c > self.max_connections:
             raise ConfigError(f"--concurrency: {c} users need as many connections; --max-connections is {self.max_connections}")
+        if self.sessions == "dag":
+            raise ConfigError("--concurrency: a closed-loop stage replays chains (--sessions causal), not --sessions dag")
 
     @property
     def closed_loop(self) -> bool:

@@ -6,7 +6,9 @@ see docs/latency.md). Send lag (actual send - the time the request became due) i
 error; a stage whose send lag p99 exceeds the bound is marked invalid, and ``invalid_reason`` says
 how often the runner's own threads lost the CPU. With causal sessions a turn becomes due at the
 later of its schedule and the end of the previous turn + think time; how far that held it back
-is ``slip_ms``, apart from the lag. ``conn_ms`` is the time spent getting or opening a connection.
+is ``slip_ms``, apart from the lag (the same for ``--sessions dag``, whose requests wait for
+every dependency: ``after_failed_dependency`` counts those sent after one failed). ``conn_ms`` is
+the time spent getting or opening a connection.
 Requests still open when the drain ended are ``cut_off`` errors. Goodput counts requests that meet
 every SLO, per second; a request with one output token has no TPOT, so it does not meet a TPOT
 objective. ``rejected`` counts the requests the server refused as invalid (an HTTP 4xx other than
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, TypedDict, cast
 
 import numpy as np
@@ -143,6 +145,9 @@ class StageSummary:
     slo_pass: bool | None
     goodput_rps: float | None
     duration_s: float
+    # gated stages (--sessions causal or dag): requests sent after a dependency failed (sent anyway,
+    # when it ended; the results' after_failed_dependency). Summaries written before it lack it.
+    after_failed_dependency: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The stage as JSON-ready data, a key per field (the shape of a summary.json stage)."""
@@ -152,10 +157,10 @@ class StageSummary:
     def from_json(cls, data: Mapping[str, Any], where: str = "a stage summary") -> StageSummary:
         """A stage read back from :meth:`to_json`'s shape; keys it does not know (what the CLI
         added) are left out; a missing one is a ConfigError naming it and `where`."""
-        missing = [f.name for f in fields(cls) if f.name not in data]
+        missing = [f.name for f in fields(cls) if f.name not in data and f.default is MISSING]
         if missing:
             raise ConfigError(f"{where}: no '{missing[0]}' (not a stage summary of this version of faithful-replay)")
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 @dataclass(frozen=True)
@@ -351,7 +356,7 @@ def summarize(result: StageResult) -> StageSummary:
         concurrency=config.concurrency,
         # closed loop: no schedule to slip behind (a request is due at its release)
         slip_ms={**_pcts(slip.astype(np.float64), 1e6), "max": float(slip.max()) / 1e6 if len(slip) else None}
-        if config.sessions == "causal" and not config.closed_loop
+        if config.sessions in ("causal", "dag") and not config.closed_loop
         else None,
         cancelled=result.cancelled,
         cut_off=int((df["error"] == "cut_off").sum()),
@@ -369,4 +374,5 @@ def summarize(result: StageResult) -> StageSummary:
         slo_pass=(n > 0 and met / n >= slo.attainment) if not slo.empty else None,
         goodput_rps=met / duration_s if duration_s > 0 else None,
         duration_s=duration_s,
+        after_failed_dependency=int(df["after_failed_dependency"].sum()) if "after_failed_dependency" in df.columns else 0,
     )

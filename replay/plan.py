@@ -26,7 +26,7 @@ from replay.config import RunConfig
 from replay.errors import ConfigError, TraceError
 from replay.trace import Trace
 
-__all__ = ["Plan", "build_plan", "schedule", "offered_window", "send_limits", "API_PATHS", "BODY_WINDOW"]
+__all__ = ["Plan", "build_plan", "schedule", "offered_window", "send_limits", "session_mode", "API_PATHS", "BODY_WINDOW"]
 
 API_PATHS = {
     "chat": "/v1/chat/completions",
@@ -61,6 +61,8 @@ class Plan:
     # causal sessions resending the engine's answers: each body's earlier answers are located
     # (body_windows' spans) so that the runner can write the engine's own in their place
     mark_answers: bool = False
+    # how requests wait for each other: open, causal or dag (config's "auto" resolved: session_mode)
+    sessions: str = "open"
 
     @property
     def n(self) -> int:
@@ -287,6 +289,16 @@ def _rewrite_body(
     return body_json(obj).encode(), []
 
 
+def session_mode(config: RunConfig, trace: Trace) -> str:
+    """The stage's session mode: ``config.sessions``, where ``auto`` is ``dag`` for a trace with
+    dependencies (:func:`replay.dag.has_edges`) in an open-loop stage, else ``open``."""
+    from replay.dag import has_edges
+
+    if config.sessions != "auto":
+        return config.sessions
+    return "dag" if not config.closed_loop and has_edges(trace.df) else "open"
+
+
 def build_plan(trace: Trace, config: RunConfig, model: str | None = None) -> Plan:
     """Select the rows this stage sends (see :func:`schedule`); their bodies are made as the
     stage runs (:meth:`Plan.body_windows`).
@@ -300,6 +312,7 @@ def build_plan(trace: Trace, config: RunConfig, model: str | None = None) -> Pla
     api_codes = {api: i for i, api in enumerate(API_PATHS)}
     path_index = rows["api"].replace_strict(api_codes, return_dtype=pl.UInt8).to_numpy()
     window_s, offered_rate = offered_window(offsets, config.duration_s)
+    sessions = session_mode(config, trace)
     return Plan(
         rows=rows.drop("body", strict=False),
         offsets_ns=offsets,
@@ -310,5 +323,6 @@ def build_plan(trace: Trace, config: RunConfig, model: str | None = None) -> Pla
         trace=trace,
         model=config.model or model,
         ignore_eos=config.ignore_eos,
-        mark_answers=config.sessions == "causal" and config.answers == "engine",
+        mark_answers=sessions in ("causal", "dag") and config.answers == "engine",
+        sessions=sessions,
     )

@@ -16,16 +16,18 @@ it runs; the warm-up and the runner's own thread statistics come back as
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
 import contextlib
+import dataclasses
 
 from replay.causal import causal_gates
-from replay.config import RunConfig
+from replay.dag import after_failed, dag_gates
+from replay.config import RunConfig, SessionMode
 from replay.engine_metrics import EngineSampler
 from replay.errors import RunnerError
 from replay.metrics import StageResult
@@ -189,8 +191,16 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None, on
 
     frames: list[pl.DataFrame] = []
 
+    # gated stages: per request, whether it failed (its dependents are marked)
+    failed = np.zeros(plan.n, dtype=bool)
+    gates: tuple[np.ndarray, np.ndarray | None, np.ndarray | None] | None = None
+
     def take(raw: Rows) -> None:
         frame = _results_frame(plan, raw)
+        lo, hi = int(raw["first"]), int(raw["first"]) + frame.height
+        failed[lo:hi] = ((frame["error"] != "none") | (frame["status"].fill_null(0) >= 400)).to_numpy()
+        marked = after_failed(*gates, failed=failed, lo=lo, hi=hi) if gates is not None else np.zeros(frame.height, dtype=bool)
+        frame = frame.with_columns(after_failed_dependency=pl.Series(marked, dtype=pl.Boolean))
         if config.closed_loop:  # no schedule: a request was due when the runner released it
             frame = frame.with_columns(intended_ns=pl.col("release_ns").fill_null(pl.col("intended_ns")))
         if frame.height:
@@ -203,11 +213,14 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None, on
         total = plan.n
         callback = lambda sent, completed, errors: progress(sent, completed, errors, total)  # noqa: E731
 
-    after, think_ns = (
-        causal_gates(plan.rows, plan.offsets_ns, scale=1.0 if config.closed_loop else None)
-        if config.sessions == "causal"
-        else (None, None)
-    )
+    config = dataclasses.replace(config, sessions=cast(SessionMode, plan.sessions))  # "auto" resolved
+    after, think_ns, joins, join_offsets = None, None, None, None
+    if plan.sessions == "causal":
+        after, think_ns = causal_gates(plan.rows, plan.offsets_ns, scale=1.0 if config.closed_loop else None)
+    elif plan.sessions == "dag":
+        after, think_ns, joins, join_offsets = dag_gates(plan.rows, plan.offsets_ns, keep_waits=config.keep_waits)
+    if after is not None:
+        gates = (after, joins, join_offsets)
     windows = plan.body_windows()
     sampler = engine_sampler(config)
     with sampler if sampler is not None else contextlib.nullcontext():
@@ -219,6 +232,8 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None, on
             lambda: next(windows, None),
             after=after,
             think_ns=think_ns,
+            joins=joins,
+            join_offsets=join_offsets,
             progress=callback,
             results=take,
         )
@@ -226,11 +241,11 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None, on
     got = sum(f.height for f in frames)
     if got != plan.n:
         raise RunnerError(f"runner returned {got} records for {plan.n} requests")
-    requests = pl.concat(frames) if frames else _results_frame(plan, raw)
+    requests = pl.concat(frames) if frames else _results_frame(plan, raw).with_columns(after_failed_dependency=pl.lit(False))
     if progress is not None:
-        failed = requests["error"] != "none"
-        finished = int((requests["end_ns"].is_not_null() | failed).sum())
-        progress(int(requests["sent_ns"].is_not_null().sum()), finished, int(failed.sum()), plan.n)
+        errors = requests["error"] != "none"
+        finished = int((requests["end_ns"].is_not_null() | errors).sum())
+        progress(int(requests["sent_ns"].is_not_null().sum()), finished, int(errors.sum()), plan.n)
     return StageResult(
         config=config,
         requests=requests,

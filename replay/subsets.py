@@ -8,9 +8,10 @@ same way from the smaller trace (:mod:`replay.synth` seeds a row's text by its r
 its position).
 
 - :func:`sample_sessions` keeps whole sessions: a session is kept when
-  blake2b-64(``seed``, session id) / 2**64 < ``fraction``, so every turn of a kept session is
-  kept (and the prefix sharing inside it), the choice needs no memory of the sessions seen, and
-  the same seed keeps the same sessions of any file. A row without a session is a session of its
+  blake2b-64(``seed``, its root session id) / 2**64 < ``fraction``, so every turn of a kept session is
+  kept (and the prefix sharing inside it), and the same seed keeps the same sessions of any file.
+  A subagent's session (``parent_session_id``) goes with the session that spawned it: the draw is
+  made for the root of that chain. A row without a session is a session of its
   own (its request id). Times are unchanged.
 - :func:`slice_window` keeps the rows that arrive in ``[start_s, end_s)`` seconds from the
   trace's start and moves time 0 to ``start_s`` (``t0_unix_us`` moves with it), so the gap from
@@ -28,8 +29,9 @@ from pathlib import Path
 
 import polars as pl
 
+from replay.dag import has_edges
 from replay.errors import ConfigError, TraceError
-from replay.trace import TraceWriter, batch_frame, read_meta, read_trace, validate
+from replay.trace import SEGMENT_GLOB, TraceWriter, batch_frame, read_meta, read_trace, validate
 
 __all__ = ["sample_sessions", "slice_window", "session_kept"]
 
@@ -53,12 +55,12 @@ def _row_batches(src: Path, meta) -> Iterator[pl.DataFrame]:
         n = len(trace)
         for start, bodies in zip(range(0, n, _BATCH_ROWS), trace.body_batches(n, _BATCH_ROWS)):
             rows = trace.df.slice(start, len(bodies)).with_columns(pl.Series("body", bodies, dtype=pl.String))
-            yield validate(rows, meta, f"{src.name} (row batch from row {start})")
+            yield validate(rows, meta, f"{src.name} (row batch from row {start})", whole=False)
         return
     done = 0
     with pq.ParquetFile(src, buffer_size=1 << 20, pre_buffer=False) as f:
         for batch in f.iter_batches(batch_size=_BATCH_ROWS):
-            rows = validate(batch_frame(batch), meta, f"{src.name} (row batch from row {done})")
+            rows = validate(batch_frame(batch), meta, f"{src.name} (row batch from row {done})", whole=False)
             done += rows.height
             yield rows
 
@@ -101,13 +103,57 @@ def sample_sessions(
     if not 0 < fraction <= 1:
         raise ConfigError(f"--sessions: a fraction in (0, 1], got {fraction}")
 
+    roots: dict[str, str] = {}  # a subagent's session -> the root session that spawned it
+
     def keep(rows: pl.DataFrame) -> pl.DataFrame:
         sessions = rows.get_column("session_id").fill_null(rows.get_column("request_id")).to_list()
+        for s, p in zip(sessions, rows.get_column("parent_session_id").to_list()):
+            if p is not None and s not in roots:
+                roots[s] = roots.get(p, p)
         cache: dict[str, bool] = {}
-        mask = [cache[s] if s in cache else cache.setdefault(s, session_kept(s, fraction, seed)) for s in sessions]
+        mask = []
+        for s in sessions:
+            root = roots.get(s, s)
+            if root not in cache:
+                cache[root] = session_kept(root, fraction, seed)
+            mask.append(cache[root])
         return rows.filter(pl.Series(mask, dtype=pl.Boolean))
 
-    return _copy(src, out, keep, progress=progress)
+    return _copy(src, out, _keeping_graph(Path(src), keep), progress=progress)
+
+
+def _file_has_edges(src: Path) -> bool:
+    """Whether a row of the trace at ``src`` depends on another (its ``depends_on`` column only)."""
+    import pyarrow.parquet as pq
+
+    for path in sorted(src.glob(SEGMENT_GLOB)) if src.is_dir() else [src]:
+        with pq.ParquetFile(path) as f:
+            if "depends_on" not in f.schema_arrow.names:
+                continue
+            for batch in f.iter_batches(batch_size=_BATCH_ROWS, columns=["depends_on"]):
+                if has_edges(batch_frame(batch)):
+                    return True
+    return False
+
+
+def _keeping_graph(src: Path, keep: Callable[[pl.DataFrame], pl.DataFrame]) -> Callable[[pl.DataFrame], pl.DataFrame]:
+    """``keep``, then each kept row's ``depends_on`` cut to the ids kept so far (see the module
+    docstring); the set of kept ids is held only for a trace with dependencies."""
+    if not _file_has_edges(Path(src)):
+        return keep
+    kept_ids: set[str] = set()
+
+    def run(rows: pl.DataFrame) -> pl.DataFrame:
+        kept = keep(rows)
+        ids = kept.get_column("request_id").to_list()
+        deps = kept.get_column("depends_on").to_list()
+        cut = []
+        for rid, d in zip(ids, deps):
+            cut.append([x for x in d if x in kept_ids])
+            kept_ids.add(rid)
+        return kept.with_columns(pl.Series("depends_on", cut, dtype=pl.List(pl.String)))
+
+    return run
 
 
 def slice_window(
@@ -130,4 +176,4 @@ def slice_window(
         cond = t >= lo if hi is None else (t >= lo) & (t < hi)
         return rows.filter(cond).with_columns(t - lo)
 
-    return _copy(src, out, keep, {"t0_unix_us": meta.t0_unix_us + lo}, progress=progress)
+    return _copy(src, out, _keeping_graph(Path(src), keep), {"t0_unix_us": meta.t0_unix_us + lo}, progress=progress)

@@ -1,4 +1,4 @@
-"""The Trace: THE one definition of the request-trace file (schema version 2; reads 1).
+"""The Trace: THE one definition of the request-trace file (schema version 3; reads 1 and 2).
 
 Owns :data:`SCHEMA`, :data:`REQUIRED_COLUMNS`, :class:`TraceMeta`, :class:`Trace`,
 :func:`validate` and :func:`read_trace`. A trace is one row per request in a Parquet file (zstd)
@@ -29,6 +29,12 @@ nothing (every record failed redaction, or its recorder died first) still says w
 Schema 2 also added what a live stream showed, for captured traffic (nullable; null elsewhere
 and in version-1 files): ``ttfb_us``, ``chunk_us``, ``finish_reason``, ``outcome``, and the
 ``capture_report`` metadata.
+
+Schema 3 says what waits for what (agentic traffic): ``depends_on`` (the request ids that must all
+have ended before a request is sent; empty in older files), ``wait_us`` (the recorded time from the
+last of them ending to its arrival: tool or think time), ``parent_session_id`` (a subagent's session
+names the session that spawned it) and ``agent`` (a role name). The rules on them (each dependency
+an earlier row of the trace: no dangling id, no cycle) are :mod:`replay.dag`'s.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from replay import dag
 from replay.blocks import BLOCK_SIZE, HASH_ALGO
 from replay.errors import TraceError
 
@@ -68,9 +75,10 @@ __all__ = [
     "OUTCOMES",
 ]
 
-SCHEMA_VERSION = 2
-# versions this build reads (a version 1 file is a version 2 trace whose bodies are all present)
-READ_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+# versions this build reads (a version 1 file is a version 2 trace whose bodies are all present;
+# a version 1 or 2 file is a version 3 trace without dependencies)
+READ_VERSIONS = (1, 2, 3)
 # a capture folder's Parquet segments, and its spools not yet rolled (written by capture.spool)
 SEGMENT_GLOB = "segment-*.parquet"
 SPOOL_GLOB = "spool-*.jsonl"
@@ -106,6 +114,14 @@ SCHEMA: dict[str, pl.DataType] = {
     # a null body built from blocks (Mooncake): the source's id of each block of
     # ``synthesis.block_tokens`` prompt tokens, the partial last block included (replay.synth)
     "hash_ids": pl.List(pl.UInt64()),
+    # schema 3: what waits for what (replay.dag): the request ids that must all have ended before
+    # this one is sent (earlier rows; empty: none), the recorded time from the last of them
+    # ending to this arrival (tool or think time), the session that spawned this one (a
+    # subagent's), and the agent's role name where the source has one
+    "depends_on": pl.List(pl.String()),
+    "wait_us": pl.Int64(),
+    "parent_session_id": pl.String(),
+    "agent": pl.String(),
 }
 # A frame or file must have these; the other columns may be absent and are then filled
 # (nulls; turn 0; no block hashes).
@@ -129,6 +145,7 @@ _NON_NEGATIVE = (
     "ttft_us",
     "e2e_us",
     "ttfb_us",
+    "wait_us",
 )
 
 
@@ -298,7 +315,8 @@ class TraceWriter:
         import pyarrow.parquet as pq
 
         source = self.path.name
-        df = validate(df, self.meta, source=source)
+        df = validate(df, self.meta, source=source, whole=False)
+        dag.check(df, source, earlier=self._ids, first_row=self.rows)
         arrival = df.get_column("arrival_us")
         if self._last_arrival is not None and arrival[0] < self._last_arrival:
             raise TraceError(f"{source}: column 'arrival_us' is not sorted (row {self.rows} goes back in time)")
@@ -379,13 +397,14 @@ def batch_frame(batch: Any) -> pl.DataFrame:
     return frame
 
 
-def validate(df: pl.DataFrame, meta: TraceMeta, source: str, bodies: bool = True) -> pl.DataFrame:
-    """Check ``df`` against schema 2 and return it with exact dtypes and column order.
+def validate(df: pl.DataFrame, meta: TraceMeta, source: str, bodies: bool = True, whole: bool = True) -> pl.DataFrame:
+    """Check ``df`` against schema 3 and return it with exact dtypes and column order.
 
     Integer columns of another width or signedness are cast when the values fit; absent
     optional columns are filled. With ``bodies=False`` the frame has no 'body' column (the
-    bodies are checked elsewhere: :func:`check_bodies`). Raises :class:`TraceError` naming
-    ``source`` and the column.
+    bodies are checked elsewhere: :func:`check_bodies`). ``whole=False``: ``df`` is a batch of
+    a trace, whose dependencies may be earlier batches' rows (:class:`TraceWriter` checks those).
+    Raises :class:`TraceError` naming ``source`` and the column.
     """
     if meta.schema_version not in READ_VERSIONS:
         raise TraceError(
@@ -406,12 +425,14 @@ def validate(df: pl.DataFrame, meta: TraceMeta, source: str, bodies: bool = True
             cols.append(_cast_column(df.get_column(name), dtype, source))
         elif name == "turn":
             cols.append(pl.Series(name, [0] * df.height, dtype=dtype))
-        elif name == "block_hashes":
+        elif name in ("block_hashes", "depends_on"):
             cols.append(pl.Series(name, [[]] * df.height, dtype=dtype))
         else:
             cols.append(pl.Series(name, [None] * df.height, dtype=dtype))
-    out = pl.DataFrame(cols)
+    # no dependencies: an empty list (a null one, from a writer that does not know the column, too)
+    out = pl.DataFrame(cols).with_columns(pl.col("depends_on").fill_null(pl.lit([], dtype=pl.List(pl.String))))
     _check_values(out, source, synthesis=bool(meta.synthesis))
+    dag.check(out, source, whole=whole)
     if meta.synthesis:
         from replay.synth import Synthesis
 

@@ -22,6 +22,7 @@ from typing import TypedDict
 import numpy as np
 import polars as pl
 
+from replay.dag import shape
 from replay.trace import Trace
 
 __all__ = [
@@ -146,8 +147,8 @@ def _quantiles(s: pl.Series, prefix: str) -> dict[str, float | None]:
 
 def trace_summary(trace: Trace) -> dict[str, object]:
     """Rows, duration, rate, burstiness (interarrival CV and the counting-process statistics),
-    token-length percentiles, sessions, timestamp bucketing, prefix reuse and the rate over time
-    of ``trace``."""
+    token-length percentiles, sessions, timestamp bucketing, prefix reuse, the rate over time and
+    the dependency graph's shape (:func:`replay.dag.shape`) of ``trace``."""
     df = trace.df
     arrival = df["arrival_us"].to_numpy().astype(np.float64) / 1e6
     rows = len(arrival)
@@ -177,4 +178,6 @@ def trace_summary(trace: Trace) -> dict[str, object]:
     out["source_format"] = trace.meta.source_format
     out["tokenizer"] = trace.meta.tokenizer
     out["rate_series"] = rate_series(arrival)
+    # schema 3: the dependency graph's shape (None without dependencies)
+    out["dag"] = shape(df)
     return out

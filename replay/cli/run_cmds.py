@@ -122,17 +122,26 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     d = RUNNER_DEFAULTS
     p.add_argument(
         "--sessions",
-        default="open",
-        choices=["open", "causal"],
-        help="open (default): every request at its scheduled time; causal: a session's turn k "
-        "also waits for the end of turn k-1 plus the recorded think time (first turns stay "
-        "open-loop; how far turns slipped is reported apart from the send lag)",
+        default="auto",
+        choices=["auto", "open", "causal", "dag"],
+        help="auto (default): dag when the Trace has dependencies (schema 3 depends_on), else open; "
+        "open: every request at its scheduled time; causal: a session's turn k also waits for the "
+        "end of turn k-1 plus the recorded think time; dag: a request also waits for the end of "
+        "every request it depends on plus its recorded wait (fan-out siblings leave together, a "
+        "join waits for all). First turns stay open-loop; how far requests slipped is reported "
+        "apart from the send lag",
+    )
+    p.add_argument(
+        "--keep-waits",
+        action="store_true",
+        help="with --sessions dag, apply the recorded waits (tool and think times) as they were, not "
+        "scaled as the stage scales time",
     )
     p.add_argument(
         "--answers",
         default="engine",
         choices=["engine", "recorded"],
-        help="with --sessions causal, the earlier answers a turn resends: engine (default): the "
+        help="with --sessions causal or dag, the earlier answers a turn resends: engine (default): the "
         "ones the target streamed, as a live client resends them (its prefix cache then sees "
         "its own answers); recorded: the trace's, as stored",
     )
@@ -369,6 +378,7 @@ def _config(args: argparse.Namespace, rate: float | None, speedup: float | None)
         insecure=args.insecure,
         metrics_url=args.metrics_url,
         sessions=args.sessions,
+        keep_waits=args.keep_waits,
         answers=args.answers,
         timeout_s=parse_duration_s(args.timeout, "--timeout"),
         stall_timeout_s=parse_duration_s(args.stall_timeout, "--stall-timeout"),

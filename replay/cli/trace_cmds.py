@@ -24,14 +24,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "generate",
         help="write a seeded synthetic workload shaped like production traffic",
-        description="Sessions of several turns with think times, shared system prompts, gamma-bursty "
-        "arrivals and heavy-tailed prompt and output lengths, with exact token counts under "
-        "a real tokenizer.",
+        description="--profile chat (default): sessions of several turns with think times, shared system "
+        "prompts, gamma-bursty arrivals and heavy-tailed prompt and output lengths. --profile agent: "
+        "coding-agent sessions (schema 3): 10-20k tokens of tools and system prompt, steps with 1-8 "
+        "parallel tool calls and lognormal tool times, subagents that fan out and join back, contexts "
+        "growing to --max-context (docs/agentic.md). Exact token counts under a real tokenizer.",
     )
     p.add_argument("-o", "--out", type=Path, required=True, help="Trace Parquet file to write")
-    p.add_argument("--requests", type=int, default=1000, help="number of requests (default 1000)")
+    p.add_argument("--profile", choices=["chat", "agent"], default="chat", help="what traffic to make (default chat)")
+    p.add_argument("--requests", type=int, default=1000, help="chat: number of requests (default 1000)")
+    p.add_argument("--sessions", type=int, default=8, help="agent: root agent sessions (default 8)")
+    p.add_argument("--max-context", type=int, default=180_000, help="agent: longest prompt + output in tokens (default 180000)")
+    p.add_argument("--steps", type=float, default=31.0, help="agent: mean LLM calls per root session (default 31)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--rate", type=float, default=2.0, help="mean request rate in req/s (default 2)")
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="chat: mean request rate in req/s (default 2); agent: root sessions started per second (default 0.05)",
+    )
     p.add_argument("--burst-cv", type=float, default=2.0, help="CV of interarrival gaps (1 = Poisson; default 2)")
     p.add_argument("--system-prompts", type=int, default=4, help="distinct shared system prompts (default 4)")
     p.add_argument("--turns", type=float, default=3.0, help="mean turns per session (default 3)")
@@ -163,7 +174,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--to", dest="end", type=float, help="window end, s (default: the end of the trace)")
     p.set_defaults(func=cmd_slice)
 
-    p = sub.add_parser("inspect", help="summarize a Trace: rate, burstiness, lengths, sessions, prefix reuse")
+    p = sub.add_parser("inspect", help="summarize a Trace: rate, burstiness, lengths, sessions, prefix reuse, dependency graph")
     p.add_argument("trace", type=Path, help="a Trace: a Parquet file or a `replay capture` folder")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_inspect)
@@ -176,10 +187,26 @@ def _wrote(trace, path: Path) -> None:
 def cmd_generate(args: argparse.Namespace) -> int:
     from replay.generate import GenerateConfig, generate
 
+    if args.profile == "agent":
+        from replay.agentic import AgentConfig, generate_agentic
+
+        agent = AgentConfig(
+            sessions=args.sessions,
+            seed=args.seed,
+            session_rate=args.rate if args.rate is not None else AgentConfig.session_rate,
+            steps_mean=args.steps,
+            max_context_tokens=args.max_context,
+            tokenizer=args.tokenizer,
+            block_size=args.block_size,
+            model=args.model,
+        )
+        trace = generate_agentic(agent)
+        _wrote(trace, trace.write(args.out))
+        return 0
     config = GenerateConfig(
         n_requests=args.requests,
         seed=args.seed,
-        rate=args.rate,
+        rate=args.rate if args.rate is not None else GenerateConfig.rate,
         burst_cv=args.burst_cv,
         n_system_prompts=args.system_prompts,
         turns_mean=args.turns,
@@ -394,10 +421,20 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     table.add_column("field")
     table.add_column("value", justify="right")
     series = cast(RateSeries, summary.pop("rate_series"))  # trace_summary's rate_series is rate_series()'s
+    graph = cast("dict | None", summary.pop("dag"))
     for key, value in summary.items():
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     console = Console()
     console.print(table)
+    if graph is not None:
+        shape = Table(title="dependency graph (depends_on)", show_header=False)
+        shape.add_column("field")
+        shape.add_column("value", justify="right")
+        for key, value in graph.items():
+            if isinstance(value, dict):
+                value = "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in value.items())
+            shape.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+        console.print(shape)
     from replay.traffic import sparkline
 
     rps = series["rps"]

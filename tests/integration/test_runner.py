@@ -314,3 +314,52 @@ def test_a_turn_whose_earlier_turn_failed_resends_that_answer_as_recorded(script
     assert result.requests["error"].to_list() == ["http_5xx", "none", "none"]
     assert _answers_sent(server) == [[], recorded[:1], [recorded[0], "and then? "]]
     assert result.runner["answers_resent"] == 1 and result.runner["answers_recorded"] == 2
+
+
+def _agent_trace(fault_on: str | None = None):
+    """An agent turn as a DAG: a0 asks for two tool calls, a1 and a2 fan out from it (each after a
+    50 ms tool wait), a3 joins them (20 ms after the later one); b is another user's request."""
+    from replay.trace import Trace, validate
+
+    ids = ["a0", "b", "a1", "a2", "a3"]
+    bodies = [{"max_tokens": 2, "x_fault": "http500" if rid == fault_on else "ok"} for rid in ids]
+    base = trace_of_bodies(bodies, arrival_us=[0, 50_000, 350_000, 350_000, 700_000])
+    df = base.df.with_columns(
+        pl.Series("request_id", ids),
+        pl.Series("session_id", ["a", "b", "a", "a", "a"]),
+        pl.Series("depends_on", [[], [], ["a0"], ["a0"], ["a1", "a2"]], dtype=pl.List(pl.String)),
+        pl.Series("wait_us", [None, None, 50_000, 50_000, 20_000], dtype=pl.Int64),
+    )
+    return Trace(df=validate(df, base.meta, source="<test>"), meta=base.meta)
+
+
+def test_a_dag_replay_waits_for_every_dependency(scripted):
+    # every response is held 0.4 s: the fan-out leaves together 50 ms after a0 ended, the join
+    # 20 ms after the later of its two dependencies; b leaves on its own schedule
+    server = scripted(headers_delay_s=0.4)
+    trace = _agent_trace()
+    result = run_stage(trace, RunConfig(url=server.url, lag_bound_ms=1000))  # auto: the trace has edges
+    assert result.summary.sessions == "dag"
+    df = {r["request_id"]: r for r in result.requests.iter_rows(named=True)}
+    assert all(r["error"] == "none" for r in df.values())
+    a0, b, a1, a2, a3 = (df[k] for k in ("a0", "b", "a1", "a2", "a3"))
+    assert a1["release_ns"] == a2["release_ns"] == a0["end_ns"] + 50_000_000
+    assert a3["release_ns"] == max(a1["end_ns"], a2["end_ns"]) + 20_000_000
+    assert a3["sent_ns"] >= a3["release_ns"] and a1["sent_ns"] >= a1["release_ns"]
+    assert b["release_ns"] == b["intended_ns"] and b["sent_ns"] < a0["end_ns"]
+    assert not result.requests["after_failed_dependency"].any()
+    assert result.summary.slip_ms is not None and result.summary.valid
+    # the same trace with --sessions open: a1 goes at its own time, before a0 ended + 50 ms
+    open_df = run_stage(trace, RunConfig(url=server.url, sessions="open", lag_bound_ms=1000)).requests
+    rows = {r["request_id"]: r for r in open_df.iter_rows(named=True)}
+    assert rows["a1"]["sent_ns"] < rows["a0"]["end_ns"] + 50_000_000
+
+
+def test_a_request_after_a_failed_dependency_is_sent_and_marked(scripted):
+    server = scripted(headers_delay_s=0.05)
+    result = run_stage(_agent_trace(fault_on="a1"), RunConfig(url=server.url, sessions="dag", lag_bound_ms=1000))
+    df = {r["request_id"]: r for r in result.requests.iter_rows(named=True)}
+    assert df["a1"]["error"] == "http_5xx"
+    assert df["a3"]["error"] == "none" and df["a3"]["sent_ns"] is not None
+    assert [r for r in df if df[r]["after_failed_dependency"]] == ["a3"]
+    assert result.summary.after_failed_dependency == 1

@@ -5,11 +5,13 @@
 //! Deadlines are always absolute, so a late wake-up never shifts later requests. Requests due
 //! at the same instant go out back to back. `cancel` is polled at least every `CANCEL_POLL`.
 //!
-//! Causal sessions: a request may carry a `Gate` (the request it follows and a think time).
-//! It then becomes due at the later of its own offset and the end of the request it follows
-//! plus the think time; until that end is known it is parked, and requests behind it in the
-//! schedule go out on time. Ends arrive on a channel (request index, end offset in ns); the
-//! dispatcher sleeps on that channel, so an end wakes it.
+//! Causal sessions and DAGs: a request may carry a `Gate` (the requests it waits for and a think
+//! time: one parent for a chain, more for a join). It then becomes due at the later of its own
+//! offset and the last end of those requests plus the think time; until every one has ended it is
+//! parked, and requests behind it in the schedule go out on time. Ends arrive on a channel
+//! (request index, end offset in ns); the dispatcher sleeps on that channel, so an end wakes it.
+//! An end is kept only while requests not yet pulled from the schedule still wait for it
+//! (`Ends::followers` counts them), so memory holds the open edges, not every end.
 //!
 //! Closed-loop stages: with a cap, a request that starts a session (every request, without
 //! causal sessions) is launched only while one of the `cap` users is free (`users.rs`). One due
@@ -94,11 +96,25 @@ pub fn wait_until(
     }
 }
 
-/// A causal request follows `parent` (a request index) after `think_ns`.
+/// A gated request follows `parent` (a request index: the one whose answer its history
+/// carries) and the requests `Ends::joins[joins.0..joins.1]` (a join's other dependencies), after
+/// `think_ns`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gate {
     pub parent: usize,
     pub think_ns: i64,
+    pub joins: (usize, usize),
+}
+
+impl Gate {
+    /// A gate on one parent.
+    pub fn after(parent: usize, think_ns: i64) -> Gate {
+        Gate {
+            parent,
+            think_ns,
+            joins: (0, 0),
+        }
+    }
 }
 
 /// How the dispatcher hears of request ends, and what it does with them.
@@ -111,6 +127,11 @@ pub struct Ends<'a> {
     /// A closed-loop stage's users: at most this many sessions started and not ended (without
     /// gates, requests launched and not ended).
     pub cap: Option<usize>,
+    /// The other dependencies of joins (`Gate::joins` ranges index it).
+    pub joins: &'a [usize],
+    /// Per request, how many gated requests wait for it (an end is kept until they have all
+    /// been pulled from the schedule). Empty: every end is kept.
+    pub followers: &'a [u32],
 }
 
 /// One request of the schedule as the dispatcher sees it.
@@ -134,6 +155,16 @@ pub struct Dispatched {
     pub cancelled: bool,
     /// The pass stopped at `stop_at_ns` with requests not yet due.
     pub stopped: bool,
+}
+
+/// A pulled request waiting for some of its dependencies to end.
+struct Pending<T> {
+    item: Scheduled<T>,
+    think_ns: i64,
+    /// Dependencies not ended yet.
+    left: usize,
+    /// The latest end among those that ended.
+    latest_ns: i64,
 }
 
 /// A released causal request waiting for its time.
@@ -185,8 +216,13 @@ pub fn dispatch<T>(
     let mut items = items.into_iter();
     let mut next = items.next();
     let mut ready: BinaryHeap<Reverse<Ready<T>>> = BinaryHeap::new();
-    let mut parked: HashMap<usize, Vec<(Scheduled<T>, Gate)>> = HashMap::new();
+    let joins = ends.map_or(&[][..], |e| e.joins);
+    // requests pulled but waiting for dependencies, and who waits for each dependency
+    let mut pending: HashMap<usize, Pending<T>> = HashMap::new();
+    let mut parked: HashMap<usize, Vec<usize>> = HashMap::new();
+    // ends that requests not yet pulled wait for, and how many of those requests are left
     let mut ended: HashMap<usize, i64> = HashMap::new();
+    let mut unserved: Vec<u32> = ends.map_or_else(Vec::new, |e| e.followers.to_vec());
     let mut backlog: Vec<(usize, i64)> = Vec::new();
     let mut out = Dispatched {
         count: 0,
@@ -201,21 +237,26 @@ pub fn dispatch<T>(
             if let Some(u) = users.as_mut() {
                 u.ended(i, end_ns);
             }
-            match parked.remove(&i) {
-                Some(kids) => {
-                    for (s, g) in kids {
-                        ready.push(Reverse(Ready {
-                            due_ns: s.offset_ns.max(end_ns + g.think_ns),
-                            index: s.index,
-                            closes: s.closes,
-                            payload: s.payload,
-                        }));
-                    }
+            let kids = parked.remove(&i).unwrap_or_default();
+            if let Some(left) = unserved.get_mut(i) {
+                *left = left.saturating_sub(kids.len() as u32);
+            }
+            for kid in kids {
+                let p = pending.get_mut(&kid).expect("a parked request is pending");
+                p.left -= 1;
+                p.latest_ns = p.latest_ns.max(end_ns);
+                if p.left == 0 {
+                    let p = pending.remove(&kid).expect("pending");
+                    ready.push(Reverse(Ready {
+                        due_ns: p.item.offset_ns.max(p.latest_ns + p.think_ns),
+                        index: p.item.index,
+                        closes: p.item.closes,
+                        payload: p.item.payload,
+                    }));
                 }
-                None if gated => {
-                    ended.insert(i, end_ns);
-                }
-                None => {}
+            }
+            if gated && unserved.get(i).is_none_or(|&left| left > 0) {
+                ended.insert(i, end_ns);
             }
         }
         // a first request that waited in line goes the moment a user is free
@@ -243,7 +284,7 @@ pub fn dispatch<T>(
             (None, None)
                 if next.is_none()
                     && ready.is_empty()
-                    && parked.is_empty()
+                    && pending.is_empty()
                     && waiting.is_empty() =>
             {
                 return out
@@ -290,22 +331,52 @@ pub fn dispatch<T>(
                         out.count += 1;
                     }
                 },
-                Some(g) => match ended.remove(&g.parent) {
-                    Some(end_ns) if end_ns + g.think_ns <= s.offset_ns => {
+                Some(g) => {
+                    let (mut left, mut latest_ns) = (0usize, i64::MIN);
+                    let deps = std::iter::once(g.parent)
+                        .chain(joins[g.joins.0..g.joins.1].iter().copied());
+                    for dep in deps {
+                        match ended.get(&dep).copied() {
+                            Some(end_ns) => {
+                                latest_ns = latest_ns.max(end_ns);
+                                if let Some(n) = unserved.get_mut(dep) {
+                                    *n = n.saturating_sub(1);
+                                    if *n == 0 {
+                                        ended.remove(&dep);
+                                    }
+                                }
+                            }
+                            None => {
+                                left += 1;
+                                parked.entry(dep).or_default().push(s.index);
+                            }
+                        }
+                    }
+                    if left > 0 {
+                        pending.insert(
+                            s.index,
+                            Pending {
+                                item: s,
+                                think_ns: g.think_ns,
+                                left,
+                                latest_ns,
+                            },
+                        );
+                    } else if latest_ns + g.think_ns <= s.offset_ns {
                         if let Some(u) = users.as_mut() {
                             u.started(s.index, false, s.closes);
                         }
                         launch(s.index, s.offset_ns, s.payload);
                         out.count += 1;
+                    } else {
+                        ready.push(Reverse(Ready {
+                            due_ns: latest_ns + g.think_ns,
+                            index: s.index,
+                            closes: s.closes,
+                            payload: s.payload,
+                        }));
                     }
-                    Some(end_ns) => ready.push(Reverse(Ready {
-                        due_ns: end_ns + g.think_ns,
-                        index: s.index,
-                        closes: s.closes,
-                        payload: s.payload,
-                    })),
-                    None => parked.entry(g.parent).or_default().push((s, g)),
-                },
+                }
             }
         } else {
             let r = ready.pop().expect("a released item").0;
@@ -442,10 +513,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(100));
         });
         let mut items = open(&[0, 1_000_000, 10_000_000]);
-        items[1].gate = Some(Gate {
-            parent: 0,
-            think_ns: 5_000_000,
-        });
+        items[1].gate = Some(Gate::after(0, 5_000_000));
         let mut log = Vec::new();
         let d = dispatch(
             t0,
@@ -455,6 +523,8 @@ mod tests {
                 rx: &rx,
                 gated: true,
                 cap: None,
+                joins: &[],
+                followers: &[],
             }),
             None,
             &cancel,
@@ -501,6 +571,8 @@ mod tests {
                 rx: &rx,
                 gated: false,
                 cap: Some(2),
+                joins: &[],
+                followers: &[],
             }),
             None,
             &cancel,
@@ -532,10 +604,7 @@ mod tests {
         let t0 = Instant::now();
         let mut items = open(&[0, 0, 0]);
         items[0].closes = false;
-        items[2].gate = Some(Gate {
-            parent: 0,
-            think_ns: 5_000_000,
-        });
+        items[2].gate = Some(Gate::after(0, 5_000_000));
         let ends = Arc::new(std::sync::Mutex::new(Vec::new()));
         let mut log = Vec::new();
         let d = dispatch(
@@ -546,6 +615,8 @@ mod tests {
                 rx: &rx,
                 gated: true,
                 cap: Some(1),
+                joins: &[],
+                followers: &[],
             }),
             None,
             &cancel,
@@ -578,6 +649,63 @@ mod tests {
         );
     }
 
+    /// A DAG: requests 1 and 2 fan out from 0 (they leave together, 2 ms after it ends), and 3
+    /// joins them (it waits for the later of their ends, plus 1 ms). 0's end is kept until both
+    /// of its followers were pulled; the join is released by its last dependency.
+    #[test]
+    fn fan_out_leaves_together_and_a_join_waits_for_all() {
+        let cancel = AtomicBool::new(false);
+        let (tx, rx) = mpsc::channel();
+        let t0 = Instant::now();
+        let mut items = open(&[0, 0, 0, 0]);
+        items[1].gate = Some(Gate::after(0, 2_000_000));
+        items[2].gate = Some(Gate::after(0, 2_000_000));
+        // 3 waits for 2 (its history parent) and for 1 (joins[0..1])
+        items[3].gate = Some(Gate {
+            parent: 2,
+            think_ns: 1_000_000,
+            joins: (0, 1),
+        });
+        let joins = [1usize];
+        let followers = [2u32, 1, 1, 0];
+        // each request ends 5 ms after its send, but 1 ends 15 ms after its send
+        let mut log = Vec::new();
+        let d = dispatch(
+            t0,
+            SPIN_WINDOW,
+            items,
+            Some(Ends {
+                rx: &rx,
+                gated: true,
+                cap: None,
+                joins: &joins,
+                followers: &followers,
+            }),
+            None,
+            &cancel,
+            |i, release, _| {
+                log.push((i, release));
+                let tx = tx.clone();
+                let took: i64 = if i == 1 { 15_000_000 } else { 5_000_000 };
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_nanos(took as u64));
+                    tx.send((i, release + took)).unwrap();
+                });
+            },
+        );
+        assert_eq!(d.count, 4);
+        let release_of = |i: usize| log.iter().find(|l| l.0 == i).unwrap().1;
+        assert_eq!(release_of(1), 5_000_000 + 2_000_000);
+        assert_eq!(
+            release_of(2),
+            5_000_000 + 2_000_000,
+            "siblings leave together"
+        );
+        // 1 ends at 7 + 15 = 22 ms, 2 at 7 + 5 = 12 ms: the join goes at 22 + 1 ms
+        assert_eq!(release_of(3), 22_000_000 + 1_000_000);
+        assert_eq!(log.last().unwrap().0, 3);
+    }
+
     /// A parent that ended before its child's own time does not delay the child.
     #[test]
     fn an_early_end_keeps_the_childs_schedule() {
@@ -585,10 +713,7 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let t0 = Instant::now();
         let mut items = open(&[0, 20_000_000]);
-        items[1].gate = Some(Gate {
-            parent: 0,
-            think_ns: 1_000_000,
-        });
+        items[1].gate = Some(Gate::after(0, 1_000_000));
         let mut log = Vec::new();
         dispatch(
             t0,
@@ -598,6 +723,8 @@ mod tests {
                 rx: &rx,
                 gated: true,
                 cap: None,
+                joins: &[],
+                followers: &[],
             }),
             None,
             &cancel,

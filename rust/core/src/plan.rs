@@ -16,19 +16,25 @@ pub struct PlannedRequest {
     pub body: Bytes,
     /// When it is due, ns after t0 (nondecreasing across the schedule).
     pub offset_ns: i64,
-    /// Causal sessions: send no earlier than the end of an earlier request plus a think time.
+    /// Causal sessions and DAGs: send no earlier than the end of an earlier request (and of
+    /// `joins`, with a gate) plus a think time.
     pub after: Option<Gate>,
+    /// A join's other dependencies (earlier request indexes); `Schedule::of` points the gate's
+    /// `joins` range at them.
+    pub joins: Vec<usize>,
 }
 
 /// Everything about a run's requests but their bodies, known before t0 (a few bytes a request):
 /// request i goes to `paths[path_index[i]]`, is due `offsets_ns[i]` after t0, and (causal
-/// sessions) follows `after[i]` when that is set. `after` may be empty (no request is gated).
+/// sessions, DAGs) follows `after[i]` when that is set, and the requests
+/// `joins[g.joins.0..g.joins.1]` of its gate `g`. `after` may be empty (no request is gated).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Schedule {
     pub paths: Vec<String>,
     pub path_index: Vec<u8>,
     pub offsets_ns: Vec<i64>,
     pub after: Vec<Option<Gate>>,
+    pub joins: Vec<usize>,
 }
 
 impl Schedule {
@@ -46,7 +52,12 @@ impl Schedule {
             };
             s.path_index.push(k as u8);
             s.offsets_ns.push(r.offset_ns);
-            s.after.push(r.after);
+            let from = s.joins.len();
+            s.joins.extend_from_slice(&r.joins);
+            s.after.push(r.after.map(|g| Gate {
+                joins: (from, s.joins.len()),
+                ..g
+            }));
             bodies.push(r.body);
         }
         (s, bodies)
@@ -141,6 +152,29 @@ pub(crate) fn validate(config: &RunConfig, schedule: &Schedule) -> Result<(), Co
                         "request {i} follows request {} after {} ns (must be an earlier request, think >= 0)",
                         g.parent, g.think_ns
                     ),
+                ));
+            }
+            let joins = schedule.joins.get(g.joins.0..g.joins.1).ok_or_else(|| {
+                CoreError::config(
+                    "joins",
+                    format!(
+                        "request {i} names joins {}..{} of {}",
+                        g.joins.0,
+                        g.joins.1,
+                        schedule.joins.len()
+                    ),
+                )
+            })?;
+            if let Some(&j) = joins.iter().find(|&&j| j >= i || j == g.parent) {
+                return Err(CoreError::config(
+                    "joins",
+                    format!("request {i} waits for request {j} (must be an earlier request, named once)"),
+                ));
+            }
+            if config.max_in_flight > 0 && !joins.is_empty() {
+                return Err(CoreError::config(
+                    "joins",
+                    format!("request {i} waits for {} requests; a closed-loop stage's sessions are chains", joins.len() + 1),
                 ));
             }
             if config.max_in_flight > 0 && std::mem::replace(&mut followed[g.parent], true) {

@@ -224,11 +224,16 @@ pub fn run_streamed<B: Into<SendBody>>(
     let (ends_tx, ends_rx) = mpsc::channel();
     let (stop_tx, stop_rx) = watch::channel(0u8);
     let warm_start = Instant::now();
-    // a request no other follows closes its session (closed loop: its end frees its user)
-    let mut followed = vec![false; if causal { n } else { 0 }];
+    // how many gated requests wait for each request (a request no other follows closes its
+    // session: closed loop, its end frees its user)
+    let mut followers = vec![0u32; if causal { n } else { 0 }];
     for g in schedule.after.iter().flatten() {
-        followed[g.parent] = true;
+        followers[g.parent] += 1;
+        for &j in &schedule.joins[g.joins.0..g.joins.1] {
+            followers[j] += 1;
+        }
     }
+    let followed: Vec<bool> = followers.iter().map(|&k| k > 0).collect();
     let mut shared = Shared {
         dialer,
         encoder,
@@ -346,6 +351,8 @@ pub fn run_streamed<B: Into<SendBody>>(
                 rx: &ends_rx,
                 gated: causal,
                 cap: capped.then_some(config.max_in_flight),
+                joins: &schedule.joins,
+                followers: &followers,
             }),
             stop_at_ns,
             &control.cancel,
@@ -444,6 +451,7 @@ mod tests {
             body: Bytes::from_static(b"{}"),
             offset_ns,
             after: None,
+            joins: Vec::new(),
         }
     }
 
@@ -511,19 +519,22 @@ mod tests {
             "{e}"
         );
         let mut gated = vec![req(0), req(1)];
-        gated[0].after = Some(Gate {
-            parent: 1,
-            think_ns: 0,
-        });
+        gated[0].after = Some(Gate::after(1, 0));
         let e = err_of(&ok, gated);
         assert!(matches!(e, CoreError::Config { field: "after", .. }), "{e}");
+        // a join must name earlier requests, each once
+        let mut joined = vec![req(0), req(0), req(0)];
+        joined[1].after = Some(Gate::after(0, 0));
+        joined[1].joins = vec![2];
+        let e = err_of(&ok, joined.clone());
+        assert!(matches!(e, CoreError::Config { field: "joins", .. }), "{e}");
+        joined[1].joins = vec![0];
+        let e = err_of(&ok, joined);
+        assert!(matches!(e, CoreError::Config { field: "joins", .. }), "{e}");
         // closed loop: a session is a chain, so no request is followed by two
         let mut forked = vec![req(0), req(0), req(0)];
         for r in &mut forked[1..] {
-            r.after = Some(Gate {
-                parent: 0,
-                think_ns: 0,
-            });
+            r.after = Some(Gate::after(0, 0));
         }
         let closed = RunConfig {
             max_in_flight: 1,

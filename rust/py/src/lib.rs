@@ -252,8 +252,10 @@ pub(crate) fn split_bodies(
 /// `body_offsets`, n + 1 entries: body i is `bodies[body_offsets[i]..body_offsets[i+1]]`) or as
 /// a callable returning the next window `(bytes, offsets)` in the same form, or None at the end;
 /// it is called on a thread of its own, about a second of sends ahead of them (at least two
-/// windows, at most 256 MiB: `feeder`), so memory holds only those windows. Causal sessions: `after[i]` is the index of the request that request i
-/// follows (-1: none) and `think_ns[i]` the think time after it.
+/// windows, at most 256 MiB: `feeder`), so memory holds only those windows. Causal sessions and
+/// DAGs: `after[i]` is the index of the request that request i follows (-1: none) and
+/// `think_ns[i]` the think time after it; a join also waits for
+/// `joins[join_offsets[i]..join_offsets[i + 1]]` (`join_offsets`: n + 1 entries).
 /// `progress(sent, completed, errors)` is called every `progress_interval_s` with the GIL held.
 /// With `results`, finished requests are handed over as the run goes: `results(rows)` is called
 /// with consecutive batches in request order (`rows["first"]` is the first one's index; the same
@@ -263,7 +265,7 @@ pub(crate) fn split_bodies(
 #[pyfunction]
 #[pyo3(signature = (
     options, paths, path_index, offsets_ns, bodies, *, body_offsets=None, after=None, think_ns=None,
-    progress=None, progress_interval_s=0.2, results=None
+    joins=None, join_offsets=None, progress=None, progress_interval_s=0.2, results=None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn run<'py>(
@@ -276,6 +278,8 @@ fn run<'py>(
     body_offsets: Option<PyReadonlyArray1<'py, u64>>,
     after: Option<PyReadonlyArray1<'py, i64>>,
     think_ns: Option<PyReadonlyArray1<'py, i64>>,
+    joins: Option<PyReadonlyArray1<'py, i64>>,
+    join_offsets: Option<PyReadonlyArray1<'py, i64>>,
     progress: Option<Bound<'py, PyAny>>,
     progress_interval_s: f64,
     results: Option<Bound<'py, PyAny>>,
@@ -290,6 +294,24 @@ fn run<'py>(
             format!("after and think_ns must have one entry per request ({n})"),
         ));
     }
+    let joins = joins
+        .as_ref()
+        .map(|a| a.as_slice())
+        .transpose()?
+        .unwrap_or(&[]);
+    let join_offsets = join_offsets.as_ref().map(|a| a.as_slice()).transpose()?;
+    if join_offsets.is_some_and(|o| o.len() != n + 1)
+        || joins.iter().any(|&j| j < 0)
+        || join_offsets.is_some_and(|o| {
+            o.windows(2).any(|w| w[0] > w[1] || w[0] < 0)
+                || o.last().is_some_and(|&l| l as usize != joins.len())
+        })
+    {
+        return Err(errors::config(
+            "joins",
+            format!("join_offsets must be n + 1 ({}) nondecreasing offsets into joins ({} entries), joins >= 0", n + 1, joins.len()),
+        ));
+    }
     let gates = match after {
         None => Vec::new(),
         Some(a) => (0..n)
@@ -297,6 +319,7 @@ fn run<'py>(
                 (a[i] >= 0).then(|| Gate {
                     parent: a[i] as usize,
                     think_ns: think.map(|t| t[i]).unwrap_or(0),
+                    joins: join_offsets.map_or((0, 0), |o| (o[i] as usize, o[i + 1] as usize)),
                 })
             })
             .collect(),
@@ -306,6 +329,7 @@ fn run<'py>(
         path_index: path_index.as_slice()?.to_vec(),
         offsets_ns: offsets.to_vec(),
         after: gates,
+        joins: joins.iter().map(|&j| j as usize).collect(),
     };
     let control = Arc::new(RunControl::default());
     let (feeder, source): (

@@ -13,6 +13,7 @@ from replay.errors import TraceError
 from replay.trace import (
     REQUIRED_COLUMNS,
     SCHEMA,
+    SCHEMA_VERSION,
     VERSION_KEY,
     Trace,
     TraceMeta,
@@ -54,7 +55,7 @@ def test_round_trip_keeps_every_column_and_the_metadata(make_trace, tmp_path):
     assert back.df["block_hashes"].to_list()[3] == [0, 1, 2]
     assert back.df["session_id"].to_list()[1] is None
     md = pq.read_metadata(path).metadata
-    assert md[VERSION_KEY.encode()] == b"2"
+    assert md[VERSION_KEY.encode()] == str(SCHEMA_VERSION).encode()
     for key in ("t0_unix_us", "source_format", "tokenizer", "block_size_tokens", "hash_algo", "redaction_policy"):
         assert key.encode() in md
     assert pq.ParquetFile(path).metadata.row_group(0).column(0).compression == "ZSTD"
@@ -228,7 +229,7 @@ def test_a_version_1_file_reads_as_version_2(make_trace, tmp_path):
     md.pop("synthesis")
     path = _write_raw(tmp_path / "v1.parquet", v1, md)
     back = read_trace(path)
-    assert back.meta.schema_version == 2 and back.meta.synthesis == ""
+    assert back.meta.schema_version == SCHEMA_VERSION and back.meta.synthesis == ""
     assert back.df.equals(trace.df)
     assert back.df["hash_ids"].is_null().all()
 
@@ -276,11 +277,13 @@ def test_null_bodies_need_a_synthesis_rule_and_are_built_from_it(make_trace, tmp
 def test_a_version_1_file_reads_as_version_2_with_the_live_columns_null(make_trace, tmp_path):
     df, md = _good(make_trace)
     live = ("ttfb_us", "chunk_us", "finish_reason", "outcome")
-    v1 = df.drop("hash_ids", *live)  # version 1 had none of them
+    graph = ("depends_on", "wait_us", "parent_session_id", "agent")
+    v1 = df.drop("hash_ids", *live, *graph)  # version 1 had none of them
     md = {k: v for k, v in md.items() if k != "synthesis"}
     path = _write_raw(tmp_path / "v1.parquet", v1, {**md, VERSION_KEY: "1"})
     back = read_trace(path)
-    assert back.meta.schema_version == 2
+    assert back.meta.schema_version == SCHEMA_VERSION
+    assert back.df["depends_on"].to_list() == [[]] * back.df.height
     assert back.df.schema == pl.Schema(SCHEMA)
     for name in live:
         assert back.df[name].null_count() == back.df.height
