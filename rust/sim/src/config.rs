@@ -252,8 +252,19 @@ mod tests {
     #[test]
     fn defaults_resolve() {
         let r = resolve("{}").unwrap();
-        assert_eq!(r.max_model_len, 8192);
-        assert!(r.num_blocks > 20_000);
+        // the default profile serves 128k contexts, and its KV cache holds one
+        assert_eq!(r.max_model_len, 131072);
+        assert!(r.num_blocks as u64 * 16 >= 131072 && r.num_blocks > 20_000);
+        let old = resolve(r#"{"profile":"a100-80g/llama-3-8b"}"#).unwrap();
+        assert_eq!((old.max_model_len, old.num_blocks), (8192, r.num_blocks));
+        let qwen = resolve(r#"{"profile":"h100-80g/qwen3-4b-2507"}"#).unwrap();
+        assert_eq!(qwen.max_model_len, 262144);
+        // 128k needs more KV than a low utilization leaves, and says so (as vLLM does)
+        let e = resolve(r#"{"gpu_memory_utilization":0.35}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--max-model-len") && e.contains("131072"), "{e}");
+        assert!(resolve(r#"{"gpu_memory_utilization":0.35,"max_model_len":8192}"#).is_ok());
         assert_eq!(r.scheduler.policy, Policy::Fcfs);
         assert!(r.scheduler.spec.is_none());
     }
@@ -304,7 +315,7 @@ mod tests {
             (r#"{"block_size":0}"#, "--block-size"),
             (r#"{"scheduling_policy":"lifo"}"#, "--scheduling-policy"),
             (r#"{"kv_cache_dtype":"int4"}"#, "--kv-cache-dtype"),
-            (r#"{"max_model_len":100000}"#, "--max-model-len"),
+            (r#"{"max_model_len":200000}"#, "--max-model-len"),
             (r#"{"time_scale":-1}"#, "--time-scale"),
             (
                 r#"{"speculative_config":{"method":"eagle","num_speculative_tokens":2}}"#,

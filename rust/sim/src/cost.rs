@@ -3,8 +3,10 @@
 //! `step = overhead + per_seq × seqs + max(compute, memory) + all-reduce`, where
 //!
 //! * compute = FLOPs / (devices × peak × compute_efficiency), FLOPs = Σ over the step's sequences
-//!   of 2 × params × new tokens (the matmuls) + 4 × layers × hidden × Σ attended positions
-//!   (QKᵀ and AV; a chunk of n new tokens after c cached ones attends n·c + n(n+1)/2 positions);
+//!   of 2 × params × new tokens (the matmuls) + 4 × layers × (query heads × head dim) × Σ
+//!   attended positions (QKᵀ and AV, 2 FLOPs per multiply-add each; a chunk of n new tokens
+//!   after c cached ones attends n·c + n(n+1)/2 positions, so a prefill's attention grows with
+//!   the square of its length and a decode's with its context);
 //! * memory = bytes / (devices × bandwidth × memory_efficiency), bytes = all weights once per
 //!   step + the KV read (Σ context lengths × KV bytes per token) + the KV written for new tokens;
 //! * all-reduce (tensor parallel only) = 2 per layer, each its latency plus the step's
@@ -67,7 +69,7 @@ impl CostModel {
         CostModel {
             instant: profile.instant,
             flops_per_token: 2.0 * profile.params_b * 1e9,
-            attn_flops_per_position: 4.0 * profile.num_layers as f64 * profile.hidden_size as f64,
+            attn_flops_per_position: 4.0 * profile.num_layers as f64 * profile.attention_width(),
             flops_per_s: tp * profile.peak_tflops * 1e12 * profile.compute_efficiency,
             weight_bytes: profile.weight_bytes(),
             kv_bytes_per_token: profile.kv_bytes_per_token(kv_elem_bytes),
@@ -173,6 +175,94 @@ mod tests {
             context: 4000,
         }]);
         assert!(hit.total_s < p.total_s / 5.0);
+    }
+
+    /// The modelled time of prefilling `tokens` after `cached` ones in chunks of `chunk`, one
+    /// step per chunk, as the scheduler runs a long prompt under its step budget.
+    fn prefill(m: &CostModel, cached: u32, tokens: u32, chunk: u32) -> f64 {
+        let mut done = 0;
+        let mut total = 0.0;
+        while done < tokens {
+            let n = chunk.min(tokens - done);
+            total += m
+                .step([SeqWork {
+                    new_tokens: n,
+                    context: cached + done,
+                }])
+                .total_s;
+            done += n;
+        }
+        total
+    }
+
+    #[test]
+    fn long_prefills_cost_super_linearly_as_attention_does() {
+        for name in ["a100-80g/llama-3.1-8b", "h100-80g/qwen3-4b-2507"] {
+            let m = model(name);
+            // 8x the tokens: the matmuls and overheads cost 8x, attention 64x
+            let short = prefill(&m, 0, 16_384, 8192);
+            let long = prefill(&m, 0, 131_072, 8192);
+            assert!(long > 12.0 * short, "{name}: {short} s -> {long} s");
+            // the same 8192-token chunk costs more the more context it attends to
+            let first = m.step([SeqWork {
+                new_tokens: 8192,
+                context: 0,
+            }]);
+            let late = m.step([SeqWork {
+                new_tokens: 8192,
+                context: 122_880,
+            }]);
+            assert!(late.compute_s > 3.0 * first.compute_s, "{first:?} {late:?}");
+        }
+        // Llama-3.1-8B at 128k: attention is 4 x 32 x 4096 x 131072^2 / 2 = 4.5e15 FLOPs, more
+        // than the 2 x 8.03e9 x 131072 = 2.1e15 of the matmuls; over 156 TFLOP/s: ~42 s
+        let whole = prefill(&model("a100-80g/llama-3.1-8b"), 0, 131_072, 8192);
+        assert!((38.0..48.0).contains(&whole), "{whole}");
+        // MInference 1.0 (NeurIPS 2024): "it takes 30 minutes for an 8B LLM to process a prompt
+        // of 1M tokens ... on a single A100 GPU"; the same shape and device here, at its 0.5 MFU
+        let million = prefill(&model("a100-80g/llama-3.1-8b"), 0, 1_000_000, 8192);
+        assert!((1500.0..2100.0).contains(&million), "{million} s");
+    }
+
+    #[test]
+    fn a_cached_150k_agent_context_costs_far_less_than_a_cold_one() {
+        // an agent turn: 148k tokens of history already in the KV cache, 2k new ones
+        let m = model("h100-80g/qwen3-4b-2507");
+        let cold = prefill(&m, 0, 150_000, 8192);
+        let hit = prefill(&m, 148_000, 2000, 8192);
+        assert!(hit < cold / 20.0, "hit {hit} s, cold {cold} s");
+        // but the hit still pays attention over its whole context
+        let short_hit = prefill(&m, 1000, 2000, 8192);
+        assert!(hit > 5.0 * short_hit, "{short_hit} s -> {hit} s");
+        // and decoding at that context reads its KV each step: 150k x 144 KiB = 22 GB
+        let decode_long = m.step(decode(1, 150_000));
+        let decode_short = m.step(decode(1, 1000));
+        assert!(decode_long.memory_s > 2.0 * decode_short.memory_s);
+    }
+
+    #[test]
+    fn attention_is_priced_by_query_heads_not_hidden_size() {
+        // Qwen3-4B's queries are 32 x 128 = 4096 wide over a 2560 hidden size
+        let p = Profile::named("h100-80g/qwen3-4b-2507").unwrap();
+        let narrow = CostModel::new(
+            &Profile {
+                num_attention_heads: 20,
+                ..p.clone()
+            },
+            2.0,
+        );
+        let wide = CostModel::new(&p, 2.0);
+        let work = [SeqWork {
+            new_tokens: 8192,
+            context: 100_000,
+        }];
+        let (a, b) = (narrow.step(work).compute_s, wide.step(work).compute_s);
+        let matmul = 2.0 * 4.02e9 * 8192.0;
+        let positions = 8192.0 * 100_000.0 + 8192.0 * 8193.0 / 2.0;
+        let per_s = 989e12 * 0.5;
+        let expect = |width: f64| (matmul + 4.0 * 36.0 * width * positions) / per_s;
+        assert!((a / expect(2560.0) - 1.0).abs() < 1e-9, "{a}");
+        assert!((b / expect(4096.0) - 1.0).abs() < 1e-9, "{b}");
     }
 
     #[test]

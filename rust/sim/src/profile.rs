@@ -17,6 +17,7 @@
 //! | `params_b` | parameters, billions |
 //! | `weight_bytes_per_param` | 2 for bf16 weights, 1 for fp8/int8, ~0.56 for 4-bit |
 //! | `num_layers`, `hidden_size`, `num_kv_heads`, `head_dim` | model shape (KV size, attention FLOPs) |
+//! | `num_attention_heads` | query heads; attention FLOPs use heads × head_dim (0: `hidden_size`) |
 //! | `kv_bytes_per_elem` | bytes of one K or V element with `--kv-cache-dtype auto` (fp8 is 1) |
 //! | `max_model_len` | default `--max-model-len` |
 //! | `compute_efficiency` | achieved share of peak FLOP/s (MFU) |
@@ -53,6 +54,8 @@ pub struct Profile {
     pub hidden_size: u32,
     pub num_kv_heads: u32,
     pub head_dim: u32,
+    #[serde(default)]
+    pub num_attention_heads: u32,
     #[serde(default = "two")]
     pub kv_bytes_per_elem: f64,
     pub max_model_len: u32,
@@ -87,8 +90,10 @@ fn eighty() -> f64 {
     0.8
 }
 
-/// The shipped presets, by name.
-pub const PROFILE_NAMES: [&str; 5] = [
+/// The shipped presets, by name (the default first).
+pub const PROFILE_NAMES: [&str; 7] = [
+    "a100-80g/llama-3.1-8b",
+    "h100-80g/qwen3-4b-2507",
     "a100-80g/llama-3-8b",
     "h100-80g/llama-3-70b-tp4",
     "l4/qwen2-7b",
@@ -97,19 +102,19 @@ pub const PROFILE_NAMES: [&str; 5] = [
 ];
 
 /// The default `--profile`.
-pub const DEFAULT_PROFILE: &str = "a100-80g/llama-3-8b";
+pub const DEFAULT_PROFILE: &str = "a100-80g/llama-3.1-8b";
 
 #[allow(clippy::too_many_arguments)]
 fn preset(
     name: &str,
     device: (f64, f64, f64, u32, f64),
-    model: (f64, u32, u32, u32, u32, u32),
+    model: (f64, u32, u32, u32, u32, u32, u32),
     efficiency: (f64, f64),
     overhead: (f64, f64),
     interconnect: (f64, f64),
 ) -> Profile {
     let (mem, tflops, bw, tp, reserved) = device;
-    let (params_b, layers, hidden, kv_heads, head_dim, max_len) = model;
+    let (params_b, layers, hidden, heads, kv_heads, head_dim, max_len) = model;
     Profile {
         name: name.to_string(),
         device_memory_gib: mem,
@@ -123,6 +128,7 @@ fn preset(
         hidden_size: hidden,
         num_kv_heads: kv_heads,
         head_dim,
+        num_attention_heads: heads,
         kv_bytes_per_elem: 2.0,
         max_model_len: max_len,
         compute_efficiency: efficiency.0,
@@ -140,12 +146,29 @@ impl Profile {
     /// A shipped preset (see `PROFILE_NAMES`), or None.
     pub fn named(name: &str) -> Option<Profile> {
         // device: (GiB, dense bf16 TFLOP/s, GB/s, tensor parallel, reserved GiB per device)
-        // model: (params 1e9, layers, hidden, kv heads, head dim, max_model_len)
+        // model: (params 1e9, layers, hidden, query heads, kv heads, head dim, max_model_len)
+        // Sources of every figure: docs/sim-engine.md, "Shipped profiles".
         let p = match name {
+            "a100-80g/llama-3.1-8b" => preset(
+                name,
+                (80.0, 312.0, 2039.0, 1, 2.0),
+                (8.03, 32, 4096, 32, 8, 128, 131072),
+                (0.5, 0.8),
+                (1.5, 10.0),
+                (0.0, 0.0),
+            ),
+            "h100-80g/qwen3-4b-2507" => preset(
+                name,
+                (80.0, 989.0, 3350.0, 1, 2.0),
+                (4.02, 36, 2560, 32, 8, 128, 262144),
+                (0.5, 0.8),
+                (1.5, 10.0),
+                (0.0, 0.0),
+            ),
             "a100-80g/llama-3-8b" => preset(
                 name,
                 (80.0, 312.0, 2039.0, 1, 2.0),
-                (8.03, 32, 4096, 8, 128, 8192),
+                (8.03, 32, 4096, 32, 8, 128, 8192),
                 (0.5, 0.8),
                 (1.5, 10.0),
                 (0.0, 0.0),
@@ -153,7 +176,7 @@ impl Profile {
             "h100-80g/llama-3-70b-tp4" => preset(
                 name,
                 (80.0, 989.0, 3350.0, 4, 3.0),
-                (70.6, 80, 8192, 8, 128, 8192),
+                (70.6, 80, 8192, 64, 8, 128, 8192),
                 (0.45, 0.8),
                 (2.5, 10.0),
                 (450.0, 6.0),
@@ -161,7 +184,7 @@ impl Profile {
             "l4/qwen2-7b" => preset(
                 name,
                 (22.5, 121.0, 300.0, 1, 1.0),
-                (7.62, 28, 3584, 4, 128, 32768),
+                (7.62, 28, 3584, 28, 4, 128, 32768),
                 (0.5, 0.8),
                 (2.0, 10.0),
                 (0.0, 0.0),
@@ -169,7 +192,7 @@ impl Profile {
             "cpu/tiny" => preset(
                 name,
                 (16.0, 1.0, 50.0, 1, 0.5),
-                (0.135, 30, 576, 3, 64, 2048),
+                (0.135, 30, 576, 9, 3, 64, 2048),
                 (0.3, 0.6),
                 (0.5, 20.0),
                 (0.0, 0.0),
@@ -299,6 +322,16 @@ impl Profile {
         self.params_b * 1e9 * self.weight_bytes_per_param
     }
 
+    /// Width of the attention's query projection, heads × head dim (`hidden_size` when
+    /// `num_attention_heads` is 0): QKᵀ and AV cost 2 FLOPs per element each, per layer.
+    pub fn attention_width(&self) -> f64 {
+        if self.num_attention_heads > 0 {
+            self.num_attention_heads as f64 * self.head_dim as f64
+        } else {
+            self.hidden_size as f64
+        }
+    }
+
     /// KV bytes per token (K and V, all layers) for an element size of `elem_bytes`.
     pub fn kv_bytes_per_token(&self, elem_bytes: f64) -> f64 {
         2.0 * self.num_layers as f64 * self.num_kv_heads as f64 * self.head_dim as f64 * elem_bytes
@@ -329,6 +362,34 @@ mod tests {
             assert_eq!(p.name, name);
         }
         assert!(Profile::load("nope").is_err());
+        assert_eq!(PROFILE_NAMES[0], DEFAULT_PROFILE);
+    }
+
+    #[test]
+    fn every_preset_holds_one_max_length_request_at_the_default_utilization() {
+        // the rule config.rs applies (max_model_len <= KV capacity), so a preset always starts
+        for name in PROFILE_NAMES {
+            let p = Profile::named(name).unwrap();
+            let tokens = p.kv_blocks(0.9, 16, p.kv_bytes_per_elem) * 16;
+            assert!(tokens >= p.max_model_len as u64, "{name}: {tokens} tokens");
+        }
+        let long = Profile::named(DEFAULT_PROFILE).unwrap();
+        assert_eq!(long.max_model_len, 131072);
+        // the 128k default is the old default's model with a longer context, nothing else
+        let old = Profile::named("a100-80g/llama-3-8b").unwrap();
+        assert_eq!(old.max_model_len, 8192);
+        assert_eq!(
+            Profile {
+                name: old.name.clone(),
+                max_model_len: 8192,
+                ..long.clone()
+            },
+            old
+        );
+        let qwen = Profile::named("h100-80g/qwen3-4b-2507").unwrap();
+        assert_eq!(qwen.max_model_len, 262144);
+        // 2 x 36 layers x 8 KV heads x 128 dims x 2 bytes = 144 KiB per token
+        assert_eq!(qwen.kv_bytes_per_token(2.0), 147456.0);
         assert!(Profile::load("/no/such/profile.json").is_err());
     }
 
@@ -347,6 +408,27 @@ mod tests {
         // tensor parallel adds the devices' memory
         let h = Profile::named("h100-80g/llama-3-70b-tp4").unwrap();
         assert!(h.kv_blocks(0.9, 16, 2.0) > 20_000);
+    }
+
+    #[test]
+    fn attention_width_is_query_heads_times_head_dim() {
+        // Qwen3-4B: 32 query heads x 128 = 4096, wider than its 2560 hidden size
+        let q = Profile::named("h100-80g/qwen3-4b-2507").unwrap();
+        assert_eq!(q.attention_width(), 4096.0);
+        // the other presets' query width equals their hidden size
+        for name in PROFILE_NAMES {
+            let p = Profile::named(name).unwrap();
+            if p.name != q.name {
+                assert_eq!(p.attention_width(), p.hidden_size as f64, "{name}");
+            }
+        }
+        // num_attention_heads 0 (a JSON profile without it) prices attention by the hidden size
+        let v =
+            serde_json::json!({"base": "cpu/tiny", "num_attention_heads": 0, "hidden_size": 1000});
+        assert_eq!(
+            Profile::from_json("w.json", v).unwrap().attention_width(),
+            1000.0
+        );
     }
 
     #[test]

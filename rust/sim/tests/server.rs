@@ -113,7 +113,7 @@ fn whole_answers_completions_and_token_prompts() {
     let t: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(t["tokens"], json!(ids));
     assert_eq!(t["count"], ids.len());
-    assert_eq!(t["max_model_len"], 8192);
+    assert_eq!(t["max_model_len"], 131072);
     let (status, text) = http(&server, "GET", "/v1/models", "");
     assert_eq!(status, 200);
     assert_eq!(
@@ -189,7 +189,7 @@ fn stop_strings_and_eos_end_with_stop() {
         &server,
         "POST",
         "/v1/completions",
-        r#"{"prompt":"the cat sat","max_tokens":100000}"#,
+        r#"{"prompt":"the cat sat","max_tokens":200000}"#,
     );
     assert!(text.contains("maximum context length"));
     let (_, text) = http(
@@ -371,4 +371,43 @@ fn modelled_times_do_not_depend_on_the_wall_clock() {
             }
         }
     }
+}
+
+#[test]
+fn a_150k_agent_context_is_served_and_its_cached_prefix_is_cheap() {
+    // An agent's next turn: the 150k-token history it sent last time (cached) plus 2k new
+    // tokens. On the 256k profile both are served; the second's modelled TTFT pays for 2k new
+    // tokens attending to 152k, not for recomputing 150k.
+    let vocab = tiny_vocab();
+    let cycle = |text: &str, n: usize| -> Vec<u32> {
+        vocab.encode(text).into_iter().cycle().take(n).collect()
+    };
+    let history = cycle(" the cat sat on the mat and the dog ran", 150_000);
+    let mut next = history.clone();
+    next.extend(cycle(" a tool said ok", 2000));
+    let server = start(json!({"profile": "h100-80g/qwen3-4b-2507", "time_scale": 0.0}));
+    for prompt in [&history, &next] {
+        let body = json!({"prompt": prompt, "max_tokens": 4, "ignore_eos": true});
+        let (status, text) = http(&server, "POST", "/v1/completions", &body.to_string());
+        assert_eq!(status, 200, "{}", &text[..text.len().min(300)]);
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["usage"]["prompt_tokens"], prompt.len());
+    }
+    let reqs = modelled(&server);
+    let ttft = |r: &Value| r["first_token_s"].as_f64().unwrap() - r["arrived_s"].as_f64().unwrap();
+    assert_eq!(reqs[0]["cached_tokens"], 0);
+    assert_eq!(reqs[1]["cached_tokens"], 150_000);
+    // cold: 150k tokens in 19 chunks of 8192, ~16 s modelled; warm: one step, ~0.4 s
+    assert!(
+        ttft(&reqs[1]) < ttft(&reqs[0]) / 20.0,
+        "{} s vs {} s",
+        ttft(&reqs[1]),
+        ttft(&reqs[0])
+    );
+    // the default profile (128k) refuses the same history, as vLLM would
+    let default = start(json!({"time_scale": 0.0}));
+    let body = json!({"prompt": history, "max_tokens": 4});
+    let (status, text) = http(&default, "POST", "/v1/completions", &body.to_string());
+    assert_eq!(status, 400);
+    assert!(text.contains("maximum context length"), "{text}");
 }
