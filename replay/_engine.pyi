@@ -99,6 +99,9 @@ def prompt_texts(
 def sim_defaults() -> str:
     """The embedded engine's knob defaults, a JSON object keyed by the knobs' snake_case names."""
 
+def sim_profiles() -> list[str]:
+    """The embedded engine's preset profile names, the default first."""
+
 def run_defaults() -> RunDefaults:
     """The core runner's defaults: timeout_s, stall_timeout_s, connect_timeout_s, drain_s,
     max_connections, worker_threads."""

@@ -61,19 +61,20 @@ def _sim_defaults() -> dict[str, Any]:
     return json.loads(_engine.sim_defaults())
 
 
+def _engine_profiles() -> list[str]:
+    from replay import _engine
+
+    return _engine.sim_profiles()
+
+
 # The engine's knob defaults, from the Rust engine itself (rust/sim/src/config.rs): the one source
 # of them for SimConfig, KNOBS and `replay serve-sim`'s flags.
 SIM_DEFAULTS: dict[str, Any] = _sim_defaults()
 _D = SIM_DEFAULTS
 
-# the shipped hardware/model profiles (a path to a profile .json works too; fields in the doc)
-PROFILES: tuple[str, ...] = (
-    "a100-80g/llama-3-8b",
-    "h100-80g/llama-3-70b-tp4",
-    "l4/qwen2-7b",
-    "cpu/tiny",
-    "instant",
-)
+# the shipped hardware/model profiles, the default first, from the engine itself
+# (rust/sim/src/profile.rs; a path to a profile .json works too; fields and sources in the doc)
+PROFILES: tuple[str, ...] = tuple(_engine_profiles())
 
 # The engine knobs worth tuning: vLLM's flag names, the simulator's own defaults and ranges.
 KNOBS: tuple[Knob, ...] = (

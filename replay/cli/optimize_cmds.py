@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "llama-server (also called llama.cpp), vllm or sglang",
     )
     p.add_argument("--model", help="llama-server: a GGUF file; vllm / sglang: a model folder")
-    p.add_argument("--sim-profile", default="a100-80g/llama-3-8b", help="sim: hardware + model profile")
+    p.add_argument("--sim-profile", default="a100-80g/llama-3.1-8b", help="sim: hardware + model profile")
     p.add_argument(
         "--sim-time-scale",
         type=float,

@@ -43,8 +43,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--sim-profile",
-        default="a100-80g/llama-3-8b",
-        help="without --url: the embedded engine's hardware + model profile (default a100-80g/llama-3-8b)",
+        default="a100-80g/llama-3.1-8b",
+        help="without --url: the embedded engine's hardware + model profile (default a100-80g/llama-3.1-8b)",
     )
     p.add_argument(
         "--sim-config",

@@ -101,6 +101,32 @@ def chat(content: str, max_tokens: int, **extra) -> dict:
     return {"model": "sim", "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens, **extra}
 
 
+# --- long contexts -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("profile", "tokens"), [(None, 100_000), ("h100-80g/qwen3-4b-2507", 200_000)])
+def test_long_prompts_are_served_and_a_cached_prefix_is_cheap(sim, profile, tokens):
+    # " the" is one GPT-2 token: `tokens` words make `tokens` prompt tokens
+    prompt = "the" + " the" * (tokens - 1)
+    server = sim(time_scale=0, **({"profile": profile} if profile else {}))
+    assert server.max_model_len >= tokens
+    status, tok = post(server, "/tokenize", {"prompt": prompt})
+    assert status == 200 and tok["count"] == tokens
+    for _ in range(2):
+        status, body = post(server, "/v1/completions", {"model": "sim", "prompt": prompt, "max_tokens": 4, "ignore_eos": True})
+        assert status == 200, body
+        assert body["usage"]["prompt_tokens"] == tokens and body["usage"]["completion_tokens"] == 4
+    assert body["usage"]["prompt_tokens_details"]["cached_tokens"] == (tokens - 1) // 16 * 16
+    # on the modelled clock: the cold prefill is chunks of 8192 tokens whose attention grows
+    # with the context; the warm one computes one token over the cached prefix
+    cold, warm = modelled_requests(server.url)["ttft_s"].to_list()
+    assert warm < cold / 100, (cold, warm)
+    # past the profile's context: refused, as vLLM does
+    too_long = "the" + " the" * server.max_model_len
+    status, answer = post(server, "/v1/completions", {"model": "sim", "prompt": too_long, "max_tokens": 4})
+    assert status == 400 and "maximum context length" in answer["error"]["message"]
+
+
 # --- OpenAI shapes -----------------------------------------------------------------------------
 
 
@@ -108,7 +134,7 @@ def test_openai_shapes(sim):
     server = sim(profile="instant")
     msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name three rivers."}]
     status, tok = post(server, "/tokenize", {"messages": msgs})
-    assert status == 200 and tok["count"] == len(tok["tokens"]) and tok["max_model_len"] == 8192
+    assert status == 200 and tok["count"] == len(tok["tokens"]) and tok["max_model_len"] == 131072
     status, body = post(server, "/v1/chat/completions", {"model": "sim", "messages": msgs, "max_tokens": 12, "ignore_eos": True})
     assert status == 200 and body["object"] == "chat.completion" and body["model"] == "sim"
     choice = body["choices"][0]

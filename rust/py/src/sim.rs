@@ -8,13 +8,19 @@
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-use replay_sim::{serve, EngineConfig, ServerHandle, SimError};
+use replay_sim::{serve, EngineConfig, ServerHandle, SimError, PROFILE_NAMES};
 
 /// The embedded engine's knob defaults (`EngineConfig::default()`) as a JSON object: the one
 /// source `replay.sim` (its config, knobs and the serve-sim flags) reads them from.
 #[pyfunction]
 pub fn sim_defaults() -> String {
     EngineConfig::default().to_json()
+}
+
+/// The embedded engine's preset profile names (`replay_sim::PROFILE_NAMES`), the default first.
+#[pyfunction]
+pub fn sim_profiles() -> Vec<String> {
+    PROFILE_NAMES.iter().map(|s| s.to_string()).collect()
 }
 
 /// A running simulated engine.

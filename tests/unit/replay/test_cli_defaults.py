@@ -58,7 +58,7 @@ def test_the_embedded_engine_s_defaults_come_from_the_engine():
     import json
 
     from replay import _engine
-    from replay.sim import KNOBS, SIM_DEFAULTS, SimConfig
+    from replay.sim import KNOBS, PROFILES, SIM_DEFAULTS, SimConfig
 
     engine = json.loads(_engine.sim_defaults())  # EngineConfig::default() in rust/sim
     assert engine == SIM_DEFAULTS and engine["max_num_seqs"] > 0
@@ -72,6 +72,12 @@ def test_the_embedded_engine_s_defaults_come_from_the_engine():
     for action in serve._actions:
         if action.dest in engine and action.dest not in ("tokenizer", "port"):  # serve-sim listens on 8000
             assert action.default == engine[action.dest], action.dest
+    # the profile the embedded engine starts with when run / sweep / optimize start it
+    assert PROFILES[0] == engine["profile"] == SimConfig().profile
+    commands = _subcommands(build_parser())
+    for name in ("run", "sweep", "optimize"):
+        (flag,) = [a for a in commands[name]._actions if a.dest == "sim_profile"]
+        assert flag.default == engine["profile"], name
 
 
 def test_one_block_size_default_for_traces():
