@@ -18,8 +18,10 @@ fields (:meth:`CostFit.profile`):
 * ``a`` → ``step_overhead_ms``, ``b`` → ``per_seq_overhead_us``, ``r`` → ``request_overhead_ms``;
 * ``c`` → ``peak_tflops`` with ``compute_efficiency`` 1: FLOPs per token are ``2 × params``, so
   ``peak = 2·params / c``;
-* ``d`` → ``hidden_size``: the cost model uses it only for attention FLOPs
-  (``4 × layers × hidden`` per position), so it is set to ``d · peak / (4 · layers)``;
+* ``d`` → ``hidden_size``: with ``num_attention_heads`` 0 the cost model uses it only for
+  attention FLOPs (``4 × layers × hidden`` per position), so it is set to
+  ``d · peak / (4 · layers)`` and ``num_attention_heads`` to 0 (a base preset's heads would
+  otherwise price attention instead);
 * the memory term is made negligible (``memory_bandwidth_gbs`` very high), since the fit holds
   the whole cost already.
 
@@ -182,6 +184,7 @@ class CostFit:
             "weight_bytes_per_param": shape.weight_bytes_per_param,
             "num_layers": int(shape.num_layers),
             "hidden_size": int(hidden),
+            "num_attention_heads": 0,
             "num_kv_heads": int(shape.num_kv_heads),
             "head_dim": int(shape.head_dim),
             "max_model_len": int(shape.max_model_len),

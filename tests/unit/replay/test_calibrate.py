@@ -72,8 +72,22 @@ def test_profile_maps_the_fit_and_the_engine_loads_it(tmp_path):
     from replay.sim import SimConfig, start_sim
 
     knobs = mirror_knobs("llama-server", {"parallel": 4, "ctx_size": 8192})
-    with start_sim(SimConfig(profile=str(path), **knobs)) as server:
+    assert p["num_attention_heads"] == 0  # attention priced by the fitted hidden_size, not the base's heads
+    with start_sim(SimConfig(profile=str(path), time_scale=0, **knobs)) as server:
         assert server.port > 0
+        # the engine prices a prefill as the fit does: two prompt lengths' modelled TTFTs differ
+        # by the fit's per-token and per-position terms
+        import urllib.request
+
+        from replay.sim import modelled_requests
+
+        for word, n in (("a", 100), ("the", 1000)):  # different words: no prefix-cache hit
+            body = json.dumps({"prompt": word + f" {word}" * (n - 1), "max_tokens": 1}).encode()
+            req = urllib.request.Request(server.url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                assert resp.status == 200
+        short, long = modelled_requests(server.url)["ttft_s"].to_list()
+        assert long - short == pytest.approx(fit.predict(1, 1000, 0) - fit.predict(1, 100, 0), rel=0.01)
 
 
 def test_mirror_knobs():
