@@ -37,6 +37,7 @@ import numpy as np
 import polars as pl
 
 if TYPE_CHECKING:
+    from capture.importers.linker import Link
     from redact.report import Accounts
 
 __all__ = ["Exchange", "Answer", "parse_response", "RowBuilder", "TOKEN_CACHE_BYTES", "SAMPLE_SEED"]
@@ -78,6 +79,19 @@ class Answer:
     finish_reason: str | None = None
     first_token_us: int | None = None  # µs after arrival
     chunk_us: list[int] | None = None  # token-bearing chunks, µs after the first token
+    calls: list[str] = field(default_factory=list)  # the arguments of its tool calls (JSON text)
+
+
+def _call_pieces(choice: dict, calls: dict[int, list[str]]) -> None:
+    """A streamed chat chunk's tool call deltas added to ``calls`` (index -> argument pieces):
+    the first delta of a call names it, later ones carry pieces of its arguments."""
+    delta = choice.get("delta")
+    for call in (delta.get("tool_calls") or []) if isinstance(delta, dict) else []:
+        if not isinstance(call, dict) or not isinstance(call.get("index"), int):
+            continue
+        fn = call.get("function")
+        piece = fn.get("arguments") if isinstance(fn, dict) else None
+        calls.setdefault(call["index"], []).append(piece if isinstance(piece, str) else "")
 
 
 def _choice_text(choice: dict, stream: bool) -> str | None:
@@ -149,6 +163,10 @@ def _responses_stream(ex: Exchange) -> Answer:
         if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
             continue
         kind, delta = obj["type"], obj.get("delta")
+        item = obj.get("item")
+        if kind == "response.output_item.done" and isinstance(item, dict) and item.get("type") == "function_call":
+            if isinstance(item.get("arguments"), str):
+                ans.calls.append(item["arguments"])
         if kind.endswith(".delta") and isinstance(delta, str) and delta:
             times.append(t)
             if kind == "response.output_text.delta":
@@ -185,6 +203,7 @@ def parse_response(ex: Exchange) -> Answer:
     if ex.stream:
         parts: list[str] = []
         times: list[int] = []
+        calls: dict[int, list[str]] = {}  # tool call index -> its argument pieces
         for t, obj in _event_objects(_sse_events(ex.chunks)):
             if not isinstance(obj, dict):
                 continue
@@ -194,6 +213,7 @@ def parse_response(ex: Exchange) -> Answer:
             for choice in obj.get("choices") or []:
                 if not isinstance(choice, dict):
                     continue
+                _call_pieces(choice, calls)
                 text = _choice_text(choice, True)
                 if text:
                     parts.append(text)
@@ -203,6 +223,7 @@ def parse_response(ex: Exchange) -> Answer:
             if got_token:
                 times.append(t)
         ans.text = "".join(parts) if parts else None
+        ans.calls = ["".join(calls[k]) for k in sorted(calls)]
         if times:
             ans.first_token_us = times[0]
             ans.chunk_us = [t - times[0] for t in times]
@@ -215,6 +236,9 @@ def parse_response(ex: Exchange) -> Answer:
         return ans
     if isinstance(obj.get("usage"), dict):
         ans.usage = obj["usage"]
+    from capture.importers.records import answer_calls
+
+    ans.calls = list(answer_calls(obj))
     choices = obj.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         ans.text = _choice_text(choices[0], False)
@@ -274,7 +298,7 @@ class RowBuilder:
         from replay.blocks import block_hashes
         from replay.subsets import session_kept
 
-        kept: list[tuple[Exchange, dict, Any, str, str | None, int]] = []
+        kept: list[tuple[Exchange, dict, Answer, Link]] = []
         for ex in exchanges:
             self.counts["requests"] += 1
             try:
@@ -285,14 +309,24 @@ class RowBuilder:
                 self.counts["not_json"] += 1
                 continue
             ans = parse_response(ex)
-            sid, parent, turn = self.linker.add(ex.request_id, ex.api, body, ans.text, ex.session_header)
-            if self.sample < 1.0 and not session_kept(sid, self.sample, SAMPLE_SEED):
+            end = ex.arrival_unix_us + ex.end_us if ex.end_us is not None else None
+            link = self.linker.add(
+                ex.request_id,
+                ex.api,
+                body,
+                ans.text,
+                ex.session_header,
+                calls=ans.calls,
+                arrival_us=ex.arrival_unix_us,
+                end_us=end,
+            )
+            if self.sample < 1.0 and not session_kept(link.session_id, self.sample, SAMPLE_SEED):
                 self.counts["not_sampled"] += 1
                 continue
-            kept.append((ex, body, ans, sid, parent, turn))
+            kept.append((ex, body, ans, link))
         token_ids = self.tokens.prompts_ids([[s.text for s in text_slots(body)] for _, body, *_ in kept])
         rows: list[dict] = []
-        for (ex, body, ans, sid, parent, turn), ids in zip(kept, token_ids):
+        for (ex, body, ans, link), ids in zip(kept, token_ids):
             usage = ans.usage or {}
             # the Responses API names them input / output tokens
             details = usage.get("prompt_tokens_details", usage.get("input_tokens_details"))
@@ -313,9 +347,9 @@ class RowBuilder:
             rows.append(
                 {
                     "request_id": ex.request_id,
-                    "session_id": sid,
-                    "parent_request_id": parent,
-                    "turn": turn,
+                    "session_id": link.session_id,
+                    "parent_request_id": link.parent_request_id,
+                    "turn": link.turn,
                     "api": ex.api,
                     "model": model if isinstance(model, str) else None,
                     "arrival_us": max(0, ex.arrival_unix_us - self.t0),
@@ -334,6 +368,9 @@ class RowBuilder:
                     "chunk_us": ans.chunk_us,
                     "finish_reason": ans.finish_reason if isinstance(ans.finish_reason, str) else None,
                     "outcome": ex.outcome,
+                    "depends_on": link.depends_on,
+                    "wait_us": link.wait_us,
+                    "parent_session_id": link.parent_session_id,
                 }
             )
         if not rows:

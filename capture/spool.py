@@ -154,7 +154,7 @@ def _write_segment(path: Path, spool: Path, spooled: _Spooled, meta: TraceMeta, 
         from redact.lock import Exempt
 
         lock_exempt = Exempt.union_meta(spooled.exempt)
-    with spool.open("rb") as f, TraceWriter(path, meta) as writer:
+    with spool.open("rb") as f, TraceWriter(path, meta, segment=True) as writer:
         for start in range(0, len(spooled.rows), ROLL_CHUNK_ROWS):
             chunk = []
             for _, n, offset, length in spooled.rows[start : start + ROLL_CHUNK_ROWS]:

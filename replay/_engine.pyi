@@ -102,6 +102,9 @@ def sim_defaults() -> str:
 def sim_profiles() -> list[str]:
     """The embedded engine's preset profile names, the default first."""
 
+def sim_profile_max_len(name: str) -> int | None:
+    """A preset profile's default max_model_len (None: not a preset)."""
+
 def run_defaults() -> RunDefaults:
     """The core runner's defaults: timeout_s, stall_timeout_s, connect_timeout_s, drain_s,
     max_connections, worker_threads."""

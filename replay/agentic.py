@@ -23,11 +23,12 @@ messages answering their ids). The model (figures and their sources in docs/agen
   (uncached) prompt tokens at ``prefill_tokens_per_s`` + its output at ``decode_s_per_token``
   after it arrived (``ttft_us``, ``e2e_us``), and its dependents arrive their wait after that.
 
-Token counts are those of the texts (tool descriptions, system prompt, task, answers, call
-arguments and tool results), made of :mod:`replay.prompts` units, exactly as
-:mod:`replay.generate` counts a chat: the server's chat template and the JSON around the texts
-add a few tokens per message that ``input_tokens`` does not count. ``output_tokens`` is the
-answer text plus the call arguments' text.
+``response`` holds each answer's text (its tool calls are in the next step's history:
+:func:`answer_messages` gives the whole assistant message). Token counts are those of the texts
+(tool descriptions, system prompt, task, answers, call arguments and tool results), made of
+:mod:`replay.prompts` units, exactly as :mod:`replay.generate` counts a chat: the server's chat
+template and the JSON around the texts add a few tokens per message that ``input_tokens`` does
+not count. ``output_tokens`` is the answer text plus the call arguments' text.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from replay.bodies import body_json
 from replay.errors import ConfigError
 from replay.trace import BLOCK_SIZE, Trace, TraceMeta, validate
 
-__all__ = ["AgentConfig", "generate_agentic", "ROOT_TOOLS", "SUBAGENT_TOOLS"]
+__all__ = ["AgentConfig", "generate_agentic", "answer_messages", "ROOT_TOOLS", "SUBAGENT_TOOLS"]
 
 _AGENT_DOMAIN = 0xA6E7
 # the coding agent's tools (the last spawns a subagent) and the subagent's
@@ -142,6 +143,7 @@ class _Request:
     output_tokens: int
     body: str
     block_hashes: list[int]
+    response: str  # the answer's text (its tool calls are in the next step's history)
 
     @property
     def end_s(self) -> float:
@@ -227,6 +229,7 @@ class _Maker:
                 output_tokens=output_tokens,
                 body=body_json(body),
                 block_hashes=block_hashes(ids, cfg.block_size),
+                response=content[0],
             )
             self.out.append(req)
             last, seen_tokens, answer = req, input_tokens + output_tokens, content
@@ -352,6 +355,7 @@ def generate_agentic(config: AgentConfig | None = None) -> Trace:
             "wait_us": pl.Series([None if r.wait_s is None else us(r.wait_s) for r in requests], dtype=pl.Int64),
             "parent_session_id": pl.Series([r.parent_session_id for r in requests], dtype=pl.String),
             "agent": [r.agent for r in requests],
+            "response": [r.response for r in requests],
         }
     )
     meta = TraceMeta(
@@ -363,3 +367,23 @@ def generate_agentic(config: AgentConfig | None = None) -> Trace:
         redaction_policy="synthetic",
     )
     return Trace(validate(df, meta, source="generated agent trace"), meta)
+
+
+def answer_messages(trace: Trace) -> dict[str, dict]:
+    """Each request's answer as the agent received it: the assistant message (text and tool
+    calls) that its session's next step carries, or for a session's last step its text
+    (``response``). For writing the traffic out as a request log with its answers."""
+    df = trace.df.select("request_id", "session_id", "turn", "body", "response").sort("session_id", "turn")
+    out: dict[str, dict] = {}
+    rows = df.iter_rows(named=True)
+    prev = None
+    for row in rows:
+        if prev is not None and prev["session_id"] == row["session_id"]:
+            n = len(json.loads(prev["body"])["messages"])
+            out[prev["request_id"]] = json.loads(row["body"])["messages"][n]
+        elif prev is not None:
+            out[prev["request_id"]] = {"role": "assistant", "content": prev["response"]}
+        prev = row
+    if prev is not None:
+        out[prev["request_id"]] = {"role": "assistant", "content": prev["response"]}
+    return out

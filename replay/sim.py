@@ -33,6 +33,8 @@ __all__ = [
     "SimConfig",
     "KNOBS",
     "PROFILES",
+    "LONG_CONTEXT_PROFILE",
+    "embedded_profile",
     "SIM_DEFAULTS",
     "ENGINE_PRIORITIES",
     "ENGINE_PRIORITY",
@@ -75,6 +77,23 @@ _D = SIM_DEFAULTS
 # the shipped hardware/model profiles, the default first, from the engine itself
 # (rust/sim/src/profile.rs; a path to a profile .json works too; fields and sources in the doc)
 PROFILES: tuple[str, ...] = tuple(_engine_profiles())
+# the preset the embedded engine runs for a trace its default does not hold (embedded_profile)
+LONG_CONTEXT_PROFILE = "h100-80g/qwen3-4b-2507"
+# tokens a chat template may add to a recorded prompt (fidelity.sides.TEMPLATE_MAX)
+_TEMPLATE_MARGIN = 256
+
+
+def embedded_profile(longest_tokens: int) -> str:
+    """The embedded engine's profile when none is named: the default (``PROFILES[0]``), or
+    :data:`LONG_CONTEXT_PROFILE` when the trace's longest request (prompt + output tokens, and a
+    chat template's margin) is over the default's context (a 150k-token agent context, a
+    Mooncake prompt)."""
+    from replay import _engine
+
+    default = PROFILES[0]
+    fits = _engine.sim_profile_max_len(default) or 0
+    return default if longest_tokens + _TEMPLATE_MARGIN <= fits else LONG_CONTEXT_PROFILE
+
 
 # The engine knobs worth tuning: vLLM's flag names, the simulator's own defaults and ranges.
 KNOBS: tuple[Knob, ...] = (

@@ -287,12 +287,15 @@ class TraceWriter:
     """Writes a trace a row group at a time, atomically: rows go to a hidden file beside
     ``path``, renamed over it by :meth:`close`; an error (or leaving the ``with`` block by an
     exception) removes it. Each batch is validated; arrival order and unique request ids are
-    checked across batches too. ``close(meta)`` may replace the metadata (a report known only
-    at the end)."""
+    checked across batches too, and so are dependencies (each an earlier row), except in a
+    capture ``segment``, whose dependencies may be in the folder's other segments (the folder is
+    checked whole when read). ``close(meta)`` may replace the metadata (a report known only at the
+    end)."""
 
-    def __init__(self, path: str | os.PathLike[str], meta: TraceMeta):
+    def __init__(self, path: str | os.PathLike[str], meta: TraceMeta, segment: bool = False):
         self.path = Path(path)
         self.meta = meta
+        self.segment = segment
         self.rows = 0
         self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         self._writer: pq.ParquetWriter | None = None
@@ -316,7 +319,8 @@ class TraceWriter:
 
         source = self.path.name
         df = validate(df, self.meta, source=source, whole=False)
-        dag.check(df, source, earlier=self._ids, first_row=self.rows)
+        if not self.segment:
+            dag.check(df, source, earlier=self._ids, first_row=self.rows)
         arrival = df.get_column("arrival_us")
         if self._last_arrival is not None and arrival[0] < self._last_arrival:
             raise TraceError(f"{source}: column 'arrival_us' is not sorted (row {self.rows} goes back in time)")
@@ -659,9 +663,10 @@ def _read_footer(path: Path):
     return TraceMeta.from_metadata(md, source), file_md
 
 
-def read_trace(path: str | os.PathLike[str], bodies: bool = True) -> Trace:
+def read_trace(path: str | os.PathLike[str], bodies: bool = True, whole: bool = True) -> Trace:
     """Read and validate the trace at ``path``. With ``bodies=False`` the bodies stay in the file
-    (checked a row batch at a time) and :meth:`Trace.body_batches` reads them when needed."""
+    (checked a row batch at a time) and :meth:`Trace.body_batches` reads them when needed.
+    ``whole=False``: a capture folder's segment, whose dependencies may be in other segments."""
     path = Path(path)
     if path.is_dir():
         return _read_folder(path, bodies)
@@ -676,8 +681,8 @@ def read_trace(path: str | os.PathLike[str], bodies: bool = True) -> Trace:
     except (pl.exceptions.PolarsError, OSError) as e:
         raise TraceError(f"{source}: unreadable Parquet ({str(e).splitlines()[0]})") from e
     if bodies:
-        return Trace(validate(df, meta, source), meta)
-    df = validate(df, meta, source, bodies=False)
+        return Trace(validate(df, meta, source, whole=whole), meta)
+    df = validate(df, meta, source, bodies=False, whole=whole)
     check_bodies(path, source, synthesis=bool(meta.synthesis))
     return Trace(df, meta, body_file=path)
 
@@ -687,7 +692,7 @@ def _read_folder(folder: Path, bodies: bool) -> Trace:
     import numpy as np
 
     segments = _segments(folder)
-    parts = [read_trace(p, bodies=bodies) for p in segments]
+    parts = [read_trace(p, bodies=bodies, whole=False) for p in segments]
     meta = _folder_meta(folder, segments, [t.meta for t in parts])
     df = pl.concat([t.df for t in parts])
     seg = np.repeat(np.arange(len(parts)), [len(t) for t in parts])

@@ -43,6 +43,7 @@ from capture.importers.records import (
     LogRecord,
     NotARequest,
     Usage,
+    answer_calls,
     answer_text,
     content_text,
     count,
@@ -178,6 +179,7 @@ def parse_litellm_line(obj: dict) -> LogRecord:
         session_id=_session(obj),
         group_id=opt_str(obj.get("trace_id"), "trace_id"),
         response=answer_text(response) if obj.get("status") != "failure" else None,
+        calls=answer_calls(response) if obj.get("status") != "failure" else (),
         usage=Usage(
             prompt_tokens=count(obj.get("prompt_tokens"), "prompt_tokens"),
             completion_tokens=count(obj.get("completion_tokens"), "completion_tokens"),

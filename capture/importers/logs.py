@@ -340,7 +340,10 @@ class _Rows:
         log_session = rec.session_id
         if log_session is None and rec.group_id in self.shared_groups:
             log_session = rec.group_id
-        sid, parent, turn = self.linker.add(rec.request_id, rec.api, rec.body, rec.response, log_session)
+        end = rec.arrival_us + rec.e2e_us if rec.e2e_us is not None else None
+        link = self.linker.add(
+            rec.request_id, rec.api, rec.body, rec.response, log_session, calls=rec.calls, arrival_us=rec.arrival_us, end_us=end
+        )
         t0 = self.t0 = rec.arrival_us if self.t0 is None else self.t0
         ids = self.tokens.prompt_ids([s.text for s in text_slots(rec.body)])
         out = rec.usage.completion_tokens if rec.usage is not None else None
@@ -351,9 +354,9 @@ class _Rows:
         self.chars += len(body) + len(rec.response or "")
         for name, value in (
             ("request_id", rec.request_id),
-            ("session_id", sid),
-            ("parent_request_id", parent),
-            ("turn", turn),
+            ("session_id", link.session_id),
+            ("parent_request_id", link.parent_request_id),
+            ("turn", link.turn),
             ("api", rec.api),
             ("model", rec.model),
             ("arrival_us", rec.arrival_us - t0),
@@ -367,6 +370,9 @@ class _Rows:
             ("ttft_us", rec.ttft_us),
             ("e2e_us", rec.e2e_us),
             ("response", rec.response),
+            ("depends_on", link.depends_on),
+            ("wait_us", link.wait_us),
+            ("parent_session_id", link.parent_session_id),
         ):
             self._cols[name].append(value)
 
@@ -386,6 +392,8 @@ class _Rows:
             "sessions": self.linker.sessions,
             "requests_in_log_sessions": self.linker.in_log_sessions,
             "turns_linked_by_conversation": self.linker.linked,
+            "joins_linked_by_answers": self.linker.joins,
+            "subagents_linked_by_calls": self.linker.subagents,
         }
         return TraceMeta(
             t0_unix_us=self.t0 or 0,
@@ -416,6 +424,9 @@ _ROW_TYPES: dict[str, pl.DataType | type[pl.DataType]] = {
     "ttft_us": pl.Int64,
     "e2e_us": pl.Int64,
     "response": pl.String,
+    "depends_on": pl.List(pl.String),
+    "wait_us": pl.Int64,
+    "parent_session_id": pl.String,
 }
 
 

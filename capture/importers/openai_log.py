@@ -37,6 +37,7 @@ from capture.importers.logs import scan_log, write_log_trace
 from capture.importers.records import (
     LineError,
     LogRecord,
+    answer_calls,
     answer_text,
     api_of_body,
     http_status,
@@ -132,6 +133,7 @@ def parse_openai_line(obj: dict) -> LogRecord:
         request_id=request_id,
         session_id=opt_str(obj.get("session_id"), "session_id"),
         response=answer_text(response),
+        calls=answer_calls(response),
         usage=usage,
         ttft_us=ms_to_us(obj.get("ttft_ms"), "ttft_ms"),
         e2e_us=ms_to_us(obj.get("latency_ms"), "latency_ms"),

@@ -33,6 +33,7 @@ __all__ = [
     "http_status",
     "content_text",
     "answer_text",
+    "answer_calls",
     "output_text",
     "openai_usage",
     "api_of_body",
@@ -65,6 +66,7 @@ class LogRecord:
     # session_id says otherwise and at least two records share it
     group_id: str | None = None
     response: str | None = None  # the answer's text, where the log recorded it
+    calls: tuple[str, ...] = ()  # the arguments of the answer's tool calls, where the log recorded them
     usage: Usage | None = None
     ttft_us: int | None = None
     e2e_us: int | None = None
@@ -257,6 +259,36 @@ def answer_text(response: Any) -> str | None:
     if isinstance(response.get("text"), str):
         return response["text"]
     return None
+
+
+def answer_calls(response: Any) -> tuple[str, ...]:
+    """The arguments (JSON text) of the tool calls in a logged answer: a chat answer's first
+    choice's ``message.tool_calls``, a message dict's ``tool_calls``, or a Responses API object's
+    ``function_call`` output items; () where there are none."""
+    if isinstance(response, list):
+        return answer_calls(response[0]) if response else ()
+    if not isinstance(response, dict):
+        return ()
+    if response.get("object") == "response":
+        items = response.get("output")
+        return tuple(
+            i["arguments"]
+            for i in (items if isinstance(items, list) else [])
+            if isinstance(i, dict) and i.get("type") == "function_call" and isinstance(i.get("arguments"), str)
+        )
+    choices = response.get("choices")
+    message: dict = response
+    if isinstance(choices, list):
+        first = choices[0] if choices and isinstance(choices[0], dict) else {}
+        got = first.get("message")
+        message = got if isinstance(got, dict) else {}
+    calls = message.get("tool_calls")
+    out = []
+    for call in calls if isinstance(calls, list) else []:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
+            out.append(fn["arguments"])
+    return tuple(out)
 
 
 def openai_usage(usage: Any, field: str) -> Usage | None:

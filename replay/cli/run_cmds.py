@@ -43,8 +43,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--sim-profile",
-        default="a100-80g/llama-3.1-8b",
-        help="without --url: the embedded engine's hardware + model profile (default a100-80g/llama-3.1-8b)",
+        default=None,
+        help="without --url: the embedded engine's hardware + model profile (default a100-80g/llama-3.1-8b, "
+        "128k context; h100-80g/qwen3-4b-2507, 256k, for a trace whose longest request the default does not hold)",
     )
     p.add_argument(
         "--sim-config",
@@ -312,8 +313,10 @@ CLOSED_LOOP = (
 _EMBEDDED_URL = "http://127.0.0.1:0"
 
 
-def _sim_config(args: argparse.Namespace):
-    """The embedded engine's config from --sim-profile / --sim-config (None with --url)."""
+def _sim_config(args: argparse.Namespace, trace):
+    """The embedded engine's config from --sim-profile / --sim-config (None with --url); without
+    --sim-profile, the profile that holds ``trace``'s longest request (replay.sim.embedded_profile),
+    written back into ``args.sim_profile``."""
     if args.url:
         if args.sim_config:
             raise ConfigError("--sim-config: only applies without --url (the embedded engine)")
@@ -330,6 +333,13 @@ def _sim_config(args: argparse.Namespace):
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ConfigError(f"--sim-config: unknown knob '{unknown[0]}' (known: {', '.join(sorted(known))})")
+    if args.sim_profile is None:
+        import polars as pl
+
+        from replay.sim import embedded_profile
+
+        longest = trace.df.select(pl.col("input_tokens") + pl.max_horizontal("output_tokens", "max_tokens").fill_null(0)).max()
+        args.sim_profile = embedded_profile(int(longest.item() or 0))
     return SimConfig(profile=args.sim_profile, **overrides)
 
 
@@ -486,7 +496,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_retries(args.retry_invalid, not args.keep_prefix_cache)
     check_outcome_flags(args)
     _check_live(args, trace)
-    sim_config = _sim_config(args)
+    sim_config = _sim_config(args, trace)
     saver = _Saver(args, _out(args, "run"))
     fresh = _fresh_target(args, sim_config)
     with (
@@ -530,7 +540,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not isinstance(rates, AutoRates):
         check_stages(trace, config, rates, users)  # every stage's flags: before the engine starts
     _check_live(args, trace)
-    sim_config = _sim_config(args)
+    sim_config = _sim_config(args, trace)
     saver = _Saver(args, _out(args, "sweep"))
     fresh = _fresh_target(args, sim_config)
     with progress_bar(quiet=args.json) as bar, contextlib.ExitStack() as held:

@@ -458,6 +458,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(options::run_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(sim::sim_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(sim::sim_profiles, m)?)?;
+    m.add_function(wrap_pyfunction!(sim::sim_profile_max_len, m)?)?;
     m.add_function(wrap_pyfunction!(prefix_cache_hits, m)?)?;
     m.add_function(wrap_pyfunction!(block_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(capture::sse_events, m)?)?;

@@ -23,6 +23,13 @@ pub fn sim_profiles() -> Vec<String> {
     PROFILE_NAMES.iter().map(|s| s.to_string()).collect()
 }
 
+/// The longest prompt + output a preset profile accepts by default (its `max_model_len`), or
+/// None for a name that is not a preset.
+#[pyfunction]
+pub fn sim_profile_max_len(name: &str) -> Option<u32> {
+    replay_sim::profile::Profile::named(name).map(|p| p.max_model_len)
+}
+
 /// A running simulated engine.
 /// `SimServer(config: dict | str | None, tokenizer: str | None, cpus: list[int] = [], priority: str = "normal")`;
 /// `cpus` pins the engine's threads to those CPUs, `priority` ("idle", "nice" or "normal":
