@@ -189,7 +189,9 @@ class SimConfig:
     ``tokenizer`` a name known to :func:`replay.tokenizer.tokenizer_path` or a tokenizer.json path,
     ``time_scale`` stretches modelled time into wall time (0.1 = ten times faster than the real
     hardware; 0 = as fast as the CPU allows), ``speculative_config`` a dict or JSON text, and
-    ``threads`` the server's runtime threads (1 = one core).
+    ``threads`` the server's runtime threads (1 = one core). The ``tool_*`` fields are the seeded
+    policy by which a request offering ``tools`` is answered with tool calls (docs/sim-engine.md,
+    "Tool calls"); the engine validates them.
     """
 
     profile: str = _D["profile"]
@@ -210,6 +212,10 @@ class SimConfig:
     host: str = _D["host"]
     port: int = _D["port"]
     threads: int = _D["threads"]
+    tool_call_probability: float = _D["tool_call_probability"]
+    max_parallel_tool_calls: int = _D["max_parallel_tool_calls"]
+    mean_parallel_tool_calls: float = _D["mean_parallel_tool_calls"]
+    tool_argument_tokens: int = _D["tool_argument_tokens"]
 
     def __post_init__(self) -> None:
         knobs = {k.name: k for k in KNOBS}
@@ -248,6 +254,8 @@ class SimConfig:
         fields = dataclasses.asdict(self)
         fields["tokenizer"] = tokenizer_path
         fields["time_scale"] = float(self.time_scale)
+        fields["tool_call_probability"] = float(self.tool_call_probability)
+        fields["mean_parallel_tool_calls"] = float(self.mean_parallel_tool_calls)
         if self.speculative_config is not None:
             fields["speculative_config"] = json.loads(self.speculative_config)
         return json.dumps(fields)

@@ -96,6 +96,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=d["seed"], help=f"output seed (default {d['seed']})")
     p.add_argument("--threads", type=int, default=d["threads"], help=f"server runtime threads (default {d['threads']})")
     p.add_argument(
+        "--tool-call-probability",
+        type=float,
+        default=d["tool_call_probability"],
+        help="chance that a request offering tools (tool_choice auto) is answered with tool calls "
+        f"(default {d['tool_call_probability']:g}; 'required' or a named function always is, 'none' never)",
+    )
+    p.add_argument(
+        "--max-parallel-tool-calls",
+        type=int,
+        default=d["max_parallel_tool_calls"],
+        help=f"most tool calls in one answer (default {d['max_parallel_tool_calls']}; 1 when the request sets "
+        "parallel_tool_calls false)",
+    )
+    p.add_argument(
+        "--mean-parallel-tool-calls",
+        type=float,
+        default=d["mean_parallel_tool_calls"],
+        help=f"mean tool calls in a tool answer, 1 + a geometric count (default {d['mean_parallel_tool_calls']:g})",
+    )
+    p.add_argument(
+        "--tool-argument-tokens",
+        type=int,
+        default=d["tool_argument_tokens"],
+        help=f"median size of a call's JSON arguments in tokens, lognormal (default {d['tool_argument_tokens']})",
+    )
+    p.add_argument(
         "--priority",
         choices=("normal", "nice", "idle"),
         default="normal",
@@ -137,6 +163,10 @@ def config_from_args(args: argparse.Namespace):
         host=args.host,
         port=args.port,
         threads=args.threads,
+        tool_call_probability=args.tool_call_probability,
+        max_parallel_tool_calls=args.max_parallel_tool_calls,
+        mean_parallel_tool_calls=args.mean_parallel_tool_calls,
+        tool_argument_tokens=args.tool_argument_tokens,
     )
 
 

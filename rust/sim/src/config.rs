@@ -12,6 +12,7 @@ use crate::metrics::CacheInfo;
 use crate::profile::{Profile, DEFAULT_PROFILE};
 use crate::scheduler::{Policy, SchedulerConfig};
 use crate::spec::NgramConfig;
+use crate::tools::ToolPolicy;
 
 /// Every knob of the simulated engine, with vLLM's defaults where vLLM has the knob.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,6 +47,15 @@ pub struct EngineConfig {
     pub port: u16,
     /// Runtime threads (1 = a current-thread runtime: one core).
     pub threads: usize,
+    /// Chance that a request offering tools with `tool_choice` auto is answered with tool calls
+    /// (`tools.rs`; the defaults' sources are in docs/sim-engine.md).
+    pub tool_call_probability: f64,
+    /// Most tool calls in one answer.
+    pub max_parallel_tool_calls: u32,
+    /// Mean number of tool calls in a tool answer (1 + a geometric count).
+    pub mean_parallel_tool_calls: f64,
+    /// Median size of a call's argument text, in tokens (lognormal).
+    pub tool_argument_tokens: u32,
 }
 
 impl Default for EngineConfig {
@@ -69,6 +79,10 @@ impl Default for EngineConfig {
             host: "127.0.0.1".into(),
             port: 0,
             threads: 1,
+            tool_call_probability: 0.97,
+            max_parallel_tool_calls: 8,
+            mean_parallel_tool_calls: 1.5,
+            tool_argument_tokens: 40,
         }
     }
 }
@@ -85,6 +99,8 @@ pub struct Resolved {
     pub kv_elem_bytes: f64,
     /// 0, or a lossy knob's perturbation of the generated tokens.
     pub content_salt: u64,
+    /// When and how the engine answers with tool calls.
+    pub tools: ToolPolicy,
 }
 
 impl EngineConfig {
@@ -157,6 +173,7 @@ impl EngineConfig {
         if c.threads < 1 {
             return Err(SimError::config("--threads", "must be >= 1"));
         }
+        let tools = ToolPolicy::from_config(c)?;
         let profile = Profile::load(&c.profile)?;
         let (kv_elem_bytes, content_salt) = match c.kv_cache_dtype.as_str() {
             "auto" => (profile.kv_bytes_per_elem, 0),
@@ -225,6 +242,7 @@ impl EngineConfig {
             max_model_len,
             kv_elem_bytes,
             content_salt,
+            tools,
         })
     }
 }
@@ -331,6 +349,19 @@ mod tests {
             ),
             (r#"{"profile":"tpu/unknown"}"#, "tpu/unknown"),
             (r#"{"max_num_seq":3}"#, "max_num_seq"),
+            (
+                r#"{"tool_call_probability":1.5}"#,
+                "--tool-call-probability",
+            ),
+            (
+                r#"{"max_parallel_tool_calls":0}"#,
+                "--max-parallel-tool-calls",
+            ),
+            (
+                r#"{"max_parallel_tool_calls":2,"mean_parallel_tool_calls":3}"#,
+                "--mean-parallel-tool-calls",
+            ),
+            (r#"{"tool_argument_tokens":0}"#, "--tool-argument-tokens"),
         ] {
             let e = resolve(json).unwrap_err().to_string();
             assert!(e.contains(flag), "{json}: {e}");

@@ -40,6 +40,7 @@ use crate::metrics::{Metrics, Modelled};
 use crate::render::{StreamFormat, Usage};
 use crate::scheduler::{Emitted, Scheduler, SeqId};
 use crate::sequence::{FinishReason, SeqParams, Sequence};
+use crate::tools::{CallTurn, ToolCall};
 use crate::vocab::Vocab;
 
 /// A step that starts within this of its planned start keeps the absolute clock (tokio's timer
@@ -72,6 +73,8 @@ impl Sink {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answer {
     pub text: String,
+    /// A tool answer's calls (empty for text).
+    pub calls: Vec<ToolCall>,
     pub finish: FinishReason,
     pub usage: Usage,
 }
@@ -83,6 +86,8 @@ pub struct Submission {
     /// The request's own seed (else the engine's).
     pub seed: Option<u64>,
     pub stop: Vec<String>,
+    /// A tool answer's calls (its tokens are theirs: `SeqParams` sized for them), else text.
+    pub calls: Option<Vec<ToolCall>>,
     pub sink: Sink,
     /// When the request arrived (the wall-time metrics count from here, as vLLM's do) ...
     pub arrived: Instant,
@@ -99,6 +104,8 @@ struct Outlet {
     pending: Vec<u8>,
     /// Unsent text (streams) or all text so far (whole answers).
     text: String,
+    /// A tool answer: its calls and how far their tokens went.
+    calls: Option<CallTurn>,
     arrived: Instant,
     /// When the scheduler first took it (its prefill starts).
     scheduled: Option<Instant>,
@@ -277,6 +284,7 @@ impl Engine {
             hold,
             pending: Vec::new(),
             text: String::new(),
+            calls: sub.calls.map(CallTurn::new),
             arrived: sub.arrived,
             scheduled: None,
             first: None,
@@ -403,11 +411,21 @@ impl Engine {
             } else {
                 new
             };
-            let before = out.text.len();
-            self.vocab
-                .decode_into(visible, &mut out.pending, &mut out.text);
             let mut finish = e.finish;
-            if !out.stop.is_empty() {
+            let mut calls = Vec::new();
+            if let Some(turn) = out.calls.as_mut() {
+                // a tool answer: its tokens are its calls', the generated text is not shown
+                calls = turn.advance(new.len());
+                if finish == Some(FinishReason::Length) && turn.complete() {
+                    finish = Some(FinishReason::ToolCalls);
+                }
+            }
+            let before = out.text.len();
+            if out.calls.is_none() {
+                self.vocab
+                    .decode_into(visible, &mut out.pending, &mut out.text);
+            }
+            if !out.stop.is_empty() && out.calls.is_none() {
                 let from = floor_char(&out.text, before.saturating_sub(out.hold));
                 let hit = out
                     .stop
@@ -438,13 +456,18 @@ impl Engine {
                 out.text.drain(..cut);
                 let mut buf = Vec::with_capacity(delta.len() + 384);
                 if first {
-                    format.role(&mut buf);
+                    format.role(&mut buf, out.calls.is_some());
                 }
                 if !delta.is_empty() {
                     format.token(&mut buf, &delta);
                 }
+                let turn = out.calls.as_ref();
+                for event in &calls {
+                    format.call_event(&mut buf, event, &turn.expect("tool answer").calls);
+                }
                 if let Some(f) = finish {
-                    format.finish(&mut buf, f.as_str(), usage);
+                    let made = turn.map(CallTurn::generated).unwrap_or_default();
+                    format.finish(&mut buf, f.as_str(), usage, &made);
                 }
                 gone = !buf.is_empty() && tx.send(Bytes::from(buf)).is_err();
             }
@@ -491,6 +514,7 @@ impl Engine {
         if let Sink::Whole { tx } = out.sink {
             let _ = tx.send(Answer {
                 text: out.text,
+                calls: out.calls.map(|t| t.generated()).unwrap_or_default(),
                 finish,
                 usage,
             });

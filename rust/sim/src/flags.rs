@@ -14,7 +14,8 @@ pub const USAGE: &str = "usage: replay-sim --tokenizer PATH [--host 127.0.0.1] [
 [--enable-prefix-caching | --no-enable-prefix-caching] [--gpu-memory-utilization F] [--block-size N] \
 [--scheduling-policy fcfs|priority] [--long-prefill-token-threshold N] [--speculative-config JSON] \
 [--kv-cache-dtype auto|fp8] [--max-model-len N] [--seed N] [--served-model-name NAME] [--time-scale X] \
-[--threads N]";
+[--threads N] [--tool-call-probability P] [--max-parallel-tool-calls N] \
+[--mean-parallel-tool-calls X] [--tool-argument-tokens N]";
 
 #[derive(Clone, Copy)]
 enum Kind {
@@ -24,7 +25,7 @@ enum Kind {
     Json,
 }
 
-const FLAGS: [(&str, Kind); 17] = [
+const FLAGS: [(&str, Kind); 21] = [
     ("profile", Kind::Str),
     ("tokenizer", Kind::Str),
     ("max-num-seqs", Kind::Int),
@@ -42,6 +43,10 @@ const FLAGS: [(&str, Kind); 17] = [
     ("host", Kind::Str),
     ("port", Kind::Int),
     ("threads", Kind::Int),
+    ("tool-call-probability", Kind::Float),
+    ("max-parallel-tool-calls", Kind::Int),
+    ("mean-parallel-tool-calls", Kind::Float),
+    ("tool-argument-tokens", Kind::Int),
 ];
 
 /// Parse flags (without the program name). `Ok(None)` means `--help` was asked for.
@@ -117,7 +122,9 @@ mod tests {
     fn vllm_flags_map_onto_the_config() {
         let c = p("--max-num-seqs 8 --max_num_batched_tokens=512 --no-enable-prefix-caching \
                    --gpu-memory-utilization 0.5 --scheduling-policy priority --kv-cache-dtype fp8 \
-                   --speculative-config {\"method\":\"ngram\",\"num_speculative_tokens\":3} --time-scale 0 --port 0")
+                   --speculative-config {\"method\":\"ngram\",\"num_speculative_tokens\":3} --time-scale 0 --port 0 \
+                   --tool-call-probability 0.5 --max-parallel-tool-calls 3 --mean-parallel-tool-calls 2 \
+                   --tool-argument-tokens 12")
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -137,6 +144,15 @@ mod tests {
             (0.5, "priority", 0.0)
         );
         assert_eq!(c.speculative_config.unwrap()["num_speculative_tokens"], 3);
+        assert_eq!(
+            (
+                c.tool_call_probability,
+                c.max_parallel_tool_calls,
+                c.mean_parallel_tool_calls,
+                c.tool_argument_tokens
+            ),
+            (0.5, 3, 2.0, 12)
+        );
         assert!(p("--help").unwrap().is_none());
         for bad in [
             "--max-num-seqs x",

@@ -3,9 +3,10 @@
 //! It behaves like a real engine under load without a model: real tokenization (`vocab`), a
 //! real prefix cache over chained block hashes (`kv`), an iteration-level continuous-batching
 //! scheduler with chunked prefill, preemption and priorities (`scheduler`), n-gram speculative
-//! decoding (`spec`), deterministic outputs (`textgen`), and step times from a hardware + model
-//! cost model (`profile`, `cost`), played out in real time (`engine`) behind hyper (`server`)
-//! with vLLM's metric names (`metrics`).
+//! decoding (`spec`), deterministic outputs (`textgen`), tool calls when a request offers tools
+//! (`tools`) and the OpenAI API's checks of agent histories (`history`), and step times from a
+//! hardware + model cost model (`profile`, `cost`), played out in real time (`engine`) behind
+//! hyper (`server`) with vLLM's metric names (`metrics`).
 //!
 //! ```no_run
 //! let config = replay_sim::EngineConfig { tokenizer: Some("gpt2.json".into()), ..Default::default() };
@@ -20,6 +21,7 @@ pub mod engine;
 pub mod error;
 pub mod fixture;
 pub mod flags;
+pub mod history;
 pub mod kv;
 pub mod metrics;
 pub mod profile;
@@ -31,6 +33,7 @@ pub mod server;
 pub mod spec;
 pub mod template;
 pub mod textgen;
+pub mod tools;
 pub mod vocab;
 
 use std::net::SocketAddr;
@@ -149,6 +152,8 @@ pub fn serve_with(resolved: Resolved, vocab: Arc<Vocab>) -> Result<ServerHandle,
         model: c.served_model_name.clone(),
         max_model_len: resolved.max_model_len,
         priority_enabled: resolved.scheduler.policy == Policy::Priority,
+        seed: c.seed,
+        tool_policy: resolved.tools.clone(),
         vocab,
         engine: engine_tx,
         metrics: Arc::clone(&metrics),

@@ -173,7 +173,8 @@ impl Metrics {
     /// Count a finished request by its `finish_reason` ("stop", "length" or "abort").
     pub fn finished(&mut self, reason: &str) {
         let i = match reason {
-            "stop" => 0,
+            // the model ended its turn with its calls: vLLM's label is "stop"
+            "stop" | "tool_calls" => 0,
             "length" => 1,
             _ => 2,
         };

@@ -8,15 +8,27 @@
 //! `{"choices":[],"usage":{...}}` chunk, then `data: [DONE]`. A Responses API stream is typed
 //! events (`event:` and `data:` with its `type` and `sequence_number`): `response.created`,
 //! `response.output_item.added`, `response.content_part.added`, a `response.output_text.delta`
-//! per token, then `response.completed` (or `response.incomplete` when `max_output_tokens` cut
-//! it) whose response carries the usage; no `[DONE]`. Embeddings answer a vector made from the
+//! per token, `response.output_text.done`, `response.content_part.done` and
+//! `response.output_item.done` with the whole text, then `response.completed` (or
+//! `response.incomplete` when `max_output_tokens` cut it) whose response carries the message and
+//! the usage; no `[DONE]`. Embeddings answer a vector made from the
 //! prompt's token ids (`embeddings_json`).
+//!
+//! Tool calls (`tools::ToolCall`), as the OpenAI API streams them: in chat, a call's first delta
+//! is `{"tool_calls": [{"index", "id", "type": "function", "function": {"name", "arguments": ""}}]}`
+//! and its argument text follows in deltas carrying only `index` and `function.arguments`; the
+//! finish reason is `tool_calls` and a whole answer's message has `content: null` and the
+//! calls. In the Responses API each call is a `function_call` output item: streamed as
+//! `response.output_item.added` (arguments empty), `response.function_call_arguments.delta`
+//! events, `response.function_call_arguments.done` and `response.output_item.done`, and the
+//! closing `response.completed` lists the calls.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 use serde_json::{json, Value};
 
 use crate::request::{Api, ApiError};
+use crate::tools::{CallEvent, ToolCall};
 
 /// Token counts of one answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -50,8 +62,7 @@ impl Usage {
 
 /// `{"error": {"message", "type", "param", "code"}}`.
 pub fn error_json(e: &ApiError) -> Vec<u8> {
-    let v =
-        json!({"error": {"message": e.message, "type": e.kind, "param": null, "code": e.status}});
+    let v = json!({"error": {"message": e.message, "type": e.kind, "param": e.param, "code": e.status}});
     serde_json::to_vec(&v).expect("json")
 }
 
@@ -65,14 +76,24 @@ fn names(api: Api) -> (&'static str, &'static str, &'static str) {
     }
 }
 
+/// A Responses API `function_call` output item.
+fn function_call_item(response_id: &str, index: usize, call: &ToolCall, status: &str) -> Value {
+    json!({
+        "type": "function_call", "id": ToolCall::item_id(response_id, index), "call_id": call.id,
+        "name": call.name, "arguments": call.arguments(), "status": status,
+    })
+}
+
 /// A Responses API object: `status` from the finish reason (`length`: cut by
-/// `max_output_tokens`, `incomplete`), its message's text as one `output_text` part (none when
-/// `text` is None: the stream's last event, whose text went out in deltas).
+/// `max_output_tokens`, `incomplete`); its output the tool calls when there are any, else its
+/// message's text as one `output_text` part (none when `text` is None: the stream's last event,
+/// whose text went out in deltas).
 fn response_object(
     id: &str,
     created: u64,
     model: &str,
     text: Option<&str>,
+    calls: &[ToolCall],
     finish: &str,
     usage: Option<Usage>,
 ) -> Value {
@@ -82,6 +103,19 @@ fn response_object(
         _ => ("completed", Value::Null),
     };
     let output = match text {
+        _ if !calls.is_empty() => {
+            let item_status = if status == "incomplete" {
+                "incomplete"
+            } else {
+                "completed"
+            };
+            let items = calls.iter().enumerate();
+            Value::Array(
+                items
+                    .map(|(i, c)| function_call_item(id, i, c, item_status))
+                    .collect(),
+            )
+        }
         Some(t) => json!([{
             "type": "message", "id": format!("msg_{id}"), "role": "assistant", "status": "completed",
             "content": [{"type": "output_text", "text": t, "annotations": []}],
@@ -152,24 +186,39 @@ pub fn request_id(api: Api, n: u64) -> String {
     format!("{}{:016x}{:016x}", names(api).0, m(n), m(!n))
 }
 
-/// A whole (non-streamed) answer.
+/// A chat answer's `tool_calls`.
+fn chat_tool_calls(calls: &[ToolCall]) -> Value {
+    calls
+        .iter()
+        .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments()}}))
+        .collect()
+}
+
+/// A whole (non-streamed) answer: `text`, or the tool calls when there are any.
+#[allow(clippy::too_many_arguments)]
 pub fn completion_json(
     api: Api,
     id: &str,
     created: u64,
     model: &str,
     text: &str,
+    calls: &[ToolCall],
     finish: &str,
     usage: Usage,
 ) -> Vec<u8> {
     let (_, object, _) = names(api);
     if api == Api::Responses {
-        let v = response_object(id, created, model, Some(text), finish, Some(usage));
+        let v = response_object(id, created, model, Some(text), calls, finish, Some(usage));
         return serde_json::to_vec(&v).expect("json");
     }
+    let content = if calls.is_empty() {
+        json!(text)
+    } else {
+        Value::Null
+    };
     let choice = match api {
         Api::Chat => json!({
-            "index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
+            "index": 0, "message": {"role": "assistant", "content": content, "tool_calls": chat_tool_calls(calls)},
             "logprobs": null, "finish_reason": finish, "stop_reason": null,
         }),
         Api::Completions | Api::Responses | Api::Embeddings => json!({
@@ -191,8 +240,10 @@ pub struct StreamFormat {
     /// response's id, created time and model, for its first and last events)
     head: Vec<u8>,
     pub include_usage: bool,
-    /// Responses API: the next event's `sequence_number`.
+    /// Responses API: the next event's `sequence_number`, and the text streamed so far (its
+    /// closing events repeat it whole).
     sequence: Cell<u64>,
+    text: RefCell<String>,
     id: String,
     created: u64,
     model: String,
@@ -215,6 +266,7 @@ impl StreamFormat {
             head,
             include_usage,
             sequence: Cell::new(0),
+            text: RefCell::new(String::new()),
             id: id.to_string(),
             created,
             model: model.to_string(),
@@ -237,11 +289,15 @@ impl StreamFormat {
     }
 
     /// Chat: the first chunk, `delta: {role: assistant, content: ""}`; Responses: the events
-    /// that open the response, its message and its text part.
-    pub fn role(&self, out: &mut Vec<u8>) {
+    /// that open the response, and unless it answers with tool calls, its message and text part.
+    pub fn role(&self, out: &mut Vec<u8>, tool_calls: bool) {
         if self.api == Api::Responses {
-            let response = response_object(&self.id, self.created, &self.model, None, "", None);
+            let response =
+                response_object(&self.id, self.created, &self.model, None, &[], "", None);
             self.event(out, "response.created", json!({"response": response}));
+            if tool_calls {
+                return;
+            }
             let item = json!({"type": "message", "id": self.item_id(), "role": "assistant", "status": "in_progress", "content": []});
             self.event(
                 out,
@@ -267,6 +323,7 @@ impl StreamFormat {
     /// A chunk carrying `text`.
     pub fn token(&self, out: &mut Vec<u8>, text: &str) {
         if self.api == Api::Responses {
+            self.text.borrow_mut().push_str(text);
             let data = json!({"item_id": self.item_id(), "output_index": 0, "content_index": 0, "delta": text, "logprobs": []});
             self.event(out, "response.output_text.delta", data);
             return;
@@ -283,18 +340,83 @@ impl StreamFormat {
         });
     }
 
+    /// A chat chunk whose only choice has `delta`.
+    fn chat_delta(&self, out: &mut Vec<u8>, delta: Value) {
+        out.extend_from_slice(&self.head);
+        let choice = json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": null});
+        serde_json::to_writer(&mut *out, &choice).expect("json");
+        out.extend_from_slice(b"]}\n\n");
+    }
+
+    /// What a step of a tool answer said (`calls`: the answer's calls, all of them).
+    pub fn call_event(&self, out: &mut Vec<u8>, event: &CallEvent, calls: &[ToolCall]) {
+        let responses = self.api == Api::Responses;
+        match *event {
+            CallEvent::Start(i) if responses => {
+                let mut item = function_call_item(&self.id, i, &calls[i], "in_progress");
+                item["arguments"] = json!("");
+                self.event(
+                    out,
+                    "response.output_item.added",
+                    json!({"output_index": i, "item": item}),
+                );
+            }
+            CallEvent::Start(i) => {
+                let c = &calls[i];
+                let call = json!({"index": i, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}});
+                self.chat_delta(out, json!({"tool_calls": [call]}));
+            }
+            CallEvent::Arguments(i, ref text) if responses => {
+                let data = json!({"item_id": ToolCall::item_id(&self.id, i), "output_index": i, "delta": text});
+                self.event(out, "response.function_call_arguments.delta", data);
+            }
+            CallEvent::Arguments(i, ref text) => {
+                let call = json!({"index": i, "function": {"arguments": text}});
+                self.chat_delta(out, json!({"tool_calls": [call]}));
+            }
+            CallEvent::Done(i) if responses => {
+                let c = &calls[i];
+                let data = json!({"item_id": ToolCall::item_id(&self.id, i), "output_index": i, "name": c.name, "arguments": c.arguments()});
+                self.event(out, "response.function_call_arguments.done", data);
+                let item = function_call_item(&self.id, i, c, "completed");
+                self.event(
+                    out,
+                    "response.output_item.done",
+                    json!({"output_index": i, "item": item}),
+                );
+            }
+            CallEvent::Done(_) => {}
+        }
+    }
+
     /// The closing chunks: finish reason, usage (if asked for), `[DONE]`; Responses: the
-    /// response's last event, with its status and usage.
-    pub fn finish(&self, out: &mut Vec<u8>, reason: &str, usage: Usage) {
+    /// response's last event, with its status, usage and the tool calls made (`calls`).
+    pub fn finish(&self, out: &mut Vec<u8>, reason: &str, usage: Usage, calls: &[ToolCall]) {
         if self.api == Api::Responses {
+            let text = self.text.take();
+            if calls.is_empty() {
+                let at = json!({"item_id": self.item_id(), "output_index": 0, "content_index": 0});
+                let mut done = at.clone();
+                done["text"] = json!(text);
+                done["logprobs"] = json!([]);
+                self.event(out, "response.output_text.done", done);
+                let mut part = at;
+                part["part"] = json!({"type": "output_text", "text": text, "annotations": []});
+                self.event(out, "response.content_part.done", part);
+            }
             let response = response_object(
                 &self.id,
                 self.created,
                 &self.model,
-                None,
+                Some(&text),
+                calls,
                 reason,
                 Some(usage),
             );
+            if calls.is_empty() {
+                let item = json!({"output_index": 0, "item": response["output"][0]});
+                self.event(out, "response.output_item.done", item);
+            }
             let kind = if reason == "length" {
                 "response.incomplete"
             } else {
@@ -346,14 +468,14 @@ mod tests {
     fn chat_stream_shapes() {
         let f = StreamFormat::new(Api::Chat, "chatcmpl-1", 7, "sim", true);
         let mut out = Vec::new();
-        f.role(&mut out);
+        f.role(&mut out, false);
         f.token(&mut out, "a \"quoted\"\nline");
         let usage = Usage {
             prompt_tokens: 5,
             completion_tokens: 2,
             cached_tokens: 4,
         };
-        f.finish(&mut out, "length", usage);
+        f.finish(&mut out, "length", usage, &[]);
         let ev = events(&out);
         assert_eq!(ev.len(), 5);
         assert_eq!(ev[0]["choices"][0]["delta"]["role"], "assistant");
@@ -387,7 +509,7 @@ mod tests {
     fn responses_stream_shapes() {
         let f = StreamFormat::new(Api::Responses, "resp_1", 7, "sim", false);
         let mut out = Vec::new();
-        f.role(&mut out);
+        f.role(&mut out, false);
         f.token(&mut out, "a \"b\"");
         f.token(&mut out, "c");
         let usage = Usage {
@@ -395,7 +517,7 @@ mod tests {
             completion_tokens: 2,
             cached_tokens: 3,
         };
-        f.finish(&mut out, "length", usage);
+        f.finish(&mut out, "length", usage, &[]);
         let ev = typed_events(&out);
         let kinds: Vec<&str> = ev.iter().map(|e| e["type"].as_str().unwrap()).collect();
         assert_eq!(
@@ -406,6 +528,9 @@ mod tests {
                 "response.content_part.added",
                 "response.output_text.delta",
                 "response.output_text.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
                 "response.incomplete"
             ]
         );
@@ -413,9 +538,14 @@ mod tests {
             .iter()
             .map(|e| e["sequence_number"].as_u64().unwrap())
             .collect();
-        assert_eq!(seq, [0, 1, 2, 3, 4, 5]);
+        assert_eq!(seq, (0..9).collect::<Vec<u64>>());
         assert_eq!(ev[3]["delta"], "a \"b\"");
-        let last = &ev[5]["response"];
+        assert_eq!(ev[5]["text"], "a \"b\"c");
+        assert_eq!(ev[6]["part"]["text"], "a \"b\"c");
+        assert_eq!(ev[7]["item"]["content"][0]["text"], "a \"b\"c");
+        assert_eq!(ev[7]["item"]["id"], ev[1]["item"]["id"]);
+        let last = &ev[8]["response"];
+        assert_eq!(last["output"], json!([ev[7]["item"]]));
         assert_eq!(
             (last["id"].as_str(), last["status"].as_str()),
             (Some("resp_1"), Some("incomplete"))
@@ -425,8 +555,8 @@ mod tests {
         assert_eq!(last["usage"]["input_tokens_details"]["cached_tokens"], 3);
         assert_eq!(last["usage"]["output_tokens"], 2);
         let mut out = Vec::new();
-        f.finish(&mut out, "stop", usage);
-        assert_eq!(typed_events(&out)[0]["type"], "response.completed");
+        f.finish(&mut out, "stop", usage, &[]);
+        assert_eq!(typed_events(&out)[3]["type"], "response.completed");
         assert!(!String::from_utf8(out).unwrap().contains("[DONE]"));
         let whole: Value = serde_json::from_slice(&completion_json(
             Api::Responses,
@@ -434,6 +564,7 @@ mod tests {
             1,
             "sim",
             "hi",
+            &[],
             "stop",
             usage,
         ))
@@ -482,9 +613,9 @@ mod tests {
     fn completion_stream_and_whole_answers() {
         let f = StreamFormat::new(Api::Completions, "cmpl-1", 7, "sim", false);
         let mut out = Vec::new();
-        f.role(&mut out);
+        f.role(&mut out, false);
         f.token(&mut out, "x");
-        f.finish(&mut out, "stop", Usage::default());
+        f.finish(&mut out, "stop", Usage::default(), &[]);
         let ev = events(&out);
         assert_eq!(ev.len(), 3);
         assert_eq!(ev[0]["choices"][0]["text"], "x");
@@ -495,6 +626,7 @@ mod tests {
             1,
             "sim",
             "hi",
+            &[],
             "stop",
             Usage::default(),
         ))
@@ -508,5 +640,172 @@ mod tests {
         );
         assert!(request_id(Api::Chat, 3).starts_with("chatcmpl-"));
         assert_ne!(request_id(Api::Chat, 3), request_id(Api::Chat, 4));
+    }
+
+    fn two_calls() -> Vec<ToolCall> {
+        let call = |id: &str, name: &str, pieces: &[&str]| ToolCall {
+            id: id.into(),
+            name: name.into(),
+            pieces: pieces.iter().map(|p| p.to_string()).collect(),
+        };
+        vec![
+            call("call_a", "read", &["{\"path\"", ": \"x\"}"]),
+            call("call_b", "grep", &["{}"]),
+        ]
+    }
+
+    /// The events of a tool answer streamed token by token, then finished.
+    fn stream_calls(api: Api, calls: &[ToolCall]) -> Vec<u8> {
+        let f = StreamFormat::new(api, "id_1", 7, "sim", true);
+        let mut turn = crate::tools::CallTurn::new(calls.to_vec());
+        let mut out = Vec::new();
+        f.role(&mut out, true);
+        for _ in 0..turn.tokens() {
+            for e in turn.advance(1) {
+                f.call_event(&mut out, &e, calls);
+            }
+        }
+        let usage = Usage {
+            prompt_tokens: 5,
+            completion_tokens: turn.tokens() as u32,
+            cached_tokens: 0,
+        };
+        f.finish(&mut out, "tool_calls", usage, calls);
+        out
+    }
+
+    #[test]
+    fn chat_tool_call_stream_and_whole_shapes() {
+        let calls = two_calls();
+        let ev = events(&stream_calls(Api::Chat, &calls));
+        assert_eq!(ev[0]["choices"][0]["delta"]["role"], "assistant");
+        let deltas: Vec<&Value> = ev[1..ev.len() - 3]
+            .iter()
+            .map(|e| &e["choices"][0]["delta"]["tool_calls"][0])
+            .collect();
+        // per call: a first delta with index, id, type and name, then arguments with the index only
+        assert_eq!(
+            deltas[0],
+            &json!({"index": 0, "id": "call_a", "type": "function", "function": {"name": "read", "arguments": ""}})
+        );
+        assert_eq!(
+            deltas[1],
+            &json!({"index": 0, "function": {"arguments": "{\"path\""}})
+        );
+        assert_eq!(
+            deltas[2],
+            &json!({"index": 0, "function": {"arguments": ": \"x\"}"}})
+        );
+        assert_eq!(deltas[3]["id"], "call_b");
+        assert_eq!(
+            (
+                deltas[3]["index"].as_u64(),
+                deltas[3]["function"]["name"].as_str()
+            ),
+            (Some(1), Some("grep"))
+        );
+        assert_eq!(
+            deltas[4],
+            &json!({"index": 1, "function": {"arguments": "{}"}})
+        );
+        assert_eq!(deltas.len(), 5);
+        let n = ev.len();
+        assert_eq!(ev[n - 3]["choices"][0]["finish_reason"], "tool_calls");
+        assert_eq!(ev[n - 2]["usage"]["completion_tokens"], 33);
+        assert_eq!(ev[n - 1], Value::Null);
+        let whole: Value = serde_json::from_slice(&completion_json(
+            Api::Chat,
+            "c",
+            1,
+            "sim",
+            "",
+            &calls,
+            "tool_calls",
+            Usage::default(),
+        ))
+        .unwrap();
+        let message = &whole["choices"][0]["message"];
+        assert_eq!(message["content"], Value::Null);
+        assert_eq!(
+            message["tool_calls"][0],
+            json!({"id": "call_a", "type": "function", "function": {"name": "read", "arguments": "{\"path\": \"x\"}"}})
+        );
+        assert_eq!(message["tool_calls"][1]["function"]["arguments"], "{}");
+        assert_eq!(whole["choices"][0]["finish_reason"], "tool_calls");
+    }
+
+    #[test]
+    fn responses_function_call_stream_and_whole_shapes() {
+        let calls = two_calls();
+        let ev = typed_events(&stream_calls(Api::Responses, &calls));
+        let kinds: Vec<&str> = ev.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "response.created",
+                "response.output_item.added",
+                "response.function_call_arguments.delta",
+                "response.function_call_arguments.delta",
+                "response.function_call_arguments.done",
+                "response.output_item.done",
+                "response.output_item.added",
+                "response.function_call_arguments.delta",
+                "response.function_call_arguments.done",
+                "response.output_item.done",
+                "response.completed",
+            ]
+        );
+        let seq: Vec<u64> = ev
+            .iter()
+            .map(|e| e["sequence_number"].as_u64().unwrap())
+            .collect();
+        assert_eq!(seq, (0..11).collect::<Vec<u64>>());
+        let added = &ev[1];
+        assert_eq!(
+            (added["output_index"].as_u64(), &added["item"]),
+            (
+                Some(0),
+                &json!({"type": "function_call", "id": "fc_id_1_0", "call_id": "call_a", "name": "read", "arguments": "", "status": "in_progress"})
+            )
+        );
+        assert_eq!(
+            (ev[2]["item_id"].as_str(), ev[2]["delta"].as_str()),
+            (Some("fc_id_1_0"), Some("{\"path\""))
+        );
+        assert_eq!(ev[4]["arguments"], "{\"path\": \"x\"}");
+        assert_eq!(
+            (
+                ev[5]["item"]["status"].as_str(),
+                ev[5]["item"]["arguments"].as_str()
+            ),
+            (Some("completed"), Some("{\"path\": \"x\"}"))
+        );
+        assert_eq!(
+            (
+                ev[6]["output_index"].as_u64(),
+                ev[6]["item"]["call_id"].as_str()
+            ),
+            (Some(1), Some("call_b"))
+        );
+        let done = &ev[10]["response"];
+        assert_eq!(done["status"], "completed");
+        assert_eq!(done["output"].as_array().unwrap().len(), 2);
+        assert_eq!(done["output"][1]["name"], "grep");
+        let whole: Value = serde_json::from_slice(&completion_json(
+            Api::Responses,
+            "resp_2",
+            1,
+            "sim",
+            "",
+            &calls,
+            "tool_calls",
+            Usage::default(),
+        ))
+        .unwrap();
+        assert_eq!(whole["status"], "completed");
+        assert_eq!(
+            whole["output"][0],
+            json!({"type": "function_call", "id": "fc_2_0", "call_id": "call_a", "name": "read", "arguments": "{\"path\": \"x\"}", "status": "completed"})
+        );
     }
 }

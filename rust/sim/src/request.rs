@@ -8,10 +8,15 @@
 //! (as completions' `prompt`) and `encoding_format`, `max_tokens` (chat also
 //! `max_completion_tokens`), `stream`,
 //! `stream_options.include_usage`, `ignore_eos`, `min_tokens`, `stop` (a string or a list),
-//! `priority`, `seed` and `n` (must be 1). Sampling fields such as `temperature` are accepted and
-//! ignored. Anything malformed is a 400 `ApiError` naming the field, as vLLM answers.
+//! `priority`, `seed` and `n` (must be 1), and for chat and the Responses API `tools`,
+//! `tool_choice` and `parallel_tool_calls` (`tools::ToolRequest`). Sampling fields such as
+//! `temperature` are accepted and ignored. Anything malformed is a 400 `ApiError` naming the
+//! field, as vLLM answers; a broken agent history is the OpenAI API's 400 (`history`).
 
 use serde_json::{Map, Value};
+
+use crate::history::{check_chat, check_responses};
+use crate::tools::ToolRequest;
 
 /// Which endpoint a request came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,22 +50,38 @@ pub struct ApiRequest {
     pub include_usage: bool,
     /// Embeddings: `encoding_format: "base64"` (the openai SDK's default), else floats.
     pub base64: bool,
+    /// The tools offered and what the request allows (none for completions and embeddings).
+    pub tools: ToolRequest,
 }
 
-/// An HTTP error answer: status, OpenAI error `type`, one-line message.
+/// An HTTP error answer: status, OpenAI error `type`, one-line message, the field at fault.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
     pub status: u16,
     pub kind: &'static str,
     pub message: String,
+    pub param: Option<String>,
 }
 
 impl ApiError {
+    /// A 400 as vLLM answers it (type `BadRequestError`).
     pub fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError {
             status: 400,
             kind: "BadRequestError",
             message: message.into(),
+            param: None,
+        }
+    }
+
+    /// A 400 as the OpenAI API answers a bad field (type `invalid_request_error`, `param` naming
+    /// the field, e.g. `messages.[3].tool_call_id`).
+    pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: 400,
+            kind: "invalid_request_error",
+            message: message.into(),
+            param: Some(param.into()),
         }
     }
 
@@ -69,6 +90,7 @@ impl ApiError {
             status: 404,
             kind: "NotFoundError",
             message: message.into(),
+            param: None,
         }
     }
 }
@@ -124,7 +146,8 @@ fn completion_prompt(v: Option<&Value>, field: &str) -> Result<Prompt, ApiError>
 }
 
 /// A Responses API request as chat messages: `instructions` as the system message, then each
-/// `input` item (a string input is one user message).
+/// `input` item (a string input is one user message; a `function_call` an assistant message
+/// with that tool call, its `function_call_output` a tool message answering it).
 fn responses_messages(obj: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
     let mut messages = Vec::new();
     match obj.get("instructions") {
@@ -146,6 +169,7 @@ fn responses_messages(obj: &Map<String, Value>) -> Result<Vec<Value>, ApiError> 
             ))
         }
     };
+    check_responses(items)?;
     for (i, item) in items.iter().enumerate() {
         let text = |key: &str| {
             item.get(key)
@@ -154,11 +178,11 @@ fn responses_messages(obj: &Map<String, Value>) -> Result<Vec<Value>, ApiError> 
                 .to_string()
         };
         let message = match item.get("type").and_then(Value::as_str) {
-            Some("function_call") => {
-                serde_json::json!({"role": "assistant", "content": text("arguments")})
-            }
+            Some("function_call") => serde_json::json!({"role": "assistant", "content": null,
+                "tool_calls": [{"id": text("call_id"), "type": "function",
+                    "function": {"name": text("name"), "arguments": text("arguments")}}]}),
             Some("function_call_output") => {
-                serde_json::json!({"role": "tool", "content": text("output")})
+                serde_json::json!({"role": "tool", "tool_call_id": text("call_id"), "content": text("output")})
             }
             Some("message") | None => {
                 let role = item.get("role").and_then(Value::as_str).ok_or_else(|| {
@@ -203,11 +227,12 @@ fn responses_messages(obj: &Map<String, Value>) -> Result<Vec<Value>, ApiError> 
     Ok(messages)
 }
 
-/// Parse a request body for `api`; `render_chat` turns `messages` into prompt text.
+/// Parse a request body for `api`; `render_chat` turns `messages` and the request's `tools`
+/// into prompt text.
 pub fn parse_request(
     api: Api,
     body: &[u8],
-    render_chat: impl Fn(&[Value]) -> Result<String, String>,
+    render_chat: impl Fn(&[Value], &[Value]) -> Result<String, String>,
 ) -> Result<ApiRequest, ApiError> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("request body is not valid JSON: {e}")))?;
@@ -223,16 +248,27 @@ pub fn parse_request(
             )))
         }
     };
+    let tools = match api {
+        Api::Chat | Api::Responses => ToolRequest::parse(&obj)?,
+        Api::Completions | Api::Embeddings => ToolRequest::default(),
+    };
+    let tool_defs = match obj.get("tools") {
+        Some(Value::Array(defs)) => defs.as_slice(),
+        _ => &[],
+    };
     let prompt = match api {
         Api::Chat => match obj.get("messages") {
             Some(Value::Array(msgs)) if !msgs.is_empty() => {
-                Prompt::Text(render_chat(msgs).map_err(ApiError::bad_request)?)
+                let text = render_chat(msgs, tool_defs).map_err(ApiError::bad_request)?;
+                check_chat(msgs)?;
+                Prompt::Text(text)
             }
             _ => return Err(ApiError::bad_request("'messages' must be a non-empty list")),
         },
         Api::Completions => completion_prompt(obj.get("prompt"), "prompt")?,
         Api::Responses => {
-            Prompt::Text(render_chat(&responses_messages(&obj)?).map_err(ApiError::bad_request)?)
+            let msgs = responses_messages(&obj)?;
+            Prompt::Text(render_chat(&msgs, tool_defs).map_err(ApiError::bad_request)?)
         }
         Api::Embeddings => completion_prompt(obj.get("input"), "input")?,
     };
@@ -308,6 +344,7 @@ pub fn parse_request(
         stream: api != Api::Embeddings && bool_field(&obj, "stream")?,
         include_usage,
         base64,
+        tools,
     })
 }
 
@@ -316,13 +353,13 @@ mod tests {
     use super::*;
 
     fn chat(body: &str) -> Result<ApiRequest, ApiError> {
-        parse_request(Api::Chat, body.as_bytes(), |m| {
+        parse_request(Api::Chat, body.as_bytes(), |m, _| {
             Ok(format!("{} messages", m.len()))
         })
     }
 
     fn comp(body: &str) -> Result<ApiRequest, ApiError> {
-        parse_request(Api::Completions, body.as_bytes(), |_| unreachable!())
+        parse_request(Api::Completions, body.as_bytes(), |_, _| unreachable!())
     }
 
     #[test]
@@ -371,13 +408,14 @@ mod tests {
     }
 
     fn responses(body: &str) -> Result<ApiRequest, ApiError> {
-        parse_request(Api::Responses, body.as_bytes(), |m| {
+        parse_request(Api::Responses, body.as_bytes(), |m, _| {
             Ok(m.iter()
                 .map(|x| {
+                    let calls = x.get("tool_calls").map(|c| c.to_string());
                     format!(
                         "{}:{}",
                         x["role"].as_str().unwrap(),
-                        x["content"].as_str().unwrap()
+                        x["content"].as_str().or(calls.as_deref()).unwrap()
                     )
                 })
                 .collect::<Vec<_>>()
@@ -396,7 +434,10 @@ mod tests {
         let r = responses(items).unwrap();
         assert_eq!(
             r.prompt,
-            Prompt::Text("user:ab|assistant:{}|tool:42|assistant:ok".into())
+            Prompt::Text(
+                r#"user:ab|assistant:[{"function":{"arguments":"{}","name":"f"},"id":"c","type":"function"}]|tool:42|assistant:ok"#
+                    .into()
+            )
         );
         assert_eq!(
             r.max_tokens, None,
@@ -425,7 +466,7 @@ mod tests {
 
     #[test]
     fn embeddings_inputs_and_formats() {
-        let e = |b: &str| parse_request(Api::Embeddings, b.as_bytes(), |_| unreachable!());
+        let e = |b: &str| parse_request(Api::Embeddings, b.as_bytes(), |_, _| unreachable!());
         let r = e(r#"{"input":"hello","encoding_format":"base64","stream":true}"#).unwrap();
         assert_eq!(
             (r.prompt, r.base64, r.stream),

@@ -19,6 +19,8 @@ pub enum FinishReason {
     Length,
     /// The client went away.
     Abort,
+    /// A tool answer generated all its calls (finish_reason "tool_calls").
+    ToolCalls,
 }
 
 impl FinishReason {
@@ -28,6 +30,7 @@ impl FinishReason {
             FinishReason::Eos | FinishReason::StopString => "stop",
             FinishReason::Length => "length",
             FinishReason::Abort => "abort",
+            FinishReason::ToolCalls => "tool_calls",
         }
     }
 }

@@ -35,6 +35,7 @@ use crate::render::{completion_json, embeddings_json, error_json, request_id, St
 use crate::request::{parse_request, Api, ApiError, ApiRequest, Prompt};
 use crate::sequence::SeqParams;
 use crate::template::render_chat;
+use crate::tools::{ToolCall, ToolPolicy};
 use crate::vocab::Vocab;
 
 /// Largest request body accepted.
@@ -45,6 +46,9 @@ pub struct AppState {
     pub model: String,
     pub max_model_len: u32,
     pub priority_enabled: bool,
+    /// The engine's seed (a request's own `seed` replaces it) and tool-call policy.
+    pub seed: u64,
+    pub tool_policy: ToolPolicy,
     pub vocab: Arc<Vocab>,
     pub engine: mpsc::UnboundedSender<Submission>,
     pub metrics: Arc<Mutex<Metrics>>,
@@ -155,7 +159,7 @@ async fn generate(
 ) -> Result<Reply, ApiError> {
     let arrived = Instant::now();
     let body = read_body(req).await?;
-    let mut r = parse_request(api, &body, |m| render_chat(m, true))?;
+    let mut r = parse_request(api, &body, |m, tools| render_chat(m, tools, true))?;
     if api == Api::Embeddings {
         // a forward pass over the prompt: scheduled and costed as a request of one token
         r.max_tokens = Some(1);
@@ -175,18 +179,28 @@ async fn generate(
     }
     let (prompt, max_tokens) = prompt_ids(&state, &r)?;
     let embedded = (api == Api::Embeddings).then(|| prompt.clone());
-    let params = SeqParams {
+    let seed = r.seed.unwrap_or(state.seed);
+    let calls = (state.tool_policy).plan(&r.tools, seed, &prompt, max_tokens, &state.vocab);
+    let mut params = SeqParams {
         max_tokens,
         min_tokens: r.min_tokens.min(max_tokens),
         ignore_eos: r.ignore_eos,
         priority: r.priority,
     };
+    if let Some(calls) = &calls {
+        // a tool answer is exactly its calls' tokens (cut at max_tokens, finish "length")
+        let tokens = calls.iter().map(ToolCall::tokens).sum::<usize>();
+        params.max_tokens = max_tokens.min(tokens.min(u32::MAX as usize) as u32);
+        params.min_tokens = 0;
+        params.ignore_eos = true;
+    }
     let id = request_id(api, state.next_id.fetch_add(1, Ordering::Relaxed));
     let created = unix_now();
     let unavailable = || ApiError {
         status: 503,
         kind: "ServiceUnavailableError",
         message: "the engine is shutting down".into(),
+        param: None,
     };
     if r.stream {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -196,6 +210,7 @@ async fn generate(
             params,
             seed: r.seed,
             stop: r.stop,
+            calls,
             sink: Sink::Stream { tx, format },
             arrived,
             submitted: Instant::now(),
@@ -216,6 +231,7 @@ async fn generate(
             params,
             seed: r.seed,
             stop: r.stop,
+            calls,
             sink: Sink::Whole { tx },
             arrived,
             submitted: Instant::now(),
@@ -239,6 +255,7 @@ async fn generate(
             created,
             &state.model,
             &answer.text,
+            &answer.calls,
             answer.finish.as_str(),
             answer.usage,
         );
@@ -257,7 +274,11 @@ async fn tokenize(req: Request<Incoming>, state: Arc<AppState>) -> Result<Reply,
                 .get("add_generation_prompt")
                 .and_then(Value::as_bool)
                 .unwrap_or(true);
-            render_chat(msgs, add).map_err(ApiError::bad_request)?
+            let tools = v
+                .get("tools")
+                .and_then(Value::as_array)
+                .map_or(&[][..], Vec::as_slice);
+            render_chat(msgs, tools, add).map_err(ApiError::bad_request)?
         }
         _ => {
             return Err(ApiError::bad_request(

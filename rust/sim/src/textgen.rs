@@ -33,7 +33,7 @@ const LENGTH_DOMAIN: u64 = 0x1E46_7401;
 const CONTENT_DOMAIN: u64 = 0xC047_E470;
 
 /// Hash of the prompt under a seed and a domain.
-fn prompt_hash(seed: u64, domain: u64, prompt: &[u32]) -> u64 {
+pub(crate) fn prompt_hash(seed: u64, domain: u64, prompt: &[u32]) -> u64 {
     let mut h = mix(seed ^ domain);
     for &t in prompt {
         h = mix(h ^ t as u64);
@@ -42,8 +42,15 @@ fn prompt_hash(seed: u64, domain: u64, prompt: &[u32]) -> u64 {
 }
 
 /// A uniform number in [0, 1) from 53 bits of a hash.
-fn unit(h: u64) -> f64 {
+pub(crate) fn unit(h: u64) -> f64 {
     (h >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// A lognormal draw from a hash: `median` × e^(`sigma` · z), z standard normal (Box-Muller).
+pub(crate) fn lognormal(h: u64, median: f64, sigma: f64) -> f64 {
+    let (u1, u2) = (unit(h).max(1e-12), unit(mix(h)));
+    let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+    (median.ln() + sigma * z).exp()
 }
 
 /// Output length (tokens, EOS included) of the answer to `prompt`: `max_tokens` when
@@ -59,9 +66,7 @@ pub fn output_length(
         return max_tokens;
     }
     let h = prompt_hash(seed, LENGTH_DOMAIN, prompt);
-    let (u1, u2) = (unit(h).max(1e-12), unit(mix(h)));
-    let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
-    let len = (EOS_MEDIAN_TOKENS.ln() + EOS_SIGMA * z).exp().round();
+    let len = lognormal(h, EOS_MEDIAN_TOKENS, EOS_SIGMA).round();
     let len = if len.is_finite() {
         len.clamp(1.0, u32::MAX as f64) as u32
     } else {

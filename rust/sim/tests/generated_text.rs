@@ -64,7 +64,7 @@ fn prompts(vocab: &Vocab) -> Vec<Vec<u32>> {
         .map(|c| {
             let turn = json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": c},
                               {"role": "assistant", "content": c}]);
-            let text = render_chat(turn.as_array().unwrap(), false).unwrap().repeat(6);
+            let text = render_chat(turn.as_array().unwrap(), &[], false).unwrap().repeat(6);
             vocab.encode(&text)
         })
         .collect()
