@@ -136,7 +136,8 @@ def main() -> int:
             totals["truth"] += len(truth)
             totals["found"] += len(got)
             totals["right"] += len(right)
-    print(f"{'seed':>4} {'requests':>8} {'edges':>6} {'found':>6} {'precision':>9} {'recall':>7} {'subagents':>9} {'wait err us':>11} {'import s':>8}")
+    head = ("seed", "requests", "edges", "found", "precision", "recall", "subagents", "wait err us", "import s")
+    print(" ".join(f"{h:>{w}}" for h, w in zip(head, (4, 8, 6, 6, 9, 7, 9, 11, 8))))
     for seed, n, t, g, prec, rec, subs_found, err, took in rows:
         print(f"{seed:>4} {n:>8} {t:>6} {g:>6} {prec:>9.4f} {rec:>7.4f} {subs_found:>9} {err:>11} {took:>8.2f}")
     precision = totals["right"] / totals["found"] if totals["found"] else float("nan")

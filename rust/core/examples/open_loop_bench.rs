@@ -35,6 +35,7 @@ fn main() {
             body: body.clone(),
             offset_ns: o,
             after: None,
+            joins: Vec::new(),
         })
         .collect();
     let config = RunConfig {

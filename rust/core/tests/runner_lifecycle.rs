@@ -134,10 +134,7 @@ fn causal_turns_wait_for_the_previous_turn_while_other_requests_keep_their_sched
         common::planned("/sse?chunks=2", 1, 50_000_000),
         common::planned("/sse?chunks=2", 2, 100_000_000),
     ];
-    reqs[1].after = Some(Gate {
-        parent: 0,
-        think_ns: 100_000_000,
-    });
+    reqs[1].after = Some(Gate::after(0, 100_000_000));
     let before = Instant::now();
     let r = run(
         &common::config(server.url()),
@@ -207,6 +204,7 @@ fn bodies_are_taken_from_the_source_only_as_requests_come_due() {
         path_index: vec![0; n],
         offsets_ns: (0..n as i64).map(|i| i * 60_000_000).collect(),
         after: Vec::new(),
+        joins: Vec::new(),
     };
     let t0_guess = Instant::now();
     let pulls = Arc::new(Mutex::new(Vec::new()));
@@ -265,6 +263,7 @@ fn records_are_handed_to_the_sink_in_request_order_as_the_run_goes() {
         paths,
         offsets_ns: (0..n as i64).map(|i| i * 100_000_000).collect(),
         after: Vec::new(),
+        joins: Vec::new(),
     };
     let bodies = (0..n).map(|i| Bytes::from(format!("{{\"i\":{i}}}")));
     let t0_guess = Instant::now();

@@ -53,6 +53,7 @@ fn main() {
             body: Bytes::from(body.clone()),
             offset_ns: 0,
             after: None,
+            joins: Vec::new(),
         })
         .collect();
     let cfg = RunConfig {

@@ -180,7 +180,14 @@ async fn generate(
     let (prompt, max_tokens) = prompt_ids(&state, &r)?;
     let embedded = (api == Api::Embeddings).then(|| prompt.clone());
     let seed = r.seed.unwrap_or(state.seed);
-    let calls = (state.tool_policy).plan(&r.tools, seed, &prompt, max_tokens, &state.vocab);
+    let calls = (state.tool_policy).plan(
+        &r.tools,
+        seed,
+        &prompt,
+        max_tokens,
+        r.ignore_eos,
+        &state.vocab,
+    );
     let mut params = SeqParams {
         max_tokens,
         min_tokens: r.min_tokens.min(max_tokens),

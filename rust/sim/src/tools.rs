@@ -217,19 +217,23 @@ impl ToolPolicy {
     }
 
     /// The calls the engine answers `prompt` with, or None for a text answer. `max_tokens`
-    /// caps the arguments' drawn size so that the calls usually fit.
+    /// caps the arguments' drawn size so that the calls usually fit. A request with
+    /// `ignore_eos` and `tool_choice` auto asks for exactly `max_tokens` tokens (a benchmark's
+    /// or a replay's request): it gets text; only a forced choice makes it a tool turn.
     pub fn plan(
         &self,
         req: &ToolRequest,
         seed: u64,
         prompt: &[u32],
         max_tokens: u32,
+        ignore_eos: bool,
         vocab: &Vocab,
     ) -> Option<Vec<ToolCall>> {
         let mut draws = Draws(prompt_hash(seed, TURN_DOMAIN, prompt));
         let tool_turn = match req.choice {
             ToolChoice::None => false,
             _ if req.tools.is_empty() => false,
+            ToolChoice::Auto if ignore_eos => false,
             ToolChoice::Auto => draws.unit() < self.probability,
             ToolChoice::Required | ToolChoice::Named(_) => true,
         };
@@ -737,7 +741,7 @@ mod tests {
                 json!({"tools": tools, "tool_choice": choice, "parallel_tool_calls": parallel}),
             )
             .unwrap();
-            p.plan(&r, 0, prompt, 4096, &v)
+            p.plan(&r, 0, prompt, 4096, false, &v)
         };
         let mut p = policy();
         let prompts: Vec<Vec<u32>> = (0..300u32).map(|i| vec![i, i + 1, 7]).collect();

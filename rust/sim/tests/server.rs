@@ -24,6 +24,7 @@ fn send(server: &ServerHandle, reqs: Vec<(&str, Value)>) -> Records {
             body: Bytes::from(body.to_string()),
             offset_ns: 0,
             after: None,
+            joins: Vec::new(),
         })
         .collect();
     let config = RunConfig {
@@ -288,6 +289,7 @@ fn a_closed_loop_run_keeps_its_users_in_flight_and_no_more() {
             body: Bytes::from(chat(&format!("request {i}"), 8).to_string()),
             offset_ns: 0,
             after: None,
+            joins: Vec::new(),
         })
         .collect();
     let config = RunConfig {

@@ -40,6 +40,7 @@ pub fn planned(path: &str, i: usize, offset_ns: i64) -> PlannedRequest {
         body: Bytes::from(format!("{{\"i\":{i}}}")),
         offset_ns,
         after: None,
+        joins: Vec::new(),
     }
 }
 

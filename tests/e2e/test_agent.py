@@ -1,0 +1,89 @@
+"""An agent workload end to end through the CLI: generated (``replay generate --profile agent``),
+inspected (the dependency graph's shape), replayed with ``--sessions dag`` on the embedded engine
+at contexts past 128k (it picks its 256k profile for such a trace: no 4xx), and judged: the graph
+kept under ``dag``, broken by a replay that ignores the edges (``--sessions open``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from replay.agentic import AgentConfig, generate_agentic
+
+
+def test_generate_and_inspect_an_agent_trace(cli, tmp_path):
+    out = tmp_path / "agent.parquet"
+    made = cli("generate", "--profile", "agent", "--sessions", "3", "--steps", "5", "--max-context", "40000", "-o", str(out))
+    assert made.returncode == 0, made.stderr
+    shown = cli("inspect", str(out), "--json")
+    assert shown.returncode == 0, shown.stderr
+    graph = json.loads(shown.stdout)["dag"]
+    assert graph["root_sessions"] == 3 and graph["edges"] >= graph["requests_with_dependencies"] > 0
+    assert graph["critical_path_requests"] >= 2 and graph["wait_s"]["p50"] > 0
+    table = cli("inspect", str(out))
+    assert "dependency graph (depends_on)" in table.stdout and "critical_path_requests" in table.stdout
+    bad = cli("generate", "--profile", "agent", "--max-context", "9000", "-o", str(tmp_path / "x.parquet"))
+    assert bad.returncode != 0 and "--max-context: 9000 tokens does not hold" in bad.stderr
+
+
+@pytest.fixture(scope="module")
+def long_trace(tmp_path_factory):
+    # two sessions whose large tool results take contexts past 128k within a few steps
+    config = AgentConfig(
+        sessions=2,
+        steps_mean=6,
+        result_tokens_p50=12_000,
+        max_result_tokens=40_000,
+        max_context_tokens=200_000,
+        session_rate=0.5,
+        seed=3,
+    )
+    trace = generate_agentic(config)
+    assert trace.df["input_tokens"].max() > 131_072
+    return trace.write(tmp_path_factory.mktemp("agent") / "long.parquet")
+
+
+def _judge(cli, trace, results) -> dict:
+    judged = cli("fidelity", str(trace), str(results), "--json", timeout=300)
+    assert judged.returncode in (0, 1, 3), judged.stderr
+    stage = json.loads(judged.stdout)["stages"][0]
+    return {m["name"]: m for m in stage["metrics"]} | {"_state": stage["state"]}
+
+
+def test_a_dag_replay_at_long_contexts_keeps_the_graph_and_an_open_one_breaks_it(cli, long_trace, tmp_path):
+    common = ("--speedup", "10", "--sim-config", '{"time_scale": 0.1}')
+    runs = {}
+    for mode in ("auto", "open"):
+        out = tmp_path / mode
+        done = cli("run", str(long_trace), "--sessions", mode, "--out", str(out), *common, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert "h100-80g/qwen3-4b-2507" in done.stderr  # the 128k default does not hold this trace
+        stage = json.loads((out / "summary.json").read_text())["stages"][0]
+        assert stage["errors"] == {} and stage["rejected"] == 0 and stage["completed"] == stage["requests"]
+        runs[mode] = (stage, out)
+    dag, opened = runs["auto"][0], runs["open"][0]
+    assert dag["sessions"] == "dag" and opened["sessions"] == "open"
+    assert dag["slip_ms"] is not None and dag["after_failed_dependency"] == 0
+    kept = _judge(cli, long_trace, runs["auto"][1])
+    broken = _judge(cli, long_trace, runs["open"][1])
+    assert kept["sessions.dag.early"]["state"] == "pass" and kept["sessions.dag.early"]["replay"] == 0
+    assert broken["sessions.dag.early"]["state"] == "fail" and broken["sessions.dag.early"]["replay"] > 0
+    assert broken["_state"] == "unfaithful"
+
+
+def test_the_agent_workload_example_runs_as_a_reader_runs_it(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "agent_workload.py"
+    spec = importlib.util.spec_from_file_location("agent_workload_example", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    got = example.main(sessions=3, max_context=40_000)
+    assert got["profile"] == "a100-80g/llama-3.1-8b"  # 40k contexts: the default holds them
+    assert got["dag"]["errors"] == got["open"]["errors"] == 0
+    assert got["dag"]["early"] == 0 and got["dag"]["early_state"] == "pass"
+    assert got["open"]["early"] > 0 and "sessions.dag.early" in got["open"]["failed"]
+    assert "--sessions dag:" in capsys.readouterr().out
