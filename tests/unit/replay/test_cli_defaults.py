@@ -75,9 +75,17 @@ def test_the_embedded_engine_s_defaults_come_from_the_engine():
     # the profile the embedded engine starts with when run / sweep / optimize start it
     assert PROFILES[0] == engine["profile"] == SimConfig().profile
     commands = _subcommands(build_parser())
-    for name in ("run", "sweep", "optimize"):
+    (flag,) = [a for a in commands["optimize"]._actions if a.dest == "sim_profile"]
+    assert flag.default == engine["profile"]
+    # run and sweep pick by the trace: the engine's default, or the long-context preset for a
+    # trace whose longest request the default does not hold
+    from replay.sim import LONG_CONTEXT_PROFILE, embedded_profile
+
+    for name in ("run", "sweep"):
         (flag,) = [a for a in commands[name]._actions if a.dest == "sim_profile"]
-        assert flag.default == engine["profile"], name
+        assert flag.default is None, name
+    assert embedded_profile(100_000) == engine["profile"] and LONG_CONTEXT_PROFILE in PROFILES
+    assert embedded_profile(150_000) == LONG_CONTEXT_PROFILE
 
 
 def test_one_block_size_default_for_traces():

@@ -97,8 +97,8 @@ def test_write_is_atomic_and_validates_first(make_trace, tmp_path):
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        (lambda df: df.drop("arrival_us"), "column 'arrival_us' missing (schema 2)"),
-        (lambda df: df.drop("body"), "column 'body' missing (schema 2)"),
+        (lambda df: df.drop("arrival_us"), "column 'arrival_us' missing (schema 3)"),
+        (lambda df: df.drop("body"), "column 'body' missing (schema 3)"),
         (lambda df: df.with_columns(pl.col("arrival_us").cast(pl.String)), "column 'arrival_us' has type String, expected Int64"),
         (lambda df: df.with_columns(pl.col("turn").cast(pl.Float64)), "column 'turn' has type Float64, expected Int32"),
         (
@@ -127,7 +127,7 @@ def test_write_is_atomic_and_validates_first(make_trace, tmp_path):
             lambda df: df.with_columns(block_hashes=pl.Series([[1], [-2], [], []])),
             "column 'block_hashes' value at row 1 does not fit List(UInt64)",
         ),
-        (lambda df: df.with_columns(extra=pl.lit(1)), "column 'extra' unknown (schema 2)"),
+        (lambda df: df.with_columns(extra=pl.lit(1)), "column 'extra' unknown (schema 3)"),
     ],
 )
 def test_bad_columns_give_one_line_naming_file_and_column(make_trace, tmp_path, change, expected):
@@ -139,7 +139,7 @@ def test_bad_columns_give_one_line_naming_file_and_column(make_trace, tmp_path, 
 def test_unknown_schema_version(make_trace, tmp_path):
     df, md = _good(make_trace)
     path = _write_raw(tmp_path / "x.parquet", df, {**md, VERSION_KEY: "7"})
-    assert _read_error(path) == "x.parquet: schema version '7' unknown (this build reads 1, 2)"
+    assert _read_error(path) == "x.parquet: schema version '7' unknown (this build reads 1, 2, 3)"
 
 
 def test_parquet_without_our_metadata(make_trace, tmp_path):
@@ -151,7 +151,7 @@ def test_parquet_without_our_metadata(make_trace, tmp_path):
 @pytest.mark.parametrize(
     ("key", "value", "expected"),
     [
-        ("t0_unix_us", None, "metadata 't0_unix_us' missing (schema 2)"),
+        ("t0_unix_us", None, "metadata 't0_unix_us' missing (schema 3)"),
         ("block_size_tokens", "big", "metadata 'block_size_tokens' is 'big', expected an integer"),
         ("block_size_tokens", "0", "metadata 'block_size_tokens' must be positive"),
     ],
@@ -222,7 +222,7 @@ def test_a_bad_body_in_the_file_is_named_by_row(make_trace, tmp_path, bad, messa
         read_trace(path, bodies=False)
 
 
-def test_a_version_1_file_reads_as_version_2(make_trace, tmp_path):
+def test_a_version_1_file_reads_as_version_3(make_trace, tmp_path):
     trace = make_trace(n=5)
     v1 = trace.df.drop("hash_ids")  # version 1 had no hash_ids column
     md = {**trace.meta.to_metadata(), VERSION_KEY: "1"}
@@ -274,7 +274,7 @@ def test_null_bodies_need_a_synthesis_rule_and_are_built_from_it(make_trace, tmp
 # -- schema 2 and capture folders ---------------------------------------------------------------
 
 
-def test_a_version_1_file_reads_as_version_2_with_the_live_columns_null(make_trace, tmp_path):
+def test_a_version_1_file_reads_as_version_3_with_the_live_and_graph_columns_empty(make_trace, tmp_path):
     df, md = _good(make_trace)
     live = ("ttfb_us", "chunk_us", "finish_reason", "outcome")
     graph = ("depends_on", "wait_us", "parent_session_id", "agent")
@@ -287,7 +287,7 @@ def test_a_version_1_file_reads_as_version_2_with_the_live_columns_null(make_tra
     assert back.df.schema == pl.Schema(SCHEMA)
     for name in live:
         assert back.df[name].null_count() == back.df.height
-    assert back.df.drop("hash_ids", *live).equals(v1)
+    assert back.df.drop("hash_ids", *live, *graph).equals(v1)
 
 
 def test_the_live_columns_round_trip_and_a_bad_outcome_is_named(make_trace, tmp_path):
