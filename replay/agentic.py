@@ -41,10 +41,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from replay.blocks import HASH_ALGO, block_hashes
+from replay.blocks import block_hashes
 from replay.bodies import body_json
 from replay.errors import ConfigError
-from replay.trace import BLOCK_SIZE, Trace, TraceMeta, validate
+from replay.generate import generated_meta
+from replay.trace import BLOCK_SIZE, Trace, validate
 
 __all__ = ["AgentConfig", "generate_agentic", "answer_messages", "ROOT_TOOLS", "SUBAGENT_TOOLS"]
 
@@ -358,14 +359,7 @@ def generate_agentic(config: AgentConfig | None = None) -> Trace:
             "response": [r.response for r in requests],
         }
     )
-    meta = TraceMeta(
-        t0_unix_us=0,
-        source_format="generated",
-        tokenizer=cfg.tokenizer,
-        block_size_tokens=cfg.block_size,
-        hash_algo=HASH_ALGO,
-        redaction_policy="synthetic",
-    )
+    meta = generated_meta(cfg.tokenizer, cfg.block_size)
     return Trace(validate(df, meta, source="generated agent trace"), meta)
 
 

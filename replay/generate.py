@@ -35,7 +35,7 @@ from replay.bodies import body_json
 from replay.errors import ConfigError
 from replay.trace import APIS, BLOCK_SIZE, Trace, TraceMeta, validate
 
-__all__ = ["GenerateConfig", "generate", "schedule_sessions"]
+__all__ = ["GenerateConfig", "generate", "generated_meta", "schedule_sessions"]
 
 _SESSION_DOMAIN = 0x5E55
 _TEXT_DOMAIN = 0x7E47
@@ -236,15 +236,20 @@ def generate(config: GenerateConfig | None = None) -> Trace:
             "block_hashes": pl.Series(hashes, dtype=pl.List(pl.UInt64)),
         }
     )
-    meta = TraceMeta(
+    meta = generated_meta(cfg.tokenizer, cfg.block_size)
+    return Trace(validate(df, meta, source="generated trace"), meta)
+
+
+def generated_meta(tokenizer: str, block_size: int) -> TraceMeta:
+    """The metadata of a generated trace (made-up text: nothing to redact)."""
+    return TraceMeta(
         t0_unix_us=0,
         source_format="generated",
-        tokenizer=cfg.tokenizer,
-        block_size_tokens=cfg.block_size,
+        tokenizer=tokenizer,
+        block_size_tokens=block_size,
         hash_algo=HASH_ALGO,
         redaction_policy="synthetic",
     )
-    return Trace(validate(df, meta, source="generated trace"), meta)
 
 
 _Prompt = tuple[list[tuple[str, np.ndarray]], np.ndarray]  # (text pieces with units, token ids)
