@@ -17,6 +17,7 @@ from replay.config import (
     LAG_BOUND_MS,
     RETRY_INVALID,
     RUNNER_DEFAULTS,
+    SESSION_MODES,
     SLO_ATTAINMENT,
     Arrivals,
     RunConfig,
@@ -124,7 +125,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--sessions",
         default="auto",
-        choices=["auto", "open", "causal", "dag"],
+        choices=list(SESSION_MODES),
         help="auto (default): dag when the Trace has dependencies (schema 3 depends_on), else open; "
         "open: every request at its scheduled time; causal: a session's turn k also waits for the "
         "end of turn k-1 plus the recorded think time; dag: a request also waits for the end of "
