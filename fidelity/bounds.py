@@ -71,6 +71,7 @@ FIXED_BOUNDS: dict[str, float] = {
     # schema 3 graphs: under --sessions dag no request leaves before its dependencies ended
     "sessions.dag.early": 0.0,
     "sessions.dag.wait.ks": 0.1,
+    "sessions.dag.concurrency.ks": 0.1,
     "outcomes.ttft": 0.1,
     "outcomes.itl": 0.1,
     "outcomes.e2e": 0.1,
@@ -102,6 +103,7 @@ CEILINGS: dict[str, float] = {
     "sessions.think_time.ks": 0.15,
     "sessions.dag.early": 0.05,
     "sessions.dag.wait.ks": 0.15,
+    "sessions.dag.concurrency.ks": 0.15,
     "outcomes.ttft": 0.25,
     "outcomes.itl": 0.25,
     "outcomes.e2e": 0.25,

@@ -274,6 +274,31 @@ def _sent_early(s: Side) -> float | None:
     return float((w * s.time_scale < -s.time_slack_s).mean()) if len(w) else None
 
 
+def _session_concurrency(s: Side) -> np.ndarray:
+    """Per session of two requests or more (of a side with dependencies and durations): the most
+    of its requests in flight at once (from each one's time to its end; an interval ending when
+    another starts does not overlap it). Scale-free: a side k times faster has the same counts."""
+    if s.dep_wait_s is None or s.e2e_s is None or not s.n:
+        return np.zeros(0)
+    keep = np.isfinite(s.e2e_s)
+    start = s.times_s[keep]
+    frame = pl.DataFrame(
+        {
+            "session": np.concatenate([s.sessions[keep], s.sessions[keep]]),
+            "t": np.concatenate([start, start + s.e2e_s[keep]]),
+            "step": np.concatenate([np.ones(len(start), np.int64), -np.ones(len(start), np.int64)]),
+        }
+    )
+    most = (
+        frame.sort("session", "t", "step")
+        .with_columns(open=pl.col("step").cum_sum().over("session"), n=(pl.col("step") > 0).sum().over("session"))
+        .filter(pl.col("n") >= 2)
+        .group_by("session")
+        .agg(pl.col("open").max())
+    )
+    return most["open"].cast(pl.Float64).to_numpy()
+
+
 def _turns(s: Side) -> float | None:
     sessions = len(np.unique(s.sessions)) if s.n else 0
     return s.n / sessions if sessions else None
@@ -436,6 +461,13 @@ def _specs(outcomes_judged: bool) -> list[_Spec]:
             "share of the requests with dependencies sent before a dependency ended (absolute difference)",
             applicable=_needs("dep_wait_s", "dependencies (schema 3 depends_on)"),
             aa_judged=False,  # request by request: live's are 0 by definition
+        ),
+        _Spec(
+            "sessions",
+            "sessions.dag.concurrency.ks",
+            _two_sample(stats.ks_distance, _session_concurrency),
+            "the most requests of a session in flight at once (KS D over sessions of 2+ requests)",
+            applicable=_needs("dep_wait_s", "dependencies (schema 3 depends_on)"),
         ),
         _Spec(
             "sessions",

@@ -126,7 +126,14 @@ def in_words(family: str, size: float, signed: bool = True) -> str:
     return f"{name} {100 * size:+.3g}%" if signed else f"{name} {100 * size:g}%"
 
 
-_NO_CHANGE = ("lengths.spearman", "cache.reuse_time", "sessions.turns", "sessions.dag.early", "arrivals.send_lag")
+_NO_CHANGE = (
+    "lengths.spearman",
+    "cache.reuse_time",
+    "sessions.turns",
+    "sessions.dag.early",
+    "sessions.dag.concurrency",
+    "arrivals.send_lag",
+)
 
 
 def change_for(name: str) -> Change | None:

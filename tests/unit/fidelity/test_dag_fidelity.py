@@ -48,7 +48,7 @@ def test_a_replay_that_ignores_the_edges_is_unfaithful_and_one_that_keeps_them_i
     ignored = compare_stage(live, replay(live, None)).verdict
     by = {m.name: m for m in ignored.metrics}
     assert ignored.state == "unfaithful"
-    assert {"sessions.dag.early", "sessions.dag.wait.ks"} <= {m.name for m in ignored.failed}
+    assert {"sessions.dag.early", "sessions.dag.wait.ks", "sessions.dag.concurrency.ks"} <= {m.name for m in ignored.failed}
     assert by["sessions.dag.early"].replay > 0.3 and by["sessions.dag.early"].live == 0
     assert "sent before a dependency ended" in ignored.reason
     kept = compare_stage(live, replay(live, dag_sends(live.df, e2e))).verdict
@@ -56,6 +56,8 @@ def test_a_replay_that_ignores_the_edges_is_unfaithful_and_one_that_keeps_them_i
     assert kept.state == "faithful", kept.reason
     assert by["sessions.dag.early"].state == "pass" and by["sessions.dag.early"].replay == 0
     assert by["sessions.dag.wait.ks"].distance < 0.01
+    # a session's steps never overlap, live or kept; sent early, they do
+    assert by["sessions.dag.concurrency.ks"].state == "pass" and by["sessions.dag.concurrency.ks"].distance == 0
 
 
 def test_a_trace_without_edges_has_no_graph_metrics():
