@@ -171,20 +171,19 @@ def _think_times(df: pl.DataFrame, start: str, end: str) -> np.ndarray:
 
 def dependency_waits(df: pl.DataFrame, start: str, end: str) -> np.ndarray | None:
     """Per row of ``df`` (with ``request_id`` and ``depends_on``): its ``start`` less the latest
-    ``end`` among its dependencies that are rows of ``df`` (NaN where it has none, or an end is
-    unknown); None when no row depends on another."""
-    if "depends_on" not in df.columns or not bool((df["depends_on"].list.len() > 0).any()):
+    ``end`` among its dependencies that are rows of ``df`` (:func:`replay.dag.row_edges`; NaN
+    where it has none, or an end is unknown); None when no row depends on another."""
+    from replay.dag import has_edges, row_edges
+
+    if not has_edges(df):
         return None
-    edges = (
-        df.select(pl.int_range(pl.len()).alias("_i"), pl.col("depends_on").alias("_dep"), pl.col(start).alias("_start"))
-        .explode("_dep")
-        .join(df.select(pl.col("request_id").alias("_dep"), pl.col(end).alias("_end")), on="_dep", how="inner")
-        .group_by("_i")
-        .agg(pl.col("_start").first(), pl.col("_end").max(), pl.col("_end").null_count().alias("_unknown"))
-        .filter(pl.col("_unknown") == 0)
-    )
+    pairs = row_edges(df)
+    i, j = pairs["i"].to_numpy(), pairs["j"].to_numpy()
+    latest = np.full(df.height, -np.inf)
+    np.maximum.at(latest, i, _f64(df[end])[j])  # an unknown end (NaN) leaves the wait unknown
     out = np.full(df.height, np.nan)
-    out[edges["_i"].to_numpy()] = (edges["_start"] - edges["_end"]).cast(pl.Float64).to_numpy()
+    rows = np.unique(i)
+    out[rows] = _f64(df[start])[rows] - latest[rows]
     return out
 
 

@@ -35,7 +35,7 @@ import polars as pl
 
 from replay.errors import TraceError
 
-__all__ = ["check", "has_edges", "dag_gates", "after_failed", "shape"]
+__all__ = ["check", "has_edges", "row_edges", "dag_gates", "after_failed", "shape"]
 
 
 def has_edges(df: pl.DataFrame) -> bool:
@@ -123,10 +123,16 @@ def _cycle(found: pl.DataFrame, start: int) -> list[int]:
     return []
 
 
+def row_edges(df: pl.DataFrame) -> pl.DataFrame:
+    """Columns ``i``, ``j``: row i of ``df`` depends on row j of ``df`` (each pair once, in no
+    order); a dependency that is not a row of ``df`` is left out."""
+    index = pl.DataFrame({"dep": df["request_id"], "j": pl.int_range(df.height, dtype=pl.Int64, eager=True)})
+    return _edges(df).join(index, on="dep", how="inner").select("i", "j").unique()
+
+
 def _dep_rows(rows: pl.DataFrame) -> pl.DataFrame:
-    """Edges between the plan's rows: (i, j) for row i depending on row j (both in ``rows``)."""
-    index = pl.DataFrame({"dep": rows["request_id"], "j": pl.int_range(rows.height, dtype=pl.Int64, eager=True)})
-    return _edges(rows).join(index, on="dep", how="inner").filter(pl.col("j") < pl.col("i")).unique(["i", "j"])
+    """Edges between the plan's rows (:func:`row_edges`), each dependency an earlier row."""
+    return row_edges(rows).filter(pl.col("j") < pl.col("i"))
 
 
 def dag_gates(

@@ -216,7 +216,7 @@ class SessionLinker:
         for m in messages:
             if not (isinstance(m, dict) and m.get("role") == "tool"):
                 continue
-            text = "".join(t for t in _message_texts(m))
+            text = "".join(_message_texts(m))
             j = self._by_answer.get(_text_key(text)) if len(text) >= MIN_ANSWER_CHARS else None
             if j is not None and j not in already and j not in out:
                 out.append(j)
