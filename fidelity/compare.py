@@ -299,6 +299,75 @@ def _session_concurrency(s: Side) -> np.ndarray:
     return most["open"].cast(pl.Float64).to_numpy()
 
 
+def _positive(get: Callable[[Side], np.ndarray | None]) -> Callable[[Side], np.ndarray]:
+    """A per-request value of a side where it is over 0 (a fan-out: the requests that have dependents)."""
+
+    def fn(s: Side) -> np.ndarray:
+        v = get(s)
+        return np.zeros(0) if v is None else v[v > 0]
+
+    return fn
+
+
+def _offered_tokens(s: Side) -> np.ndarray:
+    """Per request, the prompt tokens an unbounded prefix cache over the side's order held."""
+    return np.minimum(s.offered_hits() * float(s.block_size), s.recorded_input)
+
+
+def _engine_tokens(s: Side) -> np.ndarray:
+    """Per request, the prompt tokens its engine reported cached (NaN: not reported)."""
+    return np.full(s.n, np.nan) if s.engine_cached is None else s.engine_cached
+
+
+def _session_hit(hits: Callable[[Side], np.ndarray]) -> Callable[[Side], np.ndarray]:
+    """Per session of two requests or more: the share of its prompt tokens that ``hits`` says
+    were cached (requests whose hits are unknown left out). Live's template is taken to be the
+    replay's, as for the engine's hit rate: ``Side.template_tokens`` is added to each prompt."""
+
+    def fn(s: Side) -> np.ndarray:
+        h = hits(s)
+        keep = np.isfinite(h) & np.isfinite(s.recorded_input)
+        if not keep.any():
+            return np.zeros(0)
+        frame = pl.DataFrame({"session": s.sessions[keep], "hit": h[keep], "prompt": s.recorded_input[keep] + s.template_tokens})
+        per = frame.group_by("session").agg(pl.len(), pl.col("hit").sum(), pl.col("prompt").sum()).filter(pl.col("len") >= 2)
+        per = per.filter(pl.col("prompt") > 0)
+        return (per["hit"] / per["prompt"]).to_numpy()
+
+    return fn
+
+
+# depth bands for the cached share by depth: 0, 1, 2-3, 4-7, 8-15, ...; a band is compared where
+# each side has this many requests in it
+MIN_BAND = 10
+
+
+def _depth_share(hits: Callable[[Side], np.ndarray]) -> MetricFn:
+    """The largest difference over depth bands (0, 1, 2-3, 4-7, ...) in the share of the band's
+    prompt tokens that ``hits`` says were cached: an agent's context is cached more the deeper it
+    is, and a replay that breaks the graph moves the deep requests' hits."""
+
+    def shares(s: Side) -> dict[int, float]:
+        if s.depth is None:
+            return {}
+        h = hits(s)
+        keep = np.isfinite(h) & np.isfinite(s.recorded_input) & np.isfinite(s.depth)
+        band = np.where(s.depth[keep] > 0, np.floor(np.log2(np.maximum(s.depth[keep], 1))) + 1, 0).astype(np.int64)
+        frame = pl.DataFrame({"band": band, "hit": h[keep], "prompt": s.recorded_input[keep] + s.template_tokens})
+        per = frame.group_by("band").agg(pl.len(), pl.col("hit").sum(), pl.col("prompt").sum())
+        per = per.filter((pl.col("len") >= MIN_BAND) & (pl.col("prompt") > 0))
+        return dict(zip(per["band"].to_list(), (per["hit"] / per["prompt"]).to_list()))
+
+    def fn(a: Side, b: Side):
+        x, y = shares(a), shares(b)
+        both = sorted(set(x) & set(y))
+        if not both:
+            return None, None, None
+        return None, None, max(abs(y[k] - x[k]) for k in both)
+
+    return fn
+
+
 def _turns(s: Side) -> float | None:
     sessions = len(np.unique(s.sessions)) if s.n else 0
     return s.n / sessions if sessions else None
@@ -335,6 +404,14 @@ def _needs(attr: str, what: str) -> Callable[[Side, Side], str | None]:
         return None
 
     return check
+
+
+def _all(*checks: Callable[[Side, Side], str | None]) -> Callable[[Side, Side], str | None]:
+    """The first reason any of ``checks`` gives that a metric does not apply (None: it applies)."""
+    return lambda a, b: next((r for c in checks if (r := c(a, b)) is not None), None)
+
+
+_GRAPH = _needs("depth", "dependencies (schema 3 depends_on)")  # both sides have a dependency graph
 
 
 def _enough_tail(get: Callable[[Side], np.ndarray], q: int) -> Callable[[Side, Side], str | None]:
@@ -468,6 +545,51 @@ def _specs(outcomes_judged: bool) -> list[_Spec]:
             _two_sample(stats.ks_distance, _session_concurrency),
             "the most requests of a session in flight at once (KS D over sessions of 2+ requests)",
             applicable=_needs("dep_wait_s", "dependencies (schema 3 depends_on)"),
+        ),
+        _Spec(
+            "sessions",
+            "sessions.dag.fan_out.ks",
+            _two_sample(stats.ks_distance, _positive(lambda s: s.fan_out)),
+            "fan-out: the requests that depend on a request, of those with any (KS D)",
+            applicable=_GRAPH,
+        ),
+        _Spec(
+            "sessions",
+            "sessions.dag.depth.ks",
+            _two_sample(stats.ks_distance, lambda s: np.zeros(0) if s.depth is None else s.depth),
+            "depth: the longest chain of dependencies ending at a request (KS D)",
+            applicable=_GRAPH,
+        ),
+        _Spec(
+            "cache",
+            "cache.session_offered.ks",
+            _two_sample(stats.ks_distance, _session_hit(_offered_tokens)),
+            "per session: the share of its prompt tokens an unbounded prefix cache over the side's order held "
+            "(KS D over sessions of 2+ requests)",
+            applicable=_GRAPH,
+        ),
+        _Spec(
+            "cache",
+            "cache.session_engine.ks",
+            _two_sample(stats.ks_distance, _session_hit(_engine_tokens)),
+            "per session: the share of its prompt tokens the engine reported cached (KS D over sessions of 2+ requests)",
+            applicable=_all(_GRAPH, _needs("engine_cached", "engine-reported cached tokens")),
+        ),
+        _Spec(
+            "cache",
+            "cache.depth_offered",
+            _depth_share(_offered_tokens),
+            f"share of prompt tokens an unbounded prefix cache held, by depth 0, 1, 2-3, 4-7, ... "
+            f"(largest absolute difference over the bands with {MIN_BAND}+ requests a side)",
+            applicable=_GRAPH,
+        ),
+        _Spec(
+            "cache",
+            "cache.depth_engine",
+            _depth_share(_engine_tokens),
+            f"share of prompt tokens the engine reported cached, by depth 0, 1, 2-3, 4-7, ... "
+            f"(largest absolute difference over the bands with {MIN_BAND}+ requests a side)",
+            applicable=_all(_GRAPH, _needs("engine_cached", "engine-reported cached tokens")),
         ),
         _Spec(
             "sessions",

@@ -132,6 +132,9 @@ _NO_CHANGE = (
     "sessions.turns",
     "sessions.dag.early",
     "sessions.dag.concurrency",
+    "sessions.dag.fan_out",
+    "sessions.dag.depth",
+    "cache.session_",
     "arrivals.send_lag",
 )
 

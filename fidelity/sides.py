@@ -11,6 +11,7 @@ template adds to each prompt).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +27,8 @@ __all__ = [
     "template_overhead",
     "TEMPLATE_MAX",
     "TEMPLATE_PER_MESSAGE_MAX",
+    "TEMPLATE_PER_CALL_MAX",
+    "TEMPLATE_PER_TOOL_MAX",
     "message_counts",
     "PER_REQUEST_SLACK",
     "REUSE_RESOLUTION_S",
@@ -37,6 +40,13 @@ __all__ = [
 TEMPLATE_MAX = 256
 # ... and at most this many tokens a message (a role marker and separators: Llama 3's adds 5)
 TEMPLATE_PER_MESSAGE_MAX = 32
+# ... a tool call in the history (its markers, name and the JSON around its arguments, which the
+# trace's lengths count: Qwen's and the embedded engine's "<tool_call> {"name": ..., "arguments":
+# ...} </tool_call>" add about 15)
+TEMPLATE_PER_CALL_MAX = 64
+# ... and a tool definition (its name, type and parameter schema as JSON: a trace counts the
+# descriptions' text; a one-parameter tool's JSON is about 40 tokens, a large schema a few hundred)
+TEMPLATE_PER_TOOL_MAX = 512
 MESSAGE_BATCH = 50_000  # bodies read at a time to count their messages
 PER_REQUEST_SLACK = 2
 # how far a live timestamp may be from the moment it stands for: a trace whose timestamps share a
@@ -84,6 +94,11 @@ class Side:
     # (live: the recorded wait_us; a replay: its send less their ends; negative: sent before a
     # dependency ended), in this side's seconds; NaN where it has none; None without dependencies
     dep_wait_s: np.ndarray | None = None
+    # schema 3 traces: per request, its depth in the graph of this side's rows (the longest chain
+    # of dependencies ending at it) and its fan-out (how many of them depend on it), from the
+    # trace's columns (replay.dag.depth_and_fan_out); None without dependencies
+    depth: np.ndarray | None = None
+    fan_out: np.ndarray | None = None
     _memo: dict = field(default_factory=dict, init=False, repr=False)
 
     @property
@@ -156,6 +171,8 @@ class Side:
             scheduled_s=cut(self.scheduled_s),
             ready_s=cut(self.ready_s),
             dep_wait_s=cut(self.dep_wait_s),
+            depth=cut(self.depth),
+            fan_out=cut(self.fan_out),
         )
 
 
@@ -187,11 +204,31 @@ def dependency_waits(df: pl.DataFrame, start: str, end: str) -> np.ndarray | Non
     return out
 
 
+def with_graph(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` (rows in a trace's order) with ``_depth`` and ``_fan_out`` of each row in the graph
+    of these rows (:func:`replay.dag.depth_and_fan_out`), where a row depends on another."""
+    from replay.dag import depth_and_fan_out, has_edges
+
+    if not has_edges(df):
+        return df
+    depth, fan = depth_and_fan_out(df)
+    return df.with_columns(_depth=pl.Series(depth, dtype=pl.Float64), _fan_out=pl.Series(fan, dtype=pl.Float64))
+
+
+def _graph(df: pl.DataFrame, what: str) -> np.ndarray | None:
+    """The Side field ``what`` (depth, fan_out) from :func:`with_graph`'s column (None: no graph)."""
+    return _f64(df[f"_{what}"]) if f"_{what}" in df.columns else None
+
+
 def live_side(df: pl.DataFrame, block_size: int, name: str = "live") -> Side:
     """The live trace's rows (any subset, sorted here by arrival) as a side."""
-    df = df.sort("arrival_us", maintain_order=True).with_columns(
-        _session=pl.col("session_id").fill_null(pl.col("request_id")),
-        _t=pl.col("arrival_us").cast(pl.Float64) / 1e6,
+    df = (
+        (with_graph(df) if "depends_on" in df.columns else df)
+        .sort("arrival_us", maintain_order=True)
+        .with_columns(
+            _session=pl.col("session_id").fill_null(pl.col("request_id")),
+            _t=pl.col("arrival_us").cast(pl.Float64) / 1e6,
+        )
     )
     has = set(df.columns)
     e2e = _f64(df["e2e_us"]) / 1e6 if "e2e_us" in has else None
@@ -230,6 +267,8 @@ def live_side(df: pl.DataFrame, block_size: int, name: str = "live") -> Side:
         e2e_s=None if e2e is None or np.isnan(e2e).all() else e2e,
         ids=df["request_id"].to_numpy(),
         dep_wait_s=dep_wait,
+        depth=_graph(df, "depth"),
+        fan_out=_graph(df, "fan_out"),
     )
 
 
@@ -251,19 +290,27 @@ def _span(values: pl.Series) -> float:
 
 
 def template_overhead(
-    engine_prompt: np.ndarray, recorded: np.ndarray, messages: np.ndarray | None = None
+    engine_prompt: np.ndarray,
+    recorded: np.ndarray,
+    messages: np.ndarray | None = None,
+    calls: np.ndarray | None = None,
+    tools: np.ndarray | None = None,
 ) -> tuple[np.ndarray, str] | None:
     """The tokens the engine added to each prompt (its chat template), and that in words; None
     when the engine counts prompts differently (another tokenizer, or other prompts).
 
-    A template adds a few tokens a prompt and a few a message, whatever the prompt's length. So
-    the engine's prompt tokens less the recorded ones are fitted (least squares) as ``a + b x
-    messages + c x recorded`` (``messages``: each request's count, NaN where unknown, 0 for a
-    prompt that is not chat messages, which gets neither ``a`` nor ``b``; its term only where two
-    counts or more are known), and the template is ``a + b x messages``, taken
-    when ``a`` is between 0 and :data:`TEMPLATE_MAX` and ``b`` between 0 and
-    :data:`TEMPLATE_PER_MESSAGE_MAX`. The part that grows with the prompt (``c``: prompts the
-    replay made longer or shorter) is not the template's: it stays in the lengths compared."""
+    A template adds a few tokens a prompt, a few a message, a few a tool call in the history and
+    the JSON of each tool definition, whatever the prompt's length. So the engine's prompt tokens
+    less the recorded ones are fitted (least squares) as ``a + b x messages + c x calls + d x
+    tools + e x recorded`` (``messages``: each request's count, NaN where unknown, 0 for a prompt
+    that is not chat messages, which gets no template; ``calls`` and ``tools`` its tool calls and
+    tool definitions, 0 where not given). A term is fitted only where its count varies (a count
+    the same in every request is part of ``a``, and ``a``'s limit grows by that count times the
+    term's), and the template is taken when ``a`` is between 0 and :data:`TEMPLATE_MAX` and each
+    other term between 0 and its limit (:data:`TEMPLATE_PER_MESSAGE_MAX`,
+    :data:`TEMPLATE_PER_CALL_MAX`, :data:`TEMPLATE_PER_TOOL_MAX`). The part that grows with the
+    prompt (``e``: prompts the replay made longer or shorter) is not the template's: it stays in
+    the lengths compared."""
     diff = engine_prompt - recorded
     known = np.isfinite(diff) & np.isfinite(recorded)
     messages = np.full(len(diff), np.nan) if messages is None else messages  # None: none counted
@@ -273,68 +320,98 @@ def template_overhead(
     if not known.any():
         return None
     # a prompt without messages (completions, embeddings, among chats) gets no template
-    templated = messages[known] > 0 if by_message else np.ones(int(known.sum()), bool)
+    has_messages = np.isfinite(messages) & (messages > 0)
+    templated = has_messages[known] if by_message else np.ones(int(known.sum()), bool)
     columns = [templated.astype(float)]
-    if by_message:
-        columns.append(messages[known])
+    limit_a = float(TEMPLATE_MAX)
+    # (name, per-request counts, the most tokens one adds) of the terms that vary
+    terms: list[tuple[str, np.ndarray, float]] = []
+    candidates = [("a message", messages if by_message else None, TEMPLATE_PER_MESSAGE_MAX)]
+    candidates += [("a tool call", calls, TEMPLATE_PER_CALL_MAX), ("a tool definition", tools, TEMPLATE_PER_TOOL_MAX)]
+    for name, counts, most in candidates:
+        if counts is None:
+            continue
+        counts = np.nan_to_num(np.asarray(counts, dtype=np.float64))
+        inside = counts[known][templated]
+        if len(inside) and np.ptp(inside) > 0:
+            terms.append((name, counts, float(most)))
+            columns.append(np.where(templated, counts[known], 0.0))
+        elif len(inside):
+            limit_a += float(inside[0]) * most  # the same in every prompt: part of a
     if np.ptp(recorded[known]) > 0:
         columns.append(recorded[known])
     coef = np.linalg.lstsq(np.column_stack(columns), diff[known], rcond=None)[0]
-    a, b = float(coef[0]), float(coef[1]) if by_message else 0.0
+    a = float(coef[0])
+    per = [float(c) for c in coef[1 : 1 + len(terms)]]
     # within half a token of the range is rounding: a template of 0 a message fits as -1e-12
-    if not (-0.5 <= a <= TEMPLATE_MAX and -0.5 <= b <= TEMPLATE_PER_MESSAGE_MAX):
+    if not -0.5 <= a <= limit_a or any(not -0.5 <= c <= most for c, (_, _, most) in zip(per, terms)):
         return None
-    a, b = max(a, 0.0), max(b, 0.0)
-    if by_message:
-        # requests whose messages were not counted get the template's median
-        per_request = np.where(messages > 0, a + b * messages, np.where(np.isnan(messages), np.nan, 0.0))
-        fill = float(np.nanmedian(per_request))
-        return np.where(np.isfinite(per_request), per_request, fill), f"{a:+.0f} tokens a prompt and {b:+.1f} a message"
-    return np.full(len(diff), float(round(a))), f"{round(a):+d} tokens a prompt"
+    a, per = max(a, 0.0), [max(c, 0.0) for c in per]
+    if not terms:
+        return np.full(len(diff), float(round(a))), f"{round(a):+d} tokens a prompt"
+    fitted = np.full(len(diff), a)
+    for c, (_, counts, _) in zip(per, terms):
+        fitted = fitted + c * counts
+    # a prompt that is not chat messages gets none; requests whose messages were not counted get
+    # the template's median
+    per_request = np.where(has_messages, fitted, np.where(np.isnan(messages), np.nan, 0.0)) if by_message else fitted
+    fill = float(np.nanmedian(per_request))
+    words = " and ".join([f"{a:+.0f} tokens a prompt"] + [f"{c:+.1f} {name}" for c, (name, _, _) in zip(per, terms)])
+    return np.where(np.isfinite(per_request), per_request, fill), words
 
 
-def _responses_messages(body: str | None) -> int | None:
-    """The chat messages an engine renders for a Responses API body: ``instructions``, then one
-    per ``input`` item (a string input is one)."""
+def _template_counts(body: str | None, api: str, roles: int) -> tuple[float, float, float]:
+    """What an engine's chat template renders of one body: (messages, tool calls in the history,
+    tool definitions); NaN messages where the body cannot be read. A chat body's messages are its
+    ``"role"`` keys (``roles``, counted for a whole batch at once); a Responses API body's are its
+    ``instructions`` and ``input`` items. Only a body that mentions tools is parsed for them."""
+    if api not in ("chat", "responses"):
+        return 0.0, 0.0, 0.0
+    if body is None:  # a body built at replay time (synthesis): its messages unknown
+        return math.nan, 0.0, 0.0
+    if api == "chat" and '"tool' not in body:
+        return float(roles), 0.0, 0.0
     try:
-        obj = json.loads(body) if body is not None else None
+        obj = json.loads(body)
     except ValueError:
-        return None
+        return (float(roles) if api == "chat" else math.nan), 0.0, 0.0
     if not isinstance(obj, dict):
-        return None
+        return math.nan, 0.0, 0.0
+    tools = obj.get("tools")
+    n_tools = float(len(tools)) if isinstance(tools, list) else 0.0
+    if api == "chat":
+        messages = [m for m in obj.get("messages") or () if isinstance(m, dict)]
+        calls = sum(len(m["tool_calls"]) for m in messages if isinstance(m.get("tool_calls"), list))
+        return float(roles), float(calls), n_tools
     items = obj.get("input")
     n = 1 if isinstance(items, str) else len(items) if isinstance(items, list) else 0
-    return n + isinstance(obj.get("instructions"), str)
+    calls = sum(1 for i in items if isinstance(i, dict) and i.get("type") == "function_call") if isinstance(items, list) else 0
+    return float(n + isinstance(obj.get("instructions"), str)), float(calls), n_tools
 
 
 def message_counts(trace, ids: pl.Series | None = None) -> pl.DataFrame:
-    """``request_id`` and ``_messages`` (the chat messages its engine renders with its template:
-    a chat body's ``messages``, a Responses API body's instructions and input items; 0 for
-    completions and embeddings) of the rows of ``trace`` (those whose ids are in ``ids``), read a
+    """``request_id``, ``_messages`` (the chat messages its engine renders with its template: a
+    chat body's ``messages``, a Responses API body's instructions and input items; 0 for
+    completions and embeddings), ``_calls`` (the tool calls in its history) and ``_tools`` (the
+    tool definitions it carries) of the rows of ``trace`` (those whose ids are in ``ids``), read a
     batch of bodies at a time; no rows when no body has messages (a token-only trace)."""
     rows = trace.df.get_column("request_id")
     keep = np.ones(len(rows), bool) if ids is None else rows.is_in(ids.implode()).to_numpy()
     apis = trace.df.get_column("api")
-    counts: list[pl.Series] = []
+    counts: list[list[tuple[float, float, float]]] = []
     has_bodies = "body" in trace.df.columns or trace.body_file is not None
     done = 0
     for values in trace.body_batches(trace.df.height, MESSAGE_BATCH) if has_bodies else ():
         api = apis.slice(done, len(values)).to_list()
         roles = pl.Series(values, dtype=pl.String).str.count_matches(r'"role"\s*:').to_list()
-        counts.append(
-            pl.Series(
-                [
-                    _responses_messages(body) if kind == "responses" else n if kind == "chat" else 0
-                    for body, kind, n in zip(values, api, roles)
-                ],
-                dtype=pl.Float64,
-            )
-        )
+        counts.append([_template_counts(body, kind, n or 0) for body, kind, n in zip(values, api, roles)])
         done += len(values)
+    empty = pl.DataFrame(schema={"request_id": pl.String, "_messages": pl.Float64, "_calls": pl.Float64, "_tools": pl.Float64})
     if not counts:
-        return pl.DataFrame(schema={"request_id": pl.String, "_messages": pl.Float64})
-    frame = pl.DataFrame({"request_id": rows, "_messages": pl.concat(counts).cast(pl.Float64)}).filter(keep)
-    return frame if frame["_messages"].fill_null(0).sum() > 0 else frame.clear()
+        return empty
+    got = np.array([c for batch in counts for c in batch], dtype=np.float64).reshape(-1, 3)
+    frame = pl.DataFrame({"request_id": rows, "_messages": got[:, 0], "_calls": got[:, 1], "_tools": got[:, 2]}).filter(keep)
+    return frame if frame["_messages"].fill_nan(0).sum() > 0 else empty
 
 
 def replay_side(
@@ -344,7 +421,11 @@ def replay_side(
     (``sent``: their block hashes and recorded lengths, what the replay offered the engine;
     ``messages``: their message counts, :func:`message_counts`, for the template's fit)."""
     cols = ["request_id", "block_hashes", "input_tokens", "output_tokens"]
-    cols += ["depends_on"] if "depends_on" in sent.columns else []
+    if "depends_on" in sent.columns:
+        # the graph of the rows this stage sent, in the trace's order
+        replayed = stage.filter(pl.col("sent_ns").is_not_null())["request_id"]
+        sent = with_graph(sent.filter(pl.col("request_id").is_in(replayed.implode())))
+        cols += ["depends_on"] + [c for c in ("_depth", "_fan_out") if c in sent.columns]
     df = stage.select(pl.exclude("input_tokens")).join(
         sent.select(cols).rename({"input_tokens": "recorded_input", "output_tokens": "recorded_output"}),
         on="request_id",
@@ -365,8 +446,8 @@ def replay_side(
     recorded = _f64(df["recorded_input"])
     engine_prompt = np.where(ok, _f64(df["prompt_tokens"]), np.nan)
     notes: list[str] = []
-    counted = _f64(df["_messages"]) if "_messages" in df.columns else None
-    overhead = template_overhead(engine_prompt, recorded, counted)
+    counted = {k: _f64(df[f"_{k}"]) if f"_{k}" in df.columns else None for k in ("messages", "calls", "tools")}
+    overhead = template_overhead(engine_prompt, recorded, **counted)
     template = 0
     if np.isfinite(engine_prompt).any():
         inputs = engine_prompt - (overhead[0] if overhead else 0)
@@ -420,4 +501,6 @@ def replay_side(
         scheduled_s=_f64(df["intended_ns"]) / 1e9,
         ready_s=_f64(df["release_ns"]) / 1e9,
         dep_wait_s=dep_wait,
+        depth=_graph(df, "depth"),
+        fan_out=_graph(df, "fan_out"),
     )

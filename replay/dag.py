@@ -2,7 +2,8 @@
 
 Owns :func:`check` (the DAG rules every reader and writer applies), :func:`has_edges`,
 :func:`dag_gates` (what the Rust dispatcher is told for a ``--sessions dag`` stage),
-:func:`after_failed` (requests sent after a dependency failed) and :func:`shape` (what
+:func:`after_failed` (requests sent after a dependency failed), :func:`depth_and_fan_out` (each
+request's place in the graph, for ``shape`` and the fidelity report) and :func:`shape` (what
 ``replay inspect`` reports of the graph).
 
 A request's ``depends_on`` lists the request ids that must all have ended before it may be sent:
@@ -35,7 +36,7 @@ import polars as pl
 
 from replay.errors import TraceError
 
-__all__ = ["check", "has_edges", "row_edges", "dag_gates", "after_failed", "shape"]
+__all__ = ["check", "has_edges", "row_edges", "depth_and_fan_out", "dag_gates", "after_failed", "shape"]
 
 
 def has_edges(df: pl.DataFrame) -> bool:
@@ -135,6 +136,21 @@ def _dep_rows(rows: pl.DataFrame) -> pl.DataFrame:
     return row_edges(rows).filter(pl.col("j") < pl.col("i"))
 
 
+def depth_and_fan_out(df: pl.DataFrame, edges: pl.DataFrame | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``df`` (rows in a trace's order: every dependency an earlier row): its depth
+    (the longest chain of dependencies among the rows ending at it, 0 for a root) and its fan-out
+    (how many rows depend on it). ``edges``: :func:`row_edges` of ``df`` where already made."""
+    pairs = _dep_rows(df) if edges is None else edges.filter(pl.col("j") < pl.col("i"))
+    i, j = pairs["i"].to_numpy(), pairs["j"].to_numpy()
+    depth = np.zeros(df.height, dtype=np.int64)
+    # one pass in row order: a row's dependencies are all earlier, so their depths are final
+    order = np.argsort(i, kind="stable")
+    for a, b in zip(i[order].tolist(), j[order].tolist()):
+        if depth[b] + 1 > depth[a]:
+            depth[a] = depth[b] + 1
+    return depth, np.bincount(j, minlength=df.height)
+
+
 def dag_gates(
     rows: pl.DataFrame, offsets_ns: np.ndarray, keep_waits: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -212,15 +228,8 @@ def shape(df: pl.DataFrame) -> dict[str, Any] | None:
         return None
     n = df.height
     edges = _dep_rows(df)
-    i, j = edges["i"].to_numpy(), edges["j"].to_numpy()
-    depth = np.zeros(n, dtype=np.int64)
-    # rows are in dependency order (every dependency an earlier row): one pass in row order
-    order = np.argsort(i, kind="stable")
-    i, j = i[order], j[order]
-    for a, b in zip(i.tolist(), j.tolist()):
-        if depth[b] + 1 > depth[a]:
-            depth[a] = depth[b] + 1
-    fan = np.bincount(j, minlength=n)
+    i = edges["i"].to_numpy()
+    depth, fan = depth_and_fan_out(df, edges)
     fan = fan[fan > 0]
     sessions = df["session_id"].fill_null(df["request_id"])
     per_session = sessions.value_counts()["count"].to_numpy()

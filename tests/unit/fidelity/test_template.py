@@ -12,7 +12,7 @@ import pytest
 
 from fidelity import compare_stage
 from fidelity.sides import message_counts, template_overhead
-from replay.trace import Trace
+from replay.trace import Trace, TraceMeta
 from tests.unit.fidelity.test_compare import live_trace, stage_of
 
 
@@ -62,3 +62,70 @@ def test_a_stage_takes_out_a_template_that_grows_with_the_messages_and_still_cat
     # request by request, and in distribution
     assert {"input_tokens.paired", "input_tokens.per_request"} <= failed, failed
     assert failed & {"input_tokens.ks", "input_tokens.wasserstein", "input_tokens.p50", "input_tokens.p90"}, failed
+
+
+def test_tool_calls_and_tool_definitions_are_part_of_the_template():
+    # an agent's prompts: the same 16 tools in every request (part of a prompt's constant), a
+    # history that grows by messages and tool calls (the embedded engine: +17.7 a message, +29.8
+    # a call, measured on a dag replay of replay.agentic's sessions)
+    rng = np.random.default_rng(5)
+    recorded = rng.integers(13_000, 40_000, 300).astype(float)
+    calls = rng.integers(0, 12, 300).astype(float)
+    messages = 2 + 2 * calls + rng.integers(0, 2, 300)
+    tools = np.full(300, 16.0)
+    engine = recorded + 40 * 16 + 18 * messages + 30 * calls
+    per_request, words = template_overhead(engine, recorded, messages, calls, tools)
+    assert np.allclose(per_request, 640 + 18 * messages + 30 * calls)
+    assert words == "+640 tokens a prompt and +18.0 a message and +30.0 a tool call"
+    # without the calls counted, the growth is not a template of messages alone
+    assert template_overhead(engine, recorded, messages) is None
+    # tools that vary from request to request (a subagent has fewer) are fitted as their own term
+    tools = rng.choice([5.0, 16.0], 300)
+    engine = recorded + 9 + 40 * tools + 18 * messages + 30 * calls
+    per_request, words = template_overhead(engine, recorded, messages, calls, tools)
+    assert np.allclose(per_request, 9 + 40 * tools + 18 * messages + 30 * calls)
+    assert "+40.0 a tool definition" in words
+    # a call that adds more than a template could (another tokenizer for the arguments) is none
+    assert template_overhead(recorded + 9 + 18 * messages + 300 * calls, recorded, messages, calls, tools) is None
+
+
+def test_message_counts_count_tool_calls_and_definitions_in_both_apis():
+    tools = [{"type": "function", "function": {"name": f"t{k}", "parameters": {"type": "object"}}} for k in range(3)]
+    call = {"id": "c1", "type": "function", "function": {"name": "t0", "arguments": '{"arguments": 1}'}}
+    chat = {
+        "messages": [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": None, "tool_calls": [call, {**call, "id": "c2"}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "1"},
+            {"role": "tool", "tool_call_id": "c2", "content": "2"},
+        ],
+        "tools": tools,
+    }
+    responses = {
+        "instructions": "be brief",
+        "input": [
+            {"role": "user", "content": "x"},
+            {"type": "function_call", "call_id": "c1", "name": "t0", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "1"},
+        ],
+        "tools": [{"type": "function", "name": "t0", "parameters": {"type": "object"}}],
+    }
+    df = pl.DataFrame(
+        {
+            "request_id": ["chat", "responses", "plain", "completion"],
+            "api": ["chat", "responses", "chat", "completions"],
+            "arrival_us": [0, 1, 2, 3],
+            "body": [
+                json.dumps(chat),
+                json.dumps(responses),
+                json.dumps({"messages": [{"role": "user", "content": "hi"}]}),
+                '{"prompt": "x"}',
+            ],
+            "input_tokens": [10, 10, 10, 10],
+        }
+    )
+    got = {
+        r["request_id"]: (r["_messages"], r["_calls"], r["_tools"])
+        for r in message_counts(Trace(df, TraceMeta())).iter_rows(named=True)
+    }
+    assert got == {"chat": (4, 2, 3), "responses": (4, 1, 1), "plain": (1, 0, 0), "completion": (0, 0, 0)}
