@@ -215,21 +215,34 @@ def schedule(trace: Trace, config: RunConfig) -> np.ndarray:
 _MARK = "\x00replay answer %d\x00"  # stands in for answer k while the body is serialized
 
 
+def _recorded_text(content: object) -> str:
+    """An assistant message's recorded text as one string: a string as it is, a list of parts
+    their ``text`` joined, null or absent (an answer that was only tool calls) empty."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
 def _with_answer_spans(obj: dict) -> tuple[bytes, list[int]]:
     """``obj`` serialized, and the byte spans of its earlier answers' JSON string contents
-    (start, end, start, end, ...: oldest first): the assistant messages with text content before
-    the final message, which a causal run replaces with its engine's answers to those turns."""
+    (start, end, start, end, ...: oldest first): the assistant messages before the final message,
+    which a causal run replaces with its engine's answers to those turns.
+
+    Every such message gets a span, whatever its recorded ``content``: the runner gives span k of
+    n the answer of the turn n - k back along the history, so a message left out would shift
+    every older answer onto the wrong turn. A content that is null, absent (an answer that was
+    only tool calls) or a list of parts is sent as one string (empty, or the parts' text, where
+    the engine's answer is missing), which every server takes beside ``tool_calls``; the
+    message's ``tool_calls`` and their ids stay as recorded."""
     messages = obj.get("messages")
     if not isinstance(messages, list):
         return body_json(obj).encode(), []
-    at = [
-        i
-        for i, m in enumerate(messages[:-1])
-        if isinstance(m, dict) and m.get("role") == "assistant" and isinstance(m.get("content"), str)
-    ]
+    at = [i for i, m in enumerate(messages[:-1]) if isinstance(m, dict) and m.get("role") == "assistant"]
     if not at:
         return body_json(obj).encode(), []
-    recorded = [messages[i]["content"] for i in at]
+    recorded = [_recorded_text(messages[i].get("content")) for i in at]
     for k, i in enumerate(at):
         messages[i] = {**messages[i], "content": _MARK % k}
     text = body_json(obj)

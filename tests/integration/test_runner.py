@@ -307,6 +307,36 @@ def test_a_causal_turn_resends_the_answers_the_engine_streamed(scripted):
         assert again.runner["answers_resent"] == 0
 
 
+def test_an_answer_that_was_only_tool_calls_takes_its_own_turns_engine_answer(scripted):
+    # turn 1's recorded answer is tool calls with content null: it gets turn 1's engine answer in
+    # its content, and turn 0's stays with turn 0's message (a null left out of the spans once
+    # moved turn 1's answer onto turn 0's message); the calls and their ids go as recorded
+    from replay.trace import Trace, validate
+
+    server = scripted(echo=True)
+    call = {"id": "c1", "type": "function", "function": {"name": "grep", "arguments": '{"q": "x"}'}}
+    u = [{"role": "user", "content": c} for c in ("alpha beta", "and then?", "why")]
+    a0 = {"role": "assistant", "content": "RECORDED zero"}
+    a1 = {"role": "assistant", "content": None, "tool_calls": [call]}
+    tool = {"role": "tool", "tool_call_id": "c1", "content": "found"}
+    bodies = [
+        {"messages": [u[0]], "max_tokens": 2},
+        {"messages": [u[0], a0, u[1]], "max_tokens": 2},
+        {"messages": [u[0], a0, u[1], a1, tool, u[2]], "max_tokens": 2},
+    ]
+    base = trace_of_bodies(bodies, arrival_us=[0, 20_000, 40_000])
+    df = base.df.with_columns(pl.Series("session_id", ["s"] * 3, dtype=pl.String))
+    result = run_stage(
+        Trace(df=validate(df, base.meta, source="<test>"), meta=base.meta),
+        RunConfig(url=server.url, sessions="causal", lag_bound_ms=1000),
+    )
+    assert result.requests["error"].to_list() == ["none"] * 3
+    assert _answers_sent(server) == [[], ["alpha beta "], ["alpha beta ", "and then? "]]
+    last = max(server.arrivals, key=lambda a: a.t_unix_ns).body["messages"]
+    assert last[3]["tool_calls"] == [call] and last[4] == tool
+    assert result.runner["answers_resent"] == 3 and result.runner["answers_recorded"] == 0
+
+
 def test_a_turn_whose_earlier_turn_failed_resends_that_answer_as_recorded(scripted):
     server = scripted(echo=True)
     trace, recorded = _chat_session(first_fault="http500")

@@ -220,3 +220,54 @@ def test_a_body_is_serialized_exactly_as_with_non_ascii_kept(obj):
     from replay.bodies import body_json
 
     assert body_json(obj) == json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def _splice(body: bytes, spans: list[int], answers: list[str]) -> dict:
+    """What the runner does with a body's spans (rust/core/src/answers.rs ``splice``): each span's
+    bytes replaced by its answer as JSON string contents, oldest first."""
+    import json
+
+    out, done = b"", 0
+    for (a, b), text in zip(zip(spans[::2], spans[1::2]), answers):
+        out += body[done:a] + json.dumps(text, ensure_ascii=False)[1:-1].encode()
+        done = b
+    return json.loads(out + body[done:])
+
+
+def test_every_earlier_answer_of_an_agent_history_gets_a_span_whatever_its_content():
+    """An answer that was only tool calls (content null or absent) or a list of parts gets a span
+    as a text answer does: the runner gives the newest span the parent's answer, the one before it
+    the grandparent's, so a message without one would move every older answer onto the wrong
+    turn. The engine's text goes into ``content``; the tool calls and their ids stay."""
+    import json
+
+    from replay.plan import _rewrite_body
+
+    call = lambda cid: {"id": cid, "type": "function", "function": {"name": "grep", "arguments": '{"input": "x"}'}}  # noqa: E731
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "looking", "tool_calls": [call("c0")]},
+        {"role": "tool", "tool_call_id": "c0", "content": "r0"},
+        {"role": "assistant", "content": None, "tool_calls": [call("c1"), call("c2")]},
+        {"role": "tool", "tool_call_id": "c1", "content": "r1"},
+        {"role": "tool", "tool_call_id": "c2", "content": "r2"},
+        {"role": "assistant", "tool_calls": [call("c3")]},
+        {"role": "tool", "tool_call_id": "c3", "content": "r3"},
+        {"role": "assistant", "content": [{"type": "text", "text": "parts "}, {"type": "text", "text": "joined"}]},
+        {"role": "user", "content": "go on"},
+    ]
+    body, spans = _rewrite_body(
+        json.dumps({"messages": messages}), 0, model=None, max_tokens=5, ignore_eos=True, mark_answers=True
+    )
+    assert len(spans) == 2 * 4
+    # as recorded (no engine answer yet): every content a string, the parts' text joined
+    sent = json.loads(body)["messages"]
+    assert [m["content"] for m in sent if m["role"] == "assistant"] == ["looking", "", "", "parts joined"]
+    engine = ['A0 "quoted" \u00e9', "A1", "A2\n", "A3"]
+    spliced = _splice(body, spans, engine)["messages"]
+    assert [m.get("content") for m in spliced if m["role"] == "assistant"] == engine
+    for was, now in zip(messages, spliced):
+        assert now["role"] == was["role"] and now.get("tool_calls") == was.get("tool_calls")
+        assert now.get("tool_call_id") == was.get("tool_call_id")
+    assert spliced[-1] == {"role": "user", "content": "go on"}
