@@ -109,12 +109,15 @@ class LlamaServer(ProcessEngine):
     """``llama-server`` serving the GGUF ``model``; ``binary`` defaults to the cached build.
 
     ``defaults`` is the config under the caller's (one thread: two fight over a 2-core machine);
-    ``extra_args`` go last, unvalidated.
+    ``extra_args`` go last, unvalidated. ``chat_template`` (a Jinja file) replaces the model's own
+    template (``--chat-template-file``; this llama-server renders templates with Jinja by default,
+    so a template that knows ``tools``, ``tool_calls`` and ``tool`` messages renders them).
     """
 
     model: str | Path
     binary: str | Path | None = None
     alias: str | None = None
+    chat_template: str | Path | None = None
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     extra_args: tuple[str, ...] = ()
     ready_timeout_s: float = 120.0
@@ -137,6 +140,8 @@ class LlamaServer(ProcessEngine):
         cmd = [self._binary(), "-m", str(self.model), "--host", "127.0.0.1", "--port", str(port), "--metrics", "--no-webui"]
         if self.alias:
             cmd += ["--alias", self.alias]
+        if self.chat_template is not None:
+            cmd += ["--chat-template-file", str(self.chat_template)]
         return cmd + config_args(self.name, self.knobs, config) + list(self.extra_args)
 
     def preflight(self) -> None:

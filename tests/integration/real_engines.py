@@ -157,3 +157,52 @@ def check_crash(df, gone_ns: int) -> None:
     after = df.filter(df["intended_ns"] > gone_ns + 10_000_000)["error"].to_list()
     assert after, "no request was due after the engine was gone"
     assert all(e == "connect_refused" for e in after), (gone_ns, errors)
+
+
+def agent_trace(max_context: int = 420, seed: int = 1) -> Trace:
+    """A small agent trace (replay.agentic) that fits a 2,048-token window with its tools rendered:
+    two root sessions with 1-3 parallel tool calls and subagents that join back, short texts (tool
+    descriptions of 8 tokens, a 40-token system prompt) and texts up to ``max_context`` tokens. A
+    tool-aware template (Qwen2.5's, GPT-2's vocabulary) more than doubles that: the tools' JSON
+    (16 tools: about 1,000 tokens) and each call's and result's markup."""
+    from replay.agentic import AgentConfig, generate_agentic
+
+    config = AgentConfig(
+        sessions=2,
+        seed=seed,
+        session_rate=1.0,
+        steps_mean=4,
+        system_tokens=40,
+        tool_tokens=8,
+        task_tokens_p50=20,
+        content_tokens_p50=8,
+        argument_tokens_p50=6,
+        parallel_weights=(0.6, 0.3, 0.1),
+        result_tokens_p50=40,
+        max_result_tokens=120,
+        answer_tokens_p50=12,
+        subagent_p=0.5,
+        subagent_system_tokens=20,
+        max_context_tokens=max_context,
+    )
+    return generate_agentic(config)
+
+
+def check_agent_replay(trace: Trace, result) -> None:
+    """A ``--sessions dag`` replay of :func:`agent_trace` on a real engine: every request a 200
+    with its full answer, none sent before each of its dependencies ended, and every earlier
+    answer in a history (turn k carries k) the engine's own streamed text, none as recorded."""
+    import polars as pl
+
+    df = result.requests
+    assert result.summary.sessions == "dag"
+    bad = df.filter((pl.col("error") != "none") | (pl.col("status") != 200))
+    assert bad.is_empty(), bad.select("request_id", "status", "error", "error_detail").rows()
+    assert df["completion_tokens"].to_list() == df["expected_output_tokens"].to_list()
+    ends = dict(zip(df["request_id"], df["end_ns"]))
+    deps = dict(zip(trace.df["request_id"], trace.df["depends_on"].to_list()))
+    early = [(rid, d) for rid, sent in zip(df["request_id"], df["sent_ns"]) for d in deps[rid] if sent < ends[d]]
+    assert not early and result.summary.after_failed_dependency == 0, early
+    assert sum(len(d) > 1 for d in deps.values()) >= 1, "the trace has a join"
+    assert result.runner["answers_resent"] == int(trace.df["turn"].sum()) > 0, result.runner
+    assert result.runner["answers_recorded"] == 0, result.runner

@@ -2,7 +2,9 @@
 
 The binary comes from `replay engines build-llama-server` (cached per machine); the model is a
 2-layer Llama with the real GPT-2 vocabulary, so the engine's prompt token counts are the ones
-our tokenizer predicts.
+our tokenizer predicts. The module's server renders chats with a real tool-aware template
+(Qwen2.5's, from llama.cpp's sources): the model's own plain one ignores ``tools`` and
+``tool_calls``, and llama-server then takes any history.
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 
+import polars as pl
 import pytest
 
 from replay.config import Arrivals, RunConfig
@@ -19,9 +24,17 @@ from replay.runner import run_stage
 from replay.sweep import sweep
 from replay.targets import LlamaServer
 from replay.targets.llamacpp_build import llama_server_path
-from replay.targets.tiny_models import smollm2_path, tiny_gguf_path
+from replay.targets.tiny_models import sdist_chat_template, smollm2_path, tiny_gguf_path
 from tests.integration.conftest import in_flight_at_sends
-from tests.integration.real_engines import check_crash, replay_through_a_crash, require, shared_prefix_trace, small_trace
+from tests.integration.real_engines import (
+    agent_trace,
+    check_agent_replay,
+    check_crash,
+    replay_through_a_crash,
+    require,
+    shared_prefix_trace,
+    small_trace,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -36,7 +49,7 @@ def binary():
 
 @pytest.fixture(scope="module")
 def engine(binary):
-    return LlamaServer(model=tiny_gguf_path("gpt-2"), binary=binary, defaults=BASE)
+    return LlamaServer(model=tiny_gguf_path("gpt-2"), binary=binary, defaults=BASE, chat_template=sdist_chat_template())
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +122,24 @@ def test_shared_prefix_hits_the_cache_in_responses_and_metrics(running):
     assert after["prompt_tokens"] - before["prompt_tokens"] == df["prompt_tokens"].sum()
     assert after["generation_tokens"] - before["generation_tokens"] == 5 * 4
     assert after["running"] == 0 and after["waiting"] == 0
+
+
+def test_an_agent_trace_replayed_as_a_dag_resends_the_engines_answers_and_gets_no_4xx(running):
+    # replay.agentic's bodies (tools, parallel tool calls, tool results, subagents joining back)
+    # with the engine's answers written into every later history (--answers engine, the default)
+    trace = agent_trace()
+    result = run_stage(trace, RunConfig(url=running.url, speedup=10.0, lag_bound_ms=20))
+    check_agent_replay(trace, result)
+    # the template rendered the tool definitions (the texts alone are input_tokens)
+    df = result.requests
+    assert (df["prompt_tokens"] > df["input_tokens"]).all()
+    # and it reads the recorded calls: arguments that are not JSON fail the request (a 500 here)
+    body = json.loads(trace.df.filter(pl.col("turn") == 1)["body"][0])
+    body["messages"][2]["tool_calls"][0]["function"]["arguments"] = "not json{"
+    sent = urllib.request.Request(running.url + "/v1/chat/completions", data=json.dumps(body).encode())
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(sent, timeout=30)
+    assert refused.value.code >= 400 and b"arguments" in refused.value.read()
 
 
 def test_the_cli_sweeps_a_trace_file(running, tmp_path):

@@ -119,6 +119,8 @@ def test_llama_server_command_line():
         "q8_0",
     ]
     assert engine.command(engine.check({"cont_batching": True}), 1)[-3:] == ["-t", "1", "--cont-batching"]
+    templated = LlamaServer(model="/m/tiny.gguf", binary="/opt/llama-server", chat_template="/t/qwen.jinja")
+    assert templated.command({}, 1)[9:11] == ["--chat-template-file", "/t/qwen.jinja"]
 
 
 def test_vllm_command_line_defaults_to_eager_mode_and_reports_cached_tokens():
@@ -161,6 +163,15 @@ def test_vllm_command_line_defaults_to_eager_mode_and_reports_cached_tokens():
         "--enforce-eager",
     ]
     assert "--enforce-eager" not in engine.command(engine.check({"enforce_eager": False}), 1)
+    # tools without tool_choice are "auto" to vLLM: a 400 unless a parser is set
+    tools = Vllm(model="/models/tiny", python="p", tool_call_parser="hermes", chat_template="/t/qwen.jinja")
+    assert tools.command({}, 1)[11:16] == [
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+        "--chat-template",
+        "/t/qwen.jinja",
+    ]
 
 
 def test_vllm_environment_keeps_caches_in_the_scratch_folder(tmp_path):
