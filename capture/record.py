@@ -344,6 +344,9 @@ class RowBuilder:
                 None,
             )
             model = body.get("model")
+            # the answer's tool calls (each one's argument tokens), where a whole answer came
+            answered = ex.outcome == "completed" and ex.status is not None and 200 <= ex.status < 300
+            calls = [len(self.tok.encode(a, add_special_tokens=False).ids) for a in ans.calls]
             rows.append(
                 {
                     "request_id": ex.request_id,
@@ -371,6 +374,7 @@ class RowBuilder:
                     "depends_on": link.depends_on,
                     "wait_us": link.wait_us,
                     "parent_session_id": link.parent_session_id,
+                    "tool_calls": calls if answered and ex.api in ("chat", "responses") else None,
                 }
             )
         if not rows:

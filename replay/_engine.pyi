@@ -138,6 +138,10 @@ class RunOptions:
     @property
     def url(self) -> str: ...
 
+# the request header by which a replay asks the embedded engine for a recorded answer's tool
+# calls (rust/sim/src/tools.rs)
+REPLAY_TOOL_CALLS_HEADER: str
+
 def run(
     options: RunOptions,
     paths: list[str],
@@ -156,6 +160,8 @@ def run(
     think_ns: npt.NDArray[np.int64] | None = None,
     joins: npt.NDArray[np.int64] | None = None,
     join_offsets: npt.NDArray[np.int64] | None = None,
+    head_lines: bytes | None = None,
+    head_offsets: npt.NDArray[np.uint64] | None = None,
     progress: Callable[[int, int, int], object] | None = None,
     progress_interval_s: float = 0.2,
     results: Callable[[Rows], object] | None = None,

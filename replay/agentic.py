@@ -28,7 +28,9 @@ messages answering their ids). The model (figures and their sources in docs/agen
 (tool descriptions, system prompt, task, answers, call arguments and tool results), made of
 :mod:`replay.prompts` units, exactly as :mod:`replay.generate` counts a chat: the server's chat
 template and the JSON around the texts add a few tokens per message that ``input_tokens`` does
-not count. ``output_tokens`` is the answer text plus the call arguments' text.
+not count. ``output_tokens`` is the answer text plus the call arguments' text; ``tool_calls`` is
+each call's share of it (the tokens of its ``input`` string), so that a replay on the embedded
+engine answers with calls of those sizes (:meth:`replay.plan.Plan.head_lines`).
 """
 
 from __future__ import annotations
@@ -145,6 +147,7 @@ class _Request:
     body: str
     block_hashes: list[int]
     response: str  # the answer's text (its tool calls are in the next step's history)
+    tool_calls: list[int]  # the argument tokens of each of its tool calls (empty: text only)
 
     @property
     def end_s(self) -> float:
@@ -231,6 +234,7 @@ class _Maker:
                 body=body_json(body),
                 block_hashes=block_hashes(ids, cfg.block_size),
                 response=content[0],
+                tool_calls=[len(a[1]) for _, a in calls],
             )
             self.out.append(req)
             last, seen_tokens, answer = req, input_tokens + output_tokens, content
@@ -357,6 +361,7 @@ def generate_agentic(config: AgentConfig | None = None) -> Trace:
             "parent_session_id": pl.Series([r.parent_session_id for r in requests], dtype=pl.String),
             "agent": [r.agent for r in requests],
             "response": [r.response for r in requests],
+            "tool_calls": pl.Series([r.tool_calls for r in requests], dtype=pl.List(pl.Int32)),
         }
     )
     meta = generated_meta(cfg.tokenizer, cfg.block_size)

@@ -113,6 +113,26 @@ class Plan:
                 yield b"".join(p for p, _ in made), offsets
             row += len(batch)
 
+    def head_lines(self) -> tuple[bytes, np.ndarray] | None:
+        """Each request's own header lines for the runner (``_engine.run(head_lines=,
+        head_offsets=)``), or None when no request has any: a row whose ``tool_calls`` is known
+        sends ``x-replay-tool-calls: 40,25,10`` (the argument tokens of each call the live answer
+        carried; an empty value: it was text), which the embedded engine answers with the same
+        calls of the same sizes and other servers ignore (docs/sim-engine.md)."""
+        from replay import _engine
+
+        calls = self.rows["tool_calls"] if "tool_calls" in self.rows.columns else None
+        if calls is None or calls.null_count() == self.n:
+            return None
+        name = _engine.REPLAY_TOOL_CALLS_HEADER
+        lines = (pl.lit(f"{name}: ") + calls.list.eval(pl.element().cast(pl.String)).list.join(",") + pl.lit("\r\n")).fill_null(
+            ""
+        )
+        text = pl.select(lines.alias("l"))["l"]
+        offsets = np.zeros(self.n + 1, dtype=np.uint64)
+        np.cumsum(text.str.len_bytes().to_numpy(), out=offsets[1:])
+        return "".join(text.to_list()).encode("ascii"), offsets
+
 
 def offered_window(offsets_ns: np.ndarray, duration_s: float | None) -> tuple[float, float]:
     """``(window_s, rate)``: the window a stage's send offsets cover and the rate they offer over it.

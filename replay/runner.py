@@ -222,6 +222,7 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None, on
     if after is not None:
         gates = (after, joins, join_offsets)
     windows = plan.body_windows()
+    head = plan.head_lines()  # rows with recorded tool calls ask the embedded engine for them
     sampler = engine_sampler(config)
     with sampler if sampler is not None else contextlib.nullcontext():
         raw = _engine.run(
@@ -234,6 +235,8 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None, on
             think_ns=think_ns,
             joins=joins,
             join_offsets=join_offsets,
+            head_lines=head[0] if head is not None else None,
+            head_offsets=head[1] if head is not None else None,
             progress=callback,
             results=take,
         )

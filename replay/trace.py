@@ -34,7 +34,10 @@ Schema 3 says what waits for what (agentic traffic): ``depends_on`` (the request
 have ended before a request is sent; empty in older files), ``wait_us`` (the recorded time from the
 last of them ending to its arrival: tool or think time), ``parent_session_id`` (a subagent's session
 names the session that spawned it) and ``agent`` (a role name). The rules on them (each dependency
-an earlier row of the trace: no dangling id, no cycle) are :mod:`replay.dag`'s.
+an earlier row of the trace: no dangling id, no cycle) are :mod:`replay.dag`'s. ``tool_calls``
+(nullable, filled with nulls where a file lacks it) is the live answer's tool calls: each one's
+argument tokens (empty: a text answer), which a replay asks the embedded engine to answer with
+(:mod:`replay.plan`).
 """
 
 from __future__ import annotations
@@ -122,6 +125,9 @@ SCHEMA: dict[str, pl.DataType] = {
     "wait_us": pl.Int64(),
     "parent_session_id": pl.String(),
     "agent": pl.String(),
+    # the live answer's tool calls: the argument tokens of each, in order (empty: a text
+    # answer; null: not known); a replay asks the embedded engine for the same calls
+    "tool_calls": pl.List(pl.Int32()),
 }
 # A frame or file must have these; the other columns may be absent and are then filled
 # (nulls; turn 0; no block hashes).
@@ -459,6 +465,9 @@ def _check_values(df: pl.DataFrame, source: str, synthesis: bool = False) -> Non
     row = _first_row(df.get_column("block_hashes").list.eval(pl.element().is_null()).list.any())
     if row is not None:
         raise TraceError(f"{source}: column 'block_hashes' has a null hash at row {row}")
+    row = _first_row(df.get_column("tool_calls").list.eval(pl.element().is_null() | (pl.element() < 0)).list.any())
+    if row is not None:
+        raise TraceError(f"{source}: column 'tool_calls' has a null or negative token count at row {row}")
     for name in _NON_NEGATIVE:
         row = _first_row((df.get_column(name) < 0).fill_null(False))
         if row is not None:

@@ -349,6 +349,10 @@ class _Rows:
         out = rec.usage.completion_tokens if rec.usage is not None else None
         if out is None and rec.response is not None:
             out = len(self.tokens.prompt_ids([rec.response]))
+        # the answer's tool calls: each one's argument tokens, counted as the answer's are
+        # (none recorded: a text answer where the log holds the answer, else not known)
+        answered = rec.response is not None or bool(rec.calls)
+        calls = [len(self.tokens.prompt_ids([a])) for a in rec.calls] if answered and rec.api != "completions" else None
         limit = _body_max_tokens(rec.body)
         body = body_json(rec.body)
         self.chars += len(body) + len(rec.response or "")
@@ -373,6 +377,7 @@ class _Rows:
             ("depends_on", link.depends_on),
             ("wait_us", link.wait_us),
             ("parent_session_id", link.parent_session_id),
+            ("tool_calls", calls),
         ):
             self._cols[name].append(value)
 
@@ -427,6 +432,7 @@ _ROW_TYPES: dict[str, pl.DataType | type[pl.DataType]] = {
     "depends_on": pl.List(pl.String),
     "wait_us": pl.Int64,
     "parent_session_id": pl.String,
+    "tool_calls": pl.List(pl.Int32),
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import openai
 
 from replay.sim import SimConfig, start_sim
+from replay.tokenizer import load_tokenizer
 from replay.trace import read_trace
 from tests.integration.capture_proxy import capture
 
@@ -48,11 +49,12 @@ def test_an_sdk_agent_loop_through_the_proxy_is_a_trace_with_its_edges(tmp_path)
             {"role": "system", "content": "You are a coding agent."},
             {"role": "user", "content": "Find why the build fails and fix it."},
         ]
-        steps, spawned = 0, None
+        steps, spawned, asked = 0, None, []
         for _ in range(3):
             _, calls = ask(client, messages, "required")
             steps += 1
             assert calls
+            asked.append([c["arguments"] for c in calls])
             results = {}
             if spawned is None:
                 # the first call's arguments start a subagent; its answer is that call's result
@@ -76,7 +78,8 @@ def test_an_sdk_agent_loop_through_the_proxy_is_a_trace_with_its_edges(tmp_path)
         assert final
         client.close()
         assert proxy.stop() == 0
-    df = read_trace(out).df.sort("arrival_us")
+    trace = read_trace(out)
+    df = trace.df.sort("arrival_us")
     assert df.height == steps + 2  # the loop's steps, the subagent, the final answer
     rid = df["request_id"].to_list()
     deps = dict(zip(rid, df["depends_on"].to_list()))
@@ -91,3 +94,9 @@ def test_an_sdk_agent_loop_through_the_proxy_is_a_trace_with_its_edges(tmp_path)
     assert rows[sub[0]]["parent_session_id"] == rows[main[0]]["session_id"]
     assert len({rows[r]["session_id"] for r in main}) == 1
     assert all(rows[r]["wait_us"] is not None and rows[r]["wait_us"] >= 0 for r in rid[1:])
+    # each answer's tool calls as the SDK parsed them: their argument tokens under the trace's
+    # tokenizer, in order (the final answer and the subagent's were text)
+    tok = load_tokenizer(trace.meta.tokenizer)
+    sizes = [[len(tok.encode(a, add_special_tokens=False).ids) for a in step] for step in asked]
+    assert [rows[r]["tool_calls"] for r in main] == [*sizes, []]
+    assert rows[sub[0]]["tool_calls"] == [] and max(map(len, sizes)) > 1

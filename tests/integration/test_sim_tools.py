@@ -19,7 +19,12 @@ import jsonschema
 import openai
 import pytest
 
+from replay._engine import REPLAY_TOOL_CALLS_HEADER
+from replay.agentic import AgentConfig, generate_agentic
+from replay.config import RunConfig
 from replay.errors import ConfigError
+from replay.plan import build_plan
+from replay.runner import run_stage
 from replay.sim import SimConfig, start_sim
 
 # the tokens a call costs besides its argument text (rust/sim/src/tools.rs CALL_OVERHEAD_TOKENS)
@@ -210,9 +215,9 @@ def test_tool_call_probability_flag_decides_auto():
         start_sim(SimConfig(profile="instant", tool_call_probability=2.0))
 
 
-def responses_round(client, items, tool_choice, stream):
+def responses_round(client, items, tool_choice, stream, **extra):
     """One Responses API request; returns (response, the events' types, argument deltas per call)."""
-    kwargs = {"model": "sim", "input": items, "tools": RESPONSES_TOOLS, "tool_choice": tool_choice}
+    kwargs = {"model": "sim", "input": items, "tools": RESPONSES_TOOLS, "tool_choice": tool_choice, **extra}
     if not stream:
         return client.responses.create(**kwargs), [], {}
     types, deltas = [], {}
@@ -257,6 +262,88 @@ def test_responses_agent_loop(client, stream):
     final, types, _ = responses_round(client, items, "none", stream)
     assert final.output_text and all(o.type == "message" for o in final.output)
     assert "response.function_call_arguments.delta" not in types
+
+
+def test_a_replay_header_gets_the_recorded_calls_in_both_apis(client, server):
+    # a replay's request: ignore_eos with tool_choice auto (text without the header) and a
+    # max_tokens below the calls' tokens; the header names each call's argument tokens
+    sizes = [30, 12, 45]
+    header = {REPLAY_TOOL_CALLS_HEADER: ",".join(map(str, sizes))}
+    want = sum(sizes) + len(sizes) * CALL_OVERHEAD_TOKENS
+    messages = [{"role": "user", "content": "Find why the build fails and fix it."}]
+    ask = dict(model="sim", messages=messages, tools=CHAT_TOOLS, max_tokens=16, extra_body={"ignore_eos": True})
+
+    def argument_sizes(calls: list[tuple[str, str]]) -> list[int]:
+        """Each call's argument tokens, its arguments valid for its tool."""
+        for name, args in calls:
+            check_call(name, args)
+        return [count_tokens(server, args) for _, args in calls]
+
+    whole = client.chat.completions.create(**ask, extra_headers=header)
+    choice = whole.choices[0]
+    assert choice.finish_reason == "tool_calls" and whole.usage is not None and whole.usage.completion_tokens == want
+    assert argument_sizes([(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []]) == sizes
+    stream = client.chat.completions.create(**ask, extra_headers=header, stream=True, stream_options={"include_usage": True})
+    calls: dict[int, list[str]] = {}
+    usage = None
+    for chunk in stream:
+        usage = chunk.usage or usage
+        for ch in chunk.choices:
+            for d in ch.delta.tool_calls or []:
+                got = calls.setdefault(d.index, [d.function.name or "", ""])
+                got[1] += d.function.arguments or ""
+    assert argument_sizes([(n, a) for n, a in (calls[i] for i in sorted(calls))]) == sizes
+    assert usage is not None and usage.completion_tokens == want
+    for stream_it in (False, True):
+        response, _, _ = responses_round(client, [messages[0]], "auto", stream_it, extra_headers=header)
+        fcalls = [o for o in response.output if o.type == "function_call"]
+        assert argument_sizes([(c.name, c.arguments) for c in fcalls]) == sizes, stream_it
+        assert response.usage.output_tokens == want
+    # a recorded text answer, and tool_choice none whatever the record: text of max_tokens
+    for value, choice_ in (("", "auto"), (header[REPLAY_TOOL_CALLS_HEADER], "none")):
+        text = client.chat.completions.create(**ask, tool_choice=choice_, extra_headers={REPLAY_TOOL_CALLS_HEADER: value})
+        assert not text.choices[0].message.tool_calls and text.usage.completion_tokens == 16
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(**ask, extra_headers={REPLAY_TOOL_CALLS_HEADER: "40,some"})
+    assert "x-replay-tool-calls: 'some' is not a token count" in str(e.value)
+
+
+def test_an_agent_trace_replayed_on_the_engine_gets_each_recorded_answers_calls(server):
+    # small contexts (the instant profile's length), several sessions of parallel calls
+    trace = generate_agentic(
+        AgentConfig(
+            sessions=3,
+            steps_mean=5,
+            tool_tokens=20,
+            system_tokens=200,
+            task_tokens_p50=40,
+            result_tokens_p50=60,
+            max_context_tokens=3000,
+            content_tokens_p50=20,
+            seed=4,
+        )
+    )
+    recorded = trace.df.select("request_id", "output_tokens", "tool_calls")
+    assert recorded["tool_calls"].list.len().max() > 1 and (recorded["tool_calls"].list.len() == 0).any()
+    result = run_stage(trace, RunConfig(url=server.url, sessions="dag", speedup=100.0))
+    got = result.requests.join(recorded, on="request_id")
+    assert got.height == trace.df.height and (got["error"] == "none").all() and (got["status"] == 200).all()
+    # request by request: a tool answer's tokens are its recorded calls' (arguments of the
+    # recorded sizes plus each call's overhead), a text answer's the recorded length
+    for row in got.iter_rows(named=True):
+        calls = row["tool_calls"]
+        want = sum(calls) + CALL_OVERHEAD_TOKENS * len(calls) if calls else row["output_tokens"]
+        assert row["completion_tokens"] == want, row
+    # and the calls themselves, for one tool answer sent as the replay sent it
+    plan = build_plan(trace, RunConfig(url=server.url, sessions="dag"), model="sim")
+    lines, offsets = plan.head_lines()
+    k = next(i for i, c in enumerate(plan.rows["tool_calls"].to_list()) if c and len(c) > 1)
+    name, value = lines[int(offsets[k]) : int(offsets[k + 1])].decode().strip().split(": ")
+    body = json.loads(trace.df["body"][k])
+    with openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0) as c:
+        answer = c.chat.completions.create(**{**body, "model": "sim"}, extra_headers={name: value})
+    sizes = [count_tokens(server, t.function.arguments) for t in answer.choices[0].message.tool_calls or []]
+    assert sizes == plan.rows["tool_calls"][k].to_list()
 
 
 USER = {"role": "user", "content": "hi"}

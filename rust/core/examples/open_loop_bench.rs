@@ -36,6 +36,7 @@ fn main() {
             offset_ns: o,
             after: None,
             joins: Vec::new(),
+            headers: Vec::new(),
         })
         .collect();
     let config = RunConfig {

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
@@ -188,13 +189,14 @@ impl Encoder {
         Bytes::from(out)
     }
 
-    /// (shared prefix, this request's `content-length` line and blank line).
-    pub fn head(&self, path: &str, body_len: usize) -> (Bytes, Vec<u8>) {
+    /// (shared prefix, this request's own header lines (`plan::HeadLines`, written as they
+    /// are), its `content-length` line and the blank line).
+    pub fn head(&self, path: &str, own_headers: &[u8], body_len: usize) -> (Bytes, Vec<u8>) {
         let prefix = self.prefixes.get(path).unwrap_or(&self.fallback).clone();
-        (
-            prefix,
-            format!("content-length: {body_len}\r\n\r\n").into_bytes(),
-        )
+        let mut tail = Vec::with_capacity(own_headers.len() + 40);
+        tail.extend_from_slice(own_headers);
+        write!(tail, "content-length: {body_len}\r\n\r\n").expect("a Vec takes any write");
+        (prefix, tail)
     }
 
     /// A complete `GET path` request (used to check warm connections).
@@ -286,7 +288,7 @@ mod tests {
         let b = BaseUrl::parse("http://localhost:9/proxy").unwrap();
         let h = build_headers(&[("Authorization".into(), "Bearer k".into())]).unwrap();
         let enc = Encoder::new(&b, &h, ["/v1/chat/completions"].into_iter()).unwrap();
-        let (prefix, tail) = enc.head("/v1/chat/completions", 42);
+        let (prefix, tail) = enc.head("/v1/chat/completions", b"", 42);
         let text = String::from_utf8(prefix.to_vec()).unwrap();
         assert!(
             text.starts_with("POST /proxy/v1/chat/completions HTTP/1.1\r\nhost: localhost:9\r\n"),
@@ -297,6 +299,11 @@ mod tests {
                 && text.contains("content-type: application/json\r\n")
         );
         assert_eq!(tail, b"content-length: 42\r\n\r\n");
+        let (_, tail) = enc.head("/v1/chat/completions", b"x-replay-tool-calls: 40,2\r\n", 7);
+        assert_eq!(
+            tail,
+            b"x-replay-tool-calls: 40,2\r\ncontent-length: 7\r\n\r\n"
+        );
         let get = Encoder::get(&b, &h, "/v1/models").unwrap();
         assert!(
             get.starts_with(b"GET /proxy/v1/models HTTP/1.1\r\n") && get.ends_with(b"\r\n\r\n")

@@ -72,10 +72,11 @@ pub(crate) fn launch(
     index: usize,
     release_ns: i64,
     path: &str,
+    own_headers: &[u8],
     body: Bytes,
 ) {
     let handed = Instant::now();
-    let (prefix, tail) = shared.encoder.head(path, body.len());
+    let (prefix, tail) = shared.encoder.head(path, own_headers, body.len());
     let wire = Wire { prefix, tail, body };
     let mut conn_ns = -1;
     let mut dead = Vec::new();

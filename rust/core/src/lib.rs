@@ -43,7 +43,7 @@ pub use config::{RunConfig, RunControl};
 pub use dispatch::Gate;
 pub use error::CoreError;
 pub use openai::{parse_openai_event, parse_openai_response, OpenAiEvent, Usage};
-pub use plan::{PlannedRequest, Schedule};
+pub use plan::{HeadLines, PlannedRequest, Schedule};
 pub use prefix_cache::{prefix_cache_hits, simulate as simulate_prefix_cache};
 pub use record::{ErrorKind, Recorder, Records, RequestRecord, RunStats, Switches};
 pub use run::{run, run_streamed, Sink, HAND_OVER_EVERY};

@@ -22,6 +22,8 @@ pub struct PlannedRequest {
     /// A join's other dependencies (earlier request indexes); `Schedule::of` points the gate's
     /// `joins` range at them.
     pub joins: Vec<usize>,
+    /// This request's own headers (name, value), sent after the run's.
+    pub headers: Vec<(String, String)>,
 }
 
 /// Everything about a run's requests but their bodies, known before t0 (a few bytes a request):
@@ -35,14 +37,119 @@ pub struct Schedule {
     pub offsets_ns: Vec<i64>,
     pub after: Vec<Option<Gate>>,
     pub joins: Vec<usize>,
+    /// Requests' own header lines (may be empty: none has any).
+    pub head_lines: HeadLines,
+}
+
+/// Each request's own header lines, sent after the run's headers: request i's are
+/// `bytes[offsets[i]..offsets[i + 1]]`, each `name: value\r\n` (none when `offsets` is empty).
+/// One buffer for the run, so a request's lines cost no allocation when it is sent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeadLines {
+    pub bytes: Bytes,
+    pub offsets: Vec<u64>,
+}
+
+impl HeadLines {
+    /// The lines of `headers[i]` for each request i.
+    pub fn of(headers: &[Vec<(String, String)>]) -> Result<HeadLines, CoreError> {
+        if headers.iter().all(Vec::is_empty) {
+            return Ok(HeadLines::default());
+        }
+        let mut bytes = Vec::new();
+        let mut offsets = Vec::with_capacity(headers.len() + 1);
+        offsets.push(0);
+        for (i, own) in headers.iter().enumerate() {
+            for (name, value) in own {
+                if http::HeaderName::from_bytes(name.as_bytes()).is_err()
+                    || http::HeaderValue::from_str(value).is_err()
+                {
+                    return Err(CoreError::config(
+                        "headers",
+                        format!("request {i}: {name:?}: {value:?} is not a header"),
+                    ));
+                }
+                bytes.extend_from_slice(name.as_bytes());
+                bytes.extend_from_slice(b": ");
+                bytes.extend_from_slice(value.as_bytes());
+                bytes.extend_from_slice(b"\r\n");
+            }
+            offsets.push(bytes.len() as u64);
+        }
+        let lines = HeadLines {
+            bytes: Bytes::from(bytes),
+            offsets,
+        };
+        lines.check(headers.len())?;
+        Ok(lines)
+    }
+
+    /// Request `index`'s lines (empty: none).
+    pub fn get(&self, index: usize) -> &[u8] {
+        match self.offsets.get(index..index + 2) {
+            Some(&[a, b]) => &self.bytes[a as usize..b as usize],
+            _ => &[],
+        }
+    }
+
+    /// That there are none or n + 1 nondecreasing offsets ending at the buffer's end, and that
+    /// each request's lines are header lines (a valid name, `: `, a valid value, `\r\n`).
+    pub fn check(&self, n: usize) -> Result<(), CoreError> {
+        if self.offsets.is_empty() {
+            return match self.bytes.is_empty() {
+                true => Ok(()),
+                false => Err(CoreError::config("headers", "header lines without offsets")),
+            };
+        }
+        if self.offsets.len() != n + 1
+            || self.offsets[0] != 0
+            || self.offsets.windows(2).any(|w| w[0] > w[1])
+            || self.offsets[n] != self.bytes.len() as u64
+        {
+            return Err(CoreError::config(
+                "headers",
+                format!(
+                    "header line offsets must be n + 1 ({}) nondecreasing offsets from 0 to the lines' length ({})",
+                    n + 1,
+                    self.bytes.len()
+                ),
+            ));
+        }
+        for i in 0..n {
+            let own = self.get(i);
+            if own.is_empty() {
+                continue;
+            }
+            let text = std::str::from_utf8(own).ok();
+            let lines = text.and_then(|t| t.strip_suffix("\r\n")).unwrap_or("\n");
+            for line in lines.split("\r\n") {
+                let ok = line.split_once(':').is_some_and(|(name, value)| {
+                    http::HeaderName::from_bytes(name.as_bytes()).is_ok()
+                        && http::HeaderValue::from_str(value.trim()).is_ok()
+                });
+                if !ok {
+                    return Err(CoreError::config(
+                        "headers",
+                        format!(
+                            "request {i}: {:?} is not a header line",
+                            String::from_utf8_lossy(own)
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Schedule {
     /// The schedule of planned requests, and their bodies in order.
-    pub fn of(requests: Vec<PlannedRequest>) -> (Schedule, Vec<Bytes>) {
+    pub fn of(requests: Vec<PlannedRequest>) -> Result<(Schedule, Vec<Bytes>), CoreError> {
         let mut s = Schedule::default();
         let mut bodies = Vec::with_capacity(requests.len());
+        let mut headers = Vec::with_capacity(requests.len());
         for r in requests {
+            headers.push(r.headers);
             let k = match s.paths.iter().position(|p| *p == r.path) {
                 Some(k) => k,
                 None => {
@@ -60,7 +167,8 @@ impl Schedule {
             }));
             bodies.push(r.body);
         }
-        (s, bodies)
+        s.head_lines = HeadLines::of(&headers)?;
+        Ok((s, bodies))
     }
 
     pub fn len(&self) -> usize {
@@ -98,6 +206,7 @@ pub(crate) fn validate(config: &RunConfig, schedule: &Schedule) -> Result<(), Co
         }
     }
     let n = schedule.len();
+    schedule.head_lines.check(n)?;
     if n > u32::MAX as usize {
         return Err(CoreError::config(
             "requests",
@@ -190,4 +299,45 @@ pub(crate) fn validate(config: &RunConfig, schedule: &Schedule) -> Result<(), Co
         prev = offset;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_lines_are_each_requests_own_and_checked() {
+        let none = HeadLines::of(&[vec![], vec![]]).unwrap();
+        assert_eq!((none.get(0), none.offsets.len()), (&b""[..], 0));
+        none.check(2).unwrap();
+        let h = |n: &str, v: &str| vec![(n.to_string(), v.to_string())];
+        let lines = HeadLines::of(&[
+            h("x-replay-tool-calls", "40,25"),
+            vec![],
+            h("x-replay-tool-calls", ""),
+        ])
+        .unwrap();
+        assert_eq!(lines.get(0), b"x-replay-tool-calls: 40,25\r\n");
+        assert_eq!(lines.get(1), b"");
+        assert_eq!(lines.get(2), b"x-replay-tool-calls: \r\n");
+        assert!(lines.check(4).is_err()); // offsets for 3 requests
+        let e = HeadLines::of(&[h("x-a", "1\r\nhost: evil")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("request 0") && e.contains("not a header"), "{e}");
+        let bytes = Bytes::from_static(b"x-a: 1\r\nno colon\r\n");
+        let raw = HeadLines {
+            offsets: vec![0, bytes.len() as u64],
+            bytes,
+        };
+        let e = raw.check(1).unwrap_err().to_string();
+        assert!(
+            e.contains("request 0") && e.contains("not a header line"),
+            "{e}"
+        );
+        assert!(HeadLines::of(&[h("bad name", "1")]).is_err());
+        let two =
+            HeadLines::of(&[vec![("x-a".into(), "1".into()), ("x-b".into(), "2".into())]]).unwrap();
+        assert_eq!(two.get(0), b"x-a: 1\r\nx-b: 2\r\n");
+    }
 }

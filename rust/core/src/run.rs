@@ -63,7 +63,7 @@ pub fn run(
     requests: Vec<PlannedRequest>,
     control: Arc<RunControl>,
 ) -> Result<Records, CoreError> {
-    let (schedule, bodies) = Schedule::of(requests);
+    let (schedule, bodies) = Schedule::of(requests)?;
     run_streamed(config, schedule, bodies, control, None)
 }
 
@@ -381,6 +381,7 @@ pub fn run_streamed<B: Into<SendBody>>(
                     index,
                     release_ns,
                     &schedule.paths[path as usize],
+                    schedule.head_lines.get(index),
                     bytes,
                 )
             },
@@ -452,6 +453,7 @@ mod tests {
             offset_ns,
             after: None,
             joins: Vec::new(),
+            headers: Vec::new(),
         }
     }
 

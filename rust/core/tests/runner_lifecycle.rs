@@ -205,6 +205,7 @@ fn bodies_are_taken_from_the_source_only_as_requests_come_due() {
         offsets_ns: (0..n as i64).map(|i| i * 60_000_000).collect(),
         after: Vec::new(),
         joins: Vec::new(),
+        head_lines: Default::default(),
     };
     let t0_guess = Instant::now();
     let pulls = Arc::new(Mutex::new(Vec::new()));
@@ -264,6 +265,7 @@ fn records_are_handed_to_the_sink_in_request_order_as_the_run_goes() {
         offsets_ns: (0..n as i64).map(|i| i * 100_000_000).collect(),
         after: Vec::new(),
         joins: Vec::new(),
+        head_lines: Default::default(),
     };
     let bodies = (0..n).map(|i| Bytes::from(format!("{{\"i\":{i}}}")));
     let t0_guess = Instant::now();

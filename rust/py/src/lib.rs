@@ -24,7 +24,7 @@ use options::RunOptions;
 use replay_core::{
     arrival_offsets as core_arrival_offsets, run_streamed as core_run_streamed,
     simulate_prefix_cache as core_simulate_prefix_cache, Arrivals, CoreError, ErrorKind, Gate,
-    Records, RunControl, Schedule, SendBody, Sink, Switches,
+    HeadLines, Records, RunControl, Schedule, SendBody, Sink, Switches,
 };
 
 /// Arrival offsets in ns from the run start (see `replay_core::schedule`).
@@ -256,6 +256,8 @@ pub(crate) fn split_bodies(
 /// DAGs: `after[i]` is the index of the request that request i follows (-1: none) and
 /// `think_ns[i]` the think time after it; a join also waits for
 /// `joins[join_offsets[i]..join_offsets[i + 1]]` (`join_offsets`: n + 1 entries).
+/// Requests' own headers: `head_lines[head_offsets[i]..head_offsets[i + 1]]` are request i's
+/// header lines (`name: value\r\n` each; `head_offsets`: n + 1 entries), sent after the run's.
 /// `progress(sent, completed, errors)` is called every `progress_interval_s` with the GIL held.
 /// With `results`, finished requests are handed over as the run goes: `results(rows)` is called
 /// with consecutive batches in request order (`rows["first"]` is the first one's index; the same
@@ -265,7 +267,8 @@ pub(crate) fn split_bodies(
 #[pyfunction]
 #[pyo3(signature = (
     options, paths, path_index, offsets_ns, bodies, *, body_offsets=None, after=None, think_ns=None,
-    joins=None, join_offsets=None, progress=None, progress_interval_s=0.2, results=None
+    joins=None, join_offsets=None, head_lines=None, head_offsets=None, progress=None,
+    progress_interval_s=0.2, results=None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn run<'py>(
@@ -280,6 +283,8 @@ fn run<'py>(
     think_ns: Option<PyReadonlyArray1<'py, i64>>,
     joins: Option<PyReadonlyArray1<'py, i64>>,
     join_offsets: Option<PyReadonlyArray1<'py, i64>>,
+    head_lines: Option<Bound<'py, PyBytes>>,
+    head_offsets: Option<PyReadonlyArray1<'py, u64>>,
     progress: Option<Bound<'py, PyAny>>,
     progress_interval_s: f64,
     results: Option<Bound<'py, PyAny>>,
@@ -330,6 +335,19 @@ fn run<'py>(
         offsets_ns: offsets.to_vec(),
         after: gates,
         joins: joins.iter().map(|&j| j as usize).collect(),
+        head_lines: match (head_lines, head_offsets) {
+            (Some(lines), Some(offs)) => HeadLines {
+                bytes: bytes::Bytes::copy_from_slice(lines.as_bytes()),
+                offsets: offs.as_slice()?.to_vec(),
+            },
+            (None, None) => HeadLines::default(),
+            _ => {
+                return Err(errors::config(
+                    "head_lines",
+                    "head_lines and head_offsets come together",
+                ))
+            }
+        },
     };
     let control = Arc::new(RunControl::default());
     let (feeder, source): (
@@ -465,6 +483,10 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(chain_hash, m)?)?;
     m.add_function(wrap_pyfunction!(prompts::prompt_units, m)?)?;
     m.add_function(wrap_pyfunction!(prompts::prompt_texts, m)?)?;
+    m.add(
+        "REPLAY_TOOL_CALLS_HEADER",
+        replay_sim::tools::REPLAY_TOOL_CALLS_HEADER,
+    )?;
     m.add_class::<RunOptions>()?;
     m.add_class::<sim::SimServer>()?;
     m.add_class::<capture::CaptureServer>()?;

@@ -54,6 +54,7 @@ fn main() {
             offset_ns: 0,
             after: None,
             joins: Vec::new(),
+            headers: Vec::new(),
         })
         .collect();
     let cfg = RunConfig {

@@ -35,7 +35,7 @@ use crate::render::{completion_json, embeddings_json, error_json, request_id, St
 use crate::request::{parse_request, Api, ApiError, ApiRequest, Prompt};
 use crate::sequence::SeqParams;
 use crate::template::render_chat;
-use crate::tools::{ToolCall, ToolPolicy};
+use crate::tools::{parse_replay_tool_calls, ToolCall, ToolPolicy, REPLAY_TOOL_CALLS_HEADER};
 use crate::vocab::Vocab;
 
 /// Largest request body accepted.
@@ -158,6 +158,11 @@ async fn generate(
     state: Arc<AppState>,
 ) -> Result<Reply, ApiError> {
     let arrived = Instant::now();
+    let follow = req
+        .headers()
+        .get(REPLAY_TOOL_CALLS_HEADER)
+        .map(|v| parse_replay_tool_calls(v.as_bytes()))
+        .transpose()?;
     let body = read_body(req).await?;
     let mut r = parse_request(api, &body, |m, tools| render_chat(m, tools, true))?;
     if api == Api::Embeddings {
@@ -180,14 +185,17 @@ async fn generate(
     let (prompt, max_tokens) = prompt_ids(&state, &r)?;
     let embedded = (api == Api::Embeddings).then(|| prompt.clone());
     let seed = r.seed.unwrap_or(state.seed);
-    let calls = (state.tool_policy).plan(
-        &r.tools,
-        seed,
-        &prompt,
-        max_tokens,
-        r.ignore_eos,
-        &state.vocab,
-    );
+    let calls = match &follow {
+        Some(sizes) => ToolPolicy::follow(&r.tools, sizes, seed, &prompt, &state.vocab),
+        None => (state.tool_policy).plan(
+            &r.tools,
+            seed,
+            &prompt,
+            max_tokens,
+            r.ignore_eos,
+            &state.vocab,
+        ),
+    };
     let mut params = SeqParams {
         max_tokens,
         min_tokens: r.min_tokens.min(max_tokens),
@@ -195,9 +203,15 @@ async fn generate(
         priority: r.priority,
     };
     if let Some(calls) = &calls {
-        // a tool answer is exactly its calls' tokens (cut at max_tokens, finish "length")
+        // a tool answer is exactly its calls' tokens, cut at max_tokens (finish "length"); a
+        // replayed one at the context's room instead: the recorded output length counted the
+        // live answer under the live model's accounting, which need not be this engine's
         let tokens = calls.iter().map(ToolCall::tokens).sum::<usize>();
-        params.max_tokens = max_tokens.min(tokens.min(u32::MAX as usize) as u32);
+        let cap = match follow {
+            Some(_) => state.max_model_len.saturating_sub(prompt.len() as u32),
+            None => max_tokens,
+        };
+        params.max_tokens = cap.min(tokens.min(u32::MAX as usize) as u32);
         params.min_tokens = 0;
         params.ignore_eos = true;
     }

@@ -39,6 +39,44 @@ pub const ARGUMENT_SIGMA: f64 = 1.0;
 const MAX_DEPTH: u32 = 8;
 
 const TURN_DOMAIN: u64 = 0x7001_CA11;
+const FOLLOW_DOMAIN: u64 = 0x7001_F011;
+
+/// The request header by which a replay asks for the answer its Trace recorded (the Trace's
+/// `tool_calls` column): the argument tokens of each tool call, comma-separated (`40,25,10`);
+/// empty: the answer was text. Other servers ignore it.
+pub const REPLAY_TOOL_CALLS_HEADER: &str = "x-replay-tool-calls";
+/// Most calls the header may ask for.
+pub const MAX_REPLAY_TOOL_CALLS: usize = 128;
+
+/// The header's value: each call's argument tokens (empty: a text answer). An error says what
+/// is wrong with it.
+pub fn parse_replay_tool_calls(value: &[u8]) -> Result<Vec<u32>, ApiError> {
+    let bad = |what: String| {
+        ApiError::bad_request(format!(
+            "header {REPLAY_TOOL_CALLS_HEADER}: {what} (expected comma-separated argument token counts, e.g. '40,25'; empty for a text answer)"
+        ))
+    };
+    let text = std::str::from_utf8(value).map_err(|_| bad("not ASCII".into()))?;
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sizes = text
+        .split(',')
+        .map(|p| {
+            p.trim()
+                .parse::<u32>()
+                .map_err(|_| bad(format!("'{}' is not a token count", p.trim())))
+        })
+        .collect::<Result<Vec<u32>, ApiError>>()?;
+    if sizes.len() > MAX_REPLAY_TOOL_CALLS {
+        return Err(bad(format!(
+            "{} calls, at most {MAX_REPLAY_TOOL_CALLS}",
+            sizes.len()
+        )));
+    }
+    Ok(sizes)
+}
 
 /// How a request lets the engine use its tools.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -266,6 +304,41 @@ impl ToolPolicy {
         Some(calls)
     }
 
+    /// The calls of a replayed answer (`REPLAY_TOOL_CALLS_HEADER`): one per entry of
+    /// `argument_tokens`, with arguments of that many tokens (as near as the tool's schema
+    /// allows: `arguments_for`), each of a tool drawn from the request's (the named one where
+    /// `tool_choice` names one). The recorded answer wins over the policy, `tool_choice` auto
+    /// with `ignore_eos` and `parallel_tool_calls`; None (text) when the recorded answer was text,
+    /// the request offers no tools or its `tool_choice` is none.
+    pub fn follow(
+        req: &ToolRequest,
+        argument_tokens: &[u32],
+        seed: u64,
+        prompt: &[u32],
+        vocab: &Vocab,
+    ) -> Option<Vec<ToolCall>> {
+        if argument_tokens.is_empty() || req.tools.is_empty() || req.choice == ToolChoice::None {
+            return None;
+        }
+        let mut draws = Draws(prompt_hash(seed, FOLLOW_DOMAIN, prompt));
+        let calls = argument_tokens
+            .iter()
+            .map(|&size| {
+                let tool = match &req.choice {
+                    ToolChoice::Named(name) => req
+                        .tools
+                        .iter()
+                        .find(|t| &t.name == name)
+                        .expect("a named choice is one of the tools (ToolRequest::parse)"),
+                    _ => &req.tools[(draws.next() % req.tools.len() as u64) as usize],
+                };
+                let arguments = arguments_for(&tool.parameters, draws.next(), size as usize, vocab);
+                ToolCall::new(call_id(draws.next()), &tool.name, &arguments, vocab)
+            })
+            .collect();
+        Some(calls)
+    }
+
     /// 1 + a geometric count with mean `mean_parallel`, at most `max_parallel`, from `u` in [0, 1).
     fn parallel_count(&self, u: f64) -> usize {
         let stay = 1.0 - 1.0 / self.mean_parallel; // chance of one more call
@@ -420,11 +493,13 @@ impl Draws {
     }
 }
 
-/// Argument JSON for a parameter `schema`, of about `tokens` tokens: every required property,
-/// each optional one with probability 1/2, values of the schema's types (`string`, `number`,
-/// `integer` within `minimum`/`maximum`, `boolean`, `array` within `minItems`/`maxItems`,
-/// `object`, `null`, `enum`, `const`, the first of `anyOf`/`oneOf`/`allOf`, local `$ref`s);
-/// string values are filled with common words until the text is about `tokens` long.
+/// Argument JSON for a parameter `schema`, of `tokens` tokens where the schema allows it: every
+/// required property, each optional one with probability 1/2, values of the schema's types
+/// (`string`, `number`, `integer` within `minimum`/`maximum`, `boolean`, `array` within
+/// `minItems`/`maxItems`, `object`, `null`, `enum`, `const`, the first of `anyOf`/`oneOf`/`allOf`,
+/// local `$ref`s); string values are filled with common words until the text is `tokens` long
+/// (the first string without a length cap takes the last few words or gives them up). A schema
+/// without such a string, or whose smallest value is longer, gets that value.
 pub fn arguments_for(schema: &Value, seed: u64, tokens: usize, vocab: &Vocab) -> String {
     let words: Vec<&str> = vocab
         .lexicon
@@ -435,34 +510,59 @@ pub fn arguments_for(schema: &Value, seed: u64, tokens: usize, vocab: &Vocab) ->
         .filter(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric()))
         .collect();
     let words = if words.is_empty() { vec!["x"] } else { words };
-    // first with one word per string, to learn the structure's size and its strings ...
-    let mut fill = Fill {
-        words: &words,
-        per_string: 1,
-        draws: Draws(mix(seed ^ 0x57)),
-        strings: 0,
+    // the same structure (its own draws) with `per_string` words in each string, `extra` more
+    // (or fewer) in the first, the words drawn by `salt`
+    let build = |per_string: usize, extra: isize, salt: u64| {
+        let mut fill = Fill {
+            words: &words,
+            per_string,
+            extra,
+            draws: Draws(mix(seed ^ 0x57 ^ salt.wrapping_mul(0x9E37_79B9))),
+            strings: 0,
+        };
+        let text = fill.value(schema, schema, &mut Draws(seed), 0).to_string();
+        (text, fill.strings)
     };
-    let skeleton = fill.value(schema, schema, &mut Draws(seed), 0);
-    let text = skeleton.to_string();
+    // first with one word per string, to learn the structure's size and its strings ...
+    let (text, strings) = build(1, 0, 0);
     let used = vocab.encode(&text).len();
-    if fill.strings == 0 || used >= tokens {
+    if strings == 0 || used >= tokens {
         return text;
     }
-    // ... then the same structure with the words left shared among them (a word ~ a token)
-    let per_string = 1 + (tokens - used) / fill.strings;
-    let mut fill = Fill {
-        words: &words,
-        per_string,
-        draws: Draws(mix(seed ^ 0x57)),
-        strings: 0,
-    };
-    fill.value(schema, schema, &mut Draws(seed), 0).to_string()
+    // ... then the words left shared among them (a word ~ a token) ...
+    let per_string = 1 + (tokens - used) / strings;
+    let (mut extra, mut salt) = (0isize, 0u64);
+    let mut best = (usize::MAX, String::new());
+    // ... and the first string's words moved until the count is exact (a word that merges with
+    // its neighbour can make it swing by two: then other words are drawn)
+    let mut tried = HashSet::new();
+    for _ in 0..EXACT_ROUNDS {
+        let text = build(per_string, extra, salt).0;
+        let got = vocab.encode(&text).len();
+        if got.abs_diff(tokens) < best.0 {
+            best = (got.abs_diff(tokens), text);
+        }
+        if got == tokens {
+            break;
+        }
+        let next = (extra + tokens as isize - got as isize).max(1 - per_string as isize);
+        if !tried.insert((next, salt)) {
+            salt += 1;
+        }
+        extra = next;
+    }
+    best.1
 }
+
+/// Rounds of `arguments_for`'s last step (moving words to hit the size).
+const EXACT_ROUNDS: usize = 12;
 
 /// The leaves' content: words for strings, counted.
 struct Fill<'a> {
     words: &'a [&'a str],
     per_string: usize,
+    /// Words added to (or taken from) the first string without a length cap.
+    extra: isize,
     draws: Draws,
     strings: usize,
 }
@@ -471,10 +571,10 @@ impl Fill<'_> {
     /// Words for a string; one (cut to `max_len`) for a string with a length cap, which is not
     /// counted among those that share the size.
     fn string(&mut self, max_len: Option<u64>) -> Value {
-        let words = if max_len.is_some() {
-            1
-        } else {
-            self.per_string
+        let words = match max_len {
+            Some(_) => 1,
+            None if self.strings == 0 => (self.per_string as isize + self.extra).max(1) as usize,
+            None => self.per_string,
         };
         self.strings += usize::from(max_len.is_none());
         let mut s = String::new();
@@ -794,6 +894,97 @@ mod tests {
         assert_eq!(turns(&p), prompts.len());
         p.probability = 0.5;
         assert!((100..200).contains(&turns(&p)), "{}", turns(&p));
+    }
+
+    #[test]
+    fn a_replayed_answer_has_the_recorded_calls_and_sizes() {
+        let v = tiny_vocab();
+        let shell = json!({"type": "object", "properties": {"command": {"type": "string"}, "cwd": {"type": "string"}}, "required": ["command"]});
+        let r = request(json!({"tools": [
+            {"type": "function", "function": {"name": "read", "parameters": schemas()[2]}},
+            {"type": "function", "function": {"name": "shell", "parameters": shell}},
+        ], "tool_choice": "auto", "parallel_tool_calls": false}))
+        .unwrap();
+        let shell_only = request(json!({"tools": [{"type": "function", "function": {"name": "shell", "parameters": shell}}]})).unwrap();
+        // sizes above each schema's smallest value (about 130 and 16-30 tokens under this vocab)
+        let cases = [
+            (&r, [160u32, 200, 240, 300, 190]),
+            (&shell_only, [40, 45, 60, 50, 90]),
+        ];
+        let (mut exact, mut all) = (0, 0);
+        for (q, (r, sizes)) in (0..30u32).flat_map(|q| cases.iter().map(move |c| (q, c))) {
+            let prompt = [q, 5, 9];
+            let calls = ToolPolicy::follow(r, sizes, 0, &prompt, &v).unwrap();
+            // every call, whatever parallel_tool_calls says, of its recorded size
+            assert_eq!(calls.len(), sizes.len());
+            for (c, &size) in calls.iter().zip(sizes) {
+                let args: Value = serde_json::from_str(&c.arguments()).unwrap();
+                let schema = &r
+                    .tools
+                    .iter()
+                    .find(|t| t.name == c.name)
+                    .unwrap()
+                    .parameters;
+                assert!(valid(&args, schema, schema), "{}", c.arguments());
+                // exact but where a word merges with its neighbours (this test vocabulary
+                // has such words: then off by one)
+                assert!(
+                    c.pieces.len().abs_diff(size as usize) <= 1,
+                    "{size}: {}",
+                    c.arguments()
+                );
+                assert_eq!(c.tokens(), c.pieces.len() + CALL_OVERHEAD_TOKENS);
+                exact += usize::from(c.pieces.len() == size as usize);
+                all += 1;
+            }
+            assert_eq!(ToolPolicy::follow(r, sizes, 0, &prompt, &v), Some(calls));
+        }
+        assert!(exact * 10 >= all * 9, "{exact} of {all} exact");
+        // a text answer recorded, tool_choice none, no tools: text
+        assert_eq!(ToolPolicy::follow(&r, &[], 0, &[1], &v), None);
+        let none =
+            request(json!({"tools": [{"type": "function", "name": "a"}], "tool_choice": "none"}))
+                .unwrap();
+        assert_eq!(ToolPolicy::follow(&none, &[10], 0, &[1], &v), None);
+        assert_eq!(
+            ToolPolicy::follow(&request(json!({})).unwrap(), &[10], 0, &[1], &v),
+            None
+        );
+        // a named choice: every call is of it
+        let named = request(
+            json!({"tools": [{"type": "function", "name": "a"}, {"type": "function", "name": "b"}],
+                                   "tool_choice": {"type": "function", "name": "b"}}),
+        )
+        .unwrap();
+        let calls = ToolPolicy::follow(&named, &[5, 8], 0, &[1], &v).unwrap();
+        assert!(calls.iter().all(|c| c.name == "b"));
+        // a schema whose smallest value is longer than asked gets that value
+        let rigid = json!({"type": "object", "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}}, "required": ["n", "ok"]});
+        let text = arguments_for(&rigid, 1, 1, &v);
+        assert!(v.encode(&text).len() > 1, "{text}");
+    }
+
+    #[test]
+    fn the_replay_header_reads_counts_and_names_what_is_wrong() {
+        assert_eq!(parse_replay_tool_calls(b"40,25, 10").unwrap(), [40, 25, 10]);
+        assert_eq!(parse_replay_tool_calls(b"").unwrap(), Vec::<u32>::new());
+        assert_eq!(parse_replay_tool_calls(b" 7 ").unwrap(), [7]);
+        for (bad, says) in [
+            (&b"40,x"[..], "'x' is not a token count"),
+            (b"40,,2", "'' is not a token count"),
+            (b"-3", "'-3' is not a token count"),
+        ] {
+            let e = parse_replay_tool_calls(bad).unwrap_err();
+            assert_eq!(e.status, 400);
+            assert!(
+                e.message.starts_with("header x-replay-tool-calls: "),
+                "{}",
+                e.message
+            );
+            assert!(e.message.contains(says), "{}", e.message);
+        }
+        let many = vec!["1"; MAX_REPLAY_TOOL_CALLS + 1].join(",");
+        assert!(parse_replay_tool_calls(many.as_bytes()).is_err());
     }
 
     #[test]

@@ -25,6 +25,7 @@ fn send(server: &ServerHandle, reqs: Vec<(&str, Value)>) -> Records {
             offset_ns: 0,
             after: None,
             joins: Vec::new(),
+            headers: Vec::new(),
         })
         .collect();
     let config = RunConfig {
@@ -290,6 +291,7 @@ fn a_closed_loop_run_keeps_its_users_in_flight_and_no_more() {
             offset_ns: 0,
             after: None,
             joins: Vec::new(),
+            headers: Vec::new(),
         })
         .collect();
     let config = RunConfig {
@@ -412,4 +414,85 @@ fn a_150k_agent_context_is_served_and_its_cached_prefix_is_cheap() {
     let (status, text) = http(&default, "POST", "/v1/completions", &body.to_string());
     assert_eq!(status, 400);
     assert!(text.contains("maximum context length"), "{text}");
+}
+
+#[test]
+fn a_replay_header_gets_the_recorded_calls_in_streams_and_whole_answers() {
+    use replay_sim::tools::CALL_OVERHEAD_TOKENS;
+
+    let server = start(json!({"profile": "instant"}));
+    let tools = json!([
+        {"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
+        {"type": "function", "function": {"name": "grep", "parameters": {"type": "object", "properties": {"pattern": {"type": "string"}, "n": {"type": "integer"}}, "required": ["pattern"]}}},
+    ]);
+    // a replay's request: ignore_eos and a max_tokens below the calls' tokens
+    let mut body = chat("find the bug", 20);
+    body["tools"] = tools.clone();
+    let sizes = [60usize, 45, 50];
+    // streamed, through our own client with the header per request
+    let planned = [Some("60,45,50"), Some(""), None]
+        .into_iter()
+        .map(|h| PlannedRequest {
+            path: "/v1/chat/completions".into(),
+            body: Bytes::from(body.to_string()),
+            headers: h
+                .map(|v| vec![("x-replay-tool-calls".to_string(), v.to_string())])
+                .unwrap_or_default(),
+            ..PlannedRequest::default()
+        })
+        .collect();
+    let config = RunConfig {
+        base_url: server.url(),
+        ..RunConfig::default()
+    };
+    let recs = run(&config, planned, Arc::new(RunControl::default())).unwrap();
+    assert_eq!(recs.status, [200, 200, 200], "{:?}", recs.error_detail);
+    // a recorded text answer and no header: 20 tokens of text (the calls: below)
+    assert_eq!(recs.completion_tokens[1..], [20, 20]);
+    // whole: the calls themselves, each with arguments of its recorded size
+    body["stream"] = json!(false);
+    let mut s = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    let text = body.to_string();
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nx-replay-tool-calls: 60,45,50\r\nContent-Length: {}\r\n\r\n{text}",
+        text.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let answer: Value = serde_json::from_str(out.split_once("\r\n\r\n").unwrap().1).unwrap();
+    let choice = &answer["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{answer}");
+    let calls = choice["message"]["tool_calls"].as_array().unwrap();
+    let v = tiny_vocab();
+    let got: Vec<usize> = calls
+        .iter()
+        .map(|c| v.encode(c["function"]["arguments"].as_str().unwrap()).len())
+        .collect();
+    // each of its recorded size (this test vocabulary merges a few words: within one token)
+    assert_eq!(got.len(), sizes.len());
+    assert!(
+        got.iter().zip(sizes).all(|(g, s)| g.abs_diff(s) <= 1),
+        "{got:?}"
+    );
+    // the calls whole, past max_tokens, streamed as whole
+    let want = got.iter().sum::<usize>() + sizes.len() * CALL_OVERHEAD_TOKENS;
+    assert_eq!(answer["usage"]["completion_tokens"], want);
+    assert_eq!(recs.completion_tokens[0], want as i64);
+    // a bad header is a 400 that names it
+    let (status, err) = {
+        let mut s = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+        write!(
+            s,
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nx-replay-tool-calls: many\r\nContent-Length: {}\r\n\r\n{text}",
+            text.len()
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        (out[9..12].to_string(), out)
+    };
+    assert_eq!(status, "400");
+    assert!(err.contains("x-replay-tool-calls"), "{err}");
 }

@@ -113,6 +113,8 @@ def test_tokens_and_hashes_are_those_of_the_real_text(gpt2):
     assert rows["b"]["response"] is None
     assert trace.meta.block_size_tokens == 4 and trace.meta.tokenizer == "gpt2"
     assert trace.meta.redaction_policy == "none" and trace.meta.raw_text
+    # a recorded text answer carried no tool calls; a completions answer cannot say
+    assert rows["a"]["tool_calls"] == [] and rows["b"]["tool_calls"] is None
     # the hashes follow the block size asked for
     assert len(_rows(_build(records, block_size=16))["a"]["block_hashes"]) == rows["a"]["input_tokens"] // 16
 
@@ -535,3 +537,14 @@ def test_a_line_that_changed_between_the_passes_stops_the_import(jsonl, tmp_path
     with pytest.raises(TraceError, match=r"^log\.jsonl: line 2: changed while it was imported$"):
         write_log_trace(index, parse_openai_line, out, source_format="openai-jsonl")
     assert not out.exists() and not list(tmp_path.glob(".t.parquet*"))
+
+
+def test_an_answers_tool_calls_are_their_argument_tokens_and_unknown_without_an_answer(gpt2):
+    args = ['{"item": "rye"}', '{"item": "two sourdough loaves, sliced"}']
+    records = [
+        replace(_chat("a", 0, [SYSTEM], response=None), calls=tuple(args)),
+        _chat("b", 1, [SYSTEM, {"role": "user", "content": "and?"}], response=None),
+    ]
+    rows = _rows(_build(records))
+    assert rows["a"]["tool_calls"] == [len(gpt2.encode(a, add_special_tokens=False).ids) for a in args]
+    assert rows["b"]["tool_calls"] is None  # the log holds no answer: not known

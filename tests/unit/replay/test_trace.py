@@ -306,6 +306,19 @@ def test_the_live_columns_round_trip_and_a_bad_outcome_is_named(make_trace, tmp_
     assert _read_error(bad).startswith("x.parquet: column 'outcome' is 'exploded' at row 0")
 
 
+def test_tool_calls_round_trip_a_file_without_them_reads_as_unknown_and_a_bad_count_is_named(make_trace, tmp_path):
+    trace = make_trace(n=3, tool_calls=pl.Series([[40, 25], [], None], dtype=pl.List(pl.Int32)))
+    back = read_trace(trace.write(tmp_path / "t.parquet"))
+    assert back.df["tool_calls"].to_list() == [[40, 25], [], None]
+    df, md = _good(make_trace)
+    old = read_trace(_write_raw(tmp_path / "old.parquet", df.drop("tool_calls", strict=False), md))
+    assert old.df["tool_calls"].null_count() == old.df.height
+    bad = df.with_columns(tool_calls=pl.Series([[3, -1]] + [[]] * (df.height - 1), dtype=pl.List(pl.Int32)))
+    assert _read_error(_write_raw(tmp_path / "x.parquet", bad, md)).startswith(
+        "x.parquet: column 'tool_calls' has a null or negative token count at row 0"
+    )
+
+
 def _segment(make_trace, folder: Path, n: int, arrivals: list[int], ids: list[str], **meta) -> None:
     trace = make_trace(
         n=len(arrivals),

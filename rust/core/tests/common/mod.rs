@@ -41,6 +41,7 @@ pub fn planned(path: &str, i: usize, offset_ns: i64) -> PlannedRequest {
         offset_ns,
         after: None,
         joins: Vec::new(),
+        headers: Vec::new(),
     }
 }
 
