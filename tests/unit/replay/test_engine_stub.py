@@ -40,9 +40,22 @@ def _params(args: ast.arguments) -> list[str]:
     return [n for n in names if n != "self"]
 
 
+def _stub_constants() -> dict[str, str]:
+    """The stub's module-level constants (``NAME: type``) and their annotated types."""
+    tree = ast.parse(STUB.read_text())
+    return {
+        n.target.id: ast.unparse(n.annotation)
+        for n in tree.body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
+
+
 def test_every_public_name_is_in_the_stub_and_nothing_more():
     public = {n for n in dir(_engine) if not n.startswith("_")}
-    assert set(_stub_defs()) == public
+    constants = _stub_constants()
+    assert set(_stub_defs()) | set(constants) == public
+    for name, kind in constants.items():
+        assert type(getattr(_engine, name)).__name__ == kind, name
 
 
 def test_parameters_match_the_compiled_signatures():
