@@ -141,6 +141,10 @@ class RunOptions:
 # the request header by which a replay asks the embedded engine for a recorded answer's tool
 # calls (rust/sim/src/tools.rs)
 REPLAY_TOOL_CALLS_HEADER: str
+# tokens a tool call costs an engine besides its argument text (the call's markers and name,
+# Hermes-style; rust/sim/src/tools.rs CALL_OVERHEAD_TOKENS): the embedded engine counts each
+# call as its argument tokens plus this
+TOOL_CALL_OVERHEAD_TOKENS: int
 
 def run(
     options: RunOptions,

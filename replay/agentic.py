@@ -28,9 +28,14 @@ messages answering their ids). The model (figures and their sources in docs/agen
 (tool descriptions, system prompt, task, answers, call arguments and tool results), made of
 :mod:`replay.prompts` units, exactly as :mod:`replay.generate` counts a chat: the server's chat
 template and the JSON around the texts add a few tokens per message that ``input_tokens`` does
-not count. ``output_tokens`` is the answer text plus the call arguments' text; ``tool_calls`` is
-each call's share of it (the tokens of its ``input`` string), so that a replay on the embedded
-engine answers with calls of those sizes (:meth:`replay.plan.Plan.head_lines`).
+not count. ``output_tokens`` (and ``max_tokens`` in the body) is the answer as an engine counts
+what it generates: the answer text, the call arguments' text, and per call
+``TOOL_CALL_OVERHEAD_TOKENS`` (:mod:`replay._engine`, 15: the markers and name a Hermes-style
+model writes around a call's arguments; the embedded engine counts a call so). ``tool_calls`` is
+each call's arguments (the tokens of its ``input`` string), so that a replay on the embedded
+engine answers with calls of those sizes and the text filling the rest of ``max_tokens``
+(:meth:`replay.plan.Plan.head_lines`): its completion tokens are the recorded output tokens and
+its text, resent in later steps' histories, as long as the recorded text.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from replay._engine import TOOL_CALL_OVERHEAD_TOKENS
 from replay.blocks import block_hashes
 from replay.bodies import body_json
 from replay.errors import ConfigError
@@ -205,7 +211,10 @@ class _Maker:
                     picks = self.rng.choice(len(plain), size=k)
                     calls = [(plain[int(p)], self.text(self.length(cfg.argument_tokens_p50))) for p in picks]
             input_tokens = int(sum(len(u) for u in history))
-            output_tokens = len(content[1]) + sum(len(a[1]) for _, a in calls)
+            # the texts (what later steps' histories hold) and, as an engine counts its output,
+            # each call's markup besides
+            text_tokens = len(content[1]) + sum(len(a[1]) for _, a in calls)
+            output_tokens = text_tokens + TOOL_CALL_OVERHEAD_TOKENS * len(calls)
             if input_tokens + output_tokens > cfg.max_context_tokens:
                 if last is None:
                     raise ConfigError(
@@ -237,7 +246,7 @@ class _Maker:
                 tool_calls=[len(a[1]) for _, a in calls],
             )
             self.out.append(req)
-            last, seen_tokens, answer = req, input_tokens + output_tokens, content
+            last, seen_tokens, answer = req, input_tokens + text_tokens, content
             if final:
                 break
             call_ids = [f"call-{session_id.replace('/', '-')}-{step}-{j}" for j in range(len(calls))]

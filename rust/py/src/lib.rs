@@ -487,6 +487,10 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "REPLAY_TOOL_CALLS_HEADER",
         replay_sim::tools::REPLAY_TOOL_CALLS_HEADER,
     )?;
+    m.add(
+        "TOOL_CALL_OVERHEAD_TOKENS",
+        replay_sim::tools::CALL_OVERHEAD_TOKENS,
+    )?;
     m.add_class::<RunOptions>()?;
     m.add_class::<sim::SimServer>()?;
     m.add_class::<capture::CaptureServer>()?;

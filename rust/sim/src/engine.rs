@@ -86,8 +86,9 @@ pub struct Submission {
     /// The request's own seed (else the engine's).
     pub seed: Option<u64>,
     pub stop: Vec<String>,
-    /// A tool answer's calls (its tokens are theirs: `SeqParams` sized for them), else text.
-    pub calls: Option<Vec<ToolCall>>,
+    /// A tool answer: its calls and any text before them (its tokens are theirs: `SeqParams`
+    /// sized for them), else text.
+    pub calls: Option<CallTurn>,
     pub sink: Sink,
     /// When the request arrived (the wall-time metrics count from here, as vLLM's do) ...
     pub arrived: Instant,
@@ -284,7 +285,7 @@ impl Engine {
             hold,
             pending: Vec::new(),
             text: String::new(),
-            calls: sub.calls.map(CallTurn::new),
+            calls: sub.calls,
             arrived: sub.arrived,
             scheduled: None,
             first: None,
@@ -413,18 +414,20 @@ impl Engine {
             };
             let mut finish = e.finish;
             let mut calls = Vec::new();
+            let mut shown = visible;
             if let Some(turn) = out.calls.as_mut() {
-                // a tool answer: its tokens are its calls', the generated text is not shown
-                calls = turn.advance(new.len());
+                // a tool answer: its text lead's tokens are shown as text, the calls' tokens
+                // are the calls (their generated text is not shown)
+                let text = turn.take_text(new.len());
+                shown = &new[..text];
+                calls = turn.advance(new.len() - text);
                 if finish == Some(FinishReason::Length) && turn.complete() {
                     finish = Some(FinishReason::ToolCalls);
                 }
             }
             let before = out.text.len();
-            if out.calls.is_none() {
-                self.vocab
-                    .decode_into(visible, &mut out.pending, &mut out.text);
-            }
+            self.vocab
+                .decode_into(shown, &mut out.pending, &mut out.text);
             if !out.stop.is_empty() && out.calls.is_none() {
                 let from = floor_char(&out.text, before.saturating_sub(out.hold));
                 let hit = out
@@ -449,14 +452,19 @@ impl Engine {
             out.steps += 1;
             let mut gone = false;
             if let Sink::Stream { tx, format } = &out.sink {
-                let keep = if finish.is_some() { 0 } else { out.hold };
+                // a tool answer's text goes out before its calls: nothing held back
+                let keep = if finish.is_some() || out.calls.is_some() {
+                    0
+                } else {
+                    out.hold
+                };
                 let cut = floor_char(&out.text, out.text.len().saturating_sub(keep));
                 delta.clear();
                 delta.push_str(&out.text[..cut]);
                 out.text.drain(..cut);
                 let mut buf = Vec::with_capacity(delta.len() + 384);
                 if first {
-                    format.role(&mut buf, out.calls.is_some());
+                    format.role(&mut buf, out.calls.as_ref().is_none_or(|t| t.lead > 0));
                 }
                 if !delta.is_empty() {
                     format.token(&mut buf, &delta);

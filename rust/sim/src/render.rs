@@ -21,7 +21,11 @@
 //! calls. In the Responses API each call is a `function_call` output item: streamed as
 //! `response.output_item.added` (arguments empty), `response.function_call_arguments.delta`
 //! events, `response.function_call_arguments.done` and `response.output_item.done`, and the
-//! closing `response.completed` lists the calls.
+//! closing `response.completed` lists the calls. An answer with text before its calls (a
+//! replayed one of an exact length: `tools::text_before_calls`) streams the text first (chat:
+//! `delta.content` chunks; Responses: the message item at output index 0, closed before the
+//! first call's item, the calls' items after it), and its whole message has the `content`
+//! string and the calls.
 
 use std::cell::{Cell, RefCell};
 
@@ -85,9 +89,9 @@ fn function_call_item(response_id: &str, index: usize, call: &ToolCall, status: 
 }
 
 /// A Responses API object: `status` from the finish reason (`length`: cut by
-/// `max_output_tokens`, `incomplete`); its output the tool calls when there are any, else its
-/// message's text as one `output_text` part (none when `text` is None: the stream's last event,
-/// whose text went out in deltas).
+/// `max_output_tokens`, `incomplete`); its output its message's text as one `output_text` part
+/// (none when `text` is None: the response's first event; none when the answer is tool calls
+/// and the text is empty), then the tool calls.
 fn response_object(
     id: &str,
     created: u64,
@@ -102,29 +106,24 @@ fn response_object(
         "length" => ("incomplete", json!({"reason": "max_output_tokens"})),
         _ => ("completed", Value::Null),
     };
-    let output = match text {
-        _ if !calls.is_empty() => {
-            let item_status = if status == "incomplete" {
-                "incomplete"
-            } else {
-                "completed"
-            };
-            let items = calls.iter().enumerate();
-            Value::Array(
-                items
-                    .map(|(i, c)| function_call_item(id, i, c, item_status))
-                    .collect(),
-            )
-        }
-        Some(t) => json!([{
+    let mut output = Vec::new();
+    if let Some(t) = text.filter(|t| calls.is_empty() || !t.is_empty()) {
+        output.push(json!({
             "type": "message", "id": format!("msg_{id}"), "role": "assistant", "status": "completed",
             "content": [{"type": "output_text", "text": t, "annotations": []}],
-        }]),
-        None => json!([]),
+        }));
+    }
+    let item_status = if status == "incomplete" {
+        "incomplete"
+    } else {
+        "completed"
     };
+    for (i, c) in calls.iter().enumerate() {
+        output.push(function_call_item(id, i, c, item_status));
+    }
     json!({
         "id": id, "object": "response", "created_at": created, "model": model, "status": status,
-        "incomplete_details": incomplete, "output": output, "parallel_tool_calls": false,
+        "incomplete_details": incomplete, "output": Value::Array(output), "parallel_tool_calls": false,
         "tool_choice": "auto", "tools": [], "error": null,
         "usage": usage.map_or(Value::Null, Usage::to_responses_json),
     })
@@ -194,7 +193,8 @@ fn chat_tool_calls(calls: &[ToolCall]) -> Value {
         .collect()
 }
 
-/// A whole (non-streamed) answer: `text`, or the tool calls when there are any.
+/// A whole (non-streamed) answer: `text`, and the tool calls when there are any (a chat
+/// message's `content` is then null unless there is text).
 #[allow(clippy::too_many_arguments)]
 pub fn completion_json(
     api: Api,
@@ -211,7 +211,7 @@ pub fn completion_json(
         let v = response_object(id, created, model, Some(text), calls, finish, Some(usage));
         return serde_json::to_vec(&v).expect("json");
     }
-    let content = if calls.is_empty() {
+    let content = if calls.is_empty() || !text.is_empty() {
         json!(text)
     } else {
         Value::Null
@@ -244,6 +244,10 @@ pub struct StreamFormat {
     /// closing events repeat it whole).
     sequence: Cell<u64>,
     text: RefCell<String>,
+    /// Responses API: whether the message item is open (text streams into it), and the output
+    /// index of the first call's item (1 after a message, else 0).
+    message_open: Cell<bool>,
+    first_call: Cell<usize>,
     id: String,
     created: u64,
     model: String,
@@ -267,6 +271,8 @@ impl StreamFormat {
             include_usage,
             sequence: Cell::new(0),
             text: RefCell::new(String::new()),
+            message_open: Cell::new(false),
+            first_call: Cell::new(0),
             id: id.to_string(),
             created,
             model: model.to_string(),
@@ -289,15 +295,18 @@ impl StreamFormat {
     }
 
     /// Chat: the first chunk, `delta: {role: assistant, content: ""}`; Responses: the events
-    /// that open the response, and unless it answers with tool calls, its message and text part.
-    pub fn role(&self, out: &mut Vec<u8>, tool_calls: bool) {
+    /// that open the response, and when the answer has text (`message`: not only tool calls),
+    /// its message and text part.
+    pub fn role(&self, out: &mut Vec<u8>, message: bool) {
         if self.api == Api::Responses {
             let response =
                 response_object(&self.id, self.created, &self.model, None, &[], "", None);
             self.event(out, "response.created", json!({"response": response}));
-            if tool_calls {
+            if !message {
                 return;
             }
+            self.message_open.set(true);
+            self.first_call.set(1);
             let item = json!({"type": "message", "id": self.item_id(), "role": "assistant", "status": "in_progress", "content": []});
             self.event(
                 out,
@@ -348,17 +357,44 @@ impl StreamFormat {
         out.extend_from_slice(b"]}\n\n");
     }
 
+    /// Responses API: close the message item, if open, with its text (streamed so far).
+    fn close_message(&self, out: &mut Vec<u8>) {
+        if !self.message_open.replace(false) {
+            return;
+        }
+        let text = self.text.borrow().clone();
+        let at = json!({"item_id": self.item_id(), "output_index": 0, "content_index": 0});
+        let mut done = at.clone();
+        done["text"] = json!(text);
+        done["logprobs"] = json!([]);
+        self.event(out, "response.output_text.done", done);
+        let mut part = at;
+        part["part"] = json!({"type": "output_text", "text": text, "annotations": []});
+        self.event(out, "response.content_part.done", part);
+        let item = json!({
+            "type": "message", "id": self.item_id(), "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        });
+        self.event(
+            out,
+            "response.output_item.done",
+            json!({"output_index": 0, "item": item}),
+        );
+    }
+
     /// What a step of a tool answer said (`calls`: the answer's calls, all of them).
     pub fn call_event(&self, out: &mut Vec<u8>, event: &CallEvent, calls: &[ToolCall]) {
         let responses = self.api == Api::Responses;
+        let at = |i: usize| i + self.first_call.get();
         match *event {
             CallEvent::Start(i) if responses => {
+                self.close_message(out);
                 let mut item = function_call_item(&self.id, i, &calls[i], "in_progress");
                 item["arguments"] = json!("");
                 self.event(
                     out,
                     "response.output_item.added",
-                    json!({"output_index": i, "item": item}),
+                    json!({"output_index": at(i), "item": item}),
                 );
             }
             CallEvent::Start(i) => {
@@ -367,7 +403,7 @@ impl StreamFormat {
                 self.chat_delta(out, json!({"tool_calls": [call]}));
             }
             CallEvent::Arguments(i, ref text) if responses => {
-                let data = json!({"item_id": ToolCall::item_id(&self.id, i), "output_index": i, "delta": text});
+                let data = json!({"item_id": ToolCall::item_id(&self.id, i), "output_index": at(i), "delta": text});
                 self.event(out, "response.function_call_arguments.delta", data);
             }
             CallEvent::Arguments(i, ref text) => {
@@ -376,13 +412,13 @@ impl StreamFormat {
             }
             CallEvent::Done(i) if responses => {
                 let c = &calls[i];
-                let data = json!({"item_id": ToolCall::item_id(&self.id, i), "output_index": i, "name": c.name, "arguments": c.arguments()});
+                let data = json!({"item_id": ToolCall::item_id(&self.id, i), "output_index": at(i), "name": c.name, "arguments": c.arguments()});
                 self.event(out, "response.function_call_arguments.done", data);
                 let item = function_call_item(&self.id, i, c, "completed");
                 self.event(
                     out,
                     "response.output_item.done",
-                    json!({"output_index": i, "item": item}),
+                    json!({"output_index": at(i), "item": item}),
                 );
             }
             CallEvent::Done(_) => {}
@@ -393,17 +429,12 @@ impl StreamFormat {
     /// response's last event, with its status, usage and the tool calls made (`calls`).
     pub fn finish(&self, out: &mut Vec<u8>, reason: &str, usage: Usage, calls: &[ToolCall]) {
         if self.api == Api::Responses {
-            let text = self.text.take();
             if calls.is_empty() {
-                let at = json!({"item_id": self.item_id(), "output_index": 0, "content_index": 0});
-                let mut done = at.clone();
-                done["text"] = json!(text);
-                done["logprobs"] = json!([]);
-                self.event(out, "response.output_text.done", done);
-                let mut part = at;
-                part["part"] = json!({"type": "output_text", "text": text, "annotations": []});
-                self.event(out, "response.content_part.done", part);
+                // a text answer's message closes here
+                self.message_open.set(true);
             }
+            self.close_message(out);
+            let text = self.text.take();
             let response = response_object(
                 &self.id,
                 self.created,
@@ -413,10 +444,6 @@ impl StreamFormat {
                 reason,
                 Some(usage),
             );
-            if calls.is_empty() {
-                let item = json!({"output_index": 0, "item": response["output"][0]});
-                self.event(out, "response.output_item.done", item);
-            }
             let kind = if reason == "length" {
                 "response.incomplete"
             } else {
@@ -468,7 +495,7 @@ mod tests {
     fn chat_stream_shapes() {
         let f = StreamFormat::new(Api::Chat, "chatcmpl-1", 7, "sim", true);
         let mut out = Vec::new();
-        f.role(&mut out, false);
+        f.role(&mut out, true);
         f.token(&mut out, "a \"quoted\"\nline");
         let usage = Usage {
             prompt_tokens: 5,
@@ -509,7 +536,7 @@ mod tests {
     fn responses_stream_shapes() {
         let f = StreamFormat::new(Api::Responses, "resp_1", 7, "sim", false);
         let mut out = Vec::new();
-        f.role(&mut out, false);
+        f.role(&mut out, true);
         f.token(&mut out, "a \"b\"");
         f.token(&mut out, "c");
         let usage = Usage {
@@ -613,7 +640,7 @@ mod tests {
     fn completion_stream_and_whole_answers() {
         let f = StreamFormat::new(Api::Completions, "cmpl-1", 7, "sim", false);
         let mut out = Vec::new();
-        f.role(&mut out, false);
+        f.role(&mut out, true);
         f.token(&mut out, "x");
         f.finish(&mut out, "stop", Usage::default(), &[]);
         let ev = events(&out);
@@ -659,7 +686,7 @@ mod tests {
         let f = StreamFormat::new(api, "id_1", 7, "sim", true);
         let mut turn = crate::tools::CallTurn::new(calls.to_vec());
         let mut out = Vec::new();
-        f.role(&mut out, true);
+        f.role(&mut out, false);
         for _ in 0..turn.tokens() {
             for e in turn.advance(1) {
                 f.call_event(&mut out, &e, calls);
@@ -732,6 +759,87 @@ mod tests {
         );
         assert_eq!(message["tool_calls"][1]["function"]["arguments"], "{}");
         assert_eq!(whole["choices"][0]["finish_reason"], "tool_calls");
+    }
+
+    #[test]
+    fn text_then_calls_stream_the_text_first_and_answer_both_whole() {
+        let calls = two_calls();
+        let usage = Usage {
+            prompt_tokens: 5,
+            completion_tokens: 9,
+            cached_tokens: 0,
+        };
+        let stream = |api: Api| {
+            let f = StreamFormat::new(api, "id_1", 7, "sim", false);
+            let mut turn = crate::tools::CallTurn::with_text(2, calls.clone());
+            let mut out = Vec::new();
+            f.role(&mut out, true);
+            for word in ["so ", "look"] {
+                assert_eq!(turn.take_text(1), 1);
+                f.token(&mut out, word);
+            }
+            for e in turn.advance(turn.tokens()) {
+                f.call_event(&mut out, &e, &calls);
+            }
+            f.finish(&mut out, "tool_calls", usage, &calls);
+            out
+        };
+        // chat: content deltas, then the calls' deltas
+        let ev = events(&stream(Api::Chat));
+        let content: Vec<&Value> = ev[1..3]
+            .iter()
+            .map(|e| &e["choices"][0]["delta"]["content"])
+            .collect();
+        assert_eq!(content, [&json!("so "), &json!("look")]);
+        assert_eq!(
+            ev[3]["choices"][0]["delta"]["tool_calls"][0]["id"],
+            "call_a"
+        );
+        // Responses: the message item (index 0) closes before the calls' items (1, 2)
+        let ev = typed_events(&stream(Api::Responses));
+        let kinds: Vec<&str> = ev.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds[..9],
+            [
+                "response.created",
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+                "response.output_text.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "response.output_item.added",
+            ]
+        );
+        assert_eq!(ev[5]["text"], "so look");
+        assert_eq!(ev[8]["output_index"], 1);
+        let last = &ev[ev.len() - 1];
+        assert_eq!(last["type"], "response.completed");
+        let output = last["response"]["output"].as_array().unwrap();
+        assert_eq!(output.len(), 3);
+        assert_eq!(output[0]["content"][0]["text"], "so look");
+        assert_eq!(output[2]["call_id"], "call_b");
+        // whole: content and the calls
+        let whole = |api| {
+            let bytes = completion_json(
+                api,
+                "id_2",
+                1,
+                "sim",
+                "so look",
+                &calls,
+                "tool_calls",
+                usage,
+            );
+            serde_json::from_slice::<Value>(&bytes).unwrap()
+        };
+        let message = &whole(Api::Chat)["choices"][0]["message"];
+        assert_eq!(message["content"], "so look");
+        assert_eq!(message["tool_calls"].as_array().unwrap().len(), 2);
+        let output = &whole(Api::Responses)["output"];
+        assert_eq!(output[0]["type"], "message");
+        assert_eq!(output[1]["type"], "function_call");
     }
 
     #[test]

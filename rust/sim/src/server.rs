@@ -35,7 +35,9 @@ use crate::render::{completion_json, embeddings_json, error_json, request_id, St
 use crate::request::{parse_request, Api, ApiError, ApiRequest, Prompt};
 use crate::sequence::SeqParams;
 use crate::template::render_chat;
-use crate::tools::{parse_replay_tool_calls, ToolCall, ToolPolicy, REPLAY_TOOL_CALLS_HEADER};
+use crate::tools::{
+    parse_replay_tool_calls, text_before_calls, CallTurn, ToolPolicy, REPLAY_TOOL_CALLS_HEADER,
+};
 use crate::vocab::Vocab;
 
 /// Largest request body accepted.
@@ -202,19 +204,26 @@ async fn generate(
         ignore_eos: r.ignore_eos,
         priority: r.priority,
     };
-    if let Some(calls) = &calls {
+    let calls = calls.map(|calls| {
         // a tool answer is exactly its calls' tokens, cut at max_tokens (finish "length"); a
         // replayed one at the context's room instead: the recorded output length counted the
-        // live answer under the live model's accounting, which need not be this engine's
-        let tokens = calls.iter().map(ToolCall::tokens).sum::<usize>();
+        // live answer under the live model's accounting, which need not be this engine's. A
+        // replayed one asking for an exact length (ignore_eos and max_tokens, as replays send)
+        // is that long: text content of what the calls leave of max_tokens, then the calls.
+        let text = match (&follow, r.ignore_eos, r.max_tokens) {
+            (Some(_), true, Some(_)) => text_before_calls(max_tokens, &calls),
+            _ => 0,
+        };
+        let turn = CallTurn::with_text(text, calls);
         let cap = match follow {
             Some(_) => state.max_model_len.saturating_sub(prompt.len() as u32),
             None => max_tokens,
         };
-        params.max_tokens = cap.min(tokens.min(u32::MAX as usize) as u32);
+        params.max_tokens = cap.min(turn.tokens().min(u32::MAX as usize) as u32);
         params.min_tokens = 0;
         params.ignore_eos = true;
-    }
+        turn
+    });
     let id = request_id(api, state.next_id.fetch_add(1, Ordering::Relaxed));
     let created = unix_now();
     let unavailable = || ApiError {

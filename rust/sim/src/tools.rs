@@ -410,32 +410,60 @@ pub enum CallEvent {
     Done(usize),
 }
 
-/// A tool answer being generated: which call the next token belongs to, and how far into it.
-/// Each call's first `CALL_OVERHEAD_TOKENS` tokens start it, its argument tokens follow.
+/// A tool answer being generated: how much of its text lead is left, which call the next token
+/// belongs to, and how far into it. The answer's first `text` tokens are text content (a
+/// replayed answer of an exact length: `text_before_calls`), then each call's first
+/// `CALL_OVERHEAD_TOKENS` tokens start it, its argument tokens follow.
 #[derive(Debug, Clone)]
 pub struct CallTurn {
     pub calls: Vec<ToolCall>,
+    /// Text tokens before the calls, and how many of them are still to come.
+    pub lead: usize,
+    text: usize,
     call: usize,
     pos: usize,
 }
 
+/// The text tokens a replayed answer of exactly `max_tokens` tokens carries before its `calls`
+/// (what the calls' tokens leave of `max_tokens`; none when they do not fit), so that the
+/// answer's tokens are `max_tokens` whenever the calls fit.
+pub fn text_before_calls(max_tokens: u32, calls: &[ToolCall]) -> usize {
+    let calls: usize = calls.iter().map(ToolCall::tokens).sum();
+    (max_tokens as usize).saturating_sub(calls)
+}
+
 impl CallTurn {
     pub fn new(calls: Vec<ToolCall>) -> CallTurn {
+        CallTurn::with_text(0, calls)
+    }
+
+    /// An answer of `text` tokens of text content, then `calls`.
+    pub fn with_text(text: usize, calls: Vec<ToolCall>) -> CallTurn {
         CallTurn {
             calls,
+            lead: text,
+            text,
             call: 0,
             pos: 0,
         }
     }
 
-    /// Tokens of the whole answer.
+    /// Tokens of the whole answer (text and calls).
     pub fn tokens(&self) -> usize {
-        self.calls.iter().map(ToolCall::tokens).sum()
+        self.lead + self.calls.iter().map(ToolCall::tokens).sum::<usize>()
     }
 
-    /// Whether every call was generated.
+    /// Whether the text and every call were generated.
     pub fn complete(&self) -> bool {
-        self.call == self.calls.len()
+        self.text == 0 && self.call == self.calls.len()
+    }
+
+    /// Take up to `n` generated tokens as text content; how many were (the rest are the calls':
+    /// `advance`).
+    pub fn take_text(&mut self, n: usize) -> usize {
+        let k = n.min(self.text);
+        self.text -= k;
+        k
     }
 
     /// Take `n` more generated tokens; the events they make, argument pieces of one call in a
@@ -1018,6 +1046,34 @@ mod tests {
             (r.choice, r.parallel, r.tools[0].name.as_str()),
             (ToolChoice::Named("a".into()), false, "a")
         );
+    }
+
+    #[test]
+    fn a_turn_of_an_exact_length_is_text_then_its_calls() {
+        let v = tiny_vocab();
+        let calls = vec![
+            ToolCall::new("call_a".into(), "f", r#"{"path": "the of"}"#, &v),
+            ToolCall::new("call_b".into(), "g", "{}", &v),
+        ];
+        let of_calls: usize = calls.iter().map(ToolCall::tokens).sum();
+        // the calls fit: text makes up the rest, the answer is max_tokens long
+        let text = text_before_calls(200, &calls);
+        assert_eq!(text, 200 - of_calls);
+        let mut turn = CallTurn::with_text(text, calls.clone());
+        assert_eq!(turn.tokens(), 200);
+        // the first tokens are text, then the calls'
+        assert_eq!(turn.take_text(text - 1), text - 1);
+        assert!(!turn.complete());
+        assert_eq!(turn.take_text(3), 1);
+        assert_eq!(turn.advance(2), [CallEvent::Start(0)]);
+        assert_eq!(turn.take_text(5), 0);
+        turn.advance(of_calls);
+        assert!(turn.complete());
+        assert_eq!(turn.generated(), calls);
+        // they do not fit: no text, the calls whole
+        assert_eq!(text_before_calls(of_calls as u32 - 1, &calls), 0);
+        assert_eq!(text_before_calls(of_calls as u32, &calls), 0);
+        assert_eq!(CallTurn::new(calls).tokens(), of_calls);
     }
 
     #[test]

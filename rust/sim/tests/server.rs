@@ -496,3 +496,94 @@ fn a_replay_header_gets_the_recorded_calls_in_streams_and_whole_answers() {
     assert_eq!(status, "400");
     assert!(err.contains("x-replay-tool-calls"), "{err}");
 }
+
+#[test]
+fn a_replay_header_with_an_exact_length_gets_text_then_the_calls_of_that_length() {
+    use replay_sim::tools::CALL_OVERHEAD_TOKENS;
+
+    let server = start(json!({"profile": "instant"}));
+    let tools = json!([
+        {"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
+    ]);
+    // a replay's request: ignore_eos and a max_tokens the calls fit in
+    let mut body = chat("find the bug", 300);
+    body["tools"] = tools;
+    let planned = [Some("40,25"), Some("400"), None]
+        .into_iter()
+        .map(|h| PlannedRequest {
+            path: "/v1/chat/completions".into(),
+            body: Bytes::from(body.to_string()),
+            headers: h
+                .map(|v| vec![("x-replay-tool-calls".to_string(), v.to_string())])
+                .unwrap_or_default(),
+            ..PlannedRequest::default()
+        })
+        .collect();
+    let config = RunConfig {
+        base_url: server.url(),
+        ..RunConfig::default()
+    };
+    let recs = run(&config, planned, Arc::new(RunControl::default())).unwrap();
+    assert_eq!(recs.status, [200, 200, 200], "{:?}", recs.error_detail);
+    // the calls fit: exactly max_tokens; they do not: the calls whole, past it
+    assert_eq!(recs.completion_tokens[0], 300);
+    assert!(
+        recs.completion_tokens[1] > 400,
+        "{:?}",
+        recs.completion_tokens
+    );
+    assert_eq!(recs.completion_tokens[2], 300);
+    // whole, chat: the content string, then the calls
+    let whole = |path: &str, body: &Value| {
+        let mut s = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+        let text = body.to_string();
+        write!(
+            s,
+            "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nx-replay-tool-calls: 40,25\r\nContent-Length: {}\r\n\r\n{text}",
+            text.len()
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        serde_json::from_str::<Value>(out.split_once("\r\n\r\n").unwrap().1).unwrap()
+    };
+    body["stream"] = json!(false);
+    let answer = whole("/v1/chat/completions", &body);
+    let choice = &answer["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{answer}");
+    assert_eq!(answer["usage"]["completion_tokens"], 300);
+    let v = tiny_vocab();
+    let calls = choice["message"]["tool_calls"].as_array().unwrap();
+    let args: usize = calls
+        .iter()
+        .map(|c| v.encode(c["function"]["arguments"].as_str().unwrap()).len())
+        .sum();
+    let content = choice["message"]["content"].as_str().unwrap();
+    assert_eq!(calls.len(), 2);
+    // the text is what the calls leave (its retokenized length within a few tokens)
+    let text = 300 - args - 2 * CALL_OVERHEAD_TOKENS;
+    assert!(
+        v.encode(content).len().abs_diff(text) <= 3,
+        "{text}: {content}"
+    );
+    // Responses: the message item, then the function calls
+    let responses = json!({"model": "sim", "input": "find the bug", "max_output_tokens": 300,
+                           "ignore_eos": true, "tools": [{"type": "function", "name": "read"}]});
+    let answer = whole("/v1/responses", &responses);
+    let kinds: Vec<&str> = answer["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["message", "function_call", "function_call"],
+        "{answer}"
+    );
+    assert!(!answer["output"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .is_empty());
+    assert_eq!(answer["usage"]["output_tokens"], 300);
+}
