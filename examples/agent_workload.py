@@ -4,9 +4,11 @@
    subagents that fan out from a step and join back into the next (schema 3 ``depends_on``).
 2. ``replay.dag.shape`` says what the graph looks like (what ``replay inspect`` prints).
 3. The embedded engine (its 256k profile when the trace's contexts outgrow the 128k default:
-   ``replay.sim.embedded_profile``) serves two replays at 10x the recorded pace: ``--sessions
-   dag`` (each request waits for its dependencies' ends plus its recorded wait) and ``open`` (the
-   recorded times only, as peers' trace replay does).
+   ``replay.sim.embedded_profile``), run twice as slow as the engine the trace recorded (as a
+   config under test may be), serves two replays at 10x the recorded pace: ``--sessions dag``
+   (each request waits for its dependencies' ends plus its recorded wait) and ``open`` (the
+   recorded times only, as peers' trace replay does: a request leaves before the answer it
+   carries was given, whenever the engine is slower than live's).
 4. ``fidelity.compare_stage`` judges both against the trace: the graph's metrics
    (``sessions.dag.early``: requests sent before a dependency ended; ``sessions.dag.wait.ks``)
    pass under ``dag`` and fail under ``open``.
@@ -29,6 +31,7 @@ from replay.runner import run_stage
 from replay.sim import SimConfig, embedded_profile, start_sim
 
 SPEEDUP = 10.0
+SLOWER = 2.0  # the replay's engine against the recorded one
 
 
 def main(sessions: int = 2, max_context: int = 200_000) -> dict:
@@ -51,8 +54,9 @@ def main(sessions: int = 2, max_context: int = 200_000) -> dict:
         f"longest prompt {trace.df['input_tokens'].max():,} tokens"
     )
     longest = int((trace.df["input_tokens"] + trace.df["output_tokens"]).max())
-    # the engine's modelled time runs as fast as the replay's (10x), so durations scale with waits
-    sim = SimConfig(profile=embedded_profile(longest), time_scale=1 / SPEEDUP)
+    # the engine's modelled time runs as fast as the replay's (10x), so durations scale with waits,
+    # and twice as slow again
+    sim = SimConfig(profile=embedded_profile(longest), time_scale=SLOWER / SPEEDUP)
     out: dict = {"requests": len(trace), "profile": sim.profile}
     with start_sim(sim) as engine:
         # a send-lag bound a shared 2-CPU machine keeps (the default, 1 ms, wants a quiet one)
