@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Set as AbstractSet
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -324,9 +324,8 @@ class TraceWriter:
         import pyarrow.parquet as pq
 
         source = self.path.name
-        df = validate(df, self.meta, source=source, whole=False)
-        if not self.segment:
-            dag.check(df, source, earlier=self._ids, first_row=self.rows)
+        # a capture segment's dependencies may be in other segments: checked when the folder is read
+        df = validate(df, self.meta, source=source, whole=False, earlier=None if self.segment else self._ids, first_row=self.rows)
         arrival = df.get_column("arrival_us")
         if self._last_arrival is not None and arrival[0] < self._last_arrival:
             raise TraceError(f"{source}: column 'arrival_us' is not sorted (row {self.rows} goes back in time)")
@@ -407,14 +406,23 @@ def batch_frame(batch: Any) -> pl.DataFrame:
     return frame
 
 
-def validate(df: pl.DataFrame, meta: TraceMeta, source: str, bodies: bool = True, whole: bool = True) -> pl.DataFrame:
+def validate(
+    df: pl.DataFrame,
+    meta: TraceMeta,
+    source: str,
+    bodies: bool = True,
+    whole: bool = True,
+    earlier: AbstractSet[str] | None = None,
+    first_row: int = 0,
+) -> pl.DataFrame:
     """Check ``df`` against schema 3 and return it with exact dtypes and column order.
 
     Integer columns of another width or signedness are cast when the values fit; absent
     optional columns are filled. With ``bodies=False`` the frame has no 'body' column (the
     bodies are checked elsewhere: :func:`check_bodies`). ``whole=False``: ``df`` is a batch of
-    a trace, whose dependencies may be earlier batches' rows (:class:`TraceWriter` checks those).
-    Raises :class:`TraceError` naming ``source`` and the column.
+    a trace, whose dependencies may be earlier batches' rows: those whose ids are ``earlier``
+    (a batch that follows ``first_row`` rows: :class:`TraceWriter`), or any (None: left to a
+    check of the whole). Raises :class:`TraceError` naming ``source`` and the column.
     """
     if meta.schema_version not in READ_VERSIONS:
         raise TraceError(
@@ -442,7 +450,7 @@ def validate(df: pl.DataFrame, meta: TraceMeta, source: str, bodies: bool = True
     # no dependencies: an empty list (a null one, from a writer that does not know the column, too)
     out = pl.DataFrame(cols).with_columns(pl.col("depends_on").fill_null(pl.lit([], dtype=pl.List(pl.String))))
     _check_values(out, source, synthesis=bool(meta.synthesis))
-    dag.check(out, source, whole=whole)
+    dag.check(out, source, whole=whole, earlier=earlier, first_row=first_row)
     if meta.synthesis:
         from replay.synth import Synthesis
 
