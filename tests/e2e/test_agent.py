@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import polars as pl
 import pytest
 
 from replay.agentic import AgentConfig, generate_agentic
@@ -92,3 +93,24 @@ def test_the_agent_workload_example_runs_as_a_reader_runs_it(capsys):
     assert got["dag"]["early"] == 0 and got["dag"]["early_state"] == "pass"
     assert got["open"]["early"] > 0 and "sessions.dag.early" in got["open"]["failed"]
     assert "--sessions dag:" in capsys.readouterr().out
+
+
+@pytest.mark.data
+def test_mooncake_requests_past_80k_tokens_replay_on_the_default_engine(cli, shared_traces, tmp_path):
+    # the public Mooncake trace's 17 requests with more than 80k input tokens (to 191k): imported,
+    # their bodies built from the recorded blocks, replayed with no --sim-profile
+    lines = (shared_traces / "mooncake_synthetic.jsonl").read_text().splitlines(keepends=True)
+    rows = [line for line in lines if json.loads(line)["input_length"] > 80_000]
+    assert len(rows) == 17
+    (tmp_path / "long.jsonl").write_text("".join(rows))
+    done = cli("import", "mooncake", str(tmp_path / "long.jsonl"), "-o", str(tmp_path / "long.parquet"))
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "out"
+    sim = ("--sim-config", '{"time_scale": 0.002}')
+    done = cli("run", str(tmp_path / "long.parquet"), "--speedup", "500", "--out", str(out), *sim, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "h100-80g/qwen3-4b-2507" in done.stderr  # 191k does not fit the 128k default
+    stage = json.loads((out / "summary.json").read_text())["stages"][0]
+    assert stage["completed"] == stage["requests"] == 17 and stage["errors"] == {} and stage["rejected"] == 0
+    sent = pl.read_parquet(next(out.glob("stage00_*.parquet")))
+    assert sent["prompt_tokens"].min() > 80_000 and sent["prompt_tokens"].max() > 190_000
