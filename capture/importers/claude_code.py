@@ -27,8 +27,8 @@ uuid>``). Answers written by Claude Code itself (model ``<synthetic>``, API erro
 requests.
 
 The calls are written, a session at a time, as an OpenAI request log (the lines
-``replay import openai`` reads: :mod:`capture.importers.openai_log`) beside the output, and that
-log is imported: tokens, block hashes, redaction, and the edges (a request depends on the
+``replay import openai`` reads) beside the output, and that log is imported
+(:mod:`capture.importers.agent_logs`): tokens, block hashes, redaction, and the edges (a request depends on the
 request whose answer it carries; a subagent's first request on the call that spawned it, its
 last answer joined back: :mod:`capture.importers.linker`) are the log importer's. What the log
 does not hold, the importer cannot send: Claude Code does not log its system prompt or its tool
@@ -41,68 +41,42 @@ from __future__ import annotations
 
 import json
 import os
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from capture.importers.logs import scan_log, write_log_trace
-from capture.importers.openai_log import parse_openai_line
+from capture.importers.agent_logs import Skips, chat_completion, import_calls, json_lines, session_files
 from capture.importers.records import LineError, parse_time_us
-from replay.errors import TraceError
 from replay.trace import BLOCK_SIZE
 
 if TYPE_CHECKING:
     from capture.importers.tokens import ImportResult
 
-__all__ = ["import_claude_code", "session_requests", "session_files"]
+__all__ = ["import_claude_code", "session_requests"]
 
 SOURCE_FORMAT = "claude-code"
 SYNTHETIC_MODEL = "<synthetic>"  # an answer Claude Code wrote itself (an API error, an interruption)
 
 
-def session_files(path: Path) -> list[Path]:
-    """``path`` itself, or every ``*.jsonl`` under the folder ``path`` (sorted)."""
-    if path.is_dir():
-        files = sorted(path.rglob("*.jsonl"))
-        if not files:
-            raise TraceError(f"{path}: no Claude Code session files (*.jsonl) in this folder")
-        return files
-    if not path.is_file():
-        raise TraceError(f"{path}: no such file or folder")
-    return [path]
+def _check(obj: dict) -> None:
+    if obj.get("type") not in ("user", "assistant"):
+        return
+    for field in ("uuid", "timestamp"):
+        if not isinstance(obj.get(field), str):
+            raise LineError("is missing or not a string", field)
+    if not isinstance(obj.get("message"), dict):
+        raise LineError("is missing or not an object", "message")
+    obj["_t"] = parse_time_us(obj["timestamp"], "timestamp")
 
 
-def _entries(path: Path, skipped: Counter, bad: list[str], skip_bad: bool) -> dict[str, dict]:
+def _entries(path: Path, skips: Skips, skip_bad: bool) -> dict[str, dict]:
     """The user and assistant entries of one session file, by uuid, in file order."""
     out: dict[str, dict] = {}
-    with path.open("rb") as f:
-        for n, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            try:
-                try:
-                    obj = json.loads(raw)
-                except ValueError:
-                    raise LineError("is not JSON") from None
-                if not isinstance(obj, dict):
-                    raise LineError("is not a JSON object")
-                kind = obj.get("type")
-                if kind not in ("user", "assistant"):
-                    skipped[str(kind)] += 1
-                    continue
-                for field in ("uuid", "timestamp"):
-                    if not isinstance(obj.get(field), str):
-                        raise LineError("is missing or not a string", field)
-                if not isinstance(obj.get("message"), dict):
-                    raise LineError("is missing or not an object", "message")
-                obj["_t"] = parse_time_us(obj["timestamp"], "timestamp")
-            except LineError as e:
-                if not skip_bad:
-                    raise TraceError(f"{path}: line {n}: {e.describe()}") from None
-                bad.append(f"{path.name}: line {n}: {e.describe()}")
-                continue
+    for obj in json_lines(path, skips, skip_bad, _check):
+        if obj.get("type") in ("user", "assistant"):
             out[obj["uuid"]] = obj
+        else:
+            skips.kinds[str(obj.get("type"))] += 1
     return out
 
 
@@ -134,11 +108,8 @@ def _history(chain: list[dict]) -> list[dict]:
                 target["content"] = (target["content"] or "") + text
             for b in content if isinstance(content, list) else ():
                 if isinstance(b, dict) and b.get("type") == "tool_use":
-                    call = {
-                        "id": b.get("id"),
-                        "type": "function",
-                        "function": {"name": b.get("name"), "arguments": json.dumps(b.get("input", {}))},
-                    }
+                    arguments = json.dumps(b.get("input", {}))
+                    call = {"id": b.get("id"), "type": "function", "function": {"name": b.get("name"), "arguments": arguments}}
                     target.setdefault("tool_calls", []).append(call)
             continue
         last_id = None
@@ -152,10 +123,10 @@ def _history(chain: list[dict]) -> list[dict]:
     return messages
 
 
-def session_requests(path: Path, skipped: Counter, bad: list[str], skip_bad: bool = False) -> Iterator[dict]:
+def session_requests(path: Path, skips: Skips, skip_bad: bool = False) -> Iterator[dict]:
     """The model calls of one session file, each as an OpenAI request log line (see the module
     docstring)."""
-    entries = _entries(path, skipped, bad, skip_bad)
+    entries = _entries(path, skips, skip_bad)
     ordered = list(entries.values())
     k = 0
     while k < len(ordered):
@@ -171,7 +142,7 @@ def session_requests(path: Path, skipped: Counter, bad: list[str], skip_bad: boo
         k += 1
         model = first["message"].get("model")
         if model == SYNTHETIC_MODEL or first.get("isApiErrorMessage"):
-            skipped["synthetic answer"] += 1
+            skips.kinds["synthetic answer"] += 1
             continue
         chain: list[dict] = []
         parent = entries.get(first.get("parentUuid") or "")
@@ -179,41 +150,29 @@ def session_requests(path: Path, skipped: Counter, bad: list[str], skip_bad: boo
             chain.append(parent)
             parent = entries.get(parent.get("parentUuid") or "")
         if not chain:
-            skipped["answer without a request"] += 1
+            skips.kinds["answer without a request"] += 1
             continue
         chain.reverse()
-        root = chain[0]
         session = str(first.get("sessionId") or path.stem)
         if first.get("isSidechain"):
-            session = f"{session}/{first.get('agentId') or root['uuid']}"
+            session = f"{session}/{first.get('agentId') or chain[0]['uuid']}"
         usage: dict = {}
         for e in group:
-            usage.update({k2: v for k2, v in (e["message"].get("usage") or {}).items() if v is not None})
-        answer = _history(group)[0]
+            usage.update({name: v for name, v in (e["message"].get("usage") or {}).items() if v is not None})
         prompt = sum(int(usage.get(f) or 0) for f in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
-        line = {
+        openai_usage = {
+            "prompt_tokens": prompt,
+            "completion_tokens": int(usage.get("output_tokens") or 0),
+            "prompt_tokens_details": {"cached_tokens": int(usage.get("cache_read_input_tokens") or 0)},
+        }
+        yield {
             "request_id": first.get("requestId") or msg_id or first["uuid"],
             "session_id": session,
             "timestamp": chain[-1]["_t"] / 1e6,
             "latency_ms": max(0.0, (group[-1]["_t"] - chain[-1]["_t"]) / 1e3),
             "body": {"model": model, "messages": _history(chain)},
-            "response": {
-                "id": msg_id,
-                "object": "chat.completion",
-                "model": model,
-                "choices": [
-                    {"index": 0, "message": answer, "finish_reason": "tool_calls" if answer.get("tool_calls") else "stop"}
-                ],
-                "usage": {
-                    "prompt_tokens": prompt,
-                    "completion_tokens": int(usage.get("output_tokens") or 0),
-                    "prompt_tokens_details": {"cached_tokens": int(usage.get("cache_read_input_tokens") or 0)},
-                }
-                if usage
-                else None,
-            },
+            "response": chat_completion(msg_id, model, _history(group)[0], openai_usage if usage else None),
         }
-        yield line
 
 
 def import_claude_code(
@@ -229,36 +188,16 @@ def import_claude_code(
 ) -> ImportResult:
     """Import a Claude Code session file, or a folder of them, into the Trace file ``out`` (see
     the module docstring; raw text unless ``key`` is given)."""
-    path, out = Path(path), Path(out)
-    files = session_files(path)
-    skipped: Counter = Counter()
-    bad: list[str] = []
-    recorded_prompt = 0
-    log = out.with_name(f".{out.name}.claude-code.jsonl")
-    try:
-        with log.open("w") as f:
-            for file in files:
-                for line in session_requests(file, skipped, bad, skip_bad):
-                    usage = line["response"]["usage"]
-                    recorded_prompt += usage["prompt_tokens"] if usage else 0
-                    f.write(json.dumps(line, separators=(",", ":")) + "\n")
-        index = scan_log(log, parse_openai_line, skip_bad=False, limit=limit)
-        index.report["claude_code"] = {
-            "files": len(files),
-            "not_requests": dict(skipped),
-            "skipped_lines": len(bad),
-            "first_skipped": bad[:5],
-            "recorded_prompt_tokens": recorded_prompt,
-        }
-        return write_log_trace(
-            index,
-            parse_openai_line,
-            out,
-            source_format=SOURCE_FORMAT,
-            tokenizer=tokenizer,
-            block_size=block_size,
-            key=key,
-            progress=progress,
-        )
-    finally:
-        log.unlink(missing_ok=True)
+    files = session_files(Path(path), "*.jsonl", "Claude Code session files")
+    return import_calls(
+        files,
+        lambda file, skips: session_requests(file, skips, skip_bad),
+        out,
+        source_format=SOURCE_FORMAT,
+        report_key="claude_code",
+        tokenizer=tokenizer,
+        block_size=block_size,
+        limit=limit,
+        key=key,
+        progress=progress,
+    )
