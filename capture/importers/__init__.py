@@ -16,6 +16,7 @@ from capture.importers.litellm import import_litellm
 from capture.importers.logs import LOG_FORMATS, check_block_size, build_trace
 from capture.importers.mooncake import import_mooncake
 from capture.importers.openai_log import import_openai
+from capture.importers.otel import import_otel
 from capture.importers.records import LogRecord, Usage
 from capture.importers.tokens import ImportResult
 from capture.importers.vidur import import_vidur
@@ -93,6 +94,7 @@ __all__ = [
     "import_log",
     "import_mooncake",
     "import_openai",
+    "import_otel",
     "import_token_trace",
     "import_vidur",
 ]

@@ -16,7 +16,8 @@ __all__ = ["register"]
 
 SYNTHETIC_FORMATS = ("azure", "burstgpt", "vidur", "mooncake")  # capture.importers.TOKEN_FORMATS
 LOG_FORMATS = ("openai", "litellm", "langfuse", "claude-code")  # capture.importers.LOG_FORMATS (kept light here)
-IMPORT_FORMATS = SYNTHETIC_FORMATS + LOG_FORMATS
+SPAN_FORMATS = ("otel",)  # OpenTelemetry GenAI spans, OTLP/JSON (capture.importers.otel)
+IMPORT_FORMATS = SYNTHETIC_FORMATS + LOG_FORMATS + SPAN_FORMATS
 EXPORT_FORMATS = ("mooncake", "aiperf", "openai")  # capture.exporters.EXPORT_FORMATS
 
 
@@ -54,7 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "import",
         help="convert a public trace (Azure, BurstGPT, vidur CSV; Mooncake / AIPerf "
-        "JSONL) or a request log (OpenAI, LiteLLM, Langfuse JSONL) to a Trace",
+        "JSONL), a request log (OpenAI, LiteLLM, Langfuse JSONL) or OpenTelemetry GenAI spans "
+        "(OTLP/JSON) to a Trace",
         description="Token-only traces are read in one streaming pass and stored without text: "
         "the replay synthesizes each prompt, with the trace's token counts (and, for "
         "Mooncake, its prefix sharing) under a real tokenizer; an AIPerf mooncake_trace row "
@@ -64,7 +66,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "arrival order, a chunk at a time): tokens, block hashes and sessions "
         "come from the raw text, which is redacted with the key from "
         "$REPLAY_REDACT_KEY or --key-file before anything is written "
-        "(--no-redact writes the raw text).",
+        "(--no-redact writes the raw text). "
+        "otel: OTLP/JSON lines (the collector's file exporter); one request per chat / "
+        "text_completion span, sessions and subagents from invoke_agent spans, dependencies and "
+        "waits from execute_tool spans, tokens from the usage attributes; spans with message "
+        "content keep it (redacted as logs are; the key is asked for only then), the others "
+        "become token-only rows (docs/otel.md).",
     )
     p.add_argument("format", choices=IMPORT_FORMATS, help="the input format")
     p.add_argument("path", type=Path, help="the input file (claude-code: a session file or a folder of them)")
@@ -226,6 +233,8 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise ConfigError(f"--limit: must be >= 1, got {args.limit}")
     if args.hash_block is not None and args.format != "mooncake":
         raise ConfigError("--hash-block: only for mooncake (the other formats have no hash ids)")
+    if args.format in SPAN_FORMATS:
+        return _import_spans(args)
     if args.format in SYNTHETIC_FORMATS:
         for flag, given in (
             ("--rate", args.rate is not None),
@@ -303,6 +312,36 @@ def cmd_redact(args: argparse.Namespace) -> int:
     print(report.summary())
     print(f"wrote {args.out} ({report.written} requests)")
     return 0
+
+
+def _import_spans(args: argparse.Namespace) -> int:
+    from replay.errors import ConfigError
+
+    if args.rate is not None:
+        raise ConfigError("--rate: only for OpenAI Batch input files (spans have their own times)")
+    if args.model is not None:
+        raise ConfigError("--model: only for public traces; a span keeps the model it named")
+    if args.no_redact and args.key_file is not None:
+        raise ConfigError("--key-file: not with --no-redact")
+    from capture.importers.otel import import_otel
+    from redact.key import load_key
+
+    # the key is read only when a span carries message content, before anything is written
+    key = None if args.no_redact else (lambda: load_key(args.key_file))
+    return _import(
+        args,
+        lambda progress: import_otel(
+            args.path,
+            args.out,
+            tokenizer=args.tokenizer,
+            block_size=BLOCK_SIZE if args.block_size is None else args.block_size,
+            skip_bad=args.skip_bad,
+            seed=args.seed,
+            limit=args.limit,
+            key=key,
+            progress=progress,
+        ),
+    )
 
 
 def _import_synthetic(args: argparse.Namespace) -> int:

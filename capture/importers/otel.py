@@ -1,0 +1,1093 @@
+"""Importer of OpenTelemetry GenAI spans in OTLP/JSON files into a Trace file.
+
+Owns :func:`import_otel`. The input is what the OpenTelemetry Collector's file exporter writes
+(and :class:`opentelemetry.proto` encodes as JSON): one ``TracesData`` object a line,
+``{"resourceSpans": [{"resource": ..., "scopeSpans": [{"scope": ..., "spans": [...]}]}]}``; a
+span has ``traceId``, ``spanId``, ``parentSpanId``, ``name``, ``startTimeUnixNano`` /
+``endTimeUnixNano`` (decimal strings or numbers), ``attributes`` (``[{"key", "value":
+{"stringValue" | "intValue" | "doubleValue" | "boolValue" | "arrayValue" | "kvlistValue"}}]``),
+``events`` and ``status``. A line of another signal (``resourceLogs``, ``resourceMetrics``) is
+counted and skipped. Ids are compared as the strings they are (hex, or base64 as protobuf's own
+JSON writes them), so either works as long as the file is consistent.
+
+What becomes what (docs/otel.md has the table and its sources):
+
+- A request: a span whose ``gen_ai.operation.name`` is ``chat``, ``text_completion`` or
+  ``generate_content`` (else whose name starts with one of those), an OpenInference span of
+  ``openinference.span.kind`` ``LLM``, or an OpenLLMetry span with ``llm.request.type``
+  ``chat`` / ``completion``. Its arrival is the span's start, ``e2e_us`` its duration, ``ttft_us``
+  ``gen_ai.response.time_to_first_chunk`` (s), ``status`` 500 for a span whose status is ERROR
+  (else 200), ``request_id`` its span id.
+- Tokens: ``gen_ai.usage.input_tokens`` / ``output_tokens`` / ``cache_read.input_tokens``
+  (OpenLLMetry's ``gen_ai.usage.prompt_tokens`` / ``completion_tokens`` /
+  ``cache_read_input_tokens``, OpenInference's ``llm.token_count.prompt`` / ``completion`` /
+  ``prompt_details.cache_read``); ``model`` ``gen_ai.request.model`` (else the response's,
+  OpenInference's ``llm.model_name``); ``max_tokens`` ``gen_ai.request.max_tokens`` (OpenInference:
+  in ``llm.invocation_parameters``), else the output tokens.
+- Content, where the application opted in: ``gen_ai.input.messages`` (a JSON string or a structured
+  array; messages of ``parts``) with ``gen_ai.system_instructions`` and ``gen_ai.tool.definitions``,
+  and ``gen_ai.output.messages`` for the answer; the span events ``gen_ai.content.prompt`` /
+  ``gen_ai.content.completion`` of semconv <= 1.27 (``gen_ai.prompt`` / ``gen_ai.completion``
+  JSON); OpenLLMetry's flattened ``gen_ai.prompt.N.role`` / ``.content`` and
+  ``gen_ai.completion.N.content``; OpenInference's ``llm.input_messages.N.message.role`` /
+  ``.content`` and ``llm.output_messages.N.message.content``. Such a request gets a real chat
+  body (OpenAI messages), and its ``input_tokens`` and ``block_hashes`` come from that text under
+  the trace's tokenizer, as a request log's do; the text is redacted before anything is written
+  unless the import is told not to. A request without content is a token-only row: a null body,
+  synthesized at replay (:mod:`replay.synth`) with the span's input tokens.
+- Sessions: the nearest ``invoke_agent`` ancestor (OpenInference ``AGENT``) of a request is its
+  agent: its session is the agent span's ``gen_ai.conversation.id`` (unless the spawning agent's
+  session has that id), else the agent span's id; ``agent`` is its ``gen_ai.agent.name``. An agent
+  under another agent is a subagent: ``parent_session_id`` is the spawner's session. A request
+  with no agent above it is in its own ``gen_ai.conversation.id`` if it has one, else in its
+  trace's session (a trace is one workflow; with no parent span, each call is its own trace).
+- What waits for what, inside a session (rows in arrival order): ``turn`` counts the session's
+  earlier requests and ``parent_request_id`` is the latest of them; a request depends on the
+  request of its session that ended last before it started (requests that overlap are siblings,
+  not a chain). An ``execute_tool`` span (OpenInference ``TOOL``) of a session was asked for by
+  the session's request that ended last before the tool started; the first request of the
+  session that starts after the tool ended depends on that one too. A subagent's first request
+  depends on the spawner's request that ended last before it (the spawn), and the spawner's first
+  request after the subagent span ended depends on the subagent's request that ended last (the
+  join). ``wait_us`` is the arrival less the latest end of the dependencies.
+
+Streaming, in bounded memory: spans are grouped by trace id as the lines are read. A trace is
+finished when its root span (no ``parentSpanId``) has been read and :data:`LINGER_LINES` more
+lines have been read (spans another process exported a little later), or at the end of the file;
+when the spans of unfinished traces exceed :data:`MAX_PENDING_SPANS`, the trace whose last span
+was read longest ago is finished early (counted: ``traces_finished_early``). A span of a trace
+already finished starts a new piece of it (counted: ``late_spans``); its ancestors in the earlier
+piece are not known to it. A finished trace is reduced to a few numbers and short strings a
+request (its times, tokens, session, extra dependencies and, where it has content, where its line
+starts); its spans are dropped. After the file is read the requests are put in arrival order and
+the rows are written a chunk (:data:`CHUNK_ROWS`) at a time; a request with content is read
+again from its line (each line parsed once, its needed spans kept until their rows are written).
+
+A malformed line (not JSON, not a ``TracesData`` object) or span (no ids, a bad time, a request
+without an input token count and without content, a count that is not a count) stops the import
+with ``FILE: line N: span S: <what> (field 'x')``; ``skip_bad`` skips and counts it instead.
+``import_report`` says what was read, imported, skipped and not mapped (spans by operation).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from array import array
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+
+from capture.importers.logs import TokenCache, _Output, check_block_size
+from capture.importers.records import BadLines, LineError
+from replay.blocks import HASH_ALGO, block_hashes
+from replay.bodies import body_json, text_slots
+from replay.errors import ConfigError, TraceError
+from replay.synth import Synthesis, Synthesizer
+from replay.trace import BLOCK_SIZE, TraceMeta, read_meta
+
+if TYPE_CHECKING:
+    from capture.importers.tokens import ImportResult
+
+__all__ = ["import_otel", "LINGER_LINES", "MAX_PENDING_SPANS", "CHUNK_ROWS", "SOURCE_FORMAT"]
+
+SOURCE_FORMAT = "otlp-json"
+# a trace whose root span was read is finished this many lines later
+LINGER_LINES = 16
+# spans of unfinished traces held at most; past it the stalest trace is finished early
+MAX_PENDING_SPANS = 200_000
+# rows written per Parquet row group
+CHUNK_ROWS = 8192
+# a session's latest requests kept to find the one that ended last before a new one
+RECENT_PER_SESSION = 32
+
+_INFERENCE_OPS = {"chat": "chat", "text_completion": "completions", "generate_content": "chat"}
+_NS_PER_US = 1000
+
+
+# ---------------------------------------------------------------------------------------------
+# OTLP/JSON values
+
+
+def _any(value: Any) -> Any:
+    """An OTLP ``AnyValue`` as Python (``intValue`` may be a string: int64 in JSON)."""
+    if not isinstance(value, dict) or not value:
+        return None
+    if "stringValue" in value:
+        return value["stringValue"]
+    if "intValue" in value:
+        v = value["intValue"]
+        try:
+            return int(v)
+        except (TypeError, ValueError):
+            return v
+    if "doubleValue" in value:
+        return value["doubleValue"]
+    if "boolValue" in value:
+        return value["boolValue"]
+    if "arrayValue" in value:
+        items = value["arrayValue"].get("values") if isinstance(value["arrayValue"], dict) else None
+        return [_any(v) for v in items or []]
+    if "kvlistValue" in value:
+        items = value["kvlistValue"].get("values") if isinstance(value["kvlistValue"], dict) else None
+        return {kv.get("key"): _any(kv.get("value")) for kv in items or [] if isinstance(kv, dict)}
+    if "bytesValue" in value:
+        return value["bytesValue"]
+    return None
+
+
+def _attributes(items: Any, where: str) -> dict[str, Any]:
+    if items is None:
+        return {}
+    if not isinstance(items, list):
+        raise LineError("is not a list", where)
+    out = {}
+    for kv in items:
+        if isinstance(kv, dict) and isinstance(kv.get("key"), str):
+            out[kv["key"]] = _any(kv.get("value"))
+    return out
+
+
+def _time_ns(value: Any, name: str) -> int:
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise LineError(f"{value!r} is not unix nanoseconds", name)
+
+
+def _count(attrs: dict, names: tuple[str, ...]) -> int | None:
+    """The first of ``names`` present, as a token count."""
+    for name in names:
+        value = attrs.get(name)
+        if value is None:
+            continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, str) and value.isdigit():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise LineError(f"{value!r} is not a count >= 0", name)
+        return value
+    return None
+
+
+def _str(attrs: dict, names: tuple[str, ...]) -> str | None:
+    for name in names:
+        value = attrs.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+# the attribute names read, each fact's names in order of preference: GenAI semantic conventions,
+# then OpenLLMetry's (and the deprecated semconv names), then OpenInference's
+INPUT_TOKENS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt")
+OUTPUT_TOKENS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "llm.token_count.completion")
+CACHED_TOKENS = (
+    "gen_ai.usage.cache_read.input_tokens",
+    "gen_ai.usage.cache_read_input_tokens",
+    "llm.token_count.prompt_details.cache_read",
+)
+MODEL = ("gen_ai.request.model", "gen_ai.response.model", "llm.model_name")
+CONVERSATION = ("gen_ai.conversation.id", "session.id")
+AGENT_NAME = ("gen_ai.agent.name", "agent.name")
+
+
+# ---------------------------------------------------------------------------------------------
+# spans as the first pass keeps them
+
+
+@dataclass(slots=True)
+class _Req:
+    api: str
+    model: str | None
+    max_tokens: int | None
+    input_tokens: int | None
+    output_tokens: int | None
+    cached_tokens: int | None
+    ttft_us: int | None
+    status: int
+    content: tuple[int, int] | None  # (byte offset of the line, the span's ordinal in it)
+    conversation: str | None
+
+
+@dataclass(slots=True)
+class _Span:
+    span_id: str
+    parent: str | None
+    kind: str  # "llm", "agent", "tool" or "other"
+    start: int  # ns
+    end: int
+    line: int
+    conversation: str | None = None
+    agent_name: str | None = None
+    req: _Req | None = None
+
+
+@dataclass
+class _Pending:
+    spans: dict[str, _Span] = field(default_factory=dict)
+    root_line: int | None = None
+    last_line: int = 0
+
+
+def _kind(attrs: dict, name: str) -> tuple[str, str | None]:
+    """What a span is ("llm" with its api, "agent", "tool", "other") and its operation name."""
+    op = attrs.get("gen_ai.operation.name")
+    if not isinstance(op, str) or not op:
+        op = name.split(" ", 1)[0] if isinstance(name, str) else None
+    if op in _INFERENCE_OPS:
+        return "llm", op
+    if op == "invoke_agent":
+        return "agent", op
+    if op == "execute_tool":
+        return "tool", op
+    oi = attrs.get("openinference.span.kind")
+    if isinstance(oi, str):
+        oi = oi.upper()
+        if oi == "LLM":
+            return "llm", "chat"
+        if oi == "AGENT":
+            return "agent", "invoke_agent"
+        if oi == "TOOL":
+            return "tool", "execute_tool"
+    request_type = attrs.get("llm.request.type")  # OpenLLMetry
+    if request_type in ("chat", "completion"):
+        return "llm", "chat" if request_type == "chat" else "text_completion"
+    op = attrs.get("gen_ai.operation.name")
+    return "other", op if isinstance(op, str) and op else None
+
+
+def _has_content(attrs: dict, events: Any) -> bool:
+    if "gen_ai.input.messages" in attrs or "gen_ai.prompt.0.content" in attrs or "llm.input_messages.0.message.content" in attrs:
+        return True
+    return any(isinstance(e, dict) and e.get("name") == "gen_ai.content.prompt" for e in events or [])
+
+
+def _invocation_max_tokens(attrs: dict) -> int | None:
+    params = attrs.get("llm.invocation_parameters")  # OpenInference: a JSON object as a string
+    if not isinstance(params, str):
+        return None
+    try:
+        obj = json.loads(params)
+    except ValueError:
+        return None
+    if isinstance(obj, dict):
+        for name in ("max_completion_tokens", "max_tokens"):
+            v = obj.get(name)
+            if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+                return v
+    return None
+
+
+def _span(raw: Any, line: int, offset: int, ordinal: int, styles: Counter) -> tuple[str, _Span, str | None]:
+    """``(trace id, span, operation name)`` of one OTLP span object."""
+    if not isinstance(raw, dict):
+        raise LineError("a span is not a JSON object", "spans")
+    trace_id, span_id = raw.get("traceId"), raw.get("spanId")
+    if not isinstance(span_id, str) or not span_id:
+        raise LineError("a span has no id", "spanId")
+    try:
+        if not isinstance(trace_id, str) or not trace_id:
+            raise LineError("is missing", "traceId")
+        parent = raw.get("parentSpanId") or None
+        if parent is not None and not isinstance(parent, str):
+            raise LineError(f"{parent!r} is not a span id", "parentSpanId")
+        start = _time_ns(raw.get("startTimeUnixNano"), "startTimeUnixNano")
+        end = _time_ns(raw.get("endTimeUnixNano"), "endTimeUnixNano")
+        if end < start:
+            raise LineError("is before the span's start", "endTimeUnixNano")
+        attrs = _attributes(raw.get("attributes"), "attributes")
+        kind, op = _kind(attrs, raw.get("name") or "")
+        span = _Span(span_id, parent, kind, start, end, line)
+        if kind == "agent":
+            span.conversation = _str(attrs, CONVERSATION)
+            span.agent_name = _str(attrs, AGENT_NAME)
+        elif kind == "llm":
+            span.req = _request(raw, attrs, op, offset, ordinal, styles)
+        return trace_id, span, op
+    except LineError as e:
+        raise LineError(f"span {span_id}: {e.what}", e.field) from None
+
+
+def _request(raw: dict, attrs: dict, op: str | None, offset: int, ordinal: int, styles: Counter) -> _Req:
+    content = _has_content(attrs, raw.get("events"))
+    input_tokens = _count(attrs, INPUT_TOKENS)
+    output_tokens = _count(attrs, OUTPUT_TOKENS)
+    if input_tokens is None and not content:
+        raise LineError("a request span without an input token count or message content", INPUT_TOKENS[0])
+    for style, names in (("semconv", INPUT_TOKENS[:1]), ("openllmetry", INPUT_TOKENS[1:2]), ("openinference", INPUT_TOKENS[2:])):
+        if any(n in attrs for n in names):
+            styles[style] += 1
+    max_tokens = _count(attrs, ("gen_ai.request.max_tokens",))
+    if max_tokens is None:
+        max_tokens = _invocation_max_tokens(attrs)
+    ttft = attrs.get("gen_ai.response.time_to_first_chunk")
+    ttft_us = round(ttft * 1e6) if isinstance(ttft, (int, float)) and not isinstance(ttft, bool) and ttft >= 0 else None
+    status = raw.get("status")
+    error = isinstance(status, dict) and status.get("code") in (2, "STATUS_CODE_ERROR")
+    return _Req(
+        api=_INFERENCE_OPS.get(op or "chat", "chat"),
+        model=_str(attrs, MODEL),
+        max_tokens=max_tokens,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cached_tokens=_count(attrs, CACHED_TOKENS),
+        ttft_us=ttft_us,
+        status=500 if error else 200,
+        content=(offset, ordinal) if content else None,
+        conversation=_str(attrs, CONVERSATION),
+    )
+
+
+def _line_spans(obj: Any) -> Iterator[Any] | None:
+    """The span objects of one ``TracesData`` line, in order (None: a line of another signal)."""
+    if not isinstance(obj, dict):
+        raise LineError("not a JSON object")
+    resource_spans = obj.get("resourceSpans")
+    if resource_spans is None:
+        if any(k in obj for k in ("resourceLogs", "resourceMetrics", "resourceProfiles")):
+            return None
+        raise LineError("is missing (not an OTLP/JSON traces line)", "resourceSpans")
+    if not isinstance(resource_spans, list):
+        raise LineError("is not a list", "resourceSpans")
+
+    def spans() -> Iterator[Any]:
+        for rs in resource_spans:
+            for ss in (rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []) if isinstance(rs, dict) else []:
+                yield from (ss.get("spans") or []) if isinstance(ss, dict) else []
+
+    return spans()
+
+
+# ---------------------------------------------------------------------------------------------
+# the first pass: spans grouped by trace, each trace reduced to its requests when finished
+
+
+class _Requests:
+    """The requests of finished traces, a few values each, in the order traces finished."""
+
+    NAMES = (
+        "request_id",
+        "session_id",
+        "parent_session_id",
+        "agent",
+        "start",
+        "end",
+        "line",
+        "api",
+        "model",
+        "max_tokens",
+        "input_tokens",
+        "output_tokens",
+        "cached_tokens",
+        "ttft_us",
+        "status",
+        "content",
+        "extra_deps",
+        "extra_end",
+    )
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list] = {n: [] for n in self.NAMES}
+        self.start = array("q")
+        self.end = array("q")
+        self.models: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def add(self, **values: Any) -> None:
+        model = values["model"]
+        if model is not None:
+            values["model"] = self.models.setdefault(model, model)
+        self.start.append(values["start"])
+        self.end.append(values["end"])
+        for name in self.NAMES:
+            if name not in ("start", "end"):
+                self.cols[name].append(values[name])
+
+
+class _Reader:
+    """The first pass: the lines of ``path`` read, their spans grouped by trace, each trace
+    reduced to its requests (:class:`_Requests`) when finished (the module docstring's rule)."""
+
+    def __init__(self, path: Path, skip_bad: bool, limit: int | None) -> None:
+        self.path = path
+        self.bad = BadLines(path.name, skip_bad)
+        self.limit = limit
+        self.requests = _Requests()
+        self.pending: dict[str, _Pending] = {}
+        self.pending_spans = 0
+        self.finished: dict[str, None] = {}  # finished trace ids, the latest :data:`_FINISHED_KEPT`
+        self.report: Counter = Counter()
+        self.ops: Counter = Counter()  # spans not mapped, by operation name
+        self.styles: Counter = Counter()
+        self.session_parent: dict[str, str] = {}
+        self.sessions: set[str] = set()
+
+    def read(self) -> None:
+        source = self.path.name
+        if not self.path.is_file():
+            raise TraceError(f"{source}: no such file")
+        try:
+            f = self.path.open("rb")
+        except OSError as e:
+            raise TraceError(f"{source}: cannot read ({e.strerror or e})") from e
+        offset = 0
+        with f:
+            for number, raw in enumerate(f, start=1):
+                start, offset = offset, offset + len(raw)
+                if self.limit is not None and len(self.requests) >= self.limit:
+                    break
+                if not raw.strip():
+                    continue
+                self.report["lines_read"] += 1
+                try:
+                    try:
+                        obj = json.loads(raw)
+                    except ValueError:
+                        raise LineError("not valid JSON") from None
+                    spans = _line_spans(obj)
+                except LineError as e:
+                    self.bad.bad(number, e)
+                    continue
+                if spans is None:
+                    self.report["other_signal_lines"] += 1
+                    continue
+                self._line(spans, number, start)
+                self._finish_ready(number)
+        for trace_id in list(self.pending):
+            self._finish(trace_id)
+
+    def _line(self, spans: Iterator[Any], number: int, offset: int) -> None:
+        for ordinal, raw in enumerate(spans):
+            self.report["spans_read"] += 1
+            try:
+                trace_id, span, op = _span(raw, number, offset, ordinal, self.styles)
+            except LineError as e:
+                self.bad.bad(number, e)
+                continue
+            if trace_id in self.finished and trace_id not in self.pending:
+                self.report["late_spans"] += 1
+            pending = self.pending.get(trace_id)
+            if pending is None:
+                pending = self.pending[trace_id] = _Pending()
+            if span.span_id in pending.spans:
+                self.report["duplicate_spans"] += 1
+                continue
+            pending.spans[span.span_id] = span
+            pending.last_line = number
+            self.pending_spans += 1
+            if span.parent is None:
+                pending.root_line = number
+            if span.kind == "other":
+                self.ops[op or "(no gen_ai.operation.name)"] += 1
+            elif span.kind == "tool":
+                self.report["tool_spans"] += 1
+            elif span.kind == "agent":
+                self.report["agent_spans"] += 1
+
+    def _finish_ready(self, number: int) -> None:
+        done = [t for t, p in self.pending.items() if p.root_line is not None and number - p.root_line >= LINGER_LINES]
+        for trace_id in done:
+            self._finish(trace_id)
+        while self.pending_spans > MAX_PENDING_SPANS and self.pending:
+            stalest = min(self.pending, key=lambda t: self.pending[t].last_line)
+            self.report["traces_finished_early"] += 1
+            self._finish(stalest)
+
+    def _finish(self, trace_id: str) -> None:
+        pending = self.pending.pop(trace_id)
+        self.pending_spans -= len(pending.spans)
+        self.report["traces"] += 1
+        self.finished[trace_id] = None
+        if len(self.finished) > _FINISHED_KEPT:
+            del self.finished[next(iter(self.finished))]
+        self._requests_of(trace_id, pending.spans)
+
+    def _requests_of(self, trace_id: str, spans: dict[str, _Span]) -> None:
+        """The requests of one finished trace, with their sessions and the dependencies that
+        tool and agent spans give (the module docstring)."""
+        agent_of: dict[str, _Span | None] = {}
+
+        def nearest_agent(span: _Span) -> _Span | None:
+            """The nearest agent span above ``span`` (not itself)."""
+            chain = []
+            at = span.parent
+            found = None
+            while at is not None:
+                if at in agent_of:
+                    found = agent_of[at]
+                    break
+                parent = spans.get(at)
+                if parent is None:
+                    break
+                if parent.kind == "agent":
+                    found = parent
+                    break
+                chain.append(at)
+                at = parent.parent
+            for sid in chain:
+                agent_of[sid] = found
+            return found
+
+        session_of_agent: dict[str, str] = {}
+
+        def agent_session(agent: _Span) -> str:
+            got = session_of_agent.get(agent.span_id)
+            if got is not None:
+                return got
+            above = nearest_agent(agent)
+            parent_session = agent_session(above) if above is not None else None
+            sid = agent.conversation if agent.conversation and agent.conversation != parent_session else agent.span_id
+            session_of_agent[agent.span_id] = sid
+            if parent_session is not None:
+                self.session_parent.setdefault(sid, parent_session)
+            return sid
+
+        # requests and tools by session
+        by_session: dict[str, list[_Span]] = defaultdict(list)
+        tools: dict[str, list[_Span]] = defaultdict(list)
+        agents_in: dict[str, list[_Span]] = defaultdict(list)  # spawner session -> subagent spans
+        for span in spans.values():
+            if span.kind not in ("llm", "tool", "agent"):
+                continue
+            agent = nearest_agent(span)
+            if span.kind == "agent":
+                if agent is not None:
+                    agents_in[agent_session(agent)].append(span)
+                agent_session(span)
+                continue
+            if agent is not None:
+                sid = agent_session(agent)
+            elif span.req is not None and span.req.conversation:
+                sid = span.req.conversation
+            else:
+                sid = trace_id
+            (by_session[sid] if span.kind == "llm" else tools[sid]).append(span)
+        extra: dict[str, list[_Span]] = defaultdict(list)  # request -> the requests it also waits for
+
+        def ended_last_before(requests: list[_Span], t: int, ends: list[int]) -> _Span | None:
+            i = int(np.searchsorted(ends, t, side="right"))
+            return requests[i - 1] if i else None
+
+        def first_after(requests: list[_Span], t: int) -> _Span | None:
+            return next((r for r in requests if r.start >= t), None)
+
+        by_end = {}
+        for sid, requests in by_session.items():
+            requests.sort(key=lambda s: (s.start, s.end))
+            ordered = sorted(requests, key=lambda s: s.end)
+            by_end[sid] = (ordered, [s.end for s in ordered])
+        for sid, session_tools in tools.items():
+            if sid not in by_session:
+                self.report["tool_spans_without_request"] += len(session_tools)
+                continue
+            requests = by_session[sid]
+            ordered, ends = by_end[sid]
+            for tool in session_tools:
+                asker = ended_last_before(ordered, tool.start, ends)
+                follower = first_after(requests, tool.end)
+                if asker is None or follower is None:
+                    self.report["tool_spans_not_linked"] += 1
+                    continue
+                self.report["tool_spans_linked"] += 1
+                if asker not in extra[follower.span_id]:
+                    extra[follower.span_id].append(asker)
+        for spawner, subagents in agents_in.items():
+            parent_requests = by_session.get(spawner, [])
+            for agent in subagents:
+                child = session_of_agent[agent.span_id]
+                child_requests = by_session.get(child)
+                if not child_requests:
+                    continue
+                if parent_requests:
+                    ordered, ends = by_end[spawner]
+                    first = child_requests[0]
+                    spawn = ended_last_before(ordered, first.start, ends)
+                    if spawn is not None:
+                        extra[first.span_id].append(spawn)
+                        self.report["spawns_linked"] += 1
+                    c_ordered, c_ends = by_end[child]
+                    last = c_ordered[-1]
+                    joiner = first_after(parent_requests, max(agent.end, last.end))
+                    if joiner is not None:
+                        extra[joiner.span_id].append(last)
+                        self.report["joins_linked"] += 1
+        for sid, requests in by_session.items():
+            self.sessions.add(sid)
+            agent_name = None
+            for span in requests:
+                agent = nearest_agent(span)
+                agent_name = agent.agent_name if agent is not None else None
+                req = span.req
+                assert req is not None
+                deps = [d for d in extra.get(span.span_id, ()) if d.end <= span.start]
+                self.requests.add(
+                    request_id=span.span_id,
+                    session_id=sid,
+                    parent_session_id=self.session_parent.get(sid),
+                    agent=agent_name,
+                    start=span.start,
+                    end=span.end,
+                    line=span.line,
+                    api=req.api,
+                    model=req.model,
+                    max_tokens=req.max_tokens,
+                    input_tokens=req.input_tokens,
+                    output_tokens=req.output_tokens,
+                    cached_tokens=req.cached_tokens,
+                    ttft_us=req.ttft_us,
+                    status=req.status,
+                    content=req.content,
+                    extra_deps=tuple(d.span_id for d in deps) or None,
+                    extra_end=max((d.end for d in deps), default=None),
+                )
+
+
+# finished trace ids remembered (to count spans that come after their trace was finished)
+_FINISHED_KEPT = 65_536
+
+
+# ---------------------------------------------------------------------------------------------
+# content: the spans of requests with content, read again
+
+
+class _Content:
+    """The content spans read again for the rows being built, in the order the rows need them:
+    a line is parsed once, and those of its spans that rows still need are kept until each is
+    taken (``wanted``: line offset -> the ordinals of the spans needed from it)."""
+
+    def __init__(self, path: Path, wanted: dict[int, set[int]]) -> None:
+        self.f = path.open("rb")
+        self.wanted = wanted
+        self.kept: dict[int, dict[int, dict]] = {}
+
+    def close(self) -> None:
+        self.f.close()
+
+    def take(self, offset: int, ordinal: int) -> dict:
+        line = self.kept.get(offset)
+        if line is None:
+            self.f.seek(offset)
+            spans = _line_spans(json.loads(self.f.readline()))
+            assert spans is not None
+            wanted = self.wanted[offset]
+            line = self.kept[offset] = {i: s for i, s in enumerate(spans) if i in wanted}
+        span = line.pop(ordinal)
+        if not line:
+            del self.kept[offset]
+        return span
+
+
+def _openai_messages(messages: Any, where: str) -> list[dict]:
+    """Messages in the semantic conventions' form (``role`` and ``parts``) as OpenAI chat
+    messages; messages already in OpenAI's form (``content``) are kept."""
+    if isinstance(messages, str):
+        try:
+            messages = json.loads(messages)
+        except ValueError:
+            raise LineError("is not JSON", where) from None
+    if not isinstance(messages, list):
+        raise LineError("is not a list of messages", where)
+    out: list[dict] = []
+    for m in messages:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise LineError("holds a message without a role", where)
+        parts = m.get("parts")
+        if not isinstance(parts, list):
+            out.append(m)
+            continue
+        role = m["role"]
+        texts: list[str] = []
+        calls: list[dict] = []
+        for p in parts:
+            if not isinstance(p, dict):
+                continue
+            kind = p.get("type")
+            if kind == "text" and isinstance(p.get("content"), str):
+                texts.append(p["content"])
+            elif kind == "tool_call":
+                args = p.get("arguments")
+                calls.append(
+                    {
+                        "id": p.get("id") or f"call_{len(calls)}",
+                        "type": "function",
+                        "function": {
+                            "name": p.get("name") or "",
+                            "arguments": args if isinstance(args, str) else json.dumps(args, separators=(",", ":")),
+                        },
+                    }
+                )
+            elif kind == "tool_call_response":
+                result = p.get("response", p.get("result"))
+                out.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": p.get("id") or "",
+                        "content": result if isinstance(result, str) else json.dumps(result, separators=(",", ":")),
+                    }
+                )
+        if role == "tool" or (
+            not texts and not calls and any(isinstance(p, dict) and p.get("type") == "tool_call_response" for p in parts)
+        ):
+            continue  # its tool messages were added above
+        msg: dict[str, Any] = {"role": role, "content": "".join(texts) if texts or not calls else None}
+        if calls:
+            msg["tool_calls"] = calls
+        out.append(msg)
+    return out
+
+
+def _flattened(attrs: dict, prefix: str, role_key: str, content_key: str) -> list[dict] | None:
+    """Messages written as flattened attributes (``prefix.N.role`` / ``prefix.N.content``)."""
+    out = []
+    i = 0
+    while f"{prefix}.{i}.{content_key}" in attrs or f"{prefix}.{i}.{role_key}" in attrs:
+        content = attrs.get(f"{prefix}.{i}.{content_key}")
+        out.append(
+            {"role": attrs.get(f"{prefix}.{i}.{role_key}") or "user", "content": content if isinstance(content, str) else ""}
+        )
+        i += 1
+    return out or None
+
+
+def _event_attr(events: Any, name: str, key: str) -> Any:
+    for e in events or []:
+        if isinstance(e, dict) and e.get("name") == name:
+            return _attributes(e.get("attributes"), f"events.{name}").get(key)
+    return None
+
+
+def _system_text(value: Any) -> str | None:
+    """``gen_ai.system_instructions``: a list of parts (or its JSON), or a string."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(p["content"] for p in value if isinstance(p, dict) and isinstance(p.get("content"), str)) or None
+    return None
+
+
+def _content(raw: dict, req_api: str, model: str | None, max_tokens: int | None) -> tuple[dict, str | None, list[str]]:
+    """The request body, the answer's text and its tool calls' arguments of a span with content."""
+    attrs = _attributes(raw.get("attributes"), "attributes")
+    events = raw.get("events")
+    messages: list[dict] | None = None
+    answer: list[dict] | None = None
+    if "gen_ai.input.messages" in attrs:
+        messages = _openai_messages(attrs["gen_ai.input.messages"], "gen_ai.input.messages")
+        system = _system_text(attrs.get("gen_ai.system_instructions"))
+        if system and not any(m.get("role") == "system" for m in messages):
+            messages.insert(0, {"role": "system", "content": system})
+        if "gen_ai.output.messages" in attrs:
+            answer = _openai_messages(attrs["gen_ai.output.messages"], "gen_ai.output.messages")
+    elif "gen_ai.prompt.0.content" in attrs or "gen_ai.prompt.0.role" in attrs:
+        messages = _flattened(attrs, "gen_ai.prompt", "role", "content")
+        answer = _flattened(attrs, "gen_ai.completion", "role", "content")
+    elif "llm.input_messages.0.message.content" in attrs:
+        messages = _flattened(attrs, "llm.input_messages", "message.role", "message.content")
+        answer = _flattened(attrs, "llm.output_messages", "message.role", "message.content")
+    else:
+        prompt = _event_attr(events, "gen_ai.content.prompt", "gen_ai.prompt")
+        messages = _openai_messages(prompt, "gen_ai.prompt")
+        completion = _event_attr(events, "gen_ai.content.completion", "gen_ai.completion")
+        if completion is not None:
+            answer = _openai_messages(completion, "gen_ai.completion")
+    assert messages is not None
+    body: dict[str, Any] = {}
+    if model is not None:
+        body["model"] = model
+    if req_api == "completions":
+        body["prompt"] = "".join(str(m.get("content") or "") for m in messages)
+    else:
+        body["messages"] = messages
+        tools = attrs.get("gen_ai.tool.definitions")
+        if isinstance(tools, str):
+            try:
+                tools = json.loads(tools)
+            except ValueError:
+                tools = None
+        if isinstance(tools, list) and tools:
+            body["tools"] = tools
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    answer_text: str | None = None
+    calls: list[str] = []
+    for m in answer or []:
+        if m.get("role") != "assistant":
+            continue
+        if isinstance(m.get("content"), str):
+            answer_text = (answer_text or "") + m["content"]
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
+                calls.append(fn["arguments"])
+    return body, answer_text, calls
+
+
+# ---------------------------------------------------------------------------------------------
+# the second pass: rows in arrival order
+
+
+class _Links:
+    """Sessions in arrival order: turn, the previous request, and the request of the session
+    that ended last before a new one started (:data:`RECENT_PER_SESSION` kept a session)."""
+
+    def __init__(self) -> None:
+        self.turns: Counter = Counter()
+        self.last: dict[str, str] = {}
+        self.recent: dict[str, deque] = {}
+
+    def add(self, rid: str, sid: str, start: int, end: int) -> tuple[int, str | None, tuple[str, int] | None]:
+        turn = self.turns[sid]
+        self.turns[sid] += 1
+        parent = self.last.get(sid)
+        self.last[sid] = rid
+        recent = self.recent.setdefault(sid, deque(maxlen=RECENT_PER_SESSION))
+        best = None
+        for other_rid, other_end in recent:
+            if other_end <= start and (best is None or other_end >= best[1]):
+                best = (other_rid, other_end)
+        recent.append((rid, end))
+        return turn, parent, best
+
+
+def import_otel(
+    path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    tokenizer: str = "gpt2",
+    block_size: int = BLOCK_SIZE,
+    skip_bad: bool = False,
+    seed: int = 0,
+    limit: int | None = None,
+    key: Any | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ImportResult:
+    """Import an OTLP/JSON file of GenAI spans (see the module docstring) into the Trace file
+    ``out``. ``key``: a :class:`redact.key.RedactionKey` (the text of spans with content is
+    redacted before it is written), a callable returning one (called only when a span has
+    content, before anything is written), or None (raw text, ``redaction_policy=none``).
+    ``seed`` seeds the synthesized text of requests without content; ``limit``: the first N
+    requests read."""
+    from capture.importers.tokens import ImportResult
+
+    check_block_size(block_size)
+    if limit is not None and limit < 1:
+        raise ConfigError(f"--limit: must be >= 1, got {limit}")
+    path, out = Path(path), Path(out)
+    source = path.name
+    reader = _Reader(path, skip_bad, limit)
+    reader.read()
+    reqs = reader.requests
+    n = len(reqs) if limit is None else min(limit, len(reqs))
+    report: dict[str, Any] = {
+        "format": SOURCE_FORMAT,
+        "lines_read": reader.report["lines_read"],
+        "spans_read": reader.report["spans_read"],
+        "records_imported": n,
+        **reader.bad.report(),
+    }
+    if n == 0:
+        raise TraceError(
+            f"{source}: no requests imported ({report['lines_read']} lines, {report['spans_read']} spans read, "
+            f"{reader.bad.count} skipped as malformed; no chat or text_completion span)"
+        )
+    cols = reqs.cols
+    # arrival order (equal starts: the shorter first); with a limit, the first N of it
+    order = np.lexsort((np.frombuffer(reqs.end, np.int64), np.frombuffer(reqs.start, np.int64)))[:n]
+    wanted: dict[int, set[int]] = defaultdict(set)
+    for i in order.tolist():
+        if cols["content"][i] is not None:
+            wanted[cols["content"][i][0]].add(cols["content"][i][1])
+    content_rows = sum(len(v) for v in wanted.values())
+    report["records_imported"] = n
+    if callable(key):
+        key = key() if content_rows else None
+    t0_us = reqs.start[int(order[0])] // _NS_PER_US
+    synthesis = Synthesis(seed=seed) if content_rows < n else None
+    meta = TraceMeta(
+        t0_unix_us=t0_us,
+        source_format=SOURCE_FORMAT,
+        tokenizer=tokenizer,
+        block_size_tokens=block_size,
+        hash_algo=HASH_ALGO,
+        redaction_policy="none" if content_rows else "synthetic",
+        synthesis=synthesis.to_json() if synthesis is not None else "",
+    )
+    from replay.tokenizer import load_tokenizer
+
+    tokens = TokenCache(load_tokenizer(tokenizer)) if content_rows else None
+    synth = Synthesizer(tokenizer, synthesis) if synthesis is not None else None
+    links = _Links()
+    counts: Counter = Counter()
+
+    def content_of(content: _Content, i: int) -> tuple[dict, str | None, list[str]]:
+        offset, ordinal = cols["content"][i]
+        raw = content.take(offset, ordinal)
+        try:
+            return _content(raw, cols["api"][i], cols["model"][i], cols["max_tokens"][i])
+        except LineError as e:
+            raise TraceError(f"{source}: line {cols['line'][i]}: span {cols['request_id'][i]}: {e.describe()}") from None
+
+    with _Output(out, meta, key) as output:
+        if output.redactor is not None:
+            # every text analysed before any row is written (a value found later is replaced in
+            # earlier rows too), as the request-log importers do
+            content = _Content(path, wanted)
+            try:
+                texts: list[str] = []
+                for i in order.tolist():
+                    if cols["content"][i] is None:
+                        continue
+                    body, text, _ = content_of(content, i)
+                    texts.extend(s.text for s in text_slots(body))
+                    if text:
+                        texts.append(text)
+                    if len(texts) >= CHUNK_ROWS:
+                        output.redactor.learn(texts, [])
+                        texts = []
+                output.redactor.learn(texts, [])
+            finally:
+                content.close()
+        content = _Content(path, wanted)
+        try:
+            for first in range(0, n, CHUNK_ROWS):
+                rows: dict[str, list] = defaultdict(list)
+                for i in order[first : first + CHUNK_ROWS].tolist():
+                    rid, sid = cols["request_id"][i], cols["session_id"][i]
+                    start, end = reqs.start[i], reqs.end[i]
+                    turn, parent, chain = links.add(rid, sid, start, end)
+                    deps = [chain[0]] if chain is not None else []
+                    latest = chain[1] if chain is not None else None
+                    for d in cols["extra_deps"][i] or ():
+                        if d not in deps:
+                            deps.append(d)
+                    extra_end = cols["extra_end"][i]
+                    if extra_end is not None:
+                        latest = extra_end if latest is None else max(latest, extra_end)
+                    counts["dependencies"] += len(deps)
+                    out_tokens = cols["output_tokens"][i]
+                    limit_tokens = cols["max_tokens"][i]
+                    body_text: str | None = None
+                    response: str | None = None
+                    calls: list[int] | None = None
+                    if cols["content"][i] is not None:
+                        assert tokens is not None
+                        body, response, arguments = content_of(content, i)
+                        ids = tokens.prompt_ids([s.text for s in text_slots(body)])
+                        if out_tokens is None and response is not None:
+                            out_tokens = len(tokens.prompt_ids([response]))
+                        if response is not None or arguments:
+                            calls = [len(tokens.prompt_ids([a])) for a in arguments]
+                        n_in = len(ids)
+                        hashes = block_hashes(ids, block_size)
+                        body_text = body_json(body)
+                    else:
+                        assert synth is not None
+                        n_in = cols["input_tokens"][i]
+                        hashes = synth.block_hashes(rid, n_in, None, block_size)
+                    for name, value in (
+                        ("request_id", rid),
+                        ("session_id", sid),
+                        ("parent_request_id", parent),
+                        ("turn", turn),
+                        ("api", cols["api"][i]),
+                        ("model", cols["model"][i]),
+                        ("arrival_us", start // _NS_PER_US - t0_us),
+                        ("body", body_text),
+                        ("input_tokens", n_in),
+                        ("output_tokens", out_tokens),
+                        ("max_tokens", limit_tokens if limit_tokens is not None else out_tokens),
+                        ("block_hashes", hashes),
+                        ("cached_tokens", cols["cached_tokens"][i]),
+                        ("status", cols["status"][i]),
+                        ("ttft_us", cols["ttft_us"][i]),
+                        ("e2e_us", (end - start) // _NS_PER_US),
+                        ("response", response),
+                        ("depends_on", deps),
+                        ("wait_us", (start - latest) // _NS_PER_US if latest is not None and deps else None),
+                        ("parent_session_id", cols["parent_session_id"][i]),
+                        ("agent", cols["agent"][i]),
+                        ("tool_calls", calls),
+                    ):
+                        rows[name].append(value)
+                output.write(pl.DataFrame({name: pl.Series(rows[name], dtype=dtype) for name, dtype in _ROW_TYPES.items()}))
+                if progress is not None:
+                    progress(min(n, first + CHUNK_ROWS))
+        finally:
+            content.close()
+        not_mapped = dict(sorted(reader.ops.items()))
+        report.update(
+            {
+                "traces": reader.report["traces"],
+                "traces_finished_early": reader.report["traces_finished_early"],
+                "late_spans": reader.report["late_spans"],
+                "duplicate_spans": reader.report["duplicate_spans"],
+                "other_signal_lines": reader.report["other_signal_lines"],
+                "content_rows": content_rows,
+                "synthesized_rows": n - content_rows,
+                "sessions": len(reader.sessions),
+                "subagent_sessions": len(reader.session_parent),
+                "agent_spans": reader.report["agent_spans"],
+                "tool_spans": reader.report["tool_spans"],
+                "tool_spans_linked": reader.report["tool_spans_linked"],
+                "tool_spans_not_linked": reader.report["tool_spans_not_linked"] + reader.report["tool_spans_without_request"],
+                "spawns_linked": reader.report["spawns_linked"],
+                "joins_linked": reader.report["joins_linked"],
+                "dependencies": counts["dependencies"],
+                "attribute_styles": dict(sorted(reader.styles.items())),
+                "spans_not_mapped": not_mapped,
+            }
+        )
+        final = TraceMeta(
+            t0_unix_us=t0_us,
+            source_format=SOURCE_FORMAT,
+            tokenizer=tokenizer,
+            block_size_tokens=block_size,
+            hash_algo=HASH_ALGO,
+            redaction_policy="none" if content_rows else "synthetic",
+            import_report=json.dumps(report, separators=(",", ":")),
+            synthesis=meta.synthesis,
+        )
+        redaction = output.close(final)
+    meta, rows_written = read_meta(out)
+    return ImportResult(out, rows_written, meta, redaction)
+
+
+_ROW_TYPES: dict[str, pl.DataType | type[pl.DataType]] = {
+    "request_id": pl.String,
+    "session_id": pl.String,
+    "parent_request_id": pl.String,
+    "turn": pl.Int32,
+    "api": pl.String,
+    "model": pl.String,
+    "arrival_us": pl.Int64,
+    "body": pl.String,
+    "input_tokens": pl.Int64,
+    "output_tokens": pl.Int64,
+    "max_tokens": pl.Int64,
+    "block_hashes": pl.List(pl.UInt64),
+    "cached_tokens": pl.Int64,
+    "status": pl.Int64,
+    "ttft_us": pl.Int64,
+    "e2e_us": pl.Int64,
+    "response": pl.String,
+    "depends_on": pl.List(pl.String),
+    "wait_us": pl.Int64,
+    "parent_session_id": pl.String,
+    "agent": pl.String,
+    "tool_calls": pl.List(pl.Int32),
+}

@@ -1,0 +1,285 @@
+"""`replay import otel` on a hand-written OTLP/JSON file (the collector's file exporter layout).
+
+The sample, span by span (times in ms after T0): a root agent ``coder`` (conversation
+``conv-1``) whose chat c1 asks for two parallel tools (t1, t2), chat c2 (OpenLLMetry's names)
+asks for a ``task`` tool t3 that runs a subagent ``explorer`` (chat e1 with OpenInference's names,
+tool t4, chat e2 with message content), and chat c3 carries the subagent's answer. The spans are
+spread over lines the way a batching exporter writes them (children before their parents, the
+root last), with a line that is not JSON, a logs line, an embeddings span and, in a second trace,
+a chat span with neither usage nor content.
+"""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from capture.importers.otel import import_otel
+from replay.cli.main import main
+from replay.errors import TraceError
+from replay.trace import read_trace
+
+T0 = 1_700_000_000_000_000_000
+TRACE = "5b8efff798038103d269b633813fc60c"
+OTHER = "0af7651916cd43dd8448eb211c80319c"
+
+
+def s(v):
+    return {"stringValue": v}
+
+
+def i(v):
+    return {"intValue": str(v)}
+
+
+def attrs(**kv):
+    return [{"key": k.replace("__", "."), "value": v} for k, v in kv.items()]
+
+
+def span(span_id, parent, name, start_ms, end_ms, attributes, trace=TRACE, **extra):
+    out = {
+        "traceId": trace,
+        "spanId": span_id,
+        "parentSpanId": parent or "",
+        "name": name,
+        "kind": 3,
+        "startTimeUnixNano": str(T0 + start_ms * 1_000_000),
+        "endTimeUnixNano": str(T0 + end_ms * 1_000_000),
+        "attributes": attributes,
+        "status": {},
+    }
+    out.update(extra)
+    return out
+
+
+def line(*spans):
+    return json.dumps(
+        {
+            "resourceSpans": [
+                {
+                    "resource": {"attributes": attrs(service__name=s("agent"))},
+                    "scopeSpans": [{"scope": {"name": "test"}, "spans": list(spans)}],
+                }
+            ]
+        }
+    )
+
+
+AGENT = span(
+    "a1", None, "invoke_agent coder", 0, 1000,
+    attrs(gen_ai__operation__name=s("invoke_agent"), gen_ai__agent__name=s("coder"), gen_ai__conversation__id=s("conv-1")),
+)  # fmt: skip
+C1 = span(
+    "c1", "a1", "chat gpt-x", 10, 110,
+    attrs(
+        gen_ai__operation__name=s("chat"), gen_ai__request__model=s("gpt-x"), gen_ai__request__max_tokens=i(256),
+        gen_ai__usage__input_tokens=i(100), gen_ai__usage__output_tokens=i(20),
+        gen_ai__usage__cache_read__input_tokens=i(64), gen_ai__response__time_to_first_chunk={"doubleValue": 0.05},
+    ),
+)  # fmt: skip
+T1 = span(
+    "t1",
+    "a1",
+    "execute_tool read_file",
+    120,
+    300,
+    attrs(gen_ai__operation__name=s("execute_tool"), gen_ai__tool__name=s("read_file")),
+)
+T2 = span(
+    "t2", "a1", "execute_tool search", 125, 250, attrs(gen_ai__operation__name=s("execute_tool"), gen_ai__tool__name=s("search"))
+)
+# OpenLLMetry (traceloop) names: llm.request.type, gen_ai.usage.prompt_tokens / completion_tokens
+C2 = span(
+    "c2", "a1", "openai.chat", 310, 400,
+    attrs(llm__request__type=s("chat"), gen_ai__request__model=s("gpt-x"), gen_ai__usage__prompt_tokens=i(150),
+          gen_ai__usage__completion_tokens=i(30)),
+)  # fmt: skip
+T3 = span(
+    "t3", "a1", "execute_tool task", 410, 800, attrs(gen_ai__operation__name=s("execute_tool"), gen_ai__tool__name=s("task"))
+)
+SUB = span(
+    "s1",
+    "t3",
+    "invoke_agent explorer",
+    420,
+    790,
+    attrs(gen_ai__operation__name=s("invoke_agent"), gen_ai__agent__name=s("explorer")),
+)
+# OpenInference names: openinference.span.kind, llm.token_count.*, llm.model_name, llm.invocation_parameters
+E1 = span(
+    "e1", "s1", "ChatCompletion", 430, 500,
+    attrs(openinference__span__kind=s("LLM"), llm__model_name=s("gpt-y"), llm__token_count__prompt=i(40),
+          llm__token_count__completion=i(10), llm__token_count__prompt_details__cache_read=i(16),
+          llm__invocation_parameters=s('{"max_tokens": 64}')),
+)  # fmt: skip
+T4 = span("t4", "s1", "execute_tool grep", 510, 600, attrs(gen_ai__operation__name=s("execute_tool")))
+E2_INPUT = [
+    {"role": "user", "parts": [{"type": "text", "content": "Find the config loader."}]},
+    {
+        "role": "assistant",
+        "parts": [{"type": "tool_call", "id": "call_1", "name": "grep", "arguments": {"pattern": "load_config"}}],
+    },
+    {
+        "role": "tool",
+        "parts": [{"type": "tool_call_response", "id": "call_1", "response": "src/config.py:12: def load_config()"}],
+    },
+]
+E2_OUTPUT = [{"role": "assistant", "parts": [{"type": "text", "content": "It is in src/config.py."}], "finish_reason": "stop"}]
+E2 = span(
+    "e2", "s1", "chat gpt-y", 610, 700,
+    attrs(
+        gen_ai__operation__name=s("chat"), gen_ai__request__model=s("gpt-y"), gen_ai__usage__input_tokens=i(77),
+        gen_ai__usage__output_tokens=i(9), gen_ai__system_instructions=s('[{"type": "text", "content": "You explore code."}]'),
+        gen_ai__input__messages=s(json.dumps(E2_INPUT)), gen_ai__output__messages=s(json.dumps(E2_OUTPUT)),
+    ),
+)  # fmt: skip
+C3 = span(
+    "c3", "a1", "chat gpt-x", 810, 900,
+    attrs(gen_ai__operation__name=s("chat"), gen_ai__request__model=s("gpt-x"), gen_ai__usage__input_tokens=i(300),
+          gen_ai__usage__output_tokens=i(40)),
+    status={"code": 2, "message": "upstream 503"},
+)  # fmt: skip
+EMBED = span("m1", "a1", "embeddings text-embedding-3", 20, 30, attrs(gen_ai__operation__name=s("embeddings")))
+NO_USAGE = span("x1", None, "chat gpt-x", 2000, 2100, attrs(gen_ai__operation__name=s("chat")), trace=OTHER)
+
+LINES = [
+    line(C1, T1, EMBED),
+    line(T2, C2, E1),
+    '{"resourceSpans": [',  # line 3: cut short
+    line(T4, E2, SUB, T3),
+    line(C3, AGENT),
+    json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": [{"body": {"stringValue": "hi"}}]}]}]}),
+    line(NO_USAGE),  # line 7
+]
+
+
+@pytest.fixture
+def sample(tmp_path):
+    path = tmp_path / "spans.jsonl"
+    path.write_text("\n".join(LINES) + "\n")
+    return path
+
+
+def test_a_bad_line_is_one_line_naming_file_and_line(sample, tmp_path):
+    with pytest.raises(TraceError, match=r"^spans\.jsonl: line 3: not valid JSON$"):
+        import_otel(sample, tmp_path / "t.parquet")
+    assert not (tmp_path / "t.parquet").exists()
+
+
+def test_a_request_span_without_usage_or_content_names_line_span_and_field(tmp_path):
+    path = tmp_path / "spans.jsonl"
+    path.write_text(line(C1) + "\n" + line(NO_USAGE) + "\n")
+    with pytest.raises(TraceError) as e:
+        import_otel(path, tmp_path / "t.parquet")
+    assert str(e.value) == (
+        "spans.jsonl: line 2: span x1: a request span without an input token count or message content "
+        "(field 'gen_ai.usage.input_tokens')"
+    )
+
+
+def test_the_sample_maps_requests_sessions_tokens_and_edges(sample, tmp_path):
+    result = import_otel(sample, tmp_path / "t.parquet", skip_bad=True)
+    trace = read_trace(result.path)
+    df = trace.df
+    rows = {r["request_id"]: r for r in df.to_dicts()}
+    assert df["request_id"].to_list() == ["c1", "c2", "e1", "e2", "c3"]
+    assert trace.meta.t0_unix_us == (T0 + 10_000_000) // 1000
+    assert df["arrival_us"].to_list() == [0, 300_000, 420_000, 600_000, 800_000]
+    # sessions: the root agent's conversation id; the subagent's own span id, naming its spawner
+    assert [rows[r]["session_id"] for r in ("c1", "c2", "c3")] == ["conv-1"] * 3
+    assert rows["e1"]["session_id"] == rows["e2"]["session_id"] == "s1"
+    assert rows["e1"]["parent_session_id"] == "conv-1" and rows["c1"]["parent_session_id"] is None
+    assert [rows[r]["agent"] for r in ("c1", "e1")] == ["coder", "explorer"]
+    assert [rows[r]["turn"] for r in ("c1", "c2", "c3", "e1", "e2")] == [0, 1, 2, 0, 1]
+    assert rows["c3"]["parent_request_id"] == "c2"
+    # edges: the tool round (c1 asked for t1, t2; c2 follows), the spawn (c2 -> e1), the
+    # subagent's chain, and the join (c3 carries the subagent's last answer, e2)
+    assert {r: rows[r]["depends_on"] for r in rows} == {
+        "c1": [],
+        "c2": ["c1"],
+        "e1": ["c2"],
+        "e2": ["e1"],
+        "c3": ["c2", "e2"],
+    }
+    assert {r: rows[r]["wait_us"] for r in rows} == {
+        "c1": None,
+        "c2": 200_000,  # 310 - c1's end 110
+        "e1": 30_000,  # 430 - c2's end 400
+        "e2": 110_000,
+        "c3": 110_000,  # 810 - e2's end 700, the later of its two dependencies
+    }
+    # tokens in each naming style; token-only rows are synthesized, the content row is real text
+    assert [rows[r]["input_tokens"] for r in ("c1", "c2", "e1", "c3")] == [100, 150, 40, 300]
+    assert [rows[r]["output_tokens"] for r in ("c1", "c2", "e1", "e2", "c3")] == [20, 30, 10, 9, 40]
+    assert [rows[r]["cached_tokens"] for r in ("c1", "c2", "e1")] == [64, None, 16]
+    assert [rows[r]["max_tokens"] for r in ("c1", "c2", "e1")] == [256, 30, 64]
+    assert [rows[r]["model"] for r in ("c1", "e1")] == ["gpt-x", "gpt-y"]
+    assert rows["c1"]["ttft_us"] == 50_000 and rows["c1"]["e2e_us"] == 100_000
+    assert rows["c3"]["status"] == 500 and rows["c1"]["status"] == 200
+    assert all(rows[r]["body"] is None for r in ("c1", "c2", "e1", "c3"))
+    assert all(len(rows[r]["block_hashes"]) == rows[r]["input_tokens"] // 16 for r in rows)
+    body = json.loads(rows["e2"]["body"])
+    assert body["model"] == "gpt-y"
+    assert body["messages"] == [
+        {"role": "system", "content": "You explore code."},
+        {"role": "user", "content": "Find the config loader."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "grep", "arguments": '{"pattern":"load_config"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "src/config.py:12: def load_config()"},
+    ]
+    assert rows["e2"]["response"] == "It is in src/config.py." and rows["e2"]["tool_calls"] == []
+    assert rows["e2"]["input_tokens"] > 10  # from the text, as a request log's
+    # the whole trace replays without the text it lacks
+    assert trace.meta.redaction_policy == "none" and json.loads(trace.meta.synthesis)["rule"] == "prompt-vocab-1"
+    report = json.loads(trace.meta.import_report)
+    assert report["skipped_lines"] == 2 and [f["line"] for f in report["first_skipped"]] == [3, 7]
+    assert report["other_signal_lines"] == 1
+    assert report["spans_not_mapped"] == {"embeddings": 1}
+    assert report["tool_spans"] == 4 and report["tool_spans_linked"] == 4
+    assert report["spawns_linked"] == 1 and report["joins_linked"] == 1
+    assert report["attribute_styles"] == {"openinference": 1, "openllmetry": 1, "semconv": 3}
+    assert report["content_rows"] == 1 and report["synthesized_rows"] == 4
+    assert report["subagent_sessions"] == 1 and report["sessions"] == 2
+
+
+def test_cli_redacts_content_by_default_and_needs_a_key_only_for_it(sample, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("REPLAY_REDACT_KEY", raising=False)
+    out = tmp_path / "t.parquet"
+    assert main(["import", "otel", str(sample), "-o", str(out), "--skip-bad", "--quiet"]) == 2
+    assert "REPLAY_REDACT_KEY" in capsys.readouterr().err and not out.exists()
+    monkeypatch.setenv("REPLAY_REDACT_KEY", "otel-test-key-0123456789abcdef")
+    assert main(["import", "otel", str(sample), "-o", str(out), "--skip-bad", "--quiet"]) == 0
+    said = capsys.readouterr().out
+    assert "skipped 2 malformed lines (first: 3: not valid JSON)" in said and "(5 requests)" in said
+    trace = read_trace(out)
+    assert trace.meta.redaction_policy == "redacted" and trace.df.height == 5
+    # token-only spans need no key at all
+    monkeypatch.delenv("REPLAY_REDACT_KEY")
+    tokens_only = tmp_path / "tokens.jsonl"
+    tokens_only.write_text(line(C1, T1) + "\n" + line(C2, C3, AGENT) + "\n")
+    assert main(["import", "otel", str(tokens_only), "-o", str(out), "--quiet"]) == 0
+    trace = read_trace(out)
+    assert trace.meta.redaction_policy == "synthetic" and trace.df["body"].is_null().all()
+    assert trace.df["depends_on"].to_list() == [[], ["c1"], ["c2"]]
+
+
+def test_spans_of_one_trace_spread_far_apart_still_link(tmp_path):
+    """The root comes last, after many lines of other traces: the trace is held until then."""
+    path = tmp_path / "spans.jsonl"
+    filler = [
+        line(span(f"f{k}", None, "chat m", 5 + k, 6 + k, attrs(gen_ai__usage__input_tokens=i(8)), trace=f"{k:032x}"))
+        for k in range(40)
+    ]
+    path.write_text("\n".join([line(C1, T1, T2), *filler, line(C2, AGENT)]) + "\n")
+    df = read_trace(import_otel(path, tmp_path / "t.parquet").path).df
+    rows = {r["request_id"]: r for r in df.to_dicts()}
+    assert rows["c2"]["depends_on"] == ["c1"] and rows["c2"]["session_id"] == "conv-1"
+    assert df.height == 42 and df["arrival_us"].is_sorted()
+    assert pl.Series([rows[f"f{k}"]["session_id"] for k in range(40)]).n_unique() == 40
