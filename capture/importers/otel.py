@@ -60,8 +60,9 @@ already finished starts a new piece of it (counted: ``late_spans``); its ancesto
 piece are not known to it. A finished trace is reduced to a few numbers and short strings a
 request (its times, tokens, session, extra dependencies and, where it has content, where its line
 starts); its spans are dropped. After the file is read the requests are put in arrival order and
-the rows are written a chunk (:data:`CHUNK_ROWS`) at a time; a request with content is read
-again from its line (each line parsed once, its needed spans kept until their rows are written).
+the rows are written a chunk (:data:`CHUNK_ROWS` rows or :data:`CHUNK_HELD` block hashes) at a
+time; a request with content is read again from its line (each line parsed once, its needed spans
+kept until their rows are written).
 
 A malformed line (not JSON, not a ``TracesData`` object) or span (no ids, a bad time, a request
 without an input token count and without content, a count that is not a count) stops the import
@@ -101,8 +102,11 @@ SOURCE_FORMAT = "otlp-json"
 LINGER_LINES = 16
 # spans of unfinished traces held at most; past it the stalest trace is finished early
 MAX_PENDING_SPANS = 200_000
-# rows written per Parquet row group
+# a chunk of rows (one Parquet row group, what memory holds of the rows) ends at this many rows
+# or this many block hashes (a body's or answer's 8 characters count as one), whichever first:
+# an agent's contexts of 100k tokens make thousands of hashes a row
 CHUNK_ROWS = 8192
+CHUNK_HELD = 1 << 20
 # a session's latest requests kept to find the one that ended last before a new one
 RECENT_PER_SESSION = 32
 
@@ -964,9 +968,20 @@ def import_otel(
                 content.close()
         content = _Content(path, wanted)
         try:
-            for first in range(0, n, CHUNK_ROWS):
-                rows: dict[str, list] = defaultdict(list)
-                for i in order[first : first + CHUNK_ROWS].tolist():
+            rows: dict[str, list] = defaultdict(list)
+            held = 0  # block hashes and body characters in ``rows``
+            done = 0
+
+            def flush() -> None:
+                nonlocal rows, held, done
+                output.write(pl.DataFrame({name: pl.Series(rows[name], dtype=dtype) for name, dtype in _ROW_TYPES.items()}))
+                done += len(rows["request_id"])
+                rows, held = defaultdict(list), 0
+                if progress is not None:
+                    progress(done)
+
+            for start_at in range(0, n, CHUNK_ROWS):
+                for i in order[start_at : start_at + CHUNK_ROWS].tolist():
                     rid, sid = cols["request_id"][i], cols["session_id"][i]
                     start, end = reqs.start[i], reqs.end[i]
                     turn, parent, chain = links.add(rid, sid, start, end)
@@ -1024,9 +1039,11 @@ def import_otel(
                         ("tool_calls", calls),
                     ):
                         rows[name].append(value)
-                output.write(pl.DataFrame({name: pl.Series(rows[name], dtype=dtype) for name, dtype in _ROW_TYPES.items()}))
-                if progress is not None:
-                    progress(min(n, first + CHUNK_ROWS))
+                    held += len(hashes) + len(body_text or "") // 8 + len(response or "") // 8
+                    if len(rows["request_id"]) >= CHUNK_ROWS or held >= CHUNK_HELD:
+                        flush()
+            if rows["request_id"]:
+                flush()
         finally:
             content.close()
         not_mapped = dict(sorted(reader.ops.items()))
