@@ -37,7 +37,6 @@ from replay.runner import run_stage  # noqa: E402
 from replay.sim import SimConfig, embedded_profile, start_sim  # noqa: E402
 
 
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", type=int, default=16, help="root agent sessions")
