@@ -10,7 +10,8 @@ The **diagnostic sweep** (:meth:`optimizer.measure.EngineMeasure.diagnose`, run 
 campaign on the baseline): on one engine start, one stage at each of ``SWEEP_FACTORS`` (0.5, 1, 2)
 x the run's rate (with no rate, x its speedup), each with the run's own requests or duration,
 sampled stage by stage. :func:`diagnose_sweep` takes the diagnosis at the lowest rate where a
-bottleneck shows, else "not saturated" at the highest, and keeps every rate's evidence. A
+bottleneck shows, else the highest rate's ("not saturated" or "cannot tell"), and keeps every
+rate's evidence. A
 measure without a sweep is diagnosed from one stage (:func:`diagnose`). The bottlenecks:
 
 - **KV-bound**: requests were preempted, or KV usage reached ``KV_FULL`` (90%): memory for KV
@@ -23,6 +24,9 @@ measure without a sweep is diagnosed from one stage (:func:`diagnose`). The bott
   per-step token budget (chunked prefill) admits them slowly. Try a larger token budget first.
 - **cache-cold**: the prefix cache hit under ``COLD_HIT`` (10%) of its queries (or is off) while
   the workload offers reuse: try prefix caching first.
+- **cannot tell**: requests waited but no sample saw one running (the engine caught between
+  steps, or a running gauge it does not export): nothing says whether the batch was at its cap,
+  so neither batch-capped nor prefill-bound is named; knobs in the space's order.
 - otherwise **not saturated**: the engine kept up at this rate; knobs in the space's order.
 
 Every evidence line ends with the share of the requests' running time (in the engine, queueing
@@ -55,6 +59,8 @@ __all__ = [
 ]
 
 SAMPLE_S = 0.5
+# what a stage is diagnosed as when it names no bottleneck: the sweep looks past it to the next rate
+UNNAMED = ("not saturated", "cannot tell")
 KV_ROOM = 0.5
 COLD_HIT = 0.1
 # the diagnostic sweep's rates, as multiples of the run's rate
@@ -193,7 +199,8 @@ def diagnose_sweep(
     offered_reuse: float | None = None,
 ) -> Diagnosis:
     """The diagnosis of a sweep's stages (in rising rate: each with its rate, peaks and counters):
-    the one at the lowest rate where a bottleneck shows, else "not saturated" at the highest;
+    the one at the lowest rate where a bottleneck shows, else the highest rate's ("not saturated"
+    or "cannot tell");
     every rate's own, in ``sweep``."""
     if not sweep:
         raise ConfigError("diagnose_sweep: no stages")
@@ -201,7 +208,7 @@ def diagnose_sweep(
         diagnose(s.get("peaks", {}), s.get("counters", {}), config, max_num_seqs_default, names, offered_reuse) for s in sweep
     ]
     per_rate = [{**s, "bottleneck": d.bottleneck, "evidence": d.evidence} for s, d in zip(sweep, found)]
-    i = next((i for i, d in enumerate(found) if d.bottleneck != "not saturated"), len(found) - 1)
+    i = next((i for i, d in enumerate(found) if d.bottleneck not in UNNAMED), len(found) - 1)
     pick = diagnose(
         sweep[i].get("peaks", {}),
         sweep[i].get("counters", {}),
@@ -241,6 +248,15 @@ def _bottleneck(
             "batch-capped",
             f"max-num-seqs ({cap}) reached with up to {waiting:.0f} waiting while KV usage peaked at {kv_text}",
             _ordered(["max_num_seqs", "max_num_batched_tokens"], names),
+        )
+    if waiting > 0 and running <= 0:
+        # every sample that saw a request waiting saw none running: the engine was caught between
+        # steps (or its metrics lack the gauge), which says nothing of whether its batch was full
+        return Diagnosis(
+            "cannot tell",
+            f"up to {waiting:.0f} requests waited but no sample saw a request running: the engine's "
+            f"metrics cannot say what held them (KV usage peaked at {kv_text})",
+            list(names),
         )
     if waiting > 0 and (not cap or running < cap) and (kv is None or kv < KV_FULL):
         return Diagnosis(

@@ -42,6 +42,23 @@ def test_prefill_bound_when_requests_wait_under_the_cap():
     assert d.evidence.startswith("at 12 req/s: up to 4 requests waited while the batch peaked at 3 of 256")
 
 
+def test_waiting_with_no_request_ever_seen_running_is_neither_capped_nor_prefill_bound():
+    # vLLM under a cap of 1 (CI once): every sample caught the engine between steps, 15 waiting
+    # and none running; that says nothing of whether the batch was under its cap
+    for peaks in ({"running": 0, "waiting": 15, "kv_usage": 0.01}, {"waiting": 15}):
+        d = diagnose(peaks, SPLIT, {"max_num_seqs": 1}, 256, NAMES, rate=20)
+        assert d.bottleneck == "cannot tell" and d.order == NAMES, d
+        assert d.evidence.startswith("at 20 req/s: up to 15 requests waited but no sample saw a request running")
+    # the sweep looks past such a rate to the next one where a bottleneck shows
+    sweep = [stage(20, running=0, waiting=15), stage(40, running=1, waiting=30), stage(80, running=1, waiting=40)]
+    d = diagnose_sweep(sweep, {"max_num_seqs": 1}, 256, NAMES)
+    assert d.bottleneck == "batch-capped" and d.rate == 40
+    assert [s["bottleneck"] for s in d.sweep] == ["cannot tell", "batch-capped", "batch-capped"]
+    # and where no rate shows one, the highest rate's is named
+    d = diagnose_sweep([stage(2), stage(4, running=0, waiting=2)], {}, 256, NAMES)
+    assert d.bottleneck == "cannot tell" and d.rate == 4
+
+
 def test_cache_cold_when_caching_is_off_on_a_workload_with_reuse():
     d = diagnose(
         {"running": 1, "waiting": 0, "kv_usage": 0.1}, {}, {"enable_prefix_caching": False}, 256, NAMES, offered_reuse=0.5, rate=2
