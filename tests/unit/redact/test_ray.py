@@ -59,37 +59,53 @@ def _without_seconds(report: dict) -> dict:
     return {k: v for k, v in report.items() if k != "seconds"}
 
 
-def test_the_ray_path_writes_what_the_local_path_writes(cluster, raw_file, tmp_path):
+def test_the_cli_ray_path_writes_what_the_local_path_writes(cluster, raw_file, tmp_path, monkeypatch, capsys):
+    # `replay redact --ray` end to end (one Ray redaction serves the flag and the comparison)
     local = redact_file(raw_file, tmp_path / "local.parquet", KEY, processes=1)
-    seen = []
-    on_ray = redact_file_ray(
-        raw_file, tmp_path / "ray.parquet", KEY, actors=2, batch_rows=8, progress=lambda done, total: seen.append((done, total))
-    )
+    monkeypatch.setenv("REPLAY_REDACT_KEY", KEY.secret.decode())
+    assert main(["redact", str(raw_file), "-o", str(tmp_path / "ray.parquet"), "--ray", "--actors", "2", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "entities:" in printed and f"({local.written} requests)" in printed
     a, b = read_trace(tmp_path / "local.parquet"), read_trace(tmp_path / "ray.parquet")
     assert len(a) > 16 and a.df.equals(b.df)  # same rows, same surrogates, same order
     ma, mb = a.meta.to_metadata(), b.meta.to_metadata()
     ra, rb = json.loads(ma.pop("redaction_report")), json.loads(mb.pop("redaction_report"))
     assert ma == mb and mb["redaction_key"] == KEY.fingerprint
-    assert _without_seconds(ra) == _without_seconds(rb) == _without_seconds(on_ray.to_dict())
-    assert _without_seconds(local.to_dict()) == _without_seconds(on_ray.to_dict())
+    assert _without_seconds(ra) == _without_seconds(rb) == _without_seconds(local.to_dict())
     assert rb["entities"]["EMAIL_ADDRESS"] > 0 and rb["analysed"] < rb["texts"]
-    assert seen and seen[-1][0] == seen[-1][1] == on_ray.requests
+    assert main(["redact", str(raw_file), "-o", str(tmp_path / "p.parquet"), "--actors", "2"]) == 2
+    assert "--actors: only with --ray" in capsys.readouterr().err
 
 
 def test_the_ray_path_quarantines_what_makes_the_analyzer_raise(cluster, raw_file, tmp_path):
+    # batches of 8 rows over 2 actors: each actor sees some of the values, every row gets them all
     raw = read_trace(raw_file)
     bad = {rid for rid, body in zip(raw.df["request_id"], raw.df["body"]) if POISON in body}
     local = redact_file(raw_file, tmp_path / "local.parquet", KEY, processes=1, extra_recognizers=[RaisingRecognizer()])
+    seen = []
     on_ray = redact_file_ray(
-        raw_file, tmp_path / "ray.parquet", KEY, actors=2, batch_rows=8, extra_recognizers=[RaisingRecognizer()]
+        raw_file,
+        tmp_path / "ray.parquet",
+        KEY,
+        actors=2,
+        batch_rows=8,
+        extra_recognizers=[RaisingRecognizer()],
+        progress=lambda done, total: seen.append((done, total)),
     )
     assert len(bad) >= 2 and on_ray.quarantined == len(bad)
     assert on_ray.quarantine_reasons == {"RuntimeError": len(bad)}
     out = read_trace(tmp_path / "ray.parquet")
     assert set(out.df["request_id"]).isdisjoint(bad) and len(out) == len(raw) - len(bad)
     assert POISON not in "".join(out.df["body"].to_list())
-    assert out.df.equals(read_trace(tmp_path / "local.parquet").df)
+    want = read_trace(tmp_path / "local.parquet")
+    assert len(raw) > 16 and out.df.equals(want.df)  # same rows, same surrogates, same order
+    ma, mb = want.meta.to_metadata(), out.meta.to_metadata()
+    ra, rb = json.loads(ma.pop("redaction_report")), json.loads(mb.pop("redaction_report"))
+    assert ma == mb and mb["redaction_key"] == KEY.fingerprint
+    # the report returned is the one written, and the local path's
+    assert _without_seconds(ra) == _without_seconds(rb) == _without_seconds(on_ray.to_dict())
     assert _without_seconds(local.to_dict()) == _without_seconds(on_ray.to_dict())
+    assert seen and seen[-1][0] == seen[-1][1] == on_ray.requests
 
 
 class RaisesAlways(RaisingRecognizer):
@@ -102,16 +118,6 @@ def test_all_quarantined_writes_nothing(cluster, raw_file, tmp_path):
         redact_file_ray(raw_file, tmp_path / "out.parquet", KEY, actors=1, extra_recognizers=[RaisesAlways()])
     assert not (tmp_path / "out.parquet").exists()
     assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
-
-
-def test_cli_ray_flag(cluster, raw_file, tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("REPLAY_REDACT_KEY", KEY.secret.decode())
-    assert main(["redact", str(raw_file), "-o", str(tmp_path / "o.parquet"), "--ray", "--actors", "2", "--quiet"]) == 0
-    assert "entities:" in capsys.readouterr().out
-    out = read_trace(tmp_path / "o.parquet")
-    assert out.meta.redaction_key == KEY.fingerprint
-    assert main(["redact", str(raw_file), "-o", str(tmp_path / "p.parquet"), "--actors", "2"]) == 2
-    assert "--actors: only with --ray" in capsys.readouterr().err
 
 
 def test_a_bad_input_row_is_an_error_naming_the_file_and_nothing_is_written(cluster, raw_file, tmp_path):
