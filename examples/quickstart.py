@@ -31,7 +31,8 @@
 
 It prints where each artifact is; everything lands in results/quickstart/ (``--out``). About 8
 minutes on a 2-core machine; ``--short`` runs every step on 16 chats (about 2 minutes; what
-tests/e2e/test_quickstart.py runs; its whole-capture report is not required to be conclusive). Each step is
+tests/e2e/test_quickstart.py runs; its whole-capture report is not required to be conclusive, and
+its campaign does not measure the baseline again between candidates). Each step is
 the ``replay`` command a user would type (printed before it runs); a step that fails stops the
 quickstart with a non-zero exit.
 """
@@ -78,6 +79,9 @@ SIZES = {
         "trials": "1",
         "lag_bound_ms": "10",
         "campaign_requests": "60",
+        # the campaign's baseline is not measured again between candidates (a third drain of a
+        # baseline capped at one sequence; tests/unit/optimizer/test_campaign.py covers rechecks)
+        "recheck_every": "0",
     },
 }
 # the facets (fidelity.facets.FACETS) the replay of the whole capture must judge conclusively in
@@ -271,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         "5",
         "--retry-invalid",
         "2",
+        *(["--recheck-every", size["recheck_every"]] if "recheck_every" in size else []),
         "--out",
         str(out / "optimize"),
     )
