@@ -11,6 +11,7 @@ from typing import Any
 from capture.importers.azure import import_azure
 from capture.importers.burstgpt import import_burstgpt
 from capture.importers.claude_code import import_claude_code
+from capture.importers.codex import import_codex
 from capture.importers.langfuse import import_langfuse
 from capture.importers.litellm import import_litellm
 from capture.importers.logs import LOG_FORMATS, check_block_size, build_trace
@@ -49,8 +50,9 @@ def import_log(
     key: Any | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> ImportResult:
-    """Import a request log of ``format`` ("openai", "litellm", "langfuse" or "claude-code": a
-    session file or a folder of them, :mod:`capture.importers.claude_code`) into the Trace
+    """Import a request log of ``format`` ("openai", "litellm", "langfuse", or "claude-code" /
+    "codex": a session file or a folder of them, :mod:`capture.importers.claude_code`,
+    :mod:`capture.importers.codex`) into the Trace
     file ``out``, in two streaming passes (see the module docstring). Without ``key`` (a
     :class:`redact.key.RedactionKey`) the text is raw (``redaction_policy="none"``: redact it
     before sharing it); with one, each chunk is redacted before it is written.
@@ -76,6 +78,8 @@ def import_log(
         return import_litellm(path, out, **common)
     if format == "claude-code":
         return import_claude_code(path, out, **common)
+    if format == "codex":
+        return import_codex(path, out, **common)
     return import_langfuse(path, out, **common)
 
 
@@ -90,6 +94,7 @@ __all__ = [
     "import_burstgpt",
     "import_langfuse",
     "import_claude_code",
+    "import_codex",
     "import_litellm",
     "import_log",
     "import_mooncake",

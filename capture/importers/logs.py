@@ -74,7 +74,7 @@ if TYPE_CHECKING:
 __all__ = ["LOG_FORMATS", "LogIndex", "TokenCache", "scan_log", "write_log_trace", "build_trace", "check_block_size"]
 
 # the log formats :func:`capture.importers.import_log` reads (as the CLI spells them)
-LOG_FORMATS = ("openai", "litellm", "langfuse", "claude-code")
+LOG_FORMATS = ("openai", "litellm", "langfuse", "claude-code", "codex")
 # a chunk of rows (one Parquet row group, what memory holds of the rows) ends at this many rows
 # or this many characters of bodies and answers, whichever comes first
 CHUNK_ROWS = 8192

@@ -15,7 +15,7 @@ from replay.blocks import BLOCK_SIZE
 __all__ = ["register"]
 
 SYNTHETIC_FORMATS = ("azure", "burstgpt", "vidur", "mooncake")  # capture.importers.TOKEN_FORMATS
-LOG_FORMATS = ("openai", "litellm", "langfuse", "claude-code")  # capture.importers.LOG_FORMATS (kept light here)
+LOG_FORMATS = ("openai", "litellm", "langfuse", "claude-code", "codex")  # capture.importers.LOG_FORMATS (kept light here)
 SPAN_FORMATS = ("otel",)  # OpenTelemetry GenAI spans, OTLP/JSON (capture.importers.otel)
 IMPORT_FORMATS = SYNTHETIC_FORMATS + LOG_FORMATS + SPAN_FORMATS
 EXPORT_FORMATS = ("mooncake", "aiperf", "openai")  # capture.exporters.EXPORT_FORMATS
@@ -74,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "become token-only rows (docs/otel.md).",
     )
     p.add_argument("format", choices=IMPORT_FORMATS, help="the input format")
-    p.add_argument("path", type=Path, help="the input file (claude-code: a session file or a folder of them)")
+    p.add_argument("path", type=Path, help="the input file (claude-code, codex: a session file or a folder of them)")
     p.add_argument("-o", "--out", type=Path, required=True, help="Trace Parquet file to write")
     p.add_argument("--limit", type=int, help="import only the first N rows")
     p.add_argument("--tokenizer", default="gpt2", help="gpt2, qwen2 or a tokenizer.json path (default gpt2)")
