@@ -18,6 +18,7 @@ SYNTHETIC_FORMATS = ("azure", "burstgpt", "vidur", "mooncake")  # capture.import
 LOG_FORMATS = ("openai", "litellm", "langfuse", "claude-code", "codex")  # capture.importers.LOG_FORMATS (kept light here)
 SPAN_FORMATS = ("otel",)  # OpenTelemetry GenAI spans, OTLP/JSON (capture.importers.otel)
 IMPORT_FORMATS = SYNTHETIC_FORMATS + LOG_FORMATS + SPAN_FORMATS
+AUTO = "auto"  # the format found from the input's head (capture.importers.sniff)
 EXPORT_FORMATS = ("mooncake", "aiperf", "openai")  # capture.exporters.EXPORT_FORMATS
 
 
@@ -73,7 +74,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "content keep it (redacted as logs are; the key is asked for only then), the others "
         "become token-only rows (docs/otel.md).",
     )
-    p.add_argument("format", choices=IMPORT_FORMATS, help="the input format")
+    p.add_argument(
+        "format",
+        choices=(AUTO, *IMPORT_FORMATS),
+        help="the input format; auto: found from the file's CSV header or first JSON object (said on stderr)",
+    )
     p.add_argument("path", type=Path, help="the input file (claude-code, codex: a session file or a folder of them)")
     p.add_argument("-o", "--out", type=Path, required=True, help="Trace Parquet file to write")
     p.add_argument("--limit", type=int, help="import only the first N rows")
@@ -231,6 +236,11 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit: must be >= 1, got {args.limit}")
+    if args.format == AUTO:
+        from capture.importers.sniff import sniff
+
+        args.format = sniff(args.path)
+        print(f"{args.path.name}: importing as {args.format} (found by `auto`)", file=sys.stderr)
     if args.hash_block is not None and args.format != "mooncake":
         raise ConfigError("--hash-block: only for mooncake (the other formats have no hash ids)")
     if args.format in SPAN_FORMATS:

@@ -1,0 +1,95 @@
+"""Which format a file (or folder) to import is in: ``replay import auto PATH``.
+
+Owns :func:`sniff`. It reads the head of the input only (a CSV's header line; the first JSON
+object of a JSON Lines file, or of the first file of a folder), never the whole of it, and
+decides by the fields each format requires (the importers' own column and field names):
+
+- a folder: ``codex`` when it holds ``rollout-*.jsonl`` files, else ``claude-code`` when its
+  ``*.jsonl`` files are Claude Code sessions (below);
+- CSV (the first line has commas and no ``{``): ``azure`` (``TIMESTAMP``, ``ContextTokens``,
+  ``GeneratedTokens``), ``burstgpt`` (``Timestamp``, ``Request tokens``, ``Response tokens``),
+  ``vidur`` (``arrived_at``, ``num_prefill_tokens``, ``num_decode_tokens``);
+- JSON Lines, by the first object's keys: ``otel`` (``resourceSpans``), ``codex``
+  (``type`` ``session_meta`` / ``response_item`` / ``turn_context`` / ``event_msg`` with a
+  ``payload``), ``claude-code`` (``type`` ``user`` / ``assistant`` / ``summary`` with ``uuid`` or
+  ``leafUuid``), ``mooncake`` (``input_length`` and ``output_length``), ``litellm``
+  (``call_type``), ``langfuse`` (``type`` an observation kind with ``startTime``/``start_time``,
+  or ``traceId`` with ``startTime``), ``openai`` (``body``, or a Batch line's ``custom_id``);
+- an OTLP protobuf file (binary, not text) is ``otel``.
+
+Anything else is a one-line error naming the file and what was looked at.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from capture.importers.azure import AZURE_COLUMNS
+from capture.importers.burstgpt import BURSTGPT_COLUMNS
+from capture.importers.vidur import VIDUR_COLUMNS
+from replay.errors import TraceError
+
+__all__ = ["sniff"]
+
+HEAD_BYTES = 1 << 20  # the most read to find the first line / object
+_CODEX_TYPES = frozenset({"session_meta", "response_item", "turn_context", "event_msg", "compacted"})
+_CLAUDE_TYPES = frozenset({"user", "assistant", "summary", "system"})
+_LANGFUSE_TYPES = frozenset({"GENERATION", "SPAN", "EVENT"})
+
+
+def sniff(path: Path) -> str:
+    """The import format of ``path`` (an ``IMPORT_FORMATS`` name): see the module docstring."""
+    if path.is_dir():
+        if next(path.rglob("rollout-*.jsonl"), None) is not None:
+            return "codex"
+        first = next(iter(sorted(path.rglob("*.jsonl"))), None)
+        if first is not None and _json_format(first) == "claude-code":
+            return "claude-code"
+        raise TraceError(f"{path}: a folder of neither Codex rollouts (rollout-*.jsonl) nor Claude Code sessions (*.jsonl)")
+    if not path.is_file():
+        raise TraceError(f"{path}: no such file or folder")
+    with path.open("rb") as f:
+        head = f.read(HEAD_BYTES)
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return "otel"  # OTLP protobuf (binary); the importer checks its framing
+    line = next((x for x in text.splitlines() if x.strip()), "")
+    if not line:
+        raise TraceError(f"{path}: empty: no format to find")
+    if not line.lstrip().startswith("{"):
+        columns = {c.strip() for c in line.split(",")}
+        for name, need in (("azure", AZURE_COLUMNS), ("burstgpt", BURSTGPT_COLUMNS), ("vidur", VIDUR_COLUMNS)):
+            if set(need) <= columns:
+                return name
+        raise TraceError(f"{path}: a header of {sorted(columns)[:6]} is none of the CSV formats (azure, burstgpt, vidur)")
+    return _json_format(path, line)
+
+
+def _json_format(path: Path, line: str | None = None) -> str:
+    if line is None:
+        with path.open("rb") as f:
+            line = next((x.decode("utf-8", "replace") for x in f if x.strip()), "")
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        raise TraceError(f"{path}: line 1 is neither a CSV header nor a JSON object") from None
+    if not isinstance(obj, dict):
+        raise TraceError(f"{path}: line 1 is not a JSON object")
+    kind = obj.get("type")
+    if "resourceSpans" in obj:
+        return "otel"
+    if kind in _CODEX_TYPES and "payload" in obj:
+        return "codex"
+    if kind in _CLAUDE_TYPES and ("uuid" in obj or "leafUuid" in obj):
+        return "claude-code"
+    if "input_length" in obj and "output_length" in obj:
+        return "mooncake"
+    if "call_type" in obj:
+        return "litellm"
+    if (kind in _LANGFUSE_TYPES or "traceId" in obj or "trace_id" in obj) and ("startTime" in obj or "start_time" in obj):
+        return "langfuse"
+    if "body" in obj or "custom_id" in obj:
+        return "openai"
+    raise TraceError(f"{path}: line 1's fields ({', '.join(sorted(obj)[:8])}) are none of the formats replay imports")
