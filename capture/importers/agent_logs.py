@@ -2,7 +2,7 @@
 :mod:`capture.importers.codex`): finding the session files, reading their JSON lines, and turning
 the model calls found in them into a Trace through the request log importer.
 
-Owns :func:`session_files`, :func:`json_lines` and :func:`import_calls`. An agent's log holds no
+Owns :func:`session_files`, :func:`json_lines`, :func:`import_sessions` and :func:`import_calls`. An agent's log holds no
 request as it was sent: each format's module rebuilds every model call as an OpenAI request log
 line (``body``: the chat history the call was made with; ``response``: its answer and usage;
 ``timestamp`` and ``latency_ms``; ``session_id``), a session at a time, into a file beside the
@@ -29,7 +29,7 @@ from replay.trace import BLOCK_SIZE
 if TYPE_CHECKING:
     from capture.importers.tokens import ImportResult
 
-__all__ = ["session_files", "json_lines", "import_calls", "chat_completion", "Skips"]
+__all__ = ["session_files", "json_lines", "import_sessions", "import_calls", "chat_completion", "Skips"]
 
 
 class Skips:
@@ -84,6 +84,23 @@ def json_lines(path: Path, skips: Skips, skip_bad: bool, check: Callable[[dict],
                 skips.bad.append(f"{path.name}: line {n}: {e.describe()}")
                 continue
             yield obj
+
+
+def import_sessions(
+    path: Path,
+    pattern: str,
+    what: str,
+    calls_of: Callable[[Path, Skips, bool], Iterable[dict]],
+    out: str | os.PathLike[str],
+    *,
+    skip_bad: bool = False,
+    **kwargs: Any,
+) -> ImportResult:
+    """Import the session file ``path``, or the files matching ``pattern`` under the folder
+    ``path`` (``what`` they are, for the error when there are none): :func:`import_calls` of the
+    calls ``calls_of(file, skips, skip_bad)`` finds in each."""
+    files = session_files(path, pattern, what)
+    return import_calls(files, lambda file, skips: calls_of(file, skips, skip_bad), out, **kwargs)
 
 
 def import_calls(

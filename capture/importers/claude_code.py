@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from capture.importers.agent_logs import Skips, chat_completion, import_calls, json_lines, session_files
+from capture.importers.agent_logs import Skips, chat_completion, import_sessions, json_lines
 from capture.importers.records import LineError, parse_time_us
 from replay.trace import BLOCK_SIZE
 
@@ -188,11 +188,13 @@ def import_claude_code(
 ) -> ImportResult:
     """Import a Claude Code session file, or a folder of them, into the Trace file ``out`` (see
     the module docstring; raw text unless ``key`` is given)."""
-    files = session_files(Path(path), "*.jsonl", "Claude Code session files")
-    return import_calls(
-        files,
-        lambda file, skips: session_requests(file, skips, skip_bad),
+    return import_sessions(
+        Path(path),
+        "*.jsonl",
+        "Claude Code session files",
+        session_requests,
         out,
+        skip_bad=skip_bad,
         source_format=SOURCE_FORMAT,
         report_key="claude_code",
         tokenizer=tokenizer,

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from capture.importers.agent_logs import Skips, chat_completion, import_calls, json_lines, session_files
+from capture.importers.agent_logs import Skips, chat_completion, import_sessions, json_lines
 from capture.importers.records import LineError, parse_time_us
 from replay.trace import BLOCK_SIZE
 
@@ -187,11 +187,13 @@ def import_codex(
 ) -> ImportResult:
     """Import a Codex CLI rollout file, or a folder of them (``rollout-*.jsonl`` under it), into
     the Trace file ``out`` (see the module docstring; raw text unless ``key`` is given)."""
-    files = session_files(Path(path), "rollout-*.jsonl", "Codex rollout files")
-    return import_calls(
-        files,
-        lambda file, skips: rollout_requests(file, skips, skip_bad),
+    return import_sessions(
+        Path(path),
+        "rollout-*.jsonl",
+        "Codex rollout files",
+        rollout_requests,
         out,
+        skip_bad=skip_bad,
         source_format=SOURCE_FORMAT,
         report_key="codex",
         tokenizer=tokenizer,

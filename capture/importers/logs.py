@@ -71,7 +71,17 @@ from replay.trace import APIS, BLOCK_SIZE, Trace, TraceMeta, TraceWriter, read_m
 if TYPE_CHECKING:
     from capture.importers.tokens import ImportResult
 
-__all__ = ["LOG_FORMATS", "LogIndex", "TokenCache", "scan_log", "write_log_trace", "build_trace", "check_block_size"]
+__all__ = [
+    "LOG_FORMATS",
+    "ROW_TYPES",
+    "LogIndex",
+    "TokenCache",
+    "TraceOutput",
+    "scan_log",
+    "write_log_trace",
+    "build_trace",
+    "check_block_size",
+]
 
 # the log formats :func:`capture.importers.import_log` reads (as the CLI spells them)
 LOG_FORMATS = ("openai", "litellm", "langfuse", "claude-code", "codex")
@@ -387,7 +397,7 @@ class _Rows:
     def frame(self) -> pl.DataFrame:
         """The rows added since the last call."""
         cols, self._cols, self.chars = self._cols, defaultdict(list), 0
-        return pl.DataFrame({name: pl.Series(cols[name], dtype=dtype) for name, dtype in _ROW_TYPES.items()})
+        return pl.DataFrame({name: pl.Series(cols[name], dtype=dtype) for name, dtype in ROW_TYPES.items()})
 
     def meta(self, source_format: str, report: dict | None) -> TraceMeta:
         """The metadata, once every row was added: the import report ends with the sessions."""
@@ -411,7 +421,9 @@ class _Rows:
         )
 
 
-_ROW_TYPES: dict[str, pl.DataType | type[pl.DataType]] = {
+# the columns of an imported row and their types before the Trace's validation (the span
+# importer, capture.importers.otel, adds the agent's name)
+ROW_TYPES: dict[str, pl.DataType | type[pl.DataType]] = {
     "request_id": pl.String,
     "session_id": pl.String,
     "parent_request_id": pl.String,
@@ -461,7 +473,7 @@ def build_trace(
     return Trace(validate(rows.frame(), meta, source), meta)
 
 
-class _Output:
+class TraceOutput:
     """The Trace file being written, a frame at a time: as it is, or (with a redaction key)
     redacted first, :data:`redact.pipeline.ROW_BATCH` rows at a time
     (:class:`redact.pipeline.Redactor`; quarantined rows are left out), so no raw text is
@@ -479,7 +491,7 @@ class _Output:
             self.accounts = Accounts()
             self.started = time.perf_counter()
 
-    def __enter__(self) -> _Output:
+    def __enter__(self) -> TraceOutput:
         return self
 
     def __exit__(self, kind, value, tb) -> None:
@@ -545,7 +557,7 @@ def write_log_trace(
         redaction_policy="none",
     )
     done = 0
-    with _Output(out, start, key) as output:
+    with TraceOutput(out, start, key) as output:
         if output.redactor is not None:
             # first pass: analyse every text, learning every value found and every message name,
             # before any row is written (a value found in a later request is replaced in

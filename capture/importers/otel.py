@@ -84,7 +84,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
-from capture.importers.logs import TokenCache, _Output, check_block_size
+from capture.importers.logs import ROW_TYPES, TokenCache, TraceOutput, check_block_size
 from capture.importers.records import BadLines, LineError
 from replay.blocks import HASH_ALGO, block_hashes
 from replay.bodies import body_json, text_slots
@@ -946,7 +946,7 @@ def import_otel(
         except LineError as e:
             raise TraceError(f"{source}: line {cols['line'][i]}: span {cols['request_id'][i]}: {e.describe()}") from None
 
-    with _Output(out, meta, key) as output:
+    with TraceOutput(out, meta, key) as output:
         if output.redactor is not None:
             # every text analysed before any row is written (a value found later is replaced in
             # earlier rows too), as the request-log importers do
@@ -1084,27 +1084,4 @@ def import_otel(
     return ImportResult(out, rows_written, meta, redaction)
 
 
-_ROW_TYPES: dict[str, pl.DataType | type[pl.DataType]] = {
-    "request_id": pl.String,
-    "session_id": pl.String,
-    "parent_request_id": pl.String,
-    "turn": pl.Int32,
-    "api": pl.String,
-    "model": pl.String,
-    "arrival_us": pl.Int64,
-    "body": pl.String,
-    "input_tokens": pl.Int64,
-    "output_tokens": pl.Int64,
-    "max_tokens": pl.Int64,
-    "block_hashes": pl.List(pl.UInt64),
-    "cached_tokens": pl.Int64,
-    "status": pl.Int64,
-    "ttft_us": pl.Int64,
-    "e2e_us": pl.Int64,
-    "response": pl.String,
-    "depends_on": pl.List(pl.String),
-    "wait_us": pl.Int64,
-    "parent_session_id": pl.String,
-    "agent": pl.String,
-    "tool_calls": pl.List(pl.Int32),
-}
+_ROW_TYPES: dict[str, pl.DataType | type[pl.DataType]] = {**ROW_TYPES, "agent": pl.String}
