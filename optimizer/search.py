@@ -68,9 +68,14 @@ class CoordinateDescent:
         self._direction = 1  # +1 up, -1 down
         self._since_win = 0  # knobs visited since the last win
 
+    def _current(self, name: str) -> Any:
+        """The incumbent's value of ``name``: the knob's default where it leaves it out (the
+        engine runs at it, so the search steps away from it rather than measuring it again)."""
+        return self.incumbent.get(name, self.space.dimension(name).knob.default)
+
     def _neighbour(self, name: str, direction: int) -> dict[str, Any] | None:
         values = self.space.dimension(name).values
-        current = self.incumbent.get(name)
+        current = self._current(name)
         i = values.index(current) if current in values else len(values) // 2
         j = i + direction if current in values else i
         while 0 <= j < len(values):
@@ -106,7 +111,7 @@ class CoordinateDescent:
         if verdict == "better" and value is not None and (best is None or value > best):
             name = self.order[line[0]]
             values = self.space.dimension(name).values
-            old, new = self.incumbent.get(name), proposal.config.get(name)
+            old, new = self._current(name), proposal.config.get(name)
             up = old not in values or new not in values or values.index(new) > values.index(old)
             self.incumbent = dict(proposal.config)
             self._knob, self._direction = line[0], 1 if up else -1  # keep going the same way

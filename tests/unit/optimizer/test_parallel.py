@@ -111,6 +111,21 @@ def test_coordinate_descent_asked_ahead_goes_further_along_the_line():
     assert cd.incumbent == third.config and cd.ask().config["max_num_batched_tokens"] == 2048
 
 
+def test_coordinate_descent_does_not_measure_a_knob_s_default_spelled_out_again():
+    # the incumbent leaves gpu_memory_utilization at its default (0.9): {0.9 spelled out} is the
+    # same engine config, so the line of that knob proposes 0.05 and nothing else
+    from optimizer import Space
+    from replay.sim import KNOBS
+
+    s = Space.of("sim", KNOBS, {"max_num_seqs": [2, 16], "gpu_memory_utilization": [0.9, 0.05]})
+    cd = CoordinateDescent(s, {"max_num_seqs": 16}, order=["gpu_memory_utilization", "max_num_seqs"])
+    asked = []
+    while (p := cd.ask()) is not None:
+        asked.append(p.config)
+        cd.tell(p, "invalid" if p.config.get("gpu_memory_utilization") == 0.05 else "same", None)
+    assert asked == [{"max_num_seqs": 16, "gpu_memory_utilization": 0.05}, {"max_num_seqs": 2}]
+
+
 def test_measurements_as_ray_tasks(tmp_path):
     ray = pytest.importorskip("ray")
     if ray.is_initialized():
