@@ -1,7 +1,12 @@
-"""Importer of OpenTelemetry GenAI spans in OTLP/JSON files into a Trace file.
+"""Importer of OpenTelemetry GenAI spans in OTLP/JSON or OTLP protobuf files into a Trace file.
 
-Owns :func:`import_otel`. The input is what the OpenTelemetry Collector's file exporter writes
-(and :class:`opentelemetry.proto` encodes as JSON): one ``TracesData`` object a line,
+Owns :func:`import_otel` (and :func:`traces_from_protobuf`, :func:`check_span`, which the OTLP
+receiver :mod:`capture.otlp` shares). The input is what the OpenTelemetry Collector's file exporter
+writes. With ``format: proto``: each ``TracesData`` protobuf message after its length as a 4-byte
+big-endian unsigned integer (:func:`framing` tells the two apart by the first byte: below 0x09,
+a length prefix), each message decoded by ``opentelemetry-proto`` into the object a JSON line holds
+(:func:`traces_from_protobuf`), so everything below is one code path. With ``format: json``
+(and what :class:`opentelemetry.proto` encodes as JSON): one ``TracesData`` object a line,
 ``{"resourceSpans": [{"resource": ..., "scopeSpans": [{"scope": ..., "spans": [...]}]}]}``; a
 span has ``traceId``, ``spanId``, ``parentSpanId``, ``name``, ``startTimeUnixNano`` /
 ``endTimeUnixNano`` (decimal strings or numbers), ``attributes`` (``[{"key", "value":
@@ -72,6 +77,7 @@ with ``FILE: line N: span S: <what> (field 'x')``; ``skip_bad`` skips and counts
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from array import array
@@ -79,7 +85,7 @@ from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 import polars as pl
@@ -95,9 +101,20 @@ from replay.trace import BLOCK_SIZE, TraceMeta, read_meta
 if TYPE_CHECKING:
     from capture.importers.tokens import ImportResult
 
-__all__ = ["import_otel", "LINGER_LINES", "MAX_PENDING_SPANS", "CHUNK_ROWS", "SOURCE_FORMAT"]
+__all__ = [
+    "import_otel",
+    "framing",
+    "traces_from_protobuf",
+    "check_span",
+    "LINGER_LINES",
+    "MAX_PENDING_SPANS",
+    "CHUNK_ROWS",
+    "SOURCE_FORMAT",
+    "SOURCE_FORMAT_PROTOBUF",
+]
 
 SOURCE_FORMAT = "otlp-json"
+SOURCE_FORMAT_PROTOBUF = "otlp-protobuf"
 # a trace whose root span was read is finished this many lines later
 LINGER_LINES = 16
 # spans of unfinished traces held at most; past it the stalest trace is finished early
@@ -371,6 +388,103 @@ def _line_spans(obj: Any) -> Iterator[Any] | None:
 
 
 # ---------------------------------------------------------------------------------------------
+# the file's records: OTLP/JSON lines or length-prefixed OTLP protobuf messages
+
+JSON, PROTOBUF = "json", "protobuf"
+# a protobuf file's first byte is the high byte of a big-endian length: below 0x09 for a first
+# message under 144 MiB, a byte no text file (JSON lines) starts with
+_PROTOBUF_FIRST_BYTE_BELOW = 0x09
+_ID_FIELDS = ("traceId", "spanId", "parentSpanId")
+
+
+def framing(path: Path) -> str:
+    """:data:`PROTOBUF` when the file's first byte is below 0x09 (a length prefix), else
+    :data:`JSON` (an empty file too)."""
+    with path.open("rb") as f:
+        first = f.read(1)
+    return PROTOBUF if first and first[0] < _PROTOBUF_FIRST_BYTE_BELOW else JSON
+
+
+def traces_from_protobuf(data: bytes) -> dict:
+    """An OTLP protobuf ``TracesData`` (or ``ExportTraceServiceRequest``: the same message on
+    the wire) as the OTLP/JSON object a file line holds: protobuf's JSON mapping
+    (lowerCamelCase names, 64-bit integers as decimal strings, enums as numbers) with the span
+    ids in hex, as the OTLP/JSON encoding writes them."""
+    from google.protobuf.json_format import MessageToDict
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+
+    try:
+        message = TracesData.FromString(data)
+    except DecodeError:
+        raise LineError("is not an OTLP protobuf TracesData message") from None
+    obj = MessageToDict(message, use_integers_for_enums=True)
+    for rs in obj.get("resourceSpans", ()):
+        for ss in rs.get("scopeSpans", ()):
+            for span in ss.get("spans", ()):
+                for name in _ID_FIELDS:
+                    if span.get(name):
+                        span[name] = base64.b64decode(span[name]).hex()
+    obj.setdefault("resourceSpans", [])
+    return obj
+
+
+def _records(f: BinaryIO, kind: str) -> Iterator[tuple[int, int, bytes | LineError]]:
+    """``(number, byte offset, payload)`` of each record of an open file: its non-blank lines
+    (numbered as lines, blank ones counted) or its protobuf messages (numbered from 1), a
+    message cut short (the file ends inside it) as a :class:`LineError` and the last record."""
+    if kind == JSON:
+        offset = 0
+        for number, raw in enumerate(f, start=1):
+            start, offset = offset, offset + len(raw)
+            if raw.strip():
+                yield number, start, raw
+        return
+    size = os.fstat(f.fileno()).st_size
+    offset, number = 0, 0
+    while offset < size:
+        number += 1
+        head = f.read(4)
+        if len(head) < 4:
+            yield number, offset, LineError(f"cut short: {len(head)} bytes of a 4-byte length prefix at byte {offset}")
+            return
+        length = int.from_bytes(head, "big")
+        if offset + 4 + length > size:
+            yield (
+                number,
+                offset,
+                LineError(f"cut short: its length prefix says {length} bytes, {size - offset - 4} follow (byte {offset})"),
+            )
+            return
+        yield number, offset, f.read(length)
+        offset += 4 + length
+
+
+def _decode(payload: bytes, kind: str) -> Any:
+    """A record's object (:func:`_line_spans` reads it)."""
+    if kind == PROTOBUF:
+        return traces_from_protobuf(payload)
+    try:
+        return json.loads(payload)
+    except ValueError:
+        raise LineError("not valid JSON") from None
+
+
+def _read_at(f: BinaryIO, offset: int, kind: str) -> Any:
+    """The object of the record at ``offset`` (read again for its content)."""
+    f.seek(offset)
+    if kind == JSON:
+        return json.loads(f.readline())
+    return traces_from_protobuf(f.read(int.from_bytes(f.read(4), "big")))
+
+
+def check_span(raw: Any) -> None:
+    """Raise :class:`LineError` (``span S: <what>``, with the field) for a span object the import
+    would reject: the receiver (:mod:`capture.otlp`) answers with it."""
+    _span(raw, 0, 0, 0, Counter())
+
+
+# ---------------------------------------------------------------------------------------------
 # the first pass: spans grouped by trace, each trace reduced to its requests when finished
 
 
@@ -424,7 +538,8 @@ class _Reader:
 
     def __init__(self, path: Path, skip_bad: bool, limit: int | None) -> None:
         self.path = path
-        self.bad = BadLines(path.name, skip_bad)
+        self.kind = framing(path) if path.is_file() else JSON
+        self.bad = BadLines(path.name, skip_bad, "line" if self.kind == JSON else "message")
         self.limit = limit
         self.requests = _Requests()
         self.pending: dict[str, _Pending] = {}
@@ -444,21 +559,15 @@ class _Reader:
             f = self.path.open("rb")
         except OSError as e:
             raise TraceError(f"{source}: cannot read ({e.strerror or e})") from e
-        offset = 0
         with f:
-            for number, raw in enumerate(f, start=1):
-                start, offset = offset, offset + len(raw)
+            for number, start, raw in _records(f, self.kind):
                 if self.limit is not None and len(self.requests) >= self.limit:
                     break
-                if not raw.strip():
-                    continue
                 self.report["lines_read"] += 1
                 try:
-                    try:
-                        obj = json.loads(raw)
-                    except ValueError:
-                        raise LineError("not valid JSON") from None
-                    spans = _line_spans(obj)
+                    if isinstance(raw, LineError):
+                        raise raw
+                    spans = _line_spans(_decode(raw, self.kind))
                 except LineError as e:
                     self.bad.bad(number, e)
                     continue
@@ -669,8 +778,9 @@ class _Content:
     a line is parsed once, and those of its spans that rows still need are kept until each is
     taken (``wanted``: line offset -> the ordinals of the spans needed from it)."""
 
-    def __init__(self, path: Path, wanted: dict[int, set[int]]) -> None:
+    def __init__(self, path: Path, kind: str, wanted: dict[int, set[int]]) -> None:
         self.f = path.open("rb")
+        self.kind = kind
         self.wanted = wanted
         self.kept: dict[int, dict[int, dict]] = {}
 
@@ -680,8 +790,7 @@ class _Content:
     def take(self, offset: int, ordinal: int) -> dict:
         line = self.kept.get(offset)
         if line is None:
-            self.f.seek(offset)
-            spans = _line_spans(json.loads(self.f.readline()))
+            spans = _line_spans(_read_at(self.f, offset, self.kind))
             assert spans is not None
             wanted = self.wanted[offset]
             line = self.kept[offset] = {i: s for i, s in enumerate(spans) if i in wanted}
@@ -895,10 +1004,11 @@ def import_otel(
     source = path.name
     reader = _Reader(path, skip_bad, limit)
     reader.read()
+    source_format = SOURCE_FORMAT if reader.kind == JSON else SOURCE_FORMAT_PROTOBUF
     reqs = reader.requests
     n = len(reqs) if limit is None else min(limit, len(reqs))
     report: dict[str, Any] = {
-        "format": SOURCE_FORMAT,
+        "format": source_format,
         "lines_read": reader.report["lines_read"],
         "spans_read": reader.report["spans_read"],
         "records_imported": n,
@@ -924,7 +1034,7 @@ def import_otel(
     synthesis = Synthesis(seed=seed) if content_rows < n else None
     meta = TraceMeta(
         t0_unix_us=t0_us,
-        source_format=SOURCE_FORMAT,
+        source_format=source_format,
         tokenizer=tokenizer,
         block_size_tokens=block_size,
         hash_algo=HASH_ALGO,
@@ -944,13 +1054,15 @@ def import_otel(
         try:
             return _content(raw, cols["api"][i], cols["model"][i], cols["max_tokens"][i])
         except LineError as e:
-            raise TraceError(f"{source}: line {cols['line'][i]}: span {cols['request_id'][i]}: {e.describe()}") from None
+            raise TraceError(
+                f"{source}: {reader.bad.unit} {cols['line'][i]}: span {cols['request_id'][i]}: {e.describe()}"
+            ) from None
 
     with TraceOutput(out, meta, key) as output:
         if output.redactor is not None:
             # every text analysed before any row is written (a value found later is replaced in
             # earlier rows too), as the request-log importers do
-            content = _Content(path, wanted)
+            content = _Content(path, reader.kind, wanted)
             try:
                 texts: list[str] = []
                 for i in order.tolist():
@@ -966,7 +1078,7 @@ def import_otel(
                 output.redactor.learn(texts, [])
             finally:
                 content.close()
-        content = _Content(path, wanted)
+        content = _Content(path, reader.kind, wanted)
         try:
             rows: dict[str, list] = defaultdict(list)
             held = 0  # block hashes and body characters in ``rows``
@@ -1071,7 +1183,7 @@ def import_otel(
         )
         final = TraceMeta(
             t0_unix_us=t0_us,
-            source_format=SOURCE_FORMAT,
+            source_format=source_format,
             tokenizer=tokenizer,
             block_size_tokens=block_size,
             hash_algo=HASH_ALGO,

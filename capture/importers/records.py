@@ -91,16 +91,17 @@ class BadLines:
     (field 'x')``, or with ``skip_bad`` each is skipped and counted (the first few kept with
     their line numbers and reasons) for the import report. Every line importer uses this."""
 
-    def __init__(self, source: str, skip_bad: bool) -> None:
+    def __init__(self, source: str, skip_bad: bool, unit: str = "line") -> None:
         self.source = source
         self.skip_bad = skip_bad
+        self.unit = unit  # what a numbered record is called in the message ("message" in a protobuf file)
         self.count = 0
         self.first: list[dict] = []
 
     def bad(self, line: int, error: LineError) -> None:
         """Raise :class:`~replay.errors.TraceError` for ``line``, or (skip_bad) count it."""
         if not self.skip_bad:
-            raise TraceError(f"{self.source}: line {line}: {error.describe()}") from None
+            raise TraceError(f"{self.source}: {self.unit} {line}: {error.describe()}") from None
         self.count += 1
         if len(self.first) < REPORT_FIRST_SKIPPED:
             self.first.append({"line": line, "reason": error.describe()})

@@ -15,7 +15,8 @@ decides by the fields each format requires (the importers' own column and field 
   ``leafUuid``), ``mooncake`` (``input_length`` and ``output_length``), ``litellm``
   (``call_type``), ``langfuse`` (``type`` an observation kind with ``startTime``/``start_time``,
   or ``traceId`` with ``startTime``), ``openai`` (``body``, or a Batch line's ``custom_id``);
-- an OTLP protobuf file (binary, not text) is ``otel``.
+- an OTLP protobuf file (binary, not text: its first byte below 0x09, a length prefix, or bytes
+  that are not UTF-8) is ``otel``.
 
 Anything else is a one-line error naming the file and what was looked at.
 """
@@ -51,6 +52,8 @@ def sniff(path: Path) -> str:
         raise TraceError(f"{path}: no such file or folder")
     with path.open("rb") as f:
         head = f.read(HEAD_BYTES)
+    if head and head[0] < 0x09:
+        return "otel"  # a big-endian length prefix: OTLP protobuf (capture.importers.otel.framing)
     try:
         text = head.decode("utf-8")
     except UnicodeDecodeError:

@@ -1,4 +1,5 @@
-"""`replay capture`: the recording proxy in front of an OpenAI-compatible server, until Ctrl-C."""
+"""`replay capture`: the recording proxy in front of an OpenAI-compatible server, or (``--otlp``)
+the OTLP/HTTP receiver of an application's OpenTelemetry spans, until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -13,6 +14,24 @@ from capture.recorder import REDACT_PROCESSES, CaptureConfig
 # the flags' defaults are the library's (capture.recorder.CaptureConfig)
 _D = {f.name: f.default for f in fields(CaptureConfig)}
 _D["redact_processes"] = REDACT_PROCESSES  # the field's default_factory
+# the defaults of the proxy's own flags as the parser sets them (checked with --otlp)
+_PARSER_DEFAULTS = {
+    "listen": ("127.0.0.1", 8080),
+    "sample": _D["sample"],
+    "session_header": _D["session_header"],
+    "key_file": None,
+    "redact_processes": _D["redact_processes"],
+    "redact_ray": _D["redact_ray"],
+    "queue": _D["queue_size"],
+    "backlog_mb": _D["backlog_mb"],
+    "segment_rows": _D["segment_rows"],
+    "segment_seconds": _D["segment_seconds"],
+    "timeout": _D["read_timeout_s"],
+    "tls_cert": None,
+    "tls_key": None,
+    "ca_cert": None,
+    "insecure": False,
+}
 
 __all__ = ["register"]
 
@@ -36,10 +55,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         "redacted with the key from $REPLAY_REDACT_KEY or --key-file before anything is "
         "written, headers and query strings are never stored. Recording runs beside "
         "the traffic: if it falls behind, records are dropped and counted (in /metrics "
-        "and the trace's metadata), never the requests. Stop with Ctrl-C (or SIGTERM).",
-        epilog="example: replay capture --upstream http://127.0.0.1:8000 --listen 127.0.0.1:8080 --out capture/",
+        "and the trace's metadata), never the requests. Stop with Ctrl-C (or SIGTERM). "
+        "With --otlp instead of --upstream: an OTLP/HTTP receiver (POST /v1/traces, protobuf or "
+        "JSON, gzip) that spools each request's spans to DIR/spool.jsonl, fsynced before it "
+        "answers, without their text unless --no-redact, and on stop imports the spool into "
+        "DIR/trace.parquet as `replay import otel` does (docs/otel.md).",
+        epilog="examples: replay capture --upstream http://127.0.0.1:8000 --listen 127.0.0.1:8080 --out capture/; "
+        "replay capture --otlp 127.0.0.1:4318 --out spans/",
     )
-    p.add_argument("--upstream", required=True, help="the server's base URL, e.g. http://127.0.0.1:8000")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--upstream", help="the server's base URL, e.g. http://127.0.0.1:8000")
+    target.add_argument(
+        "--otlp",
+        type=_host_port,
+        metavar="HOST:PORT",
+        help="receive OpenTelemetry spans over OTLP/HTTP here (4318 is OTLP/HTTP's port; 0 = any free) "
+        "instead of proxying; point the application's OTLP exporter at http://HOST:PORT",
+    )
     p.add_argument(
         "--listen",
         type=_host_port,
@@ -140,9 +172,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_capture)
 
 
+# the proxy's own flags, refused with --otlp when set (dest, flag)
+_PROXY_ONLY = (
+    ("listen", "--listen"),
+    ("sample", "--sample"),
+    ("session_header", "--session-header"),
+    ("key_file", "--key-file"),
+    ("redact_processes", "--redact-processes"),
+    ("redact_ray", "--redact-ray"),
+    ("queue", "--queue"),
+    ("backlog_mb", "--backlog-mb"),
+    ("segment_rows", "--segment-rows"),
+    ("segment_seconds", "--segment-seconds"),
+    ("timeout", "--timeout"),
+    ("tls_cert", "--tls-cert"),
+    ("tls_key", "--tls-key"),
+    ("ca_cert", "--ca-cert"),
+    ("insecure", "--insecure"),
+)
+
+
 def cmd_capture(args: argparse.Namespace) -> int:
     from replay.errors import ConfigError
 
+    if args.otlp is not None:
+        return _otlp(args)
     if not 0 < args.sample <= 1:
         raise ConfigError(f"--sample: must be in (0, 1], got {args.sample}")
     for flag, value in (
@@ -232,4 +286,39 @@ def cmd_capture(args: argparse.Namespace) -> int:
         ),
         file=sys.stderr,
     )
+    return 0
+
+
+def _otlp(args: argparse.Namespace) -> int:
+    from capture.otlp import SPOOL_FILE, OtlpConfig, run_otlp
+    from replay.errors import ConfigError
+
+    for dest, flag in _PROXY_ONLY:
+        if getattr(args, dest) != _PARSER_DEFAULTS[dest]:
+            raise ConfigError(f"{flag}: only with --upstream (the proxy), not --otlp")
+    if args.block_size < 1:
+        raise ConfigError(f"--block-size: must be >= 1, got {args.block_size}")
+    if args.out.exists() and not args.out.is_dir():
+        raise ConfigError(f"--out {args.out}: exists and is not a folder")
+    host, port = args.otlp
+    cfg = OtlpConfig(
+        out=args.out, host=host, port=port, keep_content=args.no_redact, tokenizer=args.tokenizer, block_size=args.block_size
+    )
+
+    def ready(receiver) -> None:
+        print(
+            f"receiving OTLP/HTTP spans on {receiver.url}/v1/traces; spooling into {args.out / SPOOL_FILE}"
+            + (" (RAW TEXT: --no-redact keeps the spans' message content)" if args.no_redact else " (without their text)"),
+            flush=True,
+        )
+
+    counts, result = run_otlp(cfg, on_ready=ready)
+    summary = (
+        f"received {counts.get('requests', 0)} export requests, {counts.get('spans_spooled', 0)} spans spooled "
+        f"({counts.get('spans_rejected', 0)} rejected as malformed)"
+    )
+    if result is None:
+        print(f"{summary}; no spans, no trace written", file=sys.stderr)
+    else:
+        print(f"{summary}; wrote {result.path} ({result.rows} requests)", file=sys.stderr)
     return 0

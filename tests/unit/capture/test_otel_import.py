@@ -12,6 +12,7 @@ a chat span with neither usage nor content.
 from __future__ import annotations
 
 import json
+import re
 
 import polars as pl
 import pytest
@@ -283,3 +284,78 @@ def test_spans_of_one_trace_spread_far_apart_still_link(tmp_path):
     assert rows["c2"]["depends_on"] == ["c1"] and rows["c2"]["session_id"] == "conv-1"
     assert df.height == 42 and df["arrival_us"].is_sorted()
     assert pl.Series([rows[f"f{k}"]["session_id"] for k in range(40)]).n_unique() == 40
+
+
+# ---------------------------------------------------------------------------------------------
+# OTLP protobuf files: the collector file exporter's `format: proto` framing
+
+
+def _hex_ids(obj):
+    """The sample's line with its span ids as 8 bytes in hex (protobuf ids are bytes)."""
+    obj = json.loads(obj)
+    for rs in obj["resourceSpans"]:
+        for sc in rs["scopeSpans"]:
+            for sp in sc["spans"]:
+                for name in ("spanId", "parentSpanId"):
+                    if sp.get(name):
+                        sp[name] = sp[name].encode().hex().rjust(16, "0")
+    return obj
+
+
+def _framed(objs) -> bytes:
+    """Each object as a protobuf TracesData: a 4-byte big-endian length, then the message."""
+    import base64
+
+    from google.protobuf.json_format import ParseDict
+    from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+
+    out = b""
+    for obj in objs:
+        obj = json.loads(json.dumps(obj))
+        for rs in obj["resourceSpans"]:
+            for sc in rs["scopeSpans"]:
+                for sp in sc["spans"]:
+                    for name in ("traceId", "spanId", "parentSpanId"):
+                        sp[name] = base64.b64encode(bytes.fromhex(sp.get(name) or "")).decode()
+        data = ParseDict(obj, TracesData()).SerializeToString()
+        out += len(data).to_bytes(4, "big") + data
+    return out
+
+
+TRACE_LINES = [_hex_ids(LINES[i]) for i in (0, 1, 3, 4)]  # the sample's well-formed trace lines
+
+
+def test_a_protobuf_file_imports_as_its_json_lines_do(tmp_path):
+    json_path, proto_path = tmp_path / "spans.jsonl", tmp_path / "spans.pb"
+    json_path.write_text("".join(json.dumps(o) + "\n" for o in TRACE_LINES))
+    proto_path.write_bytes(_framed(TRACE_LINES))
+    from_json = import_otel(json_path, tmp_path / "j.parquet")
+    from_proto = import_otel(proto_path, tmp_path / "p.parquet")
+    assert (from_json.meta.source_format, from_proto.meta.source_format) == ("otlp-json", "otlp-protobuf")
+    a, b = read_trace(from_json.path).df, read_trace(from_proto.path).df
+    assert a.height == 5 and a.equals(b)
+    assert b["body"].null_count() == 4 and "Find the config loader." in b["body"].drop_nulls()[0]  # e2's content, read again
+    report_a, report_b = json.loads(from_json.meta.import_report), json.loads(from_proto.meta.import_report)
+    assert {k: v for k, v in report_b.items() if k != "format"} == {k: v for k, v in report_a.items() if k != "format"}
+
+
+def test_a_protobuf_message_cut_short_or_not_protobuf_is_one_line(tmp_path):
+    good = _framed(TRACE_LINES)
+    path = tmp_path / "spans.pb"
+    path.write_bytes(good + _framed([_hex_ids(line(NO_USAGE.copy() | {"spanId": "x1"}))])[:-5])
+    with pytest.raises(TraceError) as e:
+        import_otel(path, tmp_path / "t.parquet")
+    assert re.fullmatch(
+        r"spans\.pb: message 5: cut short: its length prefix says \d+ bytes, \d+ follow \(byte \d+\)", str(e.value)
+    )
+    assert not (tmp_path / "t.parquet").exists()
+    # skipped and counted with --skip-bad
+    result = import_otel(path, tmp_path / "t.parquet", skip_bad=True)
+    report = json.loads(result.meta.import_report)
+    assert result.rows == 5 and report["skipped_lines"] == 1 and report["first_skipped"][0]["line"] == 5
+    path.write_bytes(good[: 4 + int.from_bytes(good[:4], "big")] + b"\x00\x00\x00\x03\xff\xff\xff")
+    with pytest.raises(TraceError, match=r"^spans\.pb: message 2: is not an OTLP protobuf TracesData message$"):
+        import_otel(path, tmp_path / "t.parquet")
+    path.write_bytes(good + b"\x00\x00")
+    with pytest.raises(TraceError, match=r"^spans\.pb: message 5: cut short: 2 bytes of a 4-byte length prefix at byte \d+$"):
+        import_otel(path, tmp_path / "t.parquet")

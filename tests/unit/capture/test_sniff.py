@@ -46,6 +46,9 @@ def test_folders_of_agent_sessions_and_protobuf_files(sessions, rollouts, tmp_pa
     binary = tmp_path / "spans.pb"
     binary.write_bytes(b"\x00\x00\x01\x0a\xff\xfe\x80")
     assert sniff(binary) == "otel"
+    # a small message whose bytes happen to be UTF-8: its length prefix tells
+    binary.write_bytes(b"\x00\x00\x00\x04\x0a\x02\x0a\x00")
+    assert sniff(binary) == "otel"
 
 
 def test_what_is_no_format_is_one_line_naming_the_file(tmp_path):
