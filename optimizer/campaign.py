@@ -38,13 +38,15 @@ judged config again (a failed one is a dead end).
 from __future__ import annotations
 
 import hashlib
+import inspect
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from optimizer.diagnosis import Diagnosis, diagnose, diagnose_sweep
+from optimizer.diagnosis import Diagnosis, diagnose, diagnose_sweep, names_bottleneck
 from optimizer.hypotheses import check, hypothesis, observed
 from optimizer.ledger import Entry, Ledger, hardware_id
 from optimizer.pool import Measure, Pool, SerialPool
@@ -405,6 +407,16 @@ class Campaign:
         sweep = getattr(self._measure, "diagnose", None)
         if sweep is None:
             return []
+        if "stop" in inspect.signature(sweep).parameters:
+            # no stage past the first that names a bottleneck: diagnose_sweep would not look at it
+            done_at = partial(
+                names_bottleneck,
+                config=self.baseline,
+                max_num_seqs_default=self._default_seqs(),
+                names=self.space.names,
+                offered_reuse=self.offered_reuse,
+            )
+            sweep = partial(sweep, stop=done_at)
         t = self.pool.map(sweep, [self.baseline])[0]
         self._gpu_s += t.seconds * self.gpus
         self.ledger.record(self.baseline, "diagnosis", t.measurement, started=t.started, finished=t.started + t.seconds)

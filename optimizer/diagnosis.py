@@ -9,7 +9,8 @@ was seen at, and the order in which the knobs are worth trying.
 The **diagnostic sweep** (:meth:`optimizer.measure.EngineMeasure.diagnose`, run once per
 campaign on the baseline): on one engine start, one stage at each of ``SWEEP_FACTORS`` (0.5, 1, 2)
 x the run's rate (with no rate, x its speedup), each with the run's own requests or duration,
-sampled stage by stage. :func:`diagnose_sweep` takes the diagnosis at the lowest rate where a
+sampled stage by stage, stopping at the first stage that names a bottleneck
+(:func:`names_bottleneck`). :func:`diagnose_sweep` takes the diagnosis at the lowest rate where a
 bottleneck shows, else the highest rate's ("not saturated" or "cannot tell"), and keeps every
 rate's evidence. A
 measure without a sweep is diagnosed from one stage (:func:`diagnose`). The bottlenecks:
@@ -54,6 +55,7 @@ __all__ = [
     "Diagnosis",
     "diagnose",
     "diagnose_sweep",
+    "names_bottleneck",
     "counter_deltas",
     "phase_split",
 ]
@@ -189,6 +191,19 @@ def diagnose(
     found = _bottleneck(peaks, counters, config, max_num_seqs_default, names, offered_reuse)
     at = "" if rate is None else f"{_rate(rate)}: "
     return Diagnosis(found.bottleneck, f"{at}{found.evidence}; {phase_split(counters)}", found.order, rate)
+
+
+def names_bottleneck(
+    stage: Mapping[str, Any],
+    config: Mapping[str, Any],
+    max_num_seqs_default: int | None,
+    names: list[str],
+    offered_reuse: float | None = None,
+) -> bool:
+    """Whether a sweep stage names a bottleneck (not "not saturated" or "cannot tell"): the
+    diagnostic sweep stops there, as :func:`diagnose_sweep` takes the lowest such rate."""
+    found = diagnose(stage.get("peaks", {}), stage.get("counters", {}), config, max_num_seqs_default, names, offered_reuse)
+    return found.bottleneck not in UNNAMED
 
 
 def diagnose_sweep(

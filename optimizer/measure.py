@@ -118,13 +118,15 @@ class EngineMeasure:
         if self.reference is None and answers is not None:
             self.reference = list(answers)
 
-    def diagnose(self, config: Mapping[str, Any]) -> Measurement:
+    def diagnose(self, config: Mapping[str, Any], stop: Callable[[dict], bool] | None = None) -> Measurement:
         """The diagnostic sweep of ``config`` (:mod:`optimizer.diagnosis`): on one start of the
         engine, a stage at each of ``SWEEP_FACTORS`` x the run's rate (with no rate: x its
-        speedup), each with the run's requests or duration and its own metric sampler. It has no
-        value: ``details["sweep"]`` holds one entry per rate (rate, factor, peaks, the counters over
-        the stage, goodput, throughput, sent, completed, valid). Invalid when the engine failed to
-        start or a stage failed; the stages run before it are kept."""
+        speedup), each with the run's requests or duration and its own metric sampler, until
+        ``stop(stage)`` says a stage is enough (the campaign's: it named a bottleneck, which the
+        higher rates would not change). It has no value: ``details["sweep"]`` holds one entry per
+        rate run (rate, factor, peaks, the counters over the stage, goodput, throughput, sent,
+        completed, valid). Invalid when the engine failed to start or a stage failed; the stages
+        run before it are kept."""
         from optimizer.diagnosis import SWEEP_FACTORS
 
         try:
@@ -138,6 +140,8 @@ class EngineMeasure:
                     stages.append(self._sweep_stage(running, factor))
                 except ReplayError as e:
                     return Measurement(None, f"the replay failed at {factor:g} x the rate: {e}", {"sweep": stages})
+                if stop is not None and stop(stages[-1]):
+                    break
         return Measurement(None, None, {"sweep": stages})
 
     @staticmethod

@@ -186,6 +186,32 @@ def test_a_campaign_sweeps_its_baseline_once_and_reads_it_back_when_resumed(tmp_
     again.close()
 
 
+class Stopping(Sweeping):
+    """A measure whose sweep runs its stages until the campaign's ``stop`` says one is enough."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ran: list[float] = []
+
+    def diagnose(self, config, stop=None) -> Measurement:
+        stages = []
+        for s in (stage(1), stage(2, running=2, waiting=3), stage(4, running=2, waiting=6)):
+            stages.append(s)
+            self.ran.append(s["rate"])
+            if stop is not None and stop(s):
+                break
+        return Measurement(None, None, {"sweep": stages})
+
+
+def test_the_sweep_stops_at_the_first_rate_that_names_a_bottleneck(tmp_path):
+    measure = Stopping()
+    c = campaign(tmp_path, measure)
+    c.start()
+    assert measure.ran == [1, 2], "no stage after the one that named the cap"
+    assert c.diagnosis.bottleneck == "batch-capped" and c.diagnosis.rate == 2 and len(c.diagnosis.sweep) == 2
+    c.close()
+
+
 def test_a_failed_sweep_falls_back_to_the_first_run_and_is_not_retried(tmp_path):
     measure = Sweeping(fails=True)
     c = campaign(tmp_path, measure)
@@ -226,10 +252,11 @@ def test_a_batch_capped_baseline_is_named_with_the_rate_of_its_sweep(tmp_path):
     finally:
         c.close()
     d = c.diagnosis
-    assert [s["rate"] for s in d.sweep] == [8 * f for f in SWEEP_FACTORS]
+    # the sweep stops at the first rate that names a bottleneck: the diagnosis's
+    rates = [s["rate"] for s in d.sweep]
+    assert rates == [8 * f for f in SWEEP_FACTORS][: len(rates)]
     assert d.bottleneck == "batch-capped", d.sweep
-    first = next(s for s in d.sweep if s["bottleneck"] != "not saturated")
-    assert d.rate == first["rate"]
+    assert d.rate == rates[-1] and all(s["bottleneck"] in ("not saturated", "cannot tell") for s in d.sweep[:-1])
     assert d.evidence.startswith(f"at {d.rate:.3g} req/s: max-num-seqs (1) reached with up to")
     for s in d.sweep:  # every stage ran all its requests, and the engine's counters are the stage's own
         assert s["sent"] == s["completed"] == 16 and s["counters"]["requests_finished"] == 16
