@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from capture.importers.agent_logs import Skips, chat_completion, import_sessions, json_lines
-from capture.importers.records import LineError, parse_time_us
+from capture.importers.records import LineError, content_text, parse_time_us
 from replay.trace import BLOCK_SIZE
 
 if TYPE_CHECKING:
@@ -66,11 +66,7 @@ def _check(obj: dict) -> None:
 
 
 def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(c.get("text", "") for c in content if isinstance(c, dict) and isinstance(c.get("text"), str))
-    return ""
+    return content_text(content) or ""
 
 
 def _is_answer(item: dict) -> bool:
