@@ -19,12 +19,15 @@ from capture.importers.mooncake import import_mooncake
 from capture.importers.openai_log import import_openai
 from capture.importers.otel import import_otel
 from capture.importers.records import LogRecord, Usage
+from capture.importers.servegen import import_servegen
+from capture.importers.sharegpt import THINK_TIME_S, import_sharegpt
 from capture.importers.tokens import ImportResult
 from capture.importers.vidur import import_vidur
 from replay.trace import BLOCK_SIZE
 
 # the token-only formats (as the CLI spells them) and their importers
 TOKEN_FORMATS = {"azure": import_azure, "burstgpt": import_burstgpt, "vidur": import_vidur, "mooncake": import_mooncake}
+TOKEN_FORMATS["servegen"] = import_servegen  # a folder of per-client distributions, sampled (seeded)
 
 
 def import_token_trace(format: str, path, out, **kwargs) -> ImportResult:
@@ -49,6 +52,8 @@ def import_log(
     limit: int | None = None,
     key: Any | None = None,
     progress: Callable[[int], None] | None = None,
+    sharegpt_mode: str = "single",
+    think_s: float = THINK_TIME_S,
 ) -> ImportResult:
     """Import a request log of ``format`` ("openai", "litellm", "langfuse", or "claude-code" /
     "codex": a session file or a folder of them, :mod:`capture.importers.claude_code`,
@@ -59,6 +64,8 @@ def import_log(
 
     ``rate`` (req/s) and ``seed`` space an OpenAI Batch input file's requests as a seeded
     Poisson process (it has no times); ``limit`` keeps the first N requests of the file.
+    "sharegpt" (:mod:`capture.importers.sharegpt`) needs ``rate`` too (requests, or with
+    ``sharegpt_mode="multi"`` conversations, per second; ``think_s`` between turns).
     """
     from replay.errors import ConfigError
 
@@ -70,6 +77,8 @@ def import_log(
     )  # the keyword arguments the three log importers share
     if format == "openai":
         return import_openai(path, out, rate=rate, seed=seed, **common)
+    if format == "sharegpt":
+        return import_sharegpt(path, out, mode=sharegpt_mode, rate=rate, think_s=think_s, seed=seed, **common)
     if format not in LOG_FORMATS:
         raise ConfigError(f"log format '{format}' unknown (known: {', '.join(LOG_FORMATS)})")
     if rate is not None:
@@ -100,6 +109,8 @@ __all__ = [
     "import_mooncake",
     "import_openai",
     "import_otel",
+    "import_servegen",
+    "import_sharegpt",
     "import_token_trace",
     "import_vidur",
 ]

@@ -110,6 +110,7 @@ def import_calls(
     *,
     source_format: str,
     report_key: str,
+    report: dict | None = None,
     tokenizer: str = "gpt2",
     block_size: int = BLOCK_SIZE,
     limit: int | None = None,
@@ -119,7 +120,8 @@ def import_calls(
     """Write the model calls ``calls_of(file, skips)`` finds in each of ``files`` (OpenAI request
     log lines) beside ``out``, import them into the Trace file ``out`` and remove them; the
     import report's ``report_key`` entry says what the session files held besides (:class:`Skips`)
-    and the prompt tokens their usage recorded."""
+    and the prompt tokens their usage recorded, and holds ``report``'s entries (read once the
+    calls are written)."""
     out = Path(out)
     skips = Skips()
     recorded_prompt = 0
@@ -132,7 +134,7 @@ def import_calls(
                     recorded_prompt += usage["prompt_tokens"] if usage else 0
                     f.write(json.dumps(line, separators=(",", ":")) + "\n")
         index = scan_log(log, parse_openai_line, skip_bad=False, limit=limit)
-        index.report[report_key] = skips.report(len(files), recorded_prompt)
+        index.report[report_key] = {**skips.report(len(files), recorded_prompt), **(report or {})}
         return write_log_trace(
             index,
             parse_openai_line,

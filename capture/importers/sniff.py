@@ -4,8 +4,10 @@ Owns :func:`sniff`. It reads the head of the input only (a CSV's header line; th
 object of a JSON Lines file, or of the first file of a folder), never the whole of it, and
 decides by the fields each format requires (the importers' own column and field names):
 
-- a folder: ``codex`` when it holds ``rollout-*.jsonl`` files, else ``claude-code`` when its
-  ``*.jsonl`` files are Claude Code sessions (below);
+- a folder: ``servegen`` when it holds ServeGen client files (``chunk-*-trace.csv``), else
+  ``codex`` when it holds ``rollout-*.jsonl`` files, else ``claude-code`` when its ``*.jsonl``
+  files are Claude Code sessions (below);
+- a JSON array (the file starts with ``[``) whose first object has ``conversations``: ``sharegpt``;
 - CSV (the first line has commas and no ``{``): ``azure`` (``TIMESTAMP``, ``ContextTokens``,
   ``GeneratedTokens``), ``burstgpt`` (``Timestamp``, ``Request tokens``, ``Response tokens``),
   ``vidur`` (``arrived_at``, ``num_prefill_tokens``, ``num_decode_tokens``);
@@ -28,6 +30,8 @@ from pathlib import Path
 
 from capture.importers.azure import AZURE_COLUMNS
 from capture.importers.burstgpt import BURSTGPT_COLUMNS
+from capture.importers.servegen import SERVEGEN_TRACE_GLOB
+from capture.importers.sharegpt import first_array_item
 from capture.importers.vidur import VIDUR_COLUMNS
 from replay.errors import TraceError
 
@@ -42,6 +46,8 @@ _LANGFUSE_TYPES = frozenset({"GENERATION", "SPAN", "EVENT"})
 def sniff(path: Path) -> str:
     """The import format of ``path`` (an ``IMPORT_FORMATS`` name): see the module docstring."""
     if path.is_dir():
+        if next(path.glob(SERVEGEN_TRACE_GLOB), None) is not None:
+            return "servegen"
         if next(path.rglob("rollout-*.jsonl"), None) is not None:
             return "codex"
         first = next(iter(sorted(path.rglob("*.jsonl"))), None)
@@ -61,6 +67,11 @@ def sniff(path: Path) -> str:
     line = next((x for x in text.splitlines() if x.strip()), "")
     if not line:
         raise TraceError(f"{path}: empty: no format to find")
+    if line.lstrip().startswith("["):
+        first = first_array_item(text)
+        if isinstance(first, dict) and "conversations" in first:
+            return "sharegpt"
+        raise TraceError(f"{path}: a JSON array, but its first item has no 'conversations' (sharegpt)")
     if not line.lstrip().startswith("{"):
         columns = {c.strip() for c in line.split(",")}
         for name, need in (("azure", AZURE_COLUMNS), ("burstgpt", BURSTGPT_COLUMNS), ("vidur", VIDUR_COLUMNS)):

@@ -14,8 +14,9 @@ from replay.blocks import BLOCK_SIZE
 
 __all__ = ["register"]
 
-SYNTHETIC_FORMATS = ("azure", "burstgpt", "vidur", "mooncake")  # capture.importers.TOKEN_FORMATS
-LOG_FORMATS = ("openai", "litellm", "langfuse", "claude-code", "codex")  # capture.importers.LOG_FORMATS (kept light here)
+SYNTHETIC_FORMATS = ("azure", "burstgpt", "vidur", "mooncake", "servegen")  # capture.importers.TOKEN_FORMATS
+# capture.importers.LOG_FORMATS (kept light here)
+LOG_FORMATS = ("openai", "litellm", "langfuse", "claude-code", "codex", "sharegpt")
 SPAN_FORMATS = ("otel",)  # OpenTelemetry GenAI spans, OTLP/JSON (capture.importers.otel)
 IMPORT_FORMATS = SYNTHETIC_FORMATS + LOG_FORMATS + SPAN_FORMATS
 AUTO = "auto"  # the format found from the input's head (capture.importers.sniff)
@@ -80,7 +81,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=(AUTO, *IMPORT_FORMATS),
         help="the input format; auto: found from the file's CSV header or first JSON object (said on stderr)",
     )
-    p.add_argument("path", type=Path, help="the input file (claude-code, codex: a session file or a folder of them)")
+    p.add_argument(
+        "path",
+        type=Path,
+        help="the input file (claude-code, codex: a session file or a folder of them; servegen: a client folder)",
+    )
     p.add_argument("-o", "--out", type=Path, required=True, help="Trace Parquet file to write")
     p.add_argument("--limit", type=int, help="import only the first N rows")
     p.add_argument("--tokenizer", default="gpt2", help="gpt2, qwen2 or a tokenizer.json path (default gpt2)")
@@ -104,7 +109,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--rate",
         type=float,
-        help="openai: an OpenAI Batch input file has no times; space its requests as a Poisson process of R req/s",
+        help="openai: an OpenAI Batch input file has no times; space its requests as a Poisson process of R req/s; "
+        "sharegpt (required): R requests/s, or with --sharegpt-mode multi R conversations/s",
+    )
+    p.add_argument(
+        "--sharegpt-mode",
+        choices=("single", "multi"),
+        help="sharegpt: single (default; vLLM bench's reading: prompt = the first message, reference "
+        "output = the second, vLLM's length filters) or multi (chunks rejoined by id, each "
+        "conversation a session of chat turns: history + next user message, output = the reply)",
+    )
+    p.add_argument(
+        "--think-time",
+        type=float,
+        help="sharegpt multi: seconds between a conversation's turns (after the previous answer in a "
+        "dag replay; default 10, ShareGPT records none)",
+    )
+    p.add_argument(
+        "--duration",
+        type=float,
+        help="servegen: seconds of workload to sample from the clients' windows (default: all of them)",
     )
     p.add_argument("--key-file", type=Path, help="logs: file holding the redaction key (default: $REPLAY_REDACT_KEY)")
     p.add_argument(
@@ -244,6 +268,13 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(f"{args.path.name}: importing as {args.format} (found by `auto`)", file=sys.stderr)
     if args.hash_block is not None and args.format != "mooncake":
         raise ConfigError("--hash-block: only for mooncake (the other formats have no hash ids)")
+    for flag, value, fmt in (
+        ("--sharegpt-mode", args.sharegpt_mode, "sharegpt"),
+        ("--think-time", args.think_time, "sharegpt"),
+        ("--duration", args.duration, "servegen"),
+    ):
+        if value is not None and args.format != fmt:
+            raise ConfigError(f"{flag}: only for {fmt}")
     if args.format in SPAN_FORMATS:
         return _import_spans(args)
     if args.format in SYNTHETIC_FORMATS:
@@ -270,6 +301,11 @@ def cmd_import(args: argparse.Namespace) -> int:
         key = load_key(args.key_file)  # before reading the input: no key, no work
     from capture.importers import import_log
 
+    sharegpt: dict = {}  # the sharegpt options given
+    if args.sharegpt_mode is not None:
+        sharegpt["sharegpt_mode"] = args.sharegpt_mode
+    if args.think_time is not None:
+        sharegpt["think_s"] = args.think_time
     return _import(
         args,
         lambda progress: import_log(
@@ -284,6 +320,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             limit=args.limit,
             key=key,
             progress=progress,
+            **sharegpt,
         ),
     )
 
@@ -363,6 +400,8 @@ def _import_synthetic(args: argparse.Namespace) -> int:
         kwargs["block_size"] = args.block_size
     if args.hash_block is not None:
         kwargs["hash_block"] = args.hash_block
+    if args.duration is not None:
+        kwargs["duration"] = args.duration
     return _import(args, lambda progress: import_token_trace(args.format, args.path, args.out, progress=progress, **kwargs))
 
 
