@@ -18,7 +18,8 @@ The workload is sampled window by window, every client of the window at once, so
 out in arrival order (:func:`capture.importers.tokens.write_token_trace` streams them). In a
 window of ``W`` seconds with rate ``r`` a client sends ``n = round(r * W)`` requests: as
 ServeGen's ``_sample_iats`` does, the count is fixed by the rate, the gaps are drawn from the
-window's pattern and rescaled to fill the window (which keeps the pattern's CV); ServeGen draws
+window's pattern and rescaled to fill the window (which keeps the pattern's CV; the ``cv``
+column is checked, not drawn from); ServeGen draws
 ``ceil(r * W)`` gaps and keeps the arrivals before the window's end (the last lands on the end),
 this draws ``n + 1`` gaps and keeps the first ``n`` arrivals. Each request's lengths are drawn
 from its window's distributions (only values of positive probability); a multimodal request's

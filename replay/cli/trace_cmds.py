@@ -74,7 +74,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "text_completion span, sessions and subagents from invoke_agent spans, dependencies and "
         "waits from execute_tool spans, tokens from the usage attributes; spans with message "
         "content keep it (redacted as logs are; the key is asked for only then), the others "
-        "become token-only rows (docs/otel.md).",
+        "become token-only rows (docs/otel.md). "
+        "sharegpt: one JSON array read a record at a time, real text as a log's, arrivals from --rate; "
+        "servegen: a folder of per-client distributions, sampled into a seeded token-only workload "
+        "(docs/formats.md).",
     )
     p.add_argument(
         "format",
