@@ -71,8 +71,15 @@ MODES = ("single", "multi")
 THINK_TIME_S = 10.0  # multi: seconds between a turn and the next (ShareGPT records none)
 # vLLM's is_valid_sequence: the least prompt / completion tokens, the most prompt and total
 MIN_TOKENS, MAX_PROMPT_TOKENS, MAX_TOTAL_TOKENS = 4, 1024, 2048
-ROLES = {"human": "user", "user": "user", "gpt": "assistant", "bing": "assistant", "chatgpt": "assistant"}
-ROLES |= {"bard": "assistant", "system": "system"}
+ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "bing": "assistant",
+    "chatgpt": "assistant",
+    "bard": "assistant",
+    "system": "system",
+}
 READ_CHARS = 1 << 20  # characters read from the file at a time
 MAX_RECORD_CHARS = 256 << 20  # a record longer than this is malformed JSON
 _SPACE = re.compile(r"\s*")
