@@ -35,7 +35,10 @@ Building (:func:`write_log_trace`, :func:`build_trace`):
   ``max_completion_tokens`` or ``max_tokens``, else ``output_tokens``. ``response`` is the
   recorded answer text as logged; bodies are stored as compact JSON, exactly as logged
   (``stream`` included where the log has it).
-- Sessions: the rule of :mod:`capture.importers.linker` (:class:`SessionLinker`).
+- Sessions: the rule of :mod:`capture.importers.linker` (:class:`SessionLinker`); where a
+  record states its dependencies (``LogRecord.depends_on`` not None: a source with an explicit
+  graph), they, its ``wait_us`` and ``parent_session_id`` replace the linker's edges (the
+  session, turn and parent stay the linker's).
 - Metadata: ``redaction_policy="none"`` (raw text), ``import_report`` a JSON object: lines
   read, records imported, skipped lines (count and the first few with line numbers and
   reasons), lines that were not requests by kind, and how sessions were found.
@@ -384,10 +387,11 @@ class _Rows:
             ("ttft_us", rec.ttft_us),
             ("e2e_us", rec.e2e_us),
             ("response", rec.response),
-            ("depends_on", link.depends_on),
-            ("wait_us", link.wait_us),
-            ("parent_session_id", link.parent_session_id),
+            ("depends_on", link.depends_on if rec.depends_on is None else list(rec.depends_on)),
+            ("wait_us", link.wait_us if rec.depends_on is None else rec.wait_us),
+            ("parent_session_id", link.parent_session_id if rec.depends_on is None else rec.parent_session_id),
             ("tool_calls", calls),
+            ("outcome", rec.outcome),
         ):
             self._cols[name].append(value)
 
@@ -445,6 +449,7 @@ ROW_TYPES: dict[str, pl.DataType | type[pl.DataType]] = {
     "wait_us": pl.Int64,
     "parent_session_id": pl.String,
     "tool_calls": pl.List(pl.Int32),
+    "outcome": pl.String,
 }
 
 

@@ -72,6 +72,13 @@ class LogRecord:
     e2e_us: int | None = None
     status: int | None = None  # HTTP status
     line: int = 0  # 1-based line number in the file (set by scan_log)
+    # the graph where the source states it (AIPerf dag_jsonl): None leaves the session linker's
+    # edges (capture.importers.linker); a tuple (even empty) replaces its depends_on, and then
+    # wait_us and parent_session_id are these
+    depends_on: tuple[str, ...] | None = None
+    wait_us: int | None = None
+    parent_session_id: str | None = None
+    outcome: str | None = None  # how the request ended, one of replay.trace.OUTCOMES, where known
 
 
 class LineError(Exception):
