@@ -8,7 +8,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from capture.importers.aiperf import import_aiperf_dag, import_aiperf_multi_turn
 from capture.importers.azure import import_azure
+from capture.importers.baseten import import_baseten
 from capture.importers.burstgpt import import_burstgpt
 from capture.importers.claude_code import import_claude_code
 from capture.importers.codex import import_codex
@@ -22,12 +24,18 @@ from capture.importers.records import LogRecord, Usage
 from capture.importers.servegen import import_servegen
 from capture.importers.sharegpt import THINK_TIME_S, import_sharegpt
 from capture.importers.tokens import ImportResult
+from capture.importers.sagemaker import import_sagemaker
 from capture.importers.vidur import import_vidur
 from replay.trace import BLOCK_SIZE
 
 # the token-only formats (as the CLI spells them) and their importers
-TOKEN_FORMATS = {"azure": import_azure, "burstgpt": import_burstgpt, "vidur": import_vidur, "mooncake": import_mooncake}
-TOKEN_FORMATS["servegen"] = import_servegen  # a folder of per-client distributions, sampled (seeded)
+TOKEN_FORMATS = {
+    "azure": import_azure,
+    "burstgpt": import_burstgpt,
+    "vidur": import_vidur,
+    "mooncake": import_mooncake,
+    "servegen": import_servegen,  # a folder of per-client distributions, sampled (seeded)
+}
 
 
 def import_token_trace(format: str, path, out, **kwargs) -> ImportResult:
@@ -57,13 +65,15 @@ def import_log(
 ) -> ImportResult:
     """Import a request log of ``format`` ("openai", "litellm", "langfuse", or "claude-code" /
     "codex": a session file or a folder of them, :mod:`capture.importers.claude_code`,
-    :mod:`capture.importers.codex`) into the Trace
+    :mod:`capture.importers.codex`; or a source with real text rebuilt as one: "aiperf-dag",
+    "aiperf-multi-turn" (:mod:`capture.importers.aiperf`), "baseten", "sagemaker") into the Trace
     file ``out``, in two streaming passes (see the module docstring). Without ``key`` (a
     :class:`redact.key.RedactionKey`) the text is raw (``redaction_policy="none"``: redact it
     before sharing it); with one, each chunk is redacted before it is written.
 
     ``rate`` (req/s) and ``seed`` space an OpenAI Batch input file's requests as a seeded
-    Poisson process (it has no times); ``limit`` keeps the first N requests of the file.
+    Poisson process (it has no times), or an AIPerf dataset's root sessions; ``limit`` keeps the
+    first N requests of the file.
     "sharegpt" (:mod:`capture.importers.sharegpt`) needs ``rate`` too (requests, or with
     ``sharegpt_mode="multi"`` conversations, per second; ``think_s`` between turns).
     """
@@ -79,16 +89,26 @@ def import_log(
         return import_openai(path, out, rate=rate, seed=seed, **common)
     if format == "sharegpt":
         return import_sharegpt(path, out, mode=sharegpt_mode, rate=rate, think_s=think_s, seed=seed, **common)
+    if format == "aiperf-dag":
+        return import_aiperf_dag(path, out, rate=rate, seed=seed, **common)
+    if format == "aiperf-multi-turn":
+        return import_aiperf_multi_turn(path, out, rate=rate, seed=seed, **common)
     if format not in LOG_FORMATS:
         raise ConfigError(f"log format '{format}' unknown (known: {', '.join(LOG_FORMATS)})")
     if rate is not None:
-        raise ConfigError(f"--rate: only for OpenAI Batch input files, not {format} logs (they have their own times)")
+        raise ConfigError(
+            f"--rate: only for OpenAI Batch input files and AIPerf datasets, not {format} logs (they have their own times)"
+        )
     if format == "litellm":
         return import_litellm(path, out, **common)
     if format == "claude-code":
         return import_claude_code(path, out, **common)
     if format == "codex":
         return import_codex(path, out, **common)
+    if format == "baseten":
+        return import_baseten(path, out, **common)
+    if format == "sagemaker":
+        return import_sagemaker(path, out, **common)
     return import_langfuse(path, out, **common)
 
 
@@ -99,7 +119,10 @@ __all__ = [
     "LogRecord",
     "Usage",
     "build_trace",
+    "import_aiperf_dag",
+    "import_aiperf_multi_turn",
     "import_azure",
+    "import_baseten",
     "import_burstgpt",
     "import_langfuse",
     "import_claude_code",
@@ -109,6 +132,7 @@ __all__ = [
     "import_mooncake",
     "import_openai",
     "import_otel",
+    "import_sagemaker",
     "import_servegen",
     "import_sharegpt",
     "import_token_trace",

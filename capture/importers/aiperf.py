@@ -459,6 +459,7 @@ def import_aiperf_dag(
     return import_requests(
         lines(),
         out,
+        source=path.name,
         source_format=DAG_FORMAT,
         report=dag_report,
         tokenizer=tokenizer,
@@ -642,6 +643,7 @@ def import_aiperf_multi_turn(
     return import_requests(
         lines(),
         out,
+        source=path.name,
         source_format=MULTI_TURN_FORMAT,
         report=multi_turn_report,
         tokenizer=tokenizer,

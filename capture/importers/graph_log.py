@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from capture.importers.logs import scan_log, write_log_trace
 from capture.importers.openai_log import parse_openai_line
 from capture.importers.records import LineError, LogRecord, ms_to_us, opt_str
+from replay.errors import TraceError
 from replay.trace import BLOCK_SIZE, OUTCOMES
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ def import_requests(
     lines: Iterable[dict],
     out: str | os.PathLike[str],
     *,
+    source: str,
     source_format: str,
     report: Callable[[], dict],
     tokenizer: str = "gpt2",
@@ -69,16 +71,23 @@ def import_requests(
     key: Any | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> ImportResult:
-    """Write ``lines`` (request log lines, see the module docstring) beside ``out``, import them
-    into the Trace file ``out`` and remove them. ``report()``, called once every line was
+    """Write ``lines`` (request log lines, see the module docstring; the first ``limit``) beside
+    ``out``, import them into the Trace file ``out`` and remove them (none: an error naming
+    ``source``, the input). ``report()``, called once every line was
     written, is what the format's own reading adds to the import report (under
     ``source_format``)."""
     out = Path(out)
     log = out.with_name(f".{out.name}.{source_format}.jsonl")
+    written = 0
     try:
         with log.open("w") as f:
             for line in lines:
+                if limit is not None and written >= limit:
+                    break
                 f.write(json.dumps(line, separators=(",", ":")) + "\n")
+                written += 1
+        if not written:
+            raise TraceError(f"{source}: no requests imported ({json.dumps(report(), separators=(',', ':'))})")
         index = scan_log(log, parse_request_line, skip_bad=False, limit=limit)
         index.report[source_format] = report()
         return write_log_trace(

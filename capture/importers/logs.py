@@ -87,7 +87,18 @@ __all__ = [
 ]
 
 # the log formats :func:`capture.importers.import_log` reads (as the CLI spells them)
-LOG_FORMATS = ("openai", "litellm", "langfuse", "claude-code", "codex", "sharegpt")
+LOG_FORMATS = (
+    "openai",
+    "litellm",
+    "langfuse",
+    "claude-code",
+    "codex",
+    "aiperf-dag",
+    "aiperf-multi-turn",
+    "baseten",
+    "sagemaker",
+    "sharegpt",
+)
 # a chunk of rows (one Parquet row group, what memory holds of the rows) ends at this many rows
 # or this many characters of bodies and answers, whichever comes first
 CHUNK_ROWS = 8192

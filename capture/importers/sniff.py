@@ -17,6 +17,12 @@ decides by the fields each format requires (the importers' own column and field 
   ``leafUuid``), ``mooncake`` (``input_length`` and ``output_length``), ``litellm``
   (``call_type``), ``langfuse`` (``type`` an observation kind with ``startTime``/``start_time``,
   or ``traceId`` with ``startTime``), ``openai`` (``body``, or a Batch line's ``custom_id``);
+- Parquet or Arrow IPC (its magic bytes): ``baseten`` when its schema has a Baseten trace's
+  required columns (``timestamp_start_unix_ms``, ``prompt``, ``input_tokens``, ...);
+- JSON Lines, also: ``sagemaker`` (``captureData`` and ``eventMetadata``; a folder of them too),
+  ``aiperf-dag`` (``session_id`` with ``orchestrator`` or ``turns`` whose first has
+  ``messages``), ``aiperf-multi-turn`` (``turns`` whose first has ``text`` / ``texts`` or
+  anything but ``messages``);
 - an OTLP protobuf file (binary, not text: its first byte below 0x09, a length prefix, or bytes
   that are not UTF-8) is ``otel``.
 
@@ -29,6 +35,7 @@ import json
 from pathlib import Path
 
 from capture.importers.azure import AZURE_COLUMNS
+from capture.importers.baseten import BASETEN_COLUMNS
 from capture.importers.burstgpt import BURSTGPT_COLUMNS
 from capture.importers.servegen import SERVEGEN_TRACE_GLOB
 from capture.importers.sharegpt import first_array_item
@@ -51,13 +58,18 @@ def sniff(path: Path) -> str:
         if next(path.rglob("rollout-*.jsonl"), None) is not None:
             return "codex"
         first = next(iter(sorted(path.rglob("*.jsonl"))), None)
-        if first is not None and _json_format(first) == "claude-code":
-            return "claude-code"
-        raise TraceError(f"{path}: a folder of neither Codex rollouts (rollout-*.jsonl) nor Claude Code sessions (*.jsonl)")
+        if first is not None and _json_format(first) in ("claude-code", "sagemaker"):
+            return _json_format(first)
+        raise TraceError(
+            f"{path}: a folder of neither Codex rollouts (rollout-*.jsonl), Claude Code sessions nor "
+            "SageMaker Data Capture files (*.jsonl)"
+        )
     if not path.is_file():
         raise TraceError(f"{path}: no such file or folder")
     with path.open("rb") as f:
         head = f.read(HEAD_BYTES)
+    if head[:4] in (b"PAR1", b"\xff\xff\xff\xff") or head[:6] == b"ARROW1":
+        return _columnar_format(path, head)
     if head and head[0] < 0x09:
         return "otel"  # a big-endian length prefix: OTLP protobuf (capture.importers.otel.framing)
     try:
@@ -94,6 +106,15 @@ def _json_format(path: Path, line: str | None = None) -> str:
     kind = obj.get("type")
     if "resourceSpans" in obj:
         return "otel"
+    if "captureData" in obj and "eventMetadata" in obj:
+        return "sagemaker"
+    turns = obj.get("turns")
+    if "session_id" in obj and (obj.get("orchestrator") or (isinstance(turns, list) and turns and isinstance(turns[0], dict))):
+        if obj.get("orchestrator") or "messages" in turns[0]:
+            return "aiperf-dag"
+        return "aiperf-multi-turn"
+    if isinstance(turns, list) and turns and isinstance(turns[0], dict) and ("text" in turns[0] or "texts" in turns[0]):
+        return "aiperf-multi-turn"
     if kind in _CODEX_TYPES and "payload" in obj:
         return "codex"
     if kind in _CLAUDE_TYPES and ("uuid" in obj or "leafUuid" in obj):
@@ -107,3 +128,23 @@ def _json_format(path: Path, line: str | None = None) -> str:
     if "body" in obj or "custom_id" in obj:
         return "openai"
     raise TraceError(f"{path}: line 1's fields ({', '.join(sorted(obj)[:8])}) are none of the formats replay imports")
+
+
+def _columnar_format(path: Path, head: bytes) -> str:
+    """``baseten`` for a Parquet or Arrow IPC file with a Baseten trace's columns (its schema
+    only is read: a Parquet file's footer, an Arrow file's or stream's schema message)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        if head[:4] == b"PAR1":
+            names = pq.read_schema(path).names
+        else:
+            with pa.memory_map(str(path)) as source:
+                reader = pa.ipc.open_file(source) if head[:6] == b"ARROW1" else pa.ipc.open_stream(source)
+                names = reader.schema.names
+    except (pa.ArrowInvalid, OSError) as e:
+        raise TraceError(f"{path}: not a readable Parquet or Arrow IPC file ({e})") from None
+    if set(BASETEN_COLUMNS) <= set(names):
+        return "baseten"
+    raise TraceError(f"{path}: a columnar file whose columns ({', '.join(names[:8])}) are not a Baseten trace's")

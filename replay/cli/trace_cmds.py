@@ -15,8 +15,18 @@ from replay.blocks import BLOCK_SIZE
 __all__ = ["register"]
 
 SYNTHETIC_FORMATS = ("azure", "burstgpt", "vidur", "mooncake", "servegen")  # capture.importers.TOKEN_FORMATS
-# capture.importers.LOG_FORMATS (kept light here)
-LOG_FORMATS = ("openai", "litellm", "langfuse", "claude-code", "codex", "sharegpt")
+LOG_FORMATS = (  # capture.importers.LOG_FORMATS (kept light here)
+    "openai",
+    "litellm",
+    "langfuse",
+    "claude-code",
+    "codex",
+    "aiperf-dag",
+    "aiperf-multi-turn",
+    "baseten",
+    "sagemaker",
+    "sharegpt",
+)
 SPAN_FORMATS = ("otel",)  # OpenTelemetry GenAI spans, OTLP/JSON (capture.importers.otel)
 IMPORT_FORMATS = SYNTHETIC_FORMATS + LOG_FORMATS + SPAN_FORMATS
 AUTO = "auto"  # the format found from the input's head (capture.importers.sniff)
@@ -87,7 +97,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "path",
         type=Path,
-        help="the input file (claude-code, codex: a session file or a folder of them; servegen: a client folder)",
+        help="the input file (claude-code, codex, sagemaker: a file or a folder of them; servegen: a client folder)",
     )
     p.add_argument("-o", "--out", type=Path, required=True, help="Trace Parquet file to write")
     p.add_argument("--limit", type=int, help="import only the first N rows")
@@ -113,6 +123,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--rate",
         type=float,
         help="openai: an OpenAI Batch input file has no times; space its requests as a Poisson process of R req/s; "
+        "aiperf-dag, aiperf-multi-turn: start the root sessions (those without a timestamp) at R/s; "
         "sharegpt (required): R requests/s, or with --sharegpt-mode multi R conversations/s",
     )
     p.add_argument(
