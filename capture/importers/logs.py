@@ -412,7 +412,7 @@ class _Rows:
     def frame(self) -> pl.DataFrame:
         """The rows added since the last call."""
         cols, self._cols, self.chars = self._cols, defaultdict(list), 0
-        return pl.DataFrame({name: pl.Series(cols[name], dtype=dtype) for name, dtype in ROW_TYPES.items()})
+        return pl.DataFrame({name: pl.Series(cols[name], dtype=dtype) for name, dtype in _LOG_ROW_TYPES.items()})
 
     def meta(self, source_format: str, report: dict | None) -> TraceMeta:
         """The metadata, once every row was added: the import report ends with the sessions."""
@@ -460,8 +460,9 @@ ROW_TYPES: dict[str, pl.DataType | type[pl.DataType]] = {
     "wait_us": pl.Int64,
     "parent_session_id": pl.String,
     "tool_calls": pl.List(pl.Int32),
-    "outcome": pl.String,
 }
+# a log's rows also say how a request ended, where the source records it (Baseten's cancels)
+_LOG_ROW_TYPES = {**ROW_TYPES, "outcome": pl.String}
 
 
 def build_trace(

@@ -109,11 +109,10 @@ def _json_format(path: Path, line: str | None = None) -> str:
     if "captureData" in obj and "eventMetadata" in obj:
         return "sagemaker"
     turns = obj.get("turns")
-    if "session_id" in obj and (obj.get("orchestrator") or (isinstance(turns, list) and turns and isinstance(turns[0], dict))):
-        if obj.get("orchestrator") or "messages" in turns[0]:
-            return "aiperf-dag"
-        return "aiperf-multi-turn"
-    if isinstance(turns, list) and turns and isinstance(turns[0], dict) and ("text" in turns[0] or "texts" in turns[0]):
+    first = turns[0] if isinstance(turns, list) and turns and isinstance(turns[0], dict) else None
+    if "session_id" in obj and obj.get("orchestrator") or first is not None and "messages" in first and "session_id" in obj:
+        return "aiperf-dag"
+    if first is not None:
         return "aiperf-multi-turn"
     if kind in _CODEX_TYPES and "payload" in obj:
         return "codex"
