@@ -7,8 +7,9 @@ docs/tutorials/baseten-trace.md. One row per ``/v1/completions`` request:
 - required: ``timestamp_start_unix_ms`` (the arrival), ``prompt`` (the literal, fully expanded
   prompt: the body's ``prompt``), ``input_tokens`` (the recorded prompt tokens, summed in the
   report against the trace's own count), ``output_tokens`` (the observed output, which a replay
-  sends as ``max_tokens``), ``total_hashes``, ``provided_session_id`` (the session; null: a
-  session of its own);
+  sends as ``max_tokens``), ``total_hashes``, ``provided_session_id`` (the session, chosen as
+  AIPerf chooses: ``provided_session_id`` if one of its ids repeats, else ``poor_man_session_id``
+  if one of its does; a row without the chosen id takes the other, else is a session of its own);
 - optional: ``duration_ttft_ms`` -> ``ttft_us``, ``duration_e2e_ms`` -> ``e2e_us``,
   ``cached_tokens_reference`` -> ``cached_tokens``, ``request_canceled`` (0/1) -> ``outcome``
   (``client_disconnected`` / ``completed``), ``model_name`` -> ``model``, ``output_text`` -> the
@@ -17,7 +18,7 @@ docs/tutorials/baseten-trace.md. One row per ``/v1/completions`` request:
 Not mapped (said in the import report): ``total_hashes`` and ``block_size`` are the serving
 engine's KV-cache block hashes of the prompt (AIPerf forwards them in the request body); the
 trace's ``block_hashes`` are computed from the prompt text itself under the trace's tokenizer,
-which gives the same prefix sharing without them. ``poor_man_session_id``, ``org_id``,
+which gives the same prefix sharing without them. ``org_id``,
 ``features``, ``speculation_ratio``, ``__version__`` and ``total_hashes_len`` are not imported.
 The recorded request's own ``max_tokens`` and sampling parameters are not in the trace.
 
@@ -45,13 +46,45 @@ __all__ = ["import_baseten", "BASETEN_COLUMNS"]
 SOURCE_FORMAT = "baseten"
 # the columns AIPerf requires to recognize the format
 BASETEN_COLUMNS = ("timestamp_start_unix_ms", "prompt", "input_tokens", "output_tokens", "total_hashes", "provided_session_id")
-_OPTIONAL = ("duration_e2e_ms", "duration_ttft_ms", "request_canceled", "cached_tokens_reference", "model_name", "output_text")
+_OPTIONAL = (
+    "poor_man_session_id",
+    "duration_e2e_ms",
+    "duration_ttft_ms",
+    "request_canceled",
+    "cached_tokens_reference",
+    "model_name",
+    "output_text",
+)
+_SESSION_KEYS = ("provided_session_id", "poor_man_session_id")
 BATCH_ROWS = 4096
 
 
-def _batches(path: Path) -> Iterator[Any]:
-    """The record batches of a Parquet or Arrow IPC (file or stream) ``path``, the columns this
-    importer reads only."""
+def _session_key(path: Path) -> str:
+    """The column that names sessions, as AIPerf chooses it: ``provided_session_id`` where one
+    of its ids repeats, else ``poor_man_session_id`` where one of its ids does, else whichever
+    has ids (a row without one falls back to the other column, then to a session of its own).
+    Read from the two columns alone (a hash of each id kept, not the rows)."""
+    seen: dict[str, set[int]] = {k: set() for k in _SESSION_KEYS}
+    repeats = {k: False for k in _SESSION_KEYS}
+    for batch in _batches(path, _SESSION_KEYS):
+        for k in _SESSION_KEYS:
+            if k not in batch.schema.names:
+                continue
+            for v in batch.column(k).to_pylist():
+                if v is None:
+                    continue
+                h = hash(str(v))
+                repeats[k] = repeats[k] or h in seen[k]
+                seen[k].add(h)
+    for k in _SESSION_KEYS:
+        if repeats[k]:
+            return k
+    return "poor_man_session_id" if seen["poor_man_session_id"] and not seen["provided_session_id"] else "provided_session_id"
+
+
+def _batches(path: Path, wanted: tuple[str, ...] = (*BASETEN_COLUMNS, *_OPTIONAL)) -> Iterator[Any]:
+    """The record batches of a Parquet or Arrow IPC (file or stream) ``path``, of the
+    ``wanted`` columns only (an IPC file's batches carry every column)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -62,7 +95,7 @@ def _batches(path: Path) -> Iterator[Any]:
             pf = pq.ParquetFile(path)
             names = pf.schema_arrow.names
             _check_columns(path, names)
-            yield from pf.iter_batches(batch_size=BATCH_ROWS, columns=[c for c in names if c in (*BASETEN_COLUMNS, *_OPTIONAL)])
+            yield from pf.iter_batches(batch_size=BATCH_ROWS, columns=[c for c in names if c in wanted])
             return
         source = pa.memory_map(str(path))
         reader = pa.ipc.open_file(source) if magic == b"ARROW1" else pa.ipc.open_stream(source)
@@ -82,8 +115,8 @@ def _check_columns(path: Path, names: list[str]) -> None:
         raise TraceError(f"{path.name}: no column '{missing[0]}' (a Baseten trace has {', '.join(BASETEN_COLUMNS)})")
 
 
-def _line(row: dict, number: int) -> dict:
-    """The request log line of one row."""
+def _line(row: dict, number: int, session_key: str) -> dict:
+    """The request log line of one row (its session from ``session_key``, else the other)."""
     start = count(row.get("timestamp_start_unix_ms"), "timestamp_start_unix_ms")
     if start is None:
         raise LineError("is missing", "timestamp_start_unix_ms")
@@ -107,7 +140,10 @@ def _line(row: dict, number: int) -> dict:
         usage["prompt_tokens_details"] = {"cached_tokens": cached}
     line: dict[str, Any] = {
         "request_id": f"row-{number}",
-        "session_id": opt_str(row.get("provided_session_id"), "provided_session_id"),
+        "session_id": next(
+            (opt_str(row.get(k), k) for k in sorted(_SESSION_KEYS, key=lambda k: k != session_key) if row.get(k) is not None),
+            None,
+        ),
         "timestamp": start / 1e3,
         "body": body,
         "usage": usage,
@@ -141,6 +177,8 @@ def import_baseten(
     bad = BadLines(path.name, skip_bad, unit="row")
     totals = {"rows_read": 0, "recorded_prompt_tokens": 0, "canceled": 0}
 
+    session_key = _session_key(path)
+
     def lines() -> Iterator[dict]:
         number = 0
         for batch in _batches(path):
@@ -148,7 +186,7 @@ def import_baseten(
                 number += 1
                 totals["rows_read"] += 1
                 try:
-                    line = _line(row, number)
+                    line = _line(row, number, session_key)
                 except LineError as e:
                     bad.bad(number, e)
                     continue
@@ -159,9 +197,10 @@ def import_baseten(
     def report() -> dict:
         return {
             **totals,
+            "session_column": session_key,
             **bad.report(),
             "not_mapped": "total_hashes and block_size (the engine's KV block hashes: block_hashes come from the "
-            "prompt text instead), poor_man_session_id, org_id, features, speculation_ratio; the request's own "
+            "prompt text instead), org_id, features, speculation_ratio; the request's own "
             "max_tokens and sampling parameters were not recorded",
         }
 

@@ -169,3 +169,10 @@ def test_a_bad_sagemaker_line_names_the_file_line_and_field(tmp_path, imported):
     trace = imported(import_log, "sagemaker", folder, skip_bad=True)
     report = json.loads(trace.meta.import_report)["sagemaker"]
     assert len(trace) == 2 and report["skipped_lines"] == 1 and report["first_skipped"][0]["line"] == 2
+
+
+def test_baseten_sessions_fall_back_to_poor_man_session_id_as_aiperf_does(tmp_path, imported):
+    cols = _baseten(provided_session_id=["x", "y", None], poor_man_session_id=[7, 8, 8])
+    trace = imported(import_log, "baseten", _write(tmp_path, cols))
+    assert dict(zip(trace.df["request_id"], trace.df["session_id"])) == {"row-1": "7", "row-2": "8", "row-3": "8"}
+    assert json.loads(trace.meta.import_report)["baseten"]["session_column"] == "poor_man_session_id"
