@@ -44,14 +44,14 @@ def parse_request_line(obj: dict) -> LogRecord:
     outcome = opt_str(obj.get("outcome"), "outcome")
     if outcome is not None and outcome not in OUTCOMES:
         raise LineError(f"{outcome!r} is not one of {', '.join(sorted(OUTCOMES))}", "outcome")
-    record = replace(record, outcome=outcome)
     deps = obj.get("depends_on")
     if deps is None:
-        return record
+        return replace(record, outcome=outcome) if outcome is not None else record
     if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
         raise LineError("is not a list of request ids", "depends_on")
     return replace(
         record,
+        outcome=outcome,
         depends_on=tuple(deps),
         wait_us=ms_to_us(obj.get("wait_ms"), "wait_ms"),
         parent_session_id=opt_str(obj.get("parent_session_id"), "parent_session_id"),

@@ -183,3 +183,15 @@ def test_a_bad_multi_turn_line_names_the_field_and_untimed_sessions_need_a_rate(
     assert result.rows == 2
     with pytest.raises(ConfigError, match="session 'a' has no timestamp: pass --rate"):
         import_log("aiperf-multi-turn", jsonl(MULTI_TURN), tmp_path / "z.parquet")
+
+
+def test_the_cli_imports_a_dag_file_found_by_auto(jsonl, tmp_path, monkeypatch):
+    from replay.cli.main import main
+    from replay.trace import read_trace
+
+    monkeypatch.delenv("REPLAY_REDACT_KEY", raising=False)
+    path = jsonl(DAG, "tree.dag.jsonl")
+    out = tmp_path / "t.parquet"
+    assert main(["import", "auto", str(path), "-o", str(out), "--rate", "2", "--no-redact", "--quiet"]) == 0
+    trace = read_trace(out)
+    assert trace.meta.source_format == "aiperf-dag" and len(trace) == 9
