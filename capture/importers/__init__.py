@@ -10,6 +10,7 @@ from typing import Any
 
 from capture.importers.aiperf import import_aiperf_dag, import_aiperf_multi_turn
 from capture.importers.azure import import_azure
+from capture.importers.bailian import import_bailian
 from capture.importers.baseten import import_baseten
 from capture.importers.burstgpt import import_burstgpt
 from capture.importers.claude_code import import_claude_code
@@ -35,6 +36,7 @@ TOKEN_FORMATS = {
     "vidur": import_vidur,
     "mooncake": import_mooncake,
     "servegen": import_servegen,  # a folder of per-client distributions, sampled (seeded)
+    "bailian": import_bailian,
 }
 
 
@@ -122,6 +124,7 @@ __all__ = [
     "import_aiperf_dag",
     "import_aiperf_multi_turn",
     "import_azure",
+    "import_bailian",
     "import_baseten",
     "import_burstgpt",
     "import_langfuse",

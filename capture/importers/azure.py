@@ -1,17 +1,23 @@
-"""Importer of the Azure LLM inference trace CSV (Splitwise, ISCA'24; the 2024 week) into a Trace.
+"""Importer of the Azure LLM inference trace CSVs into a Trace: 2023 (Splitwise, ISCA'24), the 2024
+week (DynamoLLM, HPCA'25) and the 2025 multimodal trace (ModServe, SoCC'25).
 
 Owns :func:`import_azure` and :func:`parse_azure_row`. The CSV has ``TIMESTAMP``, ``ContextTokens``
-and ``GeneratedTokens``. Timestamps come in the 2023 form (``2023-11-16 18:15:46.6805900``, seven
-fraction digits, no zone) and the 2024 ISO forms (``2024-05-10 00:00:00.009930+00:00``, with or
-without a fraction or a ``T``), mixed within a file; no zone means UTC. Each row becomes a chat
-request of ``ContextTokens`` prompt tokens (a null body: its text is synthesized per request,
-:mod:`replay.synth`) with ``max_tokens = GeneratedTokens``. Written in one streaming pass
-(:func:`capture.importers.tokens.write_token_trace`).
+and ``GeneratedTokens``; the multimodal one also ``NumImages``, and ships gzipped (a ``.gz`` file is
+decompressed as it is read). Timestamps come in the 2023 form (``2023-11-16 18:15:46.6805900``,
+seven fraction digits, no zone), the 2024 forms (``2024-05-10 00:00:00.009930+00:00`` and
+``2024-05-12 00:00:00+00:00``, mixed within a file) and the 2025 form (``2024-10-15T12:00:00.269Z``);
+no zone means UTC. Each row becomes a chat request of ``ContextTokens`` prompt tokens (a null
+body: its text is synthesized per request, :mod:`replay.synth`) with ``max_tokens =
+GeneratedTokens``. Images are not replayed: ``ContextTokens`` counts text and image tokens
+alike, so a multimodal row is sent as that many text tokens and no image; the import report says
+how many rows had images and how many images there were (:data:`IMAGES_NOT_REPLAYED`). Written in
+one streaming pass (:func:`capture.importers.tokens.write_token_trace`).
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,9 +31,15 @@ from capture.importers.tokens import (
 from replay.synth import Synthesis
 from replay.trace import BLOCK_SIZE
 
-__all__ = ["AZURE_COLUMNS", "import_azure", "parse_azure_row", "csv_count"]
+__all__ = ["AZURE_COLUMNS", "IMAGES_NOT_REPLAYED", "import_azure", "parse_azure_row", "csv_count"]
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+IMAGES_COLUMN = "NumImages"  # the 2025 multimodal trace's images per request
+# what a multimodal import leaves out, said in its import report (and by the CLI)
+IMAGES_NOT_REPLAYED = (
+    "images not replayed: {rows} rows had {images} images; their tokens are in ContextTokens "
+    "(the source counts text and image tokens there), sent as text tokens"
+)
 SOURCE_FORMAT = "azure-llm-csv"
 _MAX_COUNT = 2**31 - 1
 
@@ -79,9 +91,29 @@ def parse_azure_row(line: int, cells: dict[str, str], row: int, model: str | Non
     )
 
 
-def _records(path: Path, bad: BadLines, model: str | None) -> Iterator[TokenRecord]:
-    parse = lambda line, cells, row: parse_azure_row(line, cells, row, model)  # noqa: E731
-    return (rec for _, rec in csv_records(path, AZURE_COLUMNS, "Azure LLM inference trace CSV", parse, bad))
+def _records(path: Path, bad: BadLines, model: str | None, images: Counter) -> Iterator[TokenRecord]:
+    """The file's records; a file with ``NumImages`` (multimodal) counts its images into ``images``."""
+
+    def parse(line: int, cells: dict[str, str], row: int) -> TokenRecord:
+        if IMAGES_COLUMN in cells:
+            csv_count(cells, IMAGES_COLUMN)  # a bad count is a bad line, before the row is numbered
+        return parse_azure_row(line, cells, row, model)
+
+    for cells, rec in csv_records(path, AZURE_COLUMNS, "Azure LLM inference trace CSV", parse, bad):
+        if IMAGES_COLUMN in cells:
+            n = csv_count(cells, IMAGES_COLUMN)
+            images["image_rows"] += n > 0
+            images["images"] += n
+            images["multimodal"] = 1
+        yield rec
+
+
+def _image_report(images: Counter) -> dict:
+    """What a multimodal file's import report adds: its image counts and what is not replayed."""
+    if not images["multimodal"]:
+        return {}
+    rows, total = images["image_rows"], images["images"]
+    return {"image_rows": rows, "images": total, "not_replayed": IMAGES_NOT_REPLAYED.format(rows=rows, images=total)}
 
 
 def import_azure(
@@ -99,11 +131,13 @@ def import_azure(
     """Import an Azure LLM inference trace CSV into the Trace file ``out`` (``limit``: the first
     N rows). ``arrival_us`` counts from the earliest timestamp, which is also ``t0_unix_us``;
     ``seed`` seeds the synthesized texts; ``block_hashes`` are over their token ids in blocks of
-    ``block_size``; ``model``, when given, is the model column (and so each body's)."""
+    ``block_size``; ``model``, when given, is the model column (and so each body's). A
+    multimodal file's report has ``image_rows``, ``images`` and ``not_replayed``."""
     path = Path(path)
     bad = BadLines(path.name, skip_bad)
+    images: Counter = Counter()
     return write_token_trace(
-        _records(path, bad, model),
+        _records(path, bad, model, images),
         out,
         source=path.name,
         source_format=SOURCE_FORMAT,
@@ -111,6 +145,7 @@ def import_azure(
         block_size=block_size,
         synthesis=Synthesis(seed=seed),
         bad=bad,
+        report=lambda: _image_report(images),
         limit=limit,
         progress=progress,
     )

@@ -8,13 +8,14 @@ decides by the fields each format requires (the importers' own column and field 
   ``codex`` when it holds ``rollout-*.jsonl`` files, else ``claude-code`` when its ``*.jsonl``
   files are Claude Code sessions (below);
 - a JSON array (the file starts with ``[``) whose first object has ``conversations``: ``sharegpt``;
-- CSV (the first line has commas and no ``{``): ``azure`` (``TIMESTAMP``, ``ContextTokens``,
-  ``GeneratedTokens``), ``burstgpt`` (``Timestamp``, ``Request tokens``, ``Response tokens``),
-  ``vidur`` (``arrived_at``, ``num_prefill_tokens``, ``num_decode_tokens``);
+- CSV (the first line has commas and no ``{``; a gzipped one is read decompressed): ``azure``
+  (``TIMESTAMP``, ``ContextTokens``, ``GeneratedTokens``), ``burstgpt`` (``Timestamp``,
+  ``Request tokens``, ``Response tokens``), ``vidur`` (``arrived_at``, ``num_prefill_tokens``, ``num_decode_tokens``);
 - JSON Lines, by the first object's keys: ``otel`` (``resourceSpans``), ``codex``
   (``type`` ``session_meta`` / ``response_item`` / ``turn_context`` / ``event_msg`` with a
   ``payload``), ``claude-code`` (``type`` ``user`` / ``assistant`` / ``summary`` with ``uuid`` or
-  ``leafUuid``), ``mooncake`` (``input_length`` and ``output_length``), ``litellm``
+  ``leafUuid``), ``bailian`` (``chat_id`` and ``parent_chat_id``), ``mooncake``
+  (``input_length`` and ``output_length``), ``litellm``
   (``call_type``), ``langfuse`` (``type`` an observation kind with ``startTime``/``start_time``,
   or ``traceId`` with ``startTime``), ``openai`` (``body``, or a Batch line's ``custom_id``);
 - Parquet or Arrow IPC (its magic bytes): ``baseten`` when its schema has a Baseten trace's
@@ -68,6 +69,14 @@ def sniff(path: Path) -> str:
         raise TraceError(f"{path}: no such file or folder")
     with path.open("rb") as f:
         head = f.read(HEAD_BYTES)
+    if head[:2] == b"\x1f\x8b":  # gzip: the head of what it holds
+        import gzip
+
+        with gzip.open(path, "rb") as f:
+            try:
+                head = f.read(HEAD_BYTES)
+            except (OSError, EOFError) as e:
+                raise TraceError(f"{path}: a gzip file that cannot be read ({e})") from None
     if head[:4] in (b"PAR1", b"\xff\xff\xff\xff") or head[:6] == b"ARROW1":
         return _columnar_format(path, head)
     if head and head[0] < 0x09:
@@ -118,6 +127,8 @@ def _json_format(path: Path, line: str | None = None) -> str:
         return "codex"
     if kind in _CLAUDE_TYPES and ("uuid" in obj or "leafUuid" in obj):
         return "claude-code"
+    if "chat_id" in obj and "parent_chat_id" in obj:
+        return "bailian"
     if "input_length" in obj and "output_length" in obj:
         return "mooncake"
     if "call_type" in obj:

@@ -14,12 +14,14 @@ writer stores only what that text hashes to (``block_hashes``), so nothing that 
 regenerated is stored. A row with real text (AIPerf's ``text_input`` / ``messages``) keeps it as
 its body; its ``input_tokens`` and ``block_hashes`` come from that text under the tokenizer, as
 for request logs. Sessions: a record naming a session is that session's next turn (``turn``
-counts its earlier requests, ``parent_request_id`` is the latest of them).
+counts its earlier requests, ``parent_request_id`` is the latest of them), unless it states its
+``turn`` and ``parent_request_id`` itself (a conversation tree, Bailian's).
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -58,6 +60,10 @@ class TokenRecord:
     model: str | None = None
     session_id: str | None = None
     hash_ids: list[int] | None = None  # block ids (Mooncake), one per synthesis.block_tokens
+    # the record's own place in its session (Bailian), where the source states it; None: the
+    # session's next turn, after its latest request (see the module docstring)
+    turn: int | None = None
+    parent_request_id: str | None = None
     body: dict | None = None  # real request text, where the source has it (stored as is)
     max_tokens: int | None = None  # the limit to send (None: output_tokens)
     status: int | None = None
@@ -79,19 +85,22 @@ def read_csv_rows(
 ) -> Iterator[tuple[int, dict[str, str] | LineError]]:
     """``(line, {column: text})`` for each data row of a CSV file with a header (blank lines
     skipped), or ``(line, LineError)`` for a row with the wrong number of fields; a missing
-    required column is an error naming the file."""
+    required column is an error naming the file. A ``.gz`` file is decompressed as it is read."""
     source = path.name
     if not path.is_file():
         raise TraceError(f"{source}: no such file")
     try:
-        f = path.open("r", newline="", encoding="utf-8-sig")
+        if path.suffix == ".gz":
+            f = gzip.open(path, "rt", newline="", encoding="utf-8-sig")
+        else:
+            f = path.open("r", newline="", encoding="utf-8-sig")
     except OSError as e:
         raise TraceError(f"{source}: cannot read ({e.strerror or e})") from e
     with f:
         reader = csv.reader(f)
         try:
             header = next(reader, None)
-        except (csv.Error, UnicodeDecodeError) as e:
+        except (csv.Error, UnicodeDecodeError, OSError, EOFError) as e:
             raise TraceError(f"{source}: not a readable CSV ({e})") from None
         if header is None:
             raise TraceError(f"{source}: trace is empty")
@@ -106,7 +115,7 @@ def read_csv_rows(
                 cells = next(reader)
             except StopIteration:
                 return
-            except (csv.Error, UnicodeDecodeError) as e:
+            except (csv.Error, UnicodeDecodeError, OSError, EOFError) as e:  # OSError, EOFError: a bad .gz
                 raise TraceError(f"{source}: line {reader.line_num}: not readable CSV ({e})") from None
             if not cells or (len(cells) == 1 and not cells[0].strip()):
                 continue
@@ -169,12 +178,13 @@ def write_token_trace(
     block_size: int = BLOCK_SIZE,
     synthesis: Synthesis | None = None,
     bad: BadLines,
-    report: dict | None = None,
+    report: dict | Callable[[], dict] | None = None,
     limit: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> ImportResult:
     """Write ``records`` (file order) to the Trace file ``out``, a chunk at a time (see the
-    module docstring); ``bad`` collects malformed lines, ``report`` adds to the import report.
+    module docstring); ``bad`` collects malformed lines, ``report`` adds to the import report (a
+    callable is called once the records are read: counts made as they went by).
     ``progress(rows_written)`` is called after each chunk."""
     if block_size <= 0:
         raise ConfigError(f"--block-size: must be positive, got {block_size}")
@@ -220,7 +230,7 @@ def write_token_trace(
             "real_text_rows": state.real_text,
             "synthesized_rows": writer.rows - state.real_text,
             "sessions": len(state.sessions),
-            **(report or {}),
+            **(report() if callable(report) else report or {}),
         }
         final = TraceMeta(
             t0_unix_us=state.t0 or 0,
@@ -279,7 +289,9 @@ class _State:
         inputs = [0] * n
         hashes: list[list[int] | None] = [None] * n
         for i, r in enumerate(chunk):
-            if r.session_id is not None:
+            if r.turn is not None:
+                sessions[i], parents[i], turns[i] = r.session_id, r.parent_request_id, r.turn
+            elif r.session_id is not None:
                 count, prev = self.sessions.get(r.session_id, (0, None))
                 sessions[i], parents[i], turns[i] = r.session_id, prev, count
                 self.sessions[r.session_id] = (count + 1, r.request_id)

@@ -14,7 +14,8 @@ from replay.blocks import BLOCK_SIZE
 
 __all__ = ["register"]
 
-SYNTHETIC_FORMATS = ("azure", "burstgpt", "vidur", "mooncake", "servegen")  # capture.importers.TOKEN_FORMATS
+SYNTHETIC_FORMATS = ("azure", "burstgpt", "vidur", "mooncake", "bailian", "servegen")  # capture.importers.TOKEN_FORMATS
+HASH_FORMATS = ("mooncake", "bailian")  # the formats with hash ids (--hash-block)
 LOG_FORMATS = (  # capture.importers.LOG_FORMATS (kept light here)
     "openai",
     "litellm",
@@ -106,8 +107,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--hash-block",
         type=int,
-        help="mooncake: tokens per hash id in the file (default 512, Mooncake's own; a file from "
-        "`replay export mooncake --block-size N` has N)",
+        help="mooncake, bailian: tokens per hash id in the file (default: mooncake 512, Mooncake's own, a "
+        "file from `replay export mooncake --block-size N` has N; bailian 16)",
     )
     p.add_argument(
         "--seed", type=int, default=0, help="seed for synthesized text (public traces) or the arrivals --rate draws (default 0)"
@@ -280,8 +281,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
         args.format = sniff(args.path)
         print(f"{args.path.name}: importing as {args.format} (found by `auto`)", file=sys.stderr)
-    if args.hash_block is not None and args.format != "mooncake":
-        raise ConfigError("--hash-block: only for mooncake (the other formats have no hash ids)")
+    if args.hash_block is not None and args.format not in HASH_FORMATS:
+        raise ConfigError(f"--hash-block: only for {', '.join(HASH_FORMATS)} (the other formats have no hash ids)")
     for flag, value, fmt in (
         ("--sharegpt-mode", args.sharegpt_mode, "sharegpt"),
         ("--think-time", args.think_time, "sharegpt"),
@@ -436,6 +437,8 @@ def _import(args: argparse.Namespace, work) -> int:
             f"skipped {report['skipped_lines']} malformed lines (first: "
             f"{report['first_skipped'][0]['line']}: {report['first_skipped'][0]['reason']})"
         )
+    if report.get("not_replayed"):
+        print(report["not_replayed"])
     if result.redaction is not None:
         print(result.redaction.summary())
     print(f"wrote {result.path} ({result.rows} requests)")
