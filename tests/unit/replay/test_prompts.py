@@ -120,3 +120,15 @@ def test_token_only_prompts_built_in_rust_are_the_ones_numpy_draws(gpt2):
         seq = np.random.SeedSequence([5, request_key(rid), _REQUEST_DOMAIN])
         assert text == vocab.render(vocab.sample(n, np.random.default_rng(seq)))
     assert count_tokens(texts[3]) == 1000
+
+
+def test_hash_id_blocks_drawn_in_rust_are_block_units():
+    # the synthesizer draws a hash id's block with the engine; it must be prompts.block_units
+    from replay.prompts import block_units
+    from replay.synth import Synthesis, Synthesizer
+
+    for block in (1, 16, 512):
+        synth = Synthesizer("gpt2", Synthesis(block_tokens=block))
+        ids = [0, 7, 2**63 + 5, 2**64 - 1]
+        got = synth.units("r", block * len(ids), ids)
+        assert got.tolist() == [u for h in ids for u in block_units(h, block).tolist()]
