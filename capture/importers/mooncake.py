@@ -4,7 +4,9 @@ Owns :func:`import_mooncake`. Each line is a JSON object:
 
 - Mooncake: ``timestamp`` (ms from the start), ``input_length``, ``output_length`` and
   ``hash_ids``: one id per 512-token block of the prompt, the partial last block included
-  (``len(hash_ids) == ceil(input_length / 512)``).
+  (``len(hash_ids) == ceil(input_length / 512)``). The FAST'25 workload traces
+  (``conversation_trace.jsonl``, ``toolagent_trace.jsonl``, ``synthetic_trace.jsonl``) and the
+  older arXiv ``mooncake_trace.jsonl`` all have this form.
 - AIPerf's ``mooncake_trace`` adds, each optional: ``text_input`` (the prompt as text),
   ``messages`` (a chat conversation, OpenAI form), ``session_id`` and ``delay`` (ms after the
   session's previous turn, for a line without a ``timestamp``); ``hash_ids`` may be absent.

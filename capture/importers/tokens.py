@@ -149,17 +149,25 @@ def csv_records(
 
 
 def read_jsonl_rows(path: Path) -> Iterator[tuple[int, object]]:
-    """``(line, parsed JSON or a LineError)`` for each non-blank line of a JSON Lines file."""
+    """``(line, parsed JSON or a LineError)`` for each non-blank line of a JSON Lines file (a
+    ``.gz`` file decompressed as it is read)."""
     source = path.name
     if not path.is_file():
         raise TraceError(f"{source}: no such file")
     try:
-        f = path.open("rb")
+        f = gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
     except OSError as e:
         raise TraceError(f"{source}: cannot read ({e.strerror or e})") from e
     loads = json.loads
     with f:
-        for number, raw in enumerate(f, start=1):
+        lines = enumerate(f, start=1)
+        while True:
+            try:
+                number, raw = next(lines)
+            except StopIteration:
+                return
+            except (OSError, EOFError) as e:  # a damaged .gz
+                raise TraceError(f"{source}: cannot read ({e})") from None
             if not raw.strip():
                 continue
             try:

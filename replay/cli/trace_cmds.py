@@ -103,7 +103,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--out", type=Path, required=True, help="Trace Parquet file to write")
     p.add_argument("--limit", type=int, help="import only the first N rows")
     p.add_argument("--tokenizer", default="gpt2", help="gpt2, qwen2 or a tokenizer.json path (default gpt2)")
-    p.add_argument("--block-size", type=int, help=f"tokens per hashed block (default {BLOCK_SIZE}; mooncake: 512)")
+    p.add_argument("--block-size", type=int, help=f"tokens per hashed block (default {BLOCK_SIZE}; mooncake: 512, bailian: 16)")
     p.add_argument(
         "--hash-block",
         type=int,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
@@ -171,3 +172,15 @@ def test_auto_and_the_cli(tmp_path, capsys):
     assert main(["import", "bailian", str(path), "-o", str(out), "--quiet", "--hash-block", "16"]) == 0
     assert main(["import", "azure", str(path), "-o", str(out), "--quiet", "--hash-block", "16"]) == 2
     assert "--hash-block: only for mooncake, bailian" in capsys.readouterr().err
+
+
+def test_a_gzipped_file_streams(tmp_path):
+    path = tmp_path / "qwen_traceA_blksz_16.jsonl.gz"
+    path.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in ROWS).encode()))
+    assert sniff(path) == "bailian"
+    trace, report = _import(tmp_path, path)
+    assert trace.df["parent_request_id"].to_list() == [None, None, "bailian-1", "bailian-3", None, "bailian-1"]
+    assert report["sessions"] == 3
+    path.write_bytes(path.read_bytes()[:-30])
+    with pytest.raises(TraceError, match=r"^qwen_traceA_blksz_16.jsonl.gz: cannot read \(Compressed file ended"):
+        _import(tmp_path, path)
