@@ -37,6 +37,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.set_defaults(func=cmd_install_vllm)
 
     q = esub.add_parser(
+        "install-peers",
+        help="install the peer tools our exports are read back with (aiperf, inference-perf) into their own "
+        "venvs in the cache (once; ~1.5 min)",
+    )
+    q.add_argument("names", nargs="*", help="which (default: all)")
+    q.add_argument("--force", action="store_true", help="reinstall even when a venv is complete")
+    q.set_defaults(func=cmd_install_peers)
+
+    q = esub.add_parser(
         "tiny-model",
         help="write a seeded random-weight Llama with a real vocabulary",
         description="GGUF (for llama-server) from one of llama.cpp's vocab files, or Hugging Face "
@@ -97,6 +106,14 @@ def cmd_install_vllm(args: argparse.Namespace) -> int:
     from replay.targets.vllm_install import install_vllm
 
     print(install_vllm(force=args.force))
+    return 0
+
+
+def cmd_install_peers(args: argparse.Namespace) -> int:
+    from replay.targets.peer_install import PEERS, install_peer
+
+    for name in args.names or list(PEERS):
+        print(install_peer(name, force=args.force))
     return 0
 
 

@@ -31,7 +31,7 @@ LOG_FORMATS = (  # capture.importers.LOG_FORMATS (kept light here)
 SPAN_FORMATS = ("otel",)  # OpenTelemetry GenAI spans, OTLP/JSON (capture.importers.otel)
 IMPORT_FORMATS = SYNTHETIC_FORMATS + LOG_FORMATS + SPAN_FORMATS
 AUTO = "auto"  # the format found from the input's head (capture.importers.sniff)
-EXPORT_FORMATS = ("mooncake", "aiperf", "openai")  # capture.exporters.EXPORT_FORMATS
+EXPORT_FORMATS = ("mooncake", "vllm", "guidellm", "aiperf", "dag", "inference-perf", "openai")  # capture.exporters.EXPORT_FORMATS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -186,18 +186,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "export",
-        help="write a Trace in another tool's format (Mooncake, AIPerf mooncake_trace, OpenAI log)",
-        description="mooncake: Mooncake JSON Lines with hash_ids at --block-size (ids numbered in order of "
-        "first appearance; the partial last block gets one too). A reader must use the same "
-        "block size: vLLM's timed_trace reader assumes 16 unless told, which turns 512-token "
-        "ids into prompts 32x too short without a warning. aiperf: AIPerf's mooncake_trace with "
-        "messages (the text is written out, synthesized where the trace stores none). openai: "
+        help="write a Trace in another tool's format (Mooncake, vLLM timed_trace, GuideLLM, AIPerf, inference-perf, OpenAI log)",
+        description="mooncake: Mooncake JSON Lines (timestamp ms) with hash_ids at --block-size (default 512; ids "
+        "numbered in order of first appearance, the partial last block gets one too). A reader must use the "
+        "same block size. vllm: vLLM's timed_trace (timestamp in s, ids of 16 tokens: its reader's defaults; "
+        "pass it --timed-trace-chunk-hash-size N for another --block-size). guidellm: GuideLLM's "
+        "trace_synthetic / mooncake kinds (timestamp in s, ids of 512 tokens: hash_id_block_size). aiperf: "
+        "AIPerf's mooncake_trace with messages (the text is written out, synthesized where the trace stores "
+        "none). dag: AIPerf's dag_jsonl, a session a line, subagents as spawns joined where the parent waits "
+        "for them, waits as delays (what it cannot say is counted and printed). inference-perf: a folder of "
+        "its OTel replay JSON files, one per root session with its subagents (-o names the folder). openai: "
         "a request log as `replay import openai` reads it.",
     )
     p.add_argument("format", choices=EXPORT_FORMATS, help="the output format")
     p.add_argument("trace", type=Path, help="the Trace Parquet file")
-    p.add_argument("-o", "--out", type=Path, required=True, help="the JSON Lines file to write")
-    p.add_argument("--block-size", type=int, help="mooncake: tokens per hash id (default 512, Mooncake's own)")
+    p.add_argument("-o", "--out", type=Path, required=True, help="the file to write (a folder for inference-perf)")
+    p.add_argument("--block-size", type=int, help="mooncake, vllm, guidellm: tokens per hash id (default 512; vllm 16)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_export)
 
@@ -450,11 +454,8 @@ def _import(args: argparse.Namespace, work) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from capture.exporters import export_trace
 
-    from replay.errors import ConfigError
     from replay.trace import read_trace
 
-    if args.block_size is not None and args.format != "mooncake":
-        raise ConfigError("--block-size: only for mooncake (the other formats carry text)")
     trace = read_trace(args.trace, bodies=False)
     kwargs = {} if args.block_size is None else {"block_size": args.block_size}
     if args.quiet:
@@ -472,10 +473,16 @@ def cmd_export(args: argparse.Namespace) -> int:
             + ", ".join(f"{k} {v}" for k, v in sorted(result.quarantined.items()))
             + ("" if trace.meta.lock_exempt else " (the trace lists no surrogates: its lock_exempt is empty)")
         )
-    print(f"wrote {args.out} ({result.written} requests)")
+    if result.unmapped:
+        print(
+            f"{args.format} cannot express: " + "; ".join(f"{k}: {v}" for k, v in sorted(result.unmapped.items())),
+            file=sys.stderr,
+        )
+    unit = {"dag": "sessions", "inference-perf": "files"}.get(args.format, "requests")
+    print(f"wrote {args.out} ({result.written} {unit})")
     if not result.locked:
         print("the second lock is bypassed: the trace is raw (redaction_policy=none)", file=sys.stderr)
-    if args.format != "mooncake" and trace.meta.raw_text:
+    if args.format not in ("mooncake", "vllm", "guidellm") and trace.meta.raw_text:
         print(raw_text_warning(args.out), file=sys.stderr)
     return 0
 
