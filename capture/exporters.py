@@ -30,10 +30,11 @@ trace's ``lock_exempt`` is not written, and is counted per type found
   ``mooncake`` fields with ``timestamp`` in **seconds** (the reader's default
   ``--timed-trace-sec-multiplier 1``) and ids of **16** tokens by default (its default
   ``--timed-trace-chunk-hash-size``); another ``block_size`` must be passed to it.
-- ``guidellm``: GuideLLM's trace replay: the ``vllm`` fields with ids of 512 tokens by default.
-  ``kind=trace_synthetic`` reads ``timestamp`` (s), ``input_length``, ``output_length`` and
-  ignores ``hash_ids``; ``kind=mooncake`` reads the ids too, with ``hash_id_block_size`` (default
-  512) set to ``block_size``.
+- ``guidellm``: GuideLLM's trace replay: the ``vllm`` fields with ids of 512 tokens by default,
+  and ``duration`` (``e2e_us`` in seconds, where recorded: its ``schedule_turn=idle_gap`` keeps
+  the gap after it). ``kind=trace_synthetic`` reads ``timestamp`` (s), ``input_length``,
+  ``output_length`` and ignores ``hash_ids``; ``kind=mooncake`` reads the ids too, with
+  ``hash_id_block_size`` (default 512) set to ``block_size``.
 - ``aiperf``: AIPerf's ``mooncake_trace`` with text: ``{"timestamp", "session_id"?,
   "messages" | "text_input", "output_length"}``; a chat body's ``messages`` as they are, any
   other body's prompt text (:func:`replay.bodies.text_slots`: a completions ``prompt``, a
@@ -412,6 +413,14 @@ class _TimedTrace(_Mooncake):
     seconds = True
 
 
+class _GuideLLM(_TimedTrace):
+    def line(self, row: dict, body: str | None) -> dict:
+        line = super().line(row, body)
+        if row["e2e_us"] is not None:
+            line["duration"] = row["e2e_us"] / 1_000_000
+        return line
+
+
 class _AIPerf(_Writer):
     def line(self, row: dict, body: str) -> dict:
         obj = json.loads(body)
@@ -686,7 +695,7 @@ class _InferencePerf(_Writer):
 _WRITERS: dict[str, Callable[[Trace, int], _Writer]] = {
     "mooncake": _Mooncake,
     "vllm": _TimedTrace,
-    "guidellm": _TimedTrace,
+    "guidellm": _GuideLLM,
     "aiperf": _AIPerf,
     "dag": _Dag,
     "inference-perf": _InferencePerf,

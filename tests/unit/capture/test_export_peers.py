@@ -155,6 +155,14 @@ def test_timed_trace_seconds_and_the_readers_block(tmp_path, format, block, ids)
         assert lines[1]["hash_ids"][:2] == lines[0]["hash_ids"][:2] and lines[1]["hash_ids"][2] != lines[0]["hash_ids"][2]
 
 
+def test_guidellm_durations_are_the_recorded_latencies(make_trace, tmp_path):
+    out = tmp_path / "g.jsonl"
+    export_trace("guidellm", agent_trace(make_trace), out)
+    lines = _lines(out)
+    assert [x["duration"] for x in lines] == [e / 1000 for e in E2E_MS]
+    assert [x["timestamp"] for x in lines] == [a / 1000 for a in ARRIVAL_MS]
+
+
 def test_inference_perf_folder_one_file_per_root_session(make_trace, tmp_path):
     out = tmp_path / "otel"
     out.mkdir()
