@@ -56,7 +56,8 @@ trace's ``lock_exempt`` is not written, and is counted per type found
   previous turn (joins or parallel requests inside a session are serialized), further
   cross-session dependencies (a first request depending on several sessions, or a turn on a
   session it did not spawn), subagents nothing joins that were spawned before the parent's last
-  turn (they are joined at it), and non-chat bodies.
+  turn (they are joined at it), joins on subagents that start before their parent's first turn,
+  and non-chat bodies.
 - ``inference-perf``: a folder of inference-perf's OTel replay files, one JSON file per root
   session with its subagent sessions (``{"trace_id", "span_count", "collected_at", "spans"}``), a
   ``chat`` span per request: ``start_time`` its arrival, ``end_time`` arrival + ``e2e_us`` (its
@@ -547,6 +548,8 @@ class _Dag(_Writer):
             join = joins.get(child)
             if join is not None and join <= turn:
                 join = None
+            if turn < 0 and join is not None:
+                u["joins on subagents that start before their parent (pre_session_spawns are not joined)"] += 1
             n = len(s.rows[parent])
             if join is None and 0 <= turn < n - 1:
                 u["subagents nothing joins, spawned before the parent's last turn (joined at it)"] += 1

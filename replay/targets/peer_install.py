@@ -6,9 +6,10 @@ the venv, pip-installs the pinned release, checks that the reader imports, and o
 marker file, so an interrupted install is redone rather than trusted. :func:`peer_python` finds
 an installed one (or ``$FAITHFUL_REPLAY_<NAME>_PYTHON``).
 
-- ``aiperf`` 0.13.0 (~1.2 GB, about 1 min): its ``dag_jsonl`` loader
+- ``aiperf`` 0.13.0 (1.2 GB; 1.5 min with three installs in parallel, 3.3 min alone on a shared
+  2-core machine, 2026-12-07): its ``dag_jsonl`` loader
   (``aiperf.dataset.loader.dag_jsonl.DagJsonlLoader``).
-- ``inference-perf`` 0.7.0 (~25 MB, seconds): it requires Python >= 3.12 and its dependencies
+- ``inference-perf`` 0.7.0 (35 MB, 6 s): it requires Python >= 3.12 and its dependencies
   (transformers, datasets, boto3, ...) for the benchmark itself; the OTel replay graph builder
   (``inference_perf/datagen/replay/otel_trace_to_replay_graph.py`` and its three sibling
   modules) uses the standard library only, so the wheel is installed without dependencies and

@@ -194,3 +194,22 @@ def test_export_cli_formats_and_block_size(make_trace, tmp_path, capsys):
     with pytest.raises(ConfigError, match="must be positive"):
         export_trace("vllm", path, tmp_path / "v.jsonl", block_size=0)
     assert not (tmp_path / "x.jsonl").exists() and not list(tmp_path.glob(".*.tmp*"))
+
+
+def test_dag_a_subagent_starting_before_its_parent_is_a_pre_session_spawn(make_trace, tmp_path):
+    trace = make_trace(
+        n=3,
+        request_id=pl.Series(["e0", "m0", "m1"]),
+        session_id=pl.Series(["early", "main", "main"]),
+        parent_session_id=pl.Series(["main", None, None], dtype=pl.String),
+        api=pl.Series(["chat"] * 3),
+        body=pl.Series([_body(r) for r in ("e0", "m0", "m1")]),
+        arrival_us=pl.Series([0, 0, 1_000_000], dtype=pl.Int64),
+        depends_on=pl.Series([[], [], ["m0", "e0"]], dtype=DEPS),
+    )
+    out = tmp_path / "dag.jsonl"
+    result = export_trace("dag", trace, out)
+    lines = {x["session_id"]: x for x in _lines(out)}
+    assert lines["main"]["pre_session_spawns"] == ["early"]
+    assert all("spawns" not in t for t in lines["main"]["turns"])
+    assert result.unmapped == {"joins on subagents that start before their parent (pre_session_spawns are not joined)": 1}
