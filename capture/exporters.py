@@ -215,22 +215,23 @@ def export_trace(
         trace = read_trace(trace, bodies=False)
     lock = _lock_of(trace, source)
     writer: _Writer = _WRITERS[format](trace, block)
+    writer.lock = lock
     sink: _Sink = _Folder(Path(out)) if format == "inference-perf" else _Lines(Path(out))
     quarantined: Counter = Counter()
     dropped: set[str] = set()
     small = trace.df.select(*_COLUMNS)
     done = written = 0
 
-    def emit(units: Iterable[dict]) -> None:
+    def emit(units: Iterable[dict | _Packed]) -> None:
         nonlocal written
         for unit in units:
-            if lock is not None:
-                found = lock(unit)
-                if found:
-                    quarantined.update(found.keys())
-                    dropped.add(writer.key(unit))
-                    continue
-            sink.write(unit)
+            if not isinstance(unit, _Packed):
+                unit = _Packed("", _dumps(unit), writer.check(unit))
+            if unit.found:
+                quarantined.update(unit.found.keys())
+                dropped.add(unit.key)
+                continue
+            sink.write(unit.text, unit.key)
             written += 1
 
     try:
@@ -263,7 +264,7 @@ class _Sink:
         self.out = out
         self.tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
 
-    def write(self, unit: dict) -> None:
+    def write(self, text: str, key: str) -> None:
         raise NotImplementedError
 
     def flush(self) -> None:
@@ -287,8 +288,8 @@ class _Lines(_Sink):
         self.f = self.tmp.open("w", encoding="utf-8")
         self.pending: list[str] = []
 
-    def write(self, unit: dict) -> None:
-        self.pending.append(_dumps(unit) + "\n")
+    def write(self, text: str, key: str) -> None:
+        self.pending.append(text + "\n")
 
     def flush(self) -> None:
         self.f.write("".join(self.pending))
@@ -319,8 +320,8 @@ class _Lines(_Sink):
 
 
 class _Folder(_Sink):
-    """A folder of JSON files, a unit a file named by its ``trace_id`` (made file-safe, numbered
-    in order of writing so two ids that clean to the same name stay apart)."""
+    """A folder of JSON files, a unit a file named by its key (the ``trace_id``; made file-safe,
+    numbered in order of writing so two ids that clean to the same name stay apart)."""
 
     def __init__(self, out: Path) -> None:
         super().__init__(out)
@@ -330,9 +331,9 @@ class _Folder(_Sink):
         self.tmp.mkdir()
         self.n = 0
 
-    def write(self, unit: dict) -> None:
-        name = re.sub(r"[^A-Za-z0-9._-]+", "_", str(unit["trace_id"]))[:80]
-        (self.tmp / f"{self.n:06d}-{name}.json").write_text(_dumps(unit), encoding="utf-8")
+    def write(self, text: str, key: str) -> None:
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", key)[:80]
+        (self.tmp / f"{self.n:06d}-{name}.json").write_text(text, encoding="utf-8")
         self.n += 1
 
     def rewrite(self, fix: Callable[[dict], dict]) -> None:
@@ -349,25 +350,56 @@ class _Folder(_Sink):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+@dataclass
+class _Packed:
+    """A unit kept as text: a grouping format's line or file, assembled from parts that the lock
+    checked as they came (``found``: their hits per type), so an open group holds compact JSON text
+    rather than parsed objects. ``key``: what other units name it by (see :meth:`_Writer.repair`)."""
+
+    key: str
+    text: str
+    found: Counter
+
+
+class _Group:
+    """The parts of one open group, as JSON text, and the lock's hits in them."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.found: Counter = Counter()
+
+    def pack(self, key: str, head: dict, name: str, found: Counter) -> _Packed:
+        """``head`` with ``name`` (the parts, a JSON array) added last, as one unit."""
+        text = _dumps(head)[:-1] + f',"{name}":[' + ",".join(self.parts) + "]}"
+        return _Packed(key, text, self.found + found)
+
+
 class _Writer:
     """Makes a format's units (lines, or files) from rows: :meth:`add` is given each row in order
-    and returns the units it completes; :meth:`close` the rest."""
+    and returns the units it completes; :meth:`close` the rest. ``lock`` is the trace's second
+    lock (None: a raw trace)."""
+
+    lock: Callable[[dict], Counter] | None = None
 
     def __init__(self, trace: Trace, block_size: int) -> None:
         self.unmapped: Counter = Counter()
 
-    def add(self, i: int, row: dict, body: str | None) -> list[dict]:
+    def check(self, obj: dict) -> Counter:
+        """The lock's hits in ``obj`` per type (none for a raw trace)."""
+        return self.lock(obj) if self.lock is not None else Counter()
+
+    def put(self, group: _Group, obj: dict) -> None:
+        group.parts.append(_dumps(obj))
+        group.found.update(self.check(obj))
+
+    def add(self, i: int, row: dict, body: str | None) -> list[dict | _Packed]:
         return [self.line(row, body)]
 
     def line(self, row: dict, body: Any) -> dict:
         raise NotImplementedError
 
-    def close(self) -> list[dict]:
+    def close(self) -> list[dict | _Packed]:
         return []
-
-    def key(self, unit: dict) -> str:
-        """The id other units may name this one by (see :meth:`repair`)."""
-        return ""
 
     def repair(self, unit: dict, dropped: set[str]) -> dict:
         """``unit`` with its references to the units the lock kept out removed."""
@@ -559,7 +591,7 @@ class _Dag(_Writer):
         roots = len(s.rows) - len(s.spawn)
         if roots > 1:
             u["root sessions whose arrival times are not expressible (AIPerf paces roots itself)"] += roots
-        self.open: dict[str, list[dict]] = {}
+        self.open: dict[str, _Group] = {}
         for name in [k for k, v in u.items() if not v]:
             del u[name]
 
@@ -578,7 +610,7 @@ class _Dag(_Writer):
             return 0
         return max(0, s.arrival[i] - since)
 
-    def add(self, i: int, row: dict, body: str | None) -> list[dict]:
+    def add(self, i: int, row: dict, body: str | None) -> list[dict | _Packed]:
         s = self.s
         me, k = s.session[i], s.turn[i]
         obj = json.loads(body or "{}")
@@ -606,17 +638,14 @@ class _Dag(_Writer):
                 else:
                     entries.append({"children": children, "join_at": join})
             turn["spawns"] = entries
-        self.open.setdefault(me, []).append(turn)
+        self.put(self.open.setdefault(me, _Group()), turn)
         if not s.last(i):
             return []
-        line: dict = {"session_id": me, "context_mode": "message_array_with_responses", "turns": self.open.pop(me)}
+        head: dict = {"session_id": me, "context_mode": "message_array_with_responses"}
         pre = self.spawns.get((me, -1))
         if pre:
-            line["pre_session_spawns"] = [c for children in pre.values() for c in children]
-        return [line]
-
-    def key(self, unit: dict) -> str:
-        return unit["session_id"]
+            head["pre_session_spawns"] = [c for children in pre.values() for c in children]
+        return [self.open.pop(me).pack(me, head, "turns", self.check(head))]
 
     def repair(self, unit: dict, dropped: set[str]) -> dict:
         """Drop spawns of sessions the lock kept out (their children start as roots)."""
@@ -652,9 +681,10 @@ class _InferencePerf(_Writer):
         self.last_row: dict[str, int] = {}
         for i, g in enumerate(self.group):
             self.last_row[g] = i
-        self.open: dict[str, list[dict]] = {}
+        self.open: dict[str, _Group] = {}
+        self.first: dict[str, str] = {}  # group -> its first span's start
 
-    def add(self, i: int, row: dict, body: str | None) -> list[dict]:
+    def add(self, i: int, row: dict, body: str | None) -> list[dict | _Packed]:
         s, g = self.s, self.group[i]
         obj = json.loads(body or "{}")
         attrs: dict = {"gen_ai.operation.name": "chat"}
@@ -684,15 +714,14 @@ class _InferencePerf(_Writer):
             "resource_attributes": {"service.name": "faithful-replay"},
             "status": {"code": 2 if status is not None and status >= 400 else 1},
         }
-        spans = self.open.setdefault(g, [])
-        spans.append(span)
+        group = self.open.setdefault(g, _Group())
+        self.first.setdefault(g, span["start_time"])
+        self.put(group, span)
         if self.last_row[g] != i:
             return []
         del self.open[g]
-        return [{"trace_id": g, "span_count": len(spans), "collected_at": spans[0]["start_time"], "spans": spans}]
-
-    def key(self, unit: dict) -> str:
-        return unit["trace_id"]
+        head = {"trace_id": g, "span_count": len(group.parts), "collected_at": self.first.pop(g)}
+        return [group.pack(g, head, "spans", self.check(head))]
 
 
 _WRITERS: dict[str, Callable[[Trace, int], _Writer]] = {
