@@ -189,9 +189,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="write a Trace in another tool's format (Mooncake, vLLM timed_trace, GuideLLM, AIPerf, inference-perf, OpenAI log)",
         description="mooncake: Mooncake JSON Lines (timestamp ms) with hash_ids at --block-size (default 512; ids "
         "numbered in order of first appearance, the partial last block gets one too). A reader must use the "
-        "same block size. vllm: vLLM's timed_trace (timestamp in s, ids of 16 tokens: its reader's defaults; "
+        "same block size (vLLM's timed_trace reader assumes 16: 512-token ids become prompts 32x too short; "
+        "use vllm). vllm: vLLM's timed_trace (timestamp in s, ids of 16 tokens: its reader's defaults; "
         "pass it --timed-trace-chunk-hash-size N for another --block-size). guidellm: GuideLLM's "
-        "trace_synthetic / mooncake kinds (timestamp in s, ids of 512 tokens: hash_id_block_size). aiperf: "
+        "trace_synthetic / mooncake kinds (timestamp in s, ids of 512 tokens: hash_id_block_size; duration: "
+        "the recorded latency in s). aiperf: "
         "AIPerf's mooncake_trace with messages (the text is written out, synthesized where the trace stores "
         "none). dag: AIPerf's dag_jsonl, a session a line, subagents as spawns joined where the parent waits "
         "for them, waits as delays (what it cannot say is counted and printed). inference-perf: a folder of "
