@@ -521,7 +521,7 @@ class _Sessions:
             self.turn.append(len(rows))
             rows.append(i)
         self.spawn: dict[str, tuple[str, int, int | None]] = {}  # child -> (parent, turn, row)
-        self.cross_first: Counter = Counter()  # sessions whose first request waits on several others
+        self.cross_first = 0  # sessions whose first request waits on several other sessions
         parents = df["parent_session_id"].to_list()
         for s, rows in self.rows.items():
             first = rows[0]
@@ -530,7 +530,7 @@ class _Sessions:
                 j = max(cross)
                 self.spawn[s] = (self.session[j], self.turn[j], j)
                 if len({self.session[k] for k in cross}) > 1:
-                    self.cross_first[s] += 1
+                    self.cross_first += 1
                 continue
             p = parents[first]
             if p is not None and p != s and p in self.rows:
@@ -577,9 +577,7 @@ class _Dag(_Writer):
                 else:
                     u["dependencies on a session the turn's session did not spawn (dropped)"] += 1
         for child, (parent, turn, _row) in s.spawn.items():
-            join = joins.get(child)
-            if join is not None and join <= turn:
-                join = None
+            join = joins.get(child)  # always after the spawning turn: a dependency ends before
             if turn < 0 and join is not None:
                 u["joins on subagents that start before their parent (pre_session_spawns are not joined)"] += 1
             n = len(s.rows[parent])
@@ -587,13 +585,12 @@ class _Dag(_Writer):
                 u["subagents nothing joins, spawned before the parent's last turn (joined at it)"] += 1
                 join = n - 1
             self.spawns.setdefault((parent, turn), {}).setdefault(join, []).append(child)
-        u["cross-session dependencies of a subagent's first request beyond its spawn (dropped)"] += sum(s.cross_first.values())
+        if s.cross_first:
+            u["cross-session dependencies of a subagent's first request beyond its spawn (dropped)"] += s.cross_first
         roots = len(s.rows) - len(s.spawn)
         if roots > 1:
             u["root sessions whose arrival times are not expressible (AIPerf paces roots itself)"] += roots
         self.open: dict[str, _Group] = {}
-        for name in [k for k, v in u.items() if not v]:
-            del u[name]
 
     def delay_us(self, i: int) -> int:
         s = self.s

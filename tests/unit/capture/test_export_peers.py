@@ -213,3 +213,20 @@ def test_dag_a_subagent_starting_before_its_parent_is_a_pre_session_spawn(make_t
     assert lines["main"]["pre_session_spawns"] == ["early"]
     assert all("spawns" not in t for t in lines["main"]["turns"])
     assert result.unmapped == {"joins on subagents that start before their parent (pre_session_spawns are not joined)": 1}
+
+
+def test_dag_a_subagent_waiting_on_two_sessions_is_spawned_by_the_later(make_trace, tmp_path):
+    # b0 waits for m1 and a0: sub-b becomes sub-a's spawn (a0 is the later), so main's join on b0 is
+    # on a session main did not spawn, and nothing in sub-a joins it
+    edges = [[], ["m0"], ["m1"], ["m1", "a0"], ["a0"], ["a1", "b0"], [], ["m2"]]
+    out = tmp_path / "dag.jsonl"
+    result = export_trace("dag", agent_trace(make_trace, depends_on=pl.Series(edges, dtype=DEPS)), out)
+    lines = {x["session_id"]: x for x in _lines(out)}
+    assert lines["sub-a"]["turns"][0]["spawns"] == [{"children": ["sub-b"], "join_at": 1}]
+    assert lines["main"]["turns"][1]["spawns"] == [{"children": ["sub-a"], "join_at": 2}]
+    assert result.unmapped == {
+        "cross-session dependencies of a subagent's first request beyond its spawn (dropped)": 1,
+        "dependencies on a session the turn's session did not spawn (dropped)": 1,
+        "subagents nothing joins, spawned before the parent's last turn (joined at it)": 1,
+        "root sessions whose arrival times are not expressible (AIPerf paces roots itself)": 2,
+    }
