@@ -230,3 +230,25 @@ def test_dag_a_subagent_waiting_on_two_sessions_is_spawned_by_the_later(make_tra
         "subagents nothing joins, spawned before the parent's last turn (joined at it)": 1,
         "root sessions whose arrival times are not expressible (AIPerf paces roots itself)": 2,
     }
+
+
+def test_dag_round_trips_through_our_dag_importer(make_trace, tmp_path, imported):
+    from capture.importers import import_log
+    from capture.importers.sniff import sniff
+
+    out = tmp_path / "dag.jsonl"
+    export_trace("dag", agent_trace(make_trace), out)
+    assert sniff(out) == "aiperf-dag"
+    back = imported(import_log, "aiperf-dag", out, rate=1.0).df
+    name = {r: f"{s}:{SESSIONS[:i].count(s)}" for i, (r, s) in enumerate(zip(IDS, SESSIONS, strict=True))}
+    got = dict(zip(back["request_id"].to_list(), back["depends_on"].to_list(), strict=True))
+    # the same graph, plus each turn's previous turn (implicit in dag_jsonl: m2 also waits for m1)
+    want = {name[r]: sorted(name[d] for d in e) for r, e in zip(IDS, EDGES, strict=True)}
+    want["main:2"] = sorted([*want["main:2"], "main:1"])
+    assert {r: sorted(d) for r, d in got.items()} == want
+    waits = dict(zip(back["request_id"].to_list(), back["wait_us"].to_list(), strict=True))
+    assert {name[r]: waits[name[r]] for r, w in zip(IDS, WAIT_MS, strict=True) if w} == {
+        name[r]: w * 1000 for r, w in zip(IDS, WAIT_MS, strict=True) if w
+    }
+    parents = dict(zip(back["session_id"].to_list(), back["parent_session_id"].to_list(), strict=True))
+    assert parents == {"main": None, "sub-a": "main", "sub-b": "main", "other": None}
