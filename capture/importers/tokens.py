@@ -15,15 +15,28 @@ regenerated is stored. A row with real text (AIPerf's ``text_input`` / ``message
 its body; its ``input_tokens`` and ``block_hashes`` come from that text under the tokenizer, as
 for request logs. Sessions: a record naming a session is that session's next turn (``turn``
 counts its earlier requests, ``parent_request_id`` is the latest of them), unless it states its
-``turn`` and ``parent_request_id`` itself (a conversation tree, Bailian's).
+``turn`` and ``parent_request_id`` itself (a conversation tree, Bailian's). A record may also
+carry what waits for what (``depends_on``, ``wait_us``, ``parent_session_id``: schema 3) and
+observed ``cached_tokens`` / ``ttft_us``; the writer stores them as given. A chunk ends at
+:data:`CHUNK_ROWS` rows or :data:`CHUNK_BLOCKS` blocks (of ``block_hashes`` and ``hash_ids``), so
+an agent's long prompts do not fill memory.
+
+Two helpers for traces of agent sessions: :func:`time_ordered` puts records in arrival order
+when the file is not (one line a session: sorted runs spilled to temporary files, then merged),
+and :class:`PrefixChain` is the one rule that makes prefix sharing for token-only prompts from a
+count of shared tokens (cached tokens, an engine's prefix split) where the source has no hash ids.
 """
 
 from __future__ import annotations
 
 import csv
 import gzip
+import heapq
 import json
 import os
+import pickle
+import tempfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,10 +54,24 @@ from replay.trace import BLOCK_SIZE, TraceMeta, TraceWriter, read_meta
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-__all__ = ["CHUNK_ROWS", "TokenRecord", "read_csv_rows", "read_jsonl_rows", "write_token_trace", "ImportResult"]
+__all__ = [
+    "CHUNK_ROWS",
+    "CHUNK_BLOCKS",
+    "TokenRecord",
+    "PrefixChain",
+    "read_csv_rows",
+    "read_jsonl_rows",
+    "time_ordered",
+    "write_token_trace",
+    "ImportResult",
+]
 
 # rows written per Parquet row group (and held in memory at once)
 CHUNK_ROWS = 65_536
+# ... or fewer: a chunk ends once its rows hold this many blocks (block_hashes and hash_ids)
+CHUNK_BLOCKS = 1 << 22
+# records a spilled run of :func:`time_ordered` is read back in at a time
+RUN_READ_ROWS = 64
 
 
 @dataclass(slots=True)
@@ -68,6 +95,101 @@ class TokenRecord:
     max_tokens: int | None = None  # the limit to send (None: output_tokens)
     status: int | None = None
     e2e_us: int | None = None
+    ttft_us: int | None = None
+    cached_tokens: int | None = None
+    depends_on: list[str] | None = None  # request ids that must have ended first (schema 3)
+    wait_us: int | None = None  # from the last of them ending to this arrival
+    parent_session_id: str | None = None  # a subagent's session: the session that spawned it
+    agent: str | None = None
+
+
+def _blocks(rec: TokenRecord, block_size: int) -> int:
+    """The blocks a record holds in a chunk (its block hashes and hash ids), at least 1."""
+    return 1 + -(-rec.input_tokens // block_size) + len(rec.hash_ids or ())
+
+
+class PrefixChain:
+    """Block ids (``hash_ids``, ``block_tokens`` tokens each, the partial last block included) for
+    token-only prompts that extend earlier ones, where the source counts shared tokens but has no
+    hash ids: :meth:`extend` gives a prompt of ``total`` tokens whose first ``shared`` tokens are
+    those of an earlier prompt. It keeps that prompt's first ``shared // block_tokens`` ids (and
+    its partial last one too when the whole earlier prompt is shared: that block's text is then a
+    prefix of the same id's longer cut, :mod:`replay.synth`), and new ids for the rest, numbered
+    from ``first_id`` up, unique in one import. The earlier prompt is the importer's choice (the
+    same model's previous call of the session for Copilot, the previous round for TraceLab), and
+    so is the evidence for ``shared`` (cached tokens, an engine's prefix split): sharing is exact
+    to the block, never more than either prompt holds."""
+
+    def __init__(self, block_tokens: int, first_id: int = 1) -> None:
+        self.block_tokens = block_tokens
+        self.next_id = first_id
+
+    def extend(self, prev: tuple[list[int], int] | None, shared: int, total: int) -> list[int]:
+        """The ids of a prompt of ``total`` tokens sharing its first ``shared`` tokens with
+        ``prev`` (its ids and token count; None: nothing shared)."""
+        bt = self.block_tokens
+        n = -(-total // bt)
+        keep = 0
+        kept: list[int] = []
+        if prev is not None:
+            prev_ids, prev_total = prev
+            shared = max(0, min(shared, prev_total, total))
+            keep = shared // bt + (1 if shared == prev_total and prev_total % bt else 0)
+            keep = min(keep, len(prev_ids), n)
+            kept = prev_ids[:keep]
+        new = n - keep
+        ids = kept + list(range(self.next_id, self.next_id + new))
+        self.next_id += new
+        return ids
+
+
+def _arrival(rec: TokenRecord) -> int:
+    return rec.arrival_us
+
+
+def time_ordered(
+    records: Iterable[TokenRecord], *, run_rows: int = CHUNK_ROWS, run_blocks: int = CHUNK_BLOCKS
+) -> Iterator[TokenRecord]:
+    """``records`` in arrival order (stable: equal arrivals keep their order), for a format whose
+    file is not in time order (one line a session, sessions overlapping in time). Memory holds one
+    run (``run_rows`` records or ``run_blocks`` hash ids); an input longer than one run is sorted
+    run by run into temporary files (pickled, :data:`RUN_READ_ROWS` records a piece) and merged
+    from them, deleted when the merge ends."""
+    buf: list[TokenRecord] = []
+    held = 0
+    runs: list[Path] = []
+    with tempfile.TemporaryDirectory(prefix="replay-import-") as tmp:
+        for rec in records:
+            buf.append(rec)
+            held += 1 + len(rec.hash_ids or ())
+            if len(buf) >= run_rows or held >= run_blocks:
+                runs.append(_spill(buf, Path(tmp) / f"run-{len(runs):05d}"))
+                buf, held = [], 0
+        buf.sort(key=_arrival)
+        if not runs:
+            yield from buf
+            return
+        if buf:
+            runs.append(_spill(buf, Path(tmp) / f"run-{len(runs):05d}"))
+        yield from heapq.merge(*(_read_run(p) for p in runs), key=_arrival)
+
+
+def _spill(buf: list[TokenRecord], path: Path) -> Path:
+    buf.sort(key=_arrival)
+    with path.open("wb") as f:
+        for i in range(0, len(buf), RUN_READ_ROWS):
+            pickle.dump(buf[i : i + RUN_READ_ROWS], f, protocol=pickle.HIGHEST_PROTOCOL)
+    return path
+
+
+def _read_run(path: Path) -> Iterator[TokenRecord]:
+    with path.open("rb") as f:
+        while True:
+            try:
+                part = pickle.load(f)
+            except EOFError:
+                return
+            yield from part
 
 
 @dataclass(frozen=True)
@@ -148,10 +270,10 @@ def csv_records(
         yield cells, rec
 
 
-def read_jsonl_rows(path: Path) -> Iterator[tuple[int, object]]:
+def read_jsonl_rows(path: Path, source: str | None = None) -> Iterator[tuple[int, object]]:
     """``(line, parsed JSON or a LineError)`` for each non-blank line of a JSON Lines file (a
-    ``.gz`` file decompressed as it is read)."""
-    source = path.name
+    ``.gz`` file decompressed as it is read); ``source`` names it in errors (default its name)."""
+    source = source or path.name
     if not path.is_file():
         raise TraceError(f"{source}: no such file")
     try:
@@ -166,7 +288,7 @@ def read_jsonl_rows(path: Path) -> Iterator[tuple[int, object]]:
                 number, raw = next(lines)
             except StopIteration:
                 return
-            except (OSError, EOFError) as e:  # a damaged .gz
+            except (OSError, EOFError, zlib.error) as e:  # a damaged .gz
                 raise TraceError(f"{source}: cannot read ({e})") from None
             if not raw.strip():
                 continue
@@ -213,13 +335,15 @@ def write_token_trace(
     out = Path(out)
     chunk: list[TokenRecord] = []
     taken = 0
+    held = 0
     with TraceWriter(out, meta) as writer:
         for rec in records:
             chunk.append(rec)
             taken += 1
-            if len(chunk) >= CHUNK_ROWS:
+            held += _blocks(rec, block_size)
+            if len(chunk) >= CHUNK_ROWS or held >= CHUNK_BLOCKS:
                 writer.write(state.frame(chunk, source))
-                chunk = []
+                chunk, held = [], 0
                 if progress is not None:
                     progress(writer.rows)
             if limit is not None and taken >= limit:
@@ -332,5 +456,11 @@ class _State:
                 "status": pl.Series([r.status for r in chunk], dtype=pl.Int64),
                 "e2e_us": pl.Series([r.e2e_us for r in chunk], dtype=pl.Int64),
                 "hash_ids": pl.Series([r.hash_ids if r.body is None else None for r in chunk], dtype=pl.List(pl.UInt64)),
+                "ttft_us": pl.Series([r.ttft_us for r in chunk], dtype=pl.Int64),
+                "cached_tokens": pl.Series([r.cached_tokens for r in chunk], dtype=pl.Int64),
+                "depends_on": pl.Series([r.depends_on or [] for r in chunk], dtype=pl.List(pl.String)),
+                "wait_us": pl.Series([r.wait_us for r in chunk], dtype=pl.Int64),
+                "parent_session_id": pl.Series([r.parent_session_id for r in chunk], dtype=pl.String),
+                "agent": pl.Series([r.agent for r in chunk], dtype=pl.String),
             }
         )

@@ -113,3 +113,22 @@ def test_rows_are_sorted_within_a_chunk_and_must_not_go_back_across_chunks(tmp_p
     with pytest.raises(TraceError) as info:
         _import(import_vidur, tmp_path, late, name="late.csv")
     assert str(info.value).startswith("late.csv: line 5: time is earlier than line 4, already written")
+
+
+def test_prefix_chain_extends_by_the_shared_tokens():
+    chain = tokens.PrefixChain(10)
+    a = chain.extend(None, 0, 25)  # 3 blocks, the last partial
+    assert a == [1, 2, 3]
+    assert chain.extend((a, 25), 25, 40) == [1, 2, 3, 4]  # the whole of a: its partial block too
+    assert chain.extend((a, 25), 24, 40) == [1, 2, 5, 6]  # 24 shared: two full blocks only
+    assert chain.extend((a, 25), 99, 12) == [1, 7]  # never more than either prompt holds
+    assert chain.extend((a, 25), 0, 5) == [8]
+
+
+def test_time_ordered_merges_spilled_runs_stably():
+    recs = [
+        tokens.TokenRecord(line=i, arrival_us=t, input_tokens=1, output_tokens=1, request_id=str(i))
+        for i, t in enumerate([5, 1, 5, 0, 3, 1, 9])
+    ]
+    out = list(tokens.time_ordered(recs, run_rows=2))
+    assert [(r.arrival_us, r.line) for r in out] == [(0, 3), (1, 1), (1, 5), (3, 4), (5, 0), (5, 2), (9, 6)]
