@@ -15,6 +15,7 @@ from capture.importers.baseten import import_baseten
 from capture.importers.burstgpt import import_burstgpt
 from capture.importers.claude_code import import_claude_code
 from capture.importers.codex import import_codex
+from capture.importers.copilot import import_copilot
 from capture.importers.langfuse import import_langfuse
 from capture.importers.litellm import import_litellm
 from capture.importers.logs import LOG_FORMATS, check_block_size, build_trace
@@ -25,8 +26,10 @@ from capture.importers.records import LogRecord, Usage
 from capture.importers.servegen import import_servegen
 from capture.importers.sharegpt import THINK_TIME_S, import_sharegpt
 from capture.importers.tokens import ImportResult
+from capture.importers.tracelab import import_tracelab
 from capture.importers.sagemaker import import_sagemaker
 from capture.importers.vidur import import_vidur
+from capture.importers.weka import import_weka
 from replay.trace import BLOCK_SIZE
 
 # the token-only formats (as the CLI spells them) and their importers
@@ -37,6 +40,9 @@ TOKEN_FORMATS = {
     "mooncake": import_mooncake,
     "servegen": import_servegen,  # a folder of per-client distributions, sampled (seeded)
     "bailian": import_bailian,
+    "copilot": import_copilot,  # agent sessions with tool batches (a DAG)
+    "weka": import_weka,
+    "tracelab": import_tracelab,
 }
 
 
@@ -140,4 +146,7 @@ __all__ = [
     "import_sharegpt",
     "import_token_trace",
     "import_vidur",
+    "import_copilot",
+    "import_tracelab",
+    "import_weka",
 ]

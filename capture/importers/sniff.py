@@ -5,8 +5,15 @@ object of a JSON Lines file, or of the first file of a folder), never the whole 
 decides by the fields each format requires (the importers' own column and field names):
 
 - a folder: ``servegen`` when it holds ServeGen client files (``chunk-*-trace.csv``), else
-  ``codex`` when it holds ``rollout-*.jsonl`` files, else ``claude-code`` when its ``*.jsonl``
-  files are Claude Code sessions (below);
+  ``copilot`` when it holds ``date=*/shard-*.jsonl.gz`` files (the GitHub Copilot coding agent
+  dataset), else ``codex`` when it holds ``rollout-*.jsonl`` files, else ``weka`` when its first
+  ``*.json`` file is a Weka trace (below), else ``claude-code`` when its ``*.jsonl`` files are
+  Claude Code sessions (below);
+- before any JSON is parsed, from the first :data:`KEYS_HEAD` characters (one Copilot session or
+  Weka trace can be longer than the head): ``copilot`` when they open an object with
+  ``session_id``, ``turns`` (a list) and a turn's ``turn_id`` or ``llm_calls``; ``weka`` when they
+  open an object with ``block_size`` and ``requests`` (a list): a ``.json`` trace (often
+  indented) or JSON Lines of traces;
 - a JSON array (the file starts with ``[``) whose first object has ``conversations``: ``sharegpt``;
 - CSV (the first line has commas and no ``{``; a gzipped one is read decompressed): ``azure``
   (``TIMESTAMP``, ``ContextTokens``, ``GeneratedTokens``), ``burstgpt`` (``Timestamp``,
@@ -14,7 +21,9 @@ decides by the fields each format requires (the importers' own column and field 
 - JSON Lines, by the first object's keys: ``otel`` (``resourceSpans``), ``codex``
   (``type`` ``session_meta`` / ``response_item`` / ``turn_context`` / ``event_msg`` with a
   ``payload``), ``claude-code`` (``type`` ``user`` / ``assistant`` / ``summary`` with ``uuid`` or
-  ``leafUuid``), ``bailian`` (``chat_id`` and ``parent_chat_id``), ``mooncake``
+  ``leafUuid``), ``tracelab`` (``session_id``, ``round_index``, ``input_tokens_total``,
+  ``prefix_tokens``, ``timing_events``: the keys AIPerf detects it by), ``bailian`` (``chat_id``
+  and ``parent_chat_id``), ``mooncake``
   (``input_length`` and ``output_length``), ``litellm``
   (``call_type``), ``langfuse`` (``type`` an observation kind with ``startTime``/``start_time``,
   or ``traceId`` with ``startTime``), ``openai`` (``body``, or a Batch line's ``custom_id``);
@@ -33,6 +42,7 @@ Anything else is a one-line error naming the file and what was looked at.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from capture.importers.azure import AZURE_COLUMNS
@@ -49,6 +59,25 @@ HEAD_BYTES = 1 << 20  # the most read to find the first line / object
 _CODEX_TYPES = frozenset({"session_meta", "response_item", "turn_context", "event_msg", "compacted"})
 _CLAUDE_TYPES = frozenset({"user", "assistant", "summary", "system"})
 _LANGFUSE_TYPES = frozenset({"GENERATION", "SPAN", "EVENT"})
+_TRACELAB_KEYS = frozenset({"session_id", "round_index", "input_tokens_total", "prefix_tokens", "timing_events"})
+# the characters of the text's start in which a Copilot session's or a Weka trace's keys are looked for
+KEYS_HEAD = 4096
+_OBJECT = re.compile(r'^\s*\{\s*"')
+_HEAD_KEYS = {
+    "copilot": (
+        _OBJECT,
+        re.compile(r'"session_id"\s*:'),
+        re.compile(r'"turns"\s*:\s*\['),
+        re.compile(r'"(turn_id|llm_calls)"\s*:'),
+    ),
+    "weka": (_OBJECT, re.compile(r'"block_size"\s*:'), re.compile(r'"requests"\s*:\s*\[')),
+}
+
+
+def _head_format(text: str) -> str | None:
+    """``copilot`` or ``weka`` where the text's start has that format's keys (module docstring)."""
+    start = text[:KEYS_HEAD]
+    return next((name for name, keys in _HEAD_KEYS.items() if all(k.search(start) for k in keys)), None)
 
 
 def sniff(path: Path) -> str:
@@ -56,8 +85,15 @@ def sniff(path: Path) -> str:
     if path.is_dir():
         if next(path.glob(SERVEGEN_TRACE_GLOB), None) is not None:
             return "servegen"
+        if next(path.glob("**/date=*/shard-*.jsonl.gz"), None) is not None or next(path.glob("shard-*.jsonl.gz"), None):
+            return "copilot"
         if next(path.rglob("rollout-*.jsonl"), None) is not None:
             return "codex"
+        first_json = next(iter(sorted(path.rglob("*.json"))), None)
+        if first_json is not None:
+            with first_json.open("rb") as f:
+                if _head_format(f.read(KEYS_HEAD).decode("utf-8", "replace")) == "weka":
+                    return "weka"
         first = next(iter(sorted(path.rglob("*.jsonl"))), None)
         if first is not None and _json_format(first) in ("claude-code", "sagemaker"):
             return _json_format(first)
@@ -83,8 +119,13 @@ def sniff(path: Path) -> str:
         return "otel"  # a big-endian length prefix: OTLP protobuf (capture.importers.otel.framing)
     try:
         text = head.decode("utf-8")
-    except UnicodeDecodeError:
-        return "otel"  # OTLP protobuf (binary); the importer checks its framing
+    except UnicodeDecodeError as e:
+        if e.start < len(head) - 4:
+            return "otel"  # OTLP protobuf (binary); the importer checks its framing
+        text = head[: e.start].decode("utf-8")  # the head cut a character in two
+    found = _head_format(text)
+    if found is not None:
+        return found
     line = next((x for x in text.splitlines() if x.strip()), "")
     if not line:
         raise TraceError(f"{path}: empty: no format to find")
@@ -115,6 +156,8 @@ def _json_format(path: Path, line: str | None = None) -> str:
     kind = obj.get("type")
     if "resourceSpans" in obj:
         return "otel"
+    if _TRACELAB_KEYS <= obj.keys():
+        return "tracelab"
     if "captureData" in obj and "eventMetadata" in obj:
         return "sagemaker"
     turns = obj.get("turns")

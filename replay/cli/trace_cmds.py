@@ -14,7 +14,8 @@ from replay.blocks import BLOCK_SIZE
 
 __all__ = ["register"]
 
-SYNTHETIC_FORMATS = ("azure", "burstgpt", "vidur", "mooncake", "bailian", "servegen")  # capture.importers.TOKEN_FORMATS
+# capture.importers.TOKEN_FORMATS
+SYNTHETIC_FORMATS = ("azure", "burstgpt", "vidur", "mooncake", "bailian", "servegen", "copilot", "weka", "tracelab")
 HASH_FORMATS = ("mooncake", "bailian")  # the formats with hash ids (--hash-block)
 LOG_FORMATS = (  # capture.importers.LOG_FORMATS (kept light here)
     "openai",
@@ -98,12 +99,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "path",
         type=Path,
-        help="the input file (claude-code, codex, sagemaker: a file or a folder of them; servegen: a client folder)",
+        help="the input file (claude-code, codex, sagemaker, weka: a file or a folder of them; servegen: a client folder; "
+        "copilot: a shard or the folder of date=*/shard-*.jsonl.gz)",
     )
     p.add_argument("-o", "--out", type=Path, required=True, help="Trace Parquet file to write")
     p.add_argument("--limit", type=int, help="import only the first N rows")
     p.add_argument("--tokenizer", default="gpt2", help="gpt2, qwen2 or a tokenizer.json path (default gpt2)")
-    p.add_argument("--block-size", type=int, help=f"tokens per hashed block (default {BLOCK_SIZE}; mooncake: 512, bailian: 16)")
+    p.add_argument(
+        "--block-size",
+        type=int,
+        help=f"tokens per hashed block (default {BLOCK_SIZE}; mooncake, copilot, tracelab: 512; bailian: 16; weka: the traces')",
+    )
     p.add_argument(
         "--hash-block",
         type=int,
