@@ -135,9 +135,11 @@ class _Traces:
         if isinstance(tid, bool) or not isinstance(tid, (str, int)) or tid == "":
             raise LineError(f"{tid!r} is not a trace id", "id")
         tid = str(tid)
+        kept = (self.counts.copy(), self.stops.copy(), self.types.copy(), self.block)
         try:
             out = self._trace(tid, trace)
         except LineError as e:
+            self.counts, self.stops, self.types, self.block = kept  # a bad trace counts for nothing
             raise LineError(f"trace {tid}: {e.what}", e.field) from None
         self.counts["traces"] += 1
         return out

@@ -181,12 +181,15 @@ def test_a_bad_trace_is_one_line_naming_file_line_and_field(tmp_path, mutate, fi
 def test_skip_bad_and_block_sizes_that_differ(tmp_path):
     src = tmp_path / "traces.jsonl"
     other = {**CONV2, "id": "conv-9", "block_size": 16}
-    src.write_text("[1, 2]\n" + json.dumps(CONV2) + "\n" + json.dumps(other) + "\n")
+    late_bad = json.loads(json.dumps(CONV1))
+    late_bad["requests"][3]["type"] = "q"  # bad after three good requests and a subagent
+    src.write_text("[1, 2]\n" + json.dumps(CONV2) + "\n" + json.dumps(other) + "\n" + json.dumps(late_bad) + "\n")
     import_weka(src, tmp_path / "out.parquet", skip_bad=True)
     trace = read_trace(tmp_path / "out.parquet")
     report = json.loads(trace.meta.import_report)
     assert trace.df["request_id"].to_list() == ["conv-2:0"]
-    assert report["skipped_lines"] == 2 and [s["line"] for s in report["first_skipped"]] == [1, 3]
+    assert report["skipped_lines"] == 3 and [s["line"] for s in report["first_skipped"]] == [1, 3, 4]
+    assert report["traces"] == 1 and report["api_calls"] == 1  # the skipped traces count for nothing
     assert "one block size an import" in report["first_skipped"][1]["reason"]
 
 
