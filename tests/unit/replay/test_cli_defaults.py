@@ -99,8 +99,11 @@ def test_one_block_size_default_for_traces():
     assert TraceMeta.__dataclass_fields__["block_size_tokens"].default == BLOCK_SIZE
     assert GenerateConfig.__dataclass_fields__["block_size"].default == BLOCK_SIZE
     assert CaptureConfig.__dataclass_fields__["block_size"].default == BLOCK_SIZE
-    # mooncake's hash_ids are over 512-token blocks: its importer's own default
-    for fn in (import_log, *(f for name, f in TOKEN_FORMATS.items() if name != "mooncake")):
+    # formats with hash ids default to the ids' own block: mooncake's 512 tokens, weka's the
+    # file's, copilot's and tracelab's the 512-token blocks their prompts are chained in (at 16, a
+    # 100k-token agent prompt would store 6,250 hashes a row)
+    own_block = {"mooncake", "weka", "copilot", "tracelab"}
+    for fn in (import_log, *(f for name, f in TOKEN_FORMATS.items() if name not in own_block)):
         param = inspect.signature(fn).parameters.get("block_size")
         assert param is None or param.default == BLOCK_SIZE, fn.__name__
     commands = _subcommands(build_parser())
