@@ -105,11 +105,8 @@ class Synthesizer:
     """Builds the text of token-only rows under one tokenizer and :class:`Synthesis`."""
 
     def __init__(self, tokenizer: str, synthesis: Synthesis):
-        from replay import _engine
-        from replay.prompts import BLOCK_DOMAIN, prompt_vocab
+        from replay.prompts import prompt_vocab
 
-        self._draw = _engine.prompt_units
-        self._block_entropy = (synthesis.block_tokens, BLOCK_DOMAIN)
         self.synthesis = synthesis
         self.tokenizer = tokenizer
         self.vocab = prompt_vocab(tokenizer)
@@ -122,10 +119,9 @@ class Synthesizer:
         if units is None:
             if len(self._block_units) >= _BLOCK_TEXT_CACHE:
                 self._block_units.clear()
-            # replay.prompts.block_units, drawn by the engine (the same units, ~50x faster: a
-            # 16-token block's numpy Generator costs more than its tokens)
-            bt, domain = self._block_entropy
-            units = self._draw([int(hash_id) % _U64, bt, domain], [bt], self.vocab.n_words)
+            from replay.prompts import block_units
+
+            units = block_units(hash_id, self.synthesis.block_tokens, self.tokenizer)
             self._block_units[hash_id] = units
         return units
 
@@ -192,6 +188,31 @@ class Synthesizer:
                 cache[key] = value
             out.append(value)
             parent = value
+        return out
+
+    def block_hashes_after(self, known: np.ndarray, n_tokens: int, hash_ids: list[int], block_size: int) -> np.ndarray:
+        """:meth:`block_hashes` (as uint64) of a row of ``hash_ids`` whose first ``len(known)``
+        block hashes are known (an earlier row's, whose first ``len(known) * block_size``
+        tokens are this row's): only the blocks after them are synthesized and hashed, each
+        chained onto the one before."""
+        from replay import _engine
+
+        bt = self.synthesis.block_tokens
+        k, n_full = len(known), n_tokens // block_size
+        if n_full <= k:
+            return np.asarray(known[:n_full], dtype=np.uint64)
+        start, stop = k * block_size, n_full * block_size
+        first = start // bt
+        units = np.concatenate([self._units_of_block(h) for h in hash_ids[first : -(-stop // bt)]])
+        ids = np.ascontiguousarray(self.vocab.ids(units[start - first * bt : stop - first * bt]), dtype="<u4")
+        if k == 0:
+            return _engine.block_hashes(ids, block_size)
+        out = np.empty(n_full, np.uint64)
+        out[:k] = known
+        parent = int(known[-1])
+        for j in range(n_full - k):
+            parent = _engine.chain_hash(parent, ids[j * block_size : (j + 1) * block_size])
+            out[k + j] = parent
         return out
 
     @staticmethod

@@ -132,3 +132,16 @@ def test_hash_id_blocks_drawn_in_rust_are_block_units():
         ids = [0, 7, 2**63 + 5, 2**64 - 1]
         got = synth.units("r", block * len(ids), ids)
         assert got.tolist() == [u for h in ids for u in block_units(h, block).tolist()]
+
+
+def test_hash_id_blocks_drawn_in_rust_are_the_ones_numpy_draws():
+    # replay.prompts.block_units draws in Rust: the blocks of a Mooncake or OTel trace's hash ids
+    # are those of numpy's SeedSequence([id, block_tokens, domain]), so stored hashes still hold
+    import numpy as np
+
+    from replay.prompts import BLOCK_DOMAIN, block_units
+
+    vocab = prompt_vocab("gpt2")
+    for hash_id, bt in ((0, 16), (7, 256), (2**64 - 1, 512), (12345678901, 1)):
+        seq = np.random.SeedSequence([hash_id, bt, BLOCK_DOMAIN])
+        assert block_units(hash_id, bt).tolist() == vocab.sample(bt, np.random.default_rng(seq)).tolist()
