@@ -39,7 +39,20 @@ What becomes what (docs/otel.md has the table and its sources):
   body (OpenAI messages), and its ``input_tokens`` and ``block_hashes`` come from that text under
   the trace's tokenizer, as a request log's do; the text is redacted before anything is written
   unless the import is told not to. A request without content is a token-only row: a null body,
-  synthesized at replay (:mod:`replay.synth`) with the span's input tokens.
+  synthesized at replay (:mod:`replay.synth`) with the span's input tokens, from ``hash_ids``
+  (one per :data:`PREFIX_BLOCK_TOKENS` tokens) so that prompts share prefixes as an agent's do.
+- Prefix sharing (token-only rows, in arrival order; :class:`_Prefixes`): a request that waits
+  for a token-only request of its session (the one that ended last before it started, below)
+  continues it: when its prompt is at least as long it starts with all of that prompt's ids (the
+  history resent; the ids after them are new), when shorter (the history was cut) with as many
+  whole ids as its ``cache_read`` count covers (none without one). A request that waits for none
+  shares only what its ``cache_read`` count says, with its session's previous request or, the
+  first of its session, with the latest first request of a session of the same agent name and
+  model (an agent's system prompt and tools). A subagent's first request so shares nothing with
+  its spawner's unless counted (docs/agentic.md: a subagent has its own system prompt and tools,
+  and its first message is the task). Equal ids give equal text, so the replay's prompts share
+  exactly these prefixes; block hashes of a shared prefix are the earlier row's, only the rest is
+  synthesized and hashed.
 - Sessions: the nearest ``invoke_agent`` ancestor (OpenInference ``AGENT``) of a request is its
   agent: its session is the agent span's ``gen_ai.conversation.id`` (unless the spawning agent's
   session has that id), else the agent span's id; ``agent`` is its ``gen_ai.agent.name``. An agent
@@ -81,7 +94,7 @@ import base64
 import json
 import os
 from array import array
-from collections import Counter, defaultdict, deque
+from collections import Counter, OrderedDict, defaultdict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,6 +139,13 @@ CHUNK_ROWS = 8192
 CHUNK_HELD = 1 << 20
 # a session's latest requests kept to find the one that ended last before a new one
 RECENT_PER_SESSION = 32
+# the tokens one hash id of a token-only row stands for (its ``Synthesis.block_tokens``). A step
+# shares its predecessor's prompt to the token whatever this is; it is the grain at which a cache
+# count is honoured, and a row holds ceil(input_tokens / this) ids
+PREFIX_BLOCK_TOKENS = 256
+# the hash ids and block hashes of recent token-only rows kept for the rows that extend them
+# (bytes; least recently used out: a row whose predecessor was forgotten starts afresh, counted)
+PREFIX_CACHE_BYTES = 64 << 20
 
 _INFERENCE_OPS = {"chat": "chat", "text_completion": "completions", "generate_content": "chat"}
 _NS_PER_US = 1000
@@ -307,8 +327,12 @@ def _invocation_max_tokens(attrs: dict) -> int | None:
     return None
 
 
-def _span(raw: Any, line: int, offset: int, ordinal: int, styles: Counter) -> tuple[str, _Span, str | None]:
-    """``(trace id, span, operation name)`` of one OTLP span object."""
+def _span(
+    raw: Any, line: int, offset: int, ordinal: int, styles: Counter, need_tokens: bool = True
+) -> tuple[str, _Span, str | None]:
+    """``(trace id, span, operation name)`` of one OTLP span object. ``need_tokens=False``: a
+    request span without a token count or content is kept (its content may come in log
+    records; :func:`import_otel` checks it once they are read)."""
     if not isinstance(raw, dict):
         raise LineError("a span is not a JSON object", "spans")
     trace_id, span_id = raw.get("traceId"), raw.get("spanId")
@@ -331,18 +355,21 @@ def _span(raw: Any, line: int, offset: int, ordinal: int, styles: Counter) -> tu
             span.conversation = _str(attrs, CONVERSATION)
             span.agent_name = _str(attrs, AGENT_NAME)
         elif kind == "llm":
-            span.req = _request(raw, attrs, op, offset, ordinal, styles)
+            span.req = _request(raw, attrs, op, offset, ordinal, styles, need_tokens)
         return trace_id, span, op
     except LineError as e:
         raise LineError(f"span {span_id}: {e.what}", e.field) from None
 
 
-def _request(raw: dict, attrs: dict, op: str | None, offset: int, ordinal: int, styles: Counter) -> _Req:
+_NO_TOKENS = "a request span without an input token count or message content"
+
+
+def _request(raw: dict, attrs: dict, op: str | None, offset: int, ordinal: int, styles: Counter, need_tokens: bool) -> _Req:
     content = _has_content(attrs, raw.get("events"))
     input_tokens = _count(attrs, INPUT_TOKENS)
     output_tokens = _count(attrs, OUTPUT_TOKENS)
-    if input_tokens is None and not content:
-        raise LineError("a request span without an input token count or message content", INPUT_TOKENS[0])
+    if input_tokens is None and not content and need_tokens:
+        raise LineError(_NO_TOKENS, INPUT_TOKENS[0])
     for style, names in (("semconv", INPUT_TOKENS[:1]), ("openllmetry", INPUT_TOKENS[1:2]), ("openinference", INPUT_TOKENS[2:])):
         if any(n in attrs for n in names):
             styles[style] += 1
@@ -549,7 +576,7 @@ class _Reader:
         self.ops: Counter = Counter()  # spans not mapped, by operation name
         self.styles: Counter = Counter()
         self.session_parent: dict[str, str] = {}
-        self.sessions: set[str] = set()
+        self.has_logs = False  # a JSON line of log records was read (content may be in them)
 
     def read(self) -> None:
         source = self.path.name
@@ -573,6 +600,7 @@ class _Reader:
                     continue
                 if spans is None:
                     self.report["other_signal_lines"] += 1
+                    self.has_logs = self.has_logs or (self.kind == JSON and b'"resourceLogs"' in raw)
                     continue
                 self._line(spans, number, start)
                 self._finish_ready(number)
@@ -583,7 +611,7 @@ class _Reader:
         for ordinal, raw in enumerate(spans):
             self.report["spans_read"] += 1
             try:
-                trace_id, span, op = _span(raw, number, offset, ordinal, self.styles)
+                trace_id, span, op = _span(raw, number, offset, ordinal, self.styles, need_tokens=False)
             except LineError as e:
                 self.bad.bad(number, e)
                 continue
@@ -735,7 +763,6 @@ class _Reader:
                         extra[joiner.span_id].append(last)
                         self.report["joins_linked"] += 1
         for sid, requests in by_session.items():
-            self.sessions.add(sid)
             agent_name = None
             for span in requests:
                 agent = nearest_agent(span)
@@ -919,6 +946,14 @@ def _content(raw: dict, req_api: str, model: str | None, max_tokens: int | None)
         if completion is not None:
             answer = _openai_messages(completion, "gen_ai.completion")
     assert messages is not None
+    return _assembled(messages, answer, attrs.get("gen_ai.tool.definitions"), req_api, model, max_tokens)
+
+
+def _assembled(
+    messages: list[dict], answer: list[dict] | None, tools: Any, req_api: str, model: str | None, max_tokens: int | None
+) -> tuple[dict, str | None, list[str]]:
+    """The request body (OpenAI chat or completions), the answer's text and its tool calls'
+    arguments, of a request's messages and answer messages (OpenAI form)."""
     body: dict[str, Any] = {}
     if model is not None:
         body["model"] = model
@@ -926,7 +961,6 @@ def _content(raw: dict, req_api: str, model: str | None, max_tokens: int | None)
         body["prompt"] = "".join(str(m.get("content") or "") for m in messages)
     else:
         body["messages"] = messages
-        tools = attrs.get("gen_ai.tool.definitions")
         if isinstance(tools, str):
             try:
                 tools = json.loads(tools)
@@ -951,6 +985,254 @@ def _content(raw: dict, req_api: str, model: str | None, max_tokens: int | None)
 
 
 # ---------------------------------------------------------------------------------------------
+# content carried as log records: the per-message events of semconv 1.28-1.36
+
+
+# the events read (open-telemetry/semantic-conventions@3c0b5cca
+# model/gen-ai/deprecated/events-deprecated.yaml): one a message, the answer one a choice
+_MESSAGE_EVENTS = {f"gen_ai.{role}.message": role for role in ("system", "user", "assistant", "tool")}
+_CHOICE_EVENT = "gen_ai.choice"
+_CHAT_ROLES = frozenset(("system", "developer", "user", "assistant", "tool"))
+
+
+def _line_logs(obj: Any) -> Iterator[Any] | None:
+    """The log record objects of one ``LogsData`` line, in order (None: not a logs line)."""
+    if not isinstance(obj, dict):
+        raise LineError("not a JSON object")
+    resource_logs = obj.get("resourceLogs")
+    if resource_logs is None:
+        return None
+    if not isinstance(resource_logs, list):
+        raise LineError("is not a list", "resourceLogs")
+
+    def records() -> Iterator[Any]:
+        for rl in resource_logs:
+            for sl in (rl.get("scopeLogs") or []) if isinstance(rl, dict) else []:
+                yield from (sl.get("logRecords") or []) if isinstance(sl, dict) else []
+
+    return records()
+
+
+def logs_from_protobuf(data: bytes) -> dict:
+    """An OTLP protobuf ``LogsData`` (or ``ExportLogsServiceRequest``) as the OTLP/JSON object a
+    file line holds, ids in hex (as :func:`traces_from_protobuf`)."""
+    from google.protobuf.json_format import MessageToDict
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.logs.v1.logs_pb2 import LogsData
+
+    try:
+        message = LogsData.FromString(data)
+    except DecodeError:
+        raise LineError("is not an OTLP protobuf LogsData message") from None
+    obj = MessageToDict(message, use_integers_for_enums=True)
+    for rl in obj.get("resourceLogs", ()):
+        for sl in rl.get("scopeLogs", ()):
+            for record in sl.get("logRecords", ()):
+                for name in ("traceId", "spanId"):
+                    if record.get(name):
+                        record[name] = base64.b64decode(record[name]).hex()
+    obj.setdefault("resourceLogs", [])
+    return obj
+
+
+def _decode_logs(payload: bytes, kind: str) -> Any:
+    if kind == PROTOBUF:
+        return logs_from_protobuf(payload)
+    try:
+        return json.loads(payload)
+    except ValueError:
+        raise LineError("not valid JSON") from None
+
+
+def _event(record: Any) -> tuple[str, dict] | None:
+    """``(event name, body)`` of a GenAI message or choice event record (else None): the name
+    is the record's ``eventName`` (OTLP 1.5+) or its ``event.name`` attribute (before)."""
+    if not isinstance(record, dict):
+        return None
+    name = record.get("eventName")
+    if not name:
+        for kv in record.get("attributes") or []:
+            if isinstance(kv, dict) and kv.get("key") == "event.name":
+                name = _any(kv.get("value"))
+                break
+    if name not in _MESSAGE_EVENTS and name != _CHOICE_EVENT:
+        return None
+    body = _any(record.get("body"))
+    return name, body if isinstance(body, dict) else {}
+
+
+def _has_text(name: str, body: dict) -> bool:
+    """Whether an event carries content (the application opted in), not only roles and ids."""
+    message = body.get("message") if name == _CHOICE_EVENT else body
+    if not isinstance(message, dict):
+        return False
+    calls = message.get("tool_calls") or body.get("tool_calls") or []
+    return bool(message.get("content")) or any(
+        isinstance(c, dict) and isinstance(c.get("function"), dict) and "arguments" in c["function"] for c in calls
+    )
+
+
+def _event_content(value: Any) -> Any:
+    """A message's content as an OpenAI message holds it: text, or a list of parts."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(p, dict) for p in value):
+        return value
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _event_calls(calls: Any) -> list[dict]:
+    out = []
+    for k, call in enumerate(calls if isinstance(calls, list) else []):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict):
+            continue
+        args = fn.get("arguments")
+        out.append(
+            {
+                "id": call.get("id") or f"call_{k}",
+                "type": "function",
+                "function": {
+                    "name": fn.get("name") or "",
+                    "arguments": args if isinstance(args, str) else json.dumps(args if args is not None else {}),
+                },
+            }
+        )
+    return out
+
+
+def _log_content(
+    records: list[dict], req_api: str, model: str | None, max_tokens: int | None
+) -> tuple[dict, str | None, list[str]]:
+    """The request body, answer text and call arguments of a request's event records (in the
+    order they were emitted): each message event one OpenAI message, the choice of index 0 the
+    answer."""
+    messages: list[dict] = []
+    answer: list[dict] | None = None
+    for record in records:
+        got = _event(record)
+        if got is None:
+            continue
+        name, body = got
+        if name == _CHOICE_EVENT:
+            if answer is not None or body.get("index", 0) not in (0, "0"):
+                continue
+            message = body["message"] if isinstance(body.get("message"), dict) else {}
+            msg: dict[str, Any] = {"role": "assistant", "content": _event_content(message.get("content"))}
+            calls = _event_calls(message.get("tool_calls") or body.get("tool_calls"))
+            if calls:
+                msg["tool_calls"] = calls
+            answer = [msg]
+            continue
+        role = body.get("role") if body.get("role") in _CHAT_ROLES else _MESSAGE_EVENTS[name]
+        content = _event_content(body.get("content"))
+        if role == "assistant":
+            msg = {"role": role, "content": content}
+            calls = _event_calls(body.get("tool_calls"))
+            if calls:
+                msg["tool_calls"] = calls
+        elif role == "tool":
+            msg = {"role": role, "tool_call_id": str(body.get("id") or ""), "content": content or ""}
+        else:
+            msg = {"role": role, "content": content or ""}
+        messages.append(msg)
+    return _assembled(messages, answer, None, req_api, model, max_tokens)
+
+
+class _Logs:
+    """The join of log records to request spans (by span id: a span id is a request id, unique
+    in the Trace), in bounded memory. :meth:`index` reads the log file once and keeps, for each
+    request of ``wanted`` (span id -> request index: the requests without content of their
+    own) that has GenAI events, only the byte offsets of the lines holding them and whether any
+    carries text; :meth:`take` reads those lines again as rows need them, each line parsed once
+    and its needed records kept until taken (as :class:`_Content` does for spans)."""
+
+    def __init__(self, path: Path, skip_bad: bool, same_file: bool) -> None:
+        self.path = path
+        self.kind = framing(path) if path.is_file() else JSON
+        self.same_file = same_file  # the spans' own file: its bad lines were counted already
+        self.bad = BadLines(path.name, skip_bad, "line" if self.kind == JSON else "message")
+        self.lines: dict[int, list[int]] = {}  # request index -> offsets of its records' lines
+        self.with_text: set[int] = set()
+        self.report: Counter = Counter()
+        self.f: BinaryIO | None = None
+        self.wanted: dict[int, set[str]] = defaultdict(set)  # line offset -> span ids taken from it
+        self.kept: dict[int, dict[str, list[dict]]] = {}
+
+    def index(self, wanted: dict[str, int]) -> None:
+        source = self.path.name
+        if not self.path.is_file():
+            raise TraceError(f"{source}: no such file")
+        with self.path.open("rb") as f:
+            for number, offset, raw in _records(f, self.kind):
+                try:
+                    if isinstance(raw, LineError):
+                        raise raw
+                    records = _line_logs(_decode_logs(raw, self.kind))
+                except LineError as e:
+                    if not self.same_file:
+                        self.bad.bad(number, e)
+                    continue
+                if records is None:
+                    continue
+                self.report["log_lines"] += 1
+                for record in records:
+                    self.report["log_records"] += 1
+                    event = _event(record)
+                    if event is None:
+                        continue
+                    i = wanted.get(record.get("spanId"))
+                    if i is None:
+                        self.report["log_events_not_joined"] += 1
+                        continue
+                    self.report["log_events_joined"] += 1
+                    where = self.lines.setdefault(i, [])
+                    if not where or where[-1] != offset:
+                        where.append(offset)
+                    if i not in self.with_text and _has_text(*event):
+                        self.with_text.add(i)
+        for i in list(self.lines):
+            if i not in self.with_text:
+                del self.lines[i]
+
+    def open(self, rids: dict[int, str]) -> None:
+        """Ready :meth:`take` for the requests ``rids`` (index -> span id) that rows will need."""
+        self.wanted = defaultdict(set)
+        self.kept = {}
+        for i, rid in rids.items():
+            for offset in self.lines[i]:
+                self.wanted[offset].add(rid)
+        self.f = self.path.open("rb")
+
+    def close(self) -> None:
+        if self.f is not None:
+            self.f.close()
+            self.f = None
+
+    def take(self, i: int, rid: str) -> list[dict]:
+        """The event records of request ``i`` (span id ``rid``), in file order."""
+        assert self.f is not None
+        out: list[dict] = []
+        for offset in self.lines[i]:
+            line = self.kept.get(offset)
+            if line is None:
+                self.f.seek(offset)
+                payload = self.f.readline() if self.kind == JSON else self.f.read(int.from_bytes(self.f.read(4), "big"))
+                records = _line_logs(_decode_logs(payload, self.kind))
+                assert records is not None
+                want = self.wanted[offset]
+                line = self.kept[offset] = defaultdict(list)
+                for record in records:
+                    if isinstance(record, dict) and record.get("spanId") in want:
+                        line[record["spanId"]].append(record)
+            out.extend(line.pop(rid, ()))
+            self.wanted[offset].discard(rid)
+            if not self.wanted[offset]:
+                del self.kept[offset], self.wanted[offset]
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
 # the second pass: rows in arrival order
 
 
@@ -963,18 +1245,112 @@ class _Links:
         self.last: dict[str, str] = {}
         self.recent: dict[str, deque] = {}
 
-    def add(self, rid: str, sid: str, start: int, end: int) -> tuple[int, str | None, tuple[str, int] | None]:
+    def add(
+        self, rid: str, sid: str, start: int, end: int, token_only: bool
+    ) -> tuple[int, str | None, tuple[str, int, bool] | None]:
+        """``(turn, the previous request, (request, end, token-only) that ended last before)``."""
         turn = self.turns[sid]
         self.turns[sid] += 1
         parent = self.last.get(sid)
         self.last[sid] = rid
         recent = self.recent.setdefault(sid, deque(maxlen=RECENT_PER_SESSION))
         best = None
-        for other_rid, other_end in recent:
-            if other_end <= start and (best is None or other_end >= best[1]):
-                best = (other_rid, other_end)
-        recent.append((rid, end))
+        for other in recent:
+            if other[1] <= start and (best is None or other[1] >= best[1]):
+                best = other
+        recent.append((rid, end, token_only))
         return turn, parent, best
+
+
+@dataclass(slots=True)
+class _Prompt:
+    tokens: int
+    ids: np.ndarray  # uint64 hash ids, one per PREFIX_BLOCK_TOKENS tokens
+    hashes: np.ndarray  # uint64 block hashes
+
+
+class _Prefixes:
+    """The hash ids and block hashes of token-only rows, taken in arrival order, so that
+    prompts share prefixes as an agent's do (the module docstring, "Prefix sharing"). New ids
+    are numbered from 0 in the order rows need them; equal ids give equal text
+    (:class:`replay.synth.Synthesizer`)."""
+
+    def __init__(self, synth: Synthesizer, block_size: int) -> None:
+        self.synth = synth
+        self.bt = synth.synthesis.block_tokens
+        self.block_size = block_size
+        self.next_id = 0
+        self.kept: OrderedDict[str, _Prompt] = OrderedDict()
+        self.bytes = 0
+        self.first_of: dict[tuple[str | None, str | None], str] = {}  # (agent, model) -> its latest session start
+        self.counts: Counter = Counter()
+
+    def _get(self, rid: str | None) -> _Prompt | None:
+        got = self.kept.get(rid) if rid is not None else None
+        if got is not None:
+            self.kept.move_to_end(rid)  # type: ignore[arg-type]
+        return got
+
+    def row(
+        self,
+        rid: str,
+        tokens: int,
+        cached: int | None,
+        *,
+        waits_for: str | None,
+        previous: str | None,
+        agent: str | None,
+        model: str | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(hash ids, block hashes)`` (uint64) of token-only row ``rid`` of ``tokens`` input tokens
+        (``cached`` of them read from the cache live), which waits for ``waits_for`` (the
+        token-only request of its session that ended last before it started; None: none, or
+        one with content) and follows ``previous`` in its session (None: it starts its
+        session, of ``agent`` and ``model``)."""
+        share, source = 0, None
+        if waits_for is not None:
+            source = self._get(waits_for)
+            if source is None:
+                self.counts["prefix_sources_forgotten"] += 1
+            else:
+                share = source.tokens if tokens >= source.tokens else min(cached or 0, tokens)
+        elif cached:
+            # not a continuation: only what the cache read says is shared, with the session's
+            # previous request or, at a session's start, the previous start of the same agent
+            key = (agent, model)
+            source = self._get(previous if previous is not None else self.first_of.get(key))
+            if source is not None:
+                share = min(cached, tokens, source.tokens)
+        if previous is None:
+            self.first_of[(agent, model)] = rid
+        n_ids = -(-tokens // self.bt)
+        k = 0
+        if source is not None and share:
+            k = min(len(source.ids) if share == source.tokens else share // self.bt, n_ids)
+        common = min(k * self.bt, tokens, source.tokens) if source is not None else 0
+        if k:
+            self.counts["prefix_rows"] += 1
+            self.counts["prefix_tokens"] += common
+        fresh = np.arange(self.next_id, self.next_id + n_ids - k, dtype=np.uint64)
+        self.next_id += n_ids - k
+        ids = np.concatenate((source.ids[:k], fresh)) if source is not None and k else fresh
+        id_list = ids.tolist()
+        known = source.hashes[: common // self.block_size] if source is not None else ids[:0]
+        hashes = self.synth.block_hashes_after(known, tokens, id_list, self.block_size)
+        self.kept[rid] = _Prompt(tokens, ids, hashes)
+        self.bytes += ids.nbytes + hashes.nbytes + _PROMPT_ENTRY_BYTES
+        while self.bytes > PREFIX_CACHE_BYTES and self.kept:
+            old = self.kept.popitem(last=False)[1]
+            self.bytes -= old.ids.nbytes + old.hashes.nbytes + _PROMPT_ENTRY_BYTES
+        return ids, hashes
+
+
+# the import report's counts of the log records read
+_LOG_COUNTS = ("log_lines", "log_records", "log_events_joined", "log_events_not_joined")
+# the import report's counts of prefix sharing
+_PREFIX_COUNTS = ("prefix_rows", "prefix_tokens", "prefix_sources_forgotten")
+# what a kept prompt costs besides its arrays (its key, the entry, the arrays' headers)
+_PROMPT_ENTRY_BYTES = 400
 
 
 def import_otel(
@@ -988,11 +1364,14 @@ def import_otel(
     limit: int | None = None,
     key: Any | None = None,
     progress: Callable[[int], None] | None = None,
+    logs: str | os.PathLike[str] | None = None,
 ) -> ImportResult:
     """Import an OTLP/JSON file of GenAI spans (see the module docstring) into the Trace file
-    ``out``. ``key``: a :class:`redact.key.RedactionKey` (the text of spans with content is
-    redacted before it is written), a callable returning one (called only when a span has
-    content, before anything is written), or None (raw text, ``redaction_policy=none``).
+    ``out``; ``logs``: a file of the log records carrying their content (OTLP/JSON or protobuf
+    ``LogsData``; without it, the spans' file's own log lines are read). ``key``: a
+    :class:`redact.key.RedactionKey` (the text of spans with content is redacted before it is
+    written), a callable returning one (called only when a span has content, before anything
+    is written), or None (raw text, ``redaction_policy=none``).
     ``seed`` seeds the synthesized text of requests without content; ``limit``: the first N
     requests read."""
     from capture.importers.tokens import ImportResult
@@ -1006,7 +1385,23 @@ def import_otel(
     reader.read()
     source_format = SOURCE_FORMAT if reader.kind == JSON else SOURCE_FORMAT_PROTOBUF
     reqs = reader.requests
-    n = len(reqs) if limit is None else min(limit, len(reqs))
+    cols = reqs.cols
+    # content carried as log records: joined to the requests without content of their own
+    logs_path = Path(logs) if logs is not None else path if reader.has_logs else None
+    log_join = _Logs(logs_path, skip_bad, same_file=logs_path == path) if logs_path is not None else None
+    if log_join is not None:
+        log_join.index({rid: i for i, rid in enumerate(cols["request_id"]) if cols["content"][i] is None})
+    log_text = log_join.lines if log_join is not None else {}
+    # a request with neither a token count nor content (of its span or its log records)
+    valid = np.ones(len(reqs), bool)
+    for i, n_in in enumerate(cols["input_tokens"]):
+        if n_in is None and cols["content"][i] is None and i not in log_text:
+            reader.bad.bad(cols["line"][i], LineError(f"span {cols['request_id'][i]}: {_NO_TOKENS}", INPUT_TOKENS[0]))
+            valid[i] = False
+    # arrival order (equal starts: the shorter first); with a limit, the first N of it
+    order = np.lexsort((np.frombuffer(reqs.end, np.int64), np.frombuffer(reqs.start, np.int64)))
+    order = order[valid[order]][:limit]
+    n = len(order)
     report: dict[str, Any] = {
         "format": source_format,
         "lines_read": reader.report["lines_read"],
@@ -1019,19 +1414,19 @@ def import_otel(
             f"{source}: no requests imported ({report['lines_read']} lines, {report['spans_read']} spans read, "
             f"{reader.bad.count} skipped as malformed; no chat or text_completion span)"
         )
-    cols = reqs.cols
-    # arrival order (equal starts: the shorter first); with a limit, the first N of it
-    order = np.lexsort((np.frombuffer(reqs.end, np.int64), np.frombuffer(reqs.start, np.int64)))[:n]
     wanted: dict[int, set[int]] = defaultdict(set)
+    log_rows: dict[int, str] = {}
     for i in order.tolist():
         if cols["content"][i] is not None:
             wanted[cols["content"][i][0]].add(cols["content"][i][1])
-    content_rows = sum(len(v) for v in wanted.values())
+        elif i in log_text:
+            log_rows[i] = cols["request_id"][i]
+    content_rows = sum(len(v) for v in wanted.values()) + len(log_rows)
     report["records_imported"] = n
     if callable(key):
         key = key() if content_rows else None
     t0_us = reqs.start[int(order[0])] // _NS_PER_US
-    synthesis = Synthesis(seed=seed) if content_rows < n else None
+    synthesis = Synthesis(seed=seed, block_tokens=PREFIX_BLOCK_TOKENS) if content_rows < n else None
     meta = TraceMeta(
         t0_unix_us=t0_us,
         source_format=source_format,
@@ -1044,14 +1439,18 @@ def import_otel(
     from replay.tokenizer import load_tokenizer
 
     tokens = TokenCache(load_tokenizer(tokenizer)) if content_rows else None
-    synth = Synthesizer(tokenizer, synthesis) if synthesis is not None else None
+    prefixes = _Prefixes(Synthesizer(tokenizer, synthesis), block_size) if synthesis is not None else None
     links = _Links()
     counts: Counter = Counter()
 
     def content_of(content: _Content, i: int) -> tuple[dict, str | None, list[str]]:
-        offset, ordinal = cols["content"][i]
-        raw = content.take(offset, ordinal)
         try:
+            if cols["content"][i] is None:
+                assert log_join is not None
+                records = log_join.take(i, cols["request_id"][i])
+                return _log_content(records, cols["api"][i], cols["model"][i], cols["max_tokens"][i])
+            offset, ordinal = cols["content"][i]
+            raw = content.take(offset, ordinal)
             return _content(raw, cols["api"][i], cols["model"][i], cols["max_tokens"][i])
         except LineError as e:
             raise TraceError(
@@ -1063,10 +1462,12 @@ def import_otel(
             # every text analysed before any row is written (a value found later is replaced in
             # earlier rows too), as the request-log importers do
             content = _Content(path, reader.kind, wanted)
+            if log_join is not None:
+                log_join.open(log_rows)
             try:
                 texts: list[str] = []
                 for i in order.tolist():
-                    if cols["content"][i] is None:
+                    if cols["content"][i] is None and i not in log_rows:
                         continue
                     body, text, _ = content_of(content, i)
                     texts.extend(s.text for s in text_slots(body))
@@ -1078,7 +1479,11 @@ def import_otel(
                 output.redactor.learn(texts, [])
             finally:
                 content.close()
+                if log_join is not None:
+                    log_join.close()
         content = _Content(path, reader.kind, wanted)
+        if log_join is not None:
+            log_join.open(log_rows)
         try:
             rows: dict[str, list] = defaultdict(list)
             held = 0  # block hashes and body characters in ``rows``
@@ -1086,7 +1491,14 @@ def import_otel(
 
             def flush() -> None:
                 nonlocal rows, held, done
-                output.write(pl.DataFrame({name: pl.Series(rows[name], dtype=dtype) for name, dtype in _ROW_TYPES.items()}))
+                output.write(
+                    pl.DataFrame(
+                        {
+                            name: _u64_lists(rows[name]) if name in _U64_LISTS else pl.Series(rows[name], dtype=dtype)
+                            for name, dtype in _ROW_TYPES.items()
+                        }
+                    )
+                )
                 done += len(rows["request_id"])
                 rows, held = defaultdict(list), 0
                 if progress is not None:
@@ -1096,7 +1508,8 @@ def import_otel(
                 for i in order[start_at : start_at + CHUNK_ROWS].tolist():
                     rid, sid = cols["request_id"][i], cols["session_id"][i]
                     start, end = reqs.start[i], reqs.end[i]
-                    turn, parent, chain = links.add(rid, sid, start, end)
+                    token_only = cols["content"][i] is None and i not in log_rows
+                    turn, parent, chain = links.add(rid, sid, start, end, token_only)
                     deps = [chain[0]] if chain is not None else []
                     latest = chain[1] if chain is not None else None
                     for d in cols["extra_deps"][i] or ():
@@ -1111,7 +1524,8 @@ def import_otel(
                     body_text: str | None = None
                     response: str | None = None
                     calls: list[int] | None = None
-                    if cols["content"][i] is not None:
+                    hash_ids: np.ndarray | None = None
+                    if not token_only:
                         assert tokens is not None
                         body, response, arguments = content_of(content, i)
                         ids = tokens.prompt_ids([s.text for s in text_slots(body)])
@@ -1120,12 +1534,20 @@ def import_otel(
                         if response is not None or arguments:
                             calls = [len(tokens.prompt_ids([a])) for a in arguments]
                         n_in = len(ids)
-                        hashes = block_hashes(ids, block_size)
+                        hashes = np.asarray(block_hashes(ids, block_size), dtype=np.uint64)
                         body_text = body_json(body)
                     else:
-                        assert synth is not None
+                        assert prefixes is not None
                         n_in = cols["input_tokens"][i]
-                        hashes = synth.block_hashes(rid, n_in, None, block_size)
+                        hash_ids, hashes = prefixes.row(
+                            rid,
+                            n_in,
+                            cols["cached_tokens"][i],
+                            waits_for=chain[0] if chain is not None and chain[2] else None,
+                            previous=parent,
+                            agent=cols["agent"][i],
+                            model=cols["model"][i],
+                        )
                     for name, value in (
                         ("request_id", rid),
                         ("session_id", sid),
@@ -1139,6 +1561,7 @@ def import_otel(
                         ("output_tokens", out_tokens),
                         ("max_tokens", limit_tokens if limit_tokens is not None else out_tokens),
                         ("block_hashes", hashes),
+                        ("hash_ids", hash_ids),
                         ("cached_tokens", cols["cached_tokens"][i]),
                         ("status", cols["status"][i]),
                         ("ttft_us", cols["ttft_us"][i]),
@@ -1158,6 +1581,8 @@ def import_otel(
                 flush()
         finally:
             content.close()
+            if log_join is not None:
+                log_join.close()
         not_mapped = dict(sorted(reader.ops.items()))
         report.update(
             {
@@ -1167,8 +1592,11 @@ def import_otel(
                 "duplicate_spans": reader.report["duplicate_spans"],
                 "other_signal_lines": reader.report["other_signal_lines"],
                 "content_rows": content_rows,
+                "content_rows_from_logs": len(log_rows),
+                **{name: log_join.report[name] if log_join is not None else 0 for name in _LOG_COUNTS},
+                "log_skipped_lines": log_join.bad.count if log_join is not None else 0,
                 "synthesized_rows": n - content_rows,
-                "sessions": len(reader.sessions),
+                "sessions": len(links.turns),
                 "subagent_sessions": len(reader.session_parent),
                 "agent_spans": reader.report["agent_spans"],
                 "tool_spans": reader.report["tool_spans"],
@@ -1177,6 +1605,7 @@ def import_otel(
                 "spawns_linked": reader.report["spawns_linked"],
                 "joins_linked": reader.report["joins_linked"],
                 "dependencies": counts["dependencies"],
+                **{name: prefixes.counts[name] if prefixes is not None else 0 for name in _PREFIX_COUNTS},
                 "attribute_styles": dict(sorted(reader.styles.items())),
                 "spans_not_mapped": not_mapped,
             }
@@ -1196,4 +1625,21 @@ def import_otel(
     return ImportResult(out, rows_written, meta, redaction)
 
 
-_ROW_TYPES: dict[str, pl.DataType | type[pl.DataType]] = {**ROW_TYPES, "agent": pl.String}
+_ROW_TYPES: dict[str, pl.DataType | type[pl.DataType]] = {**ROW_TYPES, "agent": pl.String, "hash_ids": pl.List(pl.UInt64)}
+# the columns of uint64 arrays, built straight from the arrays (not Python lists)
+_U64_LISTS = ("block_hashes", "hash_ids")
+
+
+def _u64_lists(values: list[np.ndarray | None]) -> pl.Series:
+    """A ``List(UInt64)`` column of uint64 arrays (None: null), without a Python int each."""
+    import pyarrow as pa
+
+    lengths = np.fromiter((0 if v is None else len(v) for v in values), np.int64, len(values))
+    offsets = np.zeros(len(values) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    present = [v for v in values if v is not None]
+    flat = np.ascontiguousarray(np.concatenate(present) if present else np.zeros(0), dtype=np.uint64)
+    items = pa.Array.from_buffers(pa.uint64(), len(flat), [None, pa.py_buffer(flat)])
+    nulls = np.fromiter((v is None for v in values), bool, len(values))
+    mask = pa.array(nulls) if nulls.any() else None
+    return pl.Series(pl.from_arrow(pa.LargeListArray.from_arrays(pa.array(offsets), items, mask=mask)))

@@ -151,6 +151,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=float,
         help="servegen: seconds of workload to sample from the clients' windows (default: all of them)",
     )
+    p.add_argument(
+        "--logs",
+        type=Path,
+        help="otel: the OTLP log records (gen_ai.*.message / gen_ai.choice events) that carry the spans' content",
+    )
     p.add_argument("--key-file", type=Path, help="logs: file holding the redaction key (default: $REPLAY_REDACT_KEY)")
     p.add_argument(
         "--no-redact",
@@ -295,6 +300,8 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(f"{args.path.name}: importing as {args.format} (found by `auto`)", file=sys.stderr)
     if args.hash_block is not None and args.format not in HASH_FORMATS:
         raise ConfigError(f"--hash-block: only for {', '.join(HASH_FORMATS)} (the other formats have no hash ids)")
+    if args.logs is not None and args.format not in SPAN_FORMATS:
+        raise ConfigError(f"--logs: only for otel (spans whose content is in log records), not {args.format}")
     for flag, value, fmt in (
         ("--sharegpt-mode", args.sharegpt_mode, "sharegpt"),
         ("--think-time", args.think_time, "sharegpt"),
@@ -415,6 +422,7 @@ def _import_spans(args: argparse.Namespace) -> int:
             limit=args.limit,
             key=key,
             progress=progress,
+            logs=args.logs,
         ),
     )
 

@@ -20,6 +20,7 @@ import pytest
 from capture.importers.otel import import_otel
 from replay.cli.main import main
 from replay.errors import TraceError
+from replay.prompts import count_tokens
 from replay.trace import read_trace
 
 T0 = 1_700_000_000_000_000_000
@@ -256,11 +257,19 @@ def test_cli_redacts_content_by_default_and_needs_a_key_only_for_it(sample, tmp_
     assert main(["import", "otel", str(sample), "-o", str(out), "--skip-bad", "--quiet"]) == 2
     assert "REPLAY_REDACT_KEY" in capsys.readouterr().err and not out.exists()
     monkeypatch.setenv("REPLAY_REDACT_KEY", "otel-test-key-0123456789abcdef")
-    assert main(["import", "otel", str(sample), "-o", str(out), "--skip-bad", "--quiet"]) == 0
+    # c1's content comes in log records (--logs), with an email address in it
+    logs = tmp_path / "logs.jsonl"
+    asked = "Mail the report to jane.roe@example.com please."
+    logs.write_text(logs_line(log_record("c1", "gen_ai.user.message", {"content": asked})) + "\n")
+    assert main(["import", "otel", str(sample), "-o", str(out), "--skip-bad", "--quiet", "--logs", str(logs)]) == 0
     said = capsys.readouterr().out
     assert "skipped 2 malformed lines (first: 3: not valid JSON)" in said and "(5 requests)" in said
     trace = read_trace(out)
     assert trace.meta.redaction_policy == "redacted" and trace.df.height == 5
+    rows = {r["request_id"]: r for r in trace.df.to_dicts()}
+    c1 = json.loads(rows["c1"]["body"])["messages"][0]["content"]
+    assert "jane.roe@example.com" not in c1 and c1.startswith("Mail the report to ")
+    assert rows["c1"]["input_tokens"] == count_tokens(asked)  # tokens of the raw text, as logs keep
     # token-only spans need no key at all
     monkeypatch.delenv("REPLAY_REDACT_KEY")
     tokens_only = tmp_path / "tokens.jsonl"
@@ -359,3 +368,218 @@ def test_a_protobuf_message_cut_short_or_not_protobuf_is_one_line(tmp_path):
     path.write_bytes(good + b"\x00\x00")
     with pytest.raises(TraceError, match=r"^spans\.pb: message 5: cut short: 2 bytes of a 4-byte length prefix at byte \d+$"):
         import_otel(path, tmp_path / "t.parquet")
+
+
+# ---------------------------------------------------------------------------------------------
+# prefix sharing of token-only rows
+
+
+def _chat(span_id, parent, start_ms, end_ms, tokens, cached=None, trace=TRACE):
+    kv = {"gen_ai__operation__name": s("chat"), "gen_ai__request__model": s("m"), "gen_ai__usage__input_tokens": i(tokens)}
+    if cached is not None:
+        kv["gen_ai__usage__cache_read__input_tokens"] = i(cached)
+    return span(span_id, parent, "chat m", start_ms, end_ms, attrs(**kv), trace=trace)
+
+
+def _agent(span_id, parent, name, start_ms, end_ms, trace=TRACE):
+    kv = attrs(gen_ai__operation__name=s("invoke_agent"), gen_ai__agent__name=s(name))
+    return span(span_id, parent, f"invoke_agent {name}", start_ms, end_ms, kv, trace=trace)
+
+
+def test_token_only_steps_of_one_agent_extend_each_other(tmp_path):
+    """p1 -> tool -> p2 (longer: the history plus the tool result) -> p3 (shorter: the history
+    was cut; the cache read 300 tokens) under agent "coder"; a subagent q1 spawned by it; another
+    "coder" run (b1: no cache count; c1 in a third trace: 520 tokens read from the cache)."""
+    from capture.importers.otel import PREFIX_BLOCK_TOKENS as BT
+    from replay.blocks import block_hashes
+    from replay.synth import BodyBuilder, Synthesizer
+
+    assert BT == 256
+    other, third = "1" * 32, "2" * 32
+    spans = [
+        _chat("p1", "a1", 0, 100, 600),
+        span("t1", "a1", "execute_tool x", 110, 200, attrs(gen_ai__operation__name=s("execute_tool"))),
+        _chat("p2", "a1", 210, 300, 1000),
+        _chat("p3", "a1", 310, 400, 500, cached=300),
+        _agent("s1", "a1", "explorer", 405, 600),
+        _chat("q1", "s1", 420, 500, 700),
+        _agent("a1", None, "coder", 0, 700),
+        _chat("b1", "b0", 50, 150, 600, trace=other),
+        _agent("b0", None, "coder", 40, 160, trace=other),
+        _chat("c1", "c0", 800, 900, 900, cached=520, trace=third),
+        _agent("c0", None, "coder", 790, 910, trace=third),
+    ]
+    path = tmp_path / "spans.jsonl"
+    path.write_text(line(*spans) + "\n")
+    trace = read_trace(import_otel(path, tmp_path / "t.parquet").path)
+    rows = {r["request_id"]: r for r in trace.df.to_dicts()}
+    ids = {r: rows[r]["hash_ids"] for r in rows}
+    hashes = {r: rows[r]["block_hashes"] for r in rows}
+    assert {r: len(v) for r, v in ids.items()} == {"p1": 3, "b1": 3, "p2": 4, "p3": 2, "q1": 3, "c1": 4}
+    # p2 extends p1: all p1's ids (its last block, partial in p1, is whole in p2) then one new
+    assert ids["p2"][:3] == ids["p1"] and ids["p2"][3] not in ids["p1"]
+    assert hashes["p2"][: 600 // 16] == hashes["p1"] and len(hashes["p2"]) == 1000 // 16
+    # p3 is shorter: only the cache's 300 tokens count, in whole 256-token ids
+    assert ids["p3"][0] == ids["p2"][0] and ids["p3"][1] not in ids["p2"]
+    assert hashes["p3"][:16] == hashes["p2"][:16] and hashes["p3"][16] != hashes["p2"][16]
+    # the subagent's first step shares nothing with its spawner (its own system prompt and task)
+    assert not set(ids["q1"]) & set(ids["p1"] + ids["p2"] + ids["p3"])
+    # another run of the same agent without a cache count shares nothing ...
+    assert not set(ids["b1"]) & set(ids["p1"] + ids["p2"])
+    # ... with one, its first step shares the cache's 520 tokens, in whole ids, with the previous
+    # start of that agent (b1, started after p1)
+    assert ids["c1"][:2] == ids["b1"][:2] and not set(ids["c1"][2:]) & set(ids["b1"])
+    report = json.loads(trace.meta.import_report)
+    assert (report["prefix_rows"], report["prefix_tokens"], report["prefix_sources_forgotten"]) == (3, 600 + 256 + 512, 0)
+    assert json.loads(trace.meta.synthesis)["block_tokens"] == BT
+    # the texts the replay builds: equal ids give equal text, and the stored hashes are theirs
+    synth = Synthesizer("gpt2", BodyBuilder(trace.meta).synth.synthesis)
+    text = {r: synth.text(r, rows[r]["input_tokens"], ids[r]) for r in rows}
+    assert text["p2"].startswith(text["p1"]) and not text["b1"].startswith(text["p1"][:200])
+    for r in rows:
+        assert block_hashes(synth.token_ids(r, rows[r]["input_tokens"], ids[r]), 16) == hashes[r], r
+
+
+# ---------------------------------------------------------------------------------------------
+# content carried as log records (the per-message events of semconv 1.28-1.36, exported as OTLP
+# logs: open-telemetry/semantic-conventions@3c0b5cca model/gen-ai/deprecated/events-deprecated.yaml)
+
+
+def log_record(span_id, event, body, trace=TRACE, old_style=False):
+    """One LogRecord as OTLP/JSON writes it: the event name in ``eventName`` (OTLP 1.5+) or, the
+    older way, in an ``event.name`` attribute; the body an AnyValue map."""
+
+    def value(v):
+        if isinstance(v, dict):
+            return {"kvlistValue": {"values": [{"key": k, "value": value(x)} for k, x in v.items()]}}
+        if isinstance(v, list):
+            return {"arrayValue": {"values": [value(x) for x in v]}}
+        return i(v) if isinstance(v, int) else s(v)
+
+    record = {"timeUnixNano": str(T0), "traceId": trace, "spanId": span_id, "body": value(body)}
+    record["attributes"] = attrs(gen_ai__system=s("openai"))
+    if old_style:
+        record["attributes"] += attrs(event__name=s(event))
+    else:
+        record["eventName"] = event
+    return record
+
+
+def logs_line(*records):
+    scope_logs = [{"scope": {"name": "openai"}, "logRecords": list(records)}]
+    return json.dumps({"resourceLogs": [{"resource": {}, "scopeLogs": scope_logs}]})
+
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": '{"path": "."}'}}
+LOG_SPANS = [
+    span("l1", "la", "chat gpt-x", 10, 100,
+         attrs(gen_ai__operation__name=s("chat"), gen_ai__request__model=s("gpt-x"), gen_ai__usage__input_tokens=i(30),
+               gen_ai__usage__output_tokens=i(12))),
+    span("lt", "la", "execute_tool ls", 110, 150, attrs(gen_ai__operation__name=s("execute_tool"))),
+    # no usage: its content comes only from its log records
+    span("l2", "la", "chat gpt-x", 160, 200, attrs(gen_ai__operation__name=s("chat"), gen_ai__request__model=s("gpt-x"))),
+    span("la", None, "invoke_agent coder", 0, 210, attrs(gen_ai__operation__name=s("invoke_agent"))),
+]  # fmt: skip
+LOG_LINES = [
+    logs_line(
+        log_record("l1", "gen_ai.system.message", {"content": "You are terse."}),
+        log_record("l1", "gen_ai.user.message", {"content": "List the files."}),
+        log_record(
+            "l1",
+            "gen_ai.choice",
+            {"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "tool_calls": [CALL]}},
+        ),
+        log_record("zz", "gen_ai.user.message", {"content": "a span this file does not have"}),
+    ),  # fmt: skip
+    logs_line(
+        {"timeUnixNano": str(T0), "body": s("an ordinary log line")},
+        log_record("l2", "gen_ai.system.message", {"content": "You are terse."}, old_style=True),
+        log_record("l2", "gen_ai.user.message", {"content": "List the files."}, old_style=True),
+        log_record("l2", "gen_ai.assistant.message", {"tool_calls": [CALL]}, old_style=True),
+        log_record("l2", "gen_ai.tool.message", {"content": "a.py b.py", "id": "call_1"}, old_style=True),
+        log_record(
+            "l2", "gen_ai.choice", {"index": 0, "finish_reason": "stop", "message": {"content": "Two files."}}, old_style=True
+        ),
+    ),  # fmt: skip
+]
+L1_MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "List the files."}]
+L2_MESSAGES = [
+    *L1_MESSAGES,
+    {"role": "assistant", "content": None, "tool_calls": [CALL]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "a.py b.py"},
+]
+
+
+def _bodies(result):
+    return {r["request_id"]: r for r in read_trace(result.path).df.to_dicts()}
+
+
+def test_log_records_give_spans_their_content(tmp_path):
+    spans, logs = tmp_path / "spans.jsonl", tmp_path / "logs.jsonl"
+    spans.write_text(line(*LOG_SPANS) + "\n")
+    logs.write_text("\n".join(LOG_LINES) + "\n")
+    result = import_otel(spans, tmp_path / "t.parquet", logs=logs)
+    rows = _bodies(result)
+    assert json.loads(rows["l1"]["body"]) == {"model": "gpt-x", "messages": L1_MESSAGES}
+    assert json.loads(rows["l2"]["body"]) == {"model": "gpt-x", "messages": L2_MESSAGES}
+    # the answers: l1's a call (its argument tokens), l2's text
+    assert rows["l1"]["response"] is None and rows["l1"]["tool_calls"] == [count_tokens(CALL["function"]["arguments"])]
+    assert rows["l2"]["response"] == "Two files." and rows["l2"]["output_tokens"] == 3
+    # tokens from the text, as for any request with content (l2 has no usage count at all)
+    assert rows["l1"]["input_tokens"] == count_tokens("You are terse.") + count_tokens("List the files.")
+    assert rows["l2"]["input_tokens"] > rows["l1"]["input_tokens"]
+    assert rows["l1"]["hash_ids"] is None and rows["l2"]["depends_on"] == ["l1"]
+    report = json.loads(result.meta.import_report)
+    assert (report["content_rows"], report["content_rows_from_logs"], report["synthesized_rows"]) == (2, 2, 0)
+    assert (report["log_lines"], report["log_records"], report["log_events_joined"], report["log_events_not_joined"]) == (
+        2, 10, 8, 1,
+    )  # fmt: skip
+    # one file holding both kinds of lines reads the same
+    both = tmp_path / "both.jsonl"
+    both.write_text("\n".join([LOG_LINES[0], line(*LOG_SPANS), LOG_LINES[1]]) + "\n")
+    assert read_trace(import_otel(both, tmp_path / "b.parquet").path).df.equals(read_trace(result.path).df)
+    # and so do the records as a length-prefixed protobuf LogsData file
+    import base64
+
+    from google.protobuf.json_format import ParseDict
+    from opentelemetry.proto.logs.v1.logs_pb2 import LogsData
+
+    framed = b""
+    for text in LOG_LINES:
+        obj = json.loads(text)
+        for record in obj["resourceLogs"][0]["scopeLogs"][0]["logRecords"]:
+            for name in ("traceId", "spanId"):
+                if name in record:
+                    record[name] = base64.b64encode(record[name].encode()).decode()  # the test's ids as bytes
+        data = ParseDict(obj, LogsData()).SerializeToString()
+        framed += len(data).to_bytes(4, "big") + data
+    proto = tmp_path / "logs.pb"
+    proto.write_bytes(framed)
+    hexed = [
+        span(sp["spanId"].encode().hex(), sp["parentSpanId"].encode().hex(), sp["name"], 0, 0, sp["attributes"],
+             trace=TRACE.encode().hex()) | {k: sp[k] for k in ("startTimeUnixNano", "endTimeUnixNano")}
+        for sp in LOG_SPANS
+    ]  # fmt: skip
+    spans.write_text(line(*hexed) + "\n")
+    rows = _bodies(import_otel(spans, tmp_path / "p.parquet", logs=proto))
+    assert json.loads(rows["l2".encode().hex()]["body"])["messages"] == L2_MESSAGES
+
+
+def test_a_span_without_usage_needs_its_log_records(tmp_path):
+    spans = tmp_path / "spans.jsonl"
+    spans.write_text(line(*LOG_SPANS) + "\n")
+    with pytest.raises(TraceError) as e:
+        import_otel(spans, tmp_path / "t.parquet")
+    assert str(e.value) == (
+        "spans.jsonl: line 1: span l2: a request span without an input token count or message content "
+        "(field 'gen_ai.usage.input_tokens')"
+    )
+    # records without text (the application did not opt in to content) are no content either
+    logs = tmp_path / "logs.jsonl"
+    logs.write_text(logs_line(log_record("l2", "gen_ai.user.message", {}), log_record("l2", "gen_ai.choice", {"index": 0})))
+    result = import_otel(spans, tmp_path / "t.parquet", logs=logs, skip_bad=True)
+    report = json.loads(result.meta.import_report)
+    assert result.rows == 1 and report["skipped_lines"] == 1 and report["content_rows"] == 0
+    logs.write_text("{not json\n")
+    with pytest.raises(TraceError, match=r"^logs\.jsonl: line 1: not valid JSON$"):
+        import_otel(spans, tmp_path / "t.parquet", logs=logs)
