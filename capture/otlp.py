@@ -63,7 +63,10 @@ from capture.importers.otel import (
     INPUT_TOKENS,
     MODEL,
     OUTPUT_TOKENS,
+    RAW_COUNTS,
+    RawCounts,
     check_span,
+    span_content,
     traces_from_protobuf,
 )
 from capture.importers.records import LineError
@@ -118,6 +121,8 @@ class OtlpConfig:
     max_body_bytes: int = 20 << 20
     max_inflight: int = 8
     read_timeout_s: float = 30.0
+    key: Any = None  # a redact.key.RedactionKey: span text is redacted before it is spooled
+    redact_processes: int | None = None  # the redaction's analyser processes (None: its default)
 
 
 class BadRequest(Exception):
@@ -304,6 +309,107 @@ def _status_protobuf(code: int, message: str) -> bytes:
     return b"\x08" + varint(code) + b"\x12" + varint(len(text)) + text
 
 
+class _LiveRedaction:
+    """Span text redacted before it is spooled (``cfg.key``): each request span with content is
+    spooled as :func:`_strip` leaves it plus its content, redacted by
+    :class:`redact.pipeline.Redactor` as an imported request log's rows are (keyed surrogates
+    of the same type and token count, the same value the same surrogate everywhere, the second
+    lock), in the attributes the import reads (``gen_ai.input.messages`` as OpenAI messages,
+    ``gen_ai.tool.definitions``, ``gen_ai.output.messages``), and :data:`RAW_COUNTS`: the
+    tokens and block hashes of the raw text (and of its answer and calls), which the import
+    takes, so that tokens and prefix sharing are those of the raw text. A span whose text the
+    redaction quarantines (its analysis failed, or the second lock hit) keeps no text: it is
+    spooled stripped, with the raw text's input token count. One request's spans are redacted
+    at a time (the analysers are shared)."""
+
+    def __init__(self, cfg: OtlpConfig) -> None:
+        from capture.importers.logs import TokenCache
+        from redact.pipeline import Redactor
+        from replay.tokenizer import load_tokenizer
+
+        self.block_size = cfg.block_size
+        self.redactor = Redactor(cfg.key, cfg.tokenizer, processes=cfg.redact_processes)
+        self.redactor._get_pool()
+        self.tokens = TokenCache(load_tokenizer(cfg.tokenizer))
+        self.lock = threading.Lock()
+        self.counts: Counter = Counter()
+
+    def close(self) -> None:
+        self.redactor.close()
+
+    def spans(self, spans: list) -> list:
+        """``spans`` as they are spooled (malformed ones as they came: the check rejects them)."""
+        out = list(spans)
+        todo: list[tuple[int, dict, str | None, list[str]]] = []
+        for k, span in enumerate(spans):
+            try:
+                got = span_content(span)
+            except LineError:
+                continue  # rejected by check_span
+            out[k] = _strip(span)
+            if got is not None:
+                todo.append((k, *got))
+        if not todo:
+            return out
+        import numpy as np
+        import polars as pl
+
+        from replay.bodies import body_json, text_slots
+        from replay.blocks import block_hashes
+
+        with self.lock:
+            counts = []
+            for _, body, answer, arguments in todo:
+                ids = self.tokens.prompt_ids([s.text for s in text_slots(body)])
+                answered = answer is not None or bool(arguments)
+                counts.append(
+                    RawCounts(
+                        self.block_size,
+                        len(ids),
+                        block_hashes(ids, self.block_size),
+                        len(self.tokens.prompt_ids([answer])) if answer is not None else None,
+                        [len(self.tokens.prompt_ids([a])) for a in arguments] if answered else None,
+                    )
+                )
+            frame = pl.DataFrame(
+                {
+                    "request_id": [str(spans[k].get("spanId")) for k, *_ in todo],
+                    "body": [body_json(body) for _, body, _, _ in todo],
+                    "response": [answer for _, _, answer, _ in todo],
+                    "block_hashes": pl.Series([np.asarray(c.block_hashes, np.uint64) for c in counts], dtype=pl.List(pl.UInt64)),
+                }
+            )
+            redacted, _ = self.redactor.redact_rows(frame, self.block_size)
+            calls = self.redactor.redact_texts([a for _, _, _, arguments in todo for a in arguments])
+        for (k, _, _, arguments), counted, body, answer in zip(
+            todo, counts, redacted["body"].to_list(), redacted["response"].to_list()
+        ):
+            attrs = out[k]["attributes"]
+            if body is None or any(calls[a].failed for a in arguments):
+                self.counts["spans_quarantined"] += 1
+                if not any(kv.get("key") in INPUT_TOKENS for kv in attrs):
+                    attrs.append({"key": INPUT_TOKENS[0], "value": {"intValue": str(counted.input_tokens)}})
+                continue
+            self.counts["spans_redacted"] += 1
+            request = json.loads(body)
+            messages = request.get("messages")
+            if messages is None:  # a completions request: its prompt as one message
+                messages = [{"role": "user", "content": request.get("prompt", "")}]
+            attrs.append({"key": "gen_ai.input.messages", "value": {"stringValue": json.dumps(messages)}})
+            if request.get("tools"):
+                attrs.append({"key": "gen_ai.tool.definitions", "value": {"stringValue": json.dumps(request["tools"])}})
+            if answer is not None or arguments:
+                message: dict[str, Any] = {"role": "assistant", "content": answer}
+                if arguments:
+                    message["tool_calls"] = [
+                        {"id": f"call_{n}", "type": "function", "function": {"name": "", "arguments": calls[a].text}}
+                        for n, a in enumerate(arguments)
+                    ]
+                attrs.append({"key": "gen_ai.output.messages", "value": {"stringValue": json.dumps([message])}})
+            attrs.append({"key": RAW_COUNTS, "value": {"stringValue": counted.to_json()}})
+        return out
+
+
 # ---------------------------------------------------------------------------------------------
 # the server
 
@@ -321,6 +427,7 @@ class OtlpReceiver:
         self.thread: threading.Thread | None = None
         self.inflight = threading.BoundedSemaphore(cfg.max_inflight)
         self.lock: IO[str] | None = None  # DIR/.lock, flocked: one receiver (or proxy) a folder
+        self.redaction: _LiveRedaction | None = None
 
     @property
     def url(self) -> str:
@@ -346,6 +453,9 @@ class OtlpReceiver:
             self.release()
             raise ConfigError(f"--out {out}: another capture is receiving into this folder") from None
         self.spool = _Spool(out / SPOOL_FILE)
+        if self.cfg.key is not None and not self.cfg.keep_content:
+            # the analysers start (and load Presidio) before the receiver listens
+            self.redaction = _LiveRedaction(self.cfg)
         handler = type("Handler", (_Handler,), {"receiver": self, "timeout": self.cfg.read_timeout_s})
         try:
             server = ThreadingHTTPServer((self.cfg.host, self.cfg.port), handler)
@@ -371,6 +481,10 @@ class OtlpReceiver:
             self.server.shutdown()
             self.server.server_close()
             self.server = None
+        if self.redaction is not None:
+            self.count(**self.redaction.counts)
+            self.redaction.close()
+            self.redaction = None
         if self.spool is not None:
             self.spool.close()
             self.counts["torn_bytes_cut"] = self.spool.torn_bytes
@@ -390,8 +504,10 @@ class OtlpReceiver:
         resource_spans = []
         for rs, ss, spans in _span_lists(obj):
             keep = []
+            if self.redaction is not None:
+                spans = self.redaction.spans(spans)
             for span in spans:
-                if not self.cfg.keep_content:
+                if not self.cfg.keep_content and self.redaction is None:
                     span = _strip(span)
                 try:
                     check_span(span)
@@ -514,7 +630,16 @@ def finish(cfg: OtlpConfig, key: Any | None = None) -> ImportResult | None:
     spool = cfg.out / SPOOL_FILE
     if not spool.exists() or spool.stat().st_size == 0:
         return None
-    return import_otel(spool, cfg.out / TRACE_FILE, tokenizer=cfg.tokenizer, block_size=cfg.block_size, seed=cfg.seed, key=key)
+    # with a key, the spooled (redacted) text goes through the import's redaction too: the Trace
+    # is marked redacted with its report and second lock, as every redacted Trace is
+    return import_otel(
+        spool,
+        cfg.out / TRACE_FILE,
+        tokenizer=cfg.tokenizer,
+        block_size=cfg.block_size,
+        seed=cfg.seed,
+        key=key if key is not None else cfg.key,
+    )
 
 
 def run_otlp(

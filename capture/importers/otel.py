@@ -119,6 +119,9 @@ __all__ = [
     "framing",
     "traces_from_protobuf",
     "check_span",
+    "span_content",
+    "RawCounts",
+    "RAW_COUNTS",
     "LINGER_LINES",
     "MAX_PENDING_SPANS",
     "CHUNK_ROWS",
@@ -503,6 +506,16 @@ def _read_at(f: BinaryIO, offset: int, kind: str) -> Any:
     if kind == JSON:
         return json.loads(f.readline())
     return traces_from_protobuf(f.read(int.from_bytes(f.read(4), "big")))
+
+
+def span_content(raw: Any) -> tuple[dict, str | None, list[str]] | None:
+    """The request body, answer text and call arguments of a request span that carries content
+    in its attributes or events (None for any other span): what the import makes of it."""
+    _, span, _ = _span(raw, 0, 0, 0, Counter(), need_tokens=False)
+    req = span.req
+    if req is None or req.content is None:
+        return None
+    return _content(raw, req.api, req.model, req.max_tokens)
 
 
 def check_span(raw: Any) -> None:
@@ -984,6 +997,58 @@ def _assembled(
     return body, answer_text, calls
 
 
+# the attribute in which the receiver (:mod:`capture.otlp`) records, for a span whose text it
+# redacted live, the counts of the raw text: the import takes them instead of the redacted
+# text's (as a request log's rows keep the raw text's tokens and hashes when redacted)
+RAW_COUNTS = "replay.raw_text_counts"
+
+
+@dataclass(frozen=True)
+class RawCounts:
+    """The counts of a span's raw text (:data:`RAW_COUNTS`, a JSON object)."""
+
+    block_size: int
+    input_tokens: int
+    block_hashes: list[int]
+    output_tokens: int | None  # of the recorded answer
+    tool_calls: list[int] | None  # argument tokens of each call of the answer (None: no answer)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "block_size": self.block_size,
+                "input_tokens": self.input_tokens,
+                "block_hashes": self.block_hashes,
+                "output_tokens": self.output_tokens,
+                "tool_calls": self.tool_calls,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def of(cls, raw: dict) -> RawCounts | None:
+        """The counts a span records, None where it records none; a malformed record is a
+        :class:`LineError`."""
+        value = next(
+            (kv.get("value") for kv in raw.get("attributes") or [] if isinstance(kv, dict) and kv.get("key") == RAW_COUNTS),
+            None,
+        )
+        if value is None:
+            return None
+        try:
+            obj = json.loads(_any(value))
+            counts = cls(
+                int(obj["block_size"]),
+                int(obj["input_tokens"]),
+                [int(h) for h in obj["block_hashes"]],
+                None if obj["output_tokens"] is None else int(obj["output_tokens"]),
+                None if obj["tool_calls"] is None else [int(n) for n in obj["tool_calls"]],
+            )
+        except (TypeError, ValueError, KeyError):
+            raise LineError("is not the receiver's record of counts", RAW_COUNTS) from None
+        return counts
+
+
 # ---------------------------------------------------------------------------------------------
 # content carried as log records: the per-message events of semconv 1.28-1.36
 
@@ -1443,15 +1508,17 @@ def import_otel(
     links = _Links()
     counts: Counter = Counter()
 
-    def content_of(content: _Content, i: int) -> tuple[dict, str | None, list[str]]:
+    def content_of(content: _Content, i: int) -> tuple[dict, str | None, list[str], RawCounts | None]:
+        """The body, answer and call arguments of request ``i``, and the counts of its raw text
+        where the receiver recorded them (its text was redacted live)."""
         try:
             if cols["content"][i] is None:
                 assert log_join is not None
                 records = log_join.take(i, cols["request_id"][i])
-                return _log_content(records, cols["api"][i], cols["model"][i], cols["max_tokens"][i])
+                return (*_log_content(records, cols["api"][i], cols["model"][i], cols["max_tokens"][i]), None)
             offset, ordinal = cols["content"][i]
             raw = content.take(offset, ordinal)
-            return _content(raw, cols["api"][i], cols["model"][i], cols["max_tokens"][i])
+            return (*_content(raw, cols["api"][i], cols["model"][i], cols["max_tokens"][i]), RawCounts.of(raw))
         except LineError as e:
             raise TraceError(
                 f"{source}: {reader.bad.unit} {cols['line'][i]}: span {cols['request_id'][i]}: {e.describe()}"
@@ -1469,7 +1536,7 @@ def import_otel(
                 for i in order.tolist():
                     if cols["content"][i] is None and i not in log_rows:
                         continue
-                    body, text, _ = content_of(content, i)
+                    body, text, _, _ = content_of(content, i)
                     texts.extend(s.text for s in text_slots(body))
                     if text:
                         texts.append(text)
@@ -1527,14 +1594,20 @@ def import_otel(
                     hash_ids: np.ndarray | None = None
                     if not token_only:
                         assert tokens is not None
-                        body, response, arguments = content_of(content, i)
-                        ids = tokens.prompt_ids([s.text for s in text_slots(body)])
-                        if out_tokens is None and response is not None:
-                            out_tokens = len(tokens.prompt_ids([response]))
-                        if response is not None or arguments:
-                            calls = [len(tokens.prompt_ids([a])) for a in arguments]
-                        n_in = len(ids)
-                        hashes = np.asarray(block_hashes(ids, block_size), dtype=np.uint64)
+                        body, response, arguments, recorded = content_of(content, i)
+                        if recorded is not None and recorded.block_size == block_size:
+                            # redacted live: the tokens and hashes of the raw text, as recorded
+                            n_in, hashes = recorded.input_tokens, np.asarray(recorded.block_hashes, dtype=np.uint64)
+                            out_tokens = out_tokens if out_tokens is not None else recorded.output_tokens
+                            calls = recorded.tool_calls
+                        else:
+                            ids = tokens.prompt_ids([s.text for s in text_slots(body)])
+                            if out_tokens is None and response is not None:
+                                out_tokens = len(tokens.prompt_ids([response]))
+                            if response is not None or arguments:
+                                calls = [len(tokens.prompt_ids([a])) for a in arguments]
+                            n_in = len(ids)
+                            hashes = np.asarray(block_hashes(ids, block_size), dtype=np.uint64)
                         body_text = body_json(body)
                     else:
                         assert prefixes is not None

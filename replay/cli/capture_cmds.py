@@ -4,6 +4,7 @@ the OTLP/HTTP receiver of an application's OpenTelemetry spans, until Ctrl-C."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -58,7 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "and the trace's metadata), never the requests. Stop with Ctrl-C (or SIGTERM). "
         "With --otlp instead of --upstream: an OTLP/HTTP receiver (POST /v1/traces, protobuf or "
         "JSON, gzip) that spools each request's spans to DIR/spool.jsonl, fsynced before it "
-        "answers, without their text unless --no-redact, and on stop imports the spool into "
+        "answers, their text redacted with the key from $REPLAY_REDACT_KEY or --key-file (without "
+        "a key: dropped; --no-redact: kept raw), and on stop imports the spool into "
         "DIR/trace.parquet as `replay import otel` does (docs/otel.md).",
         epilog="examples: replay capture --upstream http://127.0.0.1:8000 --listen 127.0.0.1:8080 --out capture/; "
         "replay capture --otlp 127.0.0.1:4318 --out spans/",
@@ -177,8 +179,6 @@ _PROXY_ONLY = (
     ("listen", "--listen"),
     ("sample", "--sample"),
     ("session_header", "--session-header"),
-    ("key_file", "--key-file"),
-    ("redact_processes", "--redact-processes"),
     ("redact_ray", "--redact-ray"),
     ("queue", "--queue"),
     ("backlog_mb", "--backlog-mb"),
@@ -300,17 +300,35 @@ def _otlp(args: argparse.Namespace) -> int:
         raise ConfigError(f"--block-size: must be >= 1, got {args.block_size}")
     if args.out.exists() and not args.out.is_dir():
         raise ConfigError(f"--out {args.out}: exists and is not a folder")
+    if args.no_redact and args.key_file is not None:
+        raise ConfigError("--key-file: not with --no-redact")
+    from redact.key import KEY_ENV, load_key
+
+    # a key (the file, else the environment) redacts span text before it is spooled; without
+    # one the text is dropped
+    has_key = not args.no_redact and (args.key_file is not None or bool(os.environ.get(KEY_ENV, "").strip()))
+    key = load_key(args.key_file) if has_key else None
     host, port = args.otlp
     cfg = OtlpConfig(
-        out=args.out, host=host, port=port, keep_content=args.no_redact, tokenizer=args.tokenizer, block_size=args.block_size
+        out=args.out,
+        host=host,
+        port=port,
+        keep_content=args.no_redact,
+        tokenizer=args.tokenizer,
+        block_size=args.block_size,
+        key=key,
+        redact_processes=args.redact_processes,
+    )
+    text = (
+        " (RAW TEXT: --no-redact keeps the spans' message content)"
+        if args.no_redact
+        else " (their text redacted)"
+        if key is not None
+        else f" (without their text: no redaction key, ${KEY_ENV} or --key-file, to redact it with)"
     )
 
     def ready(receiver) -> None:
-        print(
-            f"receiving OTLP/HTTP spans on {receiver.url}/v1/traces; spooling into {args.out / SPOOL_FILE}"
-            + (" (RAW TEXT: --no-redact keeps the spans' message content)" if args.no_redact else " (without their text)"),
-            flush=True,
-        )
+        print(f"receiving OTLP/HTTP spans on {receiver.url}/v1/traces; spooling into {args.out / SPOOL_FILE}{text}", flush=True)
 
     counts, result = run_otlp(cfg, on_ready=ready)
     summary = (

@@ -147,12 +147,12 @@ class Agent:
             answer = self.chat("sub", messages, tools=CHAT_TOOLS, tool_choice="none", max_tokens=40)
             return answer["content"]
 
-    def run(self, steps: int = 3) -> None:
+    def run(self, steps: int = 3, task: str = "Find why the build fails and fix it.") -> None:
         attrs = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "coder", "gen_ai.conversation.id": "run-1"}
         with self.tracer.start_as_current_span("invoke_agent coder", attributes=attrs) as root:
             messages: list[dict] = [
                 {"role": "system", "content": "You are a coding agent."},
-                {"role": "user", "content": "Find why the build fails and fix it."},
+                {"role": "user", "content": task},
             ]
             with ThreadPoolExecutor(max_workers=4) as pool:
                 for step in range(steps):
@@ -165,7 +165,7 @@ class Agent:
             self.chat("main", messages, tools=CHAT_TOOLS, tool_choice="none", max_tokens=50)
 
 
-def run_agent(server, monkeypatch, content: bool, exporters: list[SpanExporter], batch: int = 3) -> Agent:
+def run_agent(server, monkeypatch, content: bool, exporters: list[SpanExporter], batch: int = 3, **run) -> Agent:
     """Run the agent loop instrumented by the official instrumentation, each span exported by
     every one of ``exporters`` (a BatchSpanProcessor each, ``batch`` spans an export, so a
     trace's spans spread over many exports, children before their parents)."""
@@ -182,7 +182,7 @@ def run_agent(server, monkeypatch, content: bool, exporters: list[SpanExporter],
     try:
         with openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0) as client:
             agent = Agent(client, provider.get_tracer("agent-loop"))
-            agent.run()
+            agent.run(**run)
     finally:
         instrumentor.uninstrument()
         provider.shutdown()  # flushes the last batch

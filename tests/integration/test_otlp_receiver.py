@@ -81,8 +81,14 @@ def test_receiver_and_protobuf_file_give_the_trace_of_the_json_file(server, tmp_
 
 
 def test_receiver_spools_no_text_unless_told_to(server, tmp_path, monkeypatch):
+    from redact.key import RedactionKey
+
+    key = RedactionKey(b"otlp-receiver-test-key-0123456789")
     stripped, whole = receiver(tmp_path / "stripped"), receiver(tmp_path / "whole", keep_content=True)
+    redacted = receiver(tmp_path / "redacted", key=key, redact_processes=1)
     json_file = OtlpJsonFileExporter(tmp_path / "spans.jsonl")
+    email, phone = "jane.roe@example.com", "(415) 555-0134"
+    task = f"Find why the build fails and fix it, then mail {email} or call {phone}."
     try:
         agent = run_agent(
             server,
@@ -91,12 +97,15 @@ def test_receiver_spools_no_text_unless_told_to(server, tmp_path, monkeypatch):
             [
                 OTLPSpanExporter(endpoint=stripped.url + "/v1/traces"),
                 OTLPSpanExporter(endpoint=whole.url + "/v1/traces"),
+                OTLPSpanExporter(endpoint=redacted.url + "/v1/traces"),
                 json_file,
             ],
+            task=task,
         )
     finally:
         stripped.stop()
         whole.stop()
+        redacted.stop()
     secret = "Find why the build fails"
     assert secret in json_file.path.read_text() and secret in (whole.cfg.out / SPOOL_FILE).read_text()
     assert secret not in (stripped.cfg.out / SPOOL_FILE).read_text()
@@ -111,6 +120,25 @@ def test_receiver_spools_no_text_unless_told_to(server, tmp_path, monkeypatch):
     assert kept.meta.redaction_policy == "none"
     assert kept.df.equals(read_trace(import_otel(json_file.path, tmp_path / "raw.parquet").path).df)
     assert kept.df["body"].is_not_null().all() and pl.Series([secret in b for b in kept.df["body"]]).any()
+    # with a key: redacted before it is spooled (no email, no phone on disk), the rest of the text
+    # kept; the Trace has the raw text's tokens, hashes (so its prefix sharing) and graph
+    spool = (redacted.cfg.out / SPOOL_FILE).read_text()
+    assert email not in spool and "555-0134" not in spool and "jane.roe" not in spool
+    assert secret in spool and redacted.counts["spans_redacted"] == len(agent.calls)
+    trace = read_trace(finish(redacted.cfg).path)
+    assert trace.meta.redaction_policy == "redacted"
+    raw = kept.df
+    for column in ("request_id", "input_tokens", "output_tokens", "block_hashes", "tool_calls", "depends_on", "wait_us"):
+        assert trace.df[column].to_list() == raw[column].to_list(), column
+    assert not any(email in b or "555-0134" in b for b in trace.df["body"])
+    # the surrogates keep token counts: the redacted prompts are as long as the raw ones
+    from replay.bodies import prompt_token_ids, text_slots
+    from replay.tokenizer import load_tokenizer
+
+    tok = load_tokenizer("gpt2")
+    for mine, theirs in zip(trace.df["body"], raw["body"]):
+        mine_ids, raw_ids = (prompt_token_ids([s.text for s in text_slots(json.loads(b))], tok) for b in (mine, theirs))
+        assert len(mine_ids) == len(raw_ids)
 
 
 def _cli(out, *extra):
