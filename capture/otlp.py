@@ -32,8 +32,11 @@ a collector. The receiver speaks OTLP/HTTP (open-telemetry/opentelemetry-proto@0
   token counts, max tokens, time to first chunk, agent name, conversation id, the OpenInference /
   OpenLLMetry kinds); message content, tool arguments, resource attributes, events, links and
   status messages are dropped before anything is written, and the requests become token-only
-  rows. ``keep_content`` (``--no-redact``) spools the spans whole and the Trace keeps their raw
-  text (``redaction_policy=none``).
+  rows. With a redaction key (``key``: ``$REPLAY_REDACT_KEY`` or ``--key-file``) a request span's
+  content is kept, redacted before it is spooled (:class:`_LiveRedaction`), with the counts of
+  its raw text; the Trace is then redacted once more by the import (its report, the second
+  lock). ``keep_content`` (``--no-redact``) spools the spans whole and the Trace keeps their
+  raw text (``redaction_policy=none``).
 - On stop (SIGINT / SIGTERM, or :meth:`OtlpReceiver.stop`): the listener closes, requests being
   handled finish and are fsynced, and :func:`finish` imports the spool
   (:func:`capture.importers.otel.import_otel`) into ``DIR/trace.parquet`` (written beside it and
@@ -121,6 +124,7 @@ class OtlpConfig:
     max_body_bytes: int = 20 << 20
     max_inflight: int = 8
     read_timeout_s: float = 30.0
+    grpc: bool = False  # speak OTLP/gRPC (TraceService/Export) instead of OTLP/HTTP
     key: Any = None  # a redact.key.RedactionKey: span text is redacted before it is spooled
     redact_processes: int | None = None  # the redaction's analyser processes (None: its default)
 
@@ -424,6 +428,8 @@ class OtlpReceiver:
         self.first_rejection: str | None = None
         self.spool: _Spool | None = None
         self.server: ThreadingHTTPServer | None = None
+        self.grpc_server: Any = None  # a grpc.Server (cfg.grpc)
+        self.grpc_port = 0
         self.thread: threading.Thread | None = None
         self.inflight = threading.BoundedSemaphore(cfg.max_inflight)
         self.lock: IO[str] | None = None  # DIR/.lock, flocked: one receiver (or proxy) a folder
@@ -431,6 +437,9 @@ class OtlpReceiver:
 
     @property
     def url(self) -> str:
+        """``http://HOST:PORT`` (OTLP/HTTP), or ``HOST:PORT`` (gRPC: the exporter's endpoint)."""
+        if self.grpc_server is not None:
+            return f"{self.cfg.host}:{self.grpc_port}"
         assert self.server is not None
         host, port = self.server.server_address[:2]
         return f"http://{host!s}:{port}"
@@ -456,17 +465,57 @@ class OtlpReceiver:
         if self.cfg.key is not None and not self.cfg.keep_content:
             # the analysers start (and load Presidio) before the receiver listens
             self.redaction = _LiveRedaction(self.cfg)
+        if self.cfg.grpc:
+            self._start_grpc()
+            return
         handler = type("Handler", (_Handler,), {"receiver": self, "timeout": self.cfg.read_timeout_s})
         try:
             server = ThreadingHTTPServer((self.cfg.host, self.cfg.port), handler)
         except OSError as e:
-            self.spool.close()
-            self.release()
+            self.stop()
             raise ConfigError(f"--otlp {self.cfg.host}:{self.cfg.port}: cannot listen ({e.strerror or e})") from None
         server.daemon_threads = False  # server_close() joins the requests being handled
         self.server = server
         self.thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="otlp-receiver", daemon=True)
         self.thread.start()
+
+    def _start_grpc(self) -> None:
+        """Serve ``opentelemetry.proto.collector.trace.v1.TraceService/Export`` (OTLP/gRPC): the
+        request's bytes go through :meth:`receive` as an OTLP/HTTP protobuf body's do."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from replay.errors import ConfigError
+
+        try:
+            import grpc
+        except ImportError:
+            self.stop()
+            raise ConfigError("--otlp-grpc: needs grpcio (pip install 'faithful-replay[otlp-grpc]')") from None
+
+        def export(request: bytes, context: Any) -> bytes:
+            try:
+                rejected, error = self.receive(request, True)
+            except BadRequest as e:
+                self.count(**{f"answered_{e.status}": 1})
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)
+            return _export_response(rejected, error).SerializeToString()
+
+        handler = grpc.method_handlers_generic_handler(
+            "opentelemetry.proto.collector.trace.v1.TraceService", {"Export": grpc.unary_unary_rpc_method_handler(export)}
+        )
+        limit = self.cfg.max_body_bytes
+        server = grpc.server(
+            ThreadPoolExecutor(max_workers=self.cfg.max_inflight, thread_name_prefix="otlp-grpc"),
+            handlers=[handler],
+            options=[("grpc.max_receive_message_length", limit), ("grpc.max_concurrent_streams", self.cfg.max_inflight)],
+        )
+        try:
+            self.grpc_port = server.add_insecure_port(f"{self.cfg.host}:{self.cfg.port}")
+        except RuntimeError as e:
+            self.stop()
+            raise ConfigError(f"--otlp-grpc {self.cfg.host}:{self.cfg.port}: cannot listen ({e})") from None
+        server.start()
+        self.grpc_server = server
 
     def release(self) -> None:
         """Let another receiver into the folder."""
@@ -481,6 +530,9 @@ class OtlpReceiver:
             self.server.shutdown()
             self.server.server_close()
             self.server = None
+        if self.grpc_server is not None:
+            self.grpc_server.stop(grace=self.cfg.read_timeout_s).wait()  # the calls being handled finish
+            self.grpc_server = None
         if self.redaction is not None:
             self.count(**self.redaction.counts)
             self.redaction.close()
@@ -538,6 +590,19 @@ class OtlpReceiver:
         return rejected, error
 
 
+def _export_response(rejected: int, error: str | None) -> Any:
+    """The ``ExportTraceServiceResponse``: empty, or a ``partial_success`` naming the rejected."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTracePartialSuccess,
+        ExportTraceServiceResponse,
+    )
+
+    response = ExportTraceServiceResponse()
+    if rejected:
+        response.partial_success.CopyFrom(ExportTracePartialSuccess(rejected_spans=rejected, error_message=error or ""))
+    return response
+
+
 class _Handler(BaseHTTPRequestHandler):
     receiver: OtlpReceiver
     server_version = "faithful-replay-otlp"
@@ -590,14 +655,7 @@ class _Handler(BaseHTTPRequestHandler):
             pass
 
     def _ok(self, rejected: int, error: str | None, protobuf: bool) -> None:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-            ExportTracePartialSuccess,
-            ExportTraceServiceResponse,
-        )
-
-        response = ExportTraceServiceResponse()
-        if rejected:
-            response.partial_success.CopyFrom(ExportTracePartialSuccess(rejected_spans=rejected, error_message=error or ""))
+        response = _export_response(rejected, error)
         if protobuf:
             self._send(200, PROTOBUF_TYPE, response.SerializeToString())
         else:

@@ -74,6 +74,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="receive OpenTelemetry spans over OTLP/HTTP here (4318 is OTLP/HTTP's port; 0 = any free) "
         "instead of proxying; point the application's OTLP exporter at http://HOST:PORT",
     )
+    target.add_argument(
+        "--otlp-grpc",
+        type=_host_port,
+        metavar="HOST:PORT",
+        help="the same over OTLP/gRPC (4317 is its port; needs grpcio: pip install 'faithful-replay[otlp-grpc]')",
+    )
     p.add_argument(
         "--listen",
         type=_host_port,
@@ -195,7 +201,7 @@ _PROXY_ONLY = (
 def cmd_capture(args: argparse.Namespace) -> int:
     from replay.errors import ConfigError
 
-    if args.otlp is not None:
+    if args.otlp is not None or args.otlp_grpc is not None:
         return _otlp(args)
     if not 0 < args.sample <= 1:
         raise ConfigError(f"--sample: must be in (0, 1], got {args.sample}")
@@ -308,7 +314,8 @@ def _otlp(args: argparse.Namespace) -> int:
     # one the text is dropped
     has_key = not args.no_redact and (args.key_file is not None or bool(os.environ.get(KEY_ENV, "").strip()))
     key = load_key(args.key_file) if has_key else None
-    host, port = args.otlp
+    grpc = args.otlp_grpc is not None
+    host, port = args.otlp_grpc if grpc else args.otlp
     cfg = OtlpConfig(
         out=args.out,
         host=host,
@@ -318,17 +325,19 @@ def _otlp(args: argparse.Namespace) -> int:
         block_size=args.block_size,
         key=key,
         redact_processes=args.redact_processes,
+        grpc=grpc,
     )
     text = (
         " (RAW TEXT: --no-redact keeps the spans' message content)"
         if args.no_redact
         else " (their text redacted)"
         if key is not None
-        else f" (without their text: no redaction key, ${KEY_ENV} or --key-file, to redact it with)"
+        else f" (without their text: set ${KEY_ENV} or --key-file to keep it, redacted)"
     )
 
     def ready(receiver) -> None:
-        print(f"receiving OTLP/HTTP spans on {receiver.url}/v1/traces; spooling into {args.out / SPOOL_FILE}{text}", flush=True)
+        where = f"OTLP/gRPC spans on {receiver.url}" if grpc else f"OTLP/HTTP spans on {receiver.url}/v1/traces"
+        print(f"receiving {where}; spooling into {args.out / SPOOL_FILE}{text}", flush=True)
 
     counts, result = run_otlp(cfg, on_ready=ready)
     summary = (

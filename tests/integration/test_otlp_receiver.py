@@ -80,6 +80,37 @@ def test_receiver_and_protobuf_file_give_the_trace_of_the_json_file(server, tmp_
         assert df.equals(expected), f"{name}: {df.head(3)} != {expected.head(3)}"
 
 
+def test_the_grpc_receiver_gives_the_trace_of_the_json_file(server, tmp_path, monkeypatch):
+    """OTLP/gRPC (`replay capture --otlp-grpc`), fed by the real gRPC exporter, plain and gzip:
+    the same spool and Trace as the JSON file's. Needs grpcio and the gRPC exporter (the
+    ``otlp-grpc`` extra and opentelemetry-exporter-otlp-proto-grpc==1.45.2); skipped without."""
+    pytest.importorskip("grpc")
+    grpc_exporter = pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc.trace_exporter")
+    from grpc import Compression as GrpcCompression
+
+    plain, gz = receiver(tmp_path / "grpc", grpc=True), receiver(tmp_path / "grpc-gzip", grpc=True)
+    json_file = OtlpJsonFileExporter(tmp_path / "spans.jsonl")
+    try:
+        agent = run_agent(
+            server,
+            monkeypatch,
+            False,
+            [
+                grpc_exporter.OTLPSpanExporter(endpoint=plain.url, insecure=True),
+                grpc_exporter.OTLPSpanExporter(endpoint=gz.url, insecure=True, compression=GrpcCompression.Gzip),
+                json_file,
+            ],
+        )
+    finally:
+        counts = [r.stop() for r in (plain, gz)]
+    for c in counts:
+        assert c["spans_rejected"] == 0 and c["spans_spooled"] == c["spans_received"] > 6 and c["requests"] >= 4
+    expected = read_trace(import_otel(json_file.path, tmp_path / "from-json.parquet").path).df
+    check_graph(expected, agent)
+    for r in (plain, gz):
+        assert read_trace(finish(r.cfg).path).df.equals(expected)
+
+
 def test_receiver_spools_no_text_unless_told_to(server, tmp_path, monkeypatch):
     from redact.key import RedactionKey
 
