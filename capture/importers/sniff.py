@@ -18,7 +18,7 @@ decides by the fields each format requires (the importers' own column and field 
 - CSV (the first line has commas and no ``{``; a gzipped one is read decompressed): ``azure``
   (``TIMESTAMP``, ``ContextTokens``, ``GeneratedTokens``), ``burstgpt`` (``Timestamp``,
   ``Request tokens``, ``Response tokens``), ``vidur`` (``arrived_at``, ``num_prefill_tokens``, ``num_decode_tokens``);
-- JSON Lines, by the first object's keys: ``otel`` (``resourceSpans``), ``codex``
+- JSON Lines, by the first object's keys: ``otel`` (``resourceSpans``, or ``resourceLogs``), ``codex``
   (``type`` ``session_meta`` / ``response_item`` / ``turn_context`` / ``event_msg`` with a
   ``payload``), ``claude-code`` (``type`` ``user`` / ``assistant`` / ``summary`` with ``uuid`` or
   ``leafUuid``), ``tracelab`` (``session_id``, ``round_index``, ``input_tokens_total``,
@@ -154,7 +154,7 @@ def _json_format(path: Path, line: str | None = None) -> str:
     if not isinstance(obj, dict):
         raise TraceError(f"{path}: line 1 is not a JSON object")
     kind = obj.get("type")
-    if "resourceSpans" in obj:
+    if "resourceSpans" in obj or "resourceLogs" in obj:  # spans, or their log records first
         return "otel"
     if _TRACELAB_KEYS <= obj.keys():
         return "tracelab"

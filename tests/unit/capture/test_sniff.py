@@ -56,6 +56,10 @@ def test_folders_of_agent_sessions_and_protobuf_files(sessions, rollouts, tmp_pa
     binary = tmp_path / "spans.pb"
     binary.write_bytes(b"\x00\x00\x01\x0a\xff\xfe\x80")
     assert sniff(binary) == "otel"
+    # OTLP/JSON whose first line holds the spans' log records (one file of both signals)
+    both = tmp_path / "both.jsonl"
+    both.write_text(json.dumps({"resourceLogs": [{"scopeLogs": []}]}) + "\n" + json.dumps(HEADS["otel"]) + "\n")
+    assert sniff(both) == "otel"
     # a small message whose bytes happen to be UTF-8: its length prefix tells
     binary.write_bytes(b"\x00\x00\x00\x04\x0a\x02\x0a\x00")
     assert sniff(binary) == "otel"
