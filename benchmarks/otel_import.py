@@ -126,7 +126,9 @@ def _child(src: str, out: str) -> None:
     wall = time.perf_counter() - started
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu = usage.ru_utime + usage.ru_stime
-    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "rows": result.rows, "peak_rss_mb": usage.ru_maxrss / 1024}))
+    report = json.loads(result.meta.import_report)
+    shared = {k: report.get(k) for k in ("prefix_rows", "prefix_tokens", "prefix_sources_forgotten", "prefix_hashes_recomputed")}
+    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "rows": result.rows, "peak_rss_mb": usage.ru_maxrss / 1024, **shared}))
 
 
 def main() -> int:
@@ -158,6 +160,11 @@ def main() -> int:
             f"{got['rows'] / got['wall_s']:,.0f} requests/s; {got['cpu_s']:.1f} s of CPU (the process, imports "
             f"included); peak RSS {got['peak_rss_mb']:,.0f} MB"
         )
+        if got.get("prefix_rows") is not None:
+            print(
+                f"prefix sharing: {got['prefix_rows']:,} rows share {got['prefix_tokens']:,} tokens; predecessors "
+                f"forgotten {got['prefix_sources_forgotten']}, hashes recomputed {got['prefix_hashes_recomputed']}"
+            )
     return 0
 
 

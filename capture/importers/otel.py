@@ -146,9 +146,11 @@ RECENT_PER_SESSION = 32
 # shares its predecessor's prompt to the token whatever this is; it is the grain at which a cache
 # count is honoured, and a row holds ceil(input_tokens / this) ids
 PREFIX_BLOCK_TOKENS = 256
-# the hash ids and block hashes of recent token-only rows kept for the rows that extend them
-# (bytes; least recently used out: a row whose predecessor was forgotten starts afresh, counted)
-PREFIX_CACHE_BYTES = 64 << 20
+# the hash ids of recent token-only rows kept for the rows that extend them (bytes; least
+# recently used out: a row whose predecessor's ids were forgotten starts afresh, counted), and
+# their block hashes (a row whose predecessor's hashes were forgotten hashes its whole prompt)
+PREFIX_IDS_BYTES = 16 << 20
+PREFIX_HASHES_BYTES = 32 << 20
 
 _INFERENCE_OPS = {"chat": "chat", "text_completion": "completions", "generate_content": "chat"}
 _NS_PER_US = 1000
@@ -1331,7 +1333,6 @@ class _Links:
 class _Prompt:
     tokens: int
     ids: np.ndarray  # uint64 hash ids, one per PREFIX_BLOCK_TOKENS tokens
-    hashes: np.ndarray  # uint64 block hashes
 
 
 class _Prefixes:
@@ -1345,16 +1346,10 @@ class _Prefixes:
         self.bt = synth.synthesis.block_tokens
         self.block_size = block_size
         self.next_id = 0
-        self.kept: OrderedDict[str, _Prompt] = OrderedDict()
-        self.bytes = 0
+        self.kept: _Recent = _Recent(PREFIX_IDS_BYTES)  # rid -> _Prompt
+        self.hashes: _Recent = _Recent(PREFIX_HASHES_BYTES)  # rid -> its block hashes
         self.first_of: dict[tuple[str | None, str | None], str] = {}  # (agent, model) -> its latest session start
         self.counts: Counter = Counter()
-
-    def _get(self, rid: str | None) -> _Prompt | None:
-        got = self.kept.get(rid) if rid is not None else None
-        if got is not None:
-            self.kept.move_to_end(rid)  # type: ignore[arg-type]
-        return got
 
     def row(
         self,
@@ -1372,9 +1367,10 @@ class _Prefixes:
         token-only request of its session that ended last before it started; None: none, or
         one with content) and follows ``previous`` in its session (None: it starts its
         session, of ``agent`` and ``model``)."""
-        share, source = 0, None
+        share, source, source_rid = 0, None, None
         if waits_for is not None:
-            source = self._get(waits_for)
+            source_rid = waits_for
+            source = self.kept.get(waits_for)
             if source is None:
                 self.counts["prefix_sources_forgotten"] += 1
             else:
@@ -1383,7 +1379,8 @@ class _Prefixes:
             # not a continuation: only what the cache read says is shared, with the session's
             # previous request or, at a session's start, the previous start of the same agent
             key = (agent, model)
-            source = self._get(previous if previous is not None else self.first_of.get(key))
+            source_rid = previous if previous is not None else self.first_of.get(key)
+            source = self.kept.get(source_rid)
             if source is not None:
                 share = min(cached, tokens, source.tokens)
         if previous is None:
@@ -1400,22 +1397,49 @@ class _Prefixes:
         self.next_id += n_ids - k
         ids = np.concatenate((source.ids[:k], fresh)) if source is not None and k else fresh
         id_list = ids.tolist()
-        known = source.hashes[: common // self.block_size] if source is not None else ids[:0]
+        known = ids[:0]
+        if common >= self.block_size:
+            assert source is not None
+            source_hashes = self.hashes.get(source_rid)
+            if source_hashes is None:
+                self.counts["prefix_hashes_recomputed"] += 1
+            else:
+                known = source_hashes[: common // self.block_size]
         hashes = self.synth.block_hashes_after(known, tokens, id_list, self.block_size)
-        self.kept[rid] = _Prompt(tokens, ids, hashes)
-        self.bytes += ids.nbytes + hashes.nbytes + _PROMPT_ENTRY_BYTES
-        while self.bytes > PREFIX_CACHE_BYTES and self.kept:
-            old = self.kept.popitem(last=False)[1]
-            self.bytes -= old.ids.nbytes + old.hashes.nbytes + _PROMPT_ENTRY_BYTES
+        self.kept.put(rid, _Prompt(tokens, ids), ids.nbytes)
+        self.hashes.put(rid, hashes, hashes.nbytes)
         return ids, hashes
 
 
 # the import report's counts of the log records read
 _LOG_COUNTS = ("log_lines", "log_records", "log_events_joined", "log_events_not_joined")
 # the import report's counts of prefix sharing
-_PREFIX_COUNTS = ("prefix_rows", "prefix_tokens", "prefix_sources_forgotten")
-# what a kept prompt costs besides its arrays (its key, the entry, the arrays' headers)
-_PROMPT_ENTRY_BYTES = 400
+_PREFIX_COUNTS = ("prefix_rows", "prefix_tokens", "prefix_sources_forgotten", "prefix_hashes_recomputed")
+
+
+class _Recent:
+    """Values by request id within ``max_bytes`` (their sizes as given, plus what an entry
+    costs besides: its key, the entry, an array's header), least recently used first out."""
+
+    ENTRY_BYTES = 300
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.items: OrderedDict[str, tuple[Any, int]] = OrderedDict()
+
+    def get(self, rid: str | None) -> Any:
+        got = self.items.get(rid) if rid is not None else None
+        if got is None:
+            return None
+        self.items.move_to_end(rid)  # type: ignore[arg-type]
+        return got[0]
+
+    def put(self, rid: str, value: Any, size: int) -> None:
+        self.items[rid] = (value, size + self.ENTRY_BYTES)
+        self.bytes += size + self.ENTRY_BYTES
+        while self.bytes > self.max_bytes and self.items:
+            self.bytes -= self.items.popitem(last=False)[1][1]
 
 
 def import_otel(

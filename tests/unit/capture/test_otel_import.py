@@ -386,7 +386,7 @@ def _agent(span_id, parent, name, start_ms, end_ms, trace=TRACE):
     return span(span_id, parent, f"invoke_agent {name}", start_ms, end_ms, kv, trace=trace)
 
 
-def test_token_only_steps_of_one_agent_extend_each_other(tmp_path):
+def test_token_only_steps_of_one_agent_extend_each_other(tmp_path, monkeypatch):
     """p1 -> tool -> p2 (longer: the history plus the tool result) -> p3 (shorter: the history
     was cut; the cache read 300 tokens) under agent "coder"; a subagent q1 spawned by it; another
     "coder" run (b1: no cache count; c1 in a third trace: 520 tokens read from the cache)."""
@@ -438,6 +438,12 @@ def test_token_only_steps_of_one_agent_extend_each_other(tmp_path):
     assert text["p2"].startswith(text["p1"]) and not text["b1"].startswith(text["p1"][:200])
     for r in rows:
         assert block_hashes(synth.token_ids(r, rows[r]["input_tokens"], ids[r]), 16) == hashes[r], r
+    # with no room for earlier rows' block hashes each row hashes its whole prompt: the same rows
+    import capture.importers.otel as otel
+
+    monkeypatch.setattr(otel, "PREFIX_HASHES_BYTES", 1)
+    again = read_trace(import_otel(path, tmp_path / "again.parquet").path)
+    assert again.df.equals(trace.df) and json.loads(again.meta.import_report)["prefix_hashes_recomputed"] == 3
 
 
 # ---------------------------------------------------------------------------------------------
