@@ -53,6 +53,12 @@ What becomes what (docs/otel.md has the table and its sources):
   and its first message is the task). Equal ids give equal text, so the replay's prompts share
   exactly these prefixes; block hashes of a shared prefix are the earlier row's, only the rest is
   synthesized and hashed.
+- Content in log records (semconv 1.28-1.36; :class:`_Logs`): the events
+  ``gen_ai.{system,user,assistant,tool}.message`` and ``gen_ai.choice`` as OTLP log records
+  (``resourceLogs[].scopeLogs[].logRecords[]``, the name in ``eventName`` or an ``event.name``
+  attribute, joined to their span by ``spanId``), from ``logs`` or the spans' own file, give a
+  span without content of its own its messages (one OpenAI message an event) and answer (the
+  choice of index 0), when any of them carries text.
 - Sessions: the nearest ``invoke_agent`` ancestor (OpenInference ``AGENT``) of a request is its
   agent: its session is the agent span's ``gen_ai.conversation.id`` (unless the spawning agent's
   session has that id), else the agent span's id; ``agent`` is its ``gen_ai.agent.name``. An agent
@@ -83,7 +89,8 @@ time; a request with content is read again from its line (each line parsed once,
 kept until their rows are written).
 
 A malformed line (not JSON, not a ``TracesData`` object) or span (no ids, a bad time, a request
-without an input token count and without content, a count that is not a count) stops the import
+without an input token count and without content, of its own or in log records, a count that is
+not a count) stops the import
 with ``FILE: line N: span S: <what> (field 'x')``; ``skip_bad`` skips and counts it instead.
 ``import_report`` says what was read, imported, skipped and not mapped (spans by operation).
 """
