@@ -342,15 +342,14 @@ class _LiveRedaction:
         self.redactor.close()
 
     def spans(self, spans: list) -> list:
-        """``spans`` as they are spooled (malformed ones as they came: the check rejects them)."""
-        out = list(spans)
+        """``spans`` as they are spooled: stripped, those with content given it back redacted."""
+        out = [_strip(span) for span in spans]  # nothing raw is kept, whatever follows
         todo: list[tuple[int, dict, str | None, list[str]]] = []
         for k, span in enumerate(spans):
             try:
                 got = span_content(span)
             except LineError:
-                continue  # rejected by check_span
-            out[k] = _strip(span)
+                continue  # malformed (check_span rejects it) or content that does not parse: none kept
             if got is not None:
                 todo.append((k, *got))
         if not todo:

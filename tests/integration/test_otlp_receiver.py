@@ -133,6 +133,19 @@ def test_receiver_spools_no_text_unless_told_to(server, tmp_path, monkeypatch):
             ],
             task=task,
         )
+        # a span whose content does not parse is spooled without it (never as it came)
+        odd = {"traceId": "ab" * 16, "spanId": "0dd0dd0dd0dd0dd0", "name": "chat m", "startTimeUnixNano": "1700000000000000000",
+               "endTimeUnixNano": "1700000000100000000", "attributes": [
+                   {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+                   {"key": "gen_ai.usage.input_tokens", "value": {"intValue": "12"}},
+                   {"key": "gen_ai.input.messages", "value": {"stringValue": f"not JSON: write to {email}"}}]}  # fmt: skip
+        req = urllib.request.Request(
+            redacted.url + "/v1/traces",
+            data=json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [odd]}]}]}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.status == 200
     finally:
         stripped.stop()
         whole.stop()
@@ -158,16 +171,18 @@ def test_receiver_spools_no_text_unless_told_to(server, tmp_path, monkeypatch):
     assert secret in spool and redacted.counts["spans_redacted"] == len(agent.calls)
     trace = read_trace(finish(redacted.cfg).path)
     assert trace.meta.redaction_policy == "redacted"
-    raw = kept.df
+    odd_row = trace.df.filter(pl.col("request_id") == odd["spanId"])
+    assert odd_row["body"].to_list() == [None] and odd_row["input_tokens"].to_list() == [12]
+    df, raw = trace.df.filter(pl.col("request_id") != odd["spanId"]), kept.df
     for column in ("request_id", "input_tokens", "output_tokens", "block_hashes", "tool_calls", "depends_on", "wait_us"):
-        assert trace.df[column].to_list() == raw[column].to_list(), column
-    assert not any(email in b or "555-0134" in b for b in trace.df["body"])
+        assert df[column].to_list() == raw[column].to_list(), column
+    assert not any(email in b or "555-0134" in b for b in df["body"])
     # the surrogates keep token counts: the redacted prompts are as long as the raw ones
     from replay.bodies import prompt_token_ids, text_slots
     from replay.tokenizer import load_tokenizer
 
     tok = load_tokenizer("gpt2")
-    for mine, theirs in zip(trace.df["body"], raw["body"]):
+    for mine, theirs in zip(df["body"], raw["body"]):
         mine_ids, raw_ids = (prompt_token_ids([s.text for s in text_slots(json.loads(b))], tok) for b in (mine, theirs))
         assert len(mine_ids) == len(raw_ids)
 
