@@ -112,6 +112,7 @@ import polars as pl
 
 from capture.importers.logs import ROW_TYPES, TokenCache, TraceOutput, check_block_size
 from capture.importers.records import BadLines, LineError
+from capture.importers.tokens import PrefixChain
 from replay.blocks import HASH_ALGO, block_hashes
 from replay.bodies import body_json, text_slots
 from replay.errors import ConfigError, TraceError
@@ -1345,14 +1346,15 @@ class _Prompt:
 class _Prefixes:
     """The hash ids and block hashes of token-only rows, taken in arrival order, so that
     prompts share prefixes as an agent's do (the module docstring, "Prefix sharing"). New ids
-    are numbered from 0 in the order rows need them; equal ids give equal text
+    are numbered from 0 in the order rows need them, kept and given by the one rule of
+    :class:`capture.importers.tokens.PrefixChain`; equal ids give equal text
     (:class:`replay.synth.Synthesizer`)."""
 
     def __init__(self, synth: Synthesizer, block_size: int) -> None:
         self.synth = synth
         self.bt = synth.synthesis.block_tokens
         self.block_size = block_size
-        self.next_id = 0
+        self.chain = PrefixChain(self.bt, first_id=0)
         self.kept: _Recent = _Recent(PREFIX_IDS_BYTES)  # rid -> _Prompt
         self.hashes: _Recent = _Recent(PREFIX_HASHES_BYTES)  # rid -> its block hashes
         self.first_of: dict[tuple[str | None, str | None], str] = {}  # (agent, model) -> its latest session start
@@ -1392,17 +1394,14 @@ class _Prefixes:
                 share = min(cached, tokens, source.tokens)
         if previous is None:
             self.first_of[(agent, model)] = rid
-        n_ids = -(-tokens // self.bt)
-        k = 0
-        if source is not None and share:
-            k = min(len(source.ids) if share == source.tokens else share // self.bt, n_ids)
+        k = self.chain.kept(len(source.ids), source.tokens, share, tokens) if source is not None and share else 0
         common = min(k * self.bt, tokens, source.tokens) if source is not None else 0
         if k:
             self.counts["prefix_rows"] += 1
             self.counts["prefix_tokens"] += common
-        fresh = np.arange(self.next_id, self.next_id + n_ids - k, dtype=np.uint64)
-        self.next_id += n_ids - k
-        ids = np.concatenate((source.ids[:k], fresh)) if source is not None and k else fresh
+        fresh = self.chain.fresh(-(-tokens // self.bt) - k)
+        new = np.arange(fresh.start, fresh.stop, dtype=np.uint64)
+        ids = np.concatenate((source.ids[:k], new)) if source is not None and k else new
         id_list = ids.tolist()
         known = ids[:0]
         if common >= self.block_size:

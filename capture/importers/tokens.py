@@ -124,23 +124,29 @@ class PrefixChain:
         self.block_tokens = block_tokens
         self.next_id = first_id
 
+    def kept(self, prev_ids: int, prev_total: int, shared: int, total: int) -> int:
+        """How many of an earlier prompt's ``prev_ids`` ids (``prev_total`` tokens) a prompt of
+        ``total`` tokens sharing its first ``shared`` tokens with it keeps (the rule above)."""
+        bt = self.block_tokens
+        shared = max(0, min(shared, prev_total, total))
+        keep = shared // bt + (1 if shared == prev_total and prev_total % bt else 0)
+        return min(keep, prev_ids, -(-total // bt))
+
+    def fresh(self, n: int) -> range:
+        """``n`` new ids, never given before in this import."""
+        ids = range(self.next_id, self.next_id + n)
+        self.next_id += n
+        return ids
+
     def extend(self, prev: tuple[list[int], int] | None, shared: int, total: int) -> list[int]:
         """The ids of a prompt of ``total`` tokens sharing its first ``shared`` tokens with
         ``prev`` (its ids and token count; None: nothing shared)."""
-        bt = self.block_tokens
-        n = -(-total // bt)
-        keep = 0
-        kept: list[int] = []
-        if prev is not None:
-            prev_ids, prev_total = prev
-            shared = max(0, min(shared, prev_total, total))
-            keep = shared // bt + (1 if shared == prev_total and prev_total % bt else 0)
-            keep = min(keep, len(prev_ids), n)
-            kept = prev_ids[:keep]
-        new = n - keep
-        ids = kept + list(range(self.next_id, self.next_id + new))
-        self.next_id += new
-        return ids
+        n = -(-total // self.block_tokens)
+        if prev is None:
+            return list(self.fresh(n))
+        prev_ids, prev_total = prev
+        keep = self.kept(len(prev_ids), prev_total, shared, total)
+        return prev_ids[:keep] + list(self.fresh(n - keep))
 
 
 def _arrival(rec: TokenRecord) -> int:
