@@ -82,11 +82,10 @@ def test_receiver_and_protobuf_file_give_the_trace_of_the_json_file(server, tmp_
 
 def test_the_grpc_receiver_gives_the_trace_of_the_json_file(server, tmp_path, monkeypatch):
     """OTLP/gRPC (`replay capture --otlp-grpc`), fed by the real gRPC exporter, plain and gzip:
-    the same spool and Trace as the JSON file's. Needs grpcio and the gRPC exporter (the
-    ``otlp-grpc`` extra and opentelemetry-exporter-otlp-proto-grpc==1.45.2); skipped without."""
-    pytest.importorskip("grpc")
-    grpc_exporter = pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc.trace_exporter")
+    the same spool and Trace as the JSON file's (grpcio and the gRPC exporter are in the test
+    extra)."""
     from grpc import Compression as GrpcCompression
+    from opentelemetry.exporter.otlp.proto.grpc import trace_exporter as grpc_exporter
 
     plain, gz = receiver(tmp_path / "grpc", grpc=True), receiver(tmp_path / "grpc-gzip", grpc=True)
     json_file = OtlpJsonFileExporter(tmp_path / "spans.jsonl")
