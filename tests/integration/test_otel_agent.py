@@ -72,3 +72,36 @@ def test_spans_with_content_keep_the_bodies_sent(server, tmp_path, monkeypatch, 
     assert "(6 requests)" in capsys.readouterr().out
     red = read_trace(out)
     assert red.meta.redaction_policy == "redacted" and red.df["depends_on"].to_list() == df["depends_on"].to_list()
+
+
+@pytest.mark.slow
+def test_spans_and_the_proxys_capture_of_the_same_traffic_agree(server, tmp_path, monkeypatch):
+    """The agent loop run once through the recording proxy (`replay capture`, raw text) while its
+    spans are exported: the Trace from the spans and the Trace from the capture have the same
+    requests in the same order, the same tokens (input counted from the same messages, output the
+    engine's), the same tool calls, and every edge the proxy can see (a step continuing its
+    conversation) is the spans' edge too; the spans add what a proxy cannot see (the spawn of the
+    subagent and its join)."""
+    from types import SimpleNamespace
+
+    from tests.integration.capture_proxy import capture
+
+    path = tmp_path / "spans.jsonl"
+    with capture(server.url, tmp_path / "cap", redact=False) as proxy:
+        agent = run_agent(SimpleNamespace(url=proxy.url), monkeypatch, True, [OtlpJsonFileExporter(path)])
+        assert proxy.stop() == 0
+    spans = read_trace(import_otel(path, tmp_path / "spans.parquet").path).df
+    captured = read_trace(tmp_path / "cap").df.sort("arrival_us", maintain_order=True)
+    check_graph(spans, agent)
+    assert captured.height == spans.height == len(agent.calls)
+    for name in ("input_tokens", "output_tokens", "tool_calls"):
+        assert captured[name].to_list() == spans[name].to_list(), name
+    assert captured["output_tokens"].to_list() == [c[1].completion_tokens for c in agent.calls]
+    # edges, by position: the proxy's (continuations) are the spans' own; the spans add the rest
+    at_c = {r: i for i, r in enumerate(captured["request_id"].to_list())}
+    at_s = {r: i for i, r in enumerate(spans["request_id"].to_list())}
+    edges_c = {(at_c[d], i) for i, deps in enumerate(captured["depends_on"].to_list()) for d in deps}
+    edges_s = {(at_s[d], i) for i, deps in enumerate(spans["depends_on"].to_list()) for d in deps}
+    # m1 -> m2 (the step after the tools), m2 -> m3, m3 -> m4 and the subagent's s1 -> s2
+    assert {(0, 3), (3, 4), (4, 5), (1, 2)} <= edges_c <= edges_s
+    assert edges_s - edges_c <= {(0, 1), (2, 3)}, "only the spawn and the join are the spans' alone"
