@@ -38,8 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     q = esub.add_parser(
         "install-peers",
-        help="install the peer tools our exports are read back with (aiperf, inference-perf) into their own "
-        "venvs in the cache (once; 1.2 GB, ~2-4 min)",
+        help="install the peer tools our exports are read back with (aiperf, inference-perf, guidellm) into "
+        "their own venvs in the cache (once; 1.7 GB, ~2-4 min)",
     )
     q.add_argument("names", nargs="*", help="which (default: all)")
     q.add_argument("--force", action="store_true", help="reinstall even when a venv is complete")

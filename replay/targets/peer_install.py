@@ -15,9 +15,16 @@ an installed one (or ``$FAITHFUL_REPLAY_<NAME>_PYTHON``).
   modules) uses the standard library only, so the wheel is installed without dependencies and
   ``--ignore-requires-python``, and :data:`INFERENCE_PERF_GRAPH` imports that module without the
   package's ``__init__`` (which imports the rest).
-
-GuideLLM is not here: its trace reader imports torch (a 5.9 GB venv), so its format is checked
-against its documented fields (``tests/unit/capture/test_export_peers.py``).
+- ``guidellm`` 0.8.1 (440 MB, 23 s with a warm pip cache on a shared 2-core machine, 2026-12-07):
+  the full install pulls torch (a 5.9 GB venv), which only its ``data/loaders/torch.py`` imports
+  (reached from ``guidellm/data/__init__.py``), not the trace readers. The wheel is installed without dependencies, then the
+  five its trace readers import (:attr:`Peer.deps`: datasets, which brings pyarrow and pandas,
+  faker, loguru, pydantic, pydantic-settings); :data:`GUIDELLM_TRACE` imports
+  ``guidellm/data/deserializers/{file,trace_minimal,trace_mooncake}.py`` with empty parent
+  packages, and stands in a one-class ``transformers`` module: those files import
+  ``PreTrainedTokenizerBase`` for annotations only (a 170 MB install; the tokenizer is the
+  caller's). Its own deserializer factory, file reader (``datasets``' JSON loader), row checks
+  and prompt builder then run as they are.
 """
 
 from __future__ import annotations
@@ -35,30 +42,57 @@ from pathlib import Path
 from replay.errors import TargetError
 from replay.llamacpp_sdist import cache_dir
 
-__all__ = ["PEERS", "INFERENCE_PERF_GRAPH", "Peer", "peer_dir", "peer_python", "install_peer"]
+__all__ = ["PEERS", "INFERENCE_PERF_GRAPH", "GUIDELLM_TRACE", "Peer", "peer_dir", "peer_python", "install_peer"]
+
+
+def _bare_packages(package: str, subpackages: tuple[str, ...]) -> str:
+    """Python source that registers ``package`` and its ``subpackages`` (paths under it) as empty
+    packages, so that a module under them imports without their ``__init__`` files."""
+    names = ", ".join(repr(x) for x in ("", *subpackages))
+    return f"""
+import importlib, importlib.util, pathlib, sys, types
+_root = pathlib.Path(importlib.util.find_spec({package!r}).submodule_search_locations[0])
+for _sub in ({names},):
+    _m = types.ModuleType(f"{package}.{{_sub}}".replace("/", ".").rstrip("."))
+    _m.__path__ = [str(_root / _sub)]
+    sys.modules[_m.__name__] = _m
+"""
+
 
 # Run by the inference-perf venv's python before a script that uses ``graph``: the replay graph
 # module, imported with empty parent packages (their __init__ files import the whole benchmark).
-INFERENCE_PERF_GRAPH = """
-import importlib, importlib.util, pathlib, sys, types
-_root = pathlib.Path(importlib.util.find_spec("inference_perf").submodule_search_locations[0])
-for _name, _sub in (("inference_perf", ""), ("inference_perf.datagen", "datagen"),
-                    ("inference_perf.datagen.replay", "datagen/replay")):
-    _m = types.ModuleType(_name)
-    _m.__path__ = [str(_root / _sub)]
-    sys.modules[_name] = _m
-graph = importlib.import_module("inference_perf.datagen.replay.otel_trace_to_replay_graph")
+INFERENCE_PERF_GRAPH = _bare_packages("inference_perf", ("datagen", "datagen/replay")) + (
+    'graph = importlib.import_module("inference_perf.datagen.replay.otel_trace_to_replay_graph")\n'
+)
+
+# Run by the guidellm venv's python before a script that reads a trace: its file and trace
+# deserializers registered (json_file; the trace_synthetic and mooncake kinds), with empty parent
+# packages (guidellm.data's __init__ imports torch) and a stand-in for transformers, whose
+# PreTrainedTokenizerBase those modules name in annotations only.
+GUIDELLM_TRACE = (
+    _bare_packages("guidellm", ("data", "data/deserializers", "scheduler", "utils"))
+    + """
+sys.modules["transformers"] = types.ModuleType("transformers")
+sys.modules["transformers"].PreTrainedTokenizerBase = type("PreTrainedTokenizerBase", (), {})
+for _mod in ("file", "trace_minimal", "trace_mooncake"):
+    importlib.import_module(f"guidellm.data.deserializers.{_mod}")
+from guidellm.data.deserializers.deserializer import DatasetDeserializerFactory
+from guidellm.schemas.data.deserializers import FileDataArgs, MinimalTraceFormatArgs, MooncakeTraceFormatArgs
+assert "torch" not in sys.modules
 """
+)
 
 
 @dataclass(frozen=True)
 class Peer:
-    """A peer tool: its PyPI package and version, extra pip arguments, and the import check."""
+    """A peer tool: its PyPI package and version, extra pip arguments, and the import check;
+    ``deps``: pinned requirements installed after it (for a package installed ``--no-deps``)."""
 
     package: str
     version: str
     pip_args: tuple[str, ...]
     check: str
+    deps: tuple[str, ...] = ()
 
     @property
     def spec(self) -> str:
@@ -72,6 +106,13 @@ PEERS: dict[str, Peer] = {
         "0.7.0",
         ("--no-deps", "--ignore-requires-python"),
         INFERENCE_PERF_GRAPH + "graph.build_raw_calls, graph.build_graph\n",
+    ),
+    "guidellm": Peer(
+        "guidellm",
+        "0.8.1",
+        ("--no-deps",),
+        GUIDELLM_TRACE + "assert DatasetDeserializerFactory.get_registered_object('mooncake')\n",
+        ("datasets==5.2.0", "faker==40.63.0", "loguru==0.8.0", "pydantic==2.14.4", "pydantic-settings==2.16.3"),
     ),
 }
 _MARKER = "INSTALLED"
@@ -136,6 +177,7 @@ def _install(peer: Peer, root: Path, say: Callable[[str], None]) -> Path:
         for step, cmd in (
             ("venv", [sys.executable, "-m", "venv", str(root)]),
             ("install", [str(python), "-m", "pip", "install", "--no-input", *peer.pip_args, peer.spec]),
+            *([("deps", [str(python), "-m", "pip", "install", "--no-input", *peer.deps])] if peer.deps else []),
             ("check", [str(python), "-c", peer.check]),
         ):
             log.write(f"$ {' '.join(cmd)}\n")

@@ -1,7 +1,10 @@
 """Our exports read back by the peers' own code, each in its own venv (a subprocess): AIPerf
-0.13.0's ``dag_jsonl`` loader, inference-perf 0.7.0's OTel replay graph builder, vLLM's
-``timed_trace`` reader (its CPU build). ``replay engines install-peers`` / ``install-vllm`` put
-them in the cache; a missing one skips here and fails under CI (``real_engines.require``)."""
+0.13.0's ``dag_jsonl`` loader, inference-perf 0.7.0's OTel replay graph builder, GuideLLM 0.8.1's
+trace deserializers (``trace_synthetic`` and ``mooncake``: its file reader, row checks and prompt
+builder, with a one-character-per-token tokenizer of ours and without torch; see
+``replay/targets/peer_install.py``), vLLM's ``timed_trace`` reader (its CPU build).
+``replay engines install-peers`` / ``install-vllm`` put them in the cache; a missing one skips here
+and fails under CI (``real_engines.require``)."""
 
 from __future__ import annotations
 
@@ -14,10 +17,10 @@ import polars as pl
 import pytest
 
 from capture.exporters import export_trace
-from replay.targets.peer_install import INFERENCE_PERF_GRAPH, peer_python
+from replay.targets.peer_install import GUIDELLM_TRACE, INFERENCE_PERF_GRAPH, peer_python
 from replay.targets.vllm_install import vllm_python
 from tests.integration.real_engines import require
-from tests.unit.capture.test_export_peers import EDGES, IDS, WAIT_MS, agent_trace
+from tests.unit.capture.test_export_peers import ARRIVAL_MS, E2E_MS, EDGES, IDS, WAIT_MS, agent_trace
 
 AIPERF_READ = """
 import json, sys
@@ -47,6 +50,37 @@ for path in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
     out[path.name] = {span[e.event_id]: [sorted(span[p] for p in e.predecessor_event_ids), e.wait_ms,
                                          e.call.total_input_tokens, e.call.expected_output_tokens]
                       for e in g.events.values()}
+print(json.dumps(out))
+"""
+)
+
+GUIDELLM_READ = (
+    GUIDELLM_TRACE
+    + """
+import json
+class Chars:  # a tokenizer of one token per character: a prompt's tokens are its characters
+    def encode(self, text):
+        return [ord(c) for c in text]
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(map(chr, ids))
+out = []
+for path, kind, block in zip(sys.argv[1::3], sys.argv[2::3], sys.argv[3::3]):
+    source = FileDataArgs(kind="json_file", path=path)
+    args = (MooncakeTraceFormatArgs(source=source, hash_id_block_size=int(block)) if kind == "mooncake"
+            else MinimalTraceFormatArgs(source=source))
+    try:
+        data = DatasetDeserializerFactory.deserialize(config=args, processor_factory=Chars, random_seed=0)
+        rows = []
+        for item in data:
+            (turn,) = json.loads(item["conversation_turns"])["turns"]
+            c = {k: v[0] for k, v in turn["columns"].items()}
+            rows.append([c["text_column"], c["prompt_tokens_count_column"], c["output_tokens_count_column"],
+                         c["relative_timestamp_column"], c.get("request_duration_column")])
+    except Exception as e:  # its row checks
+        out.append(f"{type(e).__name__}: {e}")
+        continue
+    table = getattr(data._ex_iterable.format, "_hash_id_table", {})  # mooncake: hash id -> its token block
+    out.append({"rows": rows, "blocks": {k: len(v) for k, v in table.items()}})
 print(json.dumps(out))
 """
 )
@@ -109,6 +143,71 @@ def test_inference_perf_rebuilds_our_edges_from_the_folder(make_trace, tmp_path)
     assert {r: v[1] for r, v in rebuilt.items()} == {r: w or 0 for r, w in zip(IDS, WAIT_MS, strict=True)}
     # usage tokens: the trace's input_tokens and output_tokens
     assert [rebuilt[r][2:] for r in IDS] == [[10 * i, 5 + i] for i in range(len(IDS))]
+
+
+def _blocks_shared(a: list | str, b: list | str, size: int = 1) -> int:
+    """How many leading blocks of ``size`` items ``a`` and ``b`` have in common."""
+    n = 0
+    while n * size < min(len(a), len(b)) and a[n * size : (n + 1) * size] == b[n * size : (n + 1) * size]:
+        n += 1
+    return n
+
+
+def test_guidellm_reads_our_times_lengths_durations(make_trace, tmp_path):
+    python = require(peer_python("guidellm"), "guidellm 0.8.1", "replay engines install-peers")
+    out = tmp_path / "g.jsonl"
+    export_trace("guidellm", agent_trace(make_trace), out)
+    ours = [json.loads(x) for x in out.read_text().splitlines()]
+    synthetic, mooncake = _run(python, GUIDELLM_READ, str(out), "trace_synthetic", "512", str(out), "mooncake", "512")
+    assert isinstance(synthetic, dict) and isinstance(mooncake, dict), (synthetic, mooncake)
+    for read in (synthetic, mooncake):
+        # offsets in seconds from the first arrival, in arrival order (a0 and b0 tie: file order)
+        assert [r[3] for r in read["rows"]] == [a / 1000 for a in ARRIVAL_MS]
+        assert [r[1:3] for r in read["rows"]] == [[x["input_length"], x["output_length"]] for x in ours]
+        assert [r[2] for r in read["rows"]] == [5 + i for i in range(len(IDS))]
+        assert [r[4] for r in read["rows"]] == [e / 1000 for e in E2E_MS]  # its duration column
+        assert [len(r[0]) for r in read["rows"]] == [x["input_length"] for x in ours]  # its prompts, full length
+    assert set(mooncake["blocks"]) == {str(i) for x in ours for i in x["hash_ids"]}
+
+
+def test_guidellm_mooncake_kind_rebuilds_our_shared_blocks(tmp_path):
+    python = require(peer_python("guidellm"), "guidellm 0.8.1", "replay engines install-peers")
+    from capture.importers import import_mooncake
+
+    rows = [  # Mooncake ids of 512 tokens: prompts sharing two blocks, one, and a repeat of the first
+        {"timestamp": 0, "input_length": 1100, "output_length": 4, "hash_ids": [1, 2, 3]},
+        {"timestamp": 1500, "input_length": 1100, "output_length": 5, "hash_ids": [1, 2, 4]},
+        {"timestamp": 2250, "input_length": 600, "output_length": 6, "hash_ids": [1, 5]},
+        {"timestamp": 3000, "input_length": 1100, "output_length": 7, "hash_ids": [1, 2, 3]},
+    ]
+    src = tmp_path / "m.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    import_mooncake(src, tmp_path / "m.parquet", hash_block=512)
+    out512, out16 = tmp_path / "g512.jsonl", tmp_path / "g16.jsonl"
+    export_trace("guidellm", tmp_path / "m.parquet", out512)  # its default hash_id_block_size, 512
+    export_trace("guidellm", tmp_path / "m.parquet", out16, block_size=16)
+    files = (str(out512), "mooncake", "512", str(out16), "mooncake", "16", str(out16), "mooncake", "512")
+    read = _run(python, GUIDELLM_READ, *files)
+    for got, out, block in ((read[0], out512, 512), (read[1], out16, 16)):
+        assert isinstance(got, dict), got
+        ours = [json.loads(x) for x in out.read_text().splitlines()]
+        prompts = [r[0] for r in got["rows"]]
+        assert [r[1:4] for r in got["rows"]] == [[r["input_length"], r["output_length"], r["timestamp"] / 1000] for r in rows]
+        assert [len(p) for p in prompts] == [r["input_length"] for r in rows]
+        # its prompts share exactly the leading blocks whose ids ours share
+        for i, a in enumerate(ours):
+            for j, b in enumerate(ours):
+                assert _blocks_shared(prompts[i], prompts[j], block) == _blocks_shared(a["hash_ids"], b["hash_ids"]), (i, j)
+        assert prompts[3] == prompts[0] and _blocks_shared(ours[1]["hash_ids"], ours[0]["hash_ids"]) == 1024 // block
+        # its table: one block per id of ours, of block tokens (the rest of the prompt for a row's last id)
+        sizes: dict[str, int] = {}
+        for x in ours:
+            for k, h in enumerate(x["hash_ids"]):
+                last = k == len(x["hash_ids"]) - 1 and x["input_length"] % block
+                sizes.setdefault(str(h), x["input_length"] % block if last else block)
+        assert got["blocks"] == sizes
+    # the 16-token ids read as 512-token ones: its row check refuses them
+    assert read[2] == "InvalidRowError: Input token count of 1100 split into blocks of size 512 does not match given 69 blocks"
 
 
 @pytest.mark.slow  # vLLM imports torch: about 10 s

@@ -28,5 +28,5 @@ def test_the_env_var_names_a_python_and_unknown_peers_are_refused(tmp_path, monk
     (tmp_path / "py").write_text("")
     monkeypatch.setenv("FAITHFUL_REPLAY_AIPERF_PYTHON", str(tmp_path / "py"))
     assert peer_python("aiperf") == tmp_path / "py"
-    with pytest.raises(TargetError, match="peer 'guidellm' unknown"):
-        peer_python("guidellm")
+    with pytest.raises(TargetError, match="peer 'genai-perf' unknown"):
+        peer_python("genai-perf")
