@@ -79,11 +79,14 @@ def test_spans_and_the_proxys_capture_of_the_same_traffic_agree(server, tmp_path
     """The agent loop run once through the recording proxy (`replay capture`, raw text) while its
     spans are exported: the Trace from the spans and the Trace from the capture have the same
     requests in the same order, the same tokens (input counted from the same messages, output the
-    engine's), the same tool calls, and every edge the proxy can see (a step continuing its
+    engine's; the proxy's also hold the tool definitions, which the instrumentation leaves out),
+    the same tool calls, and every edge the proxy can see (a step continuing its
     conversation) is the spans' edge too; the spans add what a proxy cannot see (the spawn of the
     subagent and its join)."""
     from types import SimpleNamespace
 
+    from replay.bodies import prompt_token_ids, text_slots
+    from replay.tokenizer import load_tokenizer
     from tests.integration.capture_proxy import capture
 
     path = tmp_path / "spans.jsonl"
@@ -94,8 +97,17 @@ def test_spans_and_the_proxys_capture_of_the_same_traffic_agree(server, tmp_path
     captured = read_trace(tmp_path / "cap").df.sort("arrival_us", maintain_order=True)
     check_graph(spans, agent)
     assert captured.height == spans.height == len(agent.calls)
-    for name in ("input_tokens", "output_tokens", "tool_calls"):
+    for name in ("output_tokens", "tool_calls"):
         assert captured[name].to_list() == spans[name].to_list(), name
+    # input: the same messages; the proxy also saw the tool definitions, which the
+    # instrumentation does not record (no gen_ai.tool.definitions on its spans)
+    tokenizer = load_tokenizer("gpt2")
+    tool_tokens = [
+        len(prompt_token_ids([s.text for s in text_slots(json.loads(b)) if s.path[0] == "tools"], tokenizer))
+        for b in captured["body"].to_list()
+    ]
+    assert min(tool_tokens) > 0
+    assert captured["input_tokens"].to_list() == [n + t for n, t in zip(spans["input_tokens"].to_list(), tool_tokens)]
     assert captured["output_tokens"].to_list() == [c[1].completion_tokens for c in agent.calls]
     # edges, by position: the proxy's (continuations) are the spans' own; the spans add the rest
     at_c = {r: i for i, r in enumerate(captured["request_id"].to_list())}
