@@ -89,7 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "become token-only rows (docs/otel.md). "
         "sharegpt: one JSON array read a record at a time, real text as a log's, arrivals from --rate; "
         "servegen: a folder of per-client distributions, sampled into a seeded token-only workload "
-        "(docs/formats.md).",
+        "(docs/formats.md). Every format's fields, mapping and source: docs/formats.md.",
     )
     p.add_argument(
         "format",
