@@ -5,6 +5,7 @@
 //! * `record` — per-request timing records, assembled into columns.
 //! * `blocks` — the Trace's chained block hashes (BLAKE2b, 8 bytes).
 //! * `prefix_cache` — an offline LRU prefix-cache simulation over chained block hashes.
+//! * `route` — the fleet routing policies (round-robin, session, prefix, least-loaded).
 //! * `answers` — causal sessions resend the engine's own answers in place of the recorded ones.
 //! * `run` (with `config`, `plan`, `client`, `conn`, `pool`, `shared`, `warmup`, `exchange`,
 //!   `response`, `dispatch`, `threads`) — the open-loop HTTP/1.1 runner: warm-up, dispatch (open
@@ -28,6 +29,7 @@ pub mod pool;
 pub mod prefix_cache;
 pub mod record;
 mod response;
+pub mod route;
 pub mod run;
 pub mod schedule;
 mod shared;
@@ -46,6 +48,7 @@ pub use openai::{parse_openai_event, parse_openai_response, OpenAiEvent, Usage};
 pub use plan::{HeadLines, PlannedRequest, Schedule};
 pub use prefix_cache::{prefix_cache_hits, simulate as simulate_prefix_cache};
 pub use record::{ErrorKind, Recorder, Records, RequestRecord, RunStats, Switches};
+pub use route::{Policy, Router};
 pub use run::{run, run_streamed, Sink, HAND_OVER_EVERY};
 pub use schedule::{arrival_offsets, Arrivals};
 pub use sse::{SseError, SseParser};

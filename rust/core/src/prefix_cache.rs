@@ -44,7 +44,8 @@ struct Node {
 }
 
 /// A fixed-capacity LRU set of block hashes: a doubly linked list in a Vec (head = most recent).
-struct Lru {
+/// Also the router's memory of what each replica was sent (`route`).
+pub(crate) struct Lru {
     nodes: Vec<Node>,
     index: Map,
     head: u32,
@@ -53,7 +54,7 @@ struct Lru {
 }
 
 impl Lru {
-    fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         Lru {
             nodes: Vec::new(),
             index: Map::default(),
@@ -64,7 +65,7 @@ impl Lru {
     }
 
     /// When the block was last touched, if held.
-    fn touched(&self, hash: u64) -> Option<f64> {
+    pub(crate) fn touched(&self, hash: u64) -> Option<f64> {
         self.index
             .get(&hash)
             .map(|&i| self.nodes[i as usize].touched)
@@ -96,7 +97,7 @@ impl Lru {
 
     /// Make `hash` the most recent block (touched at `now`), inserting it (and evicting the least
     /// recent when full) if it is not held.
-    fn touch(&mut self, hash: u64, now: f64) {
+    pub(crate) fn touch(&mut self, hash: u64, now: f64) {
         if let Some(&i) = self.index.get(&hash) {
             self.nodes[i as usize].touched = now;
             if self.head != i {
