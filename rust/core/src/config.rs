@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64};
 
+use crate::route::Policy;
 use crate::tls::TlsOptions;
 
 /// How to reach the server and how patient to be. A timeout of 0 means "no limit".
@@ -10,6 +11,12 @@ use crate::tls::TlsOptions;
 pub struct RunConfig {
     /// e.g. "http://127.0.0.1:8000" or "https://gateway.example/llm" (a path prefix is allowed).
     pub base_url: String,
+    /// A fleet: the base URLs of replicas 1, 2, ... (replica 0 is `base_url`), each with its
+    /// own connections; each request gets its replica from `route` when it is sent. Empty: one
+    /// target, and no routing at all.
+    pub more_urls: Vec<String>,
+    /// How a fleet's requests are routed (`route.rs`); the schedule's `route` keys feed it.
+    pub route: Policy,
     /// How an https target's certificate is checked (`tls.rs`).
     pub tls: TlsOptions,
     /// Sent with every request (e.g. Authorization); replaces defaults of the same name.
@@ -52,6 +59,8 @@ impl Default for RunConfig {
     fn default() -> Self {
         RunConfig {
             base_url: "http://127.0.0.1:8000".into(),
+            more_urls: Vec::new(),
+            route: Policy::RoundRobin,
             tls: TlsOptions::default(),
             headers: Vec::new(),
             timeout_ns: 600_000_000_000,

@@ -65,18 +65,25 @@ enum Start {
 }
 
 /// Called on the dispatcher thread when request `index` is due: take a slot and an idle
-/// connection and write the request now if both are at hand, then hand the rest to a task.
+/// connection to `replica` and write the request now if both are at hand, then hand the rest to
+/// a task.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn launch(
     shared: &Arc<Shared>,
     runtime: &Handle,
     index: usize,
+    replica: usize,
     release_ns: i64,
     path: &str,
     own_headers: &[u8],
     body: Bytes,
 ) {
     let handed = Instant::now();
-    let (prefix, tail) = shared.encoder.head(path, own_headers, body.len());
+    let target = &shared.targets[replica];
+    if let Some(open) = shared.in_flight.get(replica) {
+        open.fetch_add(1, Ordering::Relaxed);
+    }
+    let (prefix, tail) = target.encoder.head(path, own_headers, body.len());
     let wire = Wire { prefix, tail, body };
     let mut conn_ns = -1;
     let mut dead = Vec::new();
@@ -85,7 +92,7 @@ pub(crate) fn launch(
             permit: None,
             conn: None,
         },
-        Ok(permit) => match shared.pool.try_take(&mut dead) {
+        Ok(permit) => match target.pool.try_take(&mut dead) {
             None => Start::Fresh {
                 permit: Some(permit),
                 conn: None,
@@ -131,6 +138,7 @@ pub(crate) fn launch(
         },
     };
     let mut rec = RequestRecord::new(index);
+    rec.replica = replica as u16;
     rec.release_ns = release_ns;
     rec.conn_ns = conn_ns;
     rec.keep_chunks = shared.keep_chunks;
@@ -166,6 +174,7 @@ async fn put_on_wire(
     start: Start,
     handed: Instant,
 ) -> Result<(Conn, OwnedSemaphorePermit, bool), (ErrorKind, String)> {
+    let target = &shared.targets[st.rec.replica as usize];
     let (mut conn, permit, reused) =
         match start {
             Start::Sent {
@@ -204,9 +213,9 @@ async fn put_on_wire(
                             (ErrorKind::Other, "connection slots closed".to_string())
                         })?,
                     };
-                let (conn, reused) = match shared.pool.take(&mut Vec::new()) {
+                let (conn, reused) = match target.pool.take(&mut Vec::new()) {
                     Some(c) => (c, true),
-                    None => match shared.dialer.dial().await {
+                    None => match target.dialer.dial().await {
                         Ok(c) => (c, false),
                         Err(e) => {
                             st.rec.conn_ns = handed.elapsed().as_nanos() as i64;
@@ -251,7 +260,7 @@ async fn exchange_or_resend(
     }
     shared.resent.fetch_add(1, Ordering::Relaxed);
     st.rec.clear_failure();
-    let fresh = match shared.dialer.dial().await {
+    let fresh = match shared.targets[st.rec.replica as usize].dialer.dial().await {
         Ok(c) => c,
         Err(e) => {
             let (kind, detail) = classify_connect_error(&e);
@@ -319,7 +328,7 @@ async fn request_task(
     };
     let t = shared.now_ns();
     match outcome {
-        Ok(true) => shared.pool.put(conn),
+        Ok(true) => shared.targets[st.rec.replica as usize].pool.put(conn),
         Ok(false) => {}
         Err(Some(stop)) => {
             let (kind, detail) = stop_detail(stop, true);
@@ -340,6 +349,9 @@ async fn request_task(
 
 fn finish(shared: &Shared, st: State) {
     shared.control.completed.fetch_add(1, Ordering::Relaxed);
+    if let Some(open) = shared.in_flight.get(st.rec.replica as usize) {
+        open.fetch_sub(1, Ordering::Relaxed);
+    }
     if st.rec.error_kind != ErrorKind::None {
         shared.control.errors.fetch_add(1, Ordering::Relaxed);
     }

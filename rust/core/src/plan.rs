@@ -39,6 +39,65 @@ pub struct Schedule {
     pub joins: Vec<usize>,
     /// Requests' own header lines (may be empty: none has any).
     pub head_lines: HeadLines,
+    /// What a fleet's router reads of each request (may be empty: nothing).
+    pub route: RouteKeys,
+}
+
+/// What a fleet's router (`route.rs`) reads of each request: request i's root session hash is
+/// `sessions[i]` (0: none; empty: no request has one) and its prompt block hashes are
+/// `blocks[block_offsets[i]..block_offsets[i + 1]]` (`block_offsets` empty: none has any).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RouteKeys {
+    pub sessions: Vec<u64>,
+    pub blocks: Vec<u64>,
+    pub block_offsets: Vec<u64>,
+}
+
+impl RouteKeys {
+    /// Request `i`'s root session (None: none).
+    pub fn session(&self, i: usize) -> Option<u64> {
+        self.sessions.get(i).copied().filter(|&s| s != 0)
+    }
+
+    /// Request `i`'s block hashes (empty: none).
+    pub fn blocks(&self, i: usize) -> &[u64] {
+        match self.block_offsets.get(i..i + 2) {
+            Some(&[a, b]) => &self.blocks[a as usize..b as usize],
+            _ => &[],
+        }
+    }
+
+    /// That there are none or one session per request, and none or n + 1 nondecreasing block
+    /// offsets ending at the blocks' length.
+    pub fn check(&self, n: usize) -> Result<(), CoreError> {
+        if !self.sessions.is_empty() && self.sessions.len() != n {
+            return Err(CoreError::config(
+                "route",
+                format!("{} session keys for {n} requests", self.sessions.len()),
+            ));
+        }
+        let o = &self.block_offsets;
+        let bad = match o.is_empty() {
+            true => !self.blocks.is_empty(),
+            false => {
+                o.len() != n + 1
+                    || o[0] != 0
+                    || o.windows(2).any(|w| w[0] > w[1])
+                    || o[n] != self.blocks.len() as u64
+            }
+        };
+        if bad {
+            return Err(CoreError::config(
+                "route",
+                format!(
+                    "block offsets must be n + 1 ({}) nondecreasing offsets from 0 to the blocks' length ({})",
+                    n + 1,
+                    self.blocks.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Each request's own header lines, sent after the run's headers: request i's are
@@ -207,6 +266,14 @@ pub(crate) fn validate(config: &RunConfig, schedule: &Schedule) -> Result<(), Co
     }
     let n = schedule.len();
     schedule.head_lines.check(n)?;
+    schedule.route.check(n)?;
+    let replicas = 1 + config.more_urls.len();
+    if replicas > u16::MAX as usize {
+        return Err(CoreError::config(
+            "more_urls",
+            format!("{replicas} replicas is more than {}", u16::MAX - 1),
+        ));
+    }
     if n > u32::MAX as usize {
         return Err(CoreError::config(
             "requests",

@@ -107,7 +107,12 @@ pub struct RequestRecord {
     pub chunk_us: Vec<u32>,
     /// Keep `chunk_us` (false: only count chunks).
     pub keep_chunks: bool,
+    /// The replica it was sent to (`NO_REPLICA`: never sent to one).
+    pub replica: u16,
 }
+
+/// The replica of a request never handed to one (not sent).
+pub const NO_REPLICA: u16 = u16::MAX;
 
 impl RequestRecord {
     /// A record with nothing observed yet.
@@ -129,6 +134,7 @@ impl RequestRecord {
             error_detail: String::new(),
             chunk_us: Vec::new(),
             keep_chunks: true,
+            replica: NO_REPLICA,
         }
     }
 
@@ -190,6 +196,8 @@ pub struct Records {
     /// len() + 1 entries.
     pub chunk_offsets: Vec<u64>,
     pub chunk_us: Vec<u32>,
+    /// The replica each was sent to (`NO_REPLICA`: none); all 0 with one target.
+    pub replica: Vec<u16>,
     /// Wall clock (Unix epoch ns) at the run's t0.
     pub start_unix_ns: i64,
     /// The run was cancelled before every request finished.
@@ -298,6 +306,7 @@ impl Records {
         self.error_detail.push(rec.error_detail);
         self.chunk_us.extend_from_slice(&rec.chunk_us);
         self.chunk_offsets.push(self.chunk_us.len() as u64);
+        self.replica.push(rec.replica);
     }
 
     /// Append `other`'s rows (which must start where these end).
@@ -322,6 +331,7 @@ impl Records {
         self.output_chunks.extend(other.output_chunks);
         self.error_detail.extend(other.error_detail);
         self.chunk_us.extend(other.chunk_us);
+        self.replica.extend(other.replica);
         self.chunk_offsets
             .extend(other.chunk_offsets.iter().skip(1).map(|o| o + base));
     }

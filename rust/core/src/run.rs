@@ -7,7 +7,7 @@
 //! scheduled send it waits at most `drain_ns` for requests still open, cuts off the rest, and
 //! gathers one record per request into `Records`.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -26,7 +26,8 @@ use crate::exchange::launch;
 use crate::plan::{validate, PlannedRequest, Schedule};
 use crate::pool::Pool;
 use crate::record::{ErrorKind, Recorder, Records, RequestRecord, RunStats};
-use crate::shared::{Shared, CANCELLED, CUT_OFF};
+use crate::route::Router;
+use crate::shared::{Shared, Target, CANCELLED, CUT_OFF};
 use crate::threads;
 use crate::tls::Tls;
 use crate::warmup::{keep_warm, warm_up};
@@ -187,17 +188,29 @@ pub fn run_streamed<B: Into<SendBody>>(
     sink: Option<Sink<'_>>,
 ) -> Result<Records, CoreError> {
     validate(config, &schedule)?;
-    let base = BaseUrl::parse(&config.base_url)?;
     let headers = build_headers(&config.headers)?;
-    let encoder = Encoder::new(&base, &headers, schedule.paths.iter().map(String::as_str))?;
-    let dialer = Dialer {
-        addrs: resolve(&base)?,
-        timeout: non_zero(config.connect_timeout_ns),
-        tls: match base.is_https() {
-            true => Some(Tls::new(base.as_str(), base.host(), &config.tls)?),
-            false => None,
-        },
-    };
+    // replica 0 is base_url; a fleet's others follow
+    let mut bases = Vec::with_capacity(1 + config.more_urls.len());
+    let mut targets = Vec::with_capacity(bases.capacity());
+    for url in std::iter::once(&config.base_url).chain(&config.more_urls) {
+        let base = BaseUrl::parse(url)?;
+        let encoder = Encoder::new(&base, &headers, schedule.paths.iter().map(String::as_str))?;
+        let dialer = Dialer {
+            addrs: resolve(&base)?,
+            timeout: non_zero(config.connect_timeout_ns),
+            tls: match base.is_https() {
+                true => Some(Tls::new(base.as_str(), base.host(), &config.tls)?),
+                false => None,
+            },
+        };
+        targets.push(Target {
+            dialer,
+            encoder,
+            pool: Pool::new(POOL_IDLE_TIMEOUT, config.max_connections),
+        });
+        bases.push(base);
+    }
+    let replicas = targets.len();
     raise_nofile_limit();
 
     let workers = Arc::new(threads::Workers::default());
@@ -235,9 +248,11 @@ pub fn run_streamed<B: Into<SendBody>>(
     }
     let followed: Vec<bool> = followers.iter().map(|&k| k > 0).collect();
     let mut shared = Shared {
-        dialer,
-        encoder,
-        pool: Pool::new(POOL_IDLE_TIMEOUT, config.max_connections),
+        targets,
+        in_flight: match replicas {
+            1 => Vec::new(),
+            _ => (0..replicas).map(|_| AtomicU32::new(0)).collect(),
+        },
         t0: warm_start,
         timeout: non_zero(config.timeout_ns),
         stall: non_zero(config.stall_timeout_ns),
@@ -253,7 +268,9 @@ pub fn run_streamed<B: Into<SendBody>>(
         answers: (causal && config.resend_answers).then(|| Answers::new(followed.clone())),
     };
     let wanted = config.warm_connections.min(config.max_connections);
-    let (warm_opened, warm_detail) = runtime.block_on(async {
+    // a fleet warms its share on each replica
+    let wanted_each = wanted.div_ceil(replicas);
+    let warmed = runtime.block_on(async {
         // Every worker runs a task once before t0.
         let tasks: Vec<_> = (0..config.worker_threads)
             .map(|_| tokio::spawn(tokio::task::yield_now()))
@@ -261,24 +278,40 @@ pub fn run_streamed<B: Into<SendBody>>(
         for t in tasks {
             let _ = t.await;
         }
-        if shared.dialer.tls.is_some() {
-            // A certificate the run cannot trust fails it here, before t0, rather than every
-            // request; a server that does not answer yet fails requests as over http.
-            match shared.dialer.dial().await {
-                Ok(conn) => shared.pool.put(conn),
-                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                    return Err(CoreError::Url {
-                        url: base.as_str().to_string(),
-                        message: format!(
-                            "{e} (--ca-cert FILE trusts a private CA, --insecure skips the check)"
-                        ),
-                    })
+        let mut warmed = Vec::with_capacity(replicas);
+        for (target, base) in shared.targets.iter().zip(&bases) {
+            if target.dialer.tls.is_some() {
+                // A certificate the run cannot trust fails it here, before t0, rather than every
+                // request; a server that does not answer yet fails requests as over http.
+                match target.dialer.dial().await {
+                    Ok(conn) => target.pool.put(conn),
+                    Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                        return Err(CoreError::Url {
+                            url: base.as_str().to_string(),
+                            message: format!(
+                                "{e} (--ca-cert FILE trusts a private CA, --insecure skips the check)"
+                            ),
+                        })
+                    }
+                    Err(_) => {}
                 }
-                Err(_) => {}
             }
+            let want = wanted_each.min(wanted.saturating_sub(wanted_each * warmed.len()));
+            warmed.push(warm_up(target, base, &headers, want).await);
         }
-        Ok(warm_up(&shared, &base, &headers, wanted).await)
+        Ok(warmed)
     })?;
+    let warm_opened: usize = warmed.iter().map(|w| w.0).sum();
+    let warm_detail = match replicas {
+        1 => warmed[0].1.clone(),
+        _ => warmed
+            .iter()
+            .zip(&bases)
+            .filter(|(w, _)| !w.1.is_empty())
+            .map(|(w, base)| format!("{}: {}", base.as_str(), w.1))
+            .collect::<Vec<_>>()
+            .join("; "),
+    };
     // The first body is in hand before t0 (a source that reads ahead has its first window).
     let mut bodies = bodies.into_iter().map(Into::into).peekable();
     bodies.peek();
@@ -291,10 +324,15 @@ pub fn run_streamed<B: Into<SendBody>>(
     shared.t0 = t0;
     let shared = Arc::new(shared);
     let handle = runtime.handle().clone();
-    if warm_opened > 0 {
-        let slots = config.max_connections.min(Semaphore::MAX_PERMITS);
-        runtime.spawn(keep_warm(shared.clone(), warm_opened, slots));
+    let slots = config.max_connections.min(Semaphore::MAX_PERMITS);
+    for (replica, &(opened, _)) in warmed.iter().enumerate() {
+        if opened > 0 {
+            runtime.spawn(keep_warm(shared.clone(), replica, opened, slots));
+        }
     }
+    // a fleet: each request's replica is picked as it is sent, from the open requests then
+    let mut router = (replicas > 1).then(|| Router::new(config.route, replicas));
+    let mut loads = vec![0u32; if replicas > 1 { replicas } else { 0 }];
     let last_offset = intended.last().copied().unwrap_or(0);
     // closed loop: the last send is not known in advance, so the drain starts when it is made
     let stop_at_ns = (config.drain_ns > 0 && !capped)
@@ -375,10 +413,24 @@ pub fn run_streamed<B: Into<SendBody>>(
                     }
                     _ => body.bytes,
                 };
+                let replica = match router.as_mut() {
+                    None => 0,
+                    Some(router) => {
+                        for (load, open) in loads.iter_mut().zip(&shared.in_flight) {
+                            *load = open.load(Ordering::Relaxed);
+                        }
+                        router.pick(
+                            schedule.route.session(index),
+                            schedule.route.blocks(index),
+                            &loads,
+                        )
+                    }
+                };
                 launch(
                     &shared,
                     &handle,
                     index,
+                    replica,
                     release_ns,
                     &schedule.paths[path as usize],
                     schedule.head_lines.get(index),

@@ -1,8 +1,8 @@
-//! What a run's request tasks share: the connection pool, the dialer and encoder, the clock, the
-//! deadlines, the counters and channels back to the run (`Shared`), and the run's stop signal
-//! (`RUNNING`, `CUT_OFF`, `CANCELLED`; `stopped`).
+//! What a run's request tasks share: each target's connection pool, dialer and encoder
+//! (`Target`), the clock, the deadlines, the counters and channels back to the run (`Shared`),
+//! and the run's stop signal (`RUNNING`, `CUT_OFF`, `CANCELLED`; `stopped`).
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,11 +21,21 @@ pub(crate) const RUNNING: u8 = 0;
 pub(crate) const CUT_OFF: u8 = 1;
 pub(crate) const CANCELLED: u8 = 2;
 
-/// Everything request tasks share for the length of a run.
-pub(crate) struct Shared {
+/// One target (a replica of a fleet, or the only one): how to reach it, what its requests'
+/// heads look like, its idle connections.
+pub(crate) struct Target {
     pub dialer: Dialer,
     pub encoder: Encoder,
     pub pool: Pool,
+}
+
+/// Everything request tasks share for the length of a run.
+pub(crate) struct Shared {
+    /// Replica r is `targets[r]` (one: no fleet).
+    pub targets: Vec<Target>,
+    /// A fleet's requests in flight per replica (empty with one target): counted up when a
+    /// request is handed to its replica, down when its record is done.
+    pub in_flight: Vec<AtomicU32>,
     pub t0: Instant,
     pub timeout: Option<Duration>,
     pub stall: Option<Duration>,

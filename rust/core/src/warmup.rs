@@ -9,7 +9,7 @@ use http::header::HeaderMap;
 
 use crate::client::{BaseUrl, Encoder, POOL_IDLE_TIMEOUT};
 use crate::conn::Body;
-use crate::shared::{stopped, Shared};
+use crate::shared::{stopped, Shared, Target};
 
 /// How often the warm-keeper looks at the pool.
 const KEEP_EVERY: Duration = Duration::from_millis(250);
@@ -25,8 +25,9 @@ const _: () =
 /// connections, opened here, off any request's path. Without it a request due after a quiet
 /// spell longer than the idle timeout (a trace's gap, or a first request seconds after t0)
 /// found the pool empty and paid for a connect in its send lag. Ends with the run's stop signal
-/// or its runtime.
-pub(crate) async fn keep_warm(shared: Arc<Shared>, count: usize, slots: usize) {
+/// or its runtime. In a fleet, each replica's connections are kept so (`replica`), less its
+/// own requests in flight.
+pub(crate) async fn keep_warm(shared: Arc<Shared>, replica: usize, count: usize, slots: usize) {
     let mut tick = tokio::time::interval(KEEP_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut stop_rx = shared.stop_rx.clone();
@@ -35,14 +36,18 @@ pub(crate) async fn keep_warm(shared: Arc<Shared>, count: usize, slots: usize) {
             _ = tick.tick() => {}
             _ = stopped(&mut stop_rx) => return,
         }
-        drop(shared.pool.take_stale(REFRESH_AFTER));
-        let in_flight = slots.saturating_sub(shared.permits.available_permits());
+        let target = &shared.targets[replica];
+        drop(target.pool.take_stale(REFRESH_AFTER));
+        let in_flight = match shared.in_flight.get(replica) {
+            Some(open) => open.load(std::sync::atomic::Ordering::Relaxed) as usize,
+            None => slots.saturating_sub(shared.permits.available_permits()),
+        };
         let missing = count
             .saturating_sub(in_flight)
-            .saturating_sub(shared.pool.idle_len());
+            .saturating_sub(target.pool.idle_len());
         for _ in 0..missing {
-            match shared.dialer.dial().await {
-                Ok(conn) => shared.pool.put(conn),
+            match target.dialer.dial().await {
+                Ok(conn) => target.pool.put(conn),
                 Err(_) => break, // the server is not taking connections now: try again next tick
             }
         }
@@ -58,7 +63,7 @@ const WARM_ANSWER_TIMEOUT: Duration = Duration::from_millis(500);
 /// in full, and put them in the pool. Returns how many were opened and why warming stopped
 /// short ("" if it did not).
 pub(crate) async fn warm_up(
-    shared: &Shared,
+    target: &Target,
     base: &BaseUrl,
     headers: &HeaderMap,
     wanted: usize,
@@ -69,7 +74,7 @@ pub(crate) async fn warm_up(
     let mut opened = 0;
     while opened < wanted {
         let checked = async {
-            let mut conn = shared
+            let mut conn = target
                 .dialer
                 .dial()
                 .await
@@ -92,7 +97,7 @@ pub(crate) async fn warm_up(
         };
         match tokio::time::timeout(WARM_ANSWER_TIMEOUT, checked).await {
             Ok(Ok(conn)) => {
-                shared.pool.put(conn);
+                target.pool.put(conn);
                 opened += 1;
             }
             Ok(Err(why)) => return (opened, why),

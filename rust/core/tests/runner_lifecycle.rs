@@ -206,6 +206,7 @@ fn bodies_are_taken_from_the_source_only_as_requests_come_due() {
         after: Vec::new(),
         joins: Vec::new(),
         head_lines: Default::default(),
+        route: Default::default(),
     };
     let t0_guess = Instant::now();
     let pulls = Arc::new(Mutex::new(Vec::new()));
@@ -266,6 +267,7 @@ fn records_are_handed_to_the_sink_in_request_order_as_the_run_goes() {
         after: Vec::new(),
         joins: Vec::new(),
         head_lines: Default::default(),
+        route: Default::default(),
     };
     let bodies = (0..n).map(|i| Bytes::from(format!("{{\"i\":{i}}}")));
     let t0_guess = Instant::now();

@@ -24,7 +24,7 @@ use options::RunOptions;
 use replay_core::{
     arrival_offsets as core_arrival_offsets, run_streamed as core_run_streamed,
     simulate_prefix_cache as core_simulate_prefix_cache, Arrivals, CoreError, ErrorKind, Gate,
-    HeadLines, Records, RunControl, Schedule, SendBody, Sink, Switches,
+    HeadLines, Records, RouteKeys, RunControl, Schedule, SendBody, Sink, Switches,
 };
 
 /// Arrival offsets in ns from the run start (see `replay_core::schedule`).
@@ -163,6 +163,7 @@ fn rows_to_dict<'py>(py: Python<'py>, r: Records) -> PyResult<Bound<'py, PyDict>
     d.set_item("error_detail_bytes", PyBytes::new(py, &detail_bytes))?;
     d.set_item("chunk_offsets", r.chunk_offsets.into_pyarray(py))?;
     d.set_item("chunk_us", r.chunk_us.into_pyarray(py))?;
+    d.set_item("replica", r.replica.into_pyarray(py))?;
     Ok(d)
 }
 
@@ -258,6 +259,9 @@ pub(crate) fn split_bodies(
 /// `joins[join_offsets[i]..join_offsets[i + 1]]` (`join_offsets`: n + 1 entries).
 /// Requests' own headers: `head_lines[head_offsets[i]..head_offsets[i + 1]]` are request i's
 /// header lines (`name: value\r\n` each; `head_offsets`: n + 1 entries), sent after the run's.
+/// A fleet's router reads `route_sessions[i]` (request i's root session hash, 0: none) and
+/// `route_blocks[route_block_offsets[i]..route_block_offsets[i + 1]]` (its prompt block hashes);
+/// each result row's `replica` says where it went (65535: never sent).
 /// `progress(sent, completed, errors)` is called every `progress_interval_s` with the GIL held.
 /// With `results`, finished requests are handed over as the run goes: `results(rows)` is called
 /// with consecutive batches in request order (`rows["first"]` is the first one's index; the same
@@ -268,7 +272,8 @@ pub(crate) fn split_bodies(
 #[pyo3(signature = (
     options, paths, path_index, offsets_ns, bodies, *, body_offsets=None, after=None, think_ns=None,
     joins=None, join_offsets=None, head_lines=None, head_offsets=None, progress=None,
-    progress_interval_s=0.2, results=None
+    progress_interval_s=0.2, results=None, route_sessions=None, route_blocks=None,
+    route_block_offsets=None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn run<'py>(
@@ -288,6 +293,9 @@ fn run<'py>(
     progress: Option<Bound<'py, PyAny>>,
     progress_interval_s: f64,
     results: Option<Bound<'py, PyAny>>,
+    route_sessions: Option<PyReadonlyArray1<'py, u64>>,
+    route_blocks: Option<PyReadonlyArray1<'py, u64>>,
+    route_block_offsets: Option<PyReadonlyArray1<'py, u64>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let offsets = offsets_ns.as_slice()?;
     let n = offsets.len();
@@ -347,6 +355,20 @@ fn run<'py>(
                     "head_lines and head_offsets come together",
                 ))
             }
+        },
+        route: RouteKeys {
+            sessions: route_sessions
+                .map(|a| a.as_slice().map(<[u64]>::to_vec))
+                .transpose()?
+                .unwrap_or_default(),
+            blocks: route_blocks
+                .map(|a| a.as_slice().map(<[u64]>::to_vec))
+                .transpose()?
+                .unwrap_or_default(),
+            block_offsets: route_block_offsets
+                .map(|a| a.as_slice().map(<[u64]>::to_vec))
+                .transpose()?
+                .unwrap_or_default(),
         },
     };
     let control = Arc::new(RunControl::default());

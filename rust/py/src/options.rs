@@ -4,6 +4,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use replay_core::route::Policy;
 use replay_core::{RunConfig, TlsOptions};
 
 use crate::errors;
@@ -40,7 +41,9 @@ pub(crate) fn run_defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 /// requests in flight (`max_in_flight`: a closed-loop stage's users, 0 open loop), the
 /// connections opened before t0, whether each chunk's time is kept, the I/O worker threads and
 /// the CPUs they are pinned to, and whether a causal run writes the answers it streamed into
-/// the later turns. A bad value raises ConfigError naming its argument here, before any run.
+/// the later turns. A fleet: `more_urls` are replicas 1, 2, ... (replica 0 is `url`) and
+/// `route` the policy that picks each request's replica as it is sent (`replay_core::route`).
+/// A bad value raises ConfigError naming its argument here, before any run.
 #[pyclass(module = "replay._engine", frozen)]
 pub(crate) struct RunOptions {
     pub(crate) config: RunConfig,
@@ -52,7 +55,8 @@ impl RunOptions {
     #[pyo3(signature = (
         url, *, headers=Vec::new(), ca_cert=None, insecure=false, timeout_s=None, stall_timeout_s=None,
         connect_timeout_s=None, drain_s=None, max_connections=None, max_in_flight=0, warm_connections=0,
-        chunk_times=true, worker_threads=None, cpus=Vec::new(), resend_answers=false
+        chunk_times=true, worker_threads=None, cpus=Vec::new(), resend_answers=false,
+        more_urls=Vec::new(), route="round-robin"
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -71,11 +75,16 @@ impl RunOptions {
         worker_threads: Option<usize>,
         cpus: Vec<usize>,
         resend_answers: bool,
+        more_urls: Vec<String>,
+        route: &str,
     ) -> PyResult<Self> {
         let d = RunConfig::default();
+        let route: Policy = route.parse().map_err(|e| errors::config("route", e))?;
         Ok(RunOptions {
             config: RunConfig {
                 base_url: url,
+                more_urls,
+                route,
                 tls: TlsOptions { ca_cert, insecure },
                 headers,
                 timeout_ns: seconds_to_ns("timeout_s", timeout_s, d.timeout_ns)?,
@@ -106,13 +115,29 @@ impl RunOptions {
         &self.config.base_url
     }
 
+    /// Every replica's base URL, replica 0 first.
+    #[getter]
+    fn urls(&self) -> Vec<String> {
+        std::iter::once(&self.config.base_url)
+            .chain(&self.config.more_urls)
+            .cloned()
+            .collect()
+    }
+
+    #[getter]
+    fn route(&self) -> String {
+        self.config.route.to_string()
+    }
+
     fn __repr__(&self) -> String {
         let c = &self.config;
         format!(
-            "RunOptions(url={:?}, timeout_s={}, stall_timeout_s={}, connect_timeout_s={}, drain_s={}, \
+            "RunOptions(url={:?}, more_urls={:?}, route={}, timeout_s={}, stall_timeout_s={}, connect_timeout_s={}, drain_s={}, \
              max_connections={}, max_in_flight={}, warm_connections={}, chunk_times={}, \
              worker_threads={}, cpus={:?}, resend_answers={}, headers={}, ca_cert={:?}, insecure={})",
             c.base_url,
+            c.more_urls,
+            c.route,
             c.timeout_ns as f64 / 1e9,
             c.stall_timeout_ns as f64 / 1e9,
             c.connect_timeout_ns as f64 / 1e9,
