@@ -57,6 +57,8 @@ class Rows(TypedDict):
     error_detail_bytes: bytes
     chunk_offsets: npt.NDArray[np.uint64]
     chunk_us: npt.NDArray[np.uint32]
+    # the replica each request went to (a fleet's index; 0 with one target; 65535: never sent)
+    replica: npt.NDArray[np.uint16]
 
 class RunOutput(Rows):
     """What :func:`run` returns: the rows not yet handed to ``results``, and the run's own facts."""
@@ -114,7 +116,10 @@ class RunOptions:
     core's default, :func:`run_defaults`; 0: no limit), caps on connections and on requests in
     flight (``max_in_flight``: a closed-loop stage's users, 0 open loop), connections opened
     before t0, whether chunk times are kept, the I/O workers and their CPUs, and whether a causal
-    run resends the answers it streamed. A bad value raises ConfigError naming it, when made."""
+    run resends the answers it streamed. A fleet: ``more_urls`` are replicas 1, 2, ... (replica 0
+    is ``url``) and ``route`` picks each request's replica as it is sent (round-robin, session,
+    prefix, least-loaded: ``replay_core::route``). A bad value raises ConfigError naming it, when
+    made."""
 
     def __init__(
         self,
@@ -134,9 +139,15 @@ class RunOptions:
         worker_threads: int | None = None,
         cpus: list[int] = ...,
         resend_answers: bool = False,
+        more_urls: list[str] = ...,
+        route: str = "round-robin",
     ) -> None: ...
     @property
     def url(self) -> str: ...
+    @property
+    def urls(self) -> list[str]: ...
+    @property
+    def route(self) -> str: ...
 
 # the request header by which a replay asks the embedded engine for a recorded answer's tool
 # calls (rust/sim/src/tools.rs)
@@ -169,6 +180,9 @@ def run(
     progress: Callable[[int, int, int], object] | None = None,
     progress_interval_s: float = 0.2,
     results: Callable[[Rows], object] | None = None,
+    route_sessions: npt.NDArray[np.uint64] | None = None,
+    route_blocks: npt.NDArray[np.uint64] | None = None,
+    route_block_offsets: npt.NDArray[np.uint64] | None = None,
 ) -> RunOutput:
     """Replay the planned requests open-loop as ``options`` say (GIL released). Bodies: all at
     once (bytes with ``body_offsets``) or a callable returning the next window ``(bytes,

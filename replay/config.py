@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from replay.errors import ConfigError
+from replay.fleet import DEFAULT_ROUTE, ROUTES, Target
 
 __all__ = [
     "Arrivals",
@@ -153,6 +154,10 @@ class RunConfig:
     cpus: tuple[int, ...] = ()
     lag_bound_ms: float = LAG_BOUND_MS  # a stage whose send lag p99 exceeds this is invalid
     slo: Slo = field(default_factory=Slo)
+    # a fleet (replay.fleet): every replica, the first at `url` (empty: one target, `url`), and
+    # the routing policy that picks each request's replica (None: round-robin for a fleet)
+    targets: tuple[Target, ...] = ()
+    route: str | None = None
 
     def __post_init__(self) -> None:
         if not re.match(r"^https?://[^/\s]+", self.url or ""):
@@ -195,6 +200,22 @@ class RunConfig:
                 raise ConfigError(f"--header: '{name}' is not a header name, or its value holds a line break")
         if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in self.cpus):
             raise ConfigError(f"cpus: expected CPU numbers >= 0, got {self.cpus!r}")
+        self._check_fleet()
+
+    def _check_fleet(self) -> None:
+        if self.route is not None and self.route not in ROUTES:
+            raise ConfigError(f"--route: unknown policy '{self.route}' ({', '.join(ROUTES)})")
+        if self.route is not None and len(self.targets) < 2:
+            raise ConfigError(
+                f"--route {self.route}: routes among two targets or more (--url given several times, or --targets FILE)"
+            )
+        for t in self.targets:
+            if not re.match(r"^https?://[^/\s]+", t.url):
+                raise ConfigError(f"--url: '{t.url}' ({t.name}) is not an http:// or https:// URL")
+        if self.targets and self.targets[0].url != self.url:
+            raise ConfigError(f"targets: the first replica's URL ({self.targets[0].url}) is not url ({self.url})")
+        if len({t.name for t in self.targets}) != len(self.targets):
+            raise ConfigError("targets: two replicas have the same name")
 
     def _check_closed_loop(self) -> None:
         c = self.concurrency
@@ -212,6 +233,16 @@ class RunConfig:
             raise ConfigError(f"--concurrency: {c} users need as many connections; --max-connections is {self.max_connections}")
         if self.sessions == "dag":
             raise ConfigError("--concurrency: a closed-loop stage replays chains (--sessions causal), not --sessions dag")
+
+    @property
+    def fleet(self) -> bool:
+        """Several replicas (routed client-side), not one target."""
+        return len(self.targets) > 1
+
+    @property
+    def routing(self) -> str | None:
+        """The routing policy of a fleet (None: one target)."""
+        return (self.route or DEFAULT_ROUTE) if self.fleet else None
 
     @property
     def closed_loop(self) -> bool:

@@ -1,6 +1,6 @@
 """The engine's own metrics during a stage: its Prometheus ``/metrics``, read while the stage runs.
 
-Owns :class:`EngineSampler`, :func:`identify` and :func:`exhausted`. Every replay stage (``replay
+Owns :class:`EngineSampler`, :class:`FleetSampler`, :func:`identify` and :func:`exhausted`. Every replay stage (``replay
 run``, each stage of ``replay sweep``) reads the target's metrics endpoint once before it starts,
 every :data:`SAMPLE_S` while it runs and once after it ends, on a thread of its own (pinned to the
 runner's I/O CPUs when it has some, so never the dispatcher's). The endpoint is ``--metrics-url``,
@@ -18,6 +18,11 @@ common names. A stage's summary (``engine_metrics`` in summary.json):
   the stage (counters, after less before), else the mean of the engine's own rate gauge.
 
 :func:`exhausted` names the resource a stage ran out of, for the saturation line.
+
+A fleet (:mod:`replay.fleet`) is read replica by replica (:class:`FleetSampler`): its summary has
+each replica's under ``replicas`` (by name) and, at the top, the fleet's: the largest p50 and max
+of each gauge, the preemptions summed, the prefix-cache hit rate averaged over the replicas that
+report one; so :func:`exhausted` names what the fullest replica ran out of.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SAMPLE_S", "KV_FULL", "EngineSampler", "identify", "exhausted", "describe"]
+__all__ = ["SAMPLE_S", "KV_FULL", "EngineSampler", "FleetSampler", "identify", "exhausted", "describe"]
 
 SAMPLE_S = 1.0
 # KV usage at or above this share is a full cache (the optimizer's diagnosis uses it too)
@@ -154,6 +159,47 @@ class EngineSampler:
         return out
 
 
+class FleetSampler:
+    """Reads every replica's metrics (one :class:`EngineSampler` each, by replica name) before,
+    during and after a stage; :meth:`summary` is the fleet's ``engine_metrics`` (see the module
+    docstring)."""
+
+    def __init__(self, samplers: dict[str, EngineSampler]) -> None:
+        self.samplers = samplers
+
+    def __enter__(self) -> FleetSampler:
+        for s in self.samplers.values():
+            s.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s in self.samplers.values():
+            s.__exit__(*exc)
+
+    def summary(self) -> dict:
+        each = {name: s.summary() for name, s in self.samplers.items()}
+        read = [m for m in each.values() if "unavailable" not in m]
+        if not read:
+            first = next(iter(each.values()))
+            return {"url": first["url"], "unavailable": first["unavailable"], "replicas": each}
+        out: dict[str, Any] = {
+            "url": ", ".join(m["url"] for m in read),
+            "engine": read[0]["engine"],
+            "samples": sum(m["samples"] for m in read),
+        }
+        for name in GAUGES:
+            values = [m[name] for m in read if name in m]
+            if values:
+                out[name] = {"p50": max(v["p50"] for v in values), "max": max(v["max"] for v in values)}
+        if any("preemptions" in m for m in read):
+            out["preemptions"] = sum(m.get("preemptions", 0.0) for m in read)
+        rates = [m["prefix_cache_hit_rate"] for m in read if "prefix_cache_hit_rate" in m]
+        if rates:
+            out["prefix_cache_hit_rate"] = float(np.mean(rates))
+        out["replicas"] = each
+        return out
+
+
 def exhausted(m: dict | None) -> str | None:
     """The resource a stage's engine ran out of, from its ``engine_metrics``: the KV cache
     (preemptions, or usage at :data:`KV_FULL`), else its batch (requests waited while KV had
@@ -185,4 +231,5 @@ def describe(m: dict | None) -> str:
         parts.append(f"prefix cache hits {m['prefix_cache_hit_rate']:.0%}")
     if "preemptions" in m:
         parts.append(f"preemptions {m['preemptions']:.0f}")
-    return f"engine metrics ({m['engine']} names, {m['samples']} samples): " + (", ".join(parts) or "none read")
+    fleet = f", {len(m['replicas'])} replicas: the fullest's gauges" if "replicas" in m else ""
+    return f"engine metrics ({m['engine']} names, {m['samples']} samples{fleet}): " + (", ".join(parts) or "none read")

@@ -43,6 +43,7 @@ import polars as pl
 
 from replay.config import RunConfig
 from replay.errors import ConfigError
+from replay.fleet import replica_breakdown
 from replay.plan import offered_window
 
 __all__ = [
@@ -148,6 +149,9 @@ class StageSummary:
     # gated stages (--sessions causal or dag): requests sent after a dependency failed (sent anyway,
     # when it ended; the results' after_failed_dependency). Summaries written before it lack it.
     after_failed_dependency: int = 0
+    # a fleet's stage (replay.fleet.replica_breakdown): each replica's share, errors, cache hit,
+    # TTFT / E2E, and why the load looks uneven; None with one target (and in older summaries)
+    replicas: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The stage as JSON-ready data, a key per field (the shape of a summary.json stage)."""
@@ -375,4 +379,5 @@ def summarize(result: StageResult) -> StageSummary:
         goodput_rps=met / duration_s if duration_s > 0 else None,
         duration_s=duration_s,
         after_failed_dependency=int(df["after_failed_dependency"].sum()) if "after_failed_dependency" in df.columns else 0,
+        replicas=replica_breakdown(df, ok, config.routing),
     )

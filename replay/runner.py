@@ -28,8 +28,9 @@ import dataclasses
 from replay.causal import causal_gates
 from replay.dag import after_failed, dag_gates
 from replay.config import RunConfig, SessionMode
-from replay.engine_metrics import EngineSampler
+from replay.engine_metrics import EngineSampler, FleetSampler
 from replay.errors import RunnerError
+from replay.fleet import route_keys
 from replay.metrics import StageResult
 from replay.plan import Plan, build_plan, send_limits
 from replay.targets.url import base_url, check_target
@@ -85,8 +86,10 @@ def _strings(offsets: np.ndarray, data: bytes) -> pa.Array:
     return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets.astype(np.int64)), pa.py_buffer(data))
 
 
-def _results_frame(plan: Plan, raw: Rows) -> pl.DataFrame:
-    """The rows of `raw` (requests ``raw["first"]`` on) as a results frame."""
+def _results_frame(plan: Plan, raw: Rows, replicas: tuple[str, ...] = ()) -> pl.DataFrame:
+    """The rows of `raw` (requests ``raw["first"]`` on) as a results frame; with a fleet's
+    `replicas` (their names, replica 0 first), a ``replica`` column names where each request went
+    (null: never sent)."""
     rows = plan.rows.slice(int(raw["first"]), len(raw["intended_ns"]))
     chunks = pa.LargeListArray.from_arrays(
         pa.array(raw["chunk_offsets"].astype(np.int64)), pa.array(raw["chunk_us"], type=pa.uint32())
@@ -120,7 +123,12 @@ def _results_frame(plan: Plan, raw: Rows) -> pl.DataFrame:
     # -1 marks "never happened" in Rust; nulls are clearer in Parquet and polars.
     time_cols = ["release_ns", "conn_ns", "sent_ns", "first_byte_ns", "first_token_ns", "end_ns"]
     count_cols = ["prompt_tokens", "completion_tokens", "cached_tokens"]
-    return frame.with_columns([pl.when(pl.col(c) >= 0).then(pl.col(c)).alias(c) for c in time_cols + count_cols])
+    frame = frame.with_columns([pl.when(pl.col(c) >= 0).then(pl.col(c)).alias(c) for c in time_cols + count_cols])
+    if replicas:
+        names = np.array([*replicas, None], dtype=object)
+        index = np.minimum(raw["replica"].astype(np.int64), len(replicas))  # 65535 (none sent) -> None
+        frame = frame.with_columns(replica=pl.Series(names[index], dtype=pl.Utf8))
+    return frame
 
 
 def warm_connections(plan: Plan, config: RunConfig) -> int:
@@ -157,11 +165,14 @@ def warm_connections(plan: Plan, config: RunConfig) -> int:
 def runner_options(plan: Plan, config: RunConfig) -> RunOptions:
     """What the Rust runner is asked to do for this stage's plan: the target, its TLS and headers,
     the deadlines and caps of `config`, the connections opened before t0
-    (:func:`warm_connections`), and whether the plan's causal turns resend the answers streamed."""
+    (:func:`warm_connections`), and whether the plan's causal turns resend the answers streamed.
+    A fleet: every replica's base URL and the routing policy (:mod:`replay.fleet`)."""
     from replay import _engine
 
     return _engine.RunOptions(
         base_url(config.url),
+        more_urls=[base_url(t.url) for t in config.targets[1:]],
+        route=config.routing or "round-robin",
         headers=config.request_headers(),
         ca_cert=config.ca_cert,
         insecure=config.insecure,
@@ -195,8 +206,10 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None, on
     failed = np.zeros(plan.n, dtype=bool)
     gates: tuple[np.ndarray, np.ndarray | None, np.ndarray | None] | None = None
 
+    replicas = tuple(t.name for t in config.targets) if config.fleet else ()
+
     def take(raw: Rows) -> None:
-        frame = _results_frame(plan, raw)
+        frame = _results_frame(plan, raw, replicas)
         lo, hi = int(raw["first"]), int(raw["first"]) + frame.height
         failed[lo:hi] = ((frame["error"] != "none") | (frame["status"].fill_null(0) >= 400)).to_numpy()
         marked = after_failed(*gates, failed=failed, lo=lo, hi=hi) if gates is not None else np.zeros(frame.height, dtype=bool)
@@ -239,12 +252,15 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None, on
             head_offsets=head[1] if head is not None else None,
             progress=callback,
             results=take,
+            **route_keys(plan.rows, config.routing),
         )
     take(raw)
     got = sum(f.height for f in frames)
     if got != plan.n:
         raise RunnerError(f"runner returned {got} records for {plan.n} requests")
-    requests = pl.concat(frames) if frames else _results_frame(plan, raw).with_columns(after_failed_dependency=pl.lit(False))
+    requests = (
+        pl.concat(frames) if frames else _results_frame(plan, raw, replicas).with_columns(after_failed_dependency=pl.lit(False))
+    )
     if progress is not None:
         errors = requests["error"] != "none"
         finished = int((requests["end_ns"].is_not_null() | errors).sum())
@@ -262,13 +278,21 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None, on
     )
 
 
-def engine_sampler(config: RunConfig) -> EngineSampler | None:
+def engine_sampler(config: RunConfig) -> EngineSampler | FleetSampler | None:
     """The reader of the engine's metrics for one stage (:mod:`replay.engine_metrics`):
     ``--metrics-url``, else the target's ``/metrics`` (sent the target's headers and key, which
-    another URL is not); None with ``--metrics-url none``."""
+    another URL is not); a fleet's: every replica's ``/metrics``, labelled by replica (unless
+    ``--metrics-url``); None with ``--metrics-url none``."""
     if config.metrics_url == "none":
         return None
     context = config.ssl_context()
+    if config.fleet and not config.metrics_url:
+        return FleetSampler(
+            {
+                t.name: EngineSampler(base_url(t.url) + "/metrics", config.request_headers(), cpus=config.cpus, context=context)
+                for t in config.targets
+            }
+        )
     if config.metrics_url:
         return EngineSampler(config.metrics_url, cpus=config.cpus, context=context)
     return EngineSampler(base_url(config.url) + "/metrics", config.request_headers(), cpus=config.cpus, context=context)
@@ -278,7 +302,9 @@ def resolve_model(trace: Trace, config: RunConfig) -> str | None:
     """Check the target (TargetError, one line naming the URL, when it cannot serve: see
     :func:`~replay.targets.url.check_target`) and pick the model name to send: --model, else None
     (keep the bodies' own) when the target serves every model the trace names or lists none, else
-    the target's first."""
+    the target's first. A fleet: every replica is checked; the first's models decide."""
+    for t in config.targets[1:]:
+        check_target(t.url, headers=config.request_headers(), timeout_s=config.connect_timeout_s, context=config.ssl_context())
     served = check_target(
         config.url, headers=config.request_headers(), timeout_s=config.connect_timeout_s, context=config.ssl_context()
     )

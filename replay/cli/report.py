@@ -97,6 +97,7 @@ def print_stages(summary: dict) -> None:
     from rich.table import Table
 
     from replay.engine_metrics import describe
+    from replay.fleet import replica_lines
     from replay.metrics import StageSummary, load_label
 
     table = Table(
@@ -170,6 +171,8 @@ def print_stages(summary: dict) -> None:
             console.print(f"{verdict['reason']} ({at})", highlight=False, markup=False)
         if s.engine_metrics:
             console.print(f"{at}: {describe(s.engine_metrics)}", highlight=False, markup=False)
+        for line in replica_lines(s.replicas):
+            console.print(f"{at}: {line}", highlight=False, markup=False)
     if repeated:
         console.print(_repeats_table(summary))
     console.print(saturation_line(summary["saturation"]), highlight=False)

@@ -29,6 +29,7 @@ from replay.config import (
     parse_users,
 )
 from replay.errors import ConfigError
+from replay.fleet import ROUTES, fleet_targets
 
 __all__ = ["register"]
 
@@ -39,8 +40,23 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--url",
+        action="append",
         help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000 or "
-        "https://gateway.example.com (default: start the embedded simulated engine)",
+        "https://gateway.example.com (default: start the embedded simulated engine); given several "
+        "times, a fleet of replicas that the runner routes among (--route; docs/fleets.md)",
+    )
+    p.add_argument(
+        "--targets",
+        metavar="FILE",
+        help="a fleet's replicas, one a line: 'NAME URL' or just 'URL' (named by its host:port); # comments; instead of --url",
+    )
+    p.add_argument(
+        "--route",
+        choices=ROUTES,
+        help="how a fleet's requests are routed, each as it is sent (default round-robin): round-robin "
+        "cycles; session keeps a session (subagents with their root) on the replica it first got; "
+        "prefix picks the replica whose recent requests share the longest block-hash prefix; "
+        "least-loaded picks the fewest in flight (docs/fleets.md). Needs two targets or more",
     )
     p.add_argument(
         "--sim-profile",
@@ -318,7 +334,7 @@ def _sim_config(args: argparse.Namespace, trace):
     """The embedded engine's config from --sim-profile / --sim-config (None with --url); without
     --sim-profile, the profile that holds ``trace``'s longest request (replay.sim.embedded_profile),
     written back into ``args.sim_profile``."""
-    if args.url:
+    if args.url or args.targets:
         if args.sim_config:
             raise ConfigError("--sim-config: only applies without --url (the embedded engine)")
         return None
@@ -374,8 +390,11 @@ def _fresh_target(args: argparse.Namespace, sim_config):
 def _config(args: argparse.Namespace, rate: float | None, speedup: float | None) -> RunConfig:
     """Every run flag checked into a RunConfig (aimed at --url, or a stand-in for the embedded engine)."""
     slo = parse_slo(args.slo, args.slo_attainment) if args.slo else Slo(attainment=args.slo_attainment)
+    targets = fleet_targets(args.url or [], args.targets)
     return RunConfig(
-        url=args.url or _EMBEDDED_URL,
+        url=targets[0].url if targets else _EMBEDDED_URL,
+        targets=targets if len(targets) > 1 else (),
+        route=args.route,
         rate=rate,
         speedup=speedup,
         arrivals=Arrivals(kind=args.arrivals, cv=args.cv, seed=args.seed),
