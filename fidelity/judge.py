@@ -19,6 +19,7 @@ from fidelity.compare import AA_RUNS, CANNOT_TELL, FAITHFUL, UNFAITHFUL, Fidelit
 from fidelity.sides import Side, compression, live_side, message_counts, replay_side
 from replay.config import LAG_BOUND_MS
 from replay.errors import ConfigError
+from replay.fleet import replica_vs_live
 from replay.trace import Trace, read_trace
 
 __all__ = ["StageFidelity", "FidelityReport", "compare_stage", "compare_results", "drift", "own_times"]
@@ -32,6 +33,9 @@ class StageFidelity:
     requests: int  # rows of the stage
     sent: int
     verdict: FidelityVerdict
+    # a fleet's stage: each replica's requests beside the same requests live (replay.fleet
+    # .replica_vs_live); shown, never judged. None with one target
+    replicas: list[dict] | None = None
     # the two sides compared (for plots; not in the JSON)
     live_side: Side | None = field(default=None, repr=False, compare=False)
     replay_side: Side | None = field(default=None, repr=False, compare=False)
@@ -44,6 +48,7 @@ class StageFidelity:
             "requests": self.requests,
             "sent": self.sent,
             **self.verdict.to_json(),
+            **({"replicas": self.replicas} if self.replicas else {}),
         }
 
 
@@ -159,6 +164,7 @@ def compare_stage(
         requests=stage.height,
         sent=ours.n,
         verdict=verdict,
+        replicas=replica_vs_live(stage, rows),
         live_side=theirs,
         replay_side=ours,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from fidelity.compare import CANNOT_TELL, FAIL, FAITHFUL, PASS, UNFAITHFUL
 from fidelity.judge import FidelityReport, StageFidelity
+from replay.fleet import replica_vs_live_lines
 
 __all__ = ["headline", "verdict_word", "exit_code", "note", "stage_summary", "markdown", "print_report"]
 
@@ -98,6 +99,10 @@ def markdown(report: FidelityReport) -> str:
             lines.append(f"- {_md_escape(d)}")
         if s.verdict.diagnosis:
             lines.append("")
+        if s.replicas:  # a fleet: shown, not judged
+            lines += ["Per replica (not judged):", ""]
+            lines += [f"- {_md_escape(line)}" for line in replica_vs_live_lines(s.replicas)]
+            lines.append("")
         lines += ["| facet | verdict | decided by | catches |", "|---|---|---|---|"]
         for f in s.verdict.facets:
             lines.append(
@@ -149,3 +154,5 @@ def print_report(report: FidelityReport, console=None) -> None:
             console.print(f"{escape(s.file)}: {escape(s.verdict.reason)}", highlight=False)
         for d in s.verdict.diagnosis:
             console.print(f"{escape(s.file)}: {escape(d)}", highlight=False)
+        for line in replica_vs_live_lines(s.replicas):
+            console.print(f"{escape(s.file)}: {escape(line)}", highlight=False)

@@ -41,6 +41,7 @@ import math
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -219,6 +220,9 @@ class StagePair:
     b_files: tuple[str, ...]
     method: str  # "repeats (a x b)", "paired bootstrap over the N requests both sent" or "bootstrap over requests"
     changes: tuple[Change, ...]
+    # a fleet's stages (replay.fleet.replica_breakdown): A's and B's per-replica tables, shown
+    # beside the verdicts (never judged); None when neither side had more than one replica
+    replicas: dict[str, Any] | None = None
 
     @property
     def verdict(self) -> str:
@@ -232,6 +236,7 @@ class StagePair:
             "method": self.method,
             "verdict": self.verdict,
             "changes": [c.to_json() for c in self.changes],
+            **({"replicas": self.replicas} if self.replicas else {}),
         }
 
 
@@ -396,7 +401,18 @@ def _pair(load: str, a: list[_Run], b: list[_Run], metrics: tuple[str, ...], see
                 vals = [v for idx in draws.get(id(r), []) if (v := r.value(metric, idx)) is not None and math.isfinite(v)]
                 sds.append(float(np.std(vals, ddof=1)) if len(vals) > 1 else math.inf)
             changes.append(_judge(metric, a[0].value(metric), b[0].value(metric), math.hypot(*sds), None))
-    return StagePair(load, tuple(r.file for r in a), tuple(r.file for r in b), method, tuple(changes))
+    tables = {"a": a[0].summary.get("replicas"), "b": b[0].summary.get("replicas")}
+    replicas = tables if any(tables.values()) else None
+    return StagePair(load, tuple(r.file for r in a), tuple(r.file for r in b), method, tuple(changes), replicas)
+
+
+def _replica_lines(p: StagePair) -> list[str]:
+    """A fleet stage pair's per-replica lines, A's then B's (first run of each side)."""
+    from replay.fleet import replica_lines
+
+    if not p.replicas:
+        return []
+    return [f"{side.upper()} {line}" for side in ("a", "b") for line in replica_lines(p.replicas.get(side))]
 
 
 def compare_folders(a: Path, b: Path, *, metrics: tuple[str, ...] = tuple(METRICS), seed: int = 0) -> Comparison:
@@ -468,6 +484,8 @@ def markdown(c: Comparison) -> str:
                 f"| {ch.metric} ({METRICS[ch.metric][1]}) | {_num(ch.a)} | {_num(ch.b)} | {_pct(ch.relative)} | "
                 f"{_num(ch.bar)} | {ch.verdict} | {why} |"
             )
+        if p.replicas:
+            lines += ["", *(f"- {line}" for line in _replica_lines(p))]
     return "\n".join(lines) + "\n"
 
 
@@ -494,7 +512,9 @@ def html(c: Comparison) -> str:
             f'<section class="stage"><h2>{escape(p.load)}: {escape(p.verdict)}</h2><p>{escape(p.method)}; '
             f"A {escape(', '.join(p.a_files))}, B {escape(', '.join(p.b_files))}</p><table><thead><tr>"
             "<th>metric</th><th>A</th><th>B</th><th>change</th><th>bar</th><th>verdict</th><th>why</th>"
-            f"</tr></thead><tbody>{rows}</tbody></table></section>"
+            f"</tr></thead><tbody>{rows}</tbody></table>"
+            + "".join(f"<p>{escape(line)}</p>" for line in _replica_lines(p))
+            + "</section>"
         )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -529,6 +549,8 @@ def print_comparison(c: Comparison, console=None) -> None:
         for ch in p.changes:
             if ch.verdict in (WORSE, CANNOT_TELL):
                 console.print(f"{p.load} {ch.metric}: {rich_escape(ch.reason)}", highlight=False)
+        for line in _replica_lines(p):
+            console.print(f"{p.load} {rich_escape(line)}", highlight=False)
     for n in c.notes:
         console.print(rich_escape(n), highlight=False)
     if c.only_a or c.only_b:

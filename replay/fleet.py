@@ -43,6 +43,8 @@ __all__ = [
     "route_keys",
     "replica_breakdown",
     "replica_lines",
+    "replica_vs_live",
+    "replica_vs_live_lines",
 ]
 
 ROUTES = ("round-robin", "session", "prefix", "least-loaded")
@@ -267,3 +269,49 @@ def replica_lines(table: dict[str, Any] | None) -> list[str]:
     if table.get("imbalance"):
         lines.append(f"imbalanced ({table.get('route')}): {table['imbalance']}")
     return lines
+
+
+def replica_vs_live(stage: pl.DataFrame, live_rows: pl.DataFrame) -> list[dict[str, Any]] | None:
+    """A fleet stage's requests per replica beside the same requests live (the fidelity report's
+    per-replica section; no verdict rests on it): each replica's requests, errors, and TTFT / E2E
+    p50 from the send (ms) in the replay and, for those requests, as recorded live (the trace's
+    ``ttft_us`` / ``e2e_us``). None when the stage names fewer than two replicas."""
+    if "replica" not in stage.columns or stage["replica"].drop_nulls().n_unique() < 2:
+        return None
+    live = live_rows.select(
+        "request_id",
+        *(pl.col(c).alias(f"live_{c}") for c in ("ttft_us", "e2e_us") if c in live_rows.columns),
+    )
+    joined = stage.join(live, on="request_id", how="left")
+    out = []
+    for name in sorted(joined["replica"].drop_nulls().unique().to_list()):
+        mine = joined.filter(pl.col("replica") == name)
+        ok = mine.filter(pl.col("error") == "none")
+
+        def live_ms(col: str) -> float | None:
+            if col not in ok.columns:
+                return None
+            v = ok[col].drop_nulls().cast(pl.Float64).to_numpy()
+            return float(np.percentile(v, 50)) / 1e3 if len(v) else None
+
+        out.append(
+            {
+                "replica": name,
+                "requests": mine.height,
+                "errors": int((mine["error"] != "none").sum()),
+                "ttft_p50_ms": _ms(ok["first_token_ns"] - ok["sent_ns"], 50),
+                "live_ttft_p50_ms": live_ms("live_ttft_us"),
+                "e2e_p50_ms": _ms(ok["end_ns"] - ok["sent_ns"], 50),
+                "live_e2e_p50_ms": live_ms("live_e2e_us"),
+            }
+        )
+    return out
+
+
+def replica_vs_live_lines(rows: list[dict[str, Any]] | None) -> list[str]:
+    """:func:`replica_vs_live` in words, a line per replica."""
+    return [
+        f"replica {r['replica']}: {r['requests']} requests, {r['errors']} errors, TTFT p50 {_f(r['ttft_p50_ms'])} ms "
+        f"(live {_f(r['live_ttft_p50_ms'])}), E2E p50 {_f(r['e2e_p50_ms'])} ms (live {_f(r['live_e2e_p50_ms'])})"
+        for r in rows or []
+    ]

@@ -394,6 +394,9 @@ class SweepResult:
             "saturation": self.saturation.to_json(),
             "repeats": self.repeats,
         }
+        if c.fleet:  # replay.fleet: every replica, and how requests were routed among them
+            body["targets"] = [{"name": t.name, "url": t.url} for t in c.targets]
+            body["route"] = c.routing
         if self.repeats > 1:
             interval = self.interval
             body["interval"] = interval.to_json() if interval else None
@@ -532,9 +535,15 @@ def sweep(
                 while True:
                     plan = build_plan(trace, stage_config, model=model)  # each attempt reads its bodies anew
                     reset = "kept (--keep-prefix-cache)"
-                    if reset_cache:
-                        reset = reset_prefix_cache(
-                            stage_config.url, headers=stage_config.request_headers(), context=stage_config.ssl_context()
+                    if reset_cache:  # a fleet: every replica's
+                        resets = [
+                            reset_prefix_cache(url, headers=stage_config.request_headers(), context=stage_config.ssl_context())
+                            for url in [t.url for t in stage_config.targets] or [stage_config.url]
+                        ]
+                        reset = (
+                            resets[0]
+                            if len(set(resets)) == 1
+                            else "; ".join(f"{t.name}: {r}" for t, r in zip(stage_config.targets, resets))
                         )
                     stage = run_plan(
                         plan,

@@ -12,6 +12,8 @@ What it shows, per stage (one point each, in the order run):
   max, against the achieved rate.
 
 A closed-loop sweep (``replay sweep --concurrency``) draws the same, one point per number of users.
+A fleet's sweep (several targets, replay.fleet) adds a table per replica: each stage's share of the
+requests, errors, cache hit and TTFT / E2E per replica, and the imbalance flag where one was raised.
 
 The saturation point (replay.sweep) is a vertical red line at that stage's achieved rate, and
 an undetermined one a grey line; a stage the runner fell behind in (invalid) is drawn with
@@ -209,6 +211,48 @@ def _arrivals(arrivals: dict | None) -> str:
     return ", ".join(f"{k} {v}" for k, v in (arrivals or {}).items() if v is not None) or "-"
 
 
+def _targets(summary: dict) -> str:
+    """The target's URL, or a fleet's replicas and route."""
+    if not summary.get("targets"):
+        return str(summary.get("url", ""))
+    fleet = ", ".join(f"{t['name']} {t['url']}" for t in summary["targets"])
+    return f"{fleet} (route {summary.get('route')})"
+
+
+def _replicas_html(summary: dict) -> list[str]:
+    """A fleet's per-replica table (stages with a ``replicas`` breakdown); none for one target."""
+    rows = []
+    for s in summary.get("stages") or []:
+        table = s.get("replicas")
+        if not table:
+            continue
+        load = load_label(s.get("requested_rate"), s.get("concurrency"))
+        for r in table["rows"]:
+            cells = [
+                load,
+                r["replica"],
+                _fmt(r["share"], ".0%"),
+                str(r["errors"]),
+                _fmt(r["cache_hit_rate"], ".0%"),
+                *(_fmt(r[k]) for k in ("ttft_p50_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p99_ms")),
+            ]
+            rows.append("<tr>" + "".join(f'<td class="num">{escape(c)}</td>' for c in cells) + "</tr>")
+        if table.get("imbalance"):
+            why = escape(f"{load}: imbalanced: {table['imbalance']}")
+            rows.append(f'<tr class="fail"><td colspan="9" class="word">{why}</td></tr>')
+    if not rows:
+        return []
+    route = next((s["replicas"].get("route") for s in summary["stages"] if s.get("replicas")), None)
+    head = (
+        "<tr><th>load</th><th>replica</th><th>share</th><th>errors</th><th>cache hit</th><th>TTFT p50 ms</th>"
+        "<th>TTFT p99</th><th>E2E p50</th><th>E2E p99</th></tr>"
+    )
+    return [
+        f"<h2>Per replica (route: {escape(str(route))})</h2>",
+        f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>",
+    ]
+
+
 def sweep_html(summary: dict, *, plots: bool = True) -> str:
     """The whole page for a sweep's summary (summary.json); ``plots=False``: the table and text only."""
     data = sweep_points(summary)
@@ -243,7 +287,7 @@ def sweep_html(summary: dict, *, plots: bool = True) -> str:
     body = [
         f'<div class="banner {"ok" if ok else "bad"}"><h1>Sweep: {escape(headline)}</h1></div>',
         f"<p>trace: <code>{escape(str(summary.get('trace', '')))}</code><br>"
-        f"target: <code>{escape(str(summary.get('url', '')))}</code><br>"
+        f"target: <code>{escape(_targets(summary))}</code><br>"
         f"{len(summary.get('stages') or [])} stages; arrivals: {escape(_arrivals(summary.get('arrivals')))}</p>",
         f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>",
     ]
@@ -253,6 +297,7 @@ def sweep_html(summary: dict, *, plots: bool = True) -> str:
         body.insert(
             1, f"<p><b>{escape(HeldInterval.line(summary['interval']))}</b> ({summary.get('repeats')} repeats of each stage)</p>"
         )
+    body += _replicas_html(summary)
     if plots:
         body += [figure_html(plot) for plot in sweep_plots(summary)]
     return (
