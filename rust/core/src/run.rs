@@ -6,6 +6,11 @@
 //! `dispatch.rs`) while request tasks (see `exchange.rs`) run on the runtime. After the last
 //! scheduled send it waits at most `drain_ns` for requests still open, cuts off the rest, and
 //! gathers one record per request into `Records`.
+//!
+//! A fleet (`RunConfig::more_urls`): each replica has its own dialer, encoder and pool, gets its
+//! share of the warm connections, and each request's replica is picked by the `route::Router` in
+//! the dispatcher as it is sent, from the requests open per replica at that instant. One target
+//! has no router and no counters: replica 0 always.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
