@@ -87,7 +87,7 @@ def test_session_keeps_every_request_of_a_root_session_subagents_included_on_one
     rows = trace.df
     assert rows["parent_session_id"].drop_nulls().len() > 0, "the trace has subagents"
     with fleet(0.01, 0.01, 0.01) as targets:
-        df, summary = replay(trace, targets, "session", speedup=4.0)
+        df, summary = replay(trace, targets, "session", speedup=20.0)
     assert (df["error"] == "none").all()
     parent = dict(zip(rows["session_id"].to_list(), rows["parent_session_id"].to_list()))
 
@@ -107,7 +107,7 @@ def test_prefix_sends_shared_prefixes_together_and_hits_the_cache_more_than_roun
     hit = {}
     for route in ("round-robin", "prefix"):
         with fleet(0.01, 0.01, 0.01) as targets:  # fresh engines: empty caches
-            df, summary = replay(trace, targets, route, sessions="open", speedup=1.0)
+            df, summary = replay(trace, targets, route, sessions="open", speedup=3.0)
         assert (df["error"] == "none").all()
         hit[route] = summary.cache_hit_rate
         if route == "prefix":
