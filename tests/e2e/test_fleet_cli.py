@@ -44,6 +44,11 @@ def test_url_twice_round_robins_and_names_each_replica(cli, small_trace, scripte
     )
     assert done.returncode == 0, done.stderr
     assert "replica" in done.stdout and names[0] in done.stdout, done.stdout
+    # compare shows both sides' replicas beside its verdicts (4 requests: too few to judge)
+    done = cli("compare", str(out), str(tmp_path / "p"))
+    assert done.returncode in (0, 3), done.stderr
+    assert f"A replica {sorted(names)[0]}: 50% of requests (5)" in done.stdout, done.stdout
+    assert f"B replica {sorted(names)[0]}: 50% of requests (2)" in done.stdout, done.stdout
 
 
 def test_targets_file_names_the_replicas_and_session_routing_keeps_sessions_together(cli, small_trace, scripted, tmp_path):
