@@ -13,8 +13,16 @@ scale), the largest replica's share of the requests and the imbalance flag, the 
 the ratio of cache hit and TTFT p50 against round-robin; the process's peak RSS. Not a pass/fail
 test; the engines' modelled times do not move with the machine's load, the send lag does.
 
+With `--runner-cost RATE`: what routing costs the sender instead. Two nginx replicas
+(tests/integration/nginx.py `start_static_sse`: every POST answered at once with a static 21-event
+SSE stream) and one generated trace of `--requests` requests with stored bodies and block hashes,
+replayed at RATE req/s (constant arrivals) against one of them alone, then against both under
+each policy, `--rounds` times in turn: send lag p50 / p99 / max, achieved rate, and the p99 lag
+against the single target's of the same round.
+
 usage: python benchmarks/fleet_routing.py [--replicas 4] [--requests 400] [--rate 8]
                                           [--time-scale 0.1] [--gpu-memory-utilization 0.25]
+       python benchmarks/fleet_routing.py --runner-cost 2000 [--requests 6000] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -43,7 +51,11 @@ def main() -> None:
     p.add_argument("--rate", type=float, default=8.0)
     p.add_argument("--time-scale", type=float, default=0.1)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.25)
+    p.add_argument("--runner-cost", type=float, metavar="RATE", help="measure the sender's cost of routing instead")
+    p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args()
+    if args.runner_cost:
+        return runner_cost(args.runner_cost, args.requests if args.requests != 400 else 6000, args.rounds)
     trace = generate(
         GenerateConfig(
             n_requests=args.requests,
@@ -105,6 +117,46 @@ def main() -> None:
             f"{s.send_lag_ms['p99']:.3f} | {hit / base[0] if base[0] else float('nan'):.2f} | "
             f"{ttft['p50'] / base[1] if base[1] else float('nan'):.2f} | {took:.1f} |"
         )
+    print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+
+
+def runner_cost(rate: float, n: int, rounds: int) -> None:
+    import tempfile
+
+    from tests.integration.nginx import start_static_sse
+
+    trace = generate(GenerateConfig(n_requests=n, rate=rate, seed=7, output_tokens_p50=20, max_output_tokens=64))
+    print(f"two nginx replicas (static SSE), {n} generated requests (stored bodies) at {rate:g} req/s; 2-core shared machine")
+    print("| round | targets | route | achieved req/s | lag p50 / p99 / max ms | p99 x one target | largest share |")
+    print("|---:|---|---|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        servers = [start_static_sse(Path(tmp) / f"nginx{i}") for i in range(2)]
+        try:
+            targets = tuple(Target(f"n{i}", s.http_url) for i, s in enumerate(servers))
+            for k in range(rounds):
+                one = None
+                for route in (None, *ROUTES):
+                    fleet = {} if route is None else {"targets": targets, "route": route}
+                    config = RunConfig(
+                        url=targets[0].url,
+                        rate=rate,
+                        arrivals=Arrivals(kind="constant"),
+                        metrics_url="none",
+                        chunk_times=False,
+                        timeout_s=30.0,
+                        **fleet,
+                    )
+                    s = run_stage(trace, config, model="m").summary
+                    lag = s.send_lag_ms
+                    one = lag["p99"] if route is None else one
+                    share = max((r["share"] for r in (s.replicas or {}).get("rows", [])), default=1.0)
+                    print(
+                        f"| {k + 1} | {1 if route is None else 2} | {route or '-'} | {s.achieved_send_rate:.0f} | "
+                        f"{lag['p50']:.3f} / {lag['p99']:.3f} / {lag['max']:.3f} | {lag['p99'] / one:.2f} | {share:.0%} |"
+                    )
+        finally:
+            for s in servers:
+                s.stop()
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 
