@@ -126,3 +126,20 @@ def test_least_loaded_sends_a_slow_replica_fewer_requests():
     assert (df["error"] == "none").all()
     counts = dict(zip(*df["replica"].value_counts().sort("replica").to_dict(as_series=False).values()))
     assert counts.get("r0", 0) < min(counts["r1"], counts["r2"]), counts
+
+
+def test_a_fleet_sweep_resets_every_replica_and_its_page_shows_them():
+    from replay.sweep import sweep
+    from replay.sweep_html import sweep_html
+
+    with fleet(0.01, 0.01) as targets:
+        config = RunConfig(url=targets[0].url, targets=targets, route="session", requests=8, lag_bound_ms=50)
+        result = sweep(multi_turn(8), config, [20.0, 40.0])
+    summary = result.to_json()
+    assert summary["targets"] == [{"name": "r0", "url": targets[0].url}, {"name": "r1", "url": targets[1].url}]
+    assert summary["route"] == "session"
+    for stage in summary["stages"]:
+        assert stage["prefix_cache"] == "reset (POST /reset_prefix_cache)"  # both replicas answered alike
+        assert stage["replicas"]["route"] == "session" and sum(r["requests"] for r in stage["replicas"]["rows"]) == 8
+    page = sweep_html(summary, plots=False)
+    assert "Per replica (route: session)" in page and f"r1 {targets[1].url}" in page
