@@ -39,6 +39,7 @@ from redact.addresses import AddressRecognizer
 from redact.names import NOT_A_NAME, name_span
 from redact.recognizers import SECRET_ENTITIES, secret_recognizers
 from redact.shapes import shape_recognizers
+from redact.structure import View, view
 
 __all__ = ["ENTITIES", "SCORE_THRESHOLD", "SPACY_MODEL", "Found", "build_analyzer", "found_spans", "TextAnalyzer"]
 
@@ -277,16 +278,28 @@ def _propagate_names(found: list[Found], text: str) -> list[Found]:
     return sorted(found + extra, key=lambda f: f.start) if extra else found
 
 
-def found_spans(results: Iterable[Any], text: str) -> list[Found]:
+# the score of a span a text's structure gives (a key's value, a table column's cell)
+_HINT_SCORE = 1.0
+
+
+def found_spans(results: Iterable[Any], text: str, hints: Iterable[tuple[str, int, int]] = ()) -> list[Found]:
     """Presidio's results for ``text`` as our spans: plausible, without overlaps, names
-    propagated (the rules in the module docstring)."""
+    propagated (the rules in the module docstring). ``hints`` are spans the text's structure
+    gives (:func:`redact.structure.view`), taken as pattern results."""
     found = _resolve(
-        (
-            Found(
-                r.entity_type, r.start, r.end, r.score, (r.recognition_metadata or {}).get("recognizer_name") in _NER_RECOGNIZERS
-            )
-            for r in results
-        ),
+        [
+            *(
+                Found(
+                    r.entity_type,
+                    r.start,
+                    r.end,
+                    r.score,
+                    (r.recognition_metadata or {}).get("recognizer_name") in _NER_RECOGNIZERS,
+                )
+                for r in results
+            ),
+            *(Found(entity, start, end, _HINT_SCORE) for entity, start, end in hints),
+        ],
         text,
     )
     return _propagate_names(found, text)
@@ -307,23 +320,41 @@ class TextAnalyzer:
         self.threshold = threshold
         self.batch_size = batch_size
 
-    def analyze(self, text: str, nlp_artifacts: Any = None) -> list[Found]:
+    def analyze(self, text: str, nlp_artifacts: Any = None, hints: Sequence[tuple[str, int, int]] = ()) -> list[Found]:
+        """Entities of ``text`` as it stands (``hints``: spans its structure gives)."""
         results = self.analyzer.analyze(
             text=text, language="en", entities=self.entities, score_threshold=self.threshold, nlp_artifacts=nlp_artifacts
         )
-        return found_spans(results, text)
+        return found_spans(results, text, hints)
 
     def analyze_batch(self, texts: Sequence[str]) -> list[list[Found] | BaseException]:
-        """Entities of each text; an exception in place of the list where analysing it raised."""
+        """Entities of each text, read through its structure (:func:`redact.structure.view`: a
+        JSON text leaf by leaf with its keys as context, a table column by column), with offsets
+        in the text; an exception in place of the list where analysing it raised."""
         engine = self.analyzer.nlp_engine
         out: list[list[Found] | BaseException] = []
+        views: list[View | BaseException] = []
+        for text in texts:
+            try:
+                views.append(view(text))
+            except Exception as e:  # noqa: BLE001 (quarantine the text, never let it through)
+                views.append(e)
+        read = [v.text if isinstance(v, View) else "" for v in views]
         try:
-            artifacts = [a for _, a in engine.process_batch(list(texts), language="en", batch_size=self.batch_size)]
+            artifacts = [a for _, a in engine.process_batch(read, language="en", batch_size=self.batch_size)]
         except Exception:  # one bad text spoils a spaCy batch: fall back to one at a time
             artifacts = [None] * len(texts)
-        for text, art in zip(texts, artifacts):
+        for v, art in zip(views, artifacts):
+            if isinstance(v, BaseException):
+                out.append(v)
+                continue
             try:
-                out.append(self.analyze(text, art))
+                found = self.analyze(v.text, art, v.hints)
+                if v.lo is not None:  # a JSON text's rendering: back onto the text's offsets
+                    found = [
+                        Found(f.entity, a, b, f.score, f.ner) for f in found for _, a, b in v.to_raw([(f.entity, f.start, f.end)])
+                    ]
+                out.append(found)
             except Exception as e:  # noqa: BLE001 (quarantine the text, never let it through)
                 out.append(e)
         return out

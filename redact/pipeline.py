@@ -46,6 +46,7 @@ the same Redactor on a Ray cluster); the report and its per-row accounts are :mo
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import os
@@ -68,6 +69,7 @@ from redact.lock import Exempt, strings_of
 from redact.lock import scan as lock_scan
 from redact.mentions import Mentions
 from redact.report import CACHE_CHARS, Accounts, RedactionReport, RowAccount
+from redact.structure import is_json, json_escape, json_unescape, span_values, value_ranges, view
 from redact.worker import analyze_chunk, init_worker
 from replay.bodies import body_json, name_slots, prompt_token_ids, replace_texts, text_slots
 from replay.blocks import block_hashes
@@ -307,10 +309,15 @@ class Redactor:
         return results
 
     def _apply(
-        self, text: str, spans: Sequence[tuple[str, int, int]]
+        self, text: str, spans: Sequence[tuple[str, int, int]], json_text: bool = False
     ) -> tuple[str, tuple[str, ...], tuple[tuple[str, bytes], ...], list[tuple[int, int]], tuple[int, ...]]:
         """``text`` with its spans replaced, the type of each, the surrogates off in length,
-        where each surrogate stands in the new text, and their :meth:`Exempt.digests_of`."""
+        where each surrogate stands in the new text, and their :meth:`Exempt.digests_of`. In a
+        ``json_text`` a span lies in a JSON string: its value is read with its escapes decoded
+        and its surrogate is written escaped (:func:`redact.structure.json_escape`, with ``\\u``
+        escapes where the value had them), so the text stays JSON; the surrogate keeps the
+        decoded value's token count, and one whose count differs from the escaped value's (an
+        ASCII name for ``Jos\\u00e9``) is counted as off."""
         out: list[str] = []
         off: list[tuple[str, bytes]] = []
         placed: list[tuple[int, int]] = []
@@ -318,7 +325,15 @@ class Redactor:
         at = length = 0
         for entity, start, end in spans:
             value = text[start:end]
-            surrogate, is_off = self.surrogates.make(entity, value)
+            if json_text:
+                raw = value
+                value = (json_unescape(raw) or raw) if "\\" in raw else raw
+                surrogate, is_off = self.surrogates.make(entity, value)
+                surrogate = json_escape(surrogate, ascii_only="\\u" in raw)
+                if value != raw:  # kept in tokens as it reads, not as it was escaped: say so
+                    is_off = is_off or self.surrogates.ntok(surrogate) != self.surrogates.ntok(raw)
+            else:
+                surrogate, is_off = self.surrogates.make(entity, value)
             out.append(text[at:start])
             length += start - at
             out.append(surrogate)
@@ -337,13 +352,19 @@ class Redactor:
         the result, the new text tokenized (one batch)."""
         made = []
         for text, e in pairs:
-            extra = self.mentions.find(text, [(a, b) for _, a, b in e.found])
+            json_text = is_json(text)
+            ranges = value_ranges(text) if json_text else []
+            extra = self._mentions_in(text, e.found, ranges)
             spans = tuple(sorted((*e.found, *extra), key=lambda s: s[1])) if extra else e.found
-            redacted, entities, off, placed, exempt = self._apply(text, spans) if spans else (text, (), (), [], ())
+            redacted, entities, off, placed, exempt = self._apply(text, spans, json_text) if spans else (text, (), (), [], ())
             # the second lock: a PII shape in the new text outside every surrogate keeps it out
             lock = tuple(
                 sorted({h.entity for h in lock_scan(redacted) if not any(a <= h.start and h.end <= b for a, b in placed)})
             )
+            # a JSON text is written only as the same JSON: every span inside one string value
+            # or number, and the result parses
+            if json_text and spans and (len(_inside(spans, ranges)) < len(spans) or not is_json(redacted)):
+                lock = (*lock, "INVALID_JSON")
             made.append((text, e, redacted, entities, off, spans, len(extra), lock, exempt))
         ids = self.tok.encode_batch([m[2] for m in made], add_special_tokens=False)
         changed = [i for i, m in enumerate(made) if m[0] != m[2]]
@@ -372,6 +393,29 @@ class Redactor:
                 )
             )
         return out
+
+    def _mentions_in(
+        self, text: str, found: Sequence[tuple[str, int, int]], ranges: list[tuple[int, int]]
+    ) -> list[tuple[str, int, int]]:
+        """The mentions (:meth:`Mentions.find`) in ``text`` outside the ``found`` spans. In a JSON
+        text, only those inside a string value or a number (keys and the layout stay); in one
+        whose strings hold escapes, also those in its strings as they read decoded
+        (``"Jos\\u00e9"`` mentions ``José``)."""
+        taken = [(a, b) for _, a, b in found]
+        extra = self.mentions.find(text, taken)
+        if not ranges:  # not JSON (or JSON without a string or a number)
+            return extra
+        extra = _inside(extra, ranges)  # in JSON only inside a string value or a number
+        if "\\" not in text or not len(self.mentions):
+            return extra
+        v = view(text)
+        more = v.to_raw(self.mentions.find(v.text))
+        have = taken + [(a, b) for _, a, b in extra]
+        for entity, a, b in more:
+            if all(b <= s or a >= t for s, t in have):
+                extra.append((entity, a, b))
+                have.append((a, b))
+        return sorted(extra, key=lambda s: s[1])
 
     def _remember(self, entry: _Entry) -> None:
         old = self._cache.pop(entry.digest, None)
@@ -425,7 +469,8 @@ class Redactor:
                 if isinstance(f, str):
                     entry = _Entry(d, len(text), f)
                 else:
-                    self.mentions.learn_spans(text, f)
+                    for entity, value in span_values(text, f):
+                        self.mentions.learn(entity, value)
                     entry = _Entry(d, len(text), None, tuple(map(tuple, f)))
                 self._remember(entry)
                 out[text] = entry
@@ -519,6 +564,17 @@ class Redactor:
             found.update(h.entity for v in strings_of(body) if v not in texts for h in lock_scan(v))
         found.update(h.entity for col in columns if col[row] for h in lock_scan(col[row]))
         return f"lock: {','.join(sorted(found))}" if found else None
+
+
+def _inside(spans: Sequence[tuple[str, int, int]], ranges: list[tuple[int, int]]) -> list[tuple[str, int, int]]:
+    """The ``spans`` that lie inside one of the sorted, disjoint ``ranges``."""
+    starts = [a for a, _ in ranges]
+    out = []
+    for span in spans:
+        i = bisect.bisect_right(starts, span[1]) - 1
+        if i >= 0 and span[2] <= ranges[i][1]:
+            out.append(span)
+    return out
 
 
 def finish_output(writer, accounts: Accounts, started: float, src: Path, meta, key: RedactionKey) -> RedactionReport:

@@ -52,6 +52,7 @@ from redact.pipeline import (
     learn_names,
 )
 from redact.report import Accounts, RedactionReport
+from redact.structure import span_values
 from replay.errors import ConfigError, ReplayError
 
 __all__ = ["ACCOUNT_COLUMN", "redact_file_ray"]
@@ -90,7 +91,8 @@ class _AnalyseBatches:
             if e.digest not in self.sent:
                 self.sent.add(e.digest)
                 found[e.digest] = e.failed if e.failed is not None else list(e.found)
-                values.learn_spans(text, e.found)
+                for entity, value in span_values(text, e.found):
+                    values.learn(entity, value)
         return pa.table({ANALYSIS_COLUMN: [pickle.dumps((found, values.items()))]})
 
     def __del__(self):
