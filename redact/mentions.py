@@ -11,7 +11,10 @@ The rules:
 
 - What is learned: the value of every span found, under its entity type; for PERSON and LOCATION
   also each word of it that is capitalized, alphabetic and at least :data:`MIN_WORD` letters long
-  ("Sonia" after "Sonia Hunt"). A value shorter than :data:`MIN_VALUE` characters is not learned
+  ("Sonia" after "Sonia Hunt"); for a PERSON of two or more words also the whole name in lower
+  case, CAPITALS and title case (a CRM record's ``HARRIET DAVIES`` typed ``Harriet Davies`` in a
+  prompt; the surrogates choose a word's replacement by its lower-cased form, so each variant
+  gets the same names in its own case). A value shorter than :data:`MIN_VALUE` characters is not learned
   (one- to three-character strings are everywhere).
 - What is a mention: an exact, case-sensitive occurrence that does not continue a word: when the
   value starts (ends) with a letter or digit, the character before (after) it is neither.
@@ -41,6 +44,8 @@ MIN_VALUE = 4
 MIN_WORD = 3
 _WORDS = re.compile(r"\w+")
 _NAME_TYPES = frozenset({"PERSON", "LOCATION"})
+# a name whose case variants are learned too: words of letters (hyphens, apostrophes inside)
+_NAME_CASES = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*(?:[ \t]+[^\W\d_]+(?:['’-][^\W\d_]+)*)+")
 
 
 class Mentions:
@@ -62,8 +67,12 @@ class Mentions:
         return value in self._values
 
     def learn(self, entity: str, value: str) -> None:
-        """Remember ``value`` (found as ``entity``) and, for names and places, its words."""
+        """Remember ``value`` (found as ``entity``) and, for names and places, its words; a
+        person's name of two or more words also in lower case, CAPITALS and title case."""
         self.add(entity, value)
+        if entity == "PERSON" and len(value.split()) >= 2 and _NAME_CASES.fullmatch(value):
+            for variant in {value.lower(), value.upper(), " ".join(w[:1].upper() + w[1:].lower() for w in value.split())}:
+                self.add(entity, variant)
         if entity in _NAME_TYPES:
             for word in value.split():
                 if len(word) >= MIN_WORD and word.isalpha() and word[0].isupper():

@@ -402,20 +402,21 @@ class Redactor:
         whose strings hold escapes, also those in its strings as they read decoded
         (``"Jos\\u00e9"`` mentions ``José``)."""
         taken = [(a, b) for _, a, b in found]
-        extra = self.mentions.find(text, taken)
         if not ranges:  # not JSON (or JSON without a string or a number)
-            return extra
-        extra = _inside(extra, ranges)  # in JSON only inside a string value or a number
-        if "\\" not in text or not len(self.mentions):
-            return extra
+            return self.mentions.find(text, taken)
+        if "\\" not in text:  # in JSON only inside a string value or a number
+            return _inside(self.mentions.find(text, taken), ranges)
+        if not len(self.mentions):
+            return []
+        # escapes: the strings as they read (the rendering holds the values, not the keys)
         v = view(text)
-        more = v.to_raw(self.mentions.find(v.text))
-        have = taken + [(a, b) for _, a, b in extra]
-        for entity, a, b in more:
+        extra: list[tuple[str, int, int]] = []
+        have = list(taken)
+        for entity, a, b in v.to_raw(self.mentions.find(v.text)):
             if all(b <= s or a >= t for s, t in have):
                 extra.append((entity, a, b))
                 have.append((a, b))
-        return sorted(extra, key=lambda s: s[1])
+        return extra
 
     def _remember(self, entry: _Entry) -> None:
         old = self._cache.pop(entry.digest, None)

@@ -22,21 +22,24 @@ Owns :class:`View`, :func:`view`, :func:`field_entity`, :func:`table_hints`, :fu
   PHONE_NUMBER; ``name`` qualified as a person's (``customer_name``, ``firstName``,
   ``full_name``, ``holder``...) a PERSON; ``address`` / ``street`` a STREET_ADDRESS; ``ssn`` a
   US_SSN; ``iban`` an IBAN_CODE; ``card_number`` a CREDIT_CARD. Each also asks the value to look
-  the part (:func:`_value_ok`: a person's name is one to four alphabetic words, a phone has five
+  the part (:func:`_value_ok`: a person's name is one to five alphabetic words, a phone has five
   or more digits, an email no more than eight words); placeholders (``n/a``, ``null``,
   ``unknown``) are left. Keys that name a thing (``company_name``, ``file_name``,
-  ``product_name``, ``email_subject``, ``ip_address``) say nothing. A bare ``name`` is a person's
-  when its value is two to four words, or one word in an object with an email or phone field.
+  ``product_name``, ``email_subject``, ``ip_address``) say nothing. A bare ``name`` (or a role:
+  ``customer``, ``owner``, ``contact``) is a person's when its value is two to five words, or one
+  word in an object with an email or phone field.
 - **Tables** (:func:`table_hints`): runs of two or more lines with the same number (2+) of
-  cells split by ``|`` (Markdown, its ``---`` row skipped), tabs (TSV) or commas (CSV, quoted
-  cells read as CSV reads them). The first row is a header when none of its cells is shaped
-  like an email or a phone number. A column is a type by its header (:func:`field_entity`), or,
-  without one, by its cells: most (60%) of its non-empty cells shaped like emails, or like
-  phone numbers; a column of two- or three-word alphabetic cells is one of names when the table
-  has an email or phone column. Such a column is redacted cell by cell, each cell whole, in
-  whatever case it is written (``joshua anderson``, ``HARRIET DAVIES``); the surrogates keep the
-  case of each word (:mod:`redact.surrogates`). Every other cell, and the text around the table,
-  go through the analyzer as any text does.
+  cells split by ``|`` (Markdown, its ``---`` row skipped; psql output, its ``---+---`` rule
+  skipped), tabs (TSV) or commas (CSV, quoted cells read as CSV reads them). The first row is a
+  header when none of its cells is shaped like an email or a phone number. A column is a type
+  by its header (:func:`field_entity`), or, without one, by its cells: most (60%) of its
+  non-empty cells shaped like emails, or like phone numbers (digits in groups, or ``+`` and
+  digits; not a bare run, a date or an IPv4 address); a column of two- or three-word alphabetic
+  cells is one of names when the table has an email or phone column (and its header, if any,
+  names no thing: ``Product``, ``City``). Such a column is redacted cell by cell, each cell
+  whole, in whatever case it is written (``joshua anderson``, ``HARRIET DAVIES``); the
+  surrogates keep the case of each word (:mod:`redact.surrogates`). Every other cell, and the
+  text around the table, go through the analyzer as any text does.
 - **Cost.** A text is parsed as JSON only when its first character is ``{`` or ``[``; lines are
   split for tables only when the text holds a line break and a comma, tab or ``|``, and a
   column is classified only in a run of lines with equal cell counts.
@@ -122,7 +125,7 @@ _PERSON_KEYS = frozenset(
     fullname firstname lastname surname surnames forename forenames givenname familyname middlename maidenname
     nickname displayname contactname customername clientname patientname username realname legalname
     holdername accountholder cardholder cardholdername payee beneficiary beneficiaryname recipientname
-    sendername authorname ownername employeename membername guestname passengername
+    sendername authorname ownername employeename membername guestname passengername fname lname mname
     """.split()
 )
 # keys of a person's name when the value is a name-shaped two to four words (else an id, a handle)
@@ -198,7 +201,7 @@ def field_entity(key: str) -> str | None:
         return "IBAN_CODE"
     if joined in ("cardnumber", "creditcard", "creditcardnumber", "ccnumber", "cardno", "pan", "ccnum"):
         return "CREDIT_CARD"
-    if wset & {"address", "addr", "street", "streetaddress"} or joined.startswith("addressline"):
+    if wset & {"address", "addr", "street", "streetaddress"} or joined.startswith("addressline") or joined in ("line1", "line2"):
         return None if wset & _ADDRESS_NOT else "STREET_ADDRESS"
     if wset & _THING:
         return None
@@ -215,7 +218,7 @@ def field_entity(key: str) -> str | None:
 
 
 _NAME_WORD = r"[^\W\d_]+(?:['’.-][^\W\d_]+)*\.?,?"
-_NAME_VALUE = re.compile(rf"{_NAME_WORD}(?:[ \t]+{_NAME_WORD}){{0,3}}")
+_NAME_VALUE = re.compile(rf"{_NAME_WORD}(?:[ \t]+{_NAME_WORD}){{0,4}}")
 _EMAIL_SHAPE = re.compile(r"[\w.%+'-]+@[\w-]+(?:\.[\w-]+)+")
 # a phone number as a cell holds one: "+" and digits, or groups of digits split by spaces, dots or
 # dashes (a bare run of digits is an id; dates and IPv4 addresses are not phones)
@@ -243,10 +246,10 @@ def _value_ok(entity: str, value: str, person_beside: bool = False) -> str | Non
     if value.strip().lower() in _PLACEHOLDERS or len(value) > 300:
         return None
     if entity == "PERSON":
-        return "PERSON" if 1 <= _name_words(value) <= 4 else None
+        return "PERSON" if 1 <= _name_words(value) <= 5 else None
     if entity == _WEAK_PERSON:
         n = _name_words(value)
-        return "PERSON" if 2 <= n <= 4 or (n == 1 and person_beside and value[:1].isalpha()) else None
+        return "PERSON" if 2 <= n <= 5 or (n == 1 and person_beside and value[:1].isalpha()) else None
     if entity == "EMAIL_ADDRESS":
         return entity if len(value) <= 120 and len(value.split()) <= 8 and any(c.isalnum() for c in value) else None
     if entity in ("PHONE_NUMBER", "US_SSN"):
@@ -269,6 +272,8 @@ def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
 # -- tables ---------------------------------------------------------------------------------------
 
 _MD_RULE = re.compile(r"\s*:?-{2,}:?\s*")
+# a rule line between a table's rows: psql's "-----+-----", a box's "+----+----+"
+_RULE_LINE = re.compile(r"[ \t]*\+?-{3,}(?:\+-{3,})*\+?[ \t]*")
 _CELL_MARKS = "*_`\"' "
 
 
@@ -334,7 +339,7 @@ def _split_md(text: str, start: int, end: int) -> list[tuple[int, int]]:
 def _row(text: str, start: int, end: int) -> _Row | None:
     """One line read as a table row (its delimiter and cells), or None."""
     line = text[start:end]
-    if "|" in line and (line.lstrip().startswith("|") or line.count("|") >= 2):
+    if "|" in line:
         cells = _split_md(text, start, end)
         if len(cells) >= 2:
             return _Row(cells, "|")
@@ -355,6 +360,11 @@ def _tables(text: str) -> Iterator[list[_Row]]:
         nl = text.find("\n", at)
         end = n if nl < 0 else nl
         stop = end - 1 if end > at and text[end - 1] == "\r" else end
+        if _RULE_LINE.fullmatch(text, at, stop):  # a psql or box-drawing rule: inside the table
+            if nl < 0:
+                break
+            at = nl + 1
+            continue
         row = _row(text, at, stop) if stop > at else None
         if row is not None and run and (row.delim != run[0].delim or len(row.cells) != len(run[0].cells)):
             if len(run) >= 2:
@@ -421,8 +431,8 @@ def table_hints(text: str) -> list[Span]:
         for col in range(ncols):
             # what the header says, else what most cells are (names only beside contact data)
             by_shape = (_WEAK_PERSON if contact else None) if shapes[col] == "NAME" else shapes[col]
-            if by_shape == _WEAK_PERSON and len(data) < 2:
-                by_shape = None  # a column of names by their shape: two rows or more
+            if by_shape == _WEAK_PERSON and (len(data) < 2 or (header and set(_words(first[col])) & _THING)):
+                by_shape = None  # names by their shape: two rows or more, not under "Product"
             entities = [e for e in (said[col], by_shape) if e is not None]
             if not entities:
                 continue

@@ -100,6 +100,28 @@ def test_a_markdown_table_and_tables_that_hold_no_people():
     assert table_hints(prose) == []
 
 
+def test_psql_output_keeps_its_header_across_the_rule():
+    psql = (
+        " name             | tel\n------------------+------------\n"
+        " ANSELM GRABOWSKI | 3235306976\n zofia lindqvist  | 0677808886\n(2 rows)\n"
+    )
+    assert _cells(psql) == {
+        "ANSELM GRABOWSKI": "PERSON",
+        "zofia lindqvist": "PERSON",
+        "3235306976": "PHONE_NUMBER",
+        "0677808886": "PHONE_NUMBER",
+    }
+
+
+def test_a_full_name_is_a_mention_in_any_case():
+    from redact.mentions import Mentions
+
+    m = Mentions()
+    m.learn("PERSON", "TEODORA MIHAILESCU")
+    text = "Teodora Mihailescu and teodora mihailescu, not Teodora alone"
+    assert [text[a:b] for _, a, b in m.find(text)] == ["Teodora Mihailescu", "teodora mihailescu"]
+
+
 def test_a_json_view_reads_leaves_decoded_and_maps_back_onto_the_raw_text():
     raw = json.dumps({"customer": {"name": "Radomír Kovačević", "email": "rk@x.test", "n": 3}, "tags": ["vip"]})
     assert "\\u00ed" in raw  # ensure_ascii: the name is escaped in the raw text
