@@ -26,6 +26,9 @@ Owns :data:`ENTITIES`, :data:`SCORE_THRESHOLD`, :data:`SPACY_MODEL`, :class:`Fou
   that sticks out of kept ones grows them into one span (:func:`_grow`).
 - A word of a name found in a text is a name wherever else it stands in that text
   (:func:`_propagate_names`).
+- A text is read through its structure (:func:`redact.structure.view`): a JSON text as a
+  rendering of its leaves (escapes decoded, keys beside values), its spans mapped back onto the
+  raw text; the spans a key or a table column gives (``hints``) are taken as pattern results.
 """
 
 from __future__ import annotations

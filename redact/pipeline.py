@@ -6,7 +6,11 @@ the same Redactor on a Ray cluster); the report and its per-row accounts are :mo
 - What is redacted: every prompt string of each body (:func:`replay.bodies.text_slots`: message
   contents and content parts, tool descriptions, tool-call arguments, a completions prompt) and
   the recorded ``response``. Roles, structure and sampling parameters are untouched; a body with
-  nothing found keeps its exact bytes.
+  nothing found keeps its exact bytes. Each text is read through its structure
+  (:mod:`redact.structure`): a JSON text leaf by leaf with its keys as context, written back as
+  the same JSON (only string values and numbers change; a surrogate in a string is JSON-escaped;
+  a text that would not stay the same JSON is kept out, ``lock: INVALID_JSON``), and a pasted
+  table column by column.
 - A body's identifier fields (:data:`ID_FIELDS`: the end user's id, the prompt-cache routing key)
   and every string value of its ``metadata`` are not prompt text (they add no tokens) but name
   people and accounts: each becomes ``"id-"`` and 24 hex digits of its keyed HMAC, so equal values
@@ -69,7 +73,7 @@ from redact.lock import Exempt, strings_of
 from redact.lock import scan as lock_scan
 from redact.mentions import Mentions
 from redact.report import CACHE_CHARS, Accounts, RedactionReport, RowAccount
-from redact.structure import is_json, json_escape, json_unescape, span_values, value_ranges, view
+from redact.structure import escaped_like, is_json, json_escape, json_unescape, span_values, value_ranges, view
 from redact.worker import analyze_chunk, init_worker
 from replay.bodies import body_json, name_slots, prompt_token_ids, replace_texts, text_slots
 from replay.blocks import block_hashes
@@ -315,9 +319,8 @@ class Redactor:
         where each surrogate stands in the new text, and their :meth:`Exempt.digests_of`. In a
         ``json_text`` a span lies in a JSON string: its value is read with its escapes decoded
         and its surrogate is written escaped (:func:`redact.structure.json_escape`, with ``\\u``
-        escapes where the value had them), so the text stays JSON; the surrogate keeps the
-        decoded value's token count, and one whose count differs from the escaped value's (an
-        ASCII name for ``Jos\\u00e9``) is counted as off."""
+        escapes where the value had them: :func:`redact.structure.escaped_like`), so the text
+        stays JSON; a surrogate whose count differs from the escaped value's is counted as off."""
         out: list[str] = []
         off: list[tuple[str, bytes]] = []
         placed: list[tuple[int, int]] = []
@@ -329,9 +332,12 @@ class Redactor:
                 raw = value
                 value = (json_unescape(raw) or raw) if "\\" in raw else raw
                 surrogate, is_off = self.surrogates.make(entity, value)
-                surrogate = json_escape(surrogate, ascii_only="\\u" in raw)
-                if value != raw:  # kept in tokens as it reads, not as it was escaped: say so
-                    is_off = is_off or self.surrogates.ntok(surrogate) != self.surrogates.ntok(raw)
+                if "\\u" in raw:  # as many tokens as the escaped value, where escapes allow
+                    surrogate = escaped_like(surrogate, self.surrogates.ntok(raw), self.surrogates.ntok)
+                else:
+                    surrogate = json_escape(surrogate)
+                if value != raw:  # the count of the value as it stood escaped: else say so
+                    is_off = self.surrogates.ntok(surrogate) != self.surrogates.ntok(raw)
             else:
                 surrogate, is_off = self.surrogates.make(entity, value)
             out.append(text[at:start])

@@ -1,7 +1,8 @@
 """Structure inside a text: JSON held in a string, and tables pasted into one.
 
 Owns :class:`View`, :func:`view`, :func:`field_entity`, :func:`table_hints`, :func:`is_json`,
-:func:`json_unescape`, :func:`json_escape`, :func:`value_ranges` and :func:`span_values`. The analyzer
+:func:`json_unescape`, :func:`json_escape`, :func:`escaped_like`, :func:`value_ranges` and
+:func:`span_values`. The analyzer
 (:class:`redact.analyzer.TextAnalyzer`) reads every text through its :func:`view`; the
 :class:`redact.pipeline.Redactor` writes surrogates into a JSON text escaped as JSON.
 
@@ -30,7 +31,7 @@ Owns :class:`View`, :func:`view`, :func:`field_entity`, :func:`table_hints`, :fu
   word in an object with an email or phone field.
 - **Tables** (:func:`table_hints`): runs of two or more lines with the same number (2+) of
   cells split by ``|`` (Markdown, its ``---`` row skipped; psql output, its ``---+---`` rule
-  skipped), tabs (TSV) or commas (CSV, quoted cells read as CSV reads them). The first row is a
+  skipped), tabs (TSV), semicolons or commas (CSV, quoted cells read as CSV reads them). The first row is a
   header when none of its cells is shaped like an email or a phone number. A column is a type
   by its header (:func:`field_entity`), or, without one, by its cells: most (60%) of its
   non-empty cells shaped like emails, or like phone numbers (digits in groups, or ``+`` and
@@ -41,7 +42,7 @@ Owns :class:`View`, :func:`view`, :func:`field_entity`, :func:`table_hints`, :fu
   surrogates keep the case of each word (:mod:`redact.surrogates`). Every other cell, and the
   text around the table, go through the analyzer as any text does.
 - **Cost.** A text is parsed as JSON only when its first character is ``{`` or ``[``; lines are
-  split for tables only when the text holds a line break and a comma, tab or ``|``, and a
+  split for tables only when the text holds a line break and a comma, semicolon, tab or ``|``, and a
   column is classified only in a run of lines with equal cell counts.
 """
 
@@ -49,7 +50,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "is_json",
     "json_unescape",
     "json_escape",
+    "escaped_like",
     "span_values",
     "value_ranges",
 ]
@@ -343,7 +345,7 @@ def _row(text: str, start: int, end: int) -> _Row | None:
         cells = _split_md(text, start, end)
         if len(cells) >= 2:
             return _Row(cells, "|")
-    for delim in ("\t", ","):
+    for delim in ("\t", ";", ","):
         if delim in line:
             split = _split_csv(text, start, end, delim)
             if split is not None and len(split) >= 2:
@@ -406,7 +408,7 @@ def _shape_of(value: str) -> str | None:
 def table_hints(text: str) -> list[Span]:
     """The cells of ``text``'s tables that are a type by their column (see the module
     docstring), as ``(entity, start, end)``."""
-    if "\n" not in text or not ("," in text or "\t" in text or "|" in text):
+    if "\n" not in text or not ("," in text or "\t" in text or "|" in text or ";" in text):
         return []
     out: list[Span] = []
     for rows in _tables(text):
@@ -482,6 +484,37 @@ def json_escape(value: str, ascii_only: bool = False) -> str:
     """``value`` as JSON string content (no quotes); non-ASCII characters as ``\\u`` escapes with
     ``ascii_only``. A string with nothing to escape comes back as it is."""
     return json.dumps(value, ensure_ascii=ascii_only)[1:-1]
+
+
+def escaped_like(surrogate: str, target: int, ntok: Callable[[str], int]) -> str:
+    """``surrogate`` as JSON string content for a value that was written with ``\\u`` escapes
+    (Python's ``json.dumps`` writes ``José`` as ``Jos\\u00e9``, several tokens a character):
+    non-ASCII characters escaped, and then, while its token count (``ntok``) is under the
+    value's (``target``), a run of its letters escaped too (``\\u0061`` is ``a``: the string
+    decodes to the surrogate all the same): the first run, shortest first, whose count is the
+    value's, else the closest count found."""
+    base = json_escape(surrogate, ascii_only=True)
+    best, got = base, ntok(base)
+    if got >= target:
+        return best
+    letters = [i for i, c in enumerate(surrogate) if c.isascii() and c.isalpha()]
+    plain = [json_escape(c, ascii_only=True) for c in surrogate]
+    for k in range(1, len(letters) + 1):
+        over = True
+        for first in range(len(letters) - k, -1, -1):  # runs nearer the end first
+            chars = list(plain)
+            for i in letters[first : first + k]:
+                chars[i] = f"\\u{ord(surrogate[i]):04x}"
+            candidate = "".join(chars)
+            n = ntok(candidate)
+            if n == target:
+                return candidate
+            if abs(n - target) < abs(got - target):
+                best, got = candidate, n
+            over = over and n > target
+        if over:
+            break
+    return best
 
 
 def _decode(raw: str) -> tuple[str, list[int] | None, list[int] | None]:

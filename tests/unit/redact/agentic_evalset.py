@@ -33,9 +33,12 @@ it occurs anywhere in what the trace stores (:func:`tests.unit.redact.evalset.st
 every string column, every string inside a body and inside the JSON a string holds, the
 metadata), in any letter case, as written or JSON-escaped (:func:`tests.unit.redact.evalset.
 value_pattern`). A person is left (strict) when any word of four or more letters of the name is
-(so split ``first`` / ``last`` fields count). Also: requests quarantined, the JSON strings that no
-longer parse or whose keys changed, the non-PII strings planted (plans, SKUs, statuses, product
-names) that changed, and requests whose token count moved.
+(so split ``first`` / ``last`` fields count); people are also counted apart by where they
+stand: in keys and tables (the structure), or only in a record's free-text ``notes`` ("Spouse:
+X", in the same mix of cases: what only the NER and the name shapes can find). Also: requests
+quarantined, the JSON strings that no longer parse or whose keys changed, the non-PII strings
+planted (plans, SKUs, statuses, product names) that changed, and requests whose token count
+moved.
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ class Planted:
     kind: str
     value: str
     parts: tuple[str, ...] = ()
+    prose_only: bool = False  # a person named only inside free text (a record's "notes")
 
 
 @dataclass
@@ -131,7 +135,7 @@ class _Gen:
     def faker(self):
         return self.fakers[self.rng.choice(LOCALES)]
 
-    def person(self) -> dict[str, str]:
+    def person(self, prose_only: bool = False) -> dict[str, str]:
         """A person: first, last, full (in one case style), email, phone, address, city."""
         while True:
             f = self.faker()
@@ -157,7 +161,7 @@ class _Gen:
         phone = f.phone_number()
         address = f.street_address().replace("\n", ", ")
         parts = tuple(w for w in re.split(r"[\s'-]+", full) if len(w) >= 4)
-        self.planted[full] = Planted("PERSON", full, parts)
+        self.planted[full] = Planted("PERSON", full, parts, prose_only)
         self.planted[email] = Planted("EMAIL_ADDRESS", email)
         self.planted[phone] = Planted("PHONE_NUMBER", phone)
         self.planted[address] = Planted("STREET_ADDRESS", address)
@@ -405,7 +409,12 @@ def _responses_session(g: _Gen, n: int) -> None:
     p = g.person()
     lookup = g.dumps({g.rng.choice(EMAIL_KEYS): p["email"]})
     output = g.dumps(
-        {"data": {"contact": g.contact_record(p, 4), "notes": f"Prefers calls after 3pm. Spouse: {g.person()['full']}."}}
+        {
+            "data": {
+                "contact": g.contact_record(p, 4),
+                "notes": f"Prefers calls after 3pm. Spouse: {g.person(prose_only=True)['full']}.",
+            }
+        }
     )
     body = {
         "model": "gpt-4.1",
@@ -458,6 +467,16 @@ def _keys(value: Any) -> Any:
     return None if isinstance(value, str) else value
 
 
+# PERSON, split by where the name stands
+_PERSON_SPLIT = ("PERSON in keys and tables", "PERSON only in prose")
+
+
+def _kind(p: Planted) -> str:
+    if p.kind != "PERSON":
+        return p.kind
+    return _PERSON_SPLIT[1] if p.prose_only else _PERSON_SPLIT[0]
+
+
 def score(s: AgenticSet, processes: int | None = None) -> AgenticScores:
     """Redact the set's trace and score it (see the module docstring)."""
     from redact import RedactionKey
@@ -472,8 +491,8 @@ def score(s: AgenticSet, processes: int | None = None) -> AgenticScores:
     out.quarantined, out.quarantine_reasons = report.quarantined, dict(report.quarantine_reasons)
     out.token_exact = report.to_dict()["requests_token_exact"]
     stored = stored_text(red).lower()
-    for kind in KINDS:
-        labels = [p for p in s.planted.values() if p.kind == kind]
+    for kind in (*KINDS, *_PERSON_SPLIT):
+        labels = [p for p in s.planted.values() if _kind(p) == kind or (kind == "PERSON" and p.kind == kind)]
         out.values[kind] = len(labels)
         out.left[kind] = [p.value for p in labels if re.search(value_pattern(p.value.lower()), stored)]
         out.strict_left[kind] = [
@@ -505,13 +524,13 @@ def score(s: AgenticSet, processes: int | None = None) -> AgenticScores:
 def format_table(sc: AgenticScores) -> str:
     lines = [
         f"agentic set: {sc.requests} requests, redact_trace {sc.seconds:.1f} s; table layouts {dict(sorted(sc.layouts.items()))}",
-        f"{'type':16s} {'values':>6s} {'left':>5s} {'left %':>7s} {'strict left':>11s} {'strict %':>8s}  examples (strict)",
+        f"{'type':26s} {'values':>6s} {'left':>5s} {'left %':>7s} {'strict left':>11s} {'strict %':>8s}  examples (strict)",
     ]
-    for kind in KINDS:
+    for kind in ("PERSON", *_PERSON_SPLIT, *KINDS[1:]):
         n = sc.values[kind]
         left, strict = len(sc.left[kind]), len(sc.strict_left[kind])
         shown = "; ".join(repr(v) for v in sc.strict_left[kind][:4])
-        lines.append(f"{kind:16s} {n:6d} {left:5d} {100 * left / n:6.1f}% {strict:11d} {100 * strict / n:7.1f}%  {shown}")
+        lines.append(f"{kind:26s} {n:6d} {left:5d} {100 * left / n:6.1f}% {strict:11d} {100 * strict / n:7.1f}%  {shown}")
     lines.append(f"quarantined: {sc.quarantined} of {sc.requests} {sc.quarantine_reasons or ''}")
     lines.append(f"JSON strings (tool arguments and results) no longer the same JSON: {sc.json_broken} of {sc.json_slots}")
     lines.append(f"non-PII strings changed: {len(sc.non_pii_changed)} of {sc.non_pii} {sc.non_pii_changed[:6]}")

@@ -135,6 +135,20 @@ def test_a_json_view_reads_leaves_decoded_and_maps_back_onto_the_raw_text():
     assert not is_json('{"a": 1') and not is_json('"just a string"') and is_json(" [1, 2]")
 
 
+def test_a_surrogate_for_an_escaped_value_is_escaped_to_its_token_count():
+    from redact.structure import escaped_like
+
+    tok = load_tokenizer("gpt2")
+
+    def ntok(s: str) -> int:
+        return len(tok.encode(s, add_special_tokens=False).ids)
+
+    raw = json.dumps("JOSÉPHINE GRÉGOIRE")[1:-1]  # JOS\u00c9PHINE GR\u00c9GOIRE
+    out = escaped_like("ABIGAIL SANDERSON", ntok(raw), ntok)
+    assert json_unescape(out) == "ABIGAIL SANDERSON" and "\\u" in out and ntok(out) == ntok(raw)
+    assert escaped_like("Zoë", 1, ntok) == "Zo\\u00eb"  # nothing to pad: only non-ASCII escaped
+
+
 # -- Redactor's JSON handling (no analyzer: values learned by hand) --------------------------------
 
 
