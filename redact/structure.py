@@ -31,16 +31,17 @@ Owns :class:`View`, :func:`view`, :func:`field_entity`, :func:`table_hints`, :fu
   word in an object with an email or phone field.
 - **Tables** (:func:`table_hints`): runs of two or more lines with the same number (2+) of
   cells split by ``|`` (Markdown, its ``---`` row skipped; psql output, its ``---+---`` rule
-  skipped), tabs (TSV), semicolons or commas (CSV, quoted cells read as CSV reads them). The first row is a
-  header when none of its cells is shaped like an email or a phone number. A column is a type
-  by its header (:func:`field_entity`), or, without one, by its cells: most (60%) of its
-  non-empty cells shaped like emails, or like phone numbers (digits in groups, or ``+`` and
-  digits; not a bare run, a date or an IPv4 address); a column of two- or three-word alphabetic
-  cells is one of names when the table has an email or phone column (and its header, if any,
-  names no thing: ``Product``, ``City``). Such a column is redacted cell by cell, each cell
-  whole, in whatever case it is written (``joshua anderson``, ``HARRIET DAVIES``); the
-  surrogates keep the case of each word (:mod:`redact.surrogates`). Every other cell, and the
-  text around the table, go through the analyzer as any text does.
+  skipped), tabs (TSV), semicolons or commas (CSV, quoted cells read as CSV reads them). The
+  first row is a header when each of its cells is a short label (``Full name``, ``Phone No.``;
+  not an email, a number or code). A column is a type by its header (:func:`field_entity`),
+  or, without one, by its cells: most (60%) of its non-empty cells shaped like emails, or like
+  phone numbers (digits in groups, or ``+`` and digits; not a bare run, a date or an IPv4
+  address); a column of two- or three-word alphabetic cells is one of names when the table has
+  an email or phone column (and its header, if any, names no thing: ``Product``, ``City``).
+  Such a column is redacted cell by cell, each cell whole, in whatever case it is written
+  (``joshua anderson``, ``HARRIET DAVIES``); the surrogates keep the case of each word
+  (:mod:`redact.surrogates`). Every other cell, and the text around the table, go through the
+  analyzer as any text does.
 - **Cost.** A text is parsed as JSON only when its first character is ``{`` or ``[``; lines are
   split for tables only when the text holds a line break and a comma, semicolon, tab or ``|``, and a
   column is classified only in a run of lines with equal cell counts.
@@ -252,8 +253,9 @@ def _value_ok(entity: str, value: str, person_beside: bool = False) -> str | Non
     if entity == _WEAK_PERSON:
         n = _name_words(value)
         return "PERSON" if 2 <= n <= 5 or (n == 1 and person_beside and value[:1].isalpha()) else None
-    if entity == "EMAIL_ADDRESS":
-        return entity if len(value) <= 120 and len(value.split()) <= 8 and any(c.isalnum() for c in value) else None
+    if entity == "EMAIL_ADDRESS":  # an address, or one spelled out ("jane dot doe at example dot com")
+        spelled = "@" in value or " at " in value.lower() or "(at)" in value.lower() or "[at]" in value.lower()
+        return entity if spelled and len(value) <= 120 and len(value.split()) <= 8 else None
     if entity in ("PHONE_NUMBER", "US_SSN"):
         return entity if _digits(value) >= 5 and len(value) <= 40 else None
     if entity in ("CREDIT_CARD", "IBAN_CODE"):
@@ -395,6 +397,10 @@ def _cell(text: str, span: tuple[int, int]) -> tuple[int, int]:
     return a, b
 
 
+# a header cell: a short label ("Full name", "Phone No.", "Amount (EUR)"), not data or code
+_HEADER = re.compile(r"(?:[^\W\d]|#)[\w .#/()%&+-]{0,39}")
+
+
 def _shape_of(value: str) -> str | None:
     if _EMAIL_SHAPE.fullmatch(value):
         return "EMAIL_ADDRESS"
@@ -417,7 +423,7 @@ def table_hints(text: str) -> list[Span]:
             continue
         ncols = len(rows[0].cells)
         first = [text[a:b] for a, b in (_cell(text, c) for c in rows[0].cells)]
-        header = all(_shape_of(v) not in ("EMAIL_ADDRESS", "PHONE_NUMBER") for v in first) and all(len(v) <= 60 for v in first)
+        header = all(_HEADER.fullmatch(v) for v in first)
         data = rows[1:] if header else rows
         said = [field_entity(v) if header else None for v in first]
         shapes: list[str | None] = []
