@@ -96,6 +96,8 @@ CHUNK_TEXTS = 32
 # where a message name (alice_smith, Alice-Smith) splits into words
 _NAME_PARTS = re.compile(r"[_\-.\s]+")
 ROW_BATCH = 2048
+# JSON texts whose value ranges a Redactor remembers (redact.structure.value_ranges)
+JSON_RANGES_KEPT = 4096
 DEFAULT_TIMEOUT_S = 60.0
 # a worker loads spaCy and Presidio when it starts (seconds; more on a busy machine)
 START_TIMEOUT_S = 180.0
@@ -208,6 +210,7 @@ class Redactor:
         self.cache_chars = cache_chars
         self.mentions = Mentions()
         self._seeded: dict[bytes, Any] = {}
+        self._ranges: OrderedDict[bytes, list[tuple[int, int]] | None] = OrderedDict()  # see _json_ranges
 
     def __enter__(self) -> Redactor:
         return self
@@ -358,8 +361,9 @@ class Redactor:
         the result, the new text tokenized (one batch)."""
         made = []
         for text, e in pairs:
-            json_text = is_json(text)
-            ranges = value_ranges(text) if json_text else []
+            ranges = self._json_ranges(e.digest, text)
+            json_text = ranges is not None
+            ranges = ranges or []
             extra = self._mentions_in(text, e.found, ranges)
             spans = tuple(sorted((*e.found, *extra), key=lambda s: s[1])) if extra else e.found
             redacted, entities, off, placed, exempt = self._apply(text, spans, json_text) if spans else (text, (), (), [], ())
@@ -399,6 +403,20 @@ class Redactor:
                 )
             )
         return out
+
+    def _json_ranges(self, digest: bytes, text: str) -> list[tuple[int, int]] | None:
+        """Where a JSON text's string values and numbers lie (:func:`value_ranges`), None when
+        ``text`` is not JSON; remembered by digest (a text is built again as values are learned)."""
+        if text.lstrip()[:1] not in ("{", "["):
+            return None
+        if digest in self._ranges:
+            self._ranges.move_to_end(digest)
+            return self._ranges[digest]
+        got = value_ranges(text) if is_json(text) else None
+        self._ranges[digest] = got
+        if len(self._ranges) > JSON_RANGES_KEPT:
+            self._ranges.popitem(last=False)
+        return got
 
     def _mentions_in(
         self, text: str, found: Sequence[tuple[str, int, int]], ranges: list[tuple[int, int]]
