@@ -361,10 +361,10 @@ class Redactor:
         the result, the new text tokenized (one batch)."""
         made = []
         for text, e in pairs:
-            ranges = self._json_ranges(e.digest, text)
-            json_text = ranges is not None
-            ranges = ranges or []
-            extra = self._mentions_in(text, e.found, ranges)
+            json_ranges = self._json_ranges(e.digest, text)
+            json_text = json_ranges is not None
+            ranges = json_ranges or []
+            extra = self._mentions_in(text, e.found, json_ranges)
             spans = tuple(sorted((*e.found, *extra), key=lambda s: s[1])) if extra else e.found
             redacted, entities, off, placed, exempt = self._apply(text, spans, json_text) if spans else (text, (), (), [], ())
             # the second lock: a PII shape in the new text outside every surrogate keeps it out
@@ -419,15 +419,18 @@ class Redactor:
         return got
 
     def _mentions_in(
-        self, text: str, found: Sequence[tuple[str, int, int]], ranges: list[tuple[int, int]]
+        self, text: str, found: Sequence[tuple[str, int, int]], ranges: list[tuple[int, int]] | None
     ) -> list[tuple[str, int, int]]:
         """The mentions (:meth:`Mentions.find`) in ``text`` outside the ``found`` spans. In a JSON
-        text, only those inside a string value or a number (keys and the layout stay); in one
+        text (``ranges``: :meth:`_json_ranges`; None: not JSON), only those inside a string value
+        or a number (keys and the layout stay); in one
         whose strings hold escapes, also those in its strings as they read decoded
         (``"Jos\\u00e9"`` mentions ``José``)."""
         taken = [(a, b) for _, a, b in found]
-        if not ranges:  # not JSON (or JSON without a string or a number)
+        if ranges is None:  # not JSON
             return self.mentions.find(text, taken)
+        if not ranges:  # JSON without a string value or a number: nothing may change
+            return []
         if "\\" not in text:  # in JSON only inside a string value or a number
             return _inside(self.mentions.find(text, taken), ranges)
         if not len(self.mentions):

@@ -181,6 +181,13 @@ def test_a_value_learned_elsewhere_is_replaced_in_escaped_json_and_keys_stay(red
     assert e.lock == ()
 
 
+def test_a_known_value_as_a_key_stays_a_key(redactor):
+    redactor.mentions.learn("PERSON", "Ysolde Brannigan")
+    for raw in ('{"Ysolde Brannigan": true}', '{"Ysolde Brannigan": {"seen": 3}}'):
+        e = _build(redactor, raw)
+        assert e.text == raw and e.lock == ()
+
+
 def test_a_replacement_that_would_break_the_json_keeps_the_text_out(redactor):
     raw = '{"a": "Ysolde", "b": "Brannigan"}'
     e = _build(redactor, raw, [("PERSON", raw.index("Ysolde"), raw.index("Brannigan") + len("Brannigan"))])
