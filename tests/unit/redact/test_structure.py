@@ -479,3 +479,6 @@ def test_the_lock_and_audit_see_the_surrogates_as_ours(redacted):
     _, out, _, dst, *_ = redacted
     result = audit_trace(dst)
     assert result.rows == len(out) and result.lock == {}
+    # the same scan sees the raw values inside the tool calls' JSON: the clean result is earned
+    raw = audit_trace(dst.with_name("raw.parquet"))
+    assert {"EMAIL_ADDRESS", "PHONE_NUMBER"} <= set(raw.lock)
