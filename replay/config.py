@@ -118,6 +118,9 @@ class RunConfig:
     api_key: str | None = field(default=None, repr=False)
     # (name, value) sent on every request and on the target check (--header); never stored
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    # send each request's root session id (replay.dag.root_sessions) in this header, as
+    # inference-perf's session token: a server-side router's session affinity key (--session-header)
+    session_header: str | None = None
     # an https target's certificate: checked against the system's roots, or the PEM file
     # `ca_cert` alone (--ca-cert), or not at all (--insecure); replay.targets.url.ssl_context
     ca_cert: str | None = None
@@ -198,6 +201,8 @@ class RunConfig:
         for name, value in self.headers:
             if not _valid_header(name, value):
                 raise ConfigError(f"--header: '{name}' is not a header name, or its value holds a line break")
+        if self.session_header is not None and not _valid_header(self.session_header, "x"):
+            raise ConfigError(f"--session-header: '{self.session_header}' is not a header name")
         if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in self.cpus):
             raise ConfigError(f"cpus: expected CPU numbers >= 0, got {self.cpus!r}")
         self._check_fleet()

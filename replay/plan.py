@@ -63,6 +63,8 @@ class Plan:
     mark_answers: bool = False
     # how requests wait for each other: open, causal or dag (config's "auto" resolved: session_mode)
     sessions: str = "open"
+    # each request's root session is sent in this header (RunConfig.session_header)
+    session_header: str | None = None
 
     @property
     def n(self) -> int:
@@ -118,16 +120,26 @@ class Plan:
         head_offsets=)``), or None when no request has any: a row whose ``tool_calls`` is known
         sends ``x-replay-tool-calls: 40,25,10`` (the argument tokens of each call the live answer
         carried; an empty value: it was text), which the embedded engine answers with the same
-        calls of the same sizes and other servers ignore (docs/sim-engine.md)."""
+        calls of the same sizes and other servers ignore (docs/sim-engine.md); with
+        ``session_header``, a row with a session sends its root session id
+        (:func:`replay.dag.root_sessions`) in it, for a server-side router's session affinity."""
         from replay import _engine
+        from replay.dag import root_sessions
 
         calls = self.rows["tool_calls"] if "tool_calls" in self.rows.columns else None
-        if calls is None or calls.null_count() == self.n:
+        parts = []
+        if calls is not None and calls.null_count() < self.n:
+            name = _engine.REPLAY_TOOL_CALLS_HEADER
+            parts.append(pl.lit(f"{name}: ") + calls.list.eval(pl.element().cast(pl.String)).list.join(",") + pl.lit("\r\n"))
+        if self.session_header is not None:
+            roots = root_sessions(self.rows)
+            if roots.null_count() < self.n:
+                # a header value holds no line break (a session id that does is sent without it)
+                roots = roots.str.replace_all(r"[\r\n]", "")
+                parts.append(pl.lit(f"{self.session_header}: ") + pl.lit(roots) + pl.lit("\r\n"))
+        if not parts:
             return None
-        name = _engine.REPLAY_TOOL_CALLS_HEADER
-        lines = (pl.lit(f"{name}: ") + calls.list.eval(pl.element().cast(pl.String)).list.join(",") + pl.lit("\r\n")).fill_null(
-            ""
-        )
+        lines = pl.concat_str([p.fill_null("") for p in parts])
         text = pl.select(lines.alias("l"))["l"]
         offsets = np.zeros(self.n + 1, dtype=np.uint64)
         np.cumsum(text.str.len_bytes().to_numpy(), out=offsets[1:])
@@ -358,4 +370,5 @@ def build_plan(trace: Trace, config: RunConfig, model: str | None = None) -> Pla
         ignore_eos=config.ignore_eos,
         mark_answers=sessions in ("causal", "dag") and config.answers == "engine",
         sessions=sessions,
+        session_header=config.session_header,
     )

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SimConfig",
     "KNOBS",
+    "ROUTERS",
     "PROFILES",
     "LONG_CONTEXT_PROFILE",
     "embedded_profile",
@@ -94,6 +95,9 @@ def embedded_profile(longest_tokens: int) -> str:
     fits = _engine.sim_profile_max_len(default) or 0
     return default if longest_tokens + _TEMPLATE_MARGIN <= fits else LONG_CONTEXT_PROFILE
 
+
+# the fleet's routing policies (replay_core::route::Policy, whose names the engine checks)
+ROUTERS: tuple[str, ...] = ("round-robin", "session", "prefix", "least-loaded")
 
 # The engine knobs worth tuning: vLLM's flag names, the simulator's own defaults and ranges.
 KNOBS: tuple[Knob, ...] = (
@@ -178,6 +182,25 @@ KNOBS: tuple[Knob, ...] = (
         range=(16, 1 << 22),
         doc="longest prompt + max_tokens accepted (default: the profile's)",
     ),
+    Knob(
+        "replicas",
+        "--replicas",
+        "int",
+        default=_D["replicas"],
+        range=(1, 64),
+        doc="engines behind one front, each its own scheduler, KV cache and compute (N GPUs: a cost knob); "
+        "1 = no router in the path",
+    ),
+    Knob(
+        "router",
+        "--router",
+        "choice",
+        default=_D["router"],
+        choices=ROUTERS,
+        doc="how the front picks a replica (replicas > 1): round-robin, session (a session's requests to one "
+        "replica, by the --session-header header), prefix (the replica that was sent the longest shared "
+        "block-hash prefix) or least-loaded (fewest requests in flight)",
+    ),
 )
 
 
@@ -189,7 +212,9 @@ class SimConfig:
     ``tokenizer`` a name known to :func:`replay.tokenizer.tokenizer_path` or a tokenizer.json path,
     ``time_scale`` stretches modelled time into wall time (0.1 = ten times faster than the real
     hardware; 0 = as fast as the CPU allows), ``speculative_config`` a dict or JSON text, and
-    ``threads`` the server's runtime threads (1 = one core). The ``tool_*`` fields are the seeded
+    ``threads`` the server's runtime threads (1 = one core). ``replicas`` > 1 runs that many
+    engines behind one front that routes each request by ``router`` (:data:`ROUTERS`; a session
+    is the ``session_header`` header's value): docs/sim-engine.md, "A fleet". The ``tool_*`` fields are the seeded
     policy by which a request offering ``tools`` is answered with tool calls (docs/sim-engine.md,
     "Tool calls"); the engine validates them.
     """
@@ -216,6 +241,9 @@ class SimConfig:
     max_parallel_tool_calls: int = _D["max_parallel_tool_calls"]
     mean_parallel_tool_calls: float = _D["mean_parallel_tool_calls"]
     tool_argument_tokens: int = _D["tool_argument_tokens"]
+    replicas: int = _D["replicas"]
+    router: str = _D["router"]
+    session_header: str = _D["session_header"]
 
     def __post_init__(self) -> None:
         knobs = {k.name: k for k in KNOBS}
@@ -226,6 +254,8 @@ class SimConfig:
             "long_prefill_token_threshold",
             "scheduling_policy",
             "kv_cache_dtype",
+            "replicas",
+            "router",
         ):
             object.__setattr__(self, name, knobs[name].check(getattr(self, name)))
         caching = knobs["enable_prefix_caching"].check(self.enable_prefix_caching)
@@ -306,11 +336,13 @@ def start_sim(
 
 def modelled_requests(url: str, timeout_s: float = 30.0) -> pl.DataFrame:
     """The embedded engine's finished requests (the last 100,000, oldest first) on its modelled
-    clock, read from ``GET {url}/sim/requests``: ``id`` (arrival order), ``prompt_tokens``,
+    clock, read from ``GET {url}/sim/requests``: ``id`` (arrival order at its replica),
+    ``replica`` (the fleet's replica that served it, 0 for one engine), ``prompt_tokens``,
     ``cached_tokens``, ``completion_tokens``, ``steps`` (engine steps that gave it tokens),
     ``finish``, and ``arrived_s`` / ``scheduled_s`` / ``first_token_s`` / ``finished_s`` in
     modelled seconds since the engine started, with ``queue_s``, ``ttft_s``, ``e2e_s`` and
     ``tpot_s`` ((finished - first token) / (completion tokens - 1); None for one token) derived.
+    A fleet's replicas share one modelled epoch (they start together), so their times compare.
 
     Modelled time is the cost model's: steps take exactly their modelled cost whatever the
     machine does, so these latencies do not move with its load (docs/sim-engine.md, "Modelled
@@ -331,6 +363,7 @@ def modelled_requests(url: str, timeout_s: float = 30.0) -> pl.DataFrame:
         raise error from None
     schema = {
         "id": pl.UInt64,
+        "replica": pl.UInt32,
         "prompt_tokens": pl.UInt32,
         "cached_tokens": pl.UInt32,
         "completion_tokens": pl.UInt32,

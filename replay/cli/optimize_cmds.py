@@ -227,6 +227,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from optimizer.report import print_result, verdict_text
     from optimizer.report_files import write_result
     from replay.traffic import prefix_reuse_share
+    from replay.sim import SIM_DEFAULTS
     from replay.trace import read_trace
 
     trace = read_trace(args.trace)
@@ -246,8 +247,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     slo = parse_slo(args.slo, args.slo_attainment) if args.slo else Slo(attainment=args.slo_attainment)
     if args.objective in ("goodput", "max_rate") and slo.empty:
         raise ConfigError(f"--slo: the {args.objective} objective needs SLOs (or use --objective throughput)")
+    # the embedded engine as a fleet routes sessions by a header: the runner sends each root session in it
+    fleet = engine.name == "sim" and bool({"replicas", "router"} & ({d.knob.name for d in space.dimensions} | set(baseline)))
     run = RunConfig(
         url="http://127.0.0.1:0",
+        session_header=SIM_DEFAULTS["session_header"] if fleet else None,
         rate=args.rate,
         slo=slo,
         lag_bound_ms=args.lag_bound_ms,

@@ -70,6 +70,25 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         help='without --url: embedded engine knobs, e.g. \'{"max_num_seqs": 64, "time_scale": 0.5}\'',
     )
     p.add_argument(
+        "--replicas",
+        type=int,
+        help="without --url: run the embedded engine as a fleet of N replicas behind its own router (each its own "
+        "scheduler, KV cache and modelled compute, as N GPUs; docs/sim-engine.md); default 1",
+    )
+    p.add_argument(
+        "--router",
+        metavar="POLICY",
+        help="without --url, with --replicas: the embedded fleet's own server-side router (the policies of --route, "
+        "which routes among --url targets client-side): round-robin (default), session, prefix or least-loaded",
+    )
+    p.add_argument(
+        "--session-header",
+        metavar="NAME",
+        help="send each request's root session id (a subagent's: the session that started it) in header NAME, as "
+        "inference-perf's session token, for a server-side router's session affinity (e.g. x-session-id); the "
+        "embedded fleet (--replicas > 1) gets its own header without this flag",
+    )
+    p.add_argument(
         "--arrivals",
         default="trace",
         choices=["trace", "poisson", "gamma", "constant"],
@@ -335,8 +354,9 @@ def _sim_config(args: argparse.Namespace, trace):
     --sim-profile, the profile that holds ``trace``'s longest request (replay.sim.embedded_profile),
     written back into ``args.sim_profile``."""
     if args.url or args.targets:
-        if args.sim_config:
-            raise ConfigError("--sim-config: only applies without --url (the embedded engine)")
+        for flag, value in (("--sim-config", args.sim_config), ("--replicas", args.replicas), ("--router", args.router)):
+            if value:
+                raise ConfigError(f"{flag}: only applies without --url (the embedded engine)")
         return None
     from replay.sim import SimConfig
 
@@ -357,7 +377,8 @@ def _sim_config(args: argparse.Namespace, trace):
 
         longest = trace.df.select(pl.col("input_tokens") + pl.max_horizontal("output_tokens", "max_tokens").fill_null(0)).max()
         args.sim_profile = embedded_profile(int(longest.item() or 0))
-    return SimConfig(profile=args.sim_profile, **overrides)
+    fleet = {"replicas": args.replicas, "router": args.router, "session_header": args.session_header}
+    return SimConfig(profile=args.sim_profile, **{**overrides, **{k: v for k, v in fleet.items() if v is not None}})
 
 
 @contextmanager
@@ -375,6 +396,8 @@ def _target(args: argparse.Namespace, config: RunConfig, sim_config, quiet: bool
     try:
         if not quiet:
             print(f"no --url: replaying against the embedded engine ({args.sim_profile}) at {server.url}", file=sys.stderr)
+        if sim_config.replicas > 1 and config.session_header is None:  # the fleet's router reads it
+            config = dataclasses.replace(config, session_header=sim_config.session_header)
         yield dataclasses.replace(config, url=server.url, cpus=runner_cpus)
     finally:
         server.stop()
@@ -404,6 +427,7 @@ def _config(args: argparse.Namespace, rate: float | None, speedup: float | None)
         ignore_eos=args.ignore_eos,
         api_key=args.api_key,
         headers=tuple(parse_header(h) for h in args.header),
+        session_header=args.session_header,
         ca_cert=args.ca_cert,
         insecure=args.insecure,
         metrics_url=args.metrics_url,

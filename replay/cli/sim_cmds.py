@@ -122,6 +122,29 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"median size of a call's JSON arguments in tokens, lognormal (default {d['tool_argument_tokens']})",
     )
     p.add_argument(
+        "--replicas",
+        type=int,
+        default=d["replicas"],
+        help=f"run N engines behind one front, each with its own scheduler, KV cache and modelled compute, as N GPUs "
+        f"(default {d['replicas']}: one engine, no router); /metrics then has each replica's series (label replica) "
+        "beside the fleet's totals, and each answer names its replica in the x-replay-replica header",
+    )
+    p.add_argument(
+        "--router",
+        default=d["router"],
+        metavar="POLICY",
+        help="with --replicas N: how the front picks a replica: round-robin, session (every request of a session to "
+        "one replica, the session being the --session-header value), prefix (the replica that was sent the longest "
+        f"shared block-hash prefix of the prompt) or least-loaded (fewest in flight) (default {d['router']})",
+    )
+    p.add_argument(
+        "--session-header",
+        default=d["session_header"],
+        metavar="NAME",
+        help=f"the request header holding a request's session, for --router session (default {d['session_header']}; "
+        "`replay run --session-header` sends it)",
+    )
+    p.add_argument(
         "--priority",
         choices=("normal", "nice", "idle"),
         default="normal",
@@ -167,6 +190,9 @@ def config_from_args(args: argparse.Namespace):
         max_parallel_tool_calls=args.max_parallel_tool_calls,
         mean_parallel_tool_calls=args.mean_parallel_tool_calls,
         tool_argument_tokens=args.tool_argument_tokens,
+        replicas=args.replicas,
+        router=args.router,
+        session_header=args.session_header,
     )
 
 
@@ -191,7 +217,8 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
     print(
         f"profile {config.profile} | {server.num_gpu_blocks} KV blocks of {config.block_size} tokens | "
         f"max-model-len {server.max_model_len} | model {config.served_model_name} | "
-        f"time scale {config.time_scale:g}",
+        f"time scale {config.time_scale:g}"
+        + (f" | {config.replicas} replicas, {config.router} router (blocks per replica)" if config.replicas > 1 else ""),
         flush=True,
     )
     try:

@@ -7,7 +7,8 @@ samples of a counter declared without ``_total`` (``x`` becomes ``x_total``), an
 names them back. A trailing timestamp is ignored. A line the parser rejects is a TargetError naming
 the source and the line number. :meth:`Scrape.value` sums a metric over label sets (accepting the
 name with or without ``_total``), and :meth:`Scrape.histogram` gathers a histogram's ``_bucket`` /
-``_sum`` / ``_count`` samples.
+``_sum`` / ``_count`` samples; both read a fleet's totals where each replica's series (a
+``replica`` label) stand beside them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from replay.errors import ConfigError, TargetError
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-__all__ = ["Sample", "Histogram", "Scrape", "parse"]
+__all__ = ["Sample", "Histogram", "Scrape", "parse", "REPLICA_LABEL"]
+
+# the label that splits a fleet's series by replica (the embedded engine's --replicas)
+REPLICA_LABEL = "replica"
 
 
 @dataclass(frozen=True)
@@ -81,9 +85,21 @@ class Scrape:
         return {s.name for s in self.samples}
 
     def find(self, name: str, **labels: str) -> list[Sample]:
-        """Samples called ``name`` whose labels include ``labels``."""
+        """Samples called ``name`` whose labels include ``labels``. Where a family carries both a
+        fleet's totals and each replica's series (a :data:`REPLICA_LABEL` label: the embedded
+        engine run with ``--replicas``), the totals, unless ``labels`` names a replica: summing
+        both would count every request twice."""
         want = labels.items()
-        return [s for s in self.samples if s.name == name and want <= dict(s.labels).items()]
+        found = [s for s in self.samples if s.name == name and want <= dict(s.labels).items()]
+        if REPLICA_LABEL not in labels:
+            totals = [s for s in found if s.label(REPLICA_LABEL) is None]
+            if totals and len(totals) < len(found):
+                return totals
+        return found
+
+    def replicas(self) -> list[str]:
+        """The values of :data:`REPLICA_LABEL` the scrape holds (a fleet's replicas), sorted."""
+        return sorted({v for s in self.samples if (v := s.label(REPLICA_LABEL)) is not None}, key=lambda v: (len(v), v))
 
     def value(self, name: str, agg: str = "sum", **labels: str) -> float | None:
         """``name`` (or its ``_total`` twin) aggregated over matching label sets; None if absent.

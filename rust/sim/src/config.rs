@@ -13,6 +13,10 @@ use crate::profile::{Profile, DEFAULT_PROFILE};
 use crate::scheduler::{Policy, SchedulerConfig};
 use crate::spec::NgramConfig;
 use crate::tools::ToolPolicy;
+use replay_core::route::Policy as RoutePolicy;
+
+/// Most replicas one fleet runs.
+pub const MAX_REPLICAS: u32 = 64;
 
 /// Every knob of the simulated engine, with vLLM's defaults where vLLM has the knob.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,6 +60,14 @@ pub struct EngineConfig {
     pub mean_parallel_tool_calls: f64,
     /// Median size of a call's argument text, in tokens (lognormal).
     pub tool_argument_tokens: u32,
+    /// Engines behind one HTTP front (`fleet` module docs): each its own scheduler, KV cache and
+    /// modelled compute, as N separate GPUs. 1 = one engine, no router in the path.
+    pub replicas: u32,
+    /// How the front picks a replica when `replicas` > 1: "round-robin", "session", "prefix" or
+    /// "least-loaded" (`replay_core::route::Policy`).
+    pub router: String,
+    /// The request header whose value is a request's session (the session router's key).
+    pub session_header: String,
 }
 
 impl Default for EngineConfig {
@@ -83,6 +95,9 @@ impl Default for EngineConfig {
             max_parallel_tool_calls: 8,
             mean_parallel_tool_calls: 1.5,
             tool_argument_tokens: 40,
+            replicas: 1,
+            router: "round-robin".into(),
+            session_header: "x-session-id".into(),
         }
     }
 }
@@ -101,6 +116,8 @@ pub struct Resolved {
     pub content_salt: u64,
     /// When and how the engine answers with tool calls.
     pub tools: ToolPolicy,
+    /// How a fleet's front routes (`replicas` > 1).
+    pub router: RoutePolicy,
 }
 
 impl EngineConfig {
@@ -173,6 +190,27 @@ impl EngineConfig {
         if c.threads < 1 {
             return Err(SimError::config("--threads", "must be >= 1"));
         }
+        if !(1..=MAX_REPLICAS).contains(&c.replicas) {
+            return Err(SimError::config(
+                "--replicas",
+                format!("must be in [1, {MAX_REPLICAS}], got {}", c.replicas),
+            ));
+        }
+        let router: RoutePolicy = c.router.parse().map_err(|_| {
+            SimError::config(
+                "--router",
+                format!(
+                    "must be round-robin, session, prefix or least-loaded, got '{}'",
+                    c.router
+                ),
+            )
+        })?;
+        if http::HeaderName::from_bytes(c.session_header.as_bytes()).is_err() {
+            return Err(SimError::config(
+                "--session-header",
+                format!("'{}' is not an HTTP header name", c.session_header),
+            ));
+        }
         let tools = ToolPolicy::from_config(c)?;
         let profile = Profile::load(&c.profile)?;
         let (kv_elem_bytes, content_salt) = match c.kv_cache_dtype.as_str() {
@@ -243,6 +281,7 @@ impl EngineConfig {
             kv_elem_bytes,
             content_salt,
             tools,
+            router,
         })
     }
 }
@@ -362,6 +401,9 @@ mod tests {
                 "--mean-parallel-tool-calls",
             ),
             (r#"{"tool_argument_tokens":0}"#, "--tool-argument-tokens"),
+            (r#"{"replicas":0}"#, "--replicas"),
+            (r#"{"replicas":2,"router":"random"}"#, "--router"),
+            (r#"{"session_header":"bad header"}"#, "--session-header"),
         ] {
             let e = resolve(json).unwrap_err().to_string();
             assert!(e.contains(flag), "{json}: {e}");

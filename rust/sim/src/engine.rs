@@ -25,7 +25,7 @@
 //! 0 nothing is slept and idle time is not modelled: a request arrives at the clock's present.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -95,6 +95,9 @@ pub struct Submission {
     /// ... and when, parsed and tokenized, it was handed to the engine: its modelled arrival
     /// (the machine's parsing time is not modelled; a profile's `request_overhead_ms` is).
     pub submitted: Instant,
+    /// The prompt's chained block hashes where a fleet's router already computed them (the
+    /// prefix cache then reuses them), else empty (computed as the scheduler needs them).
+    pub hashes: Vec<u64>,
 }
 
 struct Outlet {
@@ -143,6 +146,9 @@ pub struct Engine {
     /// a reset takes effect before the next request is accepted.
     resets: Arc<AtomicU64>,
     resets_applied: u64,
+    /// Requests handed to this engine and not yet finished (a fleet's router reads it; the
+    /// front raises it, `finalize` lowers it).
+    in_flight: Arc<AtomicU32>,
     /// The modelled clock (module docs): its zero, its present (the end of the last step, or
     /// the start of the one under way), and how far the wall clock, scaled, runs ahead of it.
     epoch: Instant,
@@ -183,6 +189,7 @@ impl Engine {
             rx,
             resets: Arc::new(AtomicU64::new(0)),
             resets_applied: 0,
+            in_flight: Arc::new(AtomicU32::new(0)),
             epoch: Instant::now(),
             modelled: 0.0,
             offset: 0.0,
@@ -251,6 +258,12 @@ impl Engine {
         Arc::clone(&self.resets)
     }
 
+    /// The count of requests in flight: whoever hands the engine a request raises it first;
+    /// the engine lowers it as each ends.
+    pub fn in_flight(&self) -> Arc<AtomicU32> {
+        Arc::clone(&self.in_flight)
+    }
+
     /// Hand a request to the scheduler; it arrived at `arrived_m` on the modelled clock and
     /// could be scheduled from `ready_m` (later by the front end's time, when there is one).
     fn accept(&mut self, sub: Submission, arrived_m: f64, ready_m: f64) {
@@ -260,13 +273,14 @@ impl Engine {
             self.sched.pool_mut().reset_cache();
         }
         let id = self.arrivals;
-        let seq = Sequence::new(
+        let mut seq = Sequence::new(
             sub.prompt,
             &sub.params,
             sub.seed.unwrap_or(self.seed),
             self.content_salt,
             id,
         );
+        seq.hashes = sub.hashes;
         self.arrivals += 1;
         let slot = self.sched.add(seq) as usize;
         if self.outlets.len() <= slot {
@@ -499,6 +513,10 @@ impl Engine {
         let Some(out) = self.outlets[id as usize].take() else {
             return;
         };
+        // saturating: a request handed straight to the engine (a test's) was never counted in
+        let _ = self
+            .in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
         let mut m = self.metrics.lock().expect("metrics");
         m.finished(finish.as_str());
         m.keep_modelled(Modelled {

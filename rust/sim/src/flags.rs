@@ -15,7 +15,8 @@ pub const USAGE: &str = "usage: replay-sim --tokenizer PATH [--host 127.0.0.1] [
 [--scheduling-policy fcfs|priority] [--long-prefill-token-threshold N] [--speculative-config JSON] \
 [--kv-cache-dtype auto|fp8] [--max-model-len N] [--seed N] [--served-model-name NAME] [--time-scale X] \
 [--threads N] [--tool-call-probability P] [--max-parallel-tool-calls N] \
-[--mean-parallel-tool-calls X] [--tool-argument-tokens N]";
+[--mean-parallel-tool-calls X] [--tool-argument-tokens N] \
+[--replicas N] [--router round-robin|session|prefix|least-loaded] [--session-header NAME]";
 
 #[derive(Clone, Copy)]
 enum Kind {
@@ -25,7 +26,7 @@ enum Kind {
     Json,
 }
 
-const FLAGS: [(&str, Kind); 21] = [
+const FLAGS: [(&str, Kind); 24] = [
     ("profile", Kind::Str),
     ("tokenizer", Kind::Str),
     ("max-num-seqs", Kind::Int),
@@ -47,6 +48,9 @@ const FLAGS: [(&str, Kind); 21] = [
     ("max-parallel-tool-calls", Kind::Int),
     ("mean-parallel-tool-calls", Kind::Float),
     ("tool-argument-tokens", Kind::Int),
+    ("replicas", Kind::Int),
+    ("router", Kind::Str),
+    ("session-header", Kind::Str),
 ];
 
 /// Parse flags (without the program name). `Ok(None)` means `--help` was asked for.

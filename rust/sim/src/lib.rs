@@ -21,6 +21,7 @@ pub mod engine;
 pub mod error;
 pub mod fixture;
 pub mod flags;
+pub mod fleet;
 pub mod history;
 pub mod kv;
 pub mod metrics;
@@ -49,6 +50,7 @@ pub use profile::{Profile, PROFILE_NAMES};
 pub use vocab::Vocab;
 
 use crate::engine::Engine;
+use crate::fleet::{Fleet, Replica};
 use crate::metrics::Metrics;
 use crate::scheduler::Policy;
 use crate::server::{accept_loop, AppState};
@@ -57,7 +59,7 @@ use crate::server::{accept_loop, AppState};
 pub struct ServerHandle {
     addr: SocketAddr,
     resolved: Resolved,
-    metrics: Arc<Mutex<Metrics>>,
+    fleet: Arc<Fleet>,
     shutdown: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -79,7 +81,7 @@ impl ServerHandle {
 
     /// The Prometheus text GET /metrics would answer.
     pub fn metrics_text(&self) -> String {
-        self.metrics.lock().expect("metrics").render()
+        self.fleet.metrics_text()
     }
 
     /// Stop serving (open connections are dropped) and wait for the server thread.
@@ -142,12 +144,30 @@ pub fn serve_with(resolved: Resolved, vocab: Arc<Vocab>) -> Result<ServerHandle,
     .map_err(|e| SimError::Runtime {
         message: e.to_string(),
     })?;
-    let metrics = Arc::new(Mutex::new(Metrics::new(
-        &c.served_model_name,
-        resolved.cache_info(),
-    )));
-    let (engine, engine_tx) = Engine::new(&resolved, Arc::clone(&vocab), Arc::clone(&metrics));
-    let cache_resets = engine.resets();
+    // one engine per replica, each with its own scheduler, KV cache, metrics and clock
+    let mut engines = Vec::with_capacity(c.replicas as usize);
+    let mut replicas = Vec::with_capacity(c.replicas as usize);
+    for _ in 0..c.replicas.max(1) {
+        let metrics = Arc::new(Mutex::new(Metrics::new(
+            &c.served_model_name,
+            resolved.cache_info(),
+        )));
+        let (engine, engine_tx) = Engine::new(&resolved, Arc::clone(&vocab), Arc::clone(&metrics));
+        replicas.push(Replica {
+            engine: engine_tx,
+            metrics,
+            cache_resets: engine.resets(),
+            in_flight: engine.in_flight(),
+        });
+        engines.push(engine);
+    }
+    let fleet = Arc::new(Fleet::new(
+        replicas,
+        resolved.router,
+        &c.session_header,
+        c.block_size,
+        resolved.num_blocks,
+    ));
     let state = Arc::new(AppState {
         model: c.served_model_name.clone(),
         max_model_len: resolved.max_model_len,
@@ -155,10 +175,8 @@ pub fn serve_with(resolved: Resolved, vocab: Arc<Vocab>) -> Result<ServerHandle,
         seed: c.seed,
         tool_policy: resolved.tools.clone(),
         vocab,
-        engine: engine_tx,
-        metrics: Arc::clone(&metrics),
+        fleet: Arc::clone(&fleet),
         next_id: AtomicU64::new(0),
-        cache_resets,
         created: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -179,7 +197,9 @@ pub fn serve_with(resolved: Resolved, vocab: Arc<Vocab>) -> Result<ServerHandle,
                         return;
                     }
                 };
-                tokio::spawn(engine.run());
+                for engine in engines {
+                    tokio::spawn(engine.run());
+                }
                 let _ = ready_tx.send(Ok(()));
                 accept_loop(listener, state, shutdown_rx).await;
             });
@@ -203,7 +223,7 @@ pub fn serve_with(resolved: Resolved, vocab: Arc<Vocab>) -> Result<ServerHandle,
     Ok(ServerHandle {
         addr: local,
         resolved,
-        metrics,
+        fleet,
         shutdown: Some(shutdown_tx),
         thread: Some(thread),
     })

@@ -80,6 +80,15 @@ impl Histogram {
     pub fn sum(&self) -> f64 {
         self.sum
     }
+
+    /// Add `other`'s observations (same bounds) to these.
+    pub fn add(&mut self, other: &Histogram) {
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            *a += b;
+        }
+        self.sum += other.sum;
+        self.count += other.count;
+    }
 }
 
 /// Static facts about the engine, shown as `vllm:cache_config_info`.
@@ -154,20 +163,7 @@ impl Metrics {
 
     /// GET /sim/requests: `{"clock_s", "kept", "requests": [...]}`, oldest first.
     pub fn modelled_json(&self) -> String {
-        let requests: Vec<serde_json::Value> = self
-            .modelled
-            .iter()
-            .map(|m| {
-                serde_json::json!({
-                    "id": m.id, "prompt_tokens": m.prompt_tokens, "cached_tokens": m.cached_tokens,
-                    "completion_tokens": m.completion_tokens, "steps": m.steps, "finish": m.finish,
-                    "arrived_s": m.arrived_s, "scheduled_s": m.scheduled_s,
-                    "first_token_s": m.first_token_s, "finished_s": m.finished_s,
-                })
-            })
-            .collect();
-        serde_json::json!({"clock_s": self.modelled_clock_s, "kept": MODELLED_KEPT, "requests": requests})
-            .to_string()
+        modelled_json(&[self])
     }
 
     /// Count a finished request by its `finish_reason` ("stop", "length" or "abort").
@@ -183,160 +179,279 @@ impl Metrics {
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
-        let labels = format!("engine=\"0\",model_name=\"{}\"", escape(&self.model_name));
-        let mut out = String::with_capacity(8192);
-        let gauges = [
-            (
-                "num_requests_running",
-                "Number of requests in model execution batches.",
-                self.num_requests_running as f64,
-            ),
-            (
-                "num_requests_waiting",
-                "Number of requests waiting to be processed.",
-                self.num_requests_waiting as f64,
-            ),
-            (
-                "kv_cache_usage_perc",
-                "KV-cache usage. 1 means 100 percent usage.",
-                self.kv_cache_usage_perc,
-            ),
-        ];
-        for (name, help, v) in gauges {
-            series(&mut out, name, help, "gauge", &[(labels.clone(), v)]);
-        }
-        let s = &self.sched;
-        let counters = [
-            (
-                "num_preemptions_total",
-                "Cumulative number of preemption from the engine.",
-                s.preemptions,
-            ),
-            (
-                "prompt_tokens_total",
-                "Number of prefill tokens processed.",
-                self.prompt_tokens,
-            ),
-            (
-                "generation_tokens_total",
-                "Number of generation tokens processed.",
-                self.generation_tokens,
-            ),
-            (
-                "prefix_cache_queries_total",
-                "Prefix cache queries, in terms of number of queried tokens.",
-                s.prefix_queries,
-            ),
-            (
-                "prefix_cache_hits_total",
-                "Prefix cache hits, in terms of number of cached tokens.",
-                s.prefix_hits,
-            ),
-            (
-                "prompt_tokens_cached_total",
-                "Number of cached prompt tokens (local prefix cache).",
-                self.prompt_tokens_cached,
-            ),
-            (
-                "spec_decode_num_drafts_total",
-                "Number of spec decoding drafts.",
-                s.spec_drafts,
-            ),
-            (
-                "spec_decode_num_draft_tokens_total",
-                "Number of draft tokens.",
-                s.spec_draft_tokens,
-            ),
-            (
-                "spec_decode_num_accepted_tokens_total",
-                "Number of accepted tokens.",
-                s.spec_accepted_tokens,
-            ),
-            (
-                "engine_steps_total",
-                "Number of engine steps (replay-sim extension).",
-                self.steps,
-            ),
-        ];
-        for (name, help, v) in counters {
-            series(
-                &mut out,
-                name,
-                help,
-                "counter",
-                &[(labels.clone(), v as f64)],
-            );
-        }
-        let by_reason: Vec<(String, f64)> = ["stop", "length", "abort"]
-            .iter()
-            .zip(self.success)
-            .map(|(r, v)| {
-                (
-                    format!(
-                        "engine=\"0\",finished_reason=\"{r}\",model_name=\"{}\"",
-                        escape(&self.model_name)
-                    ),
-                    v as f64,
-                )
-            })
-            .collect();
-        series(
-            &mut out,
-            "request_success_total",
-            "Count of successfully processed requests.",
-            "counter",
-            &by_reason,
-        );
-        let hists = [
-            (
-                "time_to_first_token_seconds",
-                "Histogram of time to first token in seconds.",
-                &self.ttft,
-            ),
-            (
-                "inter_token_latency_seconds",
-                "Histogram of inter-token latency in seconds.",
-                &self.itl,
-            ),
-            (
-                "e2e_request_latency_seconds",
-                "Histogram of e2e request latency in seconds.",
-                &self.e2e,
-            ),
-            (
-                "request_queue_time_seconds",
-                "Histogram of time spent in WAITING phase for request.",
-                &self.queue,
-            ),
-            (
-                "request_prefill_time_seconds",
-                "Histogram of time spent in PREFILL phase for request.",
-                &self.prefill,
-            ),
-            (
-                "request_decode_time_seconds",
-                "Histogram of time spent in DECODE phase for request.",
-                &self.decode,
-            ),
-        ];
-        for (name, help, h) in hists {
-            histogram(&mut out, name, help, &labels, h);
-        }
-        let c = &self.cache;
-        let info = format!(
-            "block_size=\"{}\",cache_dtype=\"{}\",enable_prefix_caching=\"{}\",engine=\"0\",gpu_memory_utilization=\"{}\",num_gpu_blocks=\"{}\"",
-            c.block_size, escape(&c.cache_dtype), if c.enable_prefix_caching { "True" } else { "False" },
-            c.gpu_memory_utilization, c.num_gpu_blocks
-        );
-        series(
-            &mut out,
-            "cache_config_info",
-            "Information of the LLMEngine CacheConfig",
-            "gauge",
-            &[(info, 1.0)],
-        );
-        out
+        render_fleet(&[self])
     }
+
+    /// A fleet's totals: counters, gauges of requests and histograms summed over `parts`, KV
+    /// usage their mean (the replicas' caches are the same size), the cache's info the first
+    /// part's with the fleet's blocks, the modelled clock the latest (`modelled` is left empty).
+    pub fn sum(parts: &[&Metrics]) -> Metrics {
+        let first = parts.first().expect("a fleet has a replica");
+        let mut t = Metrics::new(&first.model_name, first.cache.clone());
+        t.cache.num_gpu_blocks = parts.iter().map(|m| m.cache.num_gpu_blocks).sum();
+        for m in parts {
+            t.num_requests_running += m.num_requests_running;
+            t.num_requests_waiting += m.num_requests_waiting;
+            t.kv_cache_usage_perc += m.kv_cache_usage_perc / parts.len() as f64;
+            t.prompt_tokens += m.prompt_tokens;
+            t.generation_tokens += m.generation_tokens;
+            t.prompt_tokens_cached += m.prompt_tokens_cached;
+            for (a, b) in t.success.iter_mut().zip(m.success) {
+                *a += b;
+            }
+            let (s, o) = (&mut t.sched, &m.sched);
+            s.preemptions += o.preemptions;
+            s.prefix_queries += o.prefix_queries;
+            s.prefix_hits += o.prefix_hits;
+            s.spec_drafts += o.spec_drafts;
+            s.spec_draft_tokens += o.spec_draft_tokens;
+            s.spec_accepted_tokens += o.spec_accepted_tokens;
+            for (a, b) in [
+                (&mut t.ttft, &m.ttft),
+                (&mut t.itl, &m.itl),
+                (&mut t.e2e, &m.e2e),
+                (&mut t.queue, &m.queue),
+                (&mut t.prefill, &m.prefill),
+                (&mut t.decode, &m.decode),
+            ] {
+                a.add(b);
+            }
+            t.steps += m.steps;
+            t.modelled_clock_s = t.modelled_clock_s.max(m.modelled_clock_s);
+        }
+        t
+    }
+}
+
+/// GET /sim/requests of a fleet (or one engine): `{"clock_s", "kept", "requests": [...]}`,
+/// each request with its `replica` (0 for one engine; `id` is its arrival order there), oldest
+/// first by modelled arrival; `clock_s` is the latest replica's clock, `kept` per replica.
+pub fn modelled_json(replicas: &[&Metrics]) -> String {
+    let mut all: Vec<(usize, &Modelled)> = replicas
+        .iter()
+        .enumerate()
+        .flat_map(|(i, m)| m.modelled.iter().map(move |r| (i, r)))
+        .collect();
+    if replicas.len() > 1 {
+        all.sort_by(|a, b| a.1.arrived_s.total_cmp(&b.1.arrived_s));
+    }
+    let requests: Vec<serde_json::Value> = all
+        .into_iter()
+        .map(|(replica, m)| {
+            serde_json::json!({
+                "id": m.id, "replica": replica, "prompt_tokens": m.prompt_tokens,
+                "cached_tokens": m.cached_tokens, "completion_tokens": m.completion_tokens,
+                "steps": m.steps, "finish": m.finish, "arrived_s": m.arrived_s,
+                "scheduled_s": m.scheduled_s, "first_token_s": m.first_token_s,
+                "finished_s": m.finished_s,
+            })
+        })
+        .collect();
+    let clock = replicas
+        .iter()
+        .map(|m| m.modelled_clock_s)
+        .fold(0.0, f64::max);
+    serde_json::json!({"clock_s": clock, "kept": MODELLED_KEPT, "requests": requests}).to_string()
+}
+
+/// GET /metrics of one engine (`replicas` of one: its series as vLLM's) or of a fleet: every
+/// family's fleet totals under the usual labels, then each replica's with `replica="i"` added.
+/// A reader that sums a family over its label sets must take the totals or the replicas, not
+/// both (`replay.targets.prometheus` takes the totals where a `replica` label splits them).
+pub fn render_fleet(replicas: &[&Metrics]) -> String {
+    let total;
+    let mut sets: Vec<(&Metrics, String)> = Vec::with_capacity(replicas.len() + 1);
+    if replicas.len() == 1 {
+        sets.push((replicas[0], String::new()));
+    } else {
+        total = Metrics::sum(replicas);
+        sets.push((&total, String::new()));
+        for (i, m) in replicas.iter().enumerate() {
+            sets.push((m, format!(",replica=\"{i}\"")));
+        }
+    }
+    render_sets(&sets)
+}
+
+/// The exposition of `sets`, each a `Metrics` and the labels that follow its own (`,a="b"`).
+fn render_sets(sets: &[(&Metrics, String)]) -> String {
+    let labels: Vec<String> = sets
+        .iter()
+        .map(|(m, extra)| {
+            format!(
+                "engine=\"0\",model_name=\"{}\"{extra}",
+                escape(&m.model_name)
+            )
+        })
+        .collect();
+    let each = |f: &dyn Fn(&Metrics) -> f64| -> Vec<(String, f64)> {
+        sets.iter()
+            .zip(&labels)
+            .map(|((m, _), l)| (l.clone(), f(m)))
+            .collect()
+    };
+    let mut out = String::with_capacity(8192 * sets.len());
+    type Read = fn(&Metrics) -> f64;
+    let gauges: [(&str, &str, Read); 3] = [
+        (
+            "num_requests_running",
+            "Number of requests in model execution batches.",
+            |m| m.num_requests_running as f64,
+        ),
+        (
+            "num_requests_waiting",
+            "Number of requests waiting to be processed.",
+            |m| m.num_requests_waiting as f64,
+        ),
+        (
+            "kv_cache_usage_perc",
+            "KV-cache usage. 1 means 100 percent usage.",
+            |m| m.kv_cache_usage_perc,
+        ),
+    ];
+    for (name, help, read) in gauges {
+        series(&mut out, name, help, "gauge", &each(&read));
+    }
+    let counters: [(&str, &str, Read); 10] = [
+        (
+            "num_preemptions_total",
+            "Cumulative number of preemption from the engine.",
+            |m| m.sched.preemptions as f64,
+        ),
+        (
+            "prompt_tokens_total",
+            "Number of prefill tokens processed.",
+            |m| m.prompt_tokens as f64,
+        ),
+        (
+            "generation_tokens_total",
+            "Number of generation tokens processed.",
+            |m| m.generation_tokens as f64,
+        ),
+        (
+            "prefix_cache_queries_total",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            |m| m.sched.prefix_queries as f64,
+        ),
+        (
+            "prefix_cache_hits_total",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            |m| m.sched.prefix_hits as f64,
+        ),
+        (
+            "prompt_tokens_cached_total",
+            "Number of cached prompt tokens (local prefix cache).",
+            |m| m.prompt_tokens_cached as f64,
+        ),
+        (
+            "spec_decode_num_drafts_total",
+            "Number of spec decoding drafts.",
+            |m| m.sched.spec_drafts as f64,
+        ),
+        (
+            "spec_decode_num_draft_tokens_total",
+            "Number of draft tokens.",
+            |m| m.sched.spec_draft_tokens as f64,
+        ),
+        (
+            "spec_decode_num_accepted_tokens_total",
+            "Number of accepted tokens.",
+            |m| m.sched.spec_accepted_tokens as f64,
+        ),
+        (
+            "engine_steps_total",
+            "Number of engine steps (replay-sim extension).",
+            |m| m.steps as f64,
+        ),
+    ];
+    for (name, help, read) in counters {
+        series(&mut out, name, help, "counter", &each(&read));
+    }
+    let by_reason: Vec<(String, f64)> = sets
+        .iter()
+        .flat_map(|(m, extra)| {
+            ["stop", "length", "abort"]
+                .iter()
+                .zip(m.success)
+                .map(move |(r, v)| {
+                    (
+                        format!(
+                            "engine=\"0\",finished_reason=\"{r}\",model_name=\"{}\"{extra}",
+                            escape(&m.model_name)
+                        ),
+                        v as f64,
+                    )
+                })
+        })
+        .collect();
+    series(
+        &mut out,
+        "request_success_total",
+        "Count of successfully processed requests.",
+        "counter",
+        &by_reason,
+    );
+    type Hist = fn(&Metrics) -> &Histogram;
+    let hists: [(&str, &str, Hist); 6] = [
+        (
+            "time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            |m| &m.ttft,
+        ),
+        (
+            "inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            |m| &m.itl,
+        ),
+        (
+            "e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            |m| &m.e2e,
+        ),
+        (
+            "request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            |m| &m.queue,
+        ),
+        (
+            "request_prefill_time_seconds",
+            "Histogram of time spent in PREFILL phase for request.",
+            |m| &m.prefill,
+        ),
+        (
+            "request_decode_time_seconds",
+            "Histogram of time spent in DECODE phase for request.",
+            |m| &m.decode,
+        ),
+    ];
+    for (name, help, read) in hists {
+        let _ = writeln!(
+            out,
+            "# HELP vllm:{name} {help}\n# TYPE vllm:{name} histogram"
+        );
+        for ((m, _), l) in sets.iter().zip(&labels) {
+            histogram(&mut out, name, l, read(m));
+        }
+    }
+    let info: Vec<(String, f64)> = sets
+        .iter()
+        .map(|(m, extra)| {
+            let c = &m.cache;
+            (format!(
+                "block_size=\"{}\",cache_dtype=\"{}\",enable_prefix_caching=\"{}\",engine=\"0\",gpu_memory_utilization=\"{}\",num_gpu_blocks=\"{}\"{extra}",
+                c.block_size, escape(&c.cache_dtype), if c.enable_prefix_caching { "True" } else { "False" },
+                c.gpu_memory_utilization, c.num_gpu_blocks
+            ), 1.0)
+        })
+        .collect();
+    series(
+        &mut out,
+        "cache_config_info",
+        "Information of the LLMEngine CacheConfig",
+        "gauge",
+        &info,
+    );
+    out
 }
 
 fn escape(s: &str) -> String {
@@ -362,11 +477,7 @@ fn series(out: &mut String, name: &str, help: &str, kind: &str, values: &[(Strin
     }
 }
 
-fn histogram(out: &mut String, name: &str, help: &str, labels: &str, h: &Histogram) {
-    let _ = writeln!(
-        out,
-        "# HELP vllm:{name} {help}\n# TYPE vllm:{name} histogram"
-    );
+fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
     let mut cumulative = 0;
     for (b, c) in h.bounds.iter().zip(&h.counts) {
         cumulative += c;

@@ -12,7 +12,7 @@
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -30,7 +30,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::engine::{Sink, Submission};
-use crate::metrics::Metrics;
+use crate::fleet::Fleet;
 use crate::render::{completion_json, embeddings_json, error_json, request_id, StreamFormat};
 use crate::request::{parse_request, Api, ApiError, ApiRequest, Prompt};
 use crate::sequence::SeqParams;
@@ -52,12 +52,9 @@ pub struct AppState {
     pub seed: u64,
     pub tool_policy: ToolPolicy,
     pub vocab: Arc<Vocab>,
-    pub engine: mpsc::UnboundedSender<Submission>,
-    pub metrics: Arc<Mutex<Metrics>>,
+    /// The engine, or the replicas and their router (`fleet`).
+    pub fleet: Arc<Fleet>,
     pub next_id: AtomicU64,
-    /// `POST /reset_prefix_cache` raises it; the engine forgets its free blocks' cached
-    /// prefixes before the next request (vLLM's endpoint of the same name)
-    pub cache_resets: Arc<AtomicU64>,
     pub created: u64,
 }
 
@@ -160,6 +157,7 @@ async fn generate(
     state: Arc<AppState>,
 ) -> Result<Reply, ApiError> {
     let arrived = Instant::now();
+    let session = state.fleet.session(req.headers());
     let follow = req
         .headers()
         .get(REPLAY_TOOL_CALLS_HEADER)
@@ -226,6 +224,7 @@ async fn generate(
     });
     let id = request_id(api, state.next_id.fetch_add(1, Ordering::Relaxed));
     let created = unix_now();
+    let routed = state.fleet.route(session, &prompt);
     let unavailable = || ApiError {
         status: 503,
         kind: "ServiceUnavailableError",
@@ -244,8 +243,11 @@ async fn generate(
             sink: Sink::Stream { tx, format },
             arrived,
             submitted: Instant::now(),
+            hashes: routed.hashes,
         };
-        state.engine.send(sub).map_err(|_| unavailable())?;
+        if !state.fleet.submit(routed.replica, sub) {
+            return Err(unavailable());
+        }
         let mut resp = Response::new(Either::Left(SseBody { rx }));
         resp.headers_mut().insert(
             CONTENT_TYPE,
@@ -253,7 +255,7 @@ async fn generate(
         );
         resp.headers_mut()
             .insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        Ok(resp)
+        Ok(state.fleet.mark(resp, routed.replica))
     } else {
         let (tx, rx) = oneshot::channel();
         let sub = Submission {
@@ -265,19 +267,23 @@ async fn generate(
             sink: Sink::Whole { tx },
             arrived,
             submitted: Instant::now(),
+            hashes: routed.hashes,
         };
-        state.engine.send(sub).map_err(|_| unavailable())?;
+        if !state.fleet.submit(routed.replica, sub) {
+            return Err(unavailable());
+        }
         let answer = rx.await.map_err(|_| unavailable())?;
         if let Some(ids) = embedded {
             let usage = crate::render::Usage {
                 completion_tokens: 0,
                 ..answer.usage
             };
-            return Ok(reply(
+            let resp = reply(
                 200,
                 "application/json",
                 embeddings_json(&state.model, &ids, r.base64, usage),
-            ));
+            );
+            return Ok(state.fleet.mark(resp, routed.replica));
         }
         let body = completion_json(
             api,
@@ -289,7 +295,9 @@ async fn generate(
             answer.finish.as_str(),
             answer.usage,
         );
-        Ok(reply(200, "application/json", body))
+        Ok(state
+            .fleet
+            .mark(reply(200, "application/json", body), routed.replica))
     }
 }
 
@@ -363,15 +371,15 @@ async fn handle(req: Request<Incoming>, state: Arc<AppState>) -> Result<Reply, I
         }
         (&Method::GET, "/v1/models") => Ok(models(&state)),
         (&Method::POST, "/reset_prefix_cache") => {
-            state.cache_resets.fetch_add(1, Ordering::AcqRel);
+            state.fleet.reset_prefix_caches();
             Ok(reply(200, "application/json", Bytes::new()))
         }
         (&Method::GET, "/metrics") => {
-            let text = state.metrics.lock().expect("metrics").render();
+            let text = state.fleet.metrics_text();
             Ok(reply(200, "text/plain; version=0.0.4; charset=utf-8", text))
         }
         (&Method::GET, "/sim/requests") => {
-            let text = state.metrics.lock().expect("metrics").modelled_json();
+            let text = state.fleet.modelled_json();
             Ok(reply(200, "application/json", Bytes::from(text)))
         }
         (&Method::GET, "/version") => Ok(json_reply(

@@ -248,7 +248,9 @@ def test_sim_takes_vllm_flag_names():
         "--kv-cache-dtype",
         "fp8",
     ]
-    assert {k.flag for k in SimEngine.knobs} <= {k.flag for k in VLLM_SCHEDULER_KNOBS}  # vLLM's names
+    # vLLM's names, besides the fleet's (N engines behind the sim's own router: docs/sim-engine.md)
+    assert {k.flag for k in SimEngine.knobs} - {k.flag for k in VLLM_SCHEDULER_KNOBS} == {"--replicas", "--router"}
+    assert all(k.lossless for k in SimEngine.knobs if k.name in ("replicas", "router"))
     (kv,) = [k for k in SimEngine.knobs if k.name == "kv_cache_dtype"]
     assert "fp8" in kv.choices and not kv.lossless
     with pytest.raises(ConfigError, match="--kv-cache-dtype: 'int4' not one of auto, fp8"):
