@@ -243,8 +243,9 @@ def main() -> int:
             else:
                 print(
                     f"\noptimizer (goodput at TTFT <= {args.slo_ttft:g} s modelled, baseline {REPLICAS} replicas round-robin): "
-                    f"baseline {found['baseline_median']:.2f} req/s {found['baseline']}, best {found['best']} "
-                    f"{found['best_median']:.2f} req/s {found['best_values']} "
+                    f"baseline {found['baseline_median']:.2f} req/s ({', '.join(f'{v:.2f}' for v in found['baseline'])}), "
+                    f"best {found['best']} {found['best_median']:.2f} req/s "
+                    f"({', '.join(f'{v:.2f}' for v in found['best_values'])}) "
                     f"({found['best_median'] / found['baseline_median']:.2f}x); accepted: {found['accepted'] or 'none'}; "
                     f"{found['minutes']:.1f} min"
                 )

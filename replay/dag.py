@@ -36,28 +36,7 @@ import polars as pl
 
 from replay.errors import TraceError
 
-__all__ = ["check", "has_edges", "row_edges", "depth_and_fan_out", "dag_gates", "after_failed", "shape", "root_sessions"]
-
-
-def root_sessions(df: pl.DataFrame) -> pl.Series:
-    """Each row's root session: its ``session_id`` followed up its ``parent_session_id`` chain
-    (a subagent's session to the session that started it, and so on) to a session with no
-    parent; null where the row has no session. What session routing keys on, so that a session
-    and its subagents go to one replica. A parent chain that loops stops where it repeats."""
-    sessions = df["session_id"] if "session_id" in df.columns else pl.Series([None] * df.height, dtype=pl.String)
-    if "parent_session_id" not in df.columns or df["parent_session_id"].null_count() == df.height:
-        return sessions.alias("root_session")
-    pairs = df.select("session_id", "parent_session_id").drop_nulls().unique("session_id", keep="first")
-    parent = dict(zip(pairs["session_id"].to_list(), pairs["parent_session_id"].to_list()))
-
-    def root(s: str | None) -> str | None:
-        seen = set()
-        while s in parent and s not in seen:
-            seen.add(s)
-            s = parent[s]
-        return s
-
-    return sessions.replace({s: root(s) for s in parent}).alias("root_session")
+__all__ = ["check", "has_edges", "row_edges", "depth_and_fan_out", "dag_gates", "after_failed", "shape"]
 
 
 def has_edges(df: pl.DataFrame) -> bool:

@@ -122,9 +122,9 @@ class Plan:
         carried; an empty value: it was text), which the embedded engine answers with the same
         calls of the same sizes and other servers ignore (docs/sim-engine.md); with
         ``session_header``, a row with a session sends its root session id
-        (:func:`replay.dag.root_sessions`) in it, for a server-side router's session affinity."""
+        (:func:`replay.fleet.root_sessions`) in it, for a server-side router's session affinity."""
         from replay import _engine
-        from replay.dag import root_sessions
+        from replay.fleet import root_sessions
 
         calls = self.rows["tool_calls"] if "tool_calls" in self.rows.columns else None
         parts = []
@@ -132,7 +132,7 @@ class Plan:
             name = _engine.REPLAY_TOOL_CALLS_HEADER
             parts.append(pl.lit(f"{name}: ") + calls.list.eval(pl.element().cast(pl.String)).list.join(",") + pl.lit("\r\n"))
         if self.session_header is not None:
-            roots = root_sessions(self.rows)
+            roots = pl.Series(root_sessions(self.rows), dtype=pl.String)
             if roots.null_count() < self.n:
                 # a header value holds no line break (a session id that does is sent without it)
                 roots = roots.str.replace_all(r"[\r\n]", "")

@@ -271,3 +271,21 @@ def test_every_earlier_answer_of_an_agent_history_gets_a_span_whatever_its_conte
         assert now["role"] == was["role"] and now.get("tool_calls") == was.get("tool_calls")
         assert now.get("tool_call_id") == was.get("tool_call_id")
     assert spliced[-1] == {"role": "user", "content": "go on"}
+
+
+def test_a_session_header_carries_each_request_s_root_session(make_trace):
+    """--session-header: each request with a session sends its root session (a subagent's
+    parent chain followed to the top), beside the recorded tool calls' header; none without."""
+    trace = make_trace(
+        n=4,
+        session_id=pl.Series(["root", "sub", None, "subsub"], dtype=pl.String),
+        parent_session_id=pl.Series([None, "root", None, "sub"], dtype=pl.String),
+    )
+    plain = build_plan(trace, RunConfig(url="http://x"))
+    assert plain.head_lines() is None
+    plan = build_plan(trace, RunConfig(url="http://x", session_header="x-session-id"))
+    text, offsets = plan.head_lines()
+    lines = [text[offsets[i] : offsets[i + 1]].decode() for i in range(4)]
+    assert lines == ["x-session-id: root\r\n", "x-session-id: root\r\n", "", "x-session-id: root\r\n"]
+    with pytest.raises(ConfigError, match="--session-header"):
+        RunConfig(url="http://x", session_header="bad header")
