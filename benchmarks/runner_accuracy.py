@@ -17,7 +17,10 @@ Bodies: the Azure 2023 conversation trace (../shared/data/traces/azure_llm_2023_
   synthesized as the stage goes (`replay.synth`, about a second of sends ahead of the sender), as `replay run`
   replays such a trace;
 * **stored**: the same requests with their synthesized bodies built once beforehand and kept in
-  the trace (the same sizes), as a `replay generate` or capture trace is replayed.
+  the trace (the same sizes), as a `replay generate` or capture trace is replayed;
+* **generated**: a `replay generate` chat trace (`--requests 19366 --seed 1`: multi-turn sessions
+  whose bodies carry every earlier turn, mean about 13 KB), its stored bodies sent as they are
+  (open sessions: each request at its scheduled time).
 
 Senders, at each offered rate (constant arrivals over `--seconds`, at most the trace's 19,366
 requests, so the top rates run shorter):
@@ -40,7 +43,8 @@ ones. Not a pass/fail test. The targets
 ([9]): ours >= 5,000 req/s at 1 ms for both body sources, >= 10x the peer at 2 ms.
 
 usage: python benchmarks/runner_accuracy.py [--rates 250,500,...,16000] [--seconds 3]
-                                            [--servers nginx,sse-bench] [--bodies token-only,stored]
+                                            [--servers nginx,sse-bench]
+                                            [--bodies token-only,stored,generated]
                                             [--no-https] [--no-peer]
 """
 
@@ -112,6 +116,13 @@ def traces(folder: Path):
     return token_only, stored
 
 
+def generated(rows: int):
+    """A `replay generate` chat trace of `rows` requests (seed 1), its bodies stored."""
+    from replay.generate import GenerateConfig, generate
+
+    return generate(GenerateConfig(n_requests=rows, seed=1))
+
+
 def run_ours(trace, url: str, rate: float, n: int, ca_cert: str | None = None) -> dict:
     from replay.config import Arrivals, RunConfig
     from replay.runner import run_stage
@@ -126,8 +137,12 @@ def run_ours(trace, url: str, rate: float, n: int, ca_cert: str | None = None) -
         timeout_s=30.0,
         chunk_times=False,
     )
+    cpu = os.times()
     result = run_stage(trace, config, model="m")
+    cpu_after = os.times()
     s, runner = result.summary, result.runner
+    # this process's CPU (plan, bodies, runner threads) per request sent
+    used = {k: getattr(cpu_after, k) - getattr(cpu, k) for k in ("user", "system")}
     return {
         "achieved": s.achieved_send_rate or float("nan"),
         "lag_p50_ms": s.send_lag_ms["p50"],
@@ -137,7 +152,8 @@ def run_ours(trace, url: str, rate: float, n: int, ca_cert: str | None = None) -
         "n": n,
         "why": (
             f"  dispatcher preempted {runner['dispatcher_switches']['involuntary']}x, "
-            f"waited for bodies {runner['body_waits']}x (max {runner['body_wait_max_ms']:.1f} ms)"
+            f"waited for bodies {runner['body_waits']}x (max {runner['body_wait_max_ms']:.1f} ms), "
+            f"CPU {1e6 * used['user'] / n:.0f} us user + {1e6 * used['system'] / n:.0f} us system a request"
         ),
     }
 
@@ -157,7 +173,7 @@ def run_peer(bodies: list[bytes], url: str, rate: float, n: int) -> dict:
 
 
 def peer_bodies(stored) -> list[bytes]:
-    """The stored trace's bodies as our runner sends them (streaming with usage, max_tokens)."""
+    """A trace's stored bodies as our runner sends them (streaming with usage, max_tokens)."""
     from replay.config import RunConfig
     from replay.plan import build_plan
 
@@ -251,13 +267,15 @@ def main() -> int:
     parser.add_argument("--rates", default=DEFAULT_RATES)
     parser.add_argument("--seconds", type=float, default=3.0, help="schedule length per rate (default 3)")
     parser.add_argument("--servers", default="nginx,sse-bench")
-    parser.add_argument("--bodies", default="token-only,stored")
+    parser.add_argument("--bodies", default="token-only,stored,generated")
     parser.add_argument("--no-https", action="store_true", help="skip ours over https (nginx)")
     parser.add_argument("--no-peer", action="store_true", help="skip the asyncio peer")
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
     servers = args.servers.split(",")
     sources = args.bodies.split(",")
+    if unknown := set(sources) - {"token-only", "stored", "generated"}:
+        parser.error(f"--bodies: unknown source {', '.join(sorted(unknown))} (token-only, stored, generated)")
     if "nginx" in servers:
         ensure_nginx()
     with tempfile.TemporaryDirectory(prefix="runner-accuracy-") as tmp:
@@ -272,6 +290,17 @@ def main() -> int:
             + f"; prepared in {time.perf_counter() - t:.1f} s, peak RSS {rss_mb():.0f} MB"
         )
         by_source = {"token-only": token_only, "stored": stored}
+        peer = {"stored": bodies}
+        if "generated" in sources:
+            t = time.perf_counter()
+            by_source["generated"] = generated(rows)
+            peer["generated"] = peer_bodies(by_source["generated"]) if not args.no_peer else []
+            sizes = np.array([len(b) for b in peer["generated"]]) if peer["generated"] else None
+            print(
+                f"replay generate trace: {rows} requests"
+                + (f", bodies mean {sizes.mean():.0f} B / p99 {np.percentile(sizes, 99):.0f} B" if sizes is not None else "")
+                + f"; made in {time.perf_counter() - t:.1f} s, peak RSS {rss_mb():.0f} MB"
+            )
         for server in servers:
             if server == "nginx":
                 nginx = start_static_sse(Path(tmp) / "nginx")
@@ -294,9 +323,9 @@ def main() -> int:
                             rows,
                             lambda r, n, tr=trace: run_ours(tr, nginx.url, r, n, ca_cert=str(nginx.ca)),
                         )
-                    if source == "stored" and not args.no_peer:
+                    if source in peer and not args.no_peer:
                         results["asyncio"] = sweep_rates(
-                            "asyncio", rates, args.seconds, rows, lambda r, n: run_peer(bodies, url, r, n)
+                            "asyncio", rates, args.seconds, rows, lambda r, n, b=peer[source]: run_peer(b, url, r, n)
                         )
                     table(f"{server}, {source} bodies", rates, results)
                     # what the machine itself allowed right after this block: a miss of ours that the

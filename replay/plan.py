@@ -76,7 +76,12 @@ class Plan:
         built here, a window at a time, by the trace's synthesis rule (:mod:`replay.synth`).
         With ``mark_answers``, ``(bytes, offsets, spans, span_offsets)``: the byte spans of body i's
         earlier answers (its assistant messages before the final one, as JSON string contents;
-        start, end, ... oldest first) are ``spans[span_offsets[i]:span_offsets[i + 1]]``."""
+        start, end, ... oldest first) are ``spans[span_offsets[i]:span_offsets[i + 1]]``.
+
+        Without ``mark_answers`` the bodies are written in Rust (``_engine.send_bodies``,
+        ``rust/core/src/body.rs``): the settings are set in the stored text, which is what
+        :func:`_rewrite_body` writes wherever the stored text is what :func:`body_json` writes
+        for it (as traces store bodies); any other body is made by :func:`_rewrite_body`."""
         max_tokens = send_limits(self.rows, self.ignore_eos)
         builder = None
         if self.trace.meta.synthesis:
@@ -85,35 +90,59 @@ class Plan:
             builder = BodyBuilder(self.trace.meta)
         row = 0
         for stored in self.trace.body_batches(self.n, size):
-            batch: list[str | dict | None] = list(stored)  # a null body becomes its synthesized object
-            empty = [k for k, body in enumerate(batch) if body is None]
-            if empty and builder is not None:
-                for k, obj in zip(empty, builder.objects(self.rows.slice(row, len(batch))[empty])):
-                    batch[k] = obj
-            tokens = max_tokens.slice(row, len(batch)).to_list()
-            apis = self.rows["api"].slice(row, len(batch)).to_list()
-            made = [
-                _rewrite_body(
-                    body,
-                    row + k,
-                    model=self.model,
-                    max_tokens=mt,
-                    ignore_eos=self.ignore_eos,
-                    mark_answers=self.mark_answers,
-                    api=api,
-                )
-                for k, (body, mt, api) in enumerate(zip(batch, tokens, apis))
-            ]
-            offsets = np.zeros(len(made) + 1, dtype=np.uint64)
-            np.cumsum([len(p) for p, _ in made], out=offsets[1:])
             if self.mark_answers:
-                span_offsets = np.zeros(len(made) + 1, dtype=np.uint64)
-                np.cumsum([len(spans) for _, spans in made], out=span_offsets[1:])
-                spans = np.fromiter((x for _, s in made for x in s), dtype=np.int64, count=int(span_offsets[-1]))
-                yield b"".join(p for p, _ in made), offsets, spans, span_offsets
+                yield self._marked_window(stored, row, max_tokens, builder)
             else:
-                yield b"".join(p for p, _ in made), offsets
-            row += len(batch)
+                yield self._window(stored, row, max_tokens, builder)
+            row += len(stored)
+
+    def _window(self, stored: list[str | None], row: int, max_tokens: pl.Series, builder) -> tuple[bytes, np.ndarray]:
+        from replay import _engine
+
+        batch: list = list(stored)  # a null body becomes what its synthesized body is built from
+        empty = [k for k, body in enumerate(batch) if body is None]
+        if empty and builder is not None:
+            for k, parts in zip(empty, builder.parts(self.rows.slice(row, len(batch))[empty])):
+                batch[k] = parts
+        tokens = max_tokens.slice(row, len(batch))
+        data, offsets, left = _engine.send_bodies(
+            batch,
+            np.ascontiguousarray(self.path_index[row : row + len(batch)], dtype=np.uint8),
+            tokens.fill_null(-1).to_numpy().astype(np.int64),
+            model=self.model,
+            ignore_eos=self.ignore_eos,
+        )
+        if len(left) == 0:
+            return data, offsets
+        # bodies whose stored text is not body_json's (or null without a synthesis rule)
+        made = [data[offsets[i] : offsets[i + 1]] for i in range(len(batch))]
+        apis = self.rows["api"].slice(row, len(batch)).to_list()
+        for k in left.tolist():
+            made[k], _ = _rewrite_body(
+                batch[k], row + k, model=self.model, max_tokens=tokens[k], ignore_eos=self.ignore_eos, api=apis[k]
+            )
+        offsets = np.zeros(len(made) + 1, dtype=np.uint64)
+        np.cumsum([len(p) for p in made], out=offsets[1:])
+        return b"".join(made), offsets
+
+    def _marked_window(self, stored: list[str | None], row: int, max_tokens: pl.Series, builder) -> tuple:
+        batch: list[str | dict | None] = list(stored)  # a null body becomes its synthesized object
+        empty = [k for k, body in enumerate(batch) if body is None]
+        if empty and builder is not None:
+            for k, obj in zip(empty, builder.objects(self.rows.slice(row, len(batch))[empty])):
+                batch[k] = obj
+        tokens = max_tokens.slice(row, len(batch)).to_list()
+        apis = self.rows["api"].slice(row, len(batch)).to_list()
+        made = [
+            _rewrite_body(body, row + k, model=self.model, max_tokens=mt, ignore_eos=self.ignore_eos, mark_answers=True, api=api)
+            for k, (body, mt, api) in enumerate(zip(batch, tokens, apis))
+        ]
+        offsets = np.zeros(len(made) + 1, dtype=np.uint64)
+        np.cumsum([len(p) for p, _ in made], out=offsets[1:])
+        span_offsets = np.zeros(len(made) + 1, dtype=np.uint64)
+        np.cumsum([len(spans) for _, spans in made], out=span_offsets[1:])
+        spans = np.fromiter((x for _, s in made for x in s), dtype=np.int64, count=int(span_offsets[-1]))
+        return b"".join(p for p, _ in made), offsets, spans, span_offsets
 
     def head_lines(self) -> tuple[bytes, np.ndarray] | None:
         """Each request's own header lines for the runner (``_engine.run(head_lines=,

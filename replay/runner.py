@@ -86,14 +86,20 @@ def _strings(offsets: np.ndarray, data: bytes) -> pa.Array:
     return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets.astype(np.int64)), pa.py_buffer(data))
 
 
+def _numbers(values: np.ndarray, kind: pa.DataType) -> pa.Array:
+    """A numpy column as an Arrow array over the same buffer. Not `pa.array`: its first call
+    imports pandas (to ask whether the column is a pandas one), which held the GIL for about
+    0.7 s in the middle of a process's first stage, and the body feeder waited for it."""
+    values = np.ascontiguousarray(values, dtype=kind.to_pandas_dtype())
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
+
+
 def _results_frame(plan: Plan, raw: Rows, replicas: tuple[str, ...] = ()) -> pl.DataFrame:
     """The rows of `raw` (requests ``raw["first"]`` on) as a results frame; with a fleet's
     `replicas` (their names, replica 0 first), a ``replica`` column names where each request went
     (null: never sent)."""
     rows = plan.rows.slice(int(raw["first"]), len(raw["intended_ns"]))
-    chunks = pa.LargeListArray.from_arrays(
-        pa.array(raw["chunk_offsets"].astype(np.int64)), pa.array(raw["chunk_us"], type=pa.uint32())
-    )
+    chunks = pa.LargeListArray.from_arrays(_numbers(raw["chunk_offsets"], pa.int64()), _numbers(raw["chunk_us"], pa.uint32()))
     kinds = pl.Series("error", ERROR_KINDS, dtype=pl.Categorical)
     error_codes = pl.Series(raw["error_kind"].astype(np.uint32))
     frame = pl.DataFrame(
@@ -234,6 +240,10 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None, on
         after, think_ns, joins, join_offsets = dag_gates(plan.rows, plan.offsets_ns, keep_waits=config.keep_waits)
     if after is not None:
         gates = (after, joins, join_offsets)
+    # polars imports pyarrow.compute on its first from_arrow (about 0.3 s, holding the GIL):
+    # before t0, not in the first hand-over of results while the body feeder waits for the GIL
+    import pyarrow.compute  # noqa: F401
+
     windows = plan.body_windows()
     head = plan.head_lines()  # rows with recorded tool calls ask the embedded engine for them
     sampler = engine_sampler(config)

@@ -236,10 +236,11 @@ class BodyBuilder:
     def __init__(self, meta) -> None:
         self.synth = Synthesizer(meta.tokenizer, Synthesis.parse(meta.synthesis, "trace"))
 
-    def objects(self, rows: pl.DataFrame) -> list[dict]:
-        """The bodies of `rows` as the synthesis rule builds them, as objects (the replay sends
-        them without a round trip through JSON text)."""
-        cols = rows.select("request_id", "api", "model", "input_tokens", "max_tokens", "output_tokens", "hash_ids").to_dict(
+    def parts(self, rows: pl.DataFrame) -> list[tuple[str, str | None, int | None]]:
+        """What the bodies of `rows` are built from: each row's ``(text, model, max_tokens)``
+        for :meth:`Synthesizer.body` (with the row's ``api``); the replay hands these to
+        ``_engine.send_bodies``, which writes the bodies as sent without a JSON object."""
+        cols = rows.select("request_id", "model", "input_tokens", "max_tokens", "output_tokens", "hash_ids").to_dict(
             as_series=False
         )
         plain = [i for i, ids in enumerate(cols["hash_ids"]) if ids is None]
@@ -254,8 +255,14 @@ class BodyBuilder:
             text = texts.get(i)
             if text is None:
                 text = self.synth.text(cols["request_id"][i], cols["input_tokens"][i], cols["hash_ids"][i])
-            out.append(self.synth.body(cols["api"][i], cols["model"][i], mt, text))
+            out.append((text, cols["model"][i], mt))
         return out
+
+    def objects(self, rows: pl.DataFrame) -> list[dict]:
+        """The bodies of `rows` as the synthesis rule builds them, as objects (the replay sends
+        them without a round trip through JSON text)."""
+        apis = rows["api"].to_list()
+        return [self.synth.body(api, model, mt, text) for api, (text, model, mt) in zip(apis, self.parts(rows))]
 
     def fill(self, bodies: list[str | None], rows: pl.DataFrame) -> list[str | None]:
         """`bodies` with each null one built (JSON text, as a trace stores a body)."""

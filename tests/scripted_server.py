@@ -38,6 +38,7 @@ class Arrival:
     body: dict
     client_port: int = 0  # the client end's port: one per connection
     headers: dict = field(default_factory=dict)  # the request's headers
+    raw: bytes = b""  # the request's body as it came
 
 
 @dataclass
@@ -73,9 +74,10 @@ class ScriptedServer:
         denied = self._unauthorized(request)
         if denied is not None:
             return denied
-        body = await request.json()
+        raw = await request.read()
+        body = json.loads(raw)
         peer = request.transport.get_extra_info("peername") if request.transport else None
-        self.arrivals.append(Arrival(t, body, peer[1] if peer else 0, dict(request.headers)))
+        self.arrivals.append(Arrival(t, body, peer[1] if peer else 0, dict(request.headers), raw))
         if self._slots is None:
             return await self._respond(request, body)
         async with self._slots:

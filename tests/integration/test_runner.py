@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 
 import numpy as np
@@ -127,6 +128,33 @@ def test_body_rewrite_sets_streaming_max_tokens_and_model(scripted):
     run_stage(trace, RunConfig(url=server.url, ignore_eos=False, model="other"))
     body = server.arrivals[1].body
     assert "ignore_eos" not in body and body["model"] == "other"
+
+
+def test_the_server_receives_each_stored_body_with_only_the_replay_s_settings_changed(scripted):
+    """Bodies stored as traces store them (``body_json``) are written in Rust, the others in
+    Python; either way the bytes on the wire are exactly Python's rewrite of the stored body."""
+    from replay.bodies import body_json
+    from replay.plan import _rewrite_body
+    from replay.trace import Trace, validate
+
+    server = scripted()
+    objs = [
+        {"model": "a", "messages": [{"role": "user", "content": f'caf\u00e9 "{i}" \\ \t\u0001 \U0001f600'}], "temperature": 0.7}
+        for i in range(6)
+    ]
+    stored = [body_json(o) for o in objs[:4]] + [json.dumps(o) for o in objs[4:]]  # the last two: spaces
+    base = trace_of_bodies(objs)
+    trace = Trace(validate(base.df.with_columns(body=pl.Series(stored)), base.meta, source="<test>"), base.meta)
+    result = run_stage(trace, RunConfig(url=server.url, rate=100.0, model="m"))
+    assert result.requests["error"].to_list() == ["none"] * 6
+    got = {a.body["messages"][0]["content"]: a.raw for a in server.arrivals}
+    for i, text in enumerate(stored):
+        want, _ = _rewrite_body(text, i, model="m", max_tokens=4, ignore_eos=True)
+        assert got[objs[i]["messages"][0]["content"]] == want
+    # a stored body's own bytes are kept: only the settings differ
+    assert got[objs[0]["messages"][0]["content"]] == stored[0][:-1].replace('"a"', '"m"', 1).encode() + (
+        b',"stream":true,"stream_options":{"include_usage":true},"max_tokens":4,"ignore_eos":true}'
+    )
 
 
 def _session_trace(sessions: list[str], arrival_us: list[int]):

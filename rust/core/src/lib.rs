@@ -3,6 +3,7 @@
 //! * `schedule` — arrival offsets (trace rescaling, Poisson, Gamma, constant), seeded.
 //! * `sse` / `openai` — incremental SSE framing and OpenAI-style chunk interpretation.
 //! * `record` — per-request timing records, assembled into columns.
+//! * `body` — request bodies as a replay sends them, set without a JSON round trip.
 //! * `blocks` — the Trace's chained block hashes (BLAKE2b, 8 bytes).
 //! * `prefix_cache` — an offline LRU prefix-cache simulation over chained block hashes.
 //! * `route` — the fleet routing policies (round-robin, session, prefix, least-loaded).
@@ -17,6 +18,7 @@
 
 pub mod answers;
 pub mod blocks;
+pub mod body;
 pub mod client;
 pub mod config;
 pub mod conn;

@@ -145,7 +145,7 @@ pub fn start_feeder(
                         Some((s, so)) => Some((s.as_slice()?, so.as_slice()?)),
                         None => None,
                     };
-                    split_bodies(data.as_bytes(), offsets.as_slice()?, spans).map(Some)
+                    split_bodies(data, offsets.as_slice()?, spans).map(Some)
                 });
                 match window {
                     Ok(Some(w)) => {
