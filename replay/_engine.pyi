@@ -99,15 +99,18 @@ def prompt_texts(
     with ``table`` (the unit strings, the period last); the GIL is released."""
 
 def send_bodies(
-    bodies: list[str | tuple[str, str | None, int | None] | None],
+    bodies: list[str | tuple[str, str | None, int | None] | tuple[int, int, str | None, int | None] | None],
     path_index: npt.NDArray[np.uint8],
     max_tokens: npt.NDArray[np.int64],
     model: str | None = None,
     ignore_eos: bool = False,
+    prompts: tuple[list[str], int, int] | None = None,
 ) -> tuple[bytes, npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
     """One window of bodies as sent (rust/core/src/body.rs): ``(data, offsets, left)``, body i at
-    ``data[offsets[i]:offsets[i + 1]]``, from ``bodies[i]`` (a stored body's JSON text, or a
-    token-only row's ``(text, model, max_tokens)``) with the API of ``path_index[i]``,
+    ``data[offsets[i]:offsets[i + 1]]``, from ``bodies[i]`` (a stored body's JSON text, a
+    token-only row's ``(text, model, max_tokens)``, or ``(key, length, model, max_tokens)``
+    for one whose text is drawn here as ``prompt_texts`` draws it, from ``prompts``: the unit
+    table, seed and domain) with the API of ``path_index[i]``,
     ``max_tokens[i]`` (-1: none), ``model`` and ``ignore_eos`` set, exactly as
     ``replay.plan._rewrite_body`` writes it. ``left``: the rows not made (None, or a stored text
     that is not what ``body_json`` writes for it), an empty span each; the GIL is released."""

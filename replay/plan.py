@@ -101,9 +101,11 @@ class Plan:
 
         batch: list = list(stored)  # a null body becomes what its synthesized body is built from
         empty = [k for k, body in enumerate(batch) if body is None]
+        prompts = None
         if empty and builder is not None:
-            for k, parts in zip(empty, builder.parts(self.rows.slice(row, len(batch))[empty])):
+            for k, parts in zip(empty, builder.parts(self.rows.slice(row, len(batch))[empty], drawn=True)):
                 batch[k] = parts
+            prompts = builder.prompts()
         tokens = max_tokens.slice(row, len(batch))
         data, offsets, left = _engine.send_bodies(
             batch,
@@ -111,6 +113,7 @@ class Plan:
             tokens.fill_null(-1).to_numpy().astype(np.int64),
             model=self.model,
             ignore_eos=self.ignore_eos,
+            prompts=prompts,
         )
         if len(left) == 0:
             return data, offsets

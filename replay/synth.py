@@ -236,27 +236,38 @@ class BodyBuilder:
     def __init__(self, meta) -> None:
         self.synth = Synthesizer(meta.tokenizer, Synthesis.parse(meta.synthesis, "trace"))
 
-    def parts(self, rows: pl.DataFrame) -> list[tuple[str, str | None, int | None]]:
+    def parts(self, rows: pl.DataFrame, drawn: bool = False) -> list[tuple]:
         """What the bodies of `rows` are built from: each row's ``(text, model, max_tokens)``
-        for :meth:`Synthesizer.body` (with the row's ``api``); the replay hands these to
-        ``_engine.send_bodies``, which writes the bodies as sent without a JSON object."""
+        for :meth:`Synthesizer.body` (with the row's ``api``). With ``drawn``, a row without
+        hash ids is ``(key, length, model, max_tokens)`` instead, its text drawn in Rust by
+        ``_engine.send_bodies`` (with :meth:`prompts`), which writes the bodies as sent."""
         cols = rows.select("request_id", "model", "input_tokens", "max_tokens", "output_tokens", "hash_ids").to_dict(
             as_series=False
         )
         plain = [i for i, ids in enumerate(cols["hash_ids"]) if ids is None]
-        texts = dict(
-            zip(plain, self.synth.texts([cols["request_id"][i] for i in plain], [cols["input_tokens"][i] for i in plain]))
-        )
-        out = []
+        texts: dict = {}
+        if not drawn:
+            texts = dict(
+                zip(plain, self.synth.texts([cols["request_id"][i] for i in plain], [cols["input_tokens"][i] for i in plain]))
+            )
+        out: list[tuple] = []
         for i in range(rows.height):
             mt = cols["max_tokens"][i]
             if mt is None:
                 mt = cols["output_tokens"][i]
+            if drawn and cols["hash_ids"][i] is None:
+                out.append((request_key(cols["request_id"][i]), int(cols["input_tokens"][i]), cols["model"][i], mt))
+                continue
             text = texts.get(i)
             if text is None:
                 text = self.synth.text(cols["request_id"][i], cols["input_tokens"][i], cols["hash_ids"][i])
             out.append((text, cols["model"][i], mt))
         return out
+
+    def prompts(self) -> tuple[list[str], int, int]:
+        """What ``_engine.send_bodies`` draws the texts of :meth:`parts` ``(drawn=True)`` with:
+        the vocabulary's unit strings, the seed and the domain (as :meth:`Synthesizer.texts`)."""
+        return list(self.synth.vocab.units), int(self.synth.synthesis.seed) % _U64, _REQUEST_DOMAIN
 
     def objects(self, rows: pl.DataFrame) -> list[dict]:
         """The bodies of `rows` as the synthesis rule builds them, as objects (the replay sends

@@ -6,6 +6,7 @@ use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyBytes, PyString, PyTuple};
 
 use replay_core::body::{rewrite, synthesized, Api, Body, SendSettings};
+use replay_core::synth::{sample_units, UnitTable};
 
 /// One row of a window, as Python hands it over.
 enum Row {
@@ -13,6 +14,9 @@ enum Row {
     Stored(PyBackedStr),
     /// a token-only row: its synthesized text, the row's model and the synthesis `max_tokens`
     Synthesized(PyBackedStr, Option<PyBackedStr>, Option<i64>),
+    /// a token-only row whose text is drawn here (`prompts`): its key, its length in units, the
+    /// row's model and the synthesis `max_tokens`
+    Drawn(u64, usize, Option<PyBackedStr>, Option<i64>),
     /// left to Python
     Skip,
 }
@@ -25,6 +29,14 @@ fn row(item: &Bound<'_, PyAny>) -> PyResult<Row> {
         return Ok(Row::Stored(s.extract()?));
     }
     let t = item.cast::<PyTuple>()?;
+    if t.len() == 4 {
+        return Ok(Row::Drawn(
+            t.get_item(0)?.extract()?,
+            t.get_item(1)?.extract()?,
+            t.get_item(2)?.extract()?,
+            t.get_item(3)?.extract()?,
+        ));
+    }
     Ok(Row::Synthesized(
         t.get_item(0)?.extract()?,
         t.get_item(1)?.extract()?,
@@ -34,12 +46,14 @@ fn row(item: &Bound<'_, PyAny>) -> PyResult<Row> {
 
 /// The bodies of one window as sent: `(bytes, offsets, left)`, body i at
 /// `bytes[offsets[i]:offsets[i + 1]]`, made by `replay_core::body` from `bodies[i]`: a stored
-/// body's JSON text, or `(text, model, max_tokens)` for a token-only row's synthesized body, each
+/// body's JSON text, `(text, model, max_tokens)` for a token-only row's synthesized body, or
+/// `(key, length, model, max_tokens)` for one whose text is drawn here from `prompts` (`(table,
+/// seed, domain)`, as `prompt_texts` draws it), each
 /// with the API of `path_index[i]`, `max_tokens[i]` (-1: none), `model` and `ignore_eos` set.
 /// `left` lists the rows it did not make (an empty span each): a None, or a stored text that is
 /// not what `body_json` writes for it; Python makes those.
 #[pyfunction]
-#[pyo3(signature = (bodies, path_index, max_tokens, model=None, ignore_eos=false))]
+#[pyo3(signature = (bodies, path_index, max_tokens, model=None, ignore_eos=false, prompts=None))]
 #[allow(clippy::type_complexity)]
 pub fn send_bodies<'py>(
     py: Python<'py>,
@@ -48,6 +62,7 @@ pub fn send_bodies<'py>(
     max_tokens: PyReadonlyArray1<'py, i64>,
     model: Option<&str>,
     ignore_eos: bool,
+    prompts: Option<(Vec<String>, u64, u64)>,
 ) -> PyResult<(
     Bound<'py, PyBytes>,
     Bound<'py, PyArray1<u64>>,
@@ -74,6 +89,22 @@ pub fn send_bodies<'py>(
     }
     // sized first, then written once into the bytes object handed back (and on to the runner
     // without another copy: `split_bodies`)
+    let drawn = rows.iter().any(|r| matches!(r, Row::Drawn(..)));
+    let prompts = match (prompts, drawn) {
+        (Some((table, seed, domain)), true) => Some((
+            crate::prompts::n_words(table.len())?,
+            UnitTable::new(&table),
+            seed,
+            domain,
+        )),
+        (None, true) => {
+            return Err(crate::errors::config(
+                "prompts",
+                "rows to draw need the prompt table, seed and domain",
+            ))
+        }
+        _ => None,
+    };
     let made: Vec<Option<Body<'_>>> = py.detach(|| {
         rows.iter()
             .enumerate()
@@ -88,6 +119,14 @@ pub fn send_bodies<'py>(
                     Row::Stored(s) => rewrite(s.as_bytes(), &settings).ok(),
                     Row::Synthesized(text, row_model, mt) => {
                         Some(synthesized(row_model.as_deref(), *mt, text, &settings))
+                    }
+                    Row::Drawn(key, n, row_model, mt) => {
+                        let (n_words, table, seed, domain) =
+                            prompts.as_ref().expect("checked above");
+                        let units = sample_units(&[*seed, *key, *domain], &[*n], *n_words);
+                        let mut text = String::new();
+                        table.render(&units, &mut text);
+                        Some(synthesized(row_model.as_deref(), *mt, &text, &settings))
                     }
                     Row::Skip => None,
                 }

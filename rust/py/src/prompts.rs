@@ -3,9 +3,9 @@
 
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
-use replay_core::synth::{render, sample_units};
+use replay_core::synth::{sample_units, UnitTable};
 
-fn n_words(table_len: usize) -> PyResult<u32> {
+pub(crate) fn n_words(table_len: usize) -> PyResult<u32> {
     match u32::try_from(table_len.saturating_sub(1)) {
         Ok(n) if n > 0 => Ok(n),
         _ => Err(crate::errors::config(
@@ -57,12 +57,13 @@ pub fn prompt_texts(
         ));
     }
     Ok(py.detach(|| {
+        let table = UnitTable::new(&table);
         keys.iter()
             .zip(lengths)
             .map(|(&key, &n)| {
                 let units = sample_units(&[seed, key, domain], &[n as usize], n_words);
-                let mut text = String::with_capacity(units.len() * 6);
-                render(&units, &table, &mut text);
+                let mut text = String::new();
+                table.render(&units, &mut text);
                 text
             })
             .collect()

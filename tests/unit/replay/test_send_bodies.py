@@ -138,6 +138,24 @@ def test_token_only_bodies_are_built_as_python_builds_them():
         assert data[offsets[i] : offsets[i + 1]] == want
 
 
+def test_texts_drawn_in_rust_are_the_texts_python_synthesizes():
+    from replay.synth import BodyBuilder, request_key
+
+    meta = TraceMeta(source_format="test", tokenizer="gpt2", synthesis='{"block_tokens":512,"rule":"prompt-vocab-1","seed":3}')
+    builder = BodyBuilder(meta)
+    ids, lengths = [f"r{i}" for i in range(20)], [0, 1, 2, 50, 1155] * 4
+    texts = builder.synth.texts(ids, lengths)
+    apis = [APIS[i % 4] for i in range(20)]
+    rows_drawn = [(request_key(r), n, "a" if i % 2 else None, 7) for i, (r, n) in enumerate(zip(ids, lengths))]
+    rows_text = [(t, m, mt) for t, (_, _, m, mt) in zip(texts, rows_drawn)]
+    args = (np.array([APIS.index(a) for a in apis], dtype=np.uint8), np.full(20, 9, dtype=np.int64))
+    drawn = _engine.send_bodies(rows_drawn, *args, model="m", ignore_eos=True, prompts=builder.prompts())
+    made = _engine.send_bodies(rows_text, *args, model="m", ignore_eos=True)
+    assert drawn[0] == made[0] and (drawn[1] == made[1]).all() and len(drawn[2]) == 0
+    with pytest.raises(Exception, match="prompts"):
+        _engine.send_bodies(rows_drawn, *args)
+
+
 def test_a_plan_s_windows_mix_both_paths_in_order():
     rng = random.Random(7)
     texts = _stored_texts(rng, 50) + [body_json({"messages": [{"role": "user", "content": "hi"}]})]
