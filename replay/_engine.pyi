@@ -132,11 +132,12 @@ class RunOptions:
     """What a run is asked to do: the target, its TLS and headers, deadlines in seconds (None: the
     core's default, :func:`run_defaults`; 0: no limit), caps on connections and on requests in
     flight (``max_in_flight``: a closed-loop stage's users, 0 open loop), connections opened
-    before t0, whether chunk times are kept, the I/O workers and their CPUs, and whether a causal
-    run resends the answers it streamed. A fleet: ``more_urls`` are replicas 1, 2, ... (replica 0
-    is ``url``) and ``route`` picks each request's replica as it is sent (round-robin, session,
-    prefix, least-loaded: ``replay_core::route``). A bad value raises ConfigError naming it, when
-    made."""
+    before t0, whether chunk times are kept, the I/O workers and their CPUs, whether a causal
+    run resends the answers it streamed, and the wall-clock instant (ns since the epoch) t0 waits
+    for after the warm-up (``start_at_unix_ns``, 0: none; a shard of ``replay.shards``). A fleet:
+    ``more_urls`` are replicas 1, 2, ... (replica 0 is ``url``) and ``route`` picks each
+    request's replica as it is sent (round-robin, session, prefix, least-loaded:
+    ``replay_core::route``). A bad value raises ConfigError naming it, when made."""
 
     def __init__(
         self,
@@ -158,6 +159,7 @@ class RunOptions:
         resend_answers: bool = False,
         more_urls: list[str] = ...,
         route: str = "round-robin",
+        start_at_unix_ns: int = 0,
     ) -> None: ...
     @property
     def url(self) -> str: ...

@@ -152,6 +152,9 @@ class StageSummary:
     # a fleet's stage (replay.fleet.replica_breakdown): each replica's share, errors, cache hit,
     # TTFT / E2E, and why the load looks uneven; None with one target (and in older summaries)
     replicas: dict[str, Any] | None = None
+    # a stage run as shards (replay.shards): per shard its node, clock offset and uncertainty,
+    # start lag, send lag, and whether it kept its schedule; the stage is valid only when all did
+    shards: list[dict] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The stage as JSON-ready data, a key per field (the shape of a summary.json stage)."""
@@ -188,6 +191,8 @@ class StageResult:
     repeat: int | None = None
     # a sweep's stage run again for --retry-invalid: why each earlier attempt was invalid
     discarded_attempts: tuple[str, ...] = ()
+    # a stage run as shards on one clock (replay.shards): each shard's judgement
+    shards: tuple[dict, ...] | None = None
 
     @property
     def summary(self) -> StageSummary:
@@ -316,6 +321,12 @@ def summarize(result: StageResult) -> StageSummary:
         duration_s = (cast(int, ok["end_ns"].max()) - cast(int, df["intended_ns"].min())) / 1e9
     lag_p99_ms = float(np.percentile(lag, 99)) / 1e6 if len(lag) else None
     valid = lag_p99_ms is not None and lag_p99_ms <= config.lag_bound_ms and not result.cancelled
+    failed_shards = [s for s in result.shards or () if s.get("valid") is False]
+    reason = None if valid else _invalid_reason(result, lag_p99_ms)
+    if failed_shards:
+        valid = False
+        each = "; ".join(f"shard {s['shard']}: {s['invalid_reason']}" for s in failed_shards)
+        reason = f"{reason}; {each}" if reason else each
     # causal sessions: how far turns were held back behind their schedule (kept out of the lag)
     released = df.filter(pl.col("release_ns").is_not_null())
     slip = (released["release_ns"] - released["intended_ns"]).to_numpy()
@@ -354,7 +365,7 @@ def summarize(result: StageResult) -> StageSummary:
         },
         lag_bound_ms=config.lag_bound_ms,
         valid=valid,
-        invalid_reason=None if valid else _invalid_reason(result, lag_p99_ms),
+        invalid_reason=reason,
         conn_ms=_pcts(df["conn_ns"].drop_nulls().cast(pl.Float64).to_numpy(), 1e6),
         sessions=config.sessions,
         concurrency=config.concurrency,
@@ -380,4 +391,5 @@ def summarize(result: StageResult) -> StageSummary:
         duration_s=duration_s,
         after_failed_dependency=int(df["after_failed_dependency"].sum()) if "after_failed_dependency" in df.columns else 0,
         replicas=replica_breakdown(df, ok, config.routing),
+        shards=list(result.shards) if result.shards is not None else None,
     )

@@ -88,11 +88,13 @@ def write_stage(result: StageResult, path: Path) -> Path:
 def read_stage(path: Path) -> tuple[pl.DataFrame, dict]:
     """A stage file back as (requests, summary). A stage that never finished (the process died)
     has no file but its parts: then the requests written so far, in request order, and the
-    summary ``{"partial": True}``."""
+    summary ``{"partial": True}`` (a sharded stage's rows shard after shard, each shard's on its
+    own clock)."""
     path = Path(path)
-    parts = sorted(parts_dir(path).glob("*.parquet"))
+    # a sharded stage's (replay.shards): each shard's parts in a folder of its own
+    parts = sorted(parts_dir(path).glob("*.parquet")) + sorted(parts_dir(path).glob("shard*.parts/*.parquet"))
     if not path.exists() and parts:
-        return pl.concat([pl.read_parquet(p) for p in parts]), {"partial": True}
+        return pl.concat([pl.read_parquet(p) for p in parts], how="vertical_relaxed"), {"partial": True}
     meta = pq.read_schema(path).metadata or {}
     summary = json.loads(meta.get(b"summary", b"{}"))
     return pl.read_parquet(path), summary

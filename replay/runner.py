@@ -168,11 +168,12 @@ def warm_connections(plan: Plan, config: RunConfig) -> int:
     return int(min(config.max_connections, max(1, wanted)))
 
 
-def runner_options(plan: Plan, config: RunConfig) -> RunOptions:
+def runner_options(plan: Plan, config: RunConfig, start_at_unix_ns: int = 0) -> RunOptions:
     """What the Rust runner is asked to do for this stage's plan: the target, its TLS and headers,
     the deadlines and caps of `config`, the connections opened before t0
-    (:func:`warm_connections`), and whether the plan's causal turns resend the answers streamed.
-    A fleet: every replica's base URL and the routing policy (:mod:`replay.fleet`)."""
+    (:func:`warm_connections`), whether the plan's causal turns resend the answers streamed, and
+    the wall-clock instant t0 waits for (0: none; a shard of :mod:`replay.shards`). A fleet:
+    every replica's base URL and the routing policy (:mod:`replay.fleet`)."""
     from replay import _engine
 
     return _engine.RunOptions(
@@ -193,12 +194,22 @@ def runner_options(plan: Plan, config: RunConfig) -> RunOptions:
         worker_threads=config.worker_threads,
         cpus=list(config.cpus),
         resend_answers=plan.mark_answers,
+        start_at_unix_ns=start_at_unix_ns,
     )
 
 
-def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None, on_rows: RowsSink | None = None) -> StageResult:
+def run_plan(
+    plan: Plan,
+    config: RunConfig,
+    progress: Progress | None = None,
+    on_rows: RowsSink | None = None,
+    *,
+    start_at_unix_ns: int = 0,
+) -> StageResult:
     """Send a prepared plan; returns when every request finished, the drain ended or the run was
     cancelled. The bodies are made a window at a time (:meth:`Plan.body_windows`) while it runs.
+    With `start_at_unix_ns` the runner takes t0 when this machine's clock reads it (ns since the
+    epoch), after its warm-up: the shards of :mod:`replay.shards` start together.
 
     Finished requests come back from the runner as the stage goes, in request order, about every
     half second (a batch waits for any earlier request still open); `on_rows` sees each batch's
@@ -249,7 +260,7 @@ def run_plan(plan: Plan, config: RunConfig, progress: Progress | None = None, on
     sampler = engine_sampler(config)
     with sampler if sampler is not None else contextlib.nullcontext():
         raw = _engine.run(
-            runner_options(plan, config),
+            runner_options(plan, config, start_at_unix_ns),
             list(plan.paths),
             plan.path_index,
             plan.offsets_ns,

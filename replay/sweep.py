@@ -466,6 +466,7 @@ def sweep(
     repeats: int = 1,
     target: Callable[[RunConfig], contextlib.AbstractContextManager[RunConfig]] | None = None,
     retry_invalid: int = RETRY_INVALID,
+    stage_runner: Callable[..., StageResult] | None = None,
 ) -> SweepResult:
     """Replay `trace` once per rate (in the order given, or the rates a :func:`find_rates` search
     chose), or, with `concurrency` (and no rates), once per number of users in closed loop; with
@@ -489,6 +490,10 @@ def sweep(
     held the sender up) is run again, after the same prefix-cache reset, up to this many more
     times; the first valid attempt is kept (else the last), and the kept stage lists the reasons
     of the attempts it replaced (`discarded_attempts`), which are judged nowhere. 0: as run.
+
+    `stage_runner`: runs each stage's plan, with :func:`run_plan`'s arguments (plan, config,
+    progress, on_rows); default :func:`run_plan` (one runner here), or the shards of
+    :class:`replay.shards.RayShards` (one trace on a cluster, one clock).
     """
     check_repeats(repeats)
     check_retries(retry_invalid, reset_cache)
@@ -545,7 +550,7 @@ def sweep(
                             if len(set(resets)) == 1
                             else "; ".join(f"{t.name}: {r}" for t, r in zip(stage_config.targets, resets))
                         )
-                    stage = run_plan(
+                    stage = (stage_runner or run_plan)(
                         plan,
                         stage_config,
                         progress(label + (f", attempt {len(discarded) + 1}" if discarded else "")) if progress else None,

@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         fidelity_cmds,
         optimize_cmds,
         run_cmds,
+        shards_cmds,
         sim_cmds,
         trace_cmds,
     )
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     trace_cmds.register(sub)
     run_cmds.register(sub)
+    shards_cmds.register(sub)
     fidelity_cmds.register(sub)
     compare_cmds.register(sub)
     optimize_cmds.register(sub)

@@ -258,6 +258,24 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         "of the same requests)",
     )
     p.add_argument(
+        "--shards",
+        type=int,
+        metavar="N",
+        help="with --ray: split each stage by whole root session (subagents with their root) into N "
+        "shards, one Ray actor per shard on its own node where the cluster has them, all starting at "
+        "one instant on the driver's clock; the results are merged into this folder with a shard "
+        "column, and a stage is valid only when every shard kept its schedule (docs/sharding.md)",
+    )
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run the --shards on a Ray cluster: ADDRESS (e.g. 10.0.0.1:6379), or none for the "
+        "cluster running on this machine (else a Ray started for this command); the results folder "
+        "must be on a file system every node writes to",
+    )
+    p.add_argument(
         "--retry-invalid",
         type=int,
         default=RETRY_INVALID,
@@ -292,6 +310,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help=f"closed loop instead: N users, each sending its next request the moment its last one "
         f"ended ({CLOSED_LOOP}); with --requests, not --duration",
+    )
+    p.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="run only shard I of N (I from 0: a Kubernetes Indexed Job's $JOB_COMPLETION_INDEX) of "
+        "each stage, with --start-at; every pod runs the same flags into its own --out, and "
+        "`replay shards merge` merges the folders (docs/sharding.md, examples/k8s/)",
+    )
+    p.add_argument(
+        "--start-at",
+        metavar="T",
+        help="with --shard: the instant the shard starts, on this node's clock (Unix seconds, or ISO "
+        "8601 with a zone: 2026-12-08T01:00:00Z); the same T for every shard",
     )
     p.set_defaults(func=cmd_run)
 
@@ -446,6 +477,35 @@ def _config(args: argparse.Namespace, rate: float | None, speedup: float | None)
     )
 
 
+def _stage_runner(args: argparse.Namespace, held: contextlib.ExitStack):
+    """sweep()'s `stage_runner`: the shards on Ray (--shards N --ray), one pod's shard (--shard
+    I/N --start-at T), or None (one runner here). Bad combinations are ConfigErrors naming the flag."""
+    shard, start_at = getattr(args, "shard", None), getattr(args, "start_at", None)
+    if args.shards is not None and args.ray is None:
+        raise ConfigError("--shards: needs --ray [ADDRESS] (the shards run as Ray actors; without Ray, `replay run --shard I/N`)")
+    if args.ray is not None and args.shards is None:
+        raise ConfigError("--ray: give --shards N (the number of shards to split each stage into)")
+    if start_at is not None and shard is None:
+        raise ConfigError("--start-at: only with --shard I/N")
+    if shard is not None and start_at is None:
+        raise ConfigError("--shard: needs --start-at T (the instant every shard starts at)")
+    if shard is not None and args.shards is not None:
+        raise ConfigError("--shard and --shards: give one (one pod's shard, or all of them on Ray)")
+    if (args.shards is not None or shard is not None) and getattr(args, "concurrency", None) is not None:
+        raise ConfigError("--shards: a closed-loop stage (--concurrency) cannot be sharded: its users share one cap")
+    if shard is not None:
+        from replay.shards import parse_shard, parse_start_at, slice_runner
+
+        return slice_runner(*parse_shard(shard), parse_start_at(str(start_at)))
+    if args.shards is None:
+        return None
+    from replay.shards import RayShards
+
+    if args.shards < 1:
+        raise ConfigError(f"--shards: must be a whole number >= 1, got {args.shards}")
+    return held.enter_context(RayShards(args.shards, args.ray or None))
+
+
 def _out(args: argparse.Namespace, command: str) -> Path:
     return args.out or Path("results") / f"{args.trace.stem}-{command}"
 
@@ -543,10 +603,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     sim_config = _sim_config(args, trace)
     saver = _Saver(args, _out(args, "run"))
     fresh = _fresh_target(args, sim_config)
-    with (
-        contextlib.nullcontext(config) if fresh else _target(args, config, sim_config, args.json) as config,
-        progress_bar(quiet=args.json) as bar,
-    ):
+    with contextlib.ExitStack() as held, progress_bar(quiet=args.json) as bar:
+        runner = _stage_runner(args, held)  # bad --shards / --ray / --shard: before the engine starts
+        if not fresh:
+            config = held.enter_context(_target(args, config, sim_config, args.json))
         # one stage; its repeats and retries start from an empty prefix cache, as the first did
         result = sweep(
             trace,
@@ -559,6 +619,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             repeats=repeats,
             target=fresh,
             retry_invalid=args.retry_invalid,
+            stage_runner=runner,
         )
     return _report(args, result, saver)
 
@@ -588,6 +649,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     saver = _Saver(args, _out(args, "sweep"))
     fresh = _fresh_target(args, sim_config)
     with progress_bar(quiet=args.json) as bar, contextlib.ExitStack() as held:
+        runner = _stage_runner(args, held)
         if fresh is None:  # one target for the search and every stage
             config = held.enter_context(_target(args, config, sim_config, args.json))
         stages: list[float] | RateSearch
@@ -621,6 +683,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             repeats=repeats,
             retry_invalid=args.retry_invalid,
             target=fresh,
+            stage_runner=runner,
         )
     return _report(args, result, saver, page=True)
 

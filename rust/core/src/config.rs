@@ -53,6 +53,9 @@ pub struct RunConfig {
     /// Causal runs: write each parent's streamed answer into its child's body at the child's
     /// `SendBody::answer_at` (`answers`); false: every body as recorded.
     pub resend_answers: bool,
+    /// Take t0 at this wall-clock instant (ns since the Unix epoch), after the warm-up: the
+    /// shards of one replay start together (`replay.shards`). 0: at once, when warm.
+    pub start_at_unix_ns: u64,
 }
 
 impl Default for RunConfig {
@@ -74,6 +77,7 @@ impl Default for RunConfig {
             worker_threads: 1,
             cpus: Vec::new(),
             resend_answers: false,
+            start_at_unix_ns: 0,
         }
     }
 }

@@ -55,6 +55,24 @@ pub fn raise_nofile_limit() -> Option<u64> {
     rlimit::increase_nofile_limit(u64::MAX).ok()
 }
 
+/// Sleep until the wall clock reads `target_ns` (ns since the Unix epoch), the last
+/// millisecond spinning so that t0 lands within microseconds of it; a cancel ends the wait.
+fn wait_until_unix(target_ns: u64, cancel: &AtomicBool) {
+    loop {
+        let left = target_ns as i64 - unix_now_ns();
+        if left <= 0 || cancel.load(Ordering::Relaxed) {
+            return;
+        }
+        if left > 2_000_000 {
+            std::thread::sleep(Duration::from_nanos(
+                (left as u64 - 1_000_000).min(50_000_000),
+            ));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
 fn unix_now_ns() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -324,6 +342,9 @@ pub fn run_streamed<B: Into<SendBody>>(
     let dispatcher_before = threads::switches(&dispatcher);
     let priority = threads::raise_priority();
 
+    if config.start_at_unix_ns > 0 {
+        wait_until_unix(config.start_at_unix_ns, &control.cancel);
+    }
     let t0 = Instant::now();
     let start_unix_ns = unix_now_ns();
     shared.t0 = t0;
@@ -643,5 +664,21 @@ mod tests {
         )
         .unwrap();
         assert!(r.is_empty() && !r.cancelled && r.start_unix_ns > 0);
+    }
+
+    #[test]
+    fn t0_waits_for_the_start_instant() {
+        let at = unix_now_ns() as u64 + 200_000_000;
+        let config = RunConfig {
+            start_at_unix_ns: at,
+            ..RunConfig::default()
+        };
+        let r = run(&config, Vec::new(), Arc::new(RunControl::default())).unwrap();
+        assert!(r.start_unix_ns as u64 >= at, "{} < {at}", r.start_unix_ns);
+        assert!(
+            r.start_unix_ns as u64 - at < 100_000_000,
+            "t0 {} ns late",
+            r.start_unix_ns as u64 - at
+        );
     }
 }

@@ -40,9 +40,10 @@ pub(crate) fn run_defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 /// keeps the core's default, `run_defaults()`; 0 means no limit), the caps on connections and on
 /// requests in flight (`max_in_flight`: a closed-loop stage's users, 0 open loop), the
 /// connections opened before t0, whether each chunk's time is kept, the I/O worker threads and
-/// the CPUs they are pinned to, and whether a causal run writes the answers it streamed into
-/// the later turns. A fleet: `more_urls` are replicas 1, 2, ... (replica 0 is `url`) and
-/// `route` the policy that picks each request's replica as it is sent (`replay_core::route`).
+/// the CPUs they are pinned to, whether a causal run writes the answers it streamed into
+/// the later turns, and the wall-clock instant t0 waits for (`start_at_unix_ns`, 0: none). A
+/// fleet: `more_urls` are replicas 1, 2, ... (replica 0 is `url`) and `route` the policy that
+/// picks each request's replica as it is sent (`replay_core::route`).
 /// A bad value raises ConfigError naming its argument here, before any run.
 #[pyclass(module = "replay._engine", frozen)]
 pub(crate) struct RunOptions {
@@ -56,7 +57,7 @@ impl RunOptions {
         url, *, headers=Vec::new(), ca_cert=None, insecure=false, timeout_s=None, stall_timeout_s=None,
         connect_timeout_s=None, drain_s=None, max_connections=None, max_in_flight=0, warm_connections=0,
         chunk_times=true, worker_threads=None, cpus=Vec::new(), resend_answers=false,
-        more_urls=Vec::new(), route="round-robin"
+        more_urls=Vec::new(), route="round-robin", start_at_unix_ns=0
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -77,6 +78,7 @@ impl RunOptions {
         resend_answers: bool,
         more_urls: Vec<String>,
         route: &str,
+        start_at_unix_ns: u64,
     ) -> PyResult<Self> {
         let d = RunConfig::default();
         let route: Policy = route.parse().map_err(|e| errors::config("route", e))?;
@@ -106,6 +108,7 @@ impl RunOptions {
                 worker_threads: worker_threads.unwrap_or(d.worker_threads),
                 cpus,
                 resend_answers,
+                start_at_unix_ns,
             },
         })
     }
