@@ -603,13 +603,28 @@ class ShardWorker:
     def progress(self) -> tuple[int, int, int]:
         return self.counts
 
-    def run(self, part: Plan, config: RunConfig, start_at_unix_ns: int, spool: str | None) -> StageResult:
+    def run(self, wire: dict, config: RunConfig, start_at_unix_ns: int, spool: str | None) -> StageResult:
         self.counts = (0, 0, 0)
+        part = _from_wire(wire)
 
         def seen(sent: int, completed: int, errors: int, total: int) -> None:
             self.counts = (sent, completed, errors)
 
-        return run_shard(part, config, start_at_unix_ns, shard=self.shard, spool=Path(spool) if spool else None, progress=seen)
+        result = run_shard(part, config, start_at_unix_ns, shard=self.shard, spool=Path(spool) if spool else None, progress=seen)
+        # as Arrow, which Ray ships as it is: pickling a polars frame here (its own serializer,
+        # on its own threads) hung the actor's thread now and then
+        return dataclasses.replace(result, requests=result.requests.to_arrow())  # type: ignore[arg-type]
+
+
+def _to_wire(plan: Plan) -> dict:
+    """A plan as Ray ships it: its frames as Arrow tables (see :meth:`ShardWorker.run`)."""
+    fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)}
+    return {**fields, "rows": plan.rows.to_arrow(), "trace": (plan.trace.df.to_arrow(), plan.trace.meta)}
+
+
+def _from_wire(wire: dict) -> Plan:
+    df, meta = wire["trace"]
+    return Plan(**{**wire, "rows": pl.from_arrow(wire["rows"]), "trace": Trace(df=pl.from_arrow(df), meta=meta)})  # type: ignore[arg-type]
 
 
 def _cluster_running() -> bool:
@@ -658,10 +673,11 @@ class RayShards:
             except (ConnectionError, ValueError, RuntimeError) as e:
                 raise ConfigError(f"--ray {address}: cannot connect to the Ray cluster ({str(e).splitlines()[0]})") from None
             self._started_ray = True
-        total = float(ray.cluster_resources().get("CPU", 0))
-        if total <= 0:
-            raise ConfigError("--ray: the cluster has no CPUs to place the shards on")
-        self._cpus = 1.0 if total >= self.shards else math.floor(total / self.shards * 1000) / 1000
+        free = float(ray.available_resources().get("CPU", 0))
+        if free <= 0:
+            raise ConfigError("--ray: the cluster has no free CPU to place the shards on")
+        # a CPU per shard where there are enough; else a share each (a shard mostly waits on its sockets)
+        self._cpus = 1.0 if free >= self.shards else math.floor(free / self.shards * 1000) / 1000
         self._place(ray)
         self.actors = [self._actor(ray, k) for k in range(self.shards)]
         self.nodes = ray.get([a.where.remote() for a in self.actors])
@@ -683,9 +699,9 @@ class RayShards:
             why = f"the cluster has {len(nodes)} node(s) with CPUs for {self.shards} shards"
         self.say(f"warning: --shards {self.shards}: {why}; placing the shards with SPREAD (some share a node)")
         group = placement_group(bundles, strategy="SPREAD")
-        if not _ready(ray, group, 60.0):
+        if not _ready(ray, group, 30.0):
             remove_placement_group(group)
-            raise ConfigError(f"--shards {self.shards}: the Ray cluster could not place {self.shards} shards in 60 s")
+            raise ConfigError(f"--shards {self.shards}: the Ray cluster could not place {self.shards} shards in 30 s")
         self._group, self.strategy = group, "SPREAD"
 
     def _actor(self, ray, k: int):
@@ -737,7 +753,7 @@ class RayShards:
         if spool is not None:
             spool.mkdir(parents=True, exist_ok=True)
         own = dataclasses.replace(config, cpus=(), metrics_url="none")  # each shard on its own node's CPUs
-        refs = [ray.put(part) for part, _ in parts]
+        refs = [ray.put(_to_wire(part)) for part, _ in parts]
         clocks = [clock_offset(_pinger(ray, a), self.pings) for a in self.actors]
         start_at = time.time_ns() + int(self.lead_s * 1e9)
         futures = [
@@ -755,7 +771,8 @@ class RayShards:
                     for k, f in list(waiting.items()):
                         if f in ready:
                             try:
-                                done[k] = ray.get(f)
+                                got = ray.get(f)
+                                done[k] = dataclasses.replace(got, requests=pl.from_arrow(got.requests))
                             except Exception as e:  # noqa: BLE001 (a dead actor or its failed task: that shard fails)
                                 done[k] = e
                             del waiting[k]

@@ -57,8 +57,8 @@ class LocalCluster:
             args += [flag, str(port)]
         args += ["--min-worker-port", str(ports[-2]), "--max-worker-port", str(ports[-2] + 40)]
         env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}  # as a driver connects by default
-        log = open(self.tmp / f"node{len(self.procs)}.log", "w")  # noqa: SIM115 (kept open for the process)
-        return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        with open(self.tmp / f"node{len(self.procs)}.log", "w") as log:  # the child keeps its own copy
+            return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
     def start(self, timeout_s: float = 60.0) -> LocalCluster:
         from ray._private.services import get_node_ip_address
