@@ -425,9 +425,13 @@ def parse_start_at(text: str) -> int:
     (``2026-12-08T01:00:00Z``) -> ns since the epoch."""
     from datetime import datetime
 
+    from decimal import Decimal, InvalidOperation
+
     try:
-        return int(round(float(text) * 1e9))
-    except ValueError:
+        seconds = Decimal(str(text).strip())
+        if seconds.is_finite():
+            return int(seconds * 10**9)  # exact: a float would move it by up to ~100 ns
+    except InvalidOperation:
         pass
     try:
         at = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
