@@ -607,6 +607,12 @@ class ShardWorker:
     def progress(self) -> tuple[int, int, int]:
         return self.counts
 
+    def peak_rss_mb(self) -> float:
+        """This actor's process's peak resident memory (benchmarks/sharded_replay.py)."""
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
     def run(self, wire: dict, config: RunConfig, start_at_unix_ns: int, spool: str | None) -> StageResult:
         self.counts = (0, 0, 0)
         part = _from_wire(wire)
