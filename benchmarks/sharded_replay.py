@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from replay.config import RunConfig  # noqa: E402
+from replay.config import Arrivals, RunConfig  # noqa: E402
 from replay.generate import GenerateConfig, generate  # noqa: E402
 from replay.plan import build_plan  # noqa: E402
 from replay.runner import run_plan  # noqa: E402
@@ -76,9 +76,13 @@ def main() -> int:
     rows: list[dict] = []
     try:
         config = RunConfig(
-            url=url, rate=args.rate, duration_s=args.duration, arrivals=dataclasses.replace(RunConfig(url=url).arrivals, kind="constant")
+            url=url,
+            rate=args.rate,
+            duration_s=args.duration,
+            arrivals=Arrivals(kind="constant"),
+            metrics_url="none",
+            sessions="open",
         )
-        config = dataclasses.replace(config, metrics_url="none", sessions="open")
         peer = run_plan(build_plan(trace, config, model="bench"), config).summary
         print(
             f"peer (one runner, no Ray): offered {peer.offered_rate:.0f} req/s, achieved {fmt(peer.achieved_send_rate, 0)}, "
@@ -120,7 +124,8 @@ def main() -> int:
                     for x, mb in zip(s.shards or [], actor_rss):
                         lag = x["send_lag_ms"]
                         print(
-                            f"  {x['shard']:>5}  {x['requests']:>8}  {fmt(x['achieved_send_rate'], 0):>10}  {fmt(lag['p50'], 3):>10}"
+                            f"  {x['shard']:>5}  {x['requests']:>8}  {fmt(x['achieved_send_rate'], 0):>10}"
+                            f"  {fmt(lag['p50'], 3):>10}"
                             f"  {fmt(lag['p99'], 3):>10}  {fmt(x['start_lag_ms'], 3):>12}  "
                             f"{fmt(x['clock_offset_ms'], 3):>7} ({fmt(x['clock_uncertainty_ms'], 3)})  {mb:>10.0f}"
                         )

@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +29,12 @@ _PORT_FLAGS = (
     "--metrics-export-port",
     "--runtime-env-agent-port",
 )
+
+
+def _ray_command() -> str:
+    """The `ray` CLI of this Python's Ray (beside the interpreter, else on PATH)."""
+    beside = Path(sys.executable).parent / "ray"
+    return str(beside) if beside.exists() else shutil.which("ray") or "ray"
 
 
 def _free_ports(k: int) -> list[int]:
@@ -52,7 +59,7 @@ class LocalCluster:
 
     def _node(self, *head_or_join: str) -> subprocess.Popen:
         ports = _free_ports(len(_PORT_FLAGS) + 2)
-        args = ["ray", "start", "--block", *head_or_join, "--num-cpus", str(self.cpus), "--temp-dir", str(self.tmp)]
+        args = [_ray_command(), "start", "--block", *head_or_join, "--num-cpus", str(self.cpus), "--temp-dir", str(self.tmp)]
         for flag, port in zip(_PORT_FLAGS, ports):
             args += [flag, str(port)]
         args += ["--min-worker-port", str(ports[-2]), "--max-worker-port", str(ports[-2] + 40)]
@@ -90,7 +97,7 @@ class LocalCluster:
                     tail = (self.tmp / f"node{k}.log").read_text()[-1500:]
                     raise RuntimeError(f"ray start (node {k}) exited {p.returncode}:\n{tail}")
             out = subprocess.run(
-                ["python", "-c", code, self.address],
+                [sys.executable, "-c", code, self.address],
                 capture_output=True,
                 text=True,
                 timeout=60,
