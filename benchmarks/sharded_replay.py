@@ -19,7 +19,6 @@ capacity (docs/sharding.md projects that from the per-shard figure).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import resource
 import subprocess

@@ -674,14 +674,7 @@ class RayShards:
         except ImportError:
             raise ConfigError("--ray: Ray is not installed (pip install 'faithful-replay[ray]')") from None
         if not ray.is_initialized():
-            address = self.address or ("auto" if _cluster_running() else None)
-            try:
-                if address is None:
-                    ray.init(num_cpus=max(self.shards, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False)
-                else:
-                    ray.init(address=address, log_to_driver=False)
-            except (ConnectionError, ValueError, RuntimeError) as e:
-                raise ConfigError(f"--ray {address}: cannot connect to the Ray cluster ({str(e).splitlines()[0]})") from None
+            self._init(ray)
             self._started_ray = True
         free = float(ray.available_resources().get("CPU", 0))
         if free <= 0:
@@ -692,6 +685,22 @@ class RayShards:
         self.actors = [self._actor(ray, k) for k in range(self.shards)]
         self.nodes = ray.get([a.where.remote() for a in self.actors])
         return self
+
+    def _init(self, ray) -> None:
+        """Join ``address``; without one, the cluster running here (a stale record of one that
+        stopped is passed over), else a Ray of this process's own."""
+        tries = [self.address] if self.address else (["auto"] if _cluster_running() else []) + [None]
+        for k, address in enumerate(tries):
+            try:
+                if address is None:
+                    ray.init(num_cpus=max(self.shards, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False)
+                else:
+                    ray.init(address=address, log_to_driver=False)
+                return
+            except (ConnectionError, ValueError, RuntimeError) as e:
+                if k == len(tries) - 1:
+                    where = f" {address}" if address else ""
+                    raise ConfigError(f"--ray{where}: cannot connect to the Ray cluster ({str(e).splitlines()[0]})") from None
 
     def _place(self, ray) -> None:
         from ray.util.placement_group import placement_group, remove_placement_group
