@@ -107,3 +107,17 @@ def test_the_indexed_job_manifest_parses():
     assert int(env["SHARDS"]) == spec["completions"]
     command = " ".join(container["args"])
     assert '--shard "${JOB_COMPLETION_INDEX}/${SHARDS}"' in command and '--start-at "${START_AT}"' in command
+
+
+def test_run_shard_flags_are_checked_before_anything_runs(tmp_path, capsys):
+    live = tmp_path / "agents.parquet"
+    generate_agentic(AgentConfig(sessions=2, steps_mean=2, max_context_tokens=30_000, seed=1)).write(live)
+    for flags, message in (
+        (["--shard", "0/2"], "--shard: needs --start-at T"),
+        (["--start-at", "1765155600"], "--start-at: only with --shard I/N"),
+        (["--shard", "0/2", "--start-at", "1765155600", "--shards", "2", "--ray"], "--shard and --shards: give one"),
+        (["--shard", "2/2", "--start-at", "1765155600"], "--shard: expected I/N with 0 <= I < N"),
+        (["--shard", "0/2", "--start-at", "tomorrow"], "--start-at: expected Unix seconds or an ISO 8601 time"),
+    ):
+        assert main(["run", str(live), "--rate", "1", *flags, "--out", str(tmp_path / "x")]) != 0
+        assert message in capsys.readouterr().err
