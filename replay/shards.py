@@ -32,7 +32,8 @@ when the cluster has fewer nodes than shards); each actor writes its rows as the
 mid-stage loses nothing it had written: its shard is marked invalid and its unwritten requests
 are ``cancelled`` rows. Without Ray (a Kubernetes Indexed Job, docs/sharding.md) each pod runs
 ``replay run ... --shard I/N --start-at T`` into its own folder and :func:`merge_folders` merges
-them; the pods' clocks are then trusted as their nodes keep them (no offset is measured).
+them (each pod's ``<stage>.shard.json`` says which rows it holds); the pods' clocks are then
+trusted as their nodes keep them (no offset is measured).
 Ray is imported only by :class:`RayShards`.
 """
 
@@ -442,28 +443,37 @@ def parse_start_at(text: str) -> int:
     return int(round(at.timestamp() * 1e9))
 
 
+SIDECAR = ".shard.json"  # beside a pod's stage file: which shard of which plan it holds
+
+
 def slice_runner(index: int, shards: int, start_at_unix_ns: int):
     """A ``sweep`` stage runner for one pod's shard: builds the stage's whole plan as every pod
-    does (the same flags, the same schedule), runs its shard at the start instant and records
-    which shard it was (the folder's summary carries it for :func:`merge_folders`)."""
+    does (the same flags, the same schedule) and runs its shard at the start instant. Before it
+    sends anything it writes ``<stage>.shard.json`` beside the stage's rows (which shard, the
+    start instant, the shard's rows' positions in the plan), so :func:`merge_folders` can place
+    the rows of a pod killed mid-stage too; the stage's summary names the shard as well."""
+    from replay.results import StageParts
     from replay.runner import run_plan
 
     def run(plan: Plan, config: RunConfig, progress=None, on_rows=None) -> StageResult:
         part, rows = shard_plan(plan, index, shards)
+        entry = {
+            "shard": index,
+            "of": shards,
+            "start_at_unix_ns": start_at_unix_ns,
+            "plan_requests": plan.n,
+            "plan_offered_rate": None if math.isnan(plan.offered_rate) else plan.offered_rate,
+            "node": os.uname().nodename,
+        }
+        if isinstance(on_rows, StageParts):
+            side = on_rows.dir.with_suffix(SIDECAR)
+            side.parent.mkdir(parents=True, exist_ok=True)
+            side.write_text(json.dumps({**entry, "rows": rows.tolist()}))
         tagged = None
         if on_rows is not None:
             tagged = lambda frame: on_rows(frame.with_columns(pl.lit(index, dtype=pl.Int32).alias(SHARD_COLUMN)))  # noqa: E731
         result = run_plan(part, config, progress, tagged, start_at_unix_ns=start_at_unix_ns)
         requests = result.requests.with_columns(pl.lit(index, dtype=pl.Int32).alias(SHARD_COLUMN))
-        entry = {
-            "shard": index,
-            "of": shards,
-            "start_at_unix_ns": start_at_unix_ns,
-            "rows": rows.tolist(),
-            "plan_requests": plan.n,
-            "plan_offered_rate": None if math.isnan(plan.offered_rate) else plan.offered_rate,
-            "node": os.uname().nodename,
-        }
         return dataclasses.replace(result, requests=requests, shards=(entry,))
 
     return run
@@ -482,71 +492,67 @@ def _config_of(summary: dict, stage: dict) -> RunConfig:
         sessions=stage["sessions"],
         concurrency=stage["concurrency"],
         lag_bound_ms=stage["lag_bound_ms"],
-        slo=Slo(**slo, attainment=stage.get("slo_attainment_target", Slo().attainment)) if slo else Slo(),
+        slo=Slo(**slo) if slo else Slo(),
     )
 
 
 def merge_folders(folders: Sequence[Path], out: Path) -> dict:
-    """Merge the results folders of a stage's shards, one per pod (``replay run --shard I/N
+    """Merge the results folders of one run's shards, one per pod (``replay run --shard I/N
     --start-at T``), into one results folder ``out`` of a single run's shape; returns its summary.
-    Every shard of the N must be there, each with the same stages; a stage a pod never finished
-    (killed) is read from its written rows and its shard marked invalid. The pods' clocks are
-    taken as their nodes keep them: no offset was measured."""
-    from replay.results import read_stage, stage_file, write_stage, write_summary
+    Every shard of the N must be there, stage by stage (``stageNN_*.shard.json``). A stage a pod
+    never finished (it was killed) is read from the rows it wrote, and its shard, so the stage,
+    is invalid; the stages are judged with the config of a pod that finished them. The pods'
+    clocks are taken as their nodes keep them: no offset was measured."""
+    from replay.results import read_stage, write_stage, write_summary
     from replay.sweep import SweepResult
 
     if not folders:
         raise ConfigError("shards merge: give the shard folders")
-    summaries = []
-    for folder in folders:
-        path = Path(folder) / "summary.json"
-        if not path.is_file():
-            raise ConfigError(f"shards merge: {folder} has no summary.json (not a results folder of `replay run --shard`)")
-        summaries.append(json.loads(path.read_text()))
-    first = summaries[0]
-    stages = []
-    for k in range(len(first["stages"])):
-        entries = []
-        for folder, s in zip(folders, summaries):
-            if k >= len(s["stages"]) or not s["stages"][k].get("shards"):
-                raise ConfigError(f"shards merge: {folder}: stage {k} was not run with --shard I/N")
-            entries.append(s["stages"][k]["shards"][0])
-        of = {e["of"] for e in entries}
-        if len(of) != 1:
-            raise ConfigError(f"shards merge: stage {k}: the folders are shards of different counts ({sorted(of)})")
+    by_stage: dict[str, list[tuple[Path, dict]]] = {}
+    summaries: list[dict] = []
+    for folder in map(Path, folders):
+        sides = sorted(folder.glob("stage*" + SIDECAR))
+        if not sides:
+            raise ConfigError(f"shards merge: {folder} holds no stage of `replay run --shard I/N` (no stage*{SIDECAR})")
+        for side in sides:
+            stage_name = side.name[: -len(SIDECAR)] + ".parquet"
+            by_stage.setdefault(stage_name, []).append((folder / stage_name, json.loads(side.read_text())))
+        if (folder / "summary.json").is_file():
+            summaries.append(json.loads((folder / "summary.json").read_text()))
+    out_files: list[str] = []
+    merged_stages: list[StageResult] = []
+    for k, (name, shard_stages) in enumerate(sorted(by_stage.items())):
+        entries = [e for _, e in shard_stages]
+        counts = {e["of"] for e in entries}
+        if len(counts) != 1:
+            raise ConfigError(f"shards merge: {name}: the folders are shards of different counts ({sorted(counts)})")
+        n = counts.pop()
         have = sorted(e["shard"] for e in entries)
-        n = of.pop()
         if have != list(range(n)):
             missing = sorted(set(range(n)) - set(have))
-            raise ConfigError(f"shards merge: stage {k}: shard(s) {missing or 'repeated'} of {n} not among the folders")
-        stages.append((k, entries))
-    # each pod's folder was written as it went: find the stage files (a killed pod's as parts)
-    out_files: list[str] = []
-    merged_stages = []
-    for k, entries in stages:
-        runs: list[ShardRun] = []
-        plan_rows = entries[0]["plan_requests"]
+            raise ConfigError(f"shards merge: {name}: shard(s) {missing or 'repeated'} of {n} not among the folders")
+        done = [(x, x["stages"][x["files"].index(name)]) for x in summaries if name in x.get("files", [])]
+        if not done:
+            raise ConfigError(
+                f"shards merge: {name}: no shard's pod finished it (its config is in a finished pod's summary.json)"
+            )
+        config = _config_of(*done[0])
         start_at = entries[0]["start_at_unix_ns"]
-        stage = first["stages"][k]
-        config = _config_of(first, stage)
-        frames = []
-        for folder, s, e in zip(folders, summaries, entries):
-            name = s["files"][k] if k < len(s.get("files", [])) else stage_file(Path(folder), k, stage["requested_rate"]).name
-            requests, meta = read_stage(Path(folder) / name)
-            t0 = int(pq_start(Path(folder) / name) or start_at)
+        runs: list[ShardRun] = []
+        for path, e in shard_stages:
+            requests, meta = read_stage(path)
             partial = bool(meta.get("partial"))
             result = None
             if not partial:
                 result = StageResult(
                     config=config,
                     requests=requests,
-                    start_unix_ns=t0,
+                    start_unix_ns=int(pq_start(path) or start_at),
                     offered_rate=float("nan"),
                     cancelled=bool(meta.get("cancelled")),
                     interrupted=False,
                     runner=meta.get("runner"),
                 )
-            frames.append(requests)
             runs.append(
                 ShardRun(
                     shard=e["shard"],
@@ -559,15 +565,15 @@ def merge_folders(folders: Sequence[Path], out: Path) -> dict:
                     died="its pod ended before the stage did" if partial else None,
                 )
             )
+        held, planned = sum(len(r.rows) for r in runs), entries[0]["plan_requests"]
+        if held != planned:
+            raise ConfigError(f"shards merge: {name}: the shards hold {held} of the plan's {planned} requests")
         rate = entries[0].get("plan_offered_rate")
         merged = merge(runs, config, start_at, float("nan") if rate is None else rate)
-        if sum(len(r.rows) for r in runs) != plan_rows:
-            raise ConfigError(
-                f"shards merge: stage {k}: the shards hold {sum(len(r.rows) for r in runs)} of the plan's {plan_rows} requests"
-            )
-        path = write_stage(merged, stage_file(Path(out), k, config.rate, config.concurrency))
+        path = write_stage(merged, Path(out) / name)
         out_files.append(path.name)
         merged_stages.append(merged)
+    first = summaries[0]
     summary = SweepResult.of(merged_stages[0].config, [s.config.rate for s in merged_stages], merged_stages, repeats=1).to_json(
         trace=first.get("trace"), files=out_files, merged_from=[str(f) for f in folders]
     )

@@ -12,20 +12,22 @@ import time
 from pathlib import Path
 
 import polars as pl
+import pytest
 import yaml
 
 from replay.agentic import AgentConfig, generate_agentic
 from replay.cli.main import main
-from replay.shards import shard_of
+from replay.errors import ConfigError
+from replay.shards import merge_folders, shard_of
 from replay.sim import SimConfig, start_sim
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_two_pods_and_one_merge(tmp_path, capsys):
-    trace = generate_agentic(
+def agents(sessions: int, seed: int):
+    return generate_agentic(
         AgentConfig(
-            sessions=6,
+            sessions=sessions,
             steps_mean=4,
             tool_tokens=20,
             system_tokens=200,
@@ -34,27 +36,19 @@ def test_two_pods_and_one_merge(tmp_path, capsys):
             max_context_tokens=3000,
             content_tokens_p50=20,
             subagent_p=0.3,
-            seed=3,
+            seed=seed,
         )
     )
+
+
+def test_two_pods_and_one_merge(tmp_path, capsys):
+    trace = agents(6, seed=3)
     live = tmp_path / "agents.parquet"
     trace.write(live)
-    start_at = time.time() + 4  # the pods' Python and the runner's warm-up fit well inside
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with start_sim(SimConfig(profile="instant", time_scale=0)) as engine:
-        pods = [
-            subprocess.Popen(
-                [sys.executable, "-m", "replay.cli.main", "run", str(live), "--url", engine.url, "--rate", "10"]
-                + ["--shard", f"{i}/2", "--start-at", f"{start_at:.3f}", "--out", str(tmp_path / f"shard-{i}"), "--json"],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=env,
-            )
-            for i in range(2)
-        ]
-        outs = [p.communicate(timeout=120) for p in pods]
-    for p, (_, err) in zip(pods, outs):
+        start_at, procs = pods(live, engine.url, tmp_path, rate=10.0, lead_s=4)
+        outs = [p.communicate(timeout=120) for p in procs]
+    for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err
     started = [json.loads(out)["stages"][0]["shards"][0] for out, _ in outs]
     assert [s["shard"] for s in started] == [0, 1] and {s["start_at_unix_ns"] for s in started} == {
@@ -82,19 +76,58 @@ def test_two_pods_and_one_merge(tmp_path, capsys):
     assert abs(s["offered_rate"] - 10) < 1e-6
 
 
-def test_a_missing_shard_is_named(tmp_path):
-    folder = tmp_path / "shard-0"
-    folder.mkdir()
-    (folder / "summary.json").write_text(json.dumps({"stages": [{"shards": [{"shard": 0, "of": 2}]}], "files": []}))
-    from replay.errors import ConfigError
-    from replay.shards import merge_folders
+def pods(live: Path, url: str, out: Path, rate: float, lead_s: float) -> tuple[float, list[subprocess.Popen]]:
+    start_at = time.time() + lead_s  # the pods' Python and the runner's warm-up fit well inside
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "replay.cli.main", "run", str(live), "--url", url, "--rate", str(rate)]
+            + ["--shard", f"{i}/2", "--start-at", f"{start_at:.3f}", "--out", str(out / f"shard-{i}"), "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for i in range(2)
+    ]
+    return start_at, procs
 
-    try:
-        merge_folders([folder], tmp_path / "out")
-    except ConfigError as e:
-        assert "shard(s) [1] of 2 not among the folders" in str(e)
-    else:
-        raise AssertionError("merged one shard of two")
+
+def test_a_killed_pod_keeps_what_it_wrote_and_a_missing_one_is_named(tmp_path, capsys):
+    trace = agents(8, seed=5)
+    live = tmp_path / "agents.parquet"
+    trace.write(live)
+    with start_sim(SimConfig(profile="instant", time_scale=0)) as engine:
+        _, (kept, killed) = pods(live, engine.url, tmp_path, rate=10.0, lead_s=4)
+        parts = tmp_path / "shard-1" / "stage00_10rps.parts"
+        deadline = time.monotonic() + 60
+        while not list(parts.glob("*.parquet")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        killed.kill()  # as a node lost mid-stage: no summary, no stage file, its rows so far
+        killed.communicate()
+        err = kept.communicate(timeout=120)[1]
+        assert kept.returncode == 0, err
+    written = pl.concat([pl.read_parquet(p) for p in sorted(parts.glob("*.parquet"))])
+    assert 0 < written.height < int((shard_of(trace.df, 2) == 1).sum())
+    assert not (tmp_path / "shard-1" / "summary.json").exists()
+
+    merged = tmp_path / "merged"
+    assert main(["shards", "merge", str(tmp_path / "shard-0"), str(tmp_path / "shard-1"), "--out", str(merged), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    s = summary["stages"][0]
+    one = next(x for x in s["shards"] if x["shard"] == 1)
+    assert not s["valid"] and not one["valid"]
+    assert f"its pod ended before the stage did) after writing {written.height} of" in one["invalid_reason"]
+    assert "shard 1: its runner died" in s["invalid_reason"]
+    stage = pl.read_parquet(merged / summary["files"][0])
+    # shard 0 whole, shard 1 as far as it wrote: each row as its pod recorded it
+    assert stage.filter(pl.col("shard") == 0).height == int((shard_of(trace.df, 2) == 0).sum())
+    got = stage.filter(pl.col("shard") == 1).join(written, on="request_id")
+    assert got.height == written.height and got["completion_tokens"].to_list() == got["completion_tokens_right"].to_list()
+
+    # a folder of shard 0 alone is not a whole run
+    with pytest.raises(ConfigError, match=r"shard\(s\) \[1\] of 2 not among the folders"):
+        merge_folders([tmp_path / "shard-0"], tmp_path / "alone")
 
 
 def test_the_indexed_job_manifest_parses():
