@@ -118,7 +118,7 @@ class RunConfig:
     api_key: str | None = field(default=None, repr=False)
     # (name, value) sent on every request and on the target check (--header); never stored
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
-    # send each request's root session id (replay.fleet.root_sessions) in this header, as
+    # send each request's root session id (replay.dag.root_sessions) in this header, as
     # inference-perf's session token: a server-side router's session affinity key (--session-header)
     session_header: str | None = None
     # an https target's certificate: checked against the system's roots, or the PEM file

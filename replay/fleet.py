@@ -31,6 +31,7 @@ from typing import Any, TypedDict
 import numpy as np
 import polars as pl
 
+from replay.dag import root_sessions
 from replay.errors import ConfigError
 
 __all__ = [
@@ -132,31 +133,6 @@ def _hash64(text: str) -> int:
     """A stable nonzero 64-bit hash of a session id (0 means none to the router)."""
     h = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
     return h or 1
-
-
-def root_sessions(rows: pl.DataFrame) -> list[str | None]:
-    """Each row's root session: its ``session_id`` (None when it has none), or for a subagent's
-    session the session that spawned it, followed through ``parent_session_id`` to the top."""
-    sessions = rows["session_id"].to_list() if "session_id" in rows.columns else [None] * rows.height
-    parents = rows["parent_session_id"].to_list() if "parent_session_id" in rows.columns else [None] * rows.height
-    parent_of: dict[str, str] = {}
-    for s, p in zip(sessions, parents):
-        if s is not None and p is not None and p != s:
-            parent_of.setdefault(s, p)
-    root: dict[str, str] = {}
-
-    def find(s: str) -> str:
-        path, seen = [], set()
-        while s in parent_of and s not in root and s not in seen:
-            seen.add(s)
-            path.append(s)
-            s = parent_of[s]
-        top = root.get(s, s)
-        for x in path:
-            root[x] = top
-        return top
-
-    return [None if s is None else find(s) for s in sessions]
 
 
 class RouteKeys(TypedDict, total=False):

@@ -154,9 +154,9 @@ class Plan:
         carried; an empty value: it was text), which the embedded engine answers with the same
         calls of the same sizes and other servers ignore (docs/sim-engine.md); with
         ``session_header``, a row with a session sends its root session id
-        (:func:`replay.fleet.root_sessions`) in it, for a server-side router's session affinity."""
+        (:func:`replay.dag.root_sessions`) in it, for a server-side router's session affinity."""
         from replay import _engine
-        from replay.fleet import root_sessions
+        from replay.dag import root_sessions
 
         calls = self.rows["tool_calls"] if "tool_calls" in self.rows.columns else None
         parts = []

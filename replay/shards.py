@@ -55,6 +55,7 @@ import numpy as np
 import polars as pl
 
 from replay.config import Arrivals, RunConfig, Slo
+from replay.dag import root_sessions
 from replay.errors import ConfigError
 from replay.metrics import StageResult
 from replay.plan import BODY_WINDOW, Plan, offered_window
@@ -89,13 +90,14 @@ _MOVED = ("release_ns", "sent_ns", "first_byte_ns", "first_token_ns", "end_ns")
 
 
 def _roots(df: pl.DataFrame) -> list[str]:
-    """Each row's group key: its session's root (through ``parent_session_id``), its request id
-    when it has no session, and one key for rows joined by ``depends_on`` across sessions (the
+    """Each row's group key: its root session (:func:`replay.dag.root_sessions`), its request id
+    when it has no session, and one key for groups joined by ``depends_on`` across sessions (the
     key of the earliest row of the joined groups)."""
     ids = df["request_id"].to_list()
-    sessions = df["session_id"].fill_null(df["request_id"]).to_list() if "session_id" in df.columns else ids
-    parents = df["parent_session_id"].to_list() if "parent_session_id" in df.columns else [None] * len(ids)
-    up: dict[str, str] = {}  # union-find over keys (sessions and request ids)
+    keys = [r if r is not None else i for r, i in zip(root_sessions(df), ids)]
+    if "depends_on" not in df.columns:
+        return keys
+    up: dict[str, str] = {}  # union-find over the keys joined by a dependency
 
     def find(x: str) -> str:
         while up.get(x, x) != x:
@@ -104,26 +106,18 @@ def _roots(df: pl.DataFrame) -> list[str]:
         return x
 
     first: dict[str, int] = {}
-
-    def union(a: str, b: str) -> None:
-        ra, rb = find(a), find(b)
-        if ra != rb:  # the key that appeared first names the group
-            if first.get(rb, math.inf) < first.get(ra, math.inf):
-                ra, rb = rb, ra
-            up[rb] = ra
-
-    for i, (s, p) in enumerate(zip(sessions, parents)):
-        first.setdefault(s, i)
-        if p is not None:
-            first.setdefault(p, i)
-            union(p, s)
-    if "depends_on" in df.columns:
-        session_of = dict(zip(ids, sessions))
-        for s, deps in zip(sessions, df["depends_on"].to_list()):
-            for d in deps or ():
-                if d in session_of:
-                    union(session_of[d], s)
-    return [find(s) for s in sessions]
+    for i, k in enumerate(keys):
+        first.setdefault(k, i)
+    key_of = dict(zip(ids, keys))
+    for k, deps in zip(keys, df["depends_on"].to_list()):
+        for d in deps or ():
+            if d in key_of:
+                a, b = find(key_of[d]), find(k)
+                if a != b:  # the key that appeared first names the group
+                    if first[b] < first[a]:
+                        a, b = b, a
+                    up[b] = a
+    return [find(k) for k in keys]
 
 
 def shard_of(df: pl.DataFrame, shards: int) -> np.ndarray:

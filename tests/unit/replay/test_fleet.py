@@ -8,6 +8,7 @@ import polars as pl
 import pytest
 
 from replay.config import RunConfig
+from replay.dag import root_sessions
 from replay.errors import ConfigError
 from replay.fleet import (
     Target,
@@ -15,7 +16,6 @@ from replay.fleet import (
     read_targets,
     replica_breakdown,
     replica_lines,
-    root_sessions,
     route_keys,
 )
 from replay.metrics import completed
