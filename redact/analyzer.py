@@ -13,7 +13,9 @@ Owns :data:`ENTITIES`, :data:`SCORE_THRESHOLD`, :data:`SPACY_MODEL`, :class:`Fou
   Presidio's context words match the token text itself.
 - Email addresses, phone numbers, cards, IBANs and IP addresses are found by their shape
   (:mod:`redact.shapes`), in place of Presidio's recognizers for them, which drop a match that
-  fails a validity check (a public suffix, ``phonenumbers``' metadata, Luhn, the IBAN checksum).
+  fails a validity check (a public suffix, ``phonenumbers``' metadata, Luhn, the IBAN checksum);
+  spelled-out emails and phones too (:mod:`redact.spelled`), and national ids beyond the US SSN
+  (:mod:`redact.national_ids`: UK, IN, DE, CA, ES, FR, BR, passports in context).
 - Entities: an explicit list (:data:`ENTITIES`); Presidio's noisy ones on code and logs
   (DATE_TIME, URL, US_BANK_NUMBER, US_DRIVER_LICENSE, UUIDs) are left out, as is ORGANIZATION.
   Results below :data:`SCORE_THRESHOLD` are dropped. Both chosen from measurement on the
@@ -40,8 +42,10 @@ from typing import Any, cast
 
 from redact.addresses import AddressRecognizer
 from redact.names import NOT_A_NAME, name_span
+from redact.national_ids import NATIONAL_ID_ENTITIES, national_id_recognizers
 from redact.recognizers import SECRET_ENTITIES, secret_recognizers
 from redact.shapes import shape_recognizers
+from redact.spelled import spelled_recognizers
 from redact.structure import View, view
 
 __all__ = ["ENTITIES", "SCORE_THRESHOLD", "SPACY_MODEL", "Found", "build_analyzer", "found_spans", "TextAnalyzer"]
@@ -61,6 +65,7 @@ ENTITIES: tuple[str, ...] = (
     "IP_ADDRESS",
     "US_SSN",
     "STREET_ADDRESS",
+    *NATIONAL_ID_ENTITIES,
     *SECRET_ENTITIES,
 )
 _NER_ONLY_DISABLED = ("tok2vec", "tagger", "parser", "attribute_ruler", "lemmatizer", "senter")
@@ -162,7 +167,7 @@ def build_analyzer(extra_recognizers: Sequence[Any] = ()) -> Any:
     registry.load_predefined_recognizers(languages=["en"], nlp_engine=engine)
     for name in _SHAPE_REPLACED:
         registry.remove_recognizer(name)
-    for recognizer in shape_recognizers():
+    for recognizer in (*shape_recognizers(), *spelled_recognizers(), *national_id_recognizers()):
         registry.add_recognizer(recognizer)
     registry.add_recognizer(AddressRecognizer())
     for recognizer in (*secret_recognizers(), *extra_recognizers):

@@ -24,6 +24,14 @@ The scan is compiled regexes with its own, deliberately simple table (not Presid
 - ``PRIVATE_KEY``: a ``-----BEGIN ... PRIVATE KEY-----`` line and its key material, to the END
   line (or, cut short, to the end of the base64); a BEGIN line with under 16 characters of key
   material after it holds no key and is not a hit;
+- ``UK_NINO`` (two prefix letters, six digits, a suffix A-D), ``IN_PAN`` (five capitals, the
+  fourth a holder kind, four digits, a capital), ``IN_AADHAAR`` (4-4-4 digits, Verhoeff-valid),
+  ``ES_DNI`` (a DNI or NIE whose mod-23 letter holds), ``FR_NIR`` (the grouped 15-character form,
+  mod-97 key valid), ``BR_CPF`` / ``BR_CNPJ`` (their punctuated forms, mod-11 valid): the national
+  ids with a shape of their own (:mod:`redact.national_ids`); those its recognizers find only in
+  context (German, Canadian, passports, contiguous runs) are not the lock's;
+- ``EMAIL_ADDRESS`` spelled out: ``jane [at] example [dot] com`` (any bracket, any top-level
+  domain) and ``jane dot doe at example dot com`` (a known top-level domain);
 - ``IP_ADDRESS``: IPv4 with octets 0-255; IPv6 full or compressed (an IPv4 tail too) with three or
   more groups, checked by :mod:`ipaddress`. Loopback and unspecified addresses name no host and
   are not hits (nor are two-group forms such as Python's ``x[1::2]`` slices).
@@ -58,6 +66,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from redact.national_ids import cpf_ok, dni_ok, nir_ok, verhoeff_ok
+
 __all__ = ["LOCK_TYPES", "Hit", "scan", "strings_of", "Exempt", "check"]
 
 LOCK_TYPES: tuple[str, ...] = (
@@ -69,6 +79,13 @@ LOCK_TYPES: tuple[str, ...] = (
     "JWT",
     "PRIVATE_KEY",
     "IP_ADDRESS",
+    "UK_NINO",
+    "IN_AADHAAR",
+    "IN_PAN",
+    "ES_DNI",
+    "FR_NIR",
+    "BR_CPF",
+    "BR_CNPJ",
 )
 
 # -- the shapes ---------------------------------------------------------------------------------
@@ -124,7 +141,40 @@ _SCANNERS: tuple[tuple[str | re.Pattern[str] | None, re.Pattern[str]], ...] = (
         ),
     ),
     (None, re.compile(r"(?P<IBAN_CODE>[A-Z](?<![\w-][A-Z])[A-Z]\d{2}(?:[ -]?[A-Z0-9]){11,32})(?!\w)")),
+    # national ids with a shape of their own (those found only in context are not the lock's)
+    (
+        None,
+        re.compile(
+            r"[A-Z](?<![\w./-][A-Z])(?:"
+            r"(?P<UK_NINO>[A-CEGHJ-PRSTW-Z][ \u00a0]?\d{2}[ \u00a0]?\d{2}[ \u00a0]?\d{2}[ \u00a0]?[A-D])"
+            r"|(?P<IN_PAN>[A-Z]{2}[PCHFATBLJG][A-Z]\d{4}[A-Z])"
+            r"|(?P<ES_DNI>(?<=[XYZ])\d{7}-?[A-Z]))(?![\w/]|[.-]\w)"
+        ),
+    ),
+    (
+        None,
+        re.compile(
+            r"\d(?<![\w./-]\d)(?:"
+            r"(?P<IN_AADHAAR>(?<=[2-9])\d{3}(?P<sep>[ -])\d{4}(?P=sep)\d{4})"
+            r"|(?P<ES_DNI1>\d{7}-?[A-Z])"
+            r"|(?P<FR_NIR>(?<=[12]) \d{2} \d{2} (?:\d{2}|2[AB]) \d{3} \d{3} \d{2})"
+            r"|(?P<BR_CPF>\d{2}\.\d{3}\.\d{3}-\d{2})"
+            r"|(?P<BR_CNPJ>\d\.\d{3}\.\d{3}/\d{4}-\d{2}))(?![\w/]|[.-]\w)"
+        ),
+    ),
+    # an email spelled out: "jane [at] example [dot] com", "jane dot doe at example dot com"
+    (
+        re.compile(r"(?i)dot"),
+        re.compile(
+            r"(?P<EMAIL_ADDRESS>\w(?<![\w.+-]\w)[\w.+-]*(?:"
+            r"[ \t]*[\[({<][ \t]*(?i:at)[ \t]*[\])}>][ \t]*[\w-]+(?:(?:[ \t]*[\[({<][ \t]*(?i:dot)[ \t]*[\])}>][ \t]*|\.)[\w-]+)*"
+            r"[ \t]*[\[({<][ \t]*(?i:dot)[ \t]*[\])}>][ \t]*[A-Za-z]{2,6}"
+            r"|(?:[ \t]+(?i:dot)[ \t]+[\w+-]+)*[ \t]+(?i:at)[ \t]+[\w-]+(?:[ \t]+(?i:dot)[ \t]+[\w-]+)*[ \t]+(?i:dot)[ \t]+"
+            r"(?i:com|org|net|io|co|uk|de|fr|es|it|nl|edu|gov|info|me|ai|dev|app|eu|example|test|internal|local)))(?![\w-])"
+        ),
+    ),
 )
+_ID_CHECKS = {"IN_AADHAAR": verhoeff_ok, "ES_DNI": dni_ok, "BR_CPF": cpf_ok, "BR_CNPJ": cpf_ok, "FR_NIR": nir_ok}
 # an email is found from its "@" and domain, then its local part is read backwards: 3x faster than
 # trying every letter as a local part's start
 _EMAIL_DOMAIN = re.compile(r"@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}(?![\w-])")
@@ -200,6 +250,8 @@ def _ok_end(name: str, value: str) -> int:
     if name == "IP_ADDRESS":
         ok = _ip6_ok(value) if ":" in value else _ip4_ok(value)
         return len(value) if ok else 0
+    if name in _ID_CHECKS:
+        return len(value) if _ID_CHECKS[name](value) else 0
     if name == "PRIVATE_KEY":
         material = sum(c.isalnum() for c in _PEM_HEADER.sub("", value))
         return len(value.rstrip()) if material >= _PEM_MATERIAL else 0
@@ -229,7 +281,7 @@ def scan(text: str) -> list[Hit]:
         if gate is not None and (gate not in text if isinstance(gate, str) else gate.search(text) is None):
             continue
         for m in rx.finditer(text):
-            group = m.lastgroup
+            group = m.lastgroup if m.lastgroup != "sep" else next(k for k, v in m.groupdict().items() if v and k != "sep")
             assert group is not None  # every scanner is an alternation of named groups
             entity = group.rstrip("0123456789")
             start = m.start()  # a group of the digit regex starts after its first digit

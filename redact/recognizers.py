@@ -3,7 +3,8 @@
 Owns :class:`SecretRecognizer`, :func:`secret_recognizers` and :func:`shannon_entropy`. Each
 secret pattern is a regex whose named group ``s`` (or the whole match) is the secret: only the
 password of ``postgres://user:PASSWORD@host`` is replaced, only the token after ``Bearer``.
-Entity types: ``API_KEY`` (OpenAI, Anthropic, GitHub, AWS, Google, Slack, Stripe, Hugging Face
+Entity types: ``API_KEY`` (OpenAI, Anthropic, GitHub, AWS, Google (``AIza`` keys, ``ya29.`` OAuth
+tokens), Slack, Stripe, Hugging Face
 shapes, and any short lower-case prefix such as ``dop_v1_`` or ``npm_`` before 32+ letters and
 digits), ``JWT`` (its header must decode to a JSON object), ``PRIVATE_KEY`` (a whole
 PEM block), ``BEARER_TOKEN``, ``URL_PASSWORD`` (the password of a URL), ``PASSWORD``
@@ -47,6 +48,7 @@ _API_KEYS: dict[str, str] = {
     "github": r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})",
     "aws_access_key_id": r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b",
     "google": r"\bAIza[0-9A-Za-z_-]{35}",
+    "google_oauth": r"\bya29\.[0-9A-Za-z_-]{20,}",
     "slack": r"\bxox[abposr]-[0-9A-Za-z-]{10,}",
     "stripe": r"\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,}",
     "huggingface": r"\bhf_[A-Za-z0-9]{30,}",

@@ -73,6 +73,8 @@ from typing import Any
 
 from redact.key import RedactionKey
 from redact.addresses import DE_COMPOUND_ENDINGS, JP_KEPT, STREET_WORDS
+from redact.national_ids import NATIONAL_ID_ENTITIES
+from redact.spelled import DIGIT_WORDS, SPELLED_SEPARATOR
 
 # words of an address or place that name no one: kept as they are
 KEPT_WORDS = STREET_WORDS
@@ -116,7 +118,7 @@ WORD_ENTITIES = frozenset({"PERSON", "LOCATION"})
 
 _KEY_PREFIX = re.compile(
     r"^(?:sk-ant-(?:api|admin)\d{2}-|sk-(?:proj-|svcacct-|admin-|None-)?|gh[pousr]_|github_pat_"
-    r"|AKIA|ASIA|ABIA|ACCA|AIza|xox[abposr]-|(?:sk|rk|pk)_(?:live|test)_|hf_"
+    r"|AKIA|ASIA|ABIA|ACCA|AIza|ya29\.|xox[abposr]-|(?:sk|rk|pk)_(?:live|test)_|hf_"
     r"|[a-z]{2,8}_(?:v\d+_)?(?=[A-Za-z0-9]{32,}))"
 )
 _PEM_LINE = re.compile(r"^-----(?:BEGIN|END) [A-Z0-9 ]+-----$")
@@ -543,11 +545,20 @@ class Surrogates:
         return self._shape(value, "name", rng)
 
     def _email(self, value: str, rng: random.Random) -> str:
+        if any(c in value for c in " ([{<"):  # spelled out: "jane dot doe at example dot com"
+            return self._spelled_email(value, rng)
         local, at, domain = value.rpartition("@")
         if domain.lower() in PUBLIC_MAIL_DOMAINS:  # shared by millions: names no one
             return self._shape(local, "word", rng) + at + domain
         head, dot, tld = value.rpartition(".")  # the top-level domain is kept
         return self._shape(head, "word", rng) + dot + tld
+
+    def _spelled_email(self, value: str, rng: random.Random) -> str:
+        """Each word but the top-level domain gets a word; "dot", "[at]" and the like are kept."""
+        parts = SPELLED_SEPARATOR.split(value)
+        seps = SPELLED_SEPARATOR.findall(value)
+        out = [self._shape(p, "word", rng, i == 0) for i, p in enumerate(parts[:-1])] + parts[-1:]
+        return "".join(p + (seps[i] if i < len(seps) else "") for i, p in enumerate(out))
 
     def _card(self, value: str, rng: random.Random) -> str:
         out = value[0] + self._shape(value[1:], None, rng)  # the first digit (the network) is kept
@@ -639,9 +650,27 @@ class Surrogates:
         return out
 
     def _phone(self, value: str, rng: random.Random) -> str:
+        if any(c.isalpha() for c in value):  # digit words: "five five five, one two three four"
+            return _DIGIT_WORD.sub(lambda m: _word_case(rng.choice(_DIGIT_NAMES), m.group()), value)
         lead = _PHONE_HEAD.match(value)  # so that the surrogate has the value's layout (it matches, if empty)
         head = lead.group() if lead else ""
         return head + self._shape(value[len(head) :], None, rng)
+
+    def _national_id(self, value: str, rng: random.Random) -> str:
+        """Random digits and letters in the same places; the letters that make a type's shape
+        are kept (a NINO's prefix and suffix, a PAN's fourth letter, an NIE's first) and a DNI's
+        check letter is made valid."""
+        out = list(self._shape(value, None, rng))
+        if re.fullmatch(r"[A-Z]{2}[\d \u00a0]+[A-D]", value):  # UK NINO
+            out[:2], out[-1] = list(value[:2]), value[-1]
+        elif re.fullmatch(r"[A-Z]{5}\d{4}[A-Z]", value):  # IN PAN
+            out[3] = value[3]
+        elif re.fullmatch(r"(?:\d{8}|[XYZ]\d{7})-?[A-Z]", value):  # ES DNI / NIE
+            out[0] = value[0] if value[0] in "XYZ" else out[0]
+            head = "".join(out[:-1]).replace("-", "")
+            head = str("XYZ".index(head[0])) + head[1:] if head[0] in "XYZ" else head
+            out[-1] = "TRWAGMYFPDXBNJZSQVHLCKE"[int(head) % 23]
+        return "".join(out)
 
     def _api_key(self, value: str, rng: random.Random) -> str:
         m = _KEY_PREFIX.match(value)
@@ -758,6 +787,17 @@ def _script(c: str) -> str | None:
     return None
 
 
+_DIGIT_NAMES = tuple(w for w in DIGIT_WORDS if w != "oh")
+_DIGIT_WORD = re.compile(rf"(?i)\b(?:{'|'.join(DIGIT_WORDS)})\b|\d")
+
+
+def _word_case(word: str, like: str) -> str:
+    """A digit word (or a digit, for a digit) in the case of ``like``."""
+    if like.isdigit():
+        return str(DIGIT_WORDS.index(word) - 1 if word != "zero" else 0)
+    return word.upper() if like.isupper() else word.capitalize() if like[0].isupper() else word
+
+
 _MAKERS: dict[str, Callable[[Surrogates, str, random.Random], str]] = {
     "PERSON": Surrogates._words,
     "LOCATION": Surrogates._words,
@@ -771,4 +811,5 @@ _MAKERS: dict[str, Callable[[Surrogates, str, random.Random], str]] = {
     "JWT": Surrogates._jwt,
     "PRIVATE_KEY": Surrogates._pem,
     "STREET_ADDRESS": Surrogates._address,
+    **{e: Surrogates._national_id for e in NATIONAL_ID_ENTITIES},
 }
