@@ -14,6 +14,7 @@ pytest.importorskip("faker")
 from capture.importers.logs import build_trace  # noqa: E402
 from capture.importers.records import LogRecord  # noqa: E402
 from redact import RedactionKey, redact_file  # noqa: E402
+from redact.audit import audit_trace  # noqa: E402
 from redact.lock import Exempt, check, scan  # noqa: E402
 from redact.national_ids import national_id_recognizers  # noqa: E402
 from redact.spelled import spelled_recognizers  # noqa: E402
@@ -154,11 +155,11 @@ def redacted(tmp_path_factory):
     folder = tmp_path_factory.mktemp("classes")
     src, dst = raw.write(folder / "raw.parquet"), folder / "red.parquet"
     report = redact_file(src, dst, KEY, processes=1)
-    return raw, read_trace(dst), report, _plain_bytes(dst), _plain_bytes(src)
+    return raw, read_trace(dst), report, _plain_bytes(dst), _plain_bytes(src), dst
 
 
 def test_no_planted_value_survives_in_the_stored_bytes(redacted):
-    raw, out, report, stored, raw_stored = redacted
+    raw, out, report, stored, raw_stored, _ = redacted
     assert report.quarantined == 0 and len(out) == len(raw)
     values = [v for _, _, v in IDS + SPELLED] + SECRETS
     assert [v for v in values if not any(f.encode() in raw_stored.lower() for f in _forms(v))] == []
@@ -166,9 +167,17 @@ def test_no_planted_value_survives_in_the_stored_bytes(redacted):
 
 
 def test_near_misses_and_the_spelling_are_kept(redacted):
-    _, out, _, stored, _ = redacted
+    _, out, _, stored, *_ = redacted
     for text in KEPT:
         assert text.encode() in stored
     body = json.loads(out.df["body"].to_list()[-1])["messages"][0]["content"]
     assert " dot " in body and " [at] " in body and "(dot)io" in body  # spelled surrogates stay spelled
     assert "AKIA" in json.loads(out.df["body"].to_list()[-1])["messages"][-1]["content"]  # a key keeps its prefix
+
+
+def test_audit_passes_the_redacted_trace_and_flags_the_raw_ones_new_types(redacted):
+    *_, dst = redacted
+    assert audit_trace(dst).lock == {}
+    raw = audit_trace(dst.with_name("raw.parquet"))
+    ids = {"UK_NINO", "IN_AADHAAR", "IN_PAN", "ES_DNI", "FR_NIR", "BR_CPF", "BR_CNPJ"}
+    assert ids | {"EMAIL_ADDRESS", "API_KEY"} <= set(raw.lock)
