@@ -2,7 +2,7 @@
 made apart from the samples :mod:`redact.national_ids`, :mod:`redact.spelled` and the secret
 recognizers were developed against, and its scoring.
 
-Owns :data:`SEED`, :func:`build_ids_set`, :func:`score` and :func:`main`. ``python -m
+Owns :data:`SEED`, :func:`build_ids_set`, :func:`score`, :func:`token_counts` and :func:`main`. ``python -m
 tests.unit.redact.ids_evalset [--seed N] [--sessions N]`` prints recall per type (the share of
 distinct planted values that no stored byte of the redacted trace holds, in any case, as written
 or JSON-escaped).
@@ -26,11 +26,12 @@ import random
 import string
 import tempfile
 import time
+from collections import Counter
 
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SEED", "build_ids_set", "score", "main"]
+__all__ = ["SEED", "build_ids_set", "score", "token_counts", "main"]
 
 SEED = 418_277
 
@@ -361,10 +362,28 @@ def score(trace: Any, planted: dict[str, str], processes: int = 1) -> tuple[dict
     return {k: (a, b) for k, (a, b) in per.items()}, report.quarantined
 
 
+def token_counts(planted: dict[str, str], tokenizer: str) -> tuple[int, Counter]:
+    """How many national ids and spelled contacts of ``planted`` there are, and per type how many
+    surrogates (:meth:`redact.surrogates.Surrogates.make`) change the token count."""
+    from redact.key import RedactionKey
+    from redact.surrogates import Surrogates
+    from replay.tokenizer import load_tokenizer
+
+    sur = Surrogates(RedactionKey(b"ids-evalset-key-0123456789"), load_tokenizer(tokenizer))
+    entity = {"SPELLED_EMAIL": "EMAIL_ADDRESS", "SPELLED_PHONE": "PHONE_NUMBER"}
+    n, off = 0, Counter()
+    for v, kind in planted.items():
+        if kind in entity or kind in ID_KINDS:
+            n += 1
+            off[kind] += sur.make(entity.get(kind, kind), v)[1]
+    return n, +off
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="Recall per type on the national-id / secret / spelled-contact evaluation set.")
     ap.add_argument("--seed", type=int, default=SEED, help="the generator's seed (default: %(default)s)")
     ap.add_argument("--sessions", type=int, default=40, help="requests to generate (default: %(default)s)")
+    ap.add_argument("--tokens", action="store_true", help="also count the surrogates that change a token count (GPT-2, Qwen2)")
     a = ap.parse_args()
     t0 = time.perf_counter()
     trace, planted = build_ids_set(a.seed, a.sessions)
@@ -378,6 +397,10 @@ def main() -> None:
         f"all: {sum(b for _, b in per.values())} planted, {total_left} left; "
         f"quarantined requests: {quarantined}; {time.perf_counter() - t0:.0f} s"
     )
+    if a.tokens:
+        for tok in ("gpt2", "qwen2"):
+            n, off = token_counts(planted, tok)
+            print(f"{tok}: {n - sum(off.values())} of {n} id / spelled surrogates keep the token count; off: {dict(off)}")
 
 
 if __name__ == "__main__":
