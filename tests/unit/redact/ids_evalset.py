@@ -31,6 +31,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from redact.national_ids import NATIONAL_ID_ENTITIES
+
 __all__ = ["SEED", "build_ids_set", "score", "token_counts", "main"]
 
 SEED = 418_277
@@ -124,19 +126,7 @@ def _id(kind: str, rng: random.Random) -> str:
     raise ValueError(kind)
 
 
-ID_KINDS = (
-    "UK_NINO",
-    "IN_AADHAAR",
-    "IN_PAN",
-    "DE_TAX_ID",
-    "DE_ID_CARD",
-    "CA_SIN",
-    "ES_DNI",
-    "FR_NIR",
-    "BR_CPF",
-    "BR_CNPJ",
-    "PASSPORT",
-)
+ID_KINDS = NATIONAL_ID_ENTITIES
 # phrasings written for this set: how a person or a system introduces each id
 CONTEXTS = {
     "UK_NINO": ("National Insurance no.", "my NINO", "NI number"),
